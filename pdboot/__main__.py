@@ -1,0 +1,3 @@
+from pdboot.cli import main
+
+main()
