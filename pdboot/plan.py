@@ -264,7 +264,10 @@ def _with_hash(svc: Service, inv: Inventory) -> Service:
         "gpus": svc.gpus,
         "rdma": svc.rdma,
         "secrets": svc.uses_secrets,
-        "container": c.model_dump() if svc.role != "router" else None,
+        # render.py also draws restart, ulimits, volumes and the healthcheck's start period
+        # from these settings: a change there must change the hash too.
+        "container": c.model_dump(),
+        "ready_seconds": inv.timeouts.ready_seconds if svc.role != "router" else None,
     }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=list).encode())
     return Service(**{**svc.__dict__, "config_hash": digest.hexdigest()[:16]})
