@@ -303,10 +303,13 @@ class _LineIndex:
                         nxt = v
                         best = k.start_mark.line + 1
                         break
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-                if 0 <= part < len(node.value):
-                    nxt = node.value[part]
-                    best = nxt.start_mark.line + 1
+            elif (
+                isinstance(node, yaml.SequenceNode)
+                and isinstance(part, int)
+                and 0 <= part < len(node.value)
+            ):
+                nxt = node.value[part]
+                best = nxt.start_mark.line + 1
             node = nxt
         return best
 
