@@ -1,0 +1,508 @@
+"""Running commands on hosts: the only module that imports fabric/paramiko.
+
+One connection per host, opened once and reused for every command. SSH hosts go through
+fabric (so ``~/.ssh/config`` is honoured) with strict host-key checking: fabric's default
+auto-accepts unknown keys, which we replace with our own policy. Hosts whose address is
+``local`` run the same commands through subprocess, behind the same API.
+
+``fan_out`` runs one function per host on daemon threads and waits with a deadline, so a
+hung host is reported as a timeout instead of hanging the whole run (fabric's ThreadingGroup
+joins without a timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+import paramiko
+from fabric import Config as FabricConfig
+from fabric import Connection as FabricConnection
+
+from pdboot.inventory import LOCAL, Host, SSHSettings
+
+log = logging.getLogger("pdboot.remote")
+
+ErrorKind = Literal["unreachable", "auth", "timeout", "host_key", "host_key_changed", "error"]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+class RemoteError(Exception):
+    """A host could not be reached or a command could not complete.
+
+    ``kind`` is one of unreachable, auth, timeout, host_key (unknown key),
+    host_key_changed, error; ``fix`` says what the operator can do about it.
+    """
+
+    def __init__(self, host: str, kind: ErrorKind, message: str, fix: str = "") -> None:
+        self.host = host
+        self.kind = kind
+        self.message = message
+        self.fix = fix
+        super().__init__(f"{host}: {message}")
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+class Masker:
+    """Values registered here are replaced by ``***`` in anything we log or report."""
+
+    def __init__(self) -> None:
+        self._values: set[str] = set()
+        self._lock = threading.Lock()
+
+    def register(self, value: str) -> None:
+        if value and len(value) >= 4:  # masking "a" would shred every message
+            with self._lock:
+                self._values.add(value)
+
+    def mask(self, text: str) -> str:
+        with self._lock:
+            values = sorted(self._values, key=len, reverse=True)
+        for v in values:
+            text = text.replace(v, "***")
+        return text
+
+
+# Process-wide: a secret registered once (e.g. the HF token read by `up`) stays masked in
+# every log line, whichever connection printed it.
+SECRETS = Masker()
+
+
+def register_secret(value: str) -> None:
+    SECRETS.register(value)
+
+
+def mask(text: str) -> str:
+    return SECRETS.mask(text)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def command_line(cmd: Sequence[str] | str) -> str:
+    """An argv list becomes a shell-quoted line; a string is a script, passed as is."""
+    if isinstance(cmd, str):
+        return cmd
+    if not cmd:
+        raise ValueError("empty command")
+    return shlex.join(str(a) for a in cmd)
+
+
+def put_text_script(path: str, mode: int) -> str:
+    """Shell that writes stdin to ``path`` with ``mode``, never readable by others meanwhile.
+
+    umask 077 makes the temporary file private from its creation; chmod then sets the
+    wanted mode, and rename makes the new content appear at once.
+    """
+    q = shlex.quote(path)
+    d = shlex.quote(os.path.dirname(path) or ".")
+    return (
+        "set -e; umask 077; "
+        f"mkdir -p {d}; "
+        f"tmp=$(mktemp {q}.XXXXXX); trap 'rm -f \"$tmp\"' EXIT; "
+        f'cat > "$tmp"; chmod {mode:o} "$tmp"; mv -f "$tmp" {q}; trap - EXIT'
+    )
+
+
+class Connection(Protocol):
+    name: str
+
+    def run(
+        self, cmd: Sequence[str] | str, timeout: float | None = None, stdin: str | None = None
+    ) -> CommandResult: ...
+
+    def put_text(self, path: str, text: str, mode: int = 0o644) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Base:
+    name: str
+    command_timeout: float
+    masker: Masker
+
+    def run(
+        self, cmd: Sequence[str] | str, timeout: float | None = None, stdin: str | None = None
+    ) -> CommandResult:
+        line = command_line(cmd)
+        limit = self.command_timeout if timeout is None else timeout
+        log.debug("%s $ %s", self.name, self.masker.mask(line))
+        res = self._exec(line, limit, stdin)
+        log.debug("%s exit=%d in %.3fs", self.name, res.rc, res.seconds)
+        return res
+
+    def put_text(self, path: str, text: str, mode: int = 0o644) -> None:
+        res = self.run(put_text_script(path, mode), stdin=text)
+        if res.rc != 0:
+            raise RemoteError(
+                self.name, "error", f"cannot write {path}: {self.masker.mask(res.stderr.strip())}"
+            )
+
+    def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
+        raise NotImplementedError
+
+
+class LocalConnection(_Base):
+    """``address: local``: the same commands, through bash on this machine."""
+
+    def __init__(self, name: str, command_timeout: float = 120.0, masker: Masker = SECRETS):
+        self.name = name
+        self.command_timeout = command_timeout
+        self.masker = masker
+
+    def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(
+                ["bash", "-c", line],
+                input=stdin if stdin is not None else "",
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise RemoteError(
+                self.name, "timeout", f"command did not finish within {timeout:g}s"
+            ) from None
+        return CommandResult(p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+
+    def close(self) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------- SSH
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    return str(key.fingerprint)  # "SHA256:..." like ssh-keygen -l
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def split_known_hosts_name(name: str) -> tuple[str, int | None]:
+    """``[10.0.0.2]:2222`` -> (``10.0.0.2``, 2222); ``gpu-a`` -> (``gpu-a``, None)."""
+    if name.startswith("[") and "]:" in name:
+        addr, _, port = name[1:].rpartition("]:")
+        if port.isdigit():
+            return addr, int(port)
+    return name, None
+
+
+class UnknownHostKey(paramiko.SSHException):  # type: ignore[misc]
+    def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: str) -> None:
+        self.hostname = hostname
+        self.key = key
+        self.known_hosts = known_hosts
+        super().__init__(f"host key for {hostname} is not in {known_hosts}")
+
+
+class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
+    """Unknown key: refuse (default) or, with accept_new, record it like OpenSSH accept-new.
+
+    Paramiko only consults the policy for hosts that are absent from the loaded
+    known_hosts; a changed key raises BadHostKeyException before we get here, so
+    accept_new never overrides a changed key.
+    """
+
+    def __init__(self, known_hosts: str, accept_new: bool) -> None:
+        self.known_hosts = known_hosts
+        self.accept_new = accept_new
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
+        if not self.accept_new:
+            raise UnknownHostKey(hostname, key, self.known_hosts)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        path = Path(self.known_hosts)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _KNOWN_HOSTS_LOCK, path.open("a", encoding="utf-8") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        log.warning(
+            "added host key %s %s for %s to %s", key.get_name(), fingerprint(key), hostname, path
+        )
+
+
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def classify(
+    exc: BaseException, host: str, *, known_hosts: str = "", kh_name: str = ""
+) -> RemoteError:
+    """Turn whatever paramiko/socket raised into a RemoteError with a cause and a fix."""
+    if isinstance(exc, RemoteError):
+        return exc
+    if isinstance(exc, UnknownHostKey):
+        addr, port = split_known_hosts_name(exc.hostname)
+        kt = exc.key.get_name()
+        scan = f"ssh-keyscan -t {kt}{f' -p {port}' if port else ''} {addr}"
+        return RemoteError(
+            host,
+            "host_key",
+            f"unknown host key for {exc.hostname} ({kt} {fingerprint(exc.key)}); "
+            f"not in {exc.known_hosts}",
+            f"check the fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
+            f"then: {scan} >> {exc.known_hosts}   (or rerun with --accept-new-host-keys)",
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        name = kh_name or exc.hostname
+        return RemoteError(
+            host,
+            "host_key_changed",
+            f"HOST KEY CHANGED for {name}: offered {exc.key.get_name()} "
+            f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}",
+            "if the host was really reinstalled, remove the old line "
+            f"(ssh-keygen -R '{name}'{' -f ' + known_hosts if known_hosts else ''}) "
+            "and trust the new key; otherwise treat this as an attack",
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        return RemoteError(
+            host,
+            "auth",
+            f"authentication refused: {exc}",
+            "check ssh.user and ssh.identity_file (and that the public key is in the "
+            "host's authorized_keys)",
+        )
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return RemoteError(
+            host,
+            "timeout",
+            f"connection timed out: {exc or 'no answer'}",
+            "check the address, routing and firewalls, or raise ssh.connect_timeout",
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return RemoteError(
+            host,
+            "unreachable",
+            f"cannot connect: {exc}",
+            "is sshd running on that address and port?",
+        )
+    if isinstance(exc, socket.gaierror):
+        return RemoteError(
+            host, "unreachable", f"cannot resolve address: {exc}", "check the host's address"
+        )
+    if isinstance(exc, OSError):
+        return RemoteError(
+            host,
+            "unreachable",
+            f"cannot connect: {exc.strerror or exc}",
+            "check the address, routing and that sshd runs",
+        )
+    if isinstance(exc, paramiko.SSHException):
+        text = str(exc)
+        kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
+        return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")
+    return RemoteError(host, "error", f"{type(exc).__name__}: {exc}")
+
+
+class SSHConnection(_Base):
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        settings: SSHSettings,
+        *,
+        accept_new_host_keys: bool = False,
+        masker: Masker = SECRETS,
+    ) -> None:
+        self.name = name
+        self.masker = masker
+        self.command_timeout = settings.command_timeout
+        overrides: dict[str, Any] = {"load_ssh_configs": settings.use_ssh_config}
+        cfg = FabricConfig(overrides=overrides)
+        connect_kwargs: dict[str, Any] = {}
+        if settings.identity_file:
+            connect_kwargs["key_filename"] = [os.path.expanduser(settings.identity_file)]
+        self._conn = FabricConnection(
+            address,
+            user=settings.user,
+            port=settings.port,
+            config=cfg,
+            connect_timeout=int(max(1, settings.connect_timeout)),
+            connect_kwargs=connect_kwargs,
+        )
+        ssh_cfg_known = self._conn.ssh_config.get("userknownhostsfile")
+        known = settings.known_hosts or (ssh_cfg_known.split()[0] if ssh_cfg_known else None)
+        self.known_hosts = os.path.expanduser(known or "~/.ssh/known_hosts")
+        client: paramiko.SSHClient = self._conn.client
+        if os.path.exists(self.known_hosts):
+            # load_host_keys (not load_system_host_keys) remembers nothing to save back:
+            # accept-new appends a line instead of rewriting the operator's file.
+            client.get_host_keys().load(self.known_hosts)
+        client.set_missing_host_key_policy(_StrictPolicy(self.known_hosts, accept_new_host_keys))
+        self.connect_timeout = settings.connect_timeout
+
+    def open(self) -> None:
+        try:
+            self._conn.open()
+        except Exception as e:  # classified: every cause becomes a reported RemoteError
+            self.close()
+            kh_name = known_hosts_name(self._conn.host, self._conn.port)
+            raise classify(e, self.name, known_hosts=self.known_hosts, kh_name=kh_name) from e
+
+    def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
+        self.open()
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise RemoteError(self.name, "unreachable", "the SSH connection was closed")
+        try:
+            chan = transport.open_session(timeout=self.connect_timeout)
+        except Exception as e:
+            raise classify(e, self.name) from e
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            chan.exec_command(line)
+            if stdin:
+                chan.sendall(stdin.encode())
+            chan.shutdown_write()  # EOF, so `cat` and friends finish
+            while True:
+                while chan.recv_ready():
+                    out.append(chan.recv(65536))
+                while chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(65536))
+                # Data arrives before the exit status on the same channel, so once the
+                # status is in and the buffers are drained, we have everything.
+                if (
+                    chan.exit_status_ready()
+                    and not chan.recv_ready()
+                    and not chan.recv_stderr_ready()
+                ):
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RemoteError(
+                        self.name, "timeout", f"command did not finish within {timeout:g}s"
+                    )
+                select.select([chan], [], [], min(left, 0.2))
+            rc = chan.recv_exit_status()
+        except RemoteError:
+            raise
+        except Exception as e:
+            raise classify(e, self.name) from e
+        finally:
+            chan.close()
+        return CommandResult(
+            rc,
+            b"".join(out).decode(errors="replace"),
+            b"".join(err).decode(errors="replace"),
+            time.monotonic() - t0,
+        )
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        except Exception:  # closing a half-open connection must not mask the real error
+            log.debug("close of %s failed", self.name, exc_info=True)
+
+
+def effective_ssh(defaults: SSHSettings, host: Host) -> SSHSettings:
+    """The inventory's SSH defaults with the host's overrides applied."""
+    over = {k: v for k, v in host.ssh.model_dump().items() if v is not None}
+    return defaults.model_copy(update=over)
+
+
+def connect(
+    name: str,
+    host: Host,
+    defaults: SSHSettings,
+    *,
+    accept_new_host_keys: bool = False,
+    masker: Masker = SECRETS,
+) -> Connection:
+    """An open connection to one inventory host. Raises RemoteError with the cause."""
+    settings = effective_ssh(defaults, host)
+    if host.address == LOCAL:
+        return LocalConnection(name, settings.command_timeout, masker)
+    conn = SSHConnection(
+        name, host.address, settings, accept_new_host_keys=accept_new_host_keys, masker=masker
+    )
+    conn.open()
+    return conn
+
+
+# --------------------------------------------------------------------------- fan-out
+
+K = TypeVar("K")
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[R]):
+    value: R | None = None
+    error: RemoteError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def fan_out(
+    items: Mapping[str, T] | Iterable[tuple[str, T]],
+    fn: Callable[[str, T], R],
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Outcome[R]]:
+    """Run ``fn(name, item)`` for every item in parallel; wait at most ``deadline`` seconds.
+
+    Each result is an Outcome: the value, or the RemoteError (any other exception is
+    classified). Items still running at the deadline are reported as timeouts; their
+    daemon threads are abandoned, never joined, so they cannot hang the caller.
+    """
+    pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
+    results: dict[str, Outcome[R]] = {}
+    done = threading.Condition()
+
+    def work(name: str, item: T) -> None:
+        try:
+            outcome: Outcome[R] = Outcome(value=fn(name, item))
+        except BaseException as e:  # reported per host, never fatal to the others
+            outcome = Outcome(error=classify(e, name))
+        with done:
+            results[name] = outcome
+            done.notify_all()
+
+    for name, item in pairs:
+        threading.Thread(target=work, args=(name, item), daemon=True, name=f"pdboot-{name}").start()
+    end = clock() + deadline
+    with done:
+        while len(results) < len(pairs):
+            left = end - clock()
+            if left <= 0:
+                break
+            done.wait(min(left, 0.5))
+        final = dict(results)
+    for name, _ in pairs:
+        if name not in final:
+            final[name] = Outcome(
+                error=RemoteError(name, "timeout", f"no answer within {deadline:g}s")
+            )
+    return {name: final[name] for name, _ in pairs}
