@@ -417,9 +417,14 @@ def parse_inventory(text: str, file: str = "inventory.yaml") -> Inventory:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        raise InventoryError([InventoryIssue((), f"not valid YAML: {e}", line, file)]) from None
+        raise InventoryError([InventoryIssue((), _yaml_message(e), line, file)]) from None
+    if data is None:
+        raise InventoryError([InventoryIssue((), "the inventory is empty", 1, file)])
     if not isinstance(data, dict):
         raise InventoryError([InventoryIssue((), "the inventory must be a YAML mapping", 1, file)])
+    dups = _duplicate_keys(root, (), file)
+    if dups:
+        raise InventoryError(dups)
     index = _LineIndex(root)
     try:
         inv = Inventory.model_validate(data)
@@ -431,6 +436,40 @@ def parse_inventory(text: str, file: str = "inventory.yaml") -> Inventory:
     return inv
 
 
+def _yaml_message(e: yaml.YAMLError) -> str:
+    """One line (PyYAML's own text spans several and quotes the source)."""
+    problem = getattr(e, "problem", None)
+    context = getattr(e, "context", None)
+    if problem is None:
+        return f"not valid YAML: {' '.join(str(e).split())}"
+    return f"not valid YAML: {problem}" + (f" ({context})" if context else "")
+
+
+def _duplicate_keys(
+    node: yaml.Node | None, path: tuple[str | int, ...], file: str
+) -> list[InventoryIssue]:
+    """PyYAML silently keeps the last of two equal keys; an inventory must not."""
+    out: list[InventoryIssue] = []
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for k, v in node.value:
+            key = str(k.value) if isinstance(k, yaml.ScalarNode) else None
+            line = k.start_mark.line + 1
+            if key is not None and key in first:
+                out.append(
+                    InventoryIssue(
+                        (*path, key), f"duplicate key (first set on line {first[key]})", line, file
+                    )
+                )
+            elif key is not None:
+                first[key] = line
+            out += _duplicate_keys(v, (*path, key if key is not None else "?"), file)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out += _duplicate_keys(item, (*path, i), file)
+    return out
+
+
 def load_inventory(path: str | Path) -> Inventory:
     p = Path(path)
     try:
@@ -438,6 +477,10 @@ def load_inventory(path: str | Path) -> Inventory:
     except OSError as e:
         raise InventoryError(
             [InventoryIssue((), f"cannot read: {e.strerror}", None, str(p))]
+        ) from None
+    except UnicodeDecodeError as e:
+        raise InventoryError(
+            [InventoryIssue((), f"not UTF-8 text ({e.reason} at byte {e.start})", None, str(p))]
         ) from None
     return parse_inventory(text, file=str(path))
 
