@@ -5,14 +5,20 @@ Exit codes: 0 success, 1 a check or deployment step failed, 2 bad usage or inven
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.rule import Rule
+from rich.syntax import Syntax
+from rich.text import Text
 
 from pdboot import __version__
 from pdboot.inventory import Inventory, InventoryError, load_inventory
+from pdboot.plan import build_plan
+from pdboot.render import render_all, render_summary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -29,11 +35,16 @@ InventoryArg = Annotated[Path, typer.Argument(help="The inventory YAML file.", s
 
 
 def _load(path: Path) -> Inventory:
+    """The validated inventory, or every problem printed as ``file:line: key: message``
+    and exit 2."""
     try:
         return load_inventory(path)
     except InventoryError as e:
         for issue in e.issues:
-            err.print(f"[red]error[/red] {issue}", highlight=False, markup=True, soft_wrap=True)
+            # Text, not markup: messages quote user input and key paths like [0].
+            err.print(Text(str(issue), style="red"), highlight=False, soft_wrap=True)
+        n = len(e.issues)
+        err.print(f"{n} problem{'s' if n != 1 else ''} in the inventory; nothing was done.")
         raise typer.Exit(EXIT_USAGE) from None
 
 
@@ -58,10 +69,62 @@ def _root(
 
 
 @app.command()
-def render(inventory: InventoryArg) -> None:
-    """Show the compose projects `up` would ship to each host (a dry run)."""
-    _load(inventory)
-    _not_yet("render")
+def render(
+    inventory: InventoryArg,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write DIR/<host>/compose.yaml for every host that runs something.",
+            metavar="DIR",
+            show_default=False,
+        ),
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Only this host's project.", metavar="NAME"),
+    ] = None,
+) -> None:
+    """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
+    inv = _load(inventory)
+    plan = build_plan(inv)
+    texts = render_all(plan, inv)
+    if host is not None:
+        if host not in texts:
+            err.print(
+                f"host {host!r} runs nothing in this deployment; hosts that do: "
+                f"{', '.join(texts)}",
+                highlight=False,
+                markup=False,
+            )
+            raise typer.Exit(EXIT_USAGE)
+        texts = {host: texts[host]}
+    if out_dir is None:
+        _print_projects(texts)
+        return
+    summary = render_summary(plan, inv)
+    try:
+        for name, text in texts.items():
+            target = out_dir / name / "compose.yaml"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        (out_dir / "summary.txt").write_text(summary, encoding="utf-8")
+    except OSError as e:
+        err.print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
+        raise typer.Exit(EXIT_FAILED) from None
+    for name in texts:
+        out.print(f"wrote {out_dir / name / 'compose.yaml'}", highlight=False, markup=False)
+    out.print(summary, end="", highlight=False, markup=False, soft_wrap=True)
+
+
+def _print_projects(texts: dict[str, str]) -> None:
+    if not out.is_terminal:
+        # Piped: plain text, one YAML document per host.
+        sys.stdout.write("---\n".join(texts.values()))
+        return
+    for name, text in texts.items():
+        out.print(Rule(f"{name}/compose.yaml"))
+        out.print(Syntax(text, "yaml", background_color="default"))
 
 
 @app.command()

@@ -183,3 +183,27 @@ def _escape(value: Any) -> Any:
     if isinstance(value, list):
         return [_escape(v) for v in value]
     return value
+
+
+def render_summary(plan: Plan, inv: Inventory) -> str:
+    """A short human summary: start order, endpoints, where secrets come from."""
+    served = plan.served_model_name
+    lines = [f"Deployment {plan.deployment!r}: model {plan.model}"]
+    if served != plan.model:
+        lines[0] += f" (served as {served})"
+    lines.append("Start order (each stage waits for /health before the next):")
+    for n, stage in enumerate(plan.stages, 1):
+        for s in stage:
+            extra = ""
+            if s.side_channel_port is not None:
+                extra = f"  NIXL side channel {s.address}:{s.side_channel_port}"
+            elif s.metrics_port is not None:
+                extra = f"  metrics {s.url.rsplit(':', 1)[0]}:{s.metrics_port}/metrics"
+            lines.append(f"  {n}. {s.key:<24} {s.url}{extra}")
+    lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via the router)")
+    if inv.secrets.hf_token is not None:
+        lines.append(
+            f"HF token: read from {inv.secrets.hf_token} at `pdboot up`, shipped as "
+            f"{SECRETS_FILE} (mode 0600); never in these files"
+        )
+    return "\n".join(lines) + "\n"
