@@ -1,0 +1,778 @@
+#!/usr/bin/env python3
+"""EMULATION of the vLLM 0.33.0 OpenAI server for pdboot's testbed: no model, no GPU.
+
+Invoked as the real image's entrypoint is (`vllm serve MODEL [args]`). It keeps the parts of
+vLLM's contract that a bootstrapper can get wrong: the flags and `--kv-transfer-config` that
+vLLM accepts or refuses, the port refusing connections while the model "loads", the HTTP API,
+and the NIXL side channel that a decode engine really connects to (over TCP, across hosts) to
+pull the KV blocks a prefill engine holds for it. Stdlib only (runs on a bare python3.11).
+See README.md beside this file for the protocol, the fault knobs and the metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.server
+import json
+import os
+import re
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+VERSION = "0.33.0"
+PID = os.getpid()
+WORDS = ("the", "model", "prefill", "decode", "cache", "block", "token", "engine", "remote",
+         "local", "fast", "slow", "pull", "push", "host", "port", "river", "stone", "light",
+         "green", "quiet", "north", "paper", "signal", "window", "garden", "copper", "violet")
+KV_FIELDS = {"kv_connector", "kv_role", "kv_buffer_device", "engine_id", "kv_port",
+             "kv_connector_extra_config", "kv_connector_module_path", "enable_permute_local_kv",
+             "kv_load_failure_policy"}
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+NIXL_CONNECTORS = ("NixlConnector", "NixlPushConnector")
+OTHER_CONNECTORS = ("LMCacheConnectorV1", "P2pNcclConnector", "MooncakeConnector",
+                    "SharedStorageConnector", "OffloadingConnector", "MultiConnector")
+ENV_FALSE = ("", "0", "false", "no")
+
+
+# ---------------------------------------------------------------- logging shaped like vLLM's
+def log(level: str, where: str, msg: str, proc: str = "APIServer") -> None:
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    for line in msg.splitlines() or [""]:
+        print(f"({proc} pid={PID}) {level} {stamp} [{where}] {line}", flush=True)
+
+
+def engine_log(level: str, where: str, msg: str) -> None:
+    log(level, where, msg, proc="EngineCore_DP0")
+
+
+def die(lines: list[str], code: int = 1) -> NoReturn:
+    """Print a traceback tail the way vLLM's crashes end, then exit."""
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print('  File "/usr/local/bin/vllm", line 10, in <module>\n    sys.exit(main())',
+          file=sys.stderr)
+    for line in lines:
+        print(line, file=sys.stderr)
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+# ---------------------------------------------------------------- arguments
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse's own shape, exit 2
+        self.print_usage(sys.stderr)
+        print(f"vllm serve: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = Parser(prog="vllm serve", add_help=True)
+    p.add_argument("model_tag", nargs="?", default=None)
+    p.add_argument("--model", default="Qwen/Qwen3-0.6B")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    p.add_argument("--kv-transfer-config", default=None)
+    p.add_argument("--max-model-len", default=None)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--quantization", "-q", default=None)
+    p.add_argument("--revision", default=None)
+    p.add_argument("--tokenizer", default=None)
+    p.add_argument("--download-dir", default=None)
+    p.add_argument("--load-format", default="auto")
+    p.add_argument("--uvicorn-log-level", default="info")
+    p.add_argument("--attention-backend", default=None)
+    for flag in ("--enforce-eager", "--trust-remote-code", "--disable-log-requests",
+                 "--disable-log-stats", "--enable-log-requests", "--disable-uvicorn-access-log",
+                 "--enable-request-id-headers"):
+        p.add_argument(flag, action="store_true")
+    for flag in ("--enable-prefix-caching", "--enable-chunked-prefill"):
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+    args = p.parse_args(argv)
+    if args.model_tag is not None:
+        args.model = args.model_tag
+    if args.kv_transfer_config is not None:
+        try:
+            args.kv_transfer_config = json.loads(args.kv_transfer_config)
+        except json.JSONDecodeError:
+            p.error(f"argument --kv-transfer-config: Value {args.kv_transfer_config} cannot be "
+                    "converted to <function loads at 0x7f3a2c1b1e40>.")
+        if not isinstance(args.kv_transfer_config, dict):
+            p.error("argument --kv-transfer-config: expected a JSON object")
+    return args
+
+
+def non_default_args(p_args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    given = {a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("-")}
+    out: dict[str, Any] = {}
+    if p_args.model_tag is not None:
+        out["model_tag"] = p_args.model_tag
+    for k, v in vars(p_args).items():
+        if k in given and k != "api_key":
+            out[k] = v
+    if "api_key" in given:
+        out["api_key"] = "<redacted>"  # never echo a secret into logs
+    return out
+
+
+def validate_kv(cfg: dict[str, Any]) -> list[str]:
+    """pydantic-shaped error entries for vLLM's KVTransferConfig (extra='forbid')."""
+    errs: list[str] = []
+
+    def err(loc: str, msg: str, typ: str, value: Any) -> None:
+        errs.append(f"{loc}\n  {msg} [type={typ}, input_value={value!r}, "
+                    f"input_type={type(value).__name__}]\n"
+                    f"    For further information visit https://errors.pydantic.dev/2.12/v/{typ}")
+
+    for key in cfg:
+        if key not in KV_FIELDS:
+            err(key, "Extra inputs are not permitted", "extra_forbidden", cfg[key])
+    role = cfg.get("kv_role")
+    if role is not None and role not in KV_ROLES:
+        err("kv_role", "Input should be 'kv_producer', 'kv_consumer' or 'kv_both'",
+            "literal_error", role)
+    if cfg.get("kv_connector") is not None and role is None:
+        err("", "Value error, Please specify kv_role when kv_connector is set, supported roles "
+            f"are {KV_ROLES}", "value_error", cfg)
+    dev = cfg.get("kv_buffer_device", "cuda")
+    if dev not in ("cuda", "cpu"):
+        err("kv_buffer_device", "Value error, kv_buffer_device must be 'cuda' or 'cpu'",
+            "value_error", dev)
+    pol = cfg.get("kv_load_failure_policy", "fail")
+    if pol not in ("fail", "recompute"):
+        err("kv_load_failure_policy", "Input should be 'recompute' or 'fail'", "literal_error",
+            pol)
+    extra = cfg.get("kv_connector_extra_config", {})
+    if not isinstance(extra, dict):
+        err("kv_connector_extra_config", "Input should be a valid dictionary", "dict_type", extra)
+    if "kv_port" in cfg and not isinstance(cfg["kv_port"], int):
+        err("kv_port", "Input should be a valid integer", "int_type", cfg["kv_port"])
+    return errs
+
+
+# ---------------------------------------------------------------- deterministic "model"
+def tokens_of(text: str) -> list[str]:
+    return re.findall(r"\w+|[^\w\s]", text)
+
+
+def generate(model: str, prompt: str, n: int) -> list[str]:
+    out = []
+    for i in range(n):
+        h = hashlib.sha256(f"{model}|{prompt}|{i}".encode()).digest()
+        out.append(" " + WORDS[h[0] % len(WORDS)])
+    return out
+
+
+def block_payload(compat: str, prompt: str, nblocks: int, block_bytes: int) -> bytes:
+    """What the "KV cache" of a prompt is: derivable by both tiers, so the decode can check it
+    pulled the blocks of *its* prompt."""
+    seed = hashlib.sha256(f"{compat}|{prompt}".encode()).digest()
+    return (seed * (block_bytes // len(seed) + 1))[:block_bytes] * nblocks
+
+
+# ---------------------------------------------------------------- engine state
+@dataclass
+class Lease:
+    prompt: str
+    block_ids: list[list[int]]
+    num_tokens: int
+    expires: float
+
+
+@dataclass
+class Engine:
+    args: argparse.Namespace
+    served: list[str]
+    kv: dict[str, Any]
+    engine_id: str
+    compat_hash: str
+    side_host: str
+    side_port: int
+    block_bytes: int
+    lease_s: float
+    leases: dict[str, Lease] = field(default_factory=dict)
+    next_block: int = 1
+    counters: dict[str, float] = field(default_factory=dict)
+    requests_done: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def role(self) -> str | None:
+        return self.kv.get("kv_role") if self.kv.get("kv_connector") in NIXL_CONNECTORS else None
+
+    @property
+    def policy(self) -> str:
+        return str(self.kv.get("kv_load_failure_policy", "fail"))
+
+    def count(self, name: str, by: float = 1) -> None:
+        with self.lock:
+            self.counters[name] = self.counters.get(name, 0) + by
+
+    def hold(self, req_id: str, prompt: str, ntok: int) -> Lease:
+        nblocks = max(1, -(-ntok // self.args.block_size))
+        with self.lock:
+            ids = list(range(self.next_block, self.next_block + nblocks))
+            self.next_block += nblocks
+            lease = Lease(prompt, [ids], ntok, time.monotonic() + self.lease_s)
+            self.leases[req_id] = lease
+        return lease
+
+    def take(self, req_id: str) -> Lease | None:
+        with self.lock:
+            lease = self.leases.get(req_id)
+            if lease is not None and lease.expires < time.monotonic():
+                return None  # the sweeper logs and frees it
+            return lease
+
+    def sweep(self) -> None:
+        while True:
+            time.sleep(1)
+            now = time.monotonic()
+            with self.lock:
+                gone = [k for k, v in self.leases.items() if v.expires < now]
+                for k in gone:
+                    del self.leases[k]
+            for k in gone:
+                self.count("vllm:nixl_kv_leases_expired_total")
+                engine_log("WARNING", "nixl_connector.py:1512",
+                           f"Releasing expired KV blocks for request {k} which were retrieved "
+                           f"by 0 decode worker(s) within {self.lease_s:g} seconds.")
+
+
+# ---------------------------------------------------------------- NIXL side channel (server)
+class SideChannel(socketserver.StreamRequestHandler):
+    """JSON lines: hello -> read -> done. The producer's half of the emulated NIXL pull."""
+
+    engine: Engine
+
+    def reply(self, obj: dict[str, Any], payload: bytes = b"") -> None:
+        self.wfile.write(json.dumps(obj).encode() + b"\n" + payload)
+        self.wfile.flush()
+
+    def handle(self) -> None:
+        eng = self.engine
+        try:
+            hello = json.loads(self.rfile.readline() or b"{}")
+            me = {"type": "hello", "engine_id": eng.engine_id, "compat_hash": eng.compat_hash,
+                  "tp_size": eng.args.tensor_parallel_size, "version": VERSION}
+            if hello.get("compat_hash") != eng.compat_hash:
+                self.reply({**me, "ok": False, "error": "compatibility hash mismatch"})
+                return
+            self.reply({**me, "ok": True})
+            for raw in self.rfile:
+                msg = json.loads(raw)
+                if msg.get("type") == "read":
+                    lease = eng.take(str(msg.get("request_id")))
+                    if lease is None or msg.get("block_ids") != lease.block_ids:
+                        self.reply({"type": "read", "ok": False,
+                                    "error": f"no KV blocks held for request "
+                                             f"{msg.get('request_id')} (unknown, expired or "
+                                             "already released)"})
+                        continue
+                    n = sum(len(g) for g in lease.block_ids)
+                    data = block_payload(eng.compat_hash, lease.prompt, n, eng.block_bytes)
+                    self.reply({"type": "read", "ok": True, "num_blocks": n,
+                                "nbytes": len(data)}, data)
+                    eng.count("vllm:nixl_kv_blocks_served_total", n)
+                    eng.count("vllm:nixl_kv_bytes_served_total", len(data))
+                elif msg.get("type") == "done":
+                    with eng.lock:
+                        eng.leases.pop(str(msg.get("request_id")), None)
+                    self.reply({"type": "done", "ok": True})
+                    return
+        except (OSError, ValueError) as e:
+            engine_log("WARNING", "nixl_connector.py:902", f"Side channel peer error: {e}")
+
+
+class SideServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def bind_side_channel(eng: Engine) -> None:
+    handler = type("Handler", (SideChannel,), {"engine": eng})
+    addr = f"tcp://{eng.side_host}:{eng.side_port}"
+    try:
+        infos = socket.getaddrinfo(eng.side_host, eng.side_port, type=socket.SOCK_STREAM)
+        SideServer.address_family = infos[0][0]
+        server = SideServer((str(infos[0][4][0]), int(infos[0][4][1])), handler)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        if isinstance(e, socket.gaierror) or e.errno == 99:
+            reason = "Cannot assign requested address"
+        engine_log("ERROR", "core.py:708", "EngineCore failed to start.")
+        die(["    self._handshake_listener(...)", f"zmq.error.ZMQError: {reason} (addr='{addr}')",
+             "RuntimeError: Engine core initialization failed. See root cause above. "
+             "Failed core proc(s): {}"])
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    engine_log("INFO", "nixl_connector.py:1001", f"Starting listening on path: {addr}")
+
+
+# ---------------------------------------------------------------- NIXL pull (client)
+class PullError(Exception):
+    def __init__(self, message: str, stage: str = "handshake") -> None:
+        super().__init__(message)
+        self.stage = stage  # "handshake" (reaching/identifying the peer) or "transfer"
+
+
+def pull(eng: Engine, params: dict[str, Any], prompt: str) -> int:
+    """Connect to the producer's side channel and read the blocks; returns bytes pulled."""
+    host, port = params.get("remote_host"), params.get("remote_port")
+    rid, blocks = params.get("remote_request_id"), params.get("remote_block_ids")
+    remote_eid = params.get("remote_engine_id")
+    if not host or not port or not rid or not isinstance(blocks, list):
+        raise PullError(f"invalid kv_transfer_params: {params}")
+    try:
+        with socket.create_connection((str(host), int(port)), timeout=5) as s:
+            s.settimeout(30)
+            f = s.makefile("rwb")
+            f.write(json.dumps({"type": "hello", "engine_id": eng.engine_id,
+                                "compat_hash": eng.compat_hash,
+                                "tp_size": eng.args.tensor_parallel_size}).encode() + b"\n")
+            f.flush()
+            hello = json.loads(f.readline() or b"{}")
+            if not hello.get("ok"):
+                raise PullError(f"remote refused: {hello.get('error', 'no answer')}")
+            if hello.get("engine_id") != remote_eid:
+                raise PullError(f"Remote NIXL agent engine ID mismatch. Expected {remote_eid}, "
+                                f"received {hello.get('engine_id')}.")
+            ptp, dtp = int(hello.get("tp_size", 1)), eng.args.tensor_parallel_size
+            if max(ptp, dtp) % min(ptp, dtp):
+                raise PullError(f"tensor parallel sizes incompatible: remote {ptp}, local {dtp}")
+            f.write(json.dumps({"type": "read", "request_id": rid,
+                                "block_ids": blocks}).encode() + b"\n")
+            f.flush()
+            head = json.loads(f.readline() or b"{}")
+            if not head.get("ok"):
+                raise PullError(str(head.get("error", "read failed")), "transfer")
+            data = f.read(int(head["nbytes"]))
+            want = block_payload(eng.compat_hash, prompt, int(head["num_blocks"]),
+                                 eng.block_bytes)
+            if data != want:
+                raise PullError("pulled KV blocks do not match this request's prompt",
+                                "transfer")
+            f.write(json.dumps({"type": "done", "request_id": rid}).encode() + b"\n")
+            f.flush()
+            f.readline()
+            eng.count("vllm:nixl_kv_blocks_pulled_total", int(head["num_blocks"]))
+            return len(data)
+    except (OSError, ValueError, KeyError) as e:
+        raise PullError(str(e) or type(e).__name__) from e
+
+
+# ---------------------------------------------------------------- HTTP API
+class ApiError(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+class Api(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    engine: Engine
+
+    def log_message(self, format: str, *args: Any) -> None:  # uvicorn-style access log
+        return
+
+    def access(self, status: int) -> None:
+        phrase = http.HTTPStatus(status).phrase
+        print(f"(APIServer pid={PID}) INFO:     {self.client_address[0]}:"
+              f'{self.client_address[1]} - "{self.command} {self.path} HTTP/1.1" {status} '
+              f"{phrase}", flush=True)
+
+    def send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response_only(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        rid = self.headers.get("X-Request-Id")
+        if rid:
+            self.send_header("x-request-id", rid)
+        self.end_headers()
+        self.wfile.write(body)
+        self.access(status)
+
+    def send_json(self, status: int, obj: Any) -> None:
+        self.send(status, json.dumps(obj).encode())
+
+    def send_error_json(self, e: ApiError) -> None:
+        self.send_json(e.status, {"error": {"message": e.message, "type": e.kind,
+                                            "param": None, "code": e.status}})
+
+    def authorized(self) -> bool:
+        key = self.engine.args.api_key or os.environ.get("VLLM_API_KEY")
+        if not key or not self.path.startswith("/v1"):
+            return True
+        return self.headers.get("Authorization", "") == f"Bearer {key}"
+
+    def do_GET(self) -> None:
+        eng, path = self.engine, self.path.split("?")[0]
+        if not self.authorized():
+            self.send_json(401, {"error": "Unauthorized"})
+        elif path == "/health":
+            self.send(200, b"")
+        elif path == "/version":
+            self.send_json(200, {"version": VERSION})
+        elif path == "/v1/models":
+            self.send_json(200, {"object": "list", "data": [
+                {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                 "root": eng.args.model, "parent": None,
+                 "max_model_len": int(eng.args.max_model_len or 32768)} for name in eng.served]})
+        elif path == "/metrics":
+            self.send(200, metrics_text(eng).encode(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self.send_json(404, {"detail": "Not Found"})
+
+    def read_body(self) -> dict[str, Any]:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raw = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                chunk = self.rfile.read(size + 2)
+                if size == 0:
+                    break
+                raw += chunk[:-2]
+        else:
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError as e:
+            raise ApiError(400, "BadRequestError", f"JSON decode error: {e}") from e
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequestError", "request body must be a JSON object")
+        return body
+
+    def do_POST(self) -> None:
+        path = self.path.split("?")[0]
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        if not self.authorized():
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_json(401, {"error": "Unauthorized"})
+            return
+        try:
+            self.complete(self.read_body(), chat=path.endswith("chat/completions"))
+        except ApiError as e:
+            self.send_error_json(e)
+        self.after_request()
+
+    def after_request(self) -> None:
+        eng = self.engine
+        limit = os.environ.get("STANDIN_DIE_AFTER_REQUESTS")
+        with eng.lock:
+            eng.requests_done += 1
+            done = eng.requests_done
+        if limit and done >= int(limit):
+            engine_log("ERROR", "core.py:710", "EngineCore encountered a fatal error.")
+            log("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.\n"
+                "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+                "See stack trace (above) for the root cause.")
+            log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
+            self.wfile.flush()
+            os._exit(1)
+
+    def complete(self, body: dict[str, Any], chat: bool) -> None:
+        eng = self.engine
+        model = body.get("model") or eng.served[0]
+        if model not in eng.served:
+            raise ApiError(404, "NotFoundError", f"The model `{model}` does not exist.")
+        prompt: Any
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                raise ApiError(400, "BadRequestError", "messages: Field required")
+            prompt = "".join(f"<|{m.get('role')}|>{m.get('content')}\n" for m in msgs)
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and prompt:
+                prompt = " ".join(str(x) for x in prompt)
+            if not isinstance(prompt, str):
+                raise ApiError(400, "BadRequestError", "prompt: Field required")
+        ntok = max(1, len(tokens_of(prompt)))
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        xrid = self.headers.get("X-Request-Id") or uuid.uuid4().hex
+        req_id = f"{'chatcmpl' if chat else 'cmpl'}-{xrid}"
+        kvp = body.get("kv_transfer_params") or {}
+        out_params = self.prefill_side(kvp, req_id, prompt, ntok)
+        self.decode_side(kvp, req_id, prompt)
+        words = generate(eng.args.model, prompt, n)
+        eng.count("vllm:prompt_tokens_total", ntok)
+        eng.count("vllm:generation_tokens_total", n)
+        eng.count('vllm:request_success_total{finished_reason="length"}')
+        usage = {"prompt_tokens": ntok, "total_tokens": ntok + n, "completion_tokens": n,
+                 "prompt_tokens_details": None}
+        if body.get("stream"):
+            self.stream(req_id, model, words, chat, usage, body.get("stream_options") or {})
+            return
+        if chat:
+            choice: dict[str, Any] = {"index": 0, "message": {
+                "role": "assistant", "content": "".join(words), "refusal": None,
+                "tool_calls": [], "reasoning_content": None}, "logprobs": None,
+                "finish_reason": "length", "stop_reason": None}
+        else:
+            choice = {"index": 0, "text": "".join(words), "logprobs": None,
+                      "finish_reason": "length", "stop_reason": None, "prompt_logprobs": None}
+        self.send_json(200, {"id": req_id, "object": "chat.completion" if chat else
+                             "text_completion", "created": int(time.time()), "model": model,
+                             "choices": [choice], "usage": usage,
+                             "kv_transfer_params": out_params})
+
+    def prefill_side(self, kvp: dict[str, Any], req_id: str, prompt: str,
+                     ntok: int) -> dict[str, Any] | None:
+        """A producer asked to prefill for a remote decode keeps the blocks for a lease."""
+        eng = self.engine
+        if not kvp.get("do_remote_decode") or eng.role not in ("kv_producer", "kv_both"):
+            return None
+        internal = f"{req_id}-{uuid.uuid4().hex[:8]}"
+        lease = eng.hold(internal, prompt, ntok)
+        eng.count("vllm:nixl_num_remote_prefills_served_total")
+        return {"do_remote_prefill": True, "do_remote_decode": False,
+                "remote_engine_id": eng.engine_id, "remote_request_id": internal,
+                "remote_block_ids": lease.block_ids, "remote_host": eng.side_host,
+                "remote_port": eng.side_port, "tp_size": eng.args.tensor_parallel_size,
+                "remote_num_tokens": ntok}
+
+    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str) -> None:
+        eng = self.engine
+        if eng.role not in ("kv_consumer", "kv_both") or kvp.get("do_remote_decode"):
+            return
+        if not kvp.get("do_remote_prefill"):
+            eng.count("vllm:nixl_local_prefills_total")  # no params: a silent local prefill
+            return
+        try:
+            nbytes = pull(eng, kvp, prompt)
+        except PullError as e:
+            eng.count("vllm:nixl_kv_pull_failures_total")
+            where = f"{kvp.get('remote_host')}:{kvp.get('remote_port')}"
+            what = "handshake with" if e.stage == "handshake" else "KV transfer from"
+            msg = f"NIXL {what} remote engine {kvp.get('remote_engine_id')} at {where} failed: {e}"
+            engine_log("ERROR", "nixl_connector.py:1187", msg)
+            if eng.policy == "fail":
+                raise ApiError(500, "InternalServerError",
+                               f"KV transfer failed for request {req_id}: {msg}") from e
+            eng.count("vllm:nixl_recomputed_prefills_total")
+            engine_log("WARNING", "scheduler.py:1420", f"Recomputing the prefill of request "
+                       f"{req_id} locally (kv_load_failure_policy=recompute).")
+            return
+        eng.count("vllm:nixl_kv_pulls_total")
+        eng.count("vllm:nixl_kv_bytes_pulled_total", nbytes)
+
+    def stream(self, req_id: str, model: str, words: list[str], chat: bool,
+               usage: dict[str, Any], opts: dict[str, Any]) -> None:
+        self.send_response_only(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        delay = float(os.environ.get("STANDIN_TOKEN_SECONDS", "0"))
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choice: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
+            ev = {"id": req_id, "object": obj, "created": created, "model": model,
+                  "choices": [choice] if choice else [], **(extra or {})}
+            self.write_chunk(f"data: {json.dumps(ev)}\n\n".encode())
+
+        if chat:
+            chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
+                   "logprobs": None, "finish_reason": None})
+        for i, w in enumerate(words):
+            last = i == len(words) - 1
+            fin = "length" if last else None
+            if chat:
+                chunk({"index": 0, "delta": {"content": w}, "logprobs": None,
+                       "finish_reason": fin})
+            else:
+                chunk({"index": 0, "text": w, "logprobs": None, "finish_reason": fin,
+                       "stop_reason": None})
+            time.sleep(delay)
+        if opts.get("include_usage"):
+            chunk({}, {"usage": usage})
+        self.write_chunk(b"data: [DONE]\n\n")
+        self.write_chunk(b"")
+        self.access(200)
+
+    def write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+def metrics_text(eng: Engine) -> str:
+    labels = f'engine="0",model_name="{eng.served[0]}"'
+    names = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+             'vllm:request_success_total{finished_reason="length"}',
+             "vllm:nixl_num_remote_prefills_served_total", "vllm:nixl_kv_blocks_served_total",
+             "vllm:nixl_kv_bytes_served_total", "vllm:nixl_kv_leases_expired_total",
+             "vllm:nixl_kv_pulls_total", "vllm:nixl_kv_pull_failures_total",
+             "vllm:nixl_kv_blocks_pulled_total", "vllm:nixl_kv_bytes_pulled_total",
+             "vllm:nixl_recomputed_prefills_total", "vllm:nixl_local_prefills_total")
+    out, typed = [], set()
+    with eng.lock:
+        counters = dict(eng.counters)
+        held = len(eng.leases)
+    for name in names:
+        base, _, extra = name.partition("{")
+        if base not in typed:
+            typed.add(base)
+            out.append(f"# HELP {base} {base.split(':')[1].replace('_', ' ')} (stand-in)")
+            out.append(f"# TYPE {base} counter")
+        lab = labels + ("," + extra.rstrip("}") if extra else "")
+        out.append(f"{base}{{{lab}}} {float(counters.get(name, 0))}")
+    out += ["# HELP vllm:nixl_kv_leases_held KV block leases held for remote decode",
+            "# TYPE vllm:nixl_kv_leases_held gauge", f"vllm:nixl_kv_leases_held{{{labels}}} "
+            f"{float(held)}", "# HELP vllm:num_requests_running running requests",
+            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} 0.0"]
+    return "\n".join(out) + "\n"
+
+
+class HttpServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+# ---------------------------------------------------------------- startup
+CRASHES = {
+    "oom": ("core.py:708", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 "
+            "GiB. GPU 0 has a total capacity of 94.97 GiB of which 1.12 GiB is free. Including "
+            "non-PyTorch memory, this process has 93.84 GiB memory in use."),
+    "cuda_driver": ("core.py:708", "RuntimeError: Unexpected error from cudaGetDeviceCount(). "
+                    "Did you run some cuda functions before calling NumCudaDevices() that might "
+                    "have already set an error? Error 35: CUDA driver version is insufficient "
+                    "for CUDA runtime version"),
+    "gated": ("api_server.py:1959", "huggingface_hub.errors.GatedRepoError: 401 Client Error. "
+              "(Request ID: Root=1-6741a3f2-0d6c3f3e5a1b2c3d4e5f6a7b)\n\nCannot access gated "
+              "repo for url https://huggingface.co/{model}/resolve/main/config.json.\nAccess to "
+              "model {model} is restricted. You must have access to it and be authenticated to "
+              "access it. Please log in."),
+    "nixl": ("core.py:708", "RuntimeError: NIXL is not available"),
+}
+
+
+def crash(kind: str, model: str) -> None:
+    where, msg = CRASHES.get(kind, CRASHES["oom"])
+    msg = os.environ.get("STANDIN_FAIL_MESSAGE") or msg.replace("{model}", model)
+    engine_log("ERROR", where, "EngineCore failed to start.")
+    die(["  ...", *msg.splitlines(), "RuntimeError: Engine core initialization failed. See root "
+         "cause above. Failed core proc(s): {}"])
+
+
+def on_term(signum: int, frame: Any) -> None:
+    log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
+    print(f"(APIServer pid={PID}) INFO:     Shutting down", flush=True)
+    os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    if argv[:1] in (["--version"], ["-v"]):
+        print(VERSION)
+        return
+    if argv[:1] != ["serve"]:
+        print("usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...",
+              file=sys.stderr)
+        print(f"vllm: error: argument subparser: invalid choice: {argv[:1]}", file=sys.stderr)
+        sys.exit(2)
+    args = parse_args(argv[1:])
+    crash_kind = os.environ.get("STANDIN_CRASH_AT_START", "").lower()
+    if crash_kind in ENV_FALSE and os.environ.get("STANDIN_FAIL_MESSAGE"):
+        crash_kind = "oom"
+    crashing = crash_kind not in ENV_FALSE
+    log("INFO", "api_server.py:1885", f"vLLM API server version {VERSION}  (STAND-IN EMULATION)")
+    log("INFO", "utils.py:328", f"non-default args: {non_default_args(args, argv[1:])}")
+    if crashing and crash_kind == "gated":
+        crash(crash_kind, args.model)
+    kv = args.kv_transfer_config or {}
+    errs = validate_kv(kv)
+    if errs:
+        die(["  ...", f"pydantic_core._pydantic_core.ValidationError: {len(errs)} validation "
+             f"error{'s' if len(errs) > 1 else ''} for KVTransferConfig", *errs])
+    conn = kv.get("kv_connector")
+    if conn is not None and conn not in NIXL_CONNECTORS + OTHER_CONNECTORS:
+        die(["  ...", f"ValueError: Unsupported connector type: {conn}"])
+    if conn in NIXL_CONNECTORS and kv.get("kv_role") == "kv_both":
+        log("WARNING", "kv_transfer.py:95", "kv_role 'kv_both' is deprecated for NixlConnector; "
+            "use kv_producer or kv_consumer.")
+
+    host = args.host or "0.0.0.0"
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    HttpServer.address_family = fam
+    try:  # vLLM binds its port first and listens only once the model is loaded
+        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
+        httpd.server_bind()
+    except OSError as e:
+        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
+    served = args.served_model_name or [args.model]
+    extra = kv.get("kv_connector_extra_config") or {}
+    compat = hashlib.sha256(json.dumps([VERSION, args.model, args.dtype, args.kv_cache_dtype,
+                                        args.attention_backend or "FLASH_ATTN"]).encode())
+    eng = Engine(args=args, served=served, kv=kv,
+                 engine_id=str(kv.get("engine_id") or uuid.uuid4()),
+                 compat_hash=compat.hexdigest()[:16],
+                 side_host=os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
+                 side_port=int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")),
+                 block_bytes=int(os.environ.get("STANDIN_KV_BLOCK_BYTES", "4096")),
+                 lease_s=float(extra.get("kv_lease_duration", 30)))
+    Api.engine = eng
+
+    engine_log("INFO", "core.py:93", f"Initializing a V1 LLM engine (v{VERSION}) with config: "
+               f"model='{args.model}', dtype={args.dtype}, tensor_parallel_size="
+               f"{args.tensor_parallel_size}, kv_cache_dtype={args.kv_cache_dtype}, "
+               f"served_model_name={served[0]}")
+    if crashing and crash_kind == "cuda_driver":
+        crash(crash_kind, args.model)
+    if conn is not None:
+        engine_log("INFO", "factory.py:51", f"Creating v1 connector with name: {conn} and "
+                   f"engine_id: {eng.engine_id}")
+    if conn in NIXL_CONNECTORS:
+        if crashing and crash_kind == "nixl":
+            crash(crash_kind, args.model)
+        engine_log("INFO", "nixl_connector.py:110", "NIXL is available")
+    engine_log("INFO", "gpu_model_runner.py:2602", f"Starting to load model {args.model}...")
+    t0 = time.monotonic()
+    if os.environ.get("STANDIN_NEVER_HEALTHY", "").lower() not in ENV_FALSE:
+        while True:  # stuck loading: the port stays bound but refuses connections
+            time.sleep(3600)
+    time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "1")))
+    if crashing:
+        crash(crash_kind, args.model)
+    engine_log("INFO", "gpu_model_runner.py:2634",
+               f"Model loading took 0.00 GiB and {time.monotonic() - t0:.6f} seconds")
+    if conn in NIXL_CONNECTORS:
+        engine_log("INFO", "nixl_connector.py:1321", "Registering KV_Caches. use_mla: False, "
+                   f"kv_buffer_device: {kv.get('kv_buffer_device', 'cuda')}, "
+                   "use_host_buffer: False")
+        bind_side_channel(eng)
+        threading.Thread(target=eng.sweep, daemon=True).start()
+    httpd.server_activate()
+    log("INFO", "api_server.py:1971", f"Starting vLLM API server on http://{host}:{args.port}")
+    log("INFO", "launcher.py:37", "Available routes are:")
+    for route, methods in (("/health", "GET"), ("/metrics", "GET"), ("/version", "GET"),
+                           ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),
+                           ("/v1/completions", "POST")):
+        log("INFO", "launcher.py:45", f"Route: {route}, Methods: {methods}")
+    for line in (f"Started server process [{PID}]", "Waiting for application startup.",
+                 "Application startup complete."):
+        print(f"(APIServer pid={PID}) INFO:     {line}", flush=True)
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
