@@ -1,0 +1,137 @@
+"""Observed containers + the wanted plan -> what `up` and `down` must do (pure).
+
+pdboot recognises its own containers by labels (deployment, role, host, config hash),
+never by name, so it never touches a container it did not start. A service whose hash
+label equals the plan's is left alone; one whose hash differs is recreated; the router
+is recreated whenever one of its workers was (re)created, because it registered the
+old engines. Steps stay grouped by stage so `up` keeps the decode -> prefill -> router
+order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pdboot.plan import (
+    LABEL_CONFIG_HASH,
+    LABEL_DEPLOYMENT,
+    LABEL_HOST,
+    LABEL_ROLE,
+    ROLES,
+    Plan,
+    Role,
+    Service,
+)
+
+StepKind = Literal["create", "recreate", "unchanged"]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A container as the engine reports it (only the fields pdboot needs)."""
+
+    host: str  # the inventory host it was found on
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    state: str  # docker's State.Status: running, exited, created, restarting, ...
+    image: str = ""
+    started_at: str = ""  # RFC 3339, as docker prints it
+    exit_code: int | None = None
+    restart_count: int = 0
+    docker_health: str = ""  # the compose healthcheck's verdict: healthy, starting, ...
+
+    @property
+    def deployment(self) -> str | None:
+        return self.labels.get(LABEL_DEPLOYMENT)
+
+    @property
+    def role(self) -> str | None:
+        return self.labels.get(LABEL_ROLE)
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.labels.get(LABEL_CONFIG_HASH)
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}@{self.labels.get(LABEL_HOST, self.host)}"
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("running", "restarting")
+
+
+@dataclass(frozen=True)
+class Step:
+    service: Service
+    kind: StepKind
+    reason: str
+    current: Observed | None = None
+
+
+def owned(observed: Iterable[Observed], deployment: str) -> list[Observed]:
+    """Only containers labelled as this deployment's."""
+    return [o for o in observed if o.deployment == deployment and o.role in ROLES]
+
+
+def _index(observed: Iterable[Observed]) -> dict[tuple[str, str], list[Observed]]:
+    out: dict[tuple[str, str], list[Observed]] = {}
+    for o in observed:
+        if o.role is not None:
+            out.setdefault((o.host, o.role), []).append(o)
+    return out
+
+
+def plan_up(plan: Plan, observed: Iterable[Observed]) -> list[list[Step]]:
+    """Per stage (decode, prefill, router): one step per service."""
+    index = _index(owned(observed, plan.deployment))
+    stages: list[list[Step]] = []
+    workers_changed = False
+    for stage in plan.stages:
+        steps: list[Step] = []
+        for svc in stage:
+            found = index.get((svc.host, svc.role), [])
+            step = _step(svc, found, workers_changed and svc.role == "router")
+            steps.append(step)
+        if any(s.service.role != "router" and s.kind != "unchanged" for s in steps):
+            workers_changed = True
+        stages.append(steps)
+    return stages
+
+
+def _step(svc: Service, found: Sequence[Observed], workers_changed: bool) -> Step:
+    if not found:
+        return Step(svc, "create", "not running")
+    cur = found[0]
+    if len(found) > 1:
+        return Step(svc, "recreate", f"{len(found)} containers found, expected one", cur)
+    if cur.config_hash != svc.config_hash:
+        return Step(
+            svc, "recreate", f"configuration changed ({cur.config_hash} -> {svc.config_hash})", cur
+        )
+    if workers_changed:
+        return Step(svc, "recreate", "its workers were (re)started", cur)
+    if cur.state != "running":
+        code = f", exit code {cur.exit_code}" if cur.exit_code is not None else ""
+        return Step(svc, "recreate", f"container is {cur.state}{code}", cur)
+    return Step(svc, "unchanged", "running with the same configuration", cur)
+
+
+def orphans(plan: Plan, observed: Iterable[Observed]) -> list[Observed]:
+    """This deployment's containers that the plan no longer has (a host left a tier)."""
+    wanted = {(s.host, s.role) for s in plan.services()}
+    return [o for o in owned(observed, plan.deployment) if (o.host, o.role) not in wanted]
+
+
+def plan_down(deployment: str, observed: Iterable[Observed]) -> list[tuple[Role, list[Observed]]]:
+    """Teardown order: router, then prefill, then decode; only this deployment's containers."""
+    mine = owned(observed, deployment)
+    out: list[tuple[Role, list[Observed]]] = []
+    for role in reversed(ROLES):
+        batch = [o for o in mine if o.role == role]
+        if batch:
+            out.append((role, batch))
+    return out

@@ -1,0 +1,108 @@
+"""Observed containers + plan -> steps (create / recreate / unchanged), and teardown order."""
+
+from __future__ import annotations
+
+from pdboot.converge import Observed, orphans, plan_down, plan_up
+from pdboot.inventory import parse_inventory
+from pdboot.plan import (
+    LABEL_CONFIG_HASH,
+    LABEL_DEPLOYMENT,
+    LABEL_HOST,
+    LABEL_ROLE,
+    Plan,
+    Service,
+    build_plan,
+)
+
+INV = """
+name: demo
+model: m
+hosts:
+  p1: {address: 192.0.2.10}
+  d1: {address: 192.0.2.11}
+  r: {address: 192.0.2.12}
+prefill: {hosts: [p1]}
+decode: {hosts: [d1]}
+router: {host: r}
+"""
+
+
+def _plan(text: str = INV) -> Plan:
+    return build_plan(parse_inventory(text))
+
+
+def _obs(svc: Service, *, hash_: str | None = None, state: str = "running", dep: str = "demo") -> Observed:
+    return Observed(
+        host=svc.host,
+        id=f"id-{svc.key}",
+        name=f"pdboot-demo-{svc.role}",
+        labels={
+            LABEL_DEPLOYMENT: dep,
+            LABEL_ROLE: svc.role,
+            LABEL_HOST: svc.host,
+            LABEL_CONFIG_HASH: hash_ or svc.config_hash,
+        },
+        state=state,
+    )
+
+
+def _kinds(stages) -> list[list[str]]:
+    return [[f"{s.service.key}:{s.kind}" for s in stage] for stage in stages]
+
+
+def test_nothing_running_creates_everything_in_order() -> None:
+    assert _kinds(plan_up(_plan(), [])) == [["decode@d1:create"], ["prefill@p1:create"], ["router@r:create"]]
+
+
+def test_same_hashes_change_nothing() -> None:
+    plan = _plan()
+    obs = [_obs(s) for s in plan.services()]
+    assert _kinds(plan_up(plan, obs)) == [
+        ["decode@d1:unchanged"],
+        ["prefill@p1:unchanged"],
+        ["router@r:unchanged"],
+    ]
+
+
+def test_decode_only_change_recreates_decode_and_router_not_prefill() -> None:
+    old = _plan()
+    new = _plan(INV.replace("decode: {hosts: [d1]}", "decode: {hosts: [d1], extra_args: [--max-model-len, '4096']}"))
+    obs = [_obs(s) for s in old.services()]
+    stages = plan_up(new, obs)
+    assert _kinds(stages) == [["decode@d1:recreate"], ["prefill@p1:unchanged"], ["router@r:recreate"]]
+    assert "configuration changed" in stages[0][0].reason
+    assert "workers" in stages[2][0].reason
+
+
+def test_exited_container_is_recreated() -> None:
+    plan = _plan()
+    obs = [_obs(s, state="exited" if s.role == "prefill" else "running") for s in plan.services()]
+    stages = plan_up(plan, obs)
+    assert stages[1][0].kind == "recreate" and "exited" in stages[1][0].reason
+
+
+def test_other_deployments_and_unlabelled_containers_are_ignored() -> None:
+    plan = _plan()
+    foreign = [_obs(s, dep="other") for s in plan.services()]
+    foreign.append(Observed(host="d1", id="x", name="someone-elses", labels={}, state="running"))
+    assert _kinds(plan_up(plan, foreign))[0] == ["decode@d1:create"]
+    assert plan_down("demo", foreign) == []
+
+
+def test_down_order_router_prefill_decode() -> None:
+    plan = _plan()
+    obs = [_obs(s) for s in plan.services()]
+    assert [role for role, _ in plan_down("demo", obs)] == ["router", "prefill", "decode"]
+
+
+def test_partial_deployment_down_only_has_what_exists() -> None:
+    plan = _plan()
+    obs = [_obs(plan.stages[0][0])]
+    assert [(r, [o.id for o in b]) for r, b in plan_down("demo", obs)] == [("decode", ["id-decode@d1"])]
+
+
+def test_orphans_when_a_host_leaves_a_tier() -> None:
+    old = _plan(INV.replace("decode: {hosts: [d1]}", "decode: {hosts: [d1, r]}"))
+    new = _plan()
+    obs = [_obs(s) for s in old.services()]
+    assert [o.key for o in orphans(new, obs)] == ["decode@r"]
