@@ -161,6 +161,12 @@ class KVTransfer(Strict):
     rdma: Literal["auto", "on", "off"] = "auto"
     ucx: UCXSettings = UCXSettings()
 
+    @field_validator("rdma", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v: object) -> object:
+        # YAML 1.1 reads an unquoted `on` / `off` as a boolean.
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
 
 class Ulimits(Strict):
     memlock: int = -1  # -1 = unlimited; RDMA memory registration needs it
@@ -172,6 +178,12 @@ class Container(Strict):
     ulimits: Ulimits = Ulimits()
     hf_cache: str = "/var/lib/pdboot/hf-cache"  # host path, mounted at /root/.cache/huggingface
     restart: Literal["no", "on-failure", "unless-stopped", "always"] = "unless-stopped"
+
+    @field_validator("restart", mode="before")
+    @classmethod
+    def _yaml_no(cls, v: object) -> object:
+        # YAML 1.1 reads an unquoted `no` as false.
+        return "no" if v is False else v
 
     @field_validator("shm_size")
     @classmethod
@@ -647,12 +659,27 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                     )
                 )
         for i, arg in enumerate(tier.extra_args):
-            flag = arg.split("=", 1)[0]
+            flag = _flag_name(arg)
             if flag in _MANAGED_FLAGS:
                 out.append(
                     ((tname, "extra_args", i), f"{flag} is set by pdboot ({_MANAGED_FLAGS[flag]})")
                 )
+    for i, arg in enumerate(inv.router.extra_args):
+        flag = _flag_name(arg)
+        if flag in _ROUTER_MANAGED_FLAGS:
+            out.append(
+                (
+                    ("router", "extra_args", i),
+                    f"{flag} is set by pdboot ({_ROUTER_MANAGED_FLAGS[flag]})",
+                )
+            )
     return out
+
+
+def _flag_name(arg: str) -> str:
+    """``--kv_transfer_config=...`` -> ``--kv-transfer-config`` (vLLM accepts both)."""
+    flag = arg.split("=", 1)[0]
+    return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
 
 
 _MANAGED_FLAGS = {
@@ -663,4 +690,17 @@ _MANAGED_FLAGS = {
     "-tp": "from tensor_parallel_size",
     "--model": "from model (both tiers must use the same literal string)",
     "--served-model-name": "from served_model_name",
+}
+
+_ROUTER_MANAGED_FLAGS = {
+    "--vllm-pd-disaggregation": "pdboot always runs the router in P/D mode",
+    "--prefill": "one per prefill engine, from the prefill tier",
+    "--decode": "one per decode engine, from the decode tier",
+    "--prefill-policy": "from router.prefill_policy",
+    "--decode-policy": "from router.decode_policy",
+    "--host": "the router listens on all interfaces",
+    "--port": "from router.port",
+    "--prometheus-host": "metrics listen on all interfaces",
+    "--prometheus-port": "from router.metrics_port",
+    "--request-timeout-secs": "from router.request_timeout_secs",
 }
