@@ -460,6 +460,18 @@ class Api(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
+        if path == "/tokenize":  # the router's cache-aware policy asks for token ids
+            try:
+                body = self.read_body()
+            except ApiError as e:
+                self.send_error_json(e)
+                return
+            text = str(body.get("prompt") or json.dumps(body.get("messages")))
+            ids = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "big") % 151000
+                   for t in tokens_of(text)]
+            self.send_json(200, {"count": len(ids), "tokens": ids, "token_strs": None,
+                                 "max_model_len": int(self.engine.args.max_model_len or 32768)})
+            return
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             self.send_json(404, {"detail": "Not Found"})
@@ -766,7 +778,7 @@ def main(argv: list[str]) -> None:
     log("INFO", "launcher.py:37", "Available routes are:")
     for route, methods in (("/health", "GET"), ("/metrics", "GET"), ("/version", "GET"),
                            ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),
-                           ("/v1/completions", "POST")):
+                           ("/v1/completions", "POST"), ("/tokenize", "POST")):
         log("INFO", "launcher.py:45", f"Route: {route}, Methods: {methods}")
     for line in (f"Started server process [{PID}]", "Waiting for application startup.",
                  "Application startup complete."):

@@ -1,0 +1,404 @@
+"""The vLLM stand-in (an emulation) on loopback: its API, its refusals, its NIXL pull, and the
+real vllm-router driving a prefill/decode pair of it. No root, no containers; seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STANDIN = Path(__file__).with_name("vllm_standin.py")
+DEADLINE = 30.0  # generous bound for "it came up"; nothing asserts on durations
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kv_config(role: str, policy: str = "fail", **extra: Any) -> str:
+    cfg: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": role,
+                           "kv_buffer_device": "cuda", "kv_load_failure_policy": policy}
+    cfg.update(extra)
+    return json.dumps(cfg)
+
+
+class Engine:
+    """One stand-in process; `log` is its merged stdout/stderr."""
+
+    def __init__(self, tmp: Path, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.side_port = free_port()
+        self.log_path = tmp / f"{name}.log"
+        full_env = {**os.environ, "STANDIN_LOAD_SECONDS": "0",
+                    "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+                    "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_port), **env}
+        argv = [sys.executable, str(STANDIN), "serve", *args, "--port", str(self.port)]
+        with self.log_path.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                         env=full_env)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_log(self, text: str) -> None:
+        end = time.monotonic() + DEADLINE
+        while text not in self.log:
+            assert self.proc.poll() is None or text in self.log, f"exited:\n{self.log}"
+            assert time.monotonic() < end, f"{text!r} never logged:\n{self.log}"
+            time.sleep(0.05)
+
+    def wait_healthy(self) -> None:
+        end = time.monotonic() + DEADLINE
+        while True:
+            assert self.proc.poll() is None, f"stand-in exited:\n{self.log}"
+            try:
+                if get(self.url + "/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            assert time.monotonic() < end, f"never healthy:\n{self.log}"
+            time.sleep(0.05)
+
+    def metrics(self) -> dict[str, float]:
+        return parse_metrics(get(self.url + "/metrics")[1])
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=DEADLINE)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            base = name.split("{")[0]
+            out[base] = out.get(base, 0.0) + float(value)
+    return out
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=DEADLINE) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+         ) -> tuple[int, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=DEADLINE) as r:
+            raw = r.read().decode()
+            return r.status, raw if body.get("stream") else json.loads(raw)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode() or "null")
+
+
+def sse_text(raw: str, chat: bool) -> str:
+    events = [ln[len("data: "):] for ln in raw.splitlines() if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    out = ""
+    for ev in events[:-1]:
+        for ch in json.loads(ev)["choices"]:
+            out += (ch["delta"].get("content") or "") if chat else ch["text"]
+    return out
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[Any]:
+    started: list[Engine] = []
+
+    def start(args: list[str], env: dict[str, str] | None = None, name: str = "e",
+              healthy: bool = True) -> Engine:
+        e = Engine(tmp_path, f"{name}{len(started)}", args, env or {})
+        started.append(e)
+        if healthy:
+            e.wait_healthy()
+        return e
+
+    yield start
+    for e in started:
+        e.stop()
+
+
+def pd_pair(engines: Any, policy: str = "fail", decode_model: str = "org/m",
+            extra: dict[str, Any] | None = None) -> tuple[Engine, Engine]:
+    p = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
+                 kv_config("kv_producer", **(extra or {}))], name="prefill")
+    d = engines([decode_model, "--served-model-name", "m", "--kv-transfer-config",
+                 kv_config("kv_consumer", policy)], name="decode")
+    return p, d
+
+
+PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
+                  "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
+                  "remote_port": None}
+REQ = {"model": "m", "prompt": "The quick brown fox jumps over the lazy dog " * 5,
+       "max_tokens": 8}
+
+
+def prefill(p: Engine, rid: str = "req-1") -> dict[str, Any]:
+    status, body = post(p.url + "/v1/completions",
+                        {**REQ, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
+                        {"X-Request-Id": rid})
+    assert status == 200, body
+    assert len(body["choices"][0]["text"].split()) == 1
+    params: dict[str, Any] = body["kv_transfer_params"]
+    return params
+
+
+def test_pd_flow_by_hand_pulls_blocks_over_the_side_channel(engines: Any) -> None:
+    p, d = pd_pair(engines)
+    params = prefill(p)
+    assert params["do_remote_prefill"] is True and params["do_remote_decode"] is False
+    assert (params["remote_host"], params["remote_port"]) == ("127.0.0.1", p.side_port)
+    blocks = params["remote_block_ids"]
+    assert isinstance(blocks, list) and all(isinstance(g, list) for g in blocks)
+    assert params["remote_num_tokens"] == 45 and params["tp_size"] == 1
+    assert sum(len(g) for g in blocks) == 3  # 45 tokens in blocks of 16
+
+    status, body = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params},
+                        {"X-Request-Id": "req-1"})
+    assert status == 200, body
+    assert body["id"] == "cmpl-req-1"
+    dm, pm = d.metrics(), p.metrics()
+    assert dm["vllm:nixl_kv_pulls_total"] == 1
+    assert dm["vllm:nixl_kv_blocks_pulled_total"] == 3
+    assert dm["vllm:nixl_kv_bytes_pulled_total"] > 0
+    assert dm["vllm:nixl_local_prefills_total"] == 0
+    assert pm["vllm:nixl_num_remote_prefills_served_total"] == 1
+    assert pm["vllm:nixl_kv_blocks_served_total"] == 3
+    assert pm["vllm:nixl_kv_leases_held"] == 0  # released once read
+
+    # The same text as a plain local run: the pull does not change what is generated.
+    status, local = post(d.url + "/v1/completions", REQ)
+    assert local["choices"][0]["text"] == body["choices"][0]["text"]
+    assert d.metrics()["vllm:nixl_local_prefills_total"] == 1
+
+    # Blocks are gone once pulled: a replay of the params fails (policy fail -> 500).
+    status, err = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
+    assert status == 500 and "no KV blocks held" in err["error"]["message"]
+
+
+def test_fail_policy_when_advertised_side_channel_is_unreachable(engines: Any) -> None:
+    p, d = pd_pair(engines)
+    params = {**prefill(p), "remote_port": free_port()}  # nothing listens there
+    status, err = post(d.url + "/v1/chat/completions",
+                       {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                        "kv_transfer_params": params})
+    assert status == 500
+    assert "NIXL handshake" in err["error"]["message"]
+    assert "Connection refused" in err["error"]["message"]
+    m = d.metrics()
+    assert (m["vllm:nixl_kv_pull_failures_total"], m["vllm:nixl_kv_pulls_total"]) == (1, 0)
+    assert "ERROR" in d.log and "NIXL handshake with remote engine" in d.log
+
+
+def test_recompute_policy_recomputes_and_counts_it(engines: Any) -> None:
+    p, d = pd_pair(engines, policy="recompute")
+    params = {**prefill(p), "remote_engine_id": "some-other-engine"}
+    status, body = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
+    assert status == 200, body
+    m = d.metrics()
+    assert m["vllm:nixl_recomputed_prefills_total"] == 1
+    assert m["vllm:nixl_kv_pull_failures_total"] == 1
+    assert "engine ID mismatch" in d.log
+
+
+def test_different_model_strings_fail_the_compatibility_check(engines: Any) -> None:
+    p, d = pd_pair(engines, decode_model="org/m-other")
+    status, err = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": prefill(p)})
+    assert status == 500 and "compatibility hash mismatch" in err["error"]["message"]
+
+
+def test_lease_expiry_releases_blocks(engines: Any) -> None:
+    p, d = pd_pair(engines, extra={"kv_connector_extra_config": {"kv_lease_duration": 0.2}})
+    params = prefill(p)
+    p.wait_log("Releasing expired KV blocks")
+    status, err = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
+    assert status == 500 and "KV transfer from remote engine" in err["error"]["message"]
+    assert p.metrics()["vllm:nixl_kv_leases_expired_total"] == 1
+
+
+def test_streaming_matches_non_streaming(engines: Any) -> None:
+    e = engines(["org/m"])
+    _, plain = post(e.url + "/v1/completions", {**REQ, "model": "org/m"})
+    status, raw = post(e.url + "/v1/completions", {**REQ, "model": "org/m", "stream": True})
+    assert status == 200
+    assert sse_text(raw, chat=False) == plain["choices"][0]["text"]
+    chat = {"model": "org/m", "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 5}
+    _, cplain = post(e.url + "/v1/chat/completions", chat)
+    status, craw = post(e.url + "/v1/chat/completions",
+                        {**chat, "stream": True, "stream_options": {"include_usage": True}})
+    assert sse_text(craw, chat=True) == cplain["choices"][0]["message"]["content"]
+    assert '"completion_tokens": 5' in craw
+
+
+def test_endpoints_and_api_key(engines: Any) -> None:
+    e = engines(["org/m", "--api-key", "sekret", "--served-model-name", "a", "b"])
+    assert get(e.url + "/health")[0] == 200  # /health needs no key
+    assert get(e.url + "/v1/models")[0] == 401
+    status, body = get(e.url + "/v1/models", {"Authorization": "Bearer sekret"})
+    assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == ["a", "b"]
+    assert json.loads(get(e.url + "/version")[1])["version"] == "0.33.0"
+    assert post(e.url + "/v1/completions", {**REQ, "model": "a"})[0] == 401
+    status, err = post(e.url + "/v1/completions", {**REQ, "model": "nope"},
+                       {"Authorization": "Bearer sekret"})
+    assert status == 404 and "does not exist" in err["error"]["message"]
+    assert "sekret" not in e.log
+
+
+def run_once(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "STANDIN_LOAD_SECONDS": "0", **(env or {})}
+    return subprocess.run([sys.executable, str(STANDIN), "serve", *args, "--port", "0"],
+                          env=full, capture_output=True, text=True, timeout=DEADLINE)
+
+
+@pytest.mark.parametrize(("cfg", "rc", "needle"), [
+    ('{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_rank":0}', 1,
+     "kv_rank\n  Extra inputs are not permitted"),
+    ('{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"10.0.0.1",'
+     '"kv_buffer_size":1e9}', 1, "2 validation errors for KVTransferConfig"),
+    ('{"kv_connector":"NixlConnector","kv_role":"producer"}', 1, "kv_role\n  Input should be"),
+    ('{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"gpu"}', 1,
+     "kv_buffer_device"),
+    ('{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_load_failure_policy":"retry"}',
+     1, "kv_load_failure_policy"),
+    ('{"kv_connector":"NixlConnector","kv_role":', 2, "argument --kv-transfer-config"),
+    ('{"kv_connector":"NoSuchConnector","kv_role":"kv_consumer"}', 1,
+     "Unsupported connector type"),
+])
+def test_refuses_bad_kv_transfer_config(cfg: str, rc: int, needle: str) -> None:
+    r = run_once(["org/m", "--kv-transfer-config", cfg])
+    assert r.returncode == rc
+    assert needle in r.stderr
+    if rc == 1:
+        assert "ValidationError" in r.stderr or "ValueError" in r.stderr
+
+
+def test_unknown_flag_exits_2_like_argparse() -> None:
+    r = run_once(["org/m", "--no-such-flag", "1"])
+    assert r.returncode == 2 and "unrecognized arguments: --no-such-flag" in r.stderr
+
+
+def test_tolerates_common_flags_and_logs_like_vllm(engines: Any) -> None:
+    e = engines(["--model", "org/m", "--max-model-len", "4096", "--gpu-memory-utilization",
+                 "0.85", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8", "--block-size", "32",
+                 "--enforce-eager", "--tensor-parallel-size", "2", "--kv-transfer-config",
+                 kv_config("kv_consumer")])
+    log = e.log
+    assert "vLLM API server version 0.33.0" in log
+    assert "non-default args:" in log and "'max_model_len': '4096'" in log
+    assert f"Starting vLLM API server on http://0.0.0.0:{e.port}" in log
+    assert "Starting listening on path: tcp://127.0.0.1:" in log
+
+
+def test_side_channel_host_it_cannot_bind_is_refused() -> None:
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: vLLM binds what it advertises.
+    r = run_once(["org/m", "--kv-transfer-config", kv_config("kv_producer")],
+                 {"VLLM_NIXL_SIDE_CHANNEL_HOST": "192.0.2.1",
+                  "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())})
+    assert r.returncode == 1
+    assert "Cannot assign requested address (addr='tcp://192.0.2.1:" in r.stderr
+
+
+@pytest.mark.parametrize(("kind", "needle"), [
+    ("oom", "torch.OutOfMemoryError: CUDA out of memory"),
+    ("gated", "401 Client Error"),
+    ("cuda_driver", "CUDA driver version is insufficient for CUDA runtime version"),
+])
+def test_crash_at_start(kind: str, needle: str) -> None:
+    r = run_once(["org/m"], {"STANDIN_CRASH_AT_START": kind})
+    assert r.returncode == 1 and needle in r.stderr
+
+
+def test_fail_message_overrides_the_signature() -> None:
+    r = run_once(["org/m"], {"STANDIN_FAIL_MESSAGE": "ValueError: my own signature"})
+    assert r.returncode == 1 and "ValueError: my own signature" in r.stderr
+
+
+def test_never_healthy_refuses_connections_and_sigterm_exits_0(engines: Any) -> None:
+    e = engines(["org/m"], {"STANDIN_NEVER_HEALTHY": "1"}, healthy=False)
+    e.wait_log("Starting to load model org/m")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", e.port), timeout=5).close()
+    assert e.stop() == 0
+
+
+def test_die_after_requests(engines: Any) -> None:
+    e = engines(["org/m"], {"STANDIN_DIE_AFTER_REQUESTS": "2"})
+    assert post(e.url + "/v1/completions", {**REQ, "model": "org/m"})[0] == 200
+    assert post(e.url + "/v1/completions", {**REQ, "model": "org/m"})[0] == 200
+    assert e.proc.wait(timeout=DEADLINE) != 0
+    assert "EngineDeadError" in e.log
+
+
+# ---------------------------------------------------------------- through the real router
+def router_binary() -> str:
+    found = shutil.which("vllm-router")
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("vllm-router is not installed (pip install vllm-router)")
+        pytest.skip("vllm-router is not installed")
+    return found
+
+
+def test_real_vllm_router_drives_the_pd_flow(engines: Any, tmp_path: Path) -> None:
+    binary = router_binary()
+    p, d = pd_pair(engines)
+    port = free_port()
+    log = tmp_path / "router.log"
+    with log.open("wb") as out:
+        router = subprocess.Popen(
+            [binary, "--vllm-pd-disaggregation", "--prefill", p.url, "--decode", d.url,
+             "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
+             "--prometheus-port", str(free_port())], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + DEADLINE
+        while True:
+            assert router.poll() is None, log.read_text()
+            try:
+                if get(url + "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < end, log.read_text()
+            time.sleep(0.1)
+        status, body = post(url + "/v1/completions", REQ)
+        assert status == 200, body
+        assert len(body["choices"][0]["text"].split()) == REQ["max_tokens"]
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hello"}],
+                "max_tokens": 4, "stream": True}
+        status, raw = post(url + "/v1/chat/completions", chat)
+        assert status == 200 and len(sse_text(raw, chat=True).split()) == 4
+    finally:
+        router.send_signal(signal.SIGTERM)
+        router.wait(timeout=DEADLINE)
+    dm, pm = d.metrics(), p.metrics()
+    assert pm["vllm:nixl_num_remote_prefills_served_total"] == 2
+    assert dm["vllm:nixl_kv_pulls_total"] == 2
+    assert dm["vllm:nixl_local_prefills_total"] == 0
+    assert dm["vllm:nixl_kv_pull_failures_total"] == 0
