@@ -270,7 +270,8 @@ def test_endpoints_and_api_key(engines: Any) -> None:
     assert "sekret" not in e.log
 
 
-def run_once(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_once(args: list[str], env: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "STANDIN_LOAD_SECONDS": "0", **(env or {})}
     return subprocess.run([sys.executable, str(STANDIN), "serve", *args, "--port", "0"],
                           env=full, capture_output=True, text=True, timeout=DEADLINE)

@@ -137,7 +137,8 @@ def validate_kv(cfg: dict[str, Any]) -> list[str]:
     errs: list[str] = []
 
     def err(loc: str, msg: str, typ: str, value: Any) -> None:
-        errs.append(f"{loc}\n  {msg} [type={typ}, input_value={value!r}, "
+        head = f"{loc}\n" if loc else ""  # model-level errors have no field line
+        errs.append(f"{head}  {msg} [type={typ}, input_value={value!r}, "
                     f"input_type={type(value).__name__}]\n"
                     f"    For further information visit https://errors.pydantic.dev/2.12/v/{typ}")
 
