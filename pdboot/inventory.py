@@ -610,7 +610,7 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
             taken[port] = what
 
     for tname, tier in tiers:
-        for h in tier.hosts:
+        for h in dict.fromkeys(tier.hosts):  # a host listed twice is reported above
             claim(h, tier.port, f"{tname} HTTP", (tname, "port"))
             claim(
                 h,
