@@ -208,11 +208,11 @@ def test_fail_policy_when_advertised_side_channel_is_unreachable(engines: Any) -
                        {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                         "kv_transfer_params": params})
     assert status == 500
-    assert "NIXL handshake" in err["error"]["message"]
+    assert "NIXL handshake failed with remote engine" in err["error"]["message"]
     assert "Connection refused" in err["error"]["message"]
     m = d.metrics()
     assert (m["vllm:nixl_kv_pull_failures_total"], m["vllm:nixl_kv_pulls_total"]) == (1, 0)
-    assert "ERROR" in d.log and "NIXL handshake with remote engine" in d.log
+    assert "ERROR" in d.log and "NIXL handshake failed with remote engine" in d.log
 
 
 def test_recompute_policy_recomputes_and_counts_it(engines: Any) -> None:
@@ -229,7 +229,7 @@ def test_recompute_policy_recomputes_and_counts_it(engines: Any) -> None:
 def test_different_model_strings_fail_the_compatibility_check(engines: Any) -> None:
     p, d = pd_pair(engines, decode_model="org/m-other")
     status, err = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": prefill(p)})
-    assert status == 500 and "compatibility hash mismatch" in err["error"]["message"]
+    assert status == 500 and "NIXL compatibility hash mismatch" in err["error"]["message"]
 
 
 def test_lease_expiry_releases_blocks(engines: Any) -> None:
@@ -237,7 +237,7 @@ def test_lease_expiry_releases_blocks(engines: Any) -> None:
     params = prefill(p)
     p.wait_log("Releasing expired KV blocks")
     status, err = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
-    assert status == 500 and "KV transfer from remote engine" in err["error"]["message"]
+    assert status == 500 and "NIXL KV transfer failed with remote engine" in err["error"]["message"]
     assert p.metrics()["vllm:nixl_kv_leases_expired_total"] == 1
 
 
@@ -323,6 +323,20 @@ def test_side_channel_host_it_cannot_bind_is_refused() -> None:
                   "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())})
     assert r.returncode == 1
     assert "Cannot assign requested address (addr='tcp://192.0.2.1:" in r.stderr
+
+
+@pytest.mark.parametrize(("visible", "needle"), [
+    ("0", "World size (2) is larger than the number of available GPUs (1)"),
+    ("void", "No CUDA GPUs are available"),
+])
+def test_tensor_parallel_needs_the_gpus_docker_exposed(visible: str, needle: str) -> None:
+    r = run_once(["org/m", "-tp", "2"], {"NVIDIA_VISIBLE_DEVICES": visible})
+    assert r.returncode == 1 and needle in r.stderr
+
+
+def test_tensor_parallel_fits_the_gpus_docker_exposed(engines: Any) -> None:
+    e = engines(["org/m", "-tp", "2"], {"NVIDIA_VISIBLE_DEVICES": "0,1"})  # becomes healthy
+    assert "tensor_parallel_size=2" in e.log
 
 
 @pytest.mark.parametrize(("kind", "needle"), [

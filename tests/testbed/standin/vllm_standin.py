@@ -274,7 +274,8 @@ class SideChannel(socketserver.StreamRequestHandler):
             me = {"type": "hello", "engine_id": eng.engine_id, "compat_hash": eng.compat_hash,
                   "tp_size": eng.args.tensor_parallel_size, "version": VERSION}
             if hello.get("compat_hash") != eng.compat_hash:
-                self.reply({**me, "ok": False, "error": "compatibility hash mismatch"})
+                self.reply({**me, "ok": False, "error": "NIXL compatibility hash mismatch: "
+                            f"local {eng.compat_hash}, remote {hello.get('compat_hash')}"})
                 return
             self.reply({**me, "ok": True})
             for raw in self.rfile:
@@ -574,9 +575,10 @@ class Api(http.server.BaseHTTPRequestHandler):
             nbytes = pull(eng, kvp, prompt)
         except PullError as e:
             eng.count("vllm:nixl_kv_pull_failures_total")
-            where = f"{kvp.get('remote_host')}:{kvp.get('remote_port')}"
-            what = "handshake with" if e.stage == "handshake" else "KV transfer from"
-            msg = f"NIXL {what} remote engine {kvp.get('remote_engine_id')} at {where} failed: {e}"
+            peer = (f"remote engine {kvp.get('remote_engine_id')} at "
+                    f"{kvp.get('remote_host')}:{kvp.get('remote_port')}")
+            what = "handshake" if e.stage == "handshake" else "KV transfer"
+            msg = f"NIXL {what} failed with {peer}: {e}"
             engine_log("ERROR", "nixl_connector.py:1187", msg)
             if eng.policy == "fail":
                 raise ApiError(500, "InternalServerError",
@@ -686,6 +688,17 @@ def crash(kind: str, model: str) -> None:
          "cause above. Failed core proc(s): {}"])
 
 
+def visible_gpus() -> int | None:
+    """GPUs Docker's NVIDIA device request exposed (it sets NVIDIA_VISIBLE_DEVICES); None when
+    unknown (`all`, or not started through the NVIDIA runtime, e.g. the loopback tests)."""
+    value = os.environ.get("NVIDIA_VISIBLE_DEVICES")
+    if value is None or value == "all":
+        return None
+    if value in ("", "void", "none"):
+        return 0
+    return len(value.split(","))
+
+
 def on_term(signum: int, frame: Any) -> None:
     log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
     print(f"(APIServer pid={PID}) INFO:     Shutting down", flush=True)
@@ -751,6 +764,14 @@ def main(argv: list[str]) -> None:
                f"served_model_name={served[0]}")
     if crashing and crash_kind == "cuda_driver":
         crash(crash_kind, args.model)
+    gpus, world = visible_gpus(), args.tensor_parallel_size * args.pipeline_parallel_size
+    if gpus == 0:
+        engine_log("ERROR", "core.py:708", "EngineCore failed to start.")
+        die(["  ...", "RuntimeError: No CUDA GPUs are available"])
+    if gpus is not None and gpus < world:
+        die(["  ...", f"ValueError: World size ({world}) is larger than the number of available "
+             f"GPUs ({gpus}) in this node. If this is intentional and you are using: - ray, run "
+             "'ray status' to check the available GPUs."])
     if conn is not None:
         engine_log("INFO", "factory.py:51", f"Creating v1 connector with name: {conn} and "
                    f"engine_id: {eng.engine_id}")
