@@ -31,7 +31,9 @@ app = typer.Typer(
 out = Console()
 err = Console(stderr=True)
 
-InventoryArg = Annotated[Path, typer.Argument(help="The inventory YAML file.", show_default=False)]
+InventoryArg = Annotated[
+    Path, typer.Argument(help="The inventory YAML file.", metavar="INVENTORY", show_default=False)
+]
 
 
 def _load(path: Path) -> Inventory:
