@@ -136,32 +136,82 @@ def preflight(inventory: InventoryArg) -> None:
     _not_yet("preflight")
 
 
+AcceptNewOpt = Annotated[
+    bool,
+    typer.Option(
+        "--accept-new-host-keys",
+        help="Record unknown SSH host keys (like OpenSSH accept-new); changed keys still fail.",
+    ),
+]
+
+
 @app.command()
-def up(inventory: InventoryArg) -> None:
+def up(
+    inventory: InventoryArg,
+    skip_preflight: Annotated[
+        bool, typer.Option("--skip-preflight", help="Do not run the preflight checks first.")
+    ] = False,
+    rollback: Annotated[
+        bool,
+        typer.Option("--rollback", help="On failure remove what was started (default: keep it)."),
+    ] = False,
+    accept_new_host_keys: AcceptNewOpt = False,
+) -> None:
     """Pull, start decode, prefill, router; prove a request flows; print the endpoint."""
-    _load(inventory)
-    _not_yet("up")
+    from pdboot import deploy
+
+    inv = _load(inventory)
+    opts = deploy.UpOptions(
+        skip_preflight=skip_preflight,
+        rollback=rollback,
+        accept_new_host_keys=accept_new_host_keys,
+    )
+    raise typer.Exit(deploy.up(inv, opts, out, preflight=deploy.default_preflight()))
 
 
 @app.command()
-def down(inventory: InventoryArg) -> None:
+def down(
+    inventory: InventoryArg,
+    purge: Annotated[
+        bool,
+        typer.Option("--purge", help="Also remove the shipped files and the pulled images."),
+    ] = False,
+    accept_new_host_keys: AcceptNewOpt = False,
+) -> None:
     """Stop and remove everything pdboot started (router, prefill, decode)."""
-    _load(inventory)
-    _not_yet("down")
+    from pdboot import deploy
+
+    inv = _load(inventory)
+    opts = deploy.DownOptions(purge=purge, accept_new_host_keys=accept_new_host_keys)
+    raise typer.Exit(deploy.down(inv, opts, out))
 
 
 @app.command()
-def status(inventory: InventoryArg) -> None:
+def status(
+    inventory: InventoryArg,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
     """Show each service's state, health and whether it matches the inventory."""
-    _load(inventory)
-    _not_yet("status")
+    from pdboot import status as status_mod
+
+    inv = _load(inventory)
+    raise typer.Exit(status_mod.status(inv, out, as_json=as_json))
 
 
 @app.command()
-def logs(inventory: InventoryArg, service: str) -> None:
+def logs(
+    inventory: InventoryArg,
+    service: Annotated[
+        str, typer.Argument(help="Role, or role@host: decode, prefill@gpu-a, router.")
+    ],
+    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines from the end.")] = 100,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+) -> None:
     """Show one service's logs."""
-    _load(inventory)
-    _not_yet("logs")
+    from pdboot import status as status_mod
+
+    inv = _load(inventory)
+    raise typer.Exit(status_mod.logs(inv, service, out, tail=tail, follow=follow))
 
 
 def main() -> None:

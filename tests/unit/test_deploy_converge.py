@@ -31,7 +31,9 @@ def _plan(text: str = INV) -> Plan:
     return build_plan(parse_inventory(text))
 
 
-def _obs(svc: Service, *, hash_: str | None = None, state: str = "running", dep: str = "demo") -> Observed:
+def _obs(
+    svc: Service, *, hash_: str | None = None, state: str = "running", dep: str = "demo"
+) -> Observed:
     return Observed(
         host=svc.host,
         id=f"id-{svc.key}",
@@ -51,7 +53,11 @@ def _kinds(stages) -> list[list[str]]:
 
 
 def test_nothing_running_creates_everything_in_order() -> None:
-    assert _kinds(plan_up(_plan(), [])) == [["decode@d1:create"], ["prefill@p1:create"], ["router@r:create"]]
+    assert _kinds(plan_up(_plan(), [])) == [
+        ["decode@d1:create"],
+        ["prefill@p1:create"],
+        ["router@r:create"],
+    ]
 
 
 def test_same_hashes_change_nothing() -> None:
@@ -66,10 +72,18 @@ def test_same_hashes_change_nothing() -> None:
 
 def test_decode_only_change_recreates_decode_and_router_not_prefill() -> None:
     old = _plan()
-    new = _plan(INV.replace("decode: {hosts: [d1]}", "decode: {hosts: [d1], extra_args: [--max-model-len, '4096']}"))
+    new = _plan(
+        INV.replace(
+            "decode: {hosts: [d1]}", "decode: {hosts: [d1], extra_args: [--max-model-len, '4096']}"
+        )
+    )
     obs = [_obs(s) for s in old.services()]
     stages = plan_up(new, obs)
-    assert _kinds(stages) == [["decode@d1:recreate"], ["prefill@p1:unchanged"], ["router@r:recreate"]]
+    assert _kinds(stages) == [
+        ["decode@d1:recreate"],
+        ["prefill@p1:unchanged"],
+        ["router@r:recreate"],
+    ]
     assert "configuration changed" in stages[0][0].reason
     assert "workers" in stages[2][0].reason
 
@@ -98,7 +112,9 @@ def test_down_order_router_prefill_decode() -> None:
 def test_partial_deployment_down_only_has_what_exists() -> None:
     plan = _plan()
     obs = [_obs(plan.stages[0][0])]
-    assert [(r, [o.id for o in b]) for r, b in plan_down("demo", obs)] == [("decode", ["id-decode@d1"])]
+    assert [(r, [o.id for o in b]) for r, b in plan_down("demo", obs)] == [
+        ("decode", ["id-decode@d1"])
+    ]
 
 
 def test_orphans_when_a_host_leaves_a_tier() -> None:

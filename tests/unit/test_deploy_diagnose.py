@@ -20,7 +20,8 @@ CASES = [
         [
             "pydantic_core._pydantic_core.ValidationError: 1 validation error for KVTransferConfig",
             "kv_rank",
-            "  Extra inputs are not permitted [type=extra_forbidden, input_value=0, input_type=int]",
+            "  Extra inputs are not permitted [type=extra_forbidden, input_value=0, "
+            "input_type=int]",
         ],
     ),
     (
@@ -56,8 +57,10 @@ CASES = [
     ),
     (
         "address_in_use",
-        ["ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8200): "
-         "address already in use"],
+        [
+            "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8200): "
+            "address already in use"
+        ],
     ),
 ]
 
@@ -70,7 +73,12 @@ def test_known_signatures(expected: str, lines: list[str]) -> None:
 
 
 def test_unknown_log_has_no_diagnosis() -> None:
-    assert diagnose(["INFO Starting vLLM API server on http://0.0.0.0:8200", "Traceback", "KeyError: 'x'"]) is None
+    assert (
+        diagnose(
+            ["INFO Starting vLLM API server on http://0.0.0.0:8200", "Traceback", "KeyError: 'x'"]
+        )
+        is None
+    )
 
 
 def test_last_matching_line_wins() -> None:

@@ -78,7 +78,9 @@ def test_all_keys_and_ticks() -> None:
         "decode@a": _script(clock, {1.0: READY}, waiting("refused")),
         "decode@b": _script(clock, {2.0: READY}, waiting("refused")),
     }
-    took = wait_all(probes, what="/health", deadline=9, interval=0.5, clock=clock, on_tick=ticks.append)
+    took = wait_all(
+        probes, what="/health", deadline=9, interval=0.5, clock=clock, on_tick=ticks.append
+    )
     assert took == 2.0
     assert ticks[0].states["decode@a"].state == "waiting"
     assert ticks[-1].states["decode@b"].state == "ready"

@@ -1,0 +1,548 @@
+"""`up` and `down`: ordered bring-up with health gates, and teardown by label.
+
+up:   preflight -> pull everywhere (parallel, progress) -> ship compose + secrets ->
+      decode tier (wait /health) -> prefill tier (wait /health) -> router (wait /health and
+      every engine registered in /workers) -> one chat completion through the router with
+      proof that the decode engines pulled KV from prefill -> endpoint + curl line.
+down: router, then prefill, then decode, each tier on all its hosts in parallel, only
+      containers carrying this deployment's labels.
+
+What to do is decided by converge.py (pure); waiting by waits.py (pure, fake-clock tested);
+this module wires them to the hosts and prints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from pdboot.converge import Observed, Step, orphans, plan_down, plan_up
+from pdboot.diagnose import diagnose
+from pdboot.engine import PullProgress, PullResult
+from pdboot.hosts import (
+    Hosts,
+    Link,
+    SecretError,
+    open_hosts,
+    project_dir,
+    read_hf_token,
+    secrets_env,
+)
+from pdboot.inventory import Inventory
+from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
+from pdboot.probes import KVCounters, RouterWorkers, completion_text, http, kv_verdict
+from pdboot.remote import register_secret
+from pdboot.render import render_host
+from pdboot.waits import (
+    READY,
+    Clock,
+    MonotonicClock,
+    Probe,
+    Tick,
+    WaitError,
+    WaitFailed,
+    failed,
+    wait_all,
+    waiting,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+LOG_LINES_ON_FAILURE = 50
+OP_DEADLINE = 300.0  # compose up / stop of one tier on one host
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    skip_preflight: bool = False
+    rollback: bool = False
+    accept_new_host_keys: bool = False
+    prove: bool = True
+
+
+PreflightFn = Callable[[Inventory, Console], bool]
+
+
+class _Stop(Exception):
+    """A step failed and was reported; `up` exits 1."""
+
+
+# --------------------------------------------------------------------------- up
+
+
+def up(
+    inv: Inventory,
+    opts: UpOptions,
+    out: Console,
+    *,
+    preflight: PreflightFn | None = None,
+    clock: Clock | None = None,
+) -> int:
+    try:
+        token = read_hf_token(inv.secrets.hf_token)
+    except SecretError as e:
+        out.print(Text(f"error: {e}", style="red"))
+        return EXIT_USAGE
+    if token is not None:
+        register_secret(token)  # masked in anything pdboot logs or prints
+    if not opts.skip_preflight and preflight is not None and not preflight(inv, out):
+        out.print(Text("preflight failed: nothing was pulled or started", style="red"))
+        return EXIT_FAILED
+    plan = build_plan(inv)
+    t0 = time.monotonic()
+    hosts = open_hosts(inv, plan.hosts, accept_new_host_keys=opts.accept_new_host_keys)
+    try:
+        if hosts.errors:
+            _report_errors(out, "cannot reach", hosts.errors)
+            return EXIT_FAILED
+        run = _Up(inv, plan, hosts, opts, out, clock or MonotonicClock(), token)
+        try:
+            run.run()
+        except _Stop:
+            return EXIT_FAILED
+        except KeyboardInterrupt:
+            run.interrupted()
+            return EXIT_INTERRUPTED
+        out.print(f"[green]up[/green] in {time.monotonic() - t0:.1f}s")
+        return EXIT_OK
+    finally:
+        hosts.close()
+
+
+class _Up:
+    def __init__(
+        self,
+        inv: Inventory,
+        plan: Plan,
+        hosts: Hosts,
+        opts: UpOptions,
+        out: Console,
+        clock: Clock,
+        token: str | None,
+    ) -> None:
+        self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
+        self.out, self.clock, self.token = out, clock, token
+        self.dir = project_dir(inv)
+        self.latest_line: dict[str, str] = {}
+        self.last_log_fetch: dict[str, float] = {}
+
+    # ---- the sequence
+
+    def run(self) -> None:
+        self.pull()
+        self.ship()
+        observed = self.observe()
+        stages = plan_up(self.plan, observed)
+        self.show_steps(stages)
+        self.remove_orphans(observed)
+        for steps in stages:
+            self.start(steps)
+            self.wait(steps)
+        if self.opts.prove:
+            self.prove()
+        self.show_endpoint()
+
+    # ---- pull
+
+    def pull(self) -> None:
+        wanted = {h: sorted({s.image for s in hp.services}) for h, hp in self.plan.hosts.items()}
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=self.out,
+            transient=False,
+        )
+        tasks: dict[tuple[str, str], TaskID] = {}
+        for h, images in wanted.items():
+            for img in images:
+                tasks[(h, img)] = progress.add_task(f"{h}: {img}", total=None, note="checking")
+
+        def pull_host(host: str, link: Link) -> list[PullResult]:
+            results = []
+            for img in wanted[host]:
+                task = tasks[(host, img)]
+
+                def on_progress(p: PullProgress, task: TaskID = task) -> None:
+                    progress.update(
+                        task, completed=p.done, total=p.total or None, note=p.status
+                    )
+
+                r = link.engine.pull(img, on_progress)
+                note = "already present" if not r.pulled else "pulled"
+                progress.update(task, note=note, total=1 if not r.pulled else None)
+                if not r.pulled:
+                    progress.update(task, completed=1)
+                results.append(r)
+            return results
+
+        with progress:
+            _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
+        if errors:
+            _report_errors(self.out, "pull failed on", errors)
+            raise _Stop
+
+    # ---- ship
+
+    def ship(self) -> None:
+        texts = {h: render_host(self.plan, h, self.inv) for h in self.plan.hosts}
+        secrets = secrets_env(self.token) if self.token is not None else None
+
+        def ship_host(host: str, link: Link) -> None:
+            needs = any(s.uses_secrets for s in self.plan.hosts[host].services)
+            link.engine.ship(self.dir, texts[host], secrets if needs else None)
+
+        _, errors = self.hosts.each(ship_host, OP_DEADLINE)
+        if errors:
+            _report_errors(self.out, "cannot ship the compose project to", errors)
+            raise _Stop
+        extra = f" and {SECRETS_FILE} (0600)" if secrets is not None else ""
+        self.out.print(f"shipped compose.yaml{extra} to {self.dir} on {len(texts)} host(s)")
+
+    # ---- observe / converge
+
+    def observe(self) -> list[Observed]:
+        values, errors = self.hosts.each(
+            lambda _h, link: link.engine.containers(self.plan.deployment), OP_DEADLINE
+        )
+        if errors:
+            _report_errors(self.out, "cannot list containers on", errors)
+            raise _Stop
+        return [o for obs in values.values() for o in obs]
+
+    def show_steps(self, stages: list[list[Step]]) -> None:
+        for steps in stages:
+            for s in steps:
+                style = {"unchanged": "dim", "create": "green", "recreate": "yellow"}[s.kind]
+                self.out.print(
+                    Text.assemble(
+                        (f"{s.service.key:<28}", "bold"), (f"{s.kind:<10}", style), s.reason
+                    )
+                )
+
+    def remove_orphans(self, observed: list[Observed]) -> None:
+        gone = orphans(self.plan, observed)
+        if not gone:
+            return
+        for o in gone:
+            self.out.print(f"{o.key:<28} remove    no longer in the inventory")
+        _stop_remove(self.hosts, gone, self.out)
+
+    # ---- start and wait
+
+    def start(self, steps: list[Step]) -> None:
+        todo: dict[str, list[Step]] = {}
+        for s in steps:
+            if s.kind != "unchanged":
+                todo.setdefault(s.service.host, []).append(s)
+        if not todo:
+            return
+
+        def start_host(host: str, link: Link) -> None:
+            for s in todo[host]:
+                link.engine.compose_up(
+                    self.dir,
+                    self.plan.hosts[host].project,
+                    s.service.name,
+                    recreate=s.kind == "recreate",
+                    timeout=OP_DEADLINE,
+                )
+
+        _, errors = self.hosts.each(start_host, OP_DEADLINE, only=todo)
+        if errors:
+            _report_errors(self.out, "cannot start services on", errors)
+            raise _Stop
+
+    def wait(self, steps: list[Step]) -> None:
+        services = [s.service for s in steps]
+        router = services[0].role == "router"
+        probes = {s.key: self.probe(s) for s in services}
+        deadline = (
+            self.inv.timeouts.router_ready_seconds if router else self.inv.timeouts.ready_seconds
+        )
+        what = "/health 200 and every engine in /workers" if router else "/health 200"
+        table_for = self._tick_table
+        try:
+            with Live(console=self.out, transient=True, auto_refresh=False) as live:
+
+                def on_tick(t: Tick) -> None:
+                    live.update(table_for(t), refresh=True)
+
+                took = wait_all(
+                    probes,
+                    what=what,
+                    deadline=deadline,
+                    interval=self.inv.timeouts.poll_interval_seconds,
+                    clock=self.clock,
+                    on_tick=on_tick,
+                )
+        except WaitError as e:
+            self.fail(next(s for s in services if s.key == e.key), e)
+            raise _Stop from None
+        names = ", ".join(s.key for s in services)
+        self.out.print(f"[green]ready[/green] {names} ({what}) after {took:.1f}s")
+
+    def probe(self, svc: Service) -> Callable[[], Probe]:
+        link = self.hosts.links[svc.host]
+        container = f"{self.plan.hosts[svc.host].project}-{svc.name}"
+
+        def check_container(detail: str) -> Probe:
+            obs = link.engine.inspect(container)
+            if obs.state in ("exited", "dead") or obs.restart_count > 0:
+                code = f" (exit code {obs.exit_code})" if obs.exit_code is not None else ""
+                restarts = f", restarted {obs.restart_count}x" if obs.restart_count else ""
+                return failed(f"container {obs.state}{code}{restarts}")
+            now = self.clock.now()
+            if now - self.last_log_fetch.get(svc.key, -1e9) >= 1.0:
+                self.last_log_fetch[svc.key] = now
+                lines = link.engine.logs(container, tail=1)
+                if lines:
+                    self.latest_line[svc.key] = lines[-1]
+            return waiting(detail)
+
+        if svc.role != "router":
+
+            def engine_probe() -> Probe:
+                a = http(svc.health_url, timeout=2.0)
+                return READY if a.ok else check_container(a.describe())
+
+            return engine_probe
+
+        engines = [s for stage in self.plan.stages[:2] for s in stage]
+        prefills = [s.url for s in engines if s.role == "prefill"]
+        decodes = [s.url for s in engines if s.role == "decode"]
+
+        def router_probe() -> Probe:
+            a = http(svc.health_url, timeout=2.0)
+            if not a.ok:
+                return check_container(a.describe())
+            w = http(f"{svc.url}/workers", timeout=2.0)
+            if not w.ok:
+                return waiting(f"/workers: {w.describe()}")
+            missing = RouterWorkers.parse(w.body).missing(prefills, decodes)
+            return waiting("not registered: " + ", ".join(missing)) if missing else READY
+
+        return router_probe
+
+    def _tick_table(self, t: Tick) -> Table:
+        table = Table(box=None, show_header=False, pad_edge=False)
+        for key, p in t.states.items():
+            mark = "[green]ready[/green]" if p.state == "ready" else f"[yellow]{p.state}[/yellow]"
+            line = self.latest_line.get(key, "")
+            table.add_row(
+                key, mark, f"{t.elapsed:5.1f}s", Text(p.detail), Text(line[-100:], style="dim")
+            )
+        return table
+
+    def fail(self, svc: Service, e: WaitError) -> None:
+        link = self.hosts.links[svc.host]
+        container = f"{self.plan.hosts[svc.host].project}-{svc.name}"
+        self.out.print(Text(f"error: {e}", style="red"))
+        try:
+            lines = link.engine.logs(container, tail=LOG_LINES_ON_FAILURE)
+        except Exception as le:  # still report the failure itself
+            lines = [f"(cannot read logs: {le})"]
+        self.out.print(
+            Text(f"--- last {LOG_LINES_ON_FAILURE} log lines of {svc.key} ---", style="bold")
+        )
+        for line in lines:
+            self.out.print(Text(line), highlight=False, soft_wrap=True)
+        self.out.print(Text("---", style="bold"))
+        d = diagnose(lines)
+        if d is not None:
+            self.out.print(Text(f"diagnosis: {d.message}", style="bold red"), soft_wrap=True)
+        if self.opts.rollback:
+            self.out.print("rolling back (--rollback): removing this deployment's containers")
+            _teardown(self.hosts, self.plan.deployment, self.out)
+        else:
+            kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
+            self.out.print(
+                f"{svc.key} {kind}; everything started is left in place for inspection "
+                f"(`pdboot logs INVENTORY {svc.key}`; `pdboot down INVENTORY` removes it)"
+            )
+
+    # ---- prove and report
+
+    def prove(self) -> None:
+        decodes = self.plan.stages[0]
+        before = [KVCounters.parse(http(f"{d.url}/metrics").body) for d in decodes]
+        body = {
+            "model": self.plan.served_model_name,
+            "messages": [{"role": "user", "content": "Say hello in five words."}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }
+        a = http(f"{self.plan.endpoint}/v1/chat/completions", body=body, timeout=300.0)
+        text = completion_text(a.body) if a.ok else ""
+        if not a.ok or not text:
+            self.out.print(
+                Text(
+                    f"error: test chat completion through the router failed: {a.describe()} "
+                    f"{a.body[:500]}",
+                    style="red",
+                ),
+                soft_wrap=True,
+            )
+            raise _Stop
+        after = [KVCounters.parse(http(f"{d.url}/metrics").body) for d in decodes]
+        total = KVCounters.total([a2 - b for a2, b in zip(after, before, strict=True)])
+        verdict = kv_verdict(total)
+        self.out.print(Text.assemble(("test completion: ", "bold"), repr(text.strip()[:80])))
+        if not verdict.ok:
+            self.out.print(Text(f"error: {verdict.message}", style="red"))
+            raise _Stop
+        style = "green" if verdict.confirmed else "yellow"
+        self.out.print(Text(verdict.message, style=style))
+
+    def show_endpoint(self) -> None:
+        endpoint = f"{self.plan.endpoint}/v1"
+        example = json.dumps(
+            {
+                "model": self.plan.served_model_name,
+                "messages": [{"role": "user", "content": "Hello!"}],
+                "max_tokens": 64,
+            }
+        )
+        curl = (
+            f"curl {self.plan.endpoint}/v1/chat/completions "
+            f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
+        )
+        self.out.print(Text.assemble(("endpoint: ", "bold"), endpoint))
+        self.out.print(Text.assemble(("model:    ", "bold"), self.plan.served_model_name))
+        self.out.print(Text(curl), soft_wrap=True, highlight=False)
+
+    def interrupted(self) -> None:
+        self.out.print(Text("interrupted: stopped waiting", style="yellow"))
+        try:
+            values, _ = self.hosts.each(
+                lambda _h, link: link.engine.containers(self.plan.deployment), 30
+            )
+        except KeyboardInterrupt:
+            values = {}
+        running = [o for obs in values.values() for o in obs]
+        if running:
+            self.out.print("running now:")
+            for o in running:
+                self.out.print(f"  {o.key:<28} {o.state}")
+        else:
+            self.out.print("nothing of this deployment is running")
+        self.out.print("`pdboot up` continues from here; `pdboot down` removes it")
+
+
+# --------------------------------------------------------------------------- down
+
+
+@dataclass(frozen=True)
+class DownOptions:
+    purge: bool = False
+    accept_new_host_keys: bool = False
+
+
+def down(inv: Inventory, opts: DownOptions, out: Console) -> int:
+    plan = build_plan(inv)
+    hosts = open_hosts(inv, plan.hosts, accept_new_host_keys=opts.accept_new_host_keys)
+    try:
+        failed_any = bool(hosts.errors)
+        if hosts.errors:
+            _report_errors(out, "cannot reach (its containers are left as they are)", hosts.errors)
+        removed, errors = _teardown(hosts, plan.deployment, out)
+        failed_any |= errors
+        failed_any |= not _clean_files(hosts, inv, plan, opts.purge, out)
+        if removed == 0 and not failed_any:
+            out.print("nothing of this deployment is running")
+        elif not failed_any:
+            out.print(f"[green]down[/green]: removed {removed} container(s)")
+        return EXIT_FAILED if failed_any else EXIT_OK
+    finally:
+        hosts.close()
+
+
+def _teardown(hosts: Hosts, deployment: str, out: Console) -> tuple[int, bool]:
+    """Remove this deployment's containers: router, prefill, decode. (count, any error)"""
+    values, errors = hosts.each(lambda _h, link: link.engine.containers(deployment), OP_DEADLINE)
+    if errors:
+        _report_errors(out, "cannot list containers on", errors)
+    observed = [o for obs in values.values() for o in obs]
+    removed = 0
+    any_error = bool(errors)
+    for role, batch in plan_down(deployment, observed):
+        ok = _stop_remove(hosts, batch, out)
+        any_error |= not ok
+        removed += len(batch)
+        out.print(f"stopped {role}: " + ", ".join(o.key for o in batch))
+    return removed, any_error
+
+
+def _stop_remove(hosts: Hosts, batch: list[Observed], out: Console) -> bool:
+    by_host: dict[str, list[str]] = {}
+    for o in batch:
+        by_host.setdefault(o.host, []).append(o.id)
+    _, errors = hosts.each(
+        lambda h, link: link.engine.stop_remove(by_host[h]), OP_DEADLINE, only=by_host
+    )
+    if errors:
+        _report_errors(out, "cannot remove containers on", errors)
+    return not errors
+
+
+def _clean_files(hosts: Hosts, inv: Inventory, plan: Plan, purge: bool, out: Console) -> bool:
+    """The token file always goes with the containers; --purge also takes the project
+    directory and the images pdboot pulled."""
+    pdir = project_dir(inv)
+
+    def clean(host: str, link: Link) -> list[str]:
+        notes: list[str] = []
+        if purge:
+            link.engine.remove_project_dir(pdir)
+            for img in sorted({s.image for s in plan.hosts[host].services}):
+                if link.engine.remove_image(img):
+                    notes.append(f"removed image {img}")
+        else:
+            link.conn.run(["rm", "-f", f"{pdir}/{SECRETS_FILE}"])
+        return notes
+
+    values, errors = hosts.each(clean, OP_DEADLINE)
+    for host, notes in values.items():
+        for n in notes:
+            out.print(f"{host}: {n}")
+    if purge and not errors:
+        out.print(f"purged {pdir} and pulled images on {len(values)} host(s)")
+    if errors:
+        _report_errors(out, "cannot clean up files on", errors)
+    return not errors
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _report_errors(out: Console, what: str, errors: dict[str, str]) -> None:
+    for host, msg in errors.items():
+        out.print(Text(f"error: {what} {host}: {msg}", style="red"), soft_wrap=True)
+
+
+def default_preflight() -> PreflightFn | None:
+    """The preflight `up` runs first (None until pdboot.preflight provides one)."""
+    try:
+        pf = importlib.import_module("pdboot.preflight")
+    except ImportError:
+        return None
+    fn = getattr(pf, "gate_for_up", None)
+    return fn if callable(fn) else None

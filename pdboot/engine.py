@@ -1,0 +1,427 @@
+"""Docker on one host: pull with progress, compose up per service, inspect, logs, removal.
+
+The only module that imports the docker SDK. How it reaches a remote engine matters for
+security: the SDK's own ``ssh://`` transport builds a second paramiko client that loads
+only ``~/.ssh/known_hosts`` (and ignores the inventory's known_hosts, identity and port).
+Instead the SDK rides pdboot's already-verified SSH connection from ``pdboot.remote``:
+each HTTP connection is a new channel on that transport running ``docker system
+dial-stdio``, exactly what ``docker -H ssh://`` does, so strict host-key checking against
+the inventory's known_hosts holds and no second SSH login happens. The SDK gives typed
+JSON (lenient to version drift) and the streamed per-layer pull progress that the docker
+CLI only prints to a TTY. Compose has no API, so it runs as the ``docker compose`` CLI
+on the host through the same connection, with argv lists (quoted by ``remote``).
+``local`` hosts use the local engine from the environment (DOCKER_HOST or the socket).
+
+Parsing of what the engine returns is pure and lives in small functions (tested on
+captured output): ``observed_from_inspect``, ``PullProgress``, ``pull_error_cause``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+import docker.errors
+from docker.transport.sshconn import SSHHTTPAdapter
+from docker.utils import kwargs_from_env, parse_repository_tag
+
+from pdboot.converge import Observed
+from pdboot.plan import LABEL_DEPLOYMENT
+from pdboot.remote import Connection, LocalConnection, RemoteError, mask
+
+log = logging.getLogger("pdboot.engine")
+
+
+class EngineError(Exception):
+    """A Docker operation failed on a host; the message names the host and the cause."""
+
+    def __init__(self, host: str, message: str) -> None:
+        self.host = host
+        self.message = message
+        super().__init__(f"{host}: {message}")
+
+
+# --------------------------------------------------------------------------- pure parsing
+
+
+def pull_error_cause(message: str) -> str:
+    """Docker's pull error text -> a short cause an operator can act on."""
+    m = message.lower()
+    if "manifest unknown" in m or ("not found" in m and "manifest" in m):
+        return f"no such image or tag in the registry ({message.strip()})"
+    if "no space left on device" in m:
+        return f"disk full on the host ({message.strip()})"
+    if any(
+        s in m
+        for s in (
+            "connection refused",
+            "no such host",
+            "i/o timeout",
+            "dial tcp",
+            "network is unreachable",
+            "no route to host",
+            "tls handshake timeout",
+            "server gave http response to https client",
+        )
+    ):
+        return f"registry unreachable ({message.strip()})"
+    if "unauthorized" in m or "denied" in m or "authentication required" in m:
+        return f"registry refused access ({message.strip()})"
+    return message.strip()
+
+
+@dataclass
+class PullProgress:
+    """Folds the engine's per-layer pull events into bytes done / total for one image."""
+
+    image: str
+    layers_total: dict[str, int] = field(default_factory=dict)
+    layers_done: dict[str, int] = field(default_factory=dict)
+    status: str = "starting"
+    digest: str | None = None
+    error: str | None = None
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        if "error" in event or "errorDetail" in event:
+            detail = event.get("errorDetail") or {}
+            self.error = str(detail.get("message") or event.get("error") or "pull failed")
+            self.status = "failed"
+            return
+        status = str(event.get("status", ""))
+        layer = str(event.get("id", ""))
+        prog = event.get("progressDetail") or {}
+        if status.startswith("Digest: "):
+            self.digest = status[len("Digest: ") :].strip()
+        if status.startswith("Status: "):
+            self.status = status[len("Status: ") :].strip()
+            return
+        if not layer or status.startswith("Pulling from"):
+            return
+        total = prog.get("total")
+        if status == "Downloading" and isinstance(total, int) and total > 0:
+            self.layers_total[layer] = total
+            self.layers_done[layer] = int(prog.get("current", 0))
+            self.status = "downloading"
+        elif status in ("Download complete", "Pull complete", "Verifying Checksum") or (
+            status == "Extracting"
+        ):
+            if layer in self.layers_total:
+                self.layers_done[layer] = self.layers_total[layer]
+            if status == "Extracting":
+                self.status = "extracting"
+        elif status == "Already exists":
+            self.layers_done.setdefault(layer, 0)
+
+    @property
+    def done(self) -> int:
+        return sum(self.layers_done.values())
+
+    @property
+    def total(self) -> int:
+        return sum(self.layers_total.values())
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) else None
+
+
+def observed_from_inspect(host: str, data: Mapping[str, Any]) -> Observed:
+    """``docker inspect`` JSON of one container -> Observed (lenient: missing keys are ok)."""
+    state = data.get("State") or {}
+    config = data.get("Config") or {}
+    health = (state.get("Health") or {}).get("Status") or ""
+    return Observed(
+        host=host,
+        id=str(data.get("Id", "")),
+        name=str(data.get("Name", "")).lstrip("/"),
+        labels=dict(config.get("Labels") or {}),
+        state=str(state.get("Status", "unknown")),
+        image=str(config.get("Image", "")),
+        started_at=str(state.get("StartedAt", "")),
+        exit_code=_int(state.get("ExitCode")),
+        restart_count=_int(data.get("RestartCount")) or 0,
+        docker_health=str(health),
+    )
+
+
+def observed_from_list(host: str, item: Mapping[str, Any]) -> Observed:
+    """One entry of the engine's container list (``docker ps -a``) -> Observed."""
+    names = item.get("Names") or [""]
+    status = str(item.get("Status", ""))
+    m = re.search(r"Exited \((\d+)\)", status)
+    return Observed(
+        host=host,
+        id=str(item.get("Id", "")),
+        name=str(names[0]).lstrip("/"),
+        labels=dict(item.get("Labels") or {}),
+        state=str(item.get("State", "unknown")),
+        image=str(item.get("Image", "")),
+        exit_code=int(m.group(1)) if m else None,
+    )
+
+
+def split_image(image: str) -> tuple[str, str]:
+    repo, tag = parse_repository_tag(image)
+    return repo, tag or "latest"
+
+
+# --------------------------------------------------------------------------- the SDK tunnel
+
+
+class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
+    """docker SDK adapter whose connections are channels on an existing, verified
+    paramiko client (see the module docstring). It never opens or closes SSH itself."""
+
+    def __init__(self, client: Any, timeout: int) -> None:
+        super().__init__("ssh://pdboot", timeout=timeout, shell_out=True)
+        self.ssh_client = client
+
+    def _connect(self) -> None:
+        raise RemoteError("docker", "unreachable", "the SSH connection was closed")
+
+    def close(self) -> None:
+        self.pools.clear()  # the SSH client belongs to pdboot.remote
+
+
+def _api_for(conn: Connection, timeout: int) -> Any:
+    if isinstance(conn, LocalConnection):
+        return docker.APIClient(version="auto", timeout=timeout, **kwargs_from_env())
+    fabric_conn = getattr(conn, "_conn", None)
+    client = getattr(fabric_conn, "client", None)
+    if client is None or client.get_transport() is None:
+        raise EngineError(conn.name, "no open SSH connection to reach Docker through")
+    api = docker.APIClient(
+        base_url="ssh://pdboot", version="1.41", timeout=timeout, use_ssh_client=True
+    )
+    adapter = _ChannelAdapter(client, timeout)
+    api._custom_adapter = adapter
+    api.mount("http+docker://ssh", adapter)
+    # The placeholder version above only avoids a connection at construction; talk the
+    # engine's own API version (new engines refuse old versions).
+    api._version = api._retrieve_server_version()
+    return api
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+@dataclass(frozen=True)
+class PullResult:
+    image: str
+    pulled: bool  # False: already present with the registry's digest
+    digest: str | None
+    note: str = ""
+
+
+class Engine:
+    """Docker on one host, through that host's pdboot connection."""
+
+    def __init__(self, conn: Connection, api: Any) -> None:
+        self.conn = conn
+        self.host = conn.name
+        self.api = api
+
+    @classmethod
+    def open(cls, conn: Connection, timeout: int = 120) -> Engine:
+        try:
+            return cls(conn, _api_for(conn, timeout))
+        except EngineError:
+            raise
+        except RemoteError as e:
+            raise EngineError(conn.name, f"cannot reach Docker: {e.message}") from e
+        except Exception as e:
+            raise EngineError(conn.name, f"cannot reach Docker: {_short(e)}") from e
+
+    def close(self) -> None:
+        try:
+            self.api.close()
+        except Exception:  # closing must not hide the error that got us here
+            log.debug("closing the docker client of %s failed", self.host, exc_info=True)
+
+    # ---- images
+
+    def local_digests(self, image: str) -> list[str]:
+        try:
+            data = self.api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            return []
+        except Exception as e:
+            raise EngineError(self.host, f"cannot inspect image {image}: {_short(e)}") from e
+        return [d.split("@", 1)[1] for d in data.get("RepoDigests") or [] if "@" in d]
+
+    def registry_digest(self, image: str) -> str | None:
+        try:
+            data = self.api.inspect_distribution(image)
+        except Exception:  # the pull that follows reports why the registry is unhappy
+            return None
+        desc = data.get("Descriptor") or {}
+        d = desc.get("digest")
+        return str(d) if d else None
+
+    def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult:
+        """Pull unless present with the registry's digest. Raises EngineError with the cause."""
+        have = self.local_digests(image)
+        remote = self.registry_digest(image)
+        if have and remote and remote in have:
+            return PullResult(image, False, remote, "already present")
+        if have and remote is None:
+            # Present but the registry cannot tell us its digest; let the pull decide.
+            pass
+        progress = PullProgress(image)
+        repo, tag = split_image(image)
+        try:
+            for event in self.api.pull(repo, tag=tag, stream=True, decode=True):
+                progress.feed(event)
+                on_progress(progress)
+                if progress.error:
+                    break
+        except docker.errors.APIError as e:
+            raise EngineError(self.host, f"pull {image}: {pull_error_cause(_explain(e))}") from e
+        except Exception as e:
+            raise EngineError(self.host, f"pull {image}: {pull_error_cause(_short(e))}") from e
+        if progress.error:
+            raise EngineError(self.host, f"pull {image}: {pull_error_cause(progress.error)}")
+        return PullResult(image, True, progress.digest)
+
+    def remove_image(self, image: str) -> bool:
+        try:
+            self.api.remove_image(image)
+        except docker.errors.ImageNotFound:
+            return False
+        except Exception as e:
+            raise EngineError(self.host, f"cannot remove image {image}: {_explain(e)}") from e
+        return True
+
+    # ---- containers
+
+    def containers(self, deployment: str) -> list[Observed]:
+        """This deployment's containers on the host (by label; running or not)."""
+        try:
+            items = self.api.containers(
+                all=True, filters={"label": [f"{LABEL_DEPLOYMENT}={deployment}"]}
+            )
+        except Exception as e:
+            raise EngineError(self.host, f"cannot list containers: {_short(e)}") from e
+        out = []
+        for item in items:
+            try:
+                out.append(self.inspect(str(item["Id"])))
+            except EngineError:  # removed between list and inspect
+                continue
+        return out
+
+    def inspect(self, container_id: str) -> Observed:
+        try:
+            data = self.api.inspect_container(container_id)
+        except Exception as e:
+            raise EngineError(self.host, f"cannot inspect {container_id[:12]}: {_short(e)}") from e
+        return observed_from_inspect(self.host, data)
+
+    def logs(self, container_id: str, tail: int = 50) -> list[str]:
+        try:
+            raw = self.api.logs(container_id, stdout=True, stderr=True, tail=tail)
+        except Exception as e:
+            raise EngineError(self.host, f"cannot read logs: {_short(e)}") from e
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        return [mask(line) for line in text.splitlines()]
+
+    def follow_logs(self, container_id: str, tail: int = 50) -> Iterator[str]:
+        try:
+            stream = self.api.logs(
+                container_id, stdout=True, stderr=True, tail=tail, stream=True, follow=True
+            )
+            buf = ""
+            for chunk in stream:
+                buf += chunk.decode(errors="replace") if isinstance(chunk, bytes) else str(chunk)
+                *lines, buf = buf.split("\n")
+                for line in lines:
+                    yield mask(line)
+            if buf:
+                yield mask(buf)
+        except Exception as e:
+            raise EngineError(self.host, f"cannot follow logs: {_short(e)}") from e
+
+    def stop_remove(self, container_ids: list[str], grace: int = 30) -> None:
+        """Stop (SIGTERM, then SIGKILL after ``grace`` s) and remove these containers."""
+        errors = []
+        for cid in container_ids:
+            try:
+                self.api.stop(cid, timeout=grace)
+            except docker.errors.NotFound:
+                continue
+            except Exception as e:
+                errors.append(f"stop {cid[:12]}: {_short(e)}")
+            try:
+                self.api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                continue
+            except Exception as e:
+                errors.append(f"remove {cid[:12]}: {_short(e)}")
+        if errors:
+            raise EngineError(self.host, "; ".join(errors))
+
+    # ---- compose and files (through the host's shell; argv lists are quoted by remote)
+
+    def ship(self, project_dir: str, compose_text: str, secrets_text: str | None) -> None:
+        """compose.yaml (0644) and, if given, secrets.env (0600) into a 0700 project dir."""
+        self._run(["mkdir", "-p", "-m", "0700", project_dir], "create the project directory")
+        self._run(["chmod", "0700", project_dir], "restrict the project directory")
+        try:
+            self.conn.put_text(f"{project_dir}/compose.yaml", compose_text, 0o644)
+            if secrets_text is not None:
+                self.conn.put_text(f"{project_dir}/secrets.env", secrets_text, 0o600)
+        except RemoteError as e:
+            raise EngineError(self.host, e.message) from e
+
+    def compose_up(
+        self, project_dir: str, project: str, service: str, *, recreate: bool, timeout: float
+    ) -> None:
+        argv = [
+            "docker",
+            "compose",
+            "--project-name",
+            project,
+            "--project-directory",
+            project_dir,
+            "--file",
+            f"{project_dir}/compose.yaml",
+            "up",
+            "--detach",
+            "--no-deps",
+            "--pull",
+            "never",  # pulled (with progress) before, by digest
+        ]
+        if recreate:
+            argv.append("--force-recreate")
+        argv.append(service)
+        self._run(argv, f"start {service}", timeout=timeout)
+
+    def remove_project_dir(self, project_dir: str) -> None:
+        self._run(["rm", "-rf", "--one-file-system", project_dir], "remove the project directory")
+
+    def _run(self, argv: list[str], what: str, timeout: float | None = None) -> str:
+        try:
+            res = self.conn.run(argv, timeout=timeout)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot {what}: {e.message}") from e
+        if res.rc != 0:
+            detail = mask((res.stderr.strip() or res.stdout.strip())[-800:])
+            raise EngineError(
+                self.host, f"cannot {what} ({shlex.join(argv[:2])} exit {res.rc}): {detail}"
+            )
+        return res.stdout
+
+
+def _explain(e: Exception) -> str:
+    expl = getattr(e, "explanation", None)
+    return mask(str(expl or e))
+
+
+def _short(e: Exception) -> str:
+    text = str(e) or type(e).__name__
+    return mask(text.splitlines()[0][:300] if text else type(e).__name__)
