@@ -187,6 +187,9 @@ def test_pd_flow_by_hand_pulls_blocks_over_the_side_channel(engines: Any) -> Non
     assert dm["vllm:nixl_kv_blocks_pulled_total"] == 3
     assert dm["vllm:nixl_kv_bytes_pulled_total"] > 0
     assert dm["vllm:nixl_local_prefills_total"] == 0
+    assert dm["vllm:nixl_bytes_transferred_count"] == 1  # the real vLLM names, too
+    assert dm["vllm:nixl_bytes_transferred_sum"] == dm["vllm:nixl_kv_bytes_pulled_total"]
+    assert 'source="external_kv_transfer"} 45.0' in get(d.url + "/metrics")[1]
     assert pm["vllm:nixl_num_remote_prefills_served_total"] == 1
     assert pm["vllm:nixl_kv_blocks_served_total"] == 3
     assert pm["vllm:nixl_kv_leases_held"] == 0  # released once read
@@ -212,6 +215,7 @@ def test_fail_policy_when_advertised_side_channel_is_unreachable(engines: Any) -
     assert "Connection refused" in err["error"]["message"]
     m = d.metrics()
     assert (m["vllm:nixl_kv_pull_failures_total"], m["vllm:nixl_kv_pulls_total"]) == (1, 0)
+    assert m["vllm:nixl_num_failed_transfers_total"] == 1
     assert "ERROR" in d.log and "NIXL handshake failed with remote engine" in d.log
 
 
@@ -238,7 +242,8 @@ def test_lease_expiry_releases_blocks(engines: Any) -> None:
     p.wait_log("Releasing expired KV blocks")
     status, err = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
     assert status == 500 and "NIXL KV transfer failed with remote engine" in err["error"]["message"]
-    assert p.metrics()["vllm:nixl_kv_leases_expired_total"] == 1
+    pm = p.metrics()
+    assert pm["vllm:nixl_kv_leases_expired_total"] == pm["vllm:nixl_num_kv_expired_reqs_total"] == 1
 
 
 def test_streaming_matches_non_streaming(engines: Any) -> None:
@@ -417,3 +422,4 @@ def test_real_vllm_router_drives_the_pd_flow(engines: Any, tmp_path: Path) -> No
     assert dm["vllm:nixl_kv_pulls_total"] == 2
     assert dm["vllm:nixl_local_prefills_total"] == 0
     assert dm["vllm:nixl_kv_pull_failures_total"] == 0
+    assert dm["vllm:nixl_bytes_transferred_count"] == 2

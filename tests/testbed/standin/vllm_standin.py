@@ -252,6 +252,7 @@ class Engine:
                     del self.leases[k]
             for k in gone:
                 self.count("vllm:nixl_kv_leases_expired_total")
+                self.count("vllm:nixl_num_kv_expired_reqs_total")
                 engine_log("WARNING", "nixl_connector.py:1512",
                            f"Releasing expired KV blocks for request {k} which were retrieved "
                            f"by 0 decode worker(s) within {self.lease_s:g} seconds.")
@@ -526,7 +527,9 @@ class Api(http.server.BaseHTTPRequestHandler):
         req_id = f"{'chatcmpl' if chat else 'cmpl'}-{xrid}"
         kvp = body.get("kv_transfer_params") or {}
         out_params = self.prefill_side(kvp, req_id, prompt, ntok)
-        self.decode_side(kvp, req_id, prompt)
+        source = "external_kv_transfer" if self.decode_side(kvp, req_id, prompt) else \
+            "local_compute"
+        eng.count(f'vllm:prompt_tokens_by_source_total{{source="{source}"}}', ntok)
         words = generate(eng.args.model, prompt, n)
         eng.count("vllm:prompt_tokens_total", ntok)
         eng.count("vllm:generation_tokens_total", n)
@@ -564,17 +567,20 @@ class Api(http.server.BaseHTTPRequestHandler):
                 "remote_port": eng.side_port, "tp_size": eng.args.tensor_parallel_size,
                 "remote_num_tokens": ntok}
 
-    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str) -> None:
+    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str) -> bool:
+        """A consumer given a prefill's params pulls its blocks; True when it did."""
         eng = self.engine
         if eng.role not in ("kv_consumer", "kv_both") or kvp.get("do_remote_decode"):
-            return
+            return False
         if not kvp.get("do_remote_prefill"):
             eng.count("vllm:nixl_local_prefills_total")  # no params: a silent local prefill
-            return
+            return False
+        t0 = time.monotonic()
         try:
             nbytes = pull(eng, kvp, prompt)
         except PullError as e:
             eng.count("vllm:nixl_kv_pull_failures_total")
+            eng.count("vllm:nixl_num_failed_transfers_total")
             peer = (f"remote engine {kvp.get('remote_engine_id')} at "
                     f"{kvp.get('remote_host')}:{kvp.get('remote_port')}")
             what = "handshake" if e.stage == "handshake" else "KV transfer"
@@ -586,9 +592,11 @@ class Api(http.server.BaseHTTPRequestHandler):
             eng.count("vllm:nixl_recomputed_prefills_total")
             engine_log("WARNING", "scheduler.py:1420", f"Recomputing the prefill of request "
                        f"{req_id} locally (kv_load_failure_policy=recompute).")
-            return
+            return False
+        eng.count("nixl_xfer_seconds", time.monotonic() - t0)
         eng.count("vllm:nixl_kv_pulls_total")
         eng.count("vllm:nixl_kv_bytes_pulled_total", nbytes)
+        return True
 
     def stream(self, req_id: str, model: str, words: list[str], chat: bool,
                usage: dict[str, Any], opts: dict[str, Any]) -> None:
@@ -629,31 +637,62 @@ class Api(http.server.BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+# (name, help). Real vLLM names first (pdboot can rely on those against the real engine too),
+# then the stand-in's own nixl_* counters, documented in README.md.
+COUNTERS = (
+    ("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+    ("vllm:generation_tokens_total", "Number of generation tokens processed."),
+    ('vllm:request_success_total{finished_reason="length"}', "Count of successful requests."),
+    ('vllm:prompt_tokens_by_source_total{source="local_compute"}',
+     "Prompt tokens by source: computed here."),
+    ('vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}',
+     "Prompt tokens by source: pulled from a remote engine."),
+    ("vllm:nixl_num_failed_transfers_total", "Number of failed NIXL KV Cache transfers."),
+    ("vllm:nixl_num_kv_expired_reqs_total", "Requests whose KV blocks expired unread."),
+    ("vllm:nixl_num_remote_prefills_served_total", "Prefills done for a remote decode."),
+    ("vllm:nixl_kv_blocks_served_total", "KV blocks read by remote engines."),
+    ("vllm:nixl_kv_bytes_served_total", "KV bytes read by remote engines."),
+    ("vllm:nixl_kv_leases_expired_total", "KV block leases that expired unread."),
+    ("vllm:nixl_kv_pulls_total", "Successful KV pulls from a remote prefill."),
+    ("vllm:nixl_kv_pull_failures_total", "Failed KV pulls (any reason, any policy)."),
+    ("vllm:nixl_kv_blocks_pulled_total", "KV blocks pulled from remote engines."),
+    ("vllm:nixl_kv_bytes_pulled_total", "KV bytes pulled from remote engines."),
+    ("vllm:nixl_recomputed_prefills_total", "Failed pulls recomputed locally."),
+    ("vllm:nixl_local_prefills_total", "Decode requests without kv_transfer_params."),
+)
+
+
 def metrics_text(eng: Engine) -> str:
     labels = f'engine="0",model_name="{eng.served[0]}"'
-    names = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-             'vllm:request_success_total{finished_reason="length"}',
-             "vllm:nixl_num_remote_prefills_served_total", "vllm:nixl_kv_blocks_served_total",
-             "vllm:nixl_kv_bytes_served_total", "vllm:nixl_kv_leases_expired_total",
-             "vllm:nixl_kv_pulls_total", "vllm:nixl_kv_pull_failures_total",
-             "vllm:nixl_kv_blocks_pulled_total", "vllm:nixl_kv_bytes_pulled_total",
-             "vllm:nixl_recomputed_prefills_total", "vllm:nixl_local_prefills_total")
-    out, typed = [], set()
     with eng.lock:
-        counters = dict(eng.counters)
+        c = dict(eng.counters)
         held = len(eng.leases)
-    for name in names:
+    out: list[str] = []
+    typed: set[str] = set()
+    for name, doc in COUNTERS:
         base, _, extra = name.partition("{")
         if base not in typed:
             typed.add(base)
-            out.append(f"# HELP {base} {base.split(':')[1].replace('_', ' ')} (stand-in)")
-            out.append(f"# TYPE {base} counter")
+            out += [f"# HELP {base} {doc}", f"# TYPE {base} counter"]
         lab = labels + ("," + extra.rstrip("}") if extra else "")
-        out.append(f"{base}{{{lab}}} {float(counters.get(name, 0))}")
-    out += ["# HELP vllm:nixl_kv_leases_held KV block leases held for remote decode",
-            "# TYPE vllm:nixl_kv_leases_held gauge", f"vllm:nixl_kv_leases_held{{{labels}}} "
-            f"{float(held)}", "# HELP vllm:num_requests_running running requests",
-            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} 0.0"]
+        out.append(f"{base}{{{lab}}} {float(c.get(name, 0))}")
+    pulls = float(c.get("vllm:nixl_kv_pulls_total", 0))
+    for base, total, doc in (
+        ("vllm:nixl_bytes_transferred", c.get("vllm:nixl_kv_bytes_pulled_total", 0),
+         "Number of bytes transferred per NIXL KV Cache transfers."),
+        ("vllm:nixl_xfer_time_seconds", c.get("nixl_xfer_seconds", 0),
+         "Histogram of transfer duration for NIXL KV Cache transfers."),
+    ):  # one +Inf bucket: enough for _count/_sum consumers
+        out += [f"# HELP {base} {doc}", f"# TYPE {base} histogram",
+                f'{base}_bucket{{{labels},le="+Inf"}} {pulls}',
+                f"{base}_count{{{labels}}} {pulls}", f"{base}_sum{{{labels}}} {float(total)}"]
+    for base, value, doc in (
+        ("vllm:nixl_kv_leases_held", held, "KV block leases held for a remote decode."),
+        ("vllm:num_requests_running", 0, "Number of requests in model execution batches."),
+        ("vllm:num_requests_waiting", 0, "Number of requests waiting to be processed."),
+    ):
+        out += [f"# HELP {base} {doc}", f"# TYPE {base} gauge",
+                f"{base}{{{labels}}} {float(value)}"]
     return "\n".join(out) + "\n"
 
 
