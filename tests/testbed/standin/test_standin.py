@@ -204,6 +204,20 @@ def test_pd_flow_by_hand_pulls_blocks_over_the_side_channel(engines: Any) -> Non
     assert status == 500 and "no KV blocks held" in err["error"]["message"]
 
 
+def test_decode_connects_to_the_advertised_address(engines: Any) -> None:
+    # The side channel binds and advertises VLLM_NIXL_SIDE_CHANNEL_HOST, not localhost.
+    p = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
+                 kv_config("kv_producer")], {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.2"})
+    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
+                 kv_config("kv_consumer")], {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.3"})
+    params = prefill(p)
+    assert params["remote_host"] == "127.0.0.2"
+    with pytest.raises(ConnectionRefusedError):  # bound to that address only
+        socket.create_connection(("127.0.0.1", p.side_port), timeout=5).close()
+    assert post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})[0] == 200
+    assert d.metrics()["vllm:nixl_kv_pulls_total"] == 1
+
+
 def test_fail_policy_when_advertised_side_channel_is_unreachable(engines: Any) -> None:
     p, d = pd_pair(engines)
     params = {**prefill(p), "remote_port": free_port()}  # nothing listens there

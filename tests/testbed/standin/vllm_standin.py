@@ -487,6 +487,8 @@ class Api(http.server.BaseHTTPRequestHandler):
             self.complete(self.read_body(), chat=path.endswith("chat/completions"))
         except ApiError as e:
             self.send_error_json(e)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away mid-stream, as clients do
         self.after_request()
 
     def after_request(self) -> None:
@@ -835,7 +837,8 @@ def main(argv: list[str]) -> None:
         bind_side_channel(eng)
         threading.Thread(target=eng.sweep, daemon=True).start()
     httpd.server_activate()
-    log("INFO", "api_server.py:1971", f"Starting vLLM API server on http://{host}:{args.port}")
+    port = httpd.server_address[1]  # the real one when --port 0
+    log("INFO", "api_server.py:1971", f"Starting vLLM API server on http://{host}:{port}")
     log("INFO", "launcher.py:37", "Available routes are:")
     for route, methods in (("/health", "GET"), ("/metrics", "GET"), ("/version", "GET"),
                            ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),
