@@ -129,13 +129,6 @@ def _print_projects(texts: dict[str, str]) -> None:
         out.print(Syntax(text, "yaml", background_color="default"))
 
 
-@app.command()
-def preflight(inventory: InventoryArg) -> None:
-    """Check every host before anything is pulled."""
-    _load(inventory)
-    _not_yet("preflight")
-
-
 AcceptNewOpt = Annotated[
     bool,
     typer.Option(
@@ -143,6 +136,45 @@ AcceptNewOpt = Annotated[
         help="Record unknown SSH host keys (like OpenSSH accept-new); changed keys still fail.",
     ),
 ]
+
+
+@app.command()
+def preflight(
+    inventory: InventoryArg,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Run only these checks: an id (gpu.driver) or an area (gpu)."),
+    ] = None,
+    skip: Annotated[
+        list[str] | None,
+        typer.Option("--skip", help="Skip these checks: an id or an area. Repeatable."),
+    ] = None,
+    accept_new_host_keys: AcceptNewOpt = False,
+) -> None:
+    """Check every host before anything is pulled."""
+    from pdboot import preflight as pf
+    from pdboot import report
+    from pdboot.checks import AREAS
+
+    inv = _load(inventory)
+    sel = pf.Selection.of(
+        [x for v in only or [] for x in v.split(",") if x],
+        [x for v in skip or [] for x in v.split(",") if x],
+    )
+    if sel.unknown():
+        err.print(
+            f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})"
+        )
+        raise typer.Exit(EXIT_USAGE)
+    result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys, selection=sel)
+    if json_out:
+        sys.stdout.write(report.to_json(result) + "\n")
+    else:
+        report.print_report(result, out)
+    raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
 
 
 @app.command()

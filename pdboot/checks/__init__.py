@@ -1,0 +1,213 @@
+"""Preflight checks: commands, pure parsers over their text, pure verdicts.
+
+Every check of a host runs in ONE shell script (``batch_script``) that prints, for each
+command, ``### $ COMMAND``, the command's output (stdout and stderr together) and
+``### exit=N`` -- the same layout as the real captures under tests/unit/fixtures/, so a
+parser is tested on exactly the text it will see. ``parse_sections`` splits it again.
+
+Each domain module (gpu, docker, rdma, host, network, model) offers
+``commands(ctx) -> list[Command]`` and ``evaluate(ctx, sections, ...) -> list[CheckResult]``.
+A parser never raises on odd text: the check says "could not parse" and shows the first
+lines.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pdboot.inventory import Requirements
+
+Status = Literal["pass", "warn", "fail", "skip"]
+STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
+AREAS = ("ssh", "gpu", "docker", "rdma", "host", "network", "model")
+
+# A hung nvidia-smi (a GPU fallen off the bus) must not hold the whole batch.
+SECTION_TIMEOUT_S = 20
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    id: str  # "<area>.<name>", e.g. gpu.driver
+    status: Status
+    message: str
+    fix: str = ""
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "status": self.status, "message": self.message, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Command:
+    key: str  # stable name the evaluators look sections up by
+    line: str  # shell text run on the host
+    area: str
+    also_for: tuple[str, ...] = ()  # other areas whose verdicts read this output
+
+
+@dataclass(frozen=True)
+class Section:
+    output: str
+    rc: int | None  # None: the script never reached the end of this command
+
+    def first_lines(self, n: int = 3) -> str:
+        lines = [ln.rstrip() for ln in self.output.strip().splitlines()][:n]
+        return " | ".join(lines) if lines else "(no output)"
+
+
+MISSING = Section("", None)
+
+
+@dataclass(frozen=True)
+class GpuNeed:
+    tier: str  # prefill / decode
+    tensor_parallel_size: int
+    gpus: Literal["all"] | tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A TCP reachability test run from this host (the NIXL side channel, an engine port)."""
+
+    check_id: str  # network.side_channel / network.ingress
+    target: str  # inventory host name
+    address: str
+    port: int
+    what: str
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """Everything the checks of one host need to know from the inventory (plain values)."""
+
+    name: str
+    roles: tuple[str, ...]  # prefill / decode / router
+    req: Requirements
+    gpu_needs: tuple[GpuNeed, ...] = ()
+    ports: tuple[tuple[int, str], ...] = ()  # every port pdboot binds here, with what
+    shm_size_bytes: int = 16 << 30
+    memlock: int = -1
+    nofile: int = 1048576
+    hf_cache: str = "/var/lib/pdboot/hf-cache"
+    image: str = ""
+    model: str = ""
+    rdma_mode: str = "auto"  # auto / on / off
+    rdma_devices: tuple[str, ...] = ()
+    ucx_net_devices: str | None = None
+    probes: tuple[Probe, ...] = ()
+    image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def gpu_host(self) -> bool:
+        return "prefill" in self.roles or "decode" in self.roles
+
+    @property
+    def rdma_required(self) -> bool:
+        return self.req.rdma == "required" or self.rdma_mode == "on"
+
+
+# --------------------------------------------------------------------------- the batch
+
+
+def batch_script(commands: Iterable[Command], timeout_s: int = SECTION_TIMEOUT_S) -> str:
+    """One script printing every command's output between markers (see module doc)."""
+    parts = ["export LC_ALL=C LANG=C"]
+    for c in commands:
+        parts.append(f"printf '%s\\n' {shlex.quote('### $ ' + c.line)}")
+        # Each command in its own bash, under timeout: a hang or an `exit` stays local.
+        parts.append(
+            f"timeout -k 2 {timeout_s} bash -c {shlex.quote(c.line)} </dev/null 2>&1; "
+            'echo "### exit=$?"'
+        )
+    return "\n".join(parts) + "\n"
+
+
+_EXIT_RE = re.compile(r"^### exit=(\d+)\s*$")
+
+
+def parse_sections(text: str) -> dict[str, Section]:
+    """``### $ CMD`` / output / ``### exit=N`` blocks -> {CMD: Section}. Lenient: a block
+    cut off before its exit line gets rc None; text outside blocks is ignored."""
+    out: dict[str, Section] = {}
+    cmd: str | None = None
+    buf: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("### $ "):
+            if cmd is not None:
+                out[cmd] = Section("\n".join(buf), None)
+            cmd, buf = line[len("### $ ") :].rstrip(), []
+            continue
+        m = _EXIT_RE.match(line)
+        if m and cmd is not None:
+            out[cmd] = Section("\n".join(buf) + ("\n" if buf else ""), int(m.group(1)))
+            cmd, buf = None, []
+            continue
+        if cmd is not None:
+            buf.append(line)
+    if cmd is not None:
+        out[cmd] = Section("\n".join(buf), None)
+    return out
+
+
+def by_key(commands: Iterable[Command], sections: Mapping[str, Section]) -> dict[str, Section]:
+    return {c.key: sections.get(c.line, MISSING) for c in commands}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class ParseError(ValueError):
+    """Raised by parsers on text they do not understand; turned into a 'could not parse'."""
+
+
+def unparsed(check_id: str, section: Section, what: str = "") -> CheckResult:
+    return CheckResult(
+        check_id,
+        "fail",
+        f"could not parse {what or 'the output'} (exit {section.rc}): {section.first_lines()}",
+        "run the command on the host by hand and check the tool works",
+    )
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    """'580.65.06' -> (580, 65, 6). Raises ParseError on anything else."""
+    parts = v.strip().split(".")
+    if not parts or not all(p.isdigit() for p in parts):
+        raise ParseError(f"not a version: {v!r}")
+    return tuple(int(p) for p in parts)
+
+
+def na(value: str) -> bool:
+    """nvidia-smi's ways of saying 'no value'."""
+    return value.strip().strip("[]").lower() in ("n/a", "not supported", "unknown error", "")
+
+
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([bkmgt]?)$")
+
+
+def size_bytes(text: str) -> int:
+    """'16g' -> bytes, as docker reads shm_size (binary units)."""
+    m = _SIZE_RE.match(text.strip().lower())
+    if not m:
+        raise ParseError(f"not a size: {text!r}")
+    mult = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
+    return int(float(m.group(1)) * mult)
+
+
+def human_bytes(n: float) -> str:
+    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def gib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"

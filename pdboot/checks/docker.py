@@ -1,0 +1,401 @@
+"""Container runtime checks: engine reachable for the SSH user, version, Compose v2, the
+NVIDIA runtime, and whether the image's CUDA can run on this host's driver.
+
+``docker info`` is read as JSON (``--format '{{json .}}'``); the text form is also
+understood, for captures and for old CLIs. The dockerd process itself is looked at
+through /proc (its limits, capabilities and PATH), because that is what containers
+inherit and where dockerd finds ``nvidia-container-runtime-hook``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pdboot.checks import (
+    CheckResult,
+    Command,
+    HostContext,
+    ParseError,
+    Section,
+    unparsed,
+    version_tuple,
+)
+
+INFO = "docker info --format '{{json .}}'"
+COMPOSE = "docker compose version --short"
+HOOK = "nvidia-container-runtime-hook"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Every dockerd on the machine (a test machine runs several): its command line, limits,
+# capabilities and whether the NVIDIA hook is on ITS PATH. The one serving DOCKER_HOST is
+# chosen when parsing.
+DOCKERD = (
+    'echo "docker_host=$DOCKER_HOST"; '
+    "for p in $(pgrep -x dockerd); do "
+    'echo "pid=$p"; '
+    'echo "cmdline=$(tr "\\0" " " < /proc/$p/cmdline)"; '
+    "grep -E '^Max (locked memory|open files)' /proc/$p/limits; "
+    "grep '^CapEff' /proc/$p/status; "
+    "env=$(tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null) || env=unreadable; "
+    'if [ "$env" = unreadable ]; then echo "environ=unreadable"; path=$PATH; '
+    "else path=$(printf '%s\\n' \"$env\" | sed -n 's/^PATH=//p'); "
+    f"path=${{path:-{DEFAULT_PATH}}}; fi; "
+    f'IFS=:; for d in $path; do [ -x "$d/{HOOK}" ] && echo "hook=$d/{HOOK}"; done; unset IFS; '
+    "done; true"
+)
+
+# CUDA major -> the oldest driver that runs it (CUDA minor-version compatibility).
+MIN_DRIVER_FOR_CUDA = {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
+
+
+def image_command(image: str) -> str:
+    return f"docker image inspect --format '{{{{json .Config.Env}}}}' {shlex.quote(image)}"
+
+
+def commands(ctx: HostContext) -> list[Command]:
+    out = [
+        Command("info", INFO, "docker"),
+        Command("compose", COMPOSE, "docker"),
+        Command("dockerd", DOCKERD, "docker", also_for=("host",)),
+    ]
+    if ctx.gpu_host and ctx.image:
+        out.append(Command("image", image_command(ctx.image), "docker"))
+    return out
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+@dataclass(frozen=True)
+class DockerInfo:
+    server_version: str | None
+    root_dir: str | None
+    runtimes: tuple[str, ...]
+    default_runtime: str | None
+    cdi_devices: tuple[str, ...]
+    errors: tuple[str, ...]
+
+
+def parse_info(text: str) -> DockerInfo:
+    """`docker info --format '{{json .}}'` (plus any error lines), or the plain text form."""
+    lines = text.splitlines()
+    js = next((ln for ln in lines if ln.startswith("{")), None)
+    errors = tuple(
+        ln.strip()
+        for ln in lines
+        if not ln.startswith("{") and re.search(r"cannot connect|permission denied|error", ln, re.I)
+    )
+    if js is not None:
+        try:
+            d = json.loads(js)
+        except json.JSONDecodeError as e:
+            raise ParseError(f"bad JSON: {e}") from None
+        if not isinstance(d, dict):
+            raise ParseError("JSON is not an object")
+        devices = tuple(
+            str(x.get("ID", "")) for x in d.get("DiscoveredDevices") or [] if isinstance(x, dict)
+        )
+        return DockerInfo(
+            server_version=d.get("ServerVersion") or None,
+            root_dir=d.get("DockerRootDir") or None,
+            runtimes=tuple(sorted(d.get("Runtimes") or {})),
+            default_runtime=d.get("DefaultRuntime") or None,
+            cdi_devices=devices,
+            errors=errors + tuple(str(e) for e in d.get("ServerErrors") or []),
+        )
+    kv: dict[str, str] = {}
+    devices_t: list[str] = []
+    for ln in lines:
+        key, sep, val = ln.strip().partition(":")
+        if sep and key and key not in kv:
+            kv[key] = val.strip()
+        if ln.strip().startswith("cdi: "):
+            devices_t.append(ln.strip()[len("cdi: ") :])
+    if "Server Version" not in kv and not errors:
+        raise ParseError("neither JSON nor `docker info` text")
+    return DockerInfo(
+        server_version=kv.get("Server Version") or None,
+        root_dir=kv.get("Docker Root Dir") or None,
+        runtimes=tuple(sorted(kv.get("Runtimes", "").split())),
+        default_runtime=kv.get("Default Runtime") or None,
+        cdi_devices=tuple(devices_t),
+        errors=errors,
+    )
+
+
+@dataclass(frozen=True)
+class Dockerd:
+    pid: int
+    cmdline: str
+    memlock_hard: int | None  # bytes; None = unlimited
+    nofile_hard: int | None
+    cap_eff: int | None
+    hooks: tuple[str, ...] = ()
+    environ_readable: bool = True
+
+    @property
+    def can_raise_limits(self) -> bool:
+        """CAP_SYS_RESOURCE (bit 24) lets dockerd give containers more than its own limits."""
+        return self.cap_eff is not None and bool(self.cap_eff >> 24 & 1)
+
+
+@dataclass(frozen=True)
+class DockerdScan:
+    docker_host: str
+    procs: tuple[Dockerd, ...] = field(default_factory=tuple)
+
+    def serving(self) -> Dockerd | None:
+        """The dockerd behind DOCKER_HOST (or the only one)."""
+        if len(self.procs) == 1:
+            return self.procs[0]
+        sock = self.docker_host.removeprefix("unix://") if self.docker_host else ""
+        for p in self.procs:
+            if sock and sock in p.cmdline:
+                return p
+        if not sock:  # the default socket: the dockerd started without -H unix://
+            plain = [p for p in self.procs if "unix://" not in p.cmdline]
+            if len(plain) == 1:
+                return plain[0]
+        return None
+
+
+def _limit(line: str) -> int | None:
+    # "Max locked memory         8388608              8388608              bytes"
+    parts = line.split()
+    hard = parts[-2] if parts[-1] in ("bytes", "files") else parts[-1]
+    if hard == "unlimited":
+        return None
+    if not hard.isdigit():
+        raise ParseError(f"bad limit line: {line!r}")
+    return int(hard)
+
+
+def parse_dockerd(text: str) -> DockerdScan:
+    docker_host = ""
+    procs: list[Dockerd] = []
+    cur: dict[str, object] | None = None
+
+    def flush() -> None:
+        if cur is not None:
+            procs.append(Dockerd(**cur))  # type: ignore[arg-type]
+
+    for ln in text.splitlines():
+        if ln.startswith("docker_host="):
+            docker_host = ln.split("=", 1)[1].strip()
+        elif ln.startswith("pid="):
+            flush()
+            pid = ln.split("=", 1)[1].strip()
+            if not pid.isdigit():
+                raise ParseError(f"bad pid line {ln!r}")
+            cur = {
+                "pid": int(pid),
+                "cmdline": "",
+                "memlock_hard": None,
+                "nofile_hard": None,
+                "cap_eff": None,
+                "hooks": (),
+            }
+        elif cur is None:
+            continue
+        elif ln.startswith("cmdline="):
+            cur["cmdline"] = ln.split("=", 1)[1].strip()
+        elif ln.startswith("Max locked memory"):
+            cur["memlock_hard"] = _limit(ln)
+        elif ln.startswith("Max open files"):
+            cur["nofile_hard"] = _limit(ln)
+        elif ln.startswith("CapEff:"):
+            try:
+                cur["cap_eff"] = int(ln.split(":", 1)[1].strip(), 16)
+            except ValueError:
+                raise ParseError(f"bad CapEff line {ln!r}") from None
+        elif ln.startswith("hook="):
+            cur["hooks"] = (*cur["hooks"], ln.split("=", 1)[1])  # type: ignore[misc]
+        elif ln.startswith("environ=unreadable"):
+            cur["environ_readable"] = False
+    flush()
+    return DockerdScan(docker_host, tuple(procs))
+
+
+_CUDA_ENV_RE = re.compile(r"^CUDA_VERSION=(\d+)\.(\d+)")
+_CU_TAG_RE = re.compile(r"cu(\d{2,3})")
+
+
+def parse_image_env(text: str) -> str | None:
+    """CUDA_VERSION from `docker image inspect --format '{{json .Config.Env}}'`."""
+    try:
+        env = json.loads(text.strip().splitlines()[0]) if text.strip() else None
+    except (json.JSONDecodeError, IndexError):
+        raise ParseError("not a JSON list") from None
+    if not isinstance(env, list):
+        raise ParseError("not a JSON list")
+    for item in env:
+        m = _CUDA_ENV_RE.match(str(item))
+        if m:
+            return f"{m.group(1)}.{m.group(2)}"
+    return None
+
+
+def cuda_from_tag(image: str, default: str) -> tuple[str, str]:
+    """(CUDA version, why) guessed from the tag when the image is not on the host yet."""
+    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "latest"
+    m = _CU_TAG_RE.search(tag)
+    if m:
+        digits = m.group(1)
+        return f"{digits[:-1]}.{digits[-1]}", f"from the tag {tag!r}"
+    return default, "requirements.cuda (the image is not on the host yet)"
+
+
+def min_driver_for(cuda: str) -> str | None:
+    try:
+        return MIN_DRIVER_FOR_CUDA.get(version_tuple(cuda)[0])
+    except ParseError:
+        return None
+
+
+# --------------------------------------------------------------------------- verdicts
+
+FIX_TOOLKIT = (
+    "install nvidia-container-toolkit, then `sudo nvidia-ctk runtime configure "
+    "--runtime=docker && sudo systemctl restart docker`"
+)
+
+
+def evaluate(
+    ctx: HostContext, s: Mapping[str, Section], driver: str | None
+) -> tuple[list[CheckResult], DockerInfo | None, DockerdScan | None]:
+    out: list[CheckResult] = []
+    info_s = s["info"]
+    if info_s.rc == 127 or "command not found" in info_s.output:
+        return (
+            [
+                CheckResult(
+                    "docker.engine",
+                    "fail",
+                    "docker CLI not found",
+                    "install Docker Engine (docker-ce) and the compose plugin",
+                )
+            ],
+            None,
+            None,
+        )
+    try:
+        info = parse_info(info_s.output)
+    except ParseError as e:
+        return [unparsed("docker.engine", info_s, f"docker info ({e})")], None, None
+    if info.server_version is None:
+        err = "; ".join(info.errors) or info_s.first_lines(2)
+        fix = "start dockerd (systemctl start docker)"
+        if "permission denied" in err.lower():
+            fix = (
+                "add the SSH user to the docker group (sudo usermod -aG docker USER), log in again"
+            )
+        return (
+            [CheckResult("docker.engine", "fail", f"engine not reachable: {err}", fix)],
+            None,
+            None,
+        )
+    out.append(CheckResult("docker.engine", "pass", f"engine {info.server_version} reachable"))
+    try:
+        old = version_tuple(info.server_version.split("-")[0].split("+")[0])[:2] < (20, 10)
+    except ParseError:
+        old = False
+    if old:
+        out.append(
+            CheckResult(
+                "docker.version",
+                "warn",
+                f"Docker {info.server_version} is older than 20.10",
+                "upgrade Docker Engine",
+            )
+        )
+    else:
+        out.append(CheckResult("docker.version", "pass", f"Docker {info.server_version}"))
+    out.append(_compose(s["compose"]))
+    scan: DockerdScan | None = None
+    try:
+        scan = parse_dockerd(s["dockerd"].output)
+    except ParseError:
+        scan = None
+    if ctx.gpu_host:
+        out.append(_runtime(info, scan))
+        if "image" in s:
+            out.append(_image_cuda(ctx, s["image"], driver))
+    return out, info, scan
+
+
+def _compose(c: Section) -> CheckResult:
+    text = c.output.strip()
+    m = re.match(r"^v?(\d+)\.(\d+)\S*$", text.splitlines()[0] if text else "")
+    if c.rc != 0 or not m:
+        return CheckResult(
+            "docker.compose",
+            "fail",
+            f"Compose v2 not available: {c.first_lines(2)}",
+            "install the docker-compose-plugin package (Compose v2, `docker compose`)",
+        )
+    if int(m.group(1)) < 2:
+        return CheckResult(
+            "docker.compose", "fail", f"Compose {text} is v1", "install Compose v2 (plugin)"
+        )
+    return CheckResult("docker.compose", "pass", f"Compose {text}")
+
+
+def _runtime(info: DockerInfo, scan: DockerdScan | None) -> CheckResult:
+    how = []
+    if "nvidia" in info.runtimes:
+        how.append("runtime 'nvidia' registered")
+    if any(d.startswith("nvidia.com/gpu") for d in info.cdi_devices):
+        how.append("CDI nvidia.com/gpu devices")
+    proc = scan.serving() if scan else None
+    if proc and proc.hooks:
+        how.append(f"{HOOK} on dockerd's PATH")
+    if how:
+        return CheckResult("docker.nvidia_runtime", "pass", "; ".join(how))
+    runtimes = ", ".join(info.runtimes) or "none listed"
+    return CheckResult(
+        "docker.nvidia_runtime",
+        "fail",
+        f"no NVIDIA container runtime (runtimes: {runtimes}; no {HOOK} on dockerd's PATH): "
+        "GPU containers fail with 'could not select device driver \"nvidia\"'",
+        FIX_TOOLKIT,
+    )
+
+
+def _image_cuda(ctx: HostContext, img: Section, driver: str | None) -> CheckResult:
+    cuda: str | None = None
+    why = "the image's CUDA_VERSION"
+    if img.rc == 0:
+        try:
+            cuda = parse_image_env(img.output)
+        except ParseError:
+            return unparsed("docker.image_cuda", img, "docker image inspect")
+    if cuda is None:
+        cuda, why = cuda_from_tag(ctx.image, ctx.req.cuda)
+    need = min_driver_for(cuda)
+    if need is None:
+        return CheckResult("docker.image_cuda", "warn", f"unknown CUDA {cuda} ({why})")
+    if driver is None:
+        return CheckResult(
+            "docker.image_cuda", "skip", f"image needs CUDA {cuda} ({why}); driver unknown"
+        )
+    try:
+        ok = version_tuple(driver) >= version_tuple(need)
+    except ParseError:
+        return CheckResult("docker.image_cuda", "warn", f"cannot compare driver {driver!r}")
+    if ok:
+        return CheckResult(
+            "docker.image_cuda",
+            "pass",
+            f"{ctx.image} needs CUDA {cuda} ({why}): driver {driver} >= {need}",
+        )
+    return CheckResult(
+        "docker.image_cuda",
+        "fail",
+        f"{ctx.image} needs CUDA {cuda} ({why}), which needs driver >= {need}; "
+        f"this host has {driver}: containers would fail with 'CUDA driver version is "
+        "insufficient'",
+        f"upgrade the driver to >= {need}, or use an image built for an older CUDA",
+    )

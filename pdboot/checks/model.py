@@ -1,0 +1,187 @@
+"""Model checks, when the model's config.json is readable on the host (in the HF cache or
+at a local path): do the weights fit the tier's GPUs, and how many bytes of KV cache
+each prompt moves from prefill to decode (shown as information)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pdboot.checks import CheckResult, Command, HostContext, ParseError, Section, human_bytes
+from pdboot.checks.gpu import Gpu
+
+DTYPE_BYTES = {
+    "float32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp8": 1,
+    "float8_e4m3fn": 1,
+    "int8": 1,
+}
+PROMPT_TOKENS = 10_000
+
+
+def config_command(model: str, hf_cache: str) -> str:
+    """Print the config.json path and content, then the weights' size in bytes."""
+    hub = f"{hf_cache.rstrip('/')}/hub/models--{model.replace('/', '--')}"
+    return (
+        f"m={shlex.quote(model)}; hub={shlex.quote(hub)}; "
+        'if [ -f "$m/config.json" ]; then f="$m/config.json"; '
+        'else f=$(ls -1t "$hub"/snapshots/*/config.json 2>/dev/null | head -n1); fi; '
+        '[ -n "$f" ] || { echo "no config.json"; exit 3; }; '
+        'echo "config=$f"; cat "$f"; echo; d=$(dirname "$f"); '
+        'echo "weights_bytes=$(cat "$d"/*.safetensors 2>/dev/null | wc -c)"'
+    )
+
+
+def commands(ctx: HostContext) -> list[Command]:
+    if not ctx.gpu_host or not ctx.model:
+        return []
+    return [Command("config", config_command(ctx.model, ctx.hf_cache), "model")]
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    path: str
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    params: int  # estimated from the config
+    weights_bytes: int  # measured on disk, or params x dtype bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+def estimate_params(c: Mapping[str, Any]) -> int:
+    """Dense decoder estimate: attention + gated MLP per layer, plus the embeddings."""
+    h = int(c["hidden_size"])
+    layers = int(c["num_hidden_layers"])
+    heads = int(c["num_attention_heads"])
+    kv = int(c.get("num_key_value_heads") or heads)
+    hd = int(c.get("head_dim") or h // heads)
+    inter = int(c.get("intermediate_size") or 4 * h)
+    vocab = int(c.get("vocab_size") or 0)
+    attn = h * heads * hd * 2 + h * kv * hd * 2
+    mlp = 3 * h * inter
+    emb = vocab * h * (1 if c.get("tie_word_embeddings") else 2)
+    return int(layers * (attn + mlp) + emb)
+
+
+def parse_config(text: str) -> ModelFacts:
+    path = ""
+    m = re.search(r"^config=(.*)$", text, re.M)
+    if m:
+        path = m.group(1).strip()
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ParseError("no JSON object")
+    try:
+        c = json.loads(text[start : end + 1])
+    except json.JSONDecodeError as e:
+        raise ParseError(f"bad JSON: {e}") from None
+    if not isinstance(c, dict):
+        raise ParseError("config is not an object")
+    c = c.get("text_config", c) if "num_hidden_layers" not in c else c
+    try:
+        heads = int(c["num_attention_heads"])
+        h = int(c["hidden_size"])
+        layers = int(c["num_hidden_layers"])
+        kv = int(c.get("num_key_value_heads") or heads)
+        hd = int(c.get("head_dim") or h // heads)
+        params = estimate_params(c)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise ParseError(f"missing or bad field {e}") from None
+    dtype = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
+    db = DTYPE_BYTES.get(dtype, 2)
+    wm = re.search(r"^weights_bytes=(\d+)\s*$", text, re.M)
+    on_disk = int(wm.group(1)) if wm else 0
+    return ModelFacts(path, layers, kv, hd, db, params, on_disk or params * db)
+
+
+def evaluate(
+    ctx: HostContext, s: Mapping[str, Section], gpus: list[Gpu], link_gbps: float | None
+) -> list[CheckResult]:
+    if not ctx.gpu_host or "config" not in s:
+        return []
+    sec = s["config"]
+    if sec.rc == 3 or "no config.json" in sec.output:
+        return [
+            CheckResult(
+                "model.config",
+                "skip",
+                f"config.json of {ctx.model} not on the host yet (downloaded by the engine at "
+                "start); sizes not checked",
+            )
+        ]
+    try:
+        f = parse_config(sec.output)
+    except ParseError as e:
+        return [
+            CheckResult(
+                "model.config",
+                "warn",
+                f"could not parse config.json ({e}): {sec.first_lines()}",
+                "check the model files in the HF cache",
+            )
+        ]
+    out = [CheckResult("model.config", "pass", f"config.json at {f.path or '?'}")]
+    out += _weights(ctx, f, gpus)
+    out.append(kv_info(f, link_gbps or ctx.req.link_gbps))
+    return out
+
+
+def _weights(ctx: HostContext, f: ModelFacts, gpus: list[Gpu]) -> list[CheckResult]:
+    if not gpus:
+        return []
+    per_gpu = min(g.mem_total_mib for g in gpus) * (1 << 20)
+    out = []
+    for need in ctx.gpu_needs:
+        tp = need.tensor_parallel_size
+        cap = per_gpu * tp
+        share = f.weights_bytes / cap
+        msg = (
+            f"{need.tier}: weights {human_bytes(f.weights_bytes)} on {tp} x "
+            f"{human_bytes(per_gpu)} GPU ({share:.0%} of GPU memory)"
+        )
+        if share > 0.9:
+            out.append(
+                CheckResult(
+                    "model.weights",
+                    "fail",
+                    msg + ": does not fit, no room left for the KV cache",
+                    f"raise {need.tier}.tensor_parallel_size or use a quantized model",
+                )
+            )
+        elif share > 0.75:
+            out.append(
+                CheckResult(
+                    "model.weights",
+                    "warn",
+                    msg + ": little room left for the KV cache",
+                    f"consider a larger {need.tier}.tensor_parallel_size",
+                )
+            )
+        else:
+            out.append(CheckResult("model.weights", "pass", msg))
+    return out
+
+
+def kv_info(f: ModelFacts, link_gbps: float | None) -> CheckResult:
+    per_tok = f.kv_bytes_per_token
+    total = per_tok * PROMPT_TOKENS
+    rates = [link_gbps] if link_gbps else [100.0, 10.0]
+    times = "; ".join(f"~{total * 8 / (r * 1e9):.2g} s at {r:g} Gb/s" for r in rates)
+    return CheckResult(
+        "model.kv_transfer",
+        "pass",
+        f"KV cache {per_tok:,} bytes/token: ~{total / 1e9:.1f} GB per 10k-token prompt; {times}",
+    )

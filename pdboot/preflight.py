@@ -1,0 +1,298 @@
+"""Preflight orchestration: inventory -> per-host contexts (pure) -> one batched script per
+host, all hosts in parallel -> verdicts (pure) -> cross-host clock comparison.
+
+``run_preflight`` is what both `pdboot preflight` and `pdboot up` call; ``evaluate_host``
+is pure (script output in, results out) so every verdict is testable from captured text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from rich.console import Console
+
+from pdboot import remote
+from pdboot.checks import (
+    AREAS,
+    CheckResult,
+    Command,
+    GpuNeed,
+    HostContext,
+    ParseError,
+    Probe,
+    batch_script,
+    by_key,
+    parse_sections,
+    size_bytes,
+)
+from pdboot.checks import docker as docker_checks
+from pdboot.checks import gpu as gpu_checks
+from pdboot.checks import host as host_checks
+from pdboot.checks import model as model_checks
+from pdboot.checks import network as network_checks
+from pdboot.checks import rdma as rdma_checks
+from pdboot.inventory import Inventory, advertised_address, deployment_hosts
+from pdboot.plan import build_plan
+
+DOMAINS = (gpu_checks, docker_checks, rdma_checks, host_checks, network_checks, model_checks)
+
+
+# --------------------------------------------------------------------------- selection
+
+
+@dataclass(frozen=True)
+class Selection:
+    """--only / --skip: check ids (gpu.driver) or areas (gpu)."""
+
+    only: frozenset[str] = frozenset()
+    skip: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, only: Collection[str] = (), skip: Collection[str] = ()) -> Selection:
+        return cls(frozenset(only), frozenset(skip))
+
+    def unknown(self) -> list[str]:
+        """Names that are neither an area nor of the form area.name."""
+        return sorted(n for n in self.only | self.skip if n.split(".", 1)[0] not in AREAS)
+
+    def area_wanted(self, area: str) -> bool:
+        if area in self.skip:
+            return False
+        return not self.only or any(o.split(".", 1)[0] == area for o in self.only)
+
+    def command_wanted(self, c: Command) -> bool:
+        return any(self.area_wanted(a) for a in (c.area, *c.also_for))
+
+    def keep(self, r: CheckResult) -> bool:
+        if r.area == "ssh":
+            return True  # an unreachable host is always reported
+        if r.id in self.skip or r.area in self.skip:
+            return False
+        return not self.only or r.id in self.only or r.area in self.only
+
+
+# --------------------------------------------------------------------------- contexts
+
+
+def contexts(inv: Inventory) -> dict[str, HostContext]:
+    """What each host is checked for, from the inventory and the plan (pure)."""
+    plan = build_plan(inv)
+    kv = inv.kv_transfer
+    out: dict[str, HostContext] = {}
+    for name in deployment_hosts(inv):
+        hp = plan.hosts[name]
+        roles = tuple(s.role for s in hp.services)
+        ports: list[tuple[int, str]] = []
+        for s in hp.services:
+            ports.append((s.port, f"{s.role} HTTP"))
+            if s.side_channel_port is not None:
+                ports.append((s.side_channel_port, f"{s.role} NIXL side channel"))
+            if s.metrics_port is not None:
+                ports.append((s.metrics_port, f"{s.role} metrics"))
+        needs = tuple(
+            GpuNeed(t, tier.tensor_parallel_size, "all" if tier.gpus == "all" else tuple(tier.gpus))
+            for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
+            if name in tier.hosts
+        )
+        probes: list[Probe] = []
+        if "decode" in roles:
+            for p in inv.prefill.hosts:
+                probes.append(
+                    Probe(
+                        "network.side_channel",
+                        p,
+                        advertised_address(inv.hosts[p]),
+                        inv.prefill.side_channel_port,
+                        "prefill's NIXL side channel",
+                    )
+                )
+        if "router" in roles:
+            for s in plan.services():
+                if s.role != "router":
+                    probes.append(
+                        Probe("network.ingress", s.host, s.address, s.port, f"{s.role} HTTP")
+                    )
+        try:
+            shm = size_bytes(inv.container.shm_size)
+        except ParseError:
+            shm = 0
+        out[name] = HostContext(
+            name=name,
+            roles=roles,
+            req=inv.requirements,
+            gpu_needs=needs,
+            ports=tuple(ports),
+            shm_size_bytes=shm,
+            memlock=inv.container.ulimits.memlock,
+            nofile=inv.container.ulimits.nofile,
+            hf_cache=inv.container.hf_cache,
+            image=inv.image,
+            model=inv.model,
+            rdma_mode=kv.rdma,
+            rdma_devices=tuple(inv.hosts[name].rdma_devices),
+            ucx_net_devices=kv.ucx.net_devices,
+            probes=tuple(probes),
+        )
+    return out
+
+
+def host_commands(ctx: HostContext, sel: Selection = Selection()) -> list[Command]:
+    cmds = [c for d in DOMAINS for c in d.commands(ctx)]
+    return [c for c in cmds if sel.command_wanted(c)]
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@dataclass
+class HostReport:
+    name: str
+    reachable: bool
+    checks: list[CheckResult] = field(default_factory=list)
+    rdma_present: bool | None = None
+    clock_offset: float | None = None  # host clock minus ours, seconds
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.reachable and not any(c.status == "fail" for c in self.checks)
+
+
+@dataclass
+class PreflightResult:
+    hosts: dict[str, HostReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(h.ok for h in self.hosts.values())
+
+    @property
+    def rdma_present(self) -> dict[str, bool]:
+        """For plan.build_plan(inv, rdma_present=...): hosts where RDMA was checked."""
+        return {n: h.rdma_present for n, h in self.hosts.items() if h.rdma_present is not None}
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "hosts": {
+                n: {"reachable": h.reachable, "checks": [c.as_dict() for c in h.checks]}
+                for n, h in self.hosts.items()
+            },
+        }
+
+
+def evaluate_host(
+    ctx: HostContext, output: str, sel: Selection = Selection()
+) -> tuple[list[CheckResult], bool | None, float | None]:
+    """Batch output -> (results, rdma usable?, host clock as printed). Pure."""
+    cmds = [c for d in DOMAINS for c in d.commands(ctx)]
+    s = by_key(cmds, parse_sections(output))
+    wanted = sel.area_wanted
+    results: list[CheckResult] = []
+    gpu_res, gpus = gpu_checks.evaluate(
+        ctx, {k: s[k] for k in ("kmod", "query", "apps", "version") if k in s}
+    )
+    driver = gpu_checks.driver_version(gpus, s) if gpus else None
+    results += gpu_res
+    dres, _info, scan = docker_checks.evaluate(ctx, s, driver)
+    results += dres
+    rdma_present: bool | None = None
+    link: float | None = None
+    if wanted("rdma") or ctx.gpu_host:
+        rres, rfacts = rdma_checks.evaluate(ctx, s) if "devices" in s else ([], None)
+        results += rres
+        if rfacts is not None and s["devices"].rc is not None:
+            rdma_present = rfacts.usable
+            link = rfacts.link_gbps() if rfacts.usable else None
+        elif ctx.rdma_mode == "off" and ctx.gpu_host:
+            rdma_present = False
+    results += host_checks.evaluate(ctx, s, scan)
+    results += network_checks.evaluate(ctx, s)
+    results += model_checks.evaluate(ctx, s, gpus, link)
+    clock: float | None = None
+    if "clock" in s and s["clock"].rc == 0:
+        try:
+            clock = network_checks.parse_clock(s["clock"].output)
+        except ParseError:
+            results.append(
+                CheckResult(
+                    "network.clock", "warn", f"could not read the clock: {s['clock'].first_lines()}"
+                )
+            )
+    return [r for r in results if sel.keep(r)], rdma_present, clock
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_preflight(
+    inv: Inventory,
+    *,
+    accept_new_host_keys: bool = False,
+    selection: Selection = Selection(),
+    connections: Mapping[str, remote.Connection] | None = None,
+) -> PreflightResult:
+    """Check every host in parallel. ``connections``: already open ones to reuse (kept
+    open); any other host gets a connection opened and closed here."""
+    ctxs = contexts(inv)
+    given = dict(connections or {})
+
+    def one(name: str, ctx: HostContext) -> tuple[str, float, float]:
+        conn = given.get(name)
+        own = conn is None
+        if conn is None:
+            conn = remote.connect(
+                name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
+            )
+        try:
+            script = batch_script(host_commands(ctx, selection))
+            t0 = time.time()
+            res = conn.run(script)
+            return res.stdout, t0, res.seconds
+        finally:
+            if own:
+                conn.close()
+
+    settings = [remote.effective_ssh(inv.ssh, inv.hosts[n]) for n in ctxs]
+    deadline = max(s.connect_timeout + s.command_timeout for s in settings) + 10
+    outcomes = remote.fan_out(ctxs, one, deadline)
+    reports: dict[str, HostReport] = {}
+    for name, oc in outcomes.items():
+        if oc.error is not None or oc.value is None:
+            e = oc.error or remote.RemoteError(name, "error", "no result")
+            reports[name] = HostReport(
+                name,
+                reachable=False,
+                checks=[CheckResult("ssh.connect", "fail", f"{e.kind}: {e.message}", e.fix)],
+            )
+            continue
+        stdout, t0, secs = oc.value
+        checks, rdma, clock = evaluate_host(ctxs[name], stdout, selection)
+        rep = HostReport(
+            name,
+            True,
+            [CheckResult("ssh.connect", "pass", "connected"), *checks],
+            rdma,
+            None if clock is None else clock - t0,
+            secs,
+        )
+        reports[name] = rep
+    if selection.area_wanted("network") and "network.clock" not in selection.skip:
+        offsets = {n: r.clock_offset for n, r in reports.items() if r.clock_offset is not None}
+        for n, res in network_checks.evaluate_clocks(
+            offsets, inv.requirements.clock_skew_seconds
+        ).items():
+            if selection.keep(res):
+                reports[n].checks.append(res)
+    return PreflightResult(reports)
+
+
+def gate_for_up(inv: Inventory, console: Console, accept_new_host_keys: bool = False) -> bool:
+    """What `pdboot up` runs first: the full preflight, printed; True when nothing fails."""
+    from pdboot import report  # report imports this module
+
+    result = run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
+    report.print_report(result, console)
+    return result.ok

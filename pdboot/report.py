@@ -1,0 +1,86 @@
+"""Preflight results -> a rich table per host (areas with failures first, the fix under
+each failure or warning) and a one-line verdict; or the JSON of design.md."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pdboot.checks import AREAS, STATUS_ORDER, CheckResult
+from pdboot.preflight import HostReport, PreflightResult
+
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+def ordered(checks: list[CheckResult]) -> list[CheckResult]:
+    """Grouped by area; areas whose worst result is worst come first; inside an area,
+    failures first, then warnings, passes, skips (stable otherwise)."""
+    worst: dict[str, int] = {}
+    for c in checks:
+        worst[c.area] = min(worst.get(c.area, 9), STATUS_ORDER[c.status])
+
+    def key(ic: tuple[int, CheckResult]) -> tuple[int, int, int, int]:
+        i, c = ic
+        area_pos = AREAS.index(c.area) if c.area in AREAS else len(AREAS)
+        return (worst[c.area], area_pos, STATUS_ORDER[c.status], i)
+
+    return [c for _, c in sorted(enumerate(checks), key=key)]
+
+
+def host_table(h: HostReport) -> Table:
+    state = "reachable" if h.reachable else "[bold red]UNREACHABLE[/]"
+    t = Table(
+        title=f"[bold]{h.name}[/] ({state}{f', {h.seconds:.1f}s' if h.seconds else ''})",
+        title_justify="left",
+        show_lines=False,
+        expand=False,
+    )
+    t.add_column("", no_wrap=True)
+    t.add_column("check", no_wrap=True)
+    t.add_column("result", overflow="fold")
+    last_area = None
+    for c in ordered(h.checks):
+        if last_area is not None and c.area != last_area:
+            t.add_section()
+        last_area = c.area
+        t.add_row(Text(MARK[c.status], style=STYLE[c.status]), c.id, Text(c.message))
+        if c.fix and c.status in ("fail", "warn"):
+            t.add_row("", "", Text(f"fix: {c.fix}", style="cyan"))
+    return t
+
+
+def counts(result: PreflightResult) -> dict[str, int]:
+    n = {"pass": 0, "warn": 0, "fail": 0, "skip": 0}
+    for h in result.hosts.values():
+        for c in h.checks:
+            n[c.status] += 1
+    return n
+
+
+def verdict(result: PreflightResult) -> str:
+    n = counts(result)
+    bad = [name for name, h in result.hosts.items() if not h.ok]
+    down = [name for name, h in result.hosts.items() if not h.reachable]
+    if result.ok:
+        warn = f" ({n['warn']} warning{'s' if n['warn'] != 1 else ''})" if n["warn"] else ""
+        return f"PASS: {len(result.hosts)} host(s) ready for `pdboot up`{warn}"
+    parts = [f"{n['fail']} failure{'s' if n['fail'] != 1 else ''}"]
+    if down:
+        parts.append(f"unreachable: {', '.join(down)}")
+    return f"FAIL: {'; '.join(parts)} on {', '.join(bad)}; fix them before `pdboot up`"
+
+
+def print_report(result: PreflightResult, console: Console) -> None:
+    for h in result.hosts.values():
+        console.print(host_table(h))
+        console.print()
+    style = "bold green" if result.ok else "bold red"
+    console.print(Text(verdict(result), style=style))
+
+
+def to_json(result: PreflightResult) -> str:
+    return json.dumps(result.as_json(), indent=2)
