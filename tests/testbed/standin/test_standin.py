@@ -330,7 +330,7 @@ def test_tolerates_common_flags_and_logs_like_vllm(engines: Any) -> None:
                  kv_config("kv_consumer")])
     log = e.log
     assert "vLLM API server version 0.33.0" in log
-    assert "non-default args:" in log and "'max_model_len': '4096'" in log
+    assert "non-default args:" in log and "'max_model_len': 4096" in log
     assert f"Starting vLLM API server on http://0.0.0.0:{e.port}" in log
     assert "Starting listening on path: tcp://127.0.0.1:" in log
 

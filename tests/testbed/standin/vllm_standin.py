@@ -72,7 +72,14 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def human_int(value: str) -> int:
+    """vLLM's --max-model-len accepts 4096, 4k, 1M."""
+    scale = {"k": 1000, "K": 1024, "m": 10**6, "M": 2**20}.get(value[-1:], 1)
+    return int(float(value[:-1] if scale > 1 else value) * scale)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The arguments, and the non-default ones as vLLM logs them (secrets redacted)."""
     p = Parser(prog="vllm serve", add_help=True)
     p.add_argument("model_tag", nargs="?", default=None)
     p.add_argument("--model", default="Qwen/Qwen3-0.6B")
@@ -83,7 +90,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     p.add_argument("--kv-transfer-config", default=None)
-    p.add_argument("--max-model-len", default=None)
+    p.add_argument("--max-model-len", type=human_int, default=None)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--kv-cache-dtype", default="auto")
@@ -106,6 +113,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for flag in ("--enable-prefix-caching", "--enable-chunked-prefill"):
         p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
     args = p.parse_args(argv)
+    changed = {k: ("<redacted>" if k == "api_key" else v) for k, v in vars(args).items()
+               if v != p.get_default(k)}
     if args.model_tag is not None:
         args.model = args.model_tag
     if args.kv_transfer_config is not None:
@@ -116,20 +125,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     "converted to <function loads at 0x7f3a2c1b1e40>.")
         if not isinstance(args.kv_transfer_config, dict):
             p.error("argument --kv-transfer-config: expected a JSON object")
-    return args
-
-
-def non_default_args(p_args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
-    given = {a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("-")}
-    out: dict[str, Any] = {}
-    if p_args.model_tag is not None:
-        out["model_tag"] = p_args.model_tag
-    for k, v in vars(p_args).items():
-        if k in given and k != "api_key":
-            out[k] = v
-    if "api_key" in given:
-        out["api_key"] = "<redacted>"  # never echo a secret into logs
-    return out
+        changed["kv_transfer_config"] = args.kv_transfer_config
+    return args, changed
 
 
 def validate_kv(cfg: dict[str, Any]) -> list[str]:
@@ -436,7 +433,7 @@ class Api(http.server.BaseHTTPRequestHandler):
             self.send_json(200, {"object": "list", "data": [
                 {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
                  "root": eng.args.model, "parent": None,
-                 "max_model_len": int(eng.args.max_model_len or 32768)} for name in eng.served]})
+                 "max_model_len": eng.args.max_model_len or 32768} for name in eng.served]})
         elif path == "/metrics":
             self.send(200, metrics_text(eng).encode(), "text/plain; version=0.0.4; charset=utf-8")
         else:
@@ -473,7 +470,7 @@ class Api(http.server.BaseHTTPRequestHandler):
             ids = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "big") % 151000
                    for t in tokens_of(text)]
             self.send_json(200, {"count": len(ids), "tokens": ids, "token_strs": None,
-                                 "max_model_len": int(self.engine.args.max_model_len or 32768)})
+                                 "max_model_len": self.engine.args.max_model_len or 32768})
             return
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -757,13 +754,13 @@ def main(argv: list[str]) -> None:
               file=sys.stderr)
         print(f"vllm: error: argument subparser: invalid choice: {argv[:1]}", file=sys.stderr)
         sys.exit(2)
-    args = parse_args(argv[1:])
+    args, changed = parse_args(argv[1:])
     crash_kind = os.environ.get("STANDIN_CRASH_AT_START", "").lower()
     if crash_kind in ENV_FALSE and os.environ.get("STANDIN_FAIL_MESSAGE"):
         crash_kind = "oom"
     crashing = crash_kind not in ENV_FALSE
     log("INFO", "api_server.py:1885", f"vLLM API server version {VERSION}  (STAND-IN EMULATION)")
-    log("INFO", "utils.py:328", f"non-default args: {non_default_args(args, argv[1:])}")
+    log("INFO", "utils.py:328", f"non-default args: {changed}")
     if crashing and crash_kind == "gated":
         crash(crash_kind, args.model)
     kv = args.kv_transfer_config or {}
