@@ -297,7 +297,7 @@ class SideChannel(socketserver.StreamRequestHandler):
                         eng.leases.pop(str(msg.get("request_id")), None)
                     self.reply({"type": "done", "ok": True})
                     return
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, AttributeError) as e:  # a peer speaking something else
             engine_log("WARNING", "nixl_connector.py:902", f"Side channel peer error: {e}")
 
 
@@ -311,8 +311,10 @@ def bind_side_channel(eng: Engine) -> None:
     addr = f"tcp://{eng.side_host}:{eng.side_port}"
     try:
         infos = socket.getaddrinfo(eng.side_host, eng.side_port, type=socket.SOCK_STREAM)
-        SideServer.address_family = infos[0][0]
-        server = SideServer((str(infos[0][4][0]), int(infos[0][4][1])), handler)
+        # zmq resolves names to IPv4 unless IPv6 is enabled (it is for IPv6 literals only)
+        family, *_, sockaddr = sorted(infos, key=lambda i: i[0] != socket.AF_INET)[0]
+        SideServer.address_family = family
+        server = SideServer((str(sockaddr[0]), int(sockaddr[1])), handler)
     except OSError as e:
         reason = e.strerror or str(e)
         if isinstance(e, socket.gaierror) or e.errno == 99:
