@@ -1,0 +1,368 @@
+"""Test images in the testbed's registry, built without internet and cached across runs.
+
+- base: Python 3.11 from Debian packages (apt-get download + dpkg -x), ~50 MB, no shell tools
+  beyond dash.
+- `vllm/vllm-openai:v0.33.0`: base + the vLLM stand-in (tests/testbed/standin/) behind a
+  `/usr/local/bin/vllm` launcher; ENTRYPOINT ["vllm","serve"] like the real image, and the
+  CUDA env a real CUDA image carries (CUDA_VERSION, NVIDIA_REQUIRE_CUDA).
+- `vllm/vllm-router:v0.1.17`: base + the REAL vllm-router wheel from PyPI and its
+  dependencies (pip install --target for cp311 manylinux); like the upstream image
+  (Dockerfile.router) it has no ENTRYPOINT and CMD ["vllm-router","--host","0.0.0.0",
+  "--port","8080"], so a compose `command:` must start with `vllm-router`.
+
+Images are built with `docker import` on a short-lived build dockerd and pushed to the
+testbed's registry; the registry's storage is then kept in CACHE_DIR and reused by every
+later testbed (copied with hard links), keyed by a hash of everything that goes into each
+image: a changed stand-in rebuilds only the engine image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tests.testbed import procs
+
+if TYPE_CHECKING:
+    from tests.testbed.harness import Testbed
+
+CACHE_DIR = Path(os.environ.get("PDBOOT_TESTBED_CACHE", "/var/tmp/pdboot-testbed-cache"))
+STANDIN_DIR = Path(__file__).resolve().parent / "standin"
+ENGINE_REPO, ENGINE_TAG = "vllm/vllm-openai", "v0.33.0"
+ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
+ROUTER_VERSION = "0.1.17"
+BUILT_FILE = "pdboot-built.json"
+RECIPE_VERSION = "3"  # bump when the way images are built changes
+
+BASE_PACKAGES = [
+    "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "libc6", "libexpat1",
+    "zlib1g", "libssl3", "libffi8", "libbz2-1.0", "liblzma5", "libcrypt1", "libgcc-s1",
+    "libzstd1", "libsqlite3-0", "libreadline8", "libtinfo6", "libncursesw6", "libdb5.3",
+    "libuuid1", "libnsl2", "libtirpc3", "libtirpc-common", "libgssapi-krb5-2", "libkrb5-3",
+    "libk5crypto3", "libcom-err2", "libkrb5support0", "libkeyutils1", "media-types",
+    "ca-certificates", "dash", "libstdc++6",
+]
+
+VLLM_LAUNCHER = """#!/usr/bin/python3
+# pdboot testbed: EMULATED vLLM (see /opt/vllm-standin/README.md); runs as `vllm serve ...`
+import runpy
+import sys
+
+sys.argv[0] = "vllm"
+sys.path.insert(0, "/opt/vllm-standin")
+runpy.run_path("/opt/vllm-standin/vllm_standin.py", run_name="__main__")
+"""
+
+ROUTER_LAUNCHER = """#!/usr/bin/python3
+# the console script of the vllm-router wheel (entry point vllm_router.launch_router:main)
+import sys
+
+from vllm_router.launch_router import main
+
+if __name__ == "__main__":
+    sys.argv[0] = "vllm-router"
+    sys.exit(main())
+"""
+
+ENGINE_CHANGES = [
+    'ENTRYPOINT ["vllm", "serve"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV CUDA_VERSION=13.0.1",
+    'ENV NVIDIA_REQUIRE_CUDA="cuda>=13.0"',
+    "ENV NVIDIA_VISIBLE_DEVICES=all",
+    "ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+    "ENV VLLM_USAGE_SOURCE=production-docker-image",
+    "ENV PYTHONUNBUFFERED=1",
+]
+ROUTER_CHANGES = [
+    'CMD ["vllm-router", "--host", "0.0.0.0", "--port", "8080"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV PYTHONUNBUFFERED=1",
+    "EXPOSE 8080",
+    "EXPOSE 29000",
+]
+
+
+def _sha(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _standin_files() -> list[Path]:
+    if not STANDIN_DIR.is_dir():
+        return []
+    return sorted(p for p in STANDIN_DIR.iterdir()
+                  if p.is_file() and not p.name.startswith(("test_", ".")) and
+                  p.suffix in (".py", ".md", ".json"))
+
+
+def base_key() -> str:
+    return _sha(RECIPE_VERSION, *BASE_PACKAGES)
+
+
+def wanted() -> dict[str, str]:
+    """Repository:tag -> content key of what should be in the registry."""
+    standin = [f.name.encode() + f.read_bytes() for f in _standin_files()]
+    return {
+        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin),
+        f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES,
+                                            ROUTER_VERSION),
+    }
+
+
+# ---------------------------------------------------------------------- the registry cache
+
+
+@contextlib.contextmanager
+def _cache_lock() -> Iterator[None]:
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / "lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _clone(src: Path, dst: Path) -> None:
+    """Copy a registry tree: big content-addressed blobs as hard links, small files copied
+    (the registry rewrites tag links in place, which must not reach the other copy)."""
+    for root, dirs, files in os.walk(src):
+        rel = Path(root).relative_to(src)
+        (dst / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            s, d = Path(root) / name, dst / rel / name
+            if d.exists():
+                continue
+            if s.stat().st_size > 65536:
+                try:
+                    os.link(s, d)
+                    continue
+                except OSError:
+                    pass
+            shutil.copy2(s, d)
+
+
+def _built(data: Path) -> dict[str, str]:
+    try:
+        return dict(json.loads((data / BUILT_FILE).read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def prepare_registry_data(dest: Path) -> None:
+    """Give a testbed's registry its own copy of the cached registry storage."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with _cache_lock():
+        cached = CACHE_DIR / "registry"
+        if cached.is_dir():
+            _clone(cached, dest)
+
+
+def ensure_pushed(tb: Testbed, data: Path) -> None:
+    """Build and push every image whose content key changed; then refresh the cache."""
+    want = wanted()
+    have = _built(data)
+    stale = [ref for ref, key in want.items() if have.get(ref) != key]
+    if not stale:
+        return
+    with _cache_lock():
+        builder = _BuildEngine(tb)
+        try:
+            builder.start()
+            for ref in stale:
+                t0 = time.monotonic()
+                _build_one(builder, ref, tb.registry)
+                have[ref] = want[ref]
+                print(f"[testbed] built and pushed {ref} in {time.monotonic() - t0:.1f}s",
+                      file=sys.stderr)
+        finally:
+            builder.stop()
+        (data / BUILT_FILE).write_text(json.dumps(have, indent=1))
+        cached = CACHE_DIR / "registry"
+        tmp = CACHE_DIR / f"registry.new.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        _clone(data, tmp)
+        old = CACHE_DIR / f"registry.old.{os.getpid()}"
+        if cached.exists():
+            cached.rename(old)
+        tmp.rename(cached)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- building
+
+
+class _BuildEngine:
+    """A dockerd in the machine's network namespace (private mounts), only for import+push."""
+
+    def __init__(self, tb: Testbed) -> None:
+        self.tb = tb
+        self.dir = tb.dir / "build"
+        self.sock = self.dir / "docker.sock"
+
+    def start(self) -> None:
+        self.dir.mkdir(exist_ok=True)
+        argv = ["unshare", "--mount", "--propagation", "private", "--", "dockerd",
+                "--data-root", str(self.dir / "d"), "--exec-root", str(self.dir / "x"),
+                "--pidfile", str(self.dir / "dockerd.pid"), "-H", f"unix://{self.sock}",
+                "--bridge", "none", "--iptables=false", "--ip-masq=false",
+                "--insecure-registry", self.tb.registry, "--log-level", "warn"]
+        p = procs.spawn(argv, "build-dockerd", self.dir / "dockerd.log")
+        self.tb.procs["build-dockerd"] = p
+        self.tb.save()
+        deadline = time.monotonic() + 60
+        while self.docker("version", check=False).returncode != 0:
+            if not procs.alive(p) or time.monotonic() > deadline:
+                log = (self.dir / "dockerd.log").read_text(errors="replace")
+                raise RuntimeError(f"build dockerd did not start:\n{log[-3000:]}")
+            time.sleep(0.1)
+
+    def docker(self, *args: str, stdin: int | None = None,
+               check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, DOCKER_HOST=f"unix://{self.sock}")
+        res = subprocess.run(["docker", *args], capture_output=True, text=True, env=env,
+                             stdin=stdin, timeout=600)
+        if check and res.returncode != 0:
+            raise RuntimeError(f"docker {' '.join(args[:3])}: {res.stderr.strip()[-2000:]}")
+        return res
+
+    def stop(self) -> None:
+        p = self.tb.procs.pop("build-dockerd", None)
+        if p:
+            procs.stop(p, timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.tb.save()
+
+
+def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
+    base = base_rootfs()
+    work = builder.dir / "rootfs"
+    shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(["cp", "-a", "--reflink=auto", f"{base}/.", str(work)], check=True)
+    if ref.startswith(ENGINE_REPO):
+        changes = ENGINE_CHANGES
+        dest = work / "opt" / "vllm-standin"
+        dest.mkdir(parents=True)
+        files = _standin_files()
+        if not any(f.name == "vllm_standin.py" for f in files):
+            raise RuntimeError(f"the stand-in engine is missing: {STANDIN_DIR}/vllm_standin.py")
+        for f in files:
+            shutil.copy2(f, dest / f.name)
+        _write_exec(work / "usr" / "local" / "bin" / "vllm", VLLM_LAUNCHER)
+    else:
+        changes = ROUTER_CHANGES
+        site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
+        site.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(router_site(), site, symlinks=True, dirs_exist_ok=True)
+        shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's shebang
+        _write_exec(work / "usr" / "local" / "bin" / "vllm-router", ROUTER_LAUNCHER)
+    target = f"{registry}/{ref}"
+    tar = subprocess.Popen(["tar", "-C", str(work), "--numeric-owner", "-c", "."],
+                           stdout=subprocess.PIPE)
+    args = ["import"]
+    for c in changes:
+        args += ["-c", c]
+    try:
+        builder.docker(*args, "-", target, stdin=tar.stdout.fileno() if tar.stdout else None)
+    finally:
+        if tar.stdout:
+            tar.stdout.close()
+        tar.wait()
+    builder.docker("push", "-q", target)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_exec(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def base_rootfs() -> Path:
+    """Python 3.11 unpacked from Debian packages (cached by package list)."""
+    out = CACHE_DIR / f"base-{base_key()}"
+    done = CACHE_DIR / f"base-{base_key()}.done"
+    if done.exists() and out.is_dir():
+        return out
+    debs = CACHE_DIR / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    os.chmod(debs, 0o777)  # apt-get download runs as the _apt user
+    have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
+    missing = [p for p in BASE_PACKAGES if p not in have]
+    if missing:
+        res = subprocess.run(["apt-get", "download", *missing], cwd=debs, capture_output=True,
+                             text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"apt-get download failed (run apt-get update?): {res.stderr}")
+    tmp = CACHE_DIR / f"base.tmp.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for deb in sorted(debs.glob("*.deb")):
+        if deb.name.split("_")[0] in BASE_PACKAGES:
+            subprocess.run(["dpkg", "-x", str(deb), str(tmp)], check=True)
+    for d in ("tmp", "root", "etc", "proc", "sys", "dev", "run", "var/tmp", "usr/local/bin"):
+        (tmp / d).mkdir(parents=True, exist_ok=True)
+    os.chmod(tmp / "tmp", 0o1777)
+    os.chmod(tmp / "var" / "tmp", 0o1777)
+    _link(tmp / "usr" / "bin" / "python3", "python3.11")
+    _link(tmp / "bin" / "sh", "dash")
+    (tmp / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n"
+                                        "nobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n")
+    (tmp / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    (tmp / "etc" / "os-release").write_text(
+        'PRETTY_NAME="pdboot testbed image (Debian 12 python3.11)"\nID=debian\n')
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    done.write_text("")
+    return out
+
+
+def _link(path: Path, target: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() and not path.is_symlink():
+        path.symlink_to(target)
+
+
+def router_site() -> Path:
+    """vllm-router==0.1.17 from PyPI with its dependencies, for CPython 3.11 manylinux."""
+    out = CACHE_DIR / f"router-site-{ROUTER_VERSION}"
+    if (out / ".done").exists():
+        return out
+    tmp = CACHE_DIR / f"router-site.tmp.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(tmp),
+         "--python-version", "3.11", "--implementation", "cp", "--only-binary=:all:",
+         "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+         "--platform", "manylinux2014_x86_64", f"vllm-router=={ROUTER_VERSION}"],
+        capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"pip install vllm-router failed: {res.stderr[-3000:]}")
+    (tmp / ".done").write_text("")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def wheel_contents() -> list[str]:
+    """What the router wheel ships (for a test and the README)."""
+    site = router_site()
+    with contextlib.suppress(OSError):
+        record = next(site.glob(f"vllm_router-{ROUTER_VERSION}.dist-info")) / "RECORD"
+        return [line.split(",")[0] for line in record.read_text().splitlines()]
+    return []
+
