@@ -50,9 +50,11 @@ def test_render_prints_every_host_plainly_when_piped() -> None:
     docs = list(yaml.safe_load_all(out))
     assert [d["name"] for d in docs] == ["pdboot-demo", "pdboot-demo"]
     assert "\x1b[" not in out  # no colour codes when not a terminal
-    expected = (GOLDEN / "gpu-b" / "compose.yaml").read_text() + "---\n" + (
-        GOLDEN / "gpu-a" / "compose.yaml"
-    ).read_text()
+    expected = (
+        (GOLDEN / "gpu-b" / "compose.yaml").read_text()
+        + "---\n"
+        + (GOLDEN / "gpu-a" / "compose.yaml").read_text()
+    )
     assert out == expected
 
 
@@ -104,7 +106,10 @@ def test_render_example_inventory() -> None:
         (None, r"^.*missing\.yaml: cannot read: No such file or directory$"),
         ("", r"^.*bad\.yaml:1: the inventory is empty$"),
         ("name: x\nmodel: [\n", r"^.*bad\.yaml:3: not valid YAML: .*$"),
-        ("name: demo\nmodle: x\n", r"^.*bad\.yaml:2: modle: unknown key 'modle'; did you mean 'model'\?$"),
+        (
+            "name: demo\nmodle: x\n",
+            r"^.*bad\.yaml:2: modle: unknown key 'modle'; did you mean 'model'\?$",
+        ),
     ],
 )
 def test_bad_inventories_exit_2_with_located_errors(
@@ -164,7 +169,10 @@ def test_the_installed_entry_point_exits_2_without_a_traceback(tmp_path: Path) -
     bad.write_text("name: demo\nprefill: {hosts: []}\n")
     proc = subprocess.run(
         [sys.executable, "-m", "pdboot", "render", str(bad)],
-        capture_output=True, text=True, check=False, timeout=60,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr

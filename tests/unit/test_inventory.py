@@ -72,7 +72,7 @@ def key(issue: InventoryIssue) -> str:
     return str(issue).split(": ", 2)[1]
 
 
-# ----------------------------------------------------------------------------- good inputs
+# --- good inputs
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def test_colocated_single_host_with_default_ports_is_valid() -> None:
     parse_inventory(inv_text(COLOCATED))
 
 
-# ----------------------------------------------------------------------------- error format
+# --- error format
 
 
 def test_errors_name_file_line_and_key() -> None:
@@ -116,9 +116,7 @@ def test_errors_name_file_line_and_key() -> None:
 
 
 def test_all_errors_are_reported_at_once() -> None:
-    text = inv_text(
-        modle="x", decode__port=0, router__host="gpu-z", kv_transfer={"kv_rank": 0}
-    )
+    text = inv_text(modle="x", decode__port=0, router__host="gpu-z", kv_transfer={"kv_rank": 0})
     keys = {key(i) for i in issues(text)}
     assert {"modle", "decode.port", "kv_transfer.kv_rank"} <= keys
 
@@ -139,11 +137,19 @@ def test_rule_errors_are_reported_together() -> None:
     ("changes", "where", "suggestion"),
     [
         ({"modle": "x"}, "modle", "model"),
-        ({"prefill__tensor_paralel_size": 2}, "prefill.tensor_paralel_size", "tensor_parallel_size"),
+        (
+            {"prefill__tensor_paralel_size": 2},
+            "prefill.tensor_paralel_size",
+            "tensor_parallel_size",
+        ),
         ({"router__prefil_policy": "random"}, "router.prefil_policy", "prefill_policy"),
         ({"hosts__gpu-a__adress": "x"}, "hosts.gpu-a.adress", "address"),
         ({"container__ulimits__memlok": -1}, "container.ulimits.memlok", "memlock"),
-        ({"kv_transfer": {"kv_conector": "NixlConnector"}}, "kv_transfer.kv_conector", "kv_connector"),
+        (
+            {"kv_transfer": {"kv_conector": "NixlConnector"}},
+            "kv_transfer.kv_conector",
+            "kv_connector",
+        ),
     ],
 )
 def test_unknown_keys_are_refused_with_a_suggestion(
@@ -185,7 +191,7 @@ def test_missing_and_undecodable_files(tmp_path: Path) -> None:
         load_inventory(bad)
 
 
-# ----------------------------------------------------------------------------- tiers and hosts
+# --- tiers and hosts
 
 
 def test_each_tier_needs_a_host() -> None:
@@ -216,7 +222,7 @@ def test_host_names_are_restricted() -> None:
     assert key(one_issue(yaml.safe_dump(data))) == "hosts"
 
 
-# ----------------------------------------------------------------------------- addresses
+# --- addresses
 
 
 @pytest.mark.parametrize("address", ["localhost", "127.0.0.1", "127.1.2.3", "0.0.0.0", "::1", "::"])
@@ -253,7 +259,7 @@ def test_empty_address_refused() -> None:
     assert key(one_issue(inv_text(**{"hosts__gpu-a": {"address": "  "}}))) == "hosts.gpu-a.address"
 
 
-# ----------------------------------------------------------------------------- ports
+# --- ports
 
 
 @pytest.mark.parametrize(
@@ -290,21 +296,17 @@ def test_port_range(port: int) -> None:
     assert key(one_issue(inv_text(prefill__port=port))) == "prefill.port"
 
 
-# ----------------------------------------------------------------------------- tensor parallel, GPUs
+# --- tensor parallel, GPUs
 
 
 @pytest.mark.parametrize(("p", "d"), [(1, 1), (2, 4), (4, 2), (1, 8), (8, 1)])
 def test_tp_sizes_that_divide_one_another(p: int, d: int) -> None:
-    parse_inventory(
-        inv_text(prefill__tensor_parallel_size=p, decode__tensor_parallel_size=d)
-    )
+    parse_inventory(inv_text(prefill__tensor_parallel_size=p, decode__tensor_parallel_size=d))
 
 
 @pytest.mark.parametrize(("p", "d"), [(2, 3), (4, 6), (3, 2)])
 def test_tp_sizes_that_do_not_divide(p: int, d: int) -> None:
-    issue = one_issue(
-        inv_text(prefill__tensor_parallel_size=p, decode__tensor_parallel_size=d)
-    )
+    issue = one_issue(inv_text(prefill__tensor_parallel_size=p, decode__tensor_parallel_size=d))
     assert key(issue) == "decode.tensor_parallel_size"
     assert "divide" in issue.message
 
@@ -328,7 +330,7 @@ def test_colocated_tiers_need_their_own_gpus() -> None:
     assert key(issue) == "decode.gpus" and "[1]" in issue.message
 
 
-# ----------------------------------------------------------------------------- kv_transfer
+# --- kv_transfer
 
 
 @pytest.mark.parametrize("field", ["kv_rank", "kv_parallel_size", "kv_ip", "kv_buffer_size"])
@@ -406,7 +408,7 @@ def test_ucx_env_only_takes_ucx_variables() -> None:
     assert key(issue) == "kv_transfer.ucx.env" and "LD_PRELOAD" in issue.message
 
 
-# ----------------------------------------------------------------------------- env, secrets, container
+# --- env, secrets, container
 
 
 @pytest.mark.parametrize("var", ["VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"])
@@ -437,9 +439,7 @@ def test_inline_or_broken_secret_refused(value: str) -> None:
 def test_missing_secret_source_is_not_a_load_error(monkeypatch: pytest.MonkeyPatch) -> None:
     # reported at `up`, which reads the value; load and render never look it up
     monkeypatch.delenv("PDBOOT_TEST_NO_SUCH_VAR", raising=False)
-    inv = parse_inventory(
-        inv_text(secrets={"hf_token": "env:PDBOOT_TEST_NO_SUCH_VAR"})
-    )
+    inv = parse_inventory(inv_text(secrets={"hf_token": "env:PDBOOT_TEST_NO_SUCH_VAR"}))
     assert inv.secrets.hf_token == "env:PDBOOT_TEST_NO_SUCH_VAR"
     parse_inventory(inv_text(secrets={"hf_token": "file:/nonexistent/pdboot/token"}))
 

@@ -138,9 +138,9 @@ def test_rdma_modes() -> None:
         False,
         True,
     )
-    off = parse_inventory(base + "kv_transfer: {rdma: \"off\"}\n")
+    off = parse_inventory(base + 'kv_transfer: {rdma: "off"}\n')
     assert not any(s.rdma for s in build_plan(off, rdma_present={"gpu-a": True}).services())
-    on = parse_inventory(base.replace("rdma_devices: [mlx5_0]", "") + "kv_transfer: {rdma: \"on\"}\n")
+    on = parse_inventory(base.replace("rdma_devices: [mlx5_0]", "") + 'kv_transfer: {rdma: "on"}\n')
     assert all(s.rdma for s in build_plan(on).services() if s.role != "router")
     assert not build_plan(on).router.rdma
 
@@ -162,8 +162,10 @@ def test_ucx_env() -> None:
 def test_local_single_host_advertises_loopback_and_multi_host_its_address() -> None:
     plan = build_plan(inv("colocated"))
     assert {s.address for s in plan.services()} == {"127.0.0.1"}
-    base = (INVENTORIES / "1p1d.yaml").read_text().replace(
-        "address: 192.0.2.10", "address: local\n    advertise_address: 192.0.2.10"
+    base = (
+        (INVENTORIES / "1p1d.yaml")
+        .read_text()
+        .replace("address: 192.0.2.10", "address: local\n    advertise_address: 192.0.2.10")
     )
     plan = build_plan(parse_inventory(base))
     assert plan.hosts["gpu-a"].is_local
@@ -203,7 +205,9 @@ def test_config_hash_is_stable_and_tracks_changes() -> None:
         ("container: {restart: always}\n", None),
         ("timeouts: {ready_seconds: 60}\n", {"decode@gpu-b", "prefill@gpu-a"}),
     ]:
-        text = base.replace("decode:\n  hosts: [gpu-b]\n", "") if extra.startswith("decode") else base
+        text = (
+            base.replace("decode:\n  hosts: [gpu-b]\n", "") if extra.startswith("decode") else base
+        )
         plan = build_plan(parse_inventory(text + extra))
         after = {s.key: s.config_hash for s in plan.services()}
         diff = {k for k in before if before[k] != after[k]}

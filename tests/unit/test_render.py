@@ -51,7 +51,7 @@ def services(text: str) -> dict[str, Any]:
     return svcs
 
 
-# ----------------------------------------------------------------------------- goldens
+# --- goldens
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -82,7 +82,7 @@ def test_rendering_is_deterministic() -> None:
     assert list(rendered(inv)) == ["d1", "d2", "p1", "p2", "edge"]
 
 
-# ----------------------------------------------------------------------------- content
+# --- content
 
 
 def test_header_says_generated_by_pdboot() -> None:
@@ -126,8 +126,12 @@ def test_no_rdma_no_devices() -> None:
 
 def test_model_path_is_mounted_read_only_at_the_same_path() -> None:
     svc = services(rendered(load("colocated"))["box"])["decode"]
-    assert {"type": "bind", "source": "/models/Qwen3-8B", "target": "/models/Qwen3-8B",
-            "read_only": True} in svc["volumes"]
+    assert {
+        "type": "bind",
+        "source": "/models/Qwen3-8B",
+        "target": "/models/Qwen3-8B",
+        "read_only": True,
+    } in svc["volumes"]
     hub = services(rendered(load("1p1d"))["gpu-b"])["decode"]
     assert len(hub["volumes"]) == 1
 
@@ -177,14 +181,18 @@ def test_summary_lists_start_order_and_endpoint() -> None:
     assert "Endpoint: http://192.0.2.10:8000/v1" in text
 
 
-# ----------------------------------------------------------------------------- real docker compose
+# --- real docker compose
 
 
 def _compose() -> list[str]:
     docker = shutil.which("docker")
-    ok = docker is not None and subprocess.run(
-        [docker, "compose", "version"], capture_output=True, check=False
-    ).returncode == 0
+    ok = (
+        docker is not None
+        and subprocess.run(
+            [docker, "compose", "version"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
     if not ok:
         msg = "docker compose v2 is not installed (make setup installs it)"
         if os.environ.get("CI") == "true":
@@ -248,7 +256,7 @@ def test_secrets_env_is_read_when_present(tmp_path: Path) -> None:
     assert env["HF_TOKEN"] == "dummy-for-test"
 
 
-# ----------------------------------------------------------------------------- real vllm-router parser
+# --- real vllm-router parser
 
 
 @pytest.mark.parametrize("path", ALL_INVENTORIES, ids=lambda p: p.name)
@@ -280,9 +288,14 @@ def test_vllm_router_parser_rejects_what_it_does_not_know() -> None:
 
 
 def test_router_extra_args_reach_the_parser() -> None:
-    text = (INVENTORIES / "1p1d.yaml").read_text().replace(
-        "router:\n  host: gpu-a\n",
-        "router:\n  host: gpu-a\n  extra_args: [--retry-max-retries, '2', --log-level, debug]\n",
+    text = (
+        (INVENTORIES / "1p1d.yaml")
+        .read_text()
+        .replace(
+            "router:\n  host: gpu-a\n",
+            "router:\n  host: gpu-a\n  extra_args: [--retry-max-retries, '2', --log-level, debug]"
+            "\n",
+        )
     )
     inv = parse_inventory(text)
     plan = build_plan(inv)
