@@ -76,7 +76,7 @@ class UpOptions:
     prove: bool = True
 
 
-PreflightFn = Callable[[Inventory, Console], bool]
+PreflightFn = Callable[[Inventory, Console, bool], bool]  # (inv, out, accept_new_host_keys)
 
 
 class _Stop(Exception):
@@ -101,7 +101,9 @@ def up(
         return EXIT_USAGE
     if token is not None:
         register_secret(token)  # masked in anything pdboot logs or prints
-    if not opts.skip_preflight and preflight is not None and not preflight(inv, out):
+    if opts.skip_preflight or preflight is None:
+        out.print("preflight skipped" + (" (--skip-preflight)" if opts.skip_preflight else ""))
+    elif not preflight(inv, out, opts.accept_new_host_keys):
         out.print(Text("preflight failed: nothing was pulled or started", style="red"))
         return EXIT_FAILED
     plan = build_plan(inv)
@@ -187,10 +189,13 @@ class _Up:
                     )
 
                 r = link.engine.pull(img, on_progress)
-                note = "already present" if not r.pulled else "pulled"
-                progress.update(task, note=note, total=1 if not r.pulled else None)
-                if not r.pulled:
-                    progress.update(task, completed=1)
+                if r.pulled:
+                    progress.update(task, note="pulled")
+                else:
+                    # no bar for a pull that did not happen: one plain line instead
+                    progress.update(task, visible=False)
+                    digest = (r.digest or "")[:19]
+                    progress.console.print(f"{host}: {img} already present ({digest})")
                 results.append(r)
             return results
 

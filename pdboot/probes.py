@@ -91,8 +91,13 @@ def metric_sums(text: str) -> dict[str, float]:
     return out
 
 
-def _total(sums: Mapping[str, float], names: Iterable[str]) -> float:
-    return sum(sums.get(n, 0.0) for n in names)
+def _first(sums: Mapping[str, float], names: Iterable[str]) -> float:
+    """The first of several names for the same quantity that the engine exposes (real
+    vLLM's name first; an engine exporting both must not be counted twice)."""
+    for n in names:
+        if n in sums:
+            return sums[n]
+    return 0.0
 
 
 @dataclass(frozen=True)
@@ -108,10 +113,10 @@ class KVCounters:
         s = metric_sums(text)
         names = KV_PULL_METRICS + KV_BYTES_METRICS + LOCAL_PREFILL_METRICS + KV_FAILURE_METRICS
         return cls(
-            pulls=_total(s, KV_PULL_METRICS),
-            bytes=_total(s, KV_BYTES_METRICS),
-            local_prefills=_total(s, LOCAL_PREFILL_METRICS),
-            failures=_total(s, KV_FAILURE_METRICS),
+            pulls=_first(s, KV_PULL_METRICS),
+            bytes=_first(s, KV_BYTES_METRICS),
+            local_prefills=sum(s.get(n, 0.0) for n in LOCAL_PREFILL_METRICS),
+            failures=_first(s, KV_FAILURE_METRICS),
             known=any(n in s for n in names),
         )
 

@@ -152,7 +152,7 @@ def status(inv: Inventory, out: Console, *, as_json: bool = False) -> int:
         return EXIT_OK if healthy else EXIT_FAILED
     table = Table(title=f"deployment {inv.name}")
     for col in ("service", "state", "health", "uptime", "image", "matches", "endpoint"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # never cut an address or a tag
     for r in rows:
         state_style = "green" if r.state == "running" else "red"
         match = {True: "yes", False: "[yellow]changed[/yellow]", None: "-"}[r.matches_inventory]

@@ -1,0 +1,422 @@
+"""`pdboot up/status/logs/down` end to end: the real CLI (a subprocess) against testbed hosts
+with real sshd, dockerd, Compose v2, registry and vllm-router; stand-in vLLM engines.
+
+Under CI=true a testbed that cannot start fails these tests; elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "hf_e2eSECRETtoken0123456789abcdef"  # a fake token the tests hunt for
+TOKEN_ENV = "PDBOOT_E2E_HF_TOKEN"
+PREFLIGHT_IN_UP = False
+
+
+def _start_testbed(names: list[str]) -> Any:
+    try:
+        from tests.testbed.harness import Testbed, TestbedError, can_run
+    except ImportError as e:  # the harness is not there: a broken checkout
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"testbed harness not importable: {e}")
+    why = can_run()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"testbed cannot start under CI: {why}")
+        pytest.skip(why)
+    try:
+        return Testbed.start(names)
+    except TestbedError as e:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"testbed did not start: {e}")
+
+
+@pytest.fixture(scope="module")
+def tb3() -> Iterator[Any]:
+    tb = _start_testbed(["d1", "p1", "r1"])
+    try:
+        yield tb
+    finally:
+        tb.stop()
+
+
+def write_inventory(
+    tb: Any,
+    path: Path,
+    *,
+    name: str,
+    prefill: list[str],
+    decode: list[str],
+    router: str,
+    image: str | None = None,
+    prefill_env: dict[str, str] | None = None,
+    decode_env: dict[str, str] | None = None,
+    decode_args: list[str] | None = None,
+    ready_seconds: float = 60,
+    hf_token: bool = True,
+) -> Path:
+    used = list(dict.fromkeys(prefill + decode + [router]))
+    inv: dict[str, Any] = {
+        "name": name,
+        "model": "Qwen/Qwen3-0.6B",
+        "image": image or tb.image,
+        "router_image": tb.router_image,
+        "ssh": {
+            "user": "root",
+            "identity_file": str(tb.identity_file),
+            "known_hosts": str(tb.known_hosts),
+            "use_ssh_config": False,
+            "connect_timeout": 5,
+        },
+        "hosts": {h: {"address": tb.hosts[h].address} for h in used},
+        "prefill": {
+            "hosts": prefill,
+            "env": {"STANDIN_LOAD_SECONDS": "0.5", **(prefill_env or {})},
+        },
+        "decode": {
+            "hosts": decode,
+            "env": {"STANDIN_LOAD_SECONDS": "0.5", **(decode_env or {})},
+            "extra_args": decode_args or [],
+        },
+        "router": {"host": router},
+        # the testbed's root lacks CAP_SYS_RESOURCE: lowered limits (testbed recipe)
+        "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
+        "requirements": {"min_free_disk_gb": 1},  # the machine's disk is shared by all hosts
+        "timeouts": {
+            "ready_seconds": ready_seconds,
+            "router_ready_seconds": 60,
+            "poll_interval_seconds": 0.2,
+            "pull_seconds": 300,
+        },
+    }
+    if hf_token:
+        inv["secrets"] = {"hf_token": f"env:{TOKEN_ENV}"}
+    path.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return path
+
+
+def pdboot(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    if args[0] == "up" and PREFLIGHT_IN_UP is False:
+        args = (*args, "--skip-preflight")
+    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200", TERM="dumb")
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def output(res: subprocess.CompletedProcess[str]) -> str:
+    return res.stdout + res.stderr
+
+
+def containers(tb: Any, host: str, deployment: str | None = None) -> list[dict[str, Any]]:
+    args = ["ps", "-a", "--no-trunc", "--format", "{{json .}}"]
+    if deployment:
+        args += ["--filter", f"label=io.pdboot.deployment={deployment}"]
+    res = tb.hosts[host].docker(*args)
+    return [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+
+
+def ids(tb: Any, deployment: str) -> dict[str, str]:
+    """service key -> container id, over all hosts."""
+    out = {}
+    for h in tb.hosts:
+        for c in containers(tb, h, deployment):
+            labels = dict(kv.split("=", 1) for kv in c["Labels"].split(",") if "=" in kv)
+            out[f"{labels['io.pdboot.role']}@{labels['io.pdboot.host']}"] = c["ID"]
+    return out
+
+
+def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+def down_clean(tb: Any, inv: Path, deployment: str) -> None:
+    res = pdboot("down", str(inv))
+    assert res.returncode == 0, output(res)
+    for h in tb.hosts:
+        assert containers(tb, h, deployment) == [], h
+
+
+# --------------------------------------------------------------------------- happy paths
+
+
+def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3, tmp_path / "inv.yaml", name="e2e1", prefill=["p1"], decode=["d1"], router="r1"
+    )
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 0, out
+    router = f"http://{tb3.hosts['r1'].address}:8000"
+    assert f"{router}/v1" in out and "curl " in out
+    assert "decode pulled the KV cache from a prefill engine" in out
+
+    # a chat completion through the router, decoded after a cross-host KV pull
+    decode_metrics = f"http://{tb3.hosts['d1'].address}:8201/metrics"
+    pulls = metric(decode_metrics, "vllm:nixl_kv_pulls_total")
+    reply = http_json(
+        f"{router}/v1/chat/completions",
+        {
+            "model": "Qwen/Qwen3-0.6B",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4,
+        },
+    )
+    assert reply["choices"][0]["message"]["content"].strip()
+    assert reply["usage"]["completion_tokens"] == 4
+    assert metric(decode_metrics, "vllm:nixl_kv_pulls_total") == pulls + 1
+    assert metric(decode_metrics, "vllm:nixl_local_prefills_total") == 0
+
+    st = pdboot("status", str(inv), "--json")
+    assert st.returncode == 0, output(st)
+    doc = json.loads(st.stdout)
+    assert doc["healthy"] is True
+    assert {s["service"] for s in doc["services"]} == {"decode@d1", "prefill@p1", "router@r1"}
+    assert all(s["matches_inventory"] and s["health"] == "ok" for s in doc["services"])
+
+    before = ids(tb3, "e2e1")
+    again = pdboot("up", str(inv))
+    assert again.returncode == 0, output(again)
+    for key in ("decode@d1", "prefill@p1", "router@r1"):
+        assert any(key in line and "unchanged" in line for line in again.stdout.splitlines()), key
+    assert ids(tb3, "e2e1") == before
+
+    lg = pdboot("logs", str(inv), "decode@d1", "--tail", "5")
+    assert lg.returncode == 0 and lg.stdout.strip(), output(lg)
+
+    # secrets: the token file is 0600 in a 0700 dir, and the value is nowhere else
+    for h in ("d1", "p1"):
+        st_ = tb3.hosts[h].exec(
+            "stat -c '%a' /var/lib/pdboot/e2e1 /var/lib/pdboot/e2e1/secrets.env"
+        )
+        assert st_.stdout.split() == ["700", "600"], st_
+        compose = tb3.hosts[h].exec("cat /var/lib/pdboot/e2e1/compose.yaml").stdout
+        assert "secrets.env" in compose and TOKEN not in compose
+        ps = tb3.hosts[h].exec("ps -eo args").stdout
+        assert TOKEN not in ps
+        cid = ids(tb3, "e2e1")[f"{'decode' if h == 'd1' else 'prefill'}@{h}"]
+        assert TOKEN not in tb3.hosts[h].docker("logs", cid).stdout
+        assert TOKEN not in tb3.hosts[h].docker("inspect", "--format", "{{json .Args}}", cid).stdout
+    for r in (res, st, again, lg):
+        assert TOKEN not in output(r)
+
+    down_clean(tb3, inv, "e2e1")
+    assert tb3.hosts["d1"].exec("ls /var/lib/pdboot/e2e1").stdout.split() == ["compose.yaml"]
+    nothing = pdboot("down", str(inv))
+    assert nothing.returncode == 0 and "nothing" in output(nothing)
+    st2 = pdboot("status", str(inv))
+    assert st2.returncode == 1
+
+
+def test_2p2d_five_hosts_router_workers(tmp_path: Path) -> None:
+    tb = _start_testbed(["d1", "d2", "p1", "p2", "r1"])
+    try:
+        inv = write_inventory(
+            tb,
+            tmp_path / "inv.yaml",
+            name="e2e2",
+            prefill=["p1", "p2"],
+            decode=["d1", "d2"],
+            router="r1",
+        )
+        res = pdboot("up", str(inv))
+        assert res.returncode == 0, output(res)
+        workers = http_json(f"http://{tb.hosts['r1'].address}:8000/workers")
+        got = {(w["worker_type"], w["url"]) for w in workers["workers"]}
+        want = {("prefill", f"http://{tb.hosts[h].address}:8200") for h in ("p1", "p2")}
+        want |= {("decode", f"http://{tb.hosts[h].address}:8201") for h in ("d1", "d2")}
+        assert got == want
+        assert all(w["is_healthy"] for w in workers["workers"])
+        st = pdboot("status", str(inv), "--json")
+        assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 5
+        down_clean(tb, inv, "e2e2")
+    finally:
+        tb.stop()
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2ecrash",
+        prefill=["p1"],
+        decode=["d1"],
+        router="r1",
+        prefill_env={"STANDIN_CRASH_AT_START": "oom"},
+    )
+    t0 = time.monotonic()
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "CUDA out of memory" in out  # the engine's own log lines are shown
+    assert "diagnosis: GPU out of memory" in out
+    assert time.monotonic() - t0 < 60  # stopped on the exit, not at ready_seconds (60)
+    left = ids(tb3, "e2ecrash")
+    assert "decode@d1" in left and "router@r1" not in left  # decode left as is
+    state = tb3.hosts["d1"].docker("inspect", "--format", "{{.State.Status}}", left["decode@d1"])
+    assert state.stdout.strip() == "running"
+
+    rb = pdboot("up", str(inv), "--rollback")
+    assert rb.returncode == 1, output(rb)
+    assert ids(tb3, "e2ecrash") == {}
+    down_clean(tb3, inv, "e2ecrash")
+
+
+def test_never_healthy_honours_the_deadline(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2enever",
+        prefill=["p1"],
+        decode=["d1"],
+        router="r1",
+        ready_seconds=4,
+        decode_env={"STANDIN_NEVER_HEALTHY": "1"},
+    )
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "decode@d1: no /health 200 within 4s" in out
+    assert set(ids(tb3, "e2enever")) == {"decode@d1"}  # prefill never started
+    down_clean(tb3, inv, "e2enever")
+
+
+def test_nonexistent_image_tag(tb3: Any, tmp_path: Path) -> None:
+    bad = tb3.image.rsplit(":", 1)[0] + ":v0.0.0-nope"
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2etag",
+        prefill=["p1"],
+        decode=["d1"],
+        router="r1",
+        image=bad,
+    )
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "pull failed on d1" in out and "no such image or tag" in out and bad in out
+    assert ids(tb3, "e2etag") == {}
+
+
+def test_host_unreachable_during_down(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3, tmp_path / "inv.yaml", name="e2eunreach", prefill=["p1"], decode=["d1"], router="r1"
+    )
+    assert pdboot("up", str(inv)).returncode == 0
+    tb3.hosts["p1"].stop_sshd()
+    try:
+        res = pdboot("down", str(inv))
+        out = output(res)
+        assert res.returncode == 1, out
+        assert "cannot reach" in out and "p1" in out
+        assert containers(tb3, "d1", "e2eunreach") == []
+        assert containers(tb3, "r1", "e2eunreach") == []
+        assert len(containers(tb3, "p1", "e2eunreach")) == 1  # untouched, unreachable
+    finally:
+        tb3.hosts["p1"].start_sshd()
+        tb3.hosts["p1"].wait_sshd(time.monotonic() + 20)
+        tb3.save()
+    down_clean(tb3, inv, "e2eunreach")
+
+
+def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    inv = write_inventory(tb3, path, name="e2echange", prefill=["p1"], decode=["d1"], router="r1")
+    assert pdboot("up", str(inv)).returncode == 0
+    before = ids(tb3, "e2echange")
+    write_inventory(
+        tb3,
+        path,
+        name="e2echange",
+        prefill=["p1"],
+        decode=["d1"],
+        router="r1",
+        decode_args=["--max-model-len", "4096"],
+    )
+    res = pdboot("up", str(path))
+    out = res.stdout
+    assert res.returncode == 0, output(res)
+    lines = out.splitlines()
+    assert any("decode@d1" in ln and "recreate" in ln for ln in lines), out
+    assert any("prefill@p1" in ln and "unchanged" in ln for ln in lines), out
+    assert any("router@r1" in ln and "recreate" in ln for ln in lines), out
+    after = ids(tb3, "e2echange")
+    assert after["prefill@p1"] == before["prefill@p1"]
+    assert after["decode@d1"] != before["decode@d1"]
+    assert out.index("decode@d1") < out.index("router@r1")
+    down_clean(tb3, path, "e2echange")
+
+
+def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2eint",
+        prefill=["p1"],
+        decode=["d1"],
+        router="r1",
+        decode_env={"STANDIN_LOAD_SECONDS": "120"},
+    )
+    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pdboot", "up", str(inv)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not containers(tb3, "d1", "e2eint"):
+            assert p.poll() is None, p.communicate()[0]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(1.0)  # now it is waiting for /health
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, out
+    assert "interrupted" in out and "decode@d1" in out
+    down_clean(tb3, inv, "e2eint")
