@@ -110,11 +110,10 @@ def parse_query(text: str, fields: tuple[str, ...] = QUERY_FIELDS) -> list[Gpu]:
         if len(row) != len(names):
             raise ParseError(f"expected {len(names)} fields, got {len(row)}: {', '.join(row)}")
         f = dict(zip(names, row, strict=True))
-        try:
-            idx = _int(f["index"])
-            total = _int(f["memory.total"])
-        except KeyError as e:
-            raise ParseError(f"field {e} missing") from None
+        if "index" not in f:
+            raise ParseError("field 'index' missing")
+        idx = _int(f["index"])
+        total = _int(f.get("memory.total", "0"))
         if idx is None or total is None:
             raise ParseError("index or memory.total missing")
         gpus.append(
