@@ -23,10 +23,11 @@ def ordered(checks: list[CheckResult]) -> list[CheckResult]:
     for c in checks:
         worst[c.area] = min(worst.get(c.area, 9), STATUS_ORDER[c.status])
 
-    def key(ic: tuple[int, CheckResult]) -> tuple[int, int, int, int]:
+    def key(ic: tuple[int, CheckResult]) -> tuple[int, int, int, int, int]:
         i, c = ic
         area_pos = AREAS.index(c.area) if c.area in AREAS else len(AREAS)
-        return (worst[c.area], area_pos, STATUS_ORDER[c.status], i)
+        first = 0 if c.area == "ssh" else 1  # how we reached the host, then what we found
+        return (first, worst[c.area], area_pos, STATUS_ORDER[c.status], i)
 
     return [c for _, c in sorted(enumerate(checks), key=key)]
 

@@ -43,7 +43,9 @@ DOCKERD = (
     'if [ "$env" = unreadable ]; then echo "environ=unreadable"; path=$PATH; '
     "else path=$(printf '%s\\n' \"$env\" | sed -n 's/^PATH=//p'); "
     f"path=${{path:-{DEFAULT_PATH}}}; fi; "
-    f'IFS=:; for d in $path; do [ -x "$d/{HOOK}" ] && echo "hook=$d/{HOOK}"; done; unset IFS; '
+    # look through /proc/PID/root: dockerd may live in another mount namespace
+    'r=/proc/$p/root; [ -e "$r/" ] || r=; '
+    f'IFS=:; for d in $path; do [ -x "$r$d/{HOOK}" ] && echo "hook=$d/{HOOK}"; done; unset IFS; '
     "done; true"
 )
 
@@ -245,7 +247,7 @@ def cuda_from_tag(image: str, default: str) -> tuple[str, str]:
     if m:
         digits = m.group(1)
         return f"{digits[:-1]}.{digits[-1]}", f"from the tag {tag!r}"
-    return default, "requirements.cuda (the image is not on the host yet)"
+    return default, "requirements.cuda: the image is not on the host yet"
 
 
 def min_driver_for(cuda: str) -> str | None:
