@@ -64,10 +64,15 @@ def can_run() -> str | None:
             return f"{tool} is not installed (apt-get install docker.io docker-registry iproute2)"
     if not os.path.exists("/usr/sbin/sshd"):
         return "/usr/sbin/sshd is not installed (apt-get install openssh-server)"
+    res = subprocess.run(["docker", "compose", "version"], capture_output=True)
+    if res.returncode != 0:
+        return "the Docker Compose v2 plugin is missing (make setup installs it)"
     return None
 
 
 class Testbed:
+    __test__ = False  # not a pytest test class
+
     def __init__(self, k: int, dir: Path, detached: bool) -> None:
         self.k = k
         self.dir = dir
@@ -153,6 +158,23 @@ class Testbed:
         from tests.testbed.inventory import write_inventory
 
         return write_inventory(self, Path(path) if path else self.dir / "inventory.yaml", **kw)
+
+    def reset(self) -> None:
+        """Between tests on a shared testbed: remove every container, network and compose
+        project file on every host (images stay: pulls are not repeated)."""
+        for h in self.hosts.values():
+            if "dockerd" not in h.procs or not procs.alive(h.procs["dockerd"]):
+                continue
+            ids = h.docker("ps", "-aq").stdout.split()
+            if ids:
+                h.docker("rm", "-f", "-v", *ids, timeout=60)
+            h.docker("network", "prune", "-f", check=False)
+            varlib = h.dir / "disk" / "varlib"
+            for child in varlib.iterdir() if varlib.exists() else []:
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
 
     def env(self) -> dict[str, str]:
         """Environment for shells and the demo: where things are."""

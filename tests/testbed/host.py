@@ -53,6 +53,10 @@ mount --bind "$PDT_DIR/disk/varlib" /var/lib/pdboot
 mount --bind "$PDT_DIR/sbin" /usr/local/sbin
 mount --bind "$PDT_DIR/ib" /dev/infiniband
 mount --bind "$PDT_DIR/tmp" /tmp
+# the machine's root .bashrc (pyenv init) costs ~0.5 s per ssh command; hosts get their own
+if [ -f /root/.bashrc ]; then
+  mount --bind "$PDT_DIR/bashrc" /root/.bashrc
+fi
 if [ -d "$PDT_DIR/procdriver" ] && [ -d /proc/driver ]; then
   mount --bind "$PDT_DIR/procdriver" /proc/driver
 fi
@@ -101,6 +105,7 @@ class Host:
             (self.dir / sub).mkdir(exist_ok=True)
         os.chmod(self.dir / "tmp", 0o1777)
         (self.dir / "init.sh").write_text(INIT_SH)
+        (self.dir / "bashrc").write_text("# ~/.bashrc of a pdboot test host\n")
         env = dict(os.environ, PDT_HOSTNAME=self.name, PDT_DIR=str(self.dir),
                    PDT_DISK_MB=str(self.profile.get("disk_mb") or ""))
         argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--", "unshare", "--uts",

@@ -91,7 +91,8 @@ H200: dict[str, Any] = {
     "gpus": [{
         "index": 0, "name": "NVIDIA H200", "uuid": "GPU-dff3982f-1734-4108-9e3a-3be6c0ad1d14",
         "serial": "1653724066845", "bus_id": "00000000:00:06.0", "memory_total": 143771,
-        "memory_reserved": 615, "memory_used": 0, "compute_cap": "9.0",
+        "memory_reserved": 616, "memory_free": 143156, "memory_used": 0,
+        "compute_cap": "9.0",
         "architecture": "Hopper", "persistence_mode": "Enabled", "display_active": "Off",
         "mig_mode": "Disabled", "ecc_mode": "Enabled", "ecc_errors_uncorrected": 0,
         "fan": "N/A", "temperature": 37, "pstate": "P0", "power_draw": 126.0,

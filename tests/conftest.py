@@ -1,0 +1,76 @@
+"""Shared pytest fixtures: the multi-host testbed (tests/testbed/harness.py).
+
+- `testbed` (session): 3 healthy hosts named decode, prefill, ingress (profile rtx6000x2,
+  emulated 2x RTX PRO 6000), the registry with the engine and router images. Tests that use it
+  must leave it as they found it (tb.reset() removes containers; `testbed_clean` does it
+  before and after a test).
+- `make_testbed` (function): a factory for fresh hosts with chosen profiles and knobs, for
+  tests that break things; every testbed it made is torn down after the test.
+
+Outside CI a testbed test skips when this machine cannot run one (not root, not Linux,
+packages missing). Under CI=true it fails instead: never a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.testbed.harness import HostSpec, Testbed, can_run
+
+SESSION_HOSTS = (HostSpec("decode"), HostSpec("prefill"), HostSpec("ingress"))
+_FIXTURES = {"testbed", "testbed_clean", "make_testbed"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # a test that uses a testbed fixture is a testbed test: selectable with -m testbed
+    for item in items:
+        if _FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.testbed)
+
+
+def _require_testbed() -> None:
+    why = can_run()
+    if why is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the testbed cannot start under CI: {why}", pytrace=False)
+    pytest.skip(f"testbed unavailable: {why}")
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Testbed]:
+    _require_testbed()
+    tb = Testbed.start(SESSION_HOSTS)
+    try:
+        yield tb
+    finally:
+        tb.stop()
+
+
+@pytest.fixture
+def testbed_clean(testbed: Testbed) -> Iterator[Testbed]:
+    testbed.reset()
+    yield testbed
+    testbed.reset()
+
+
+@pytest.fixture
+def make_testbed() -> Iterator[Callable[..., Testbed]]:
+    """`make_testbed([HostSpec("a", profile="h200"), "b"], images_needed=True) -> Testbed`."""
+    _require_testbed()
+    made: list[Testbed] = []
+
+    def make(hosts: Any, **kw: Any) -> Testbed:
+        tb = Testbed.start(hosts, **kw)
+        made.append(tb)
+        return tb
+
+    try:
+        yield make
+    finally:
+        for tb in made:
+            tb.stop()

@@ -1,0 +1,368 @@
+"""Tests of the testbed itself: the hosts are real enough for pdboot's integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.testbed import netns, procs
+from tests.testbed.harness import HostSpec, Testbed, read_state
+
+H200_FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200-host"
+if not H200_FIXTURES.is_dir():  # a CI clone has shared/ beside the repository
+    H200_FIXTURES = Path(__file__).resolve().parents[2].parent / "shared/fixtures/h200-host"
+CAPTURE_UUID = "GPU-dff3982f-1734-4108-9e3a-3be6c0ad1d14"
+VARIANTS_UUID = "GPU-b6cd4b9a-1fdd-da52-8459-7a354e0028c2"  # the second H200 of variants.txt
+MakeTestbed = Callable[..., Testbed]
+
+
+def _capture_blocks(name: str) -> list[tuple[str, str, int]]:
+    text = (H200_FIXTURES / name).read_text()
+    return [(m.group(1), m.group(2), int(m.group(3)))
+            for m in re.finditer(r"### \$ (.*?)\n(.*?)### exit=(\d+)\n", text, re.S)]
+
+
+def _http(url: str, body: dict[str, Any] | None = None,
+          timeout: float = 30) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data,
+                                 headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def _wait_http(url: str, deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            if _http(url, timeout=2)[0] == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} never answered 200")
+        time.sleep(0.1)
+
+
+def _metric(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+# ---------------------------------------------------------------------- SSH and engines
+
+
+def test_ssh_strict_host_keys(testbed: Testbed, tmp_path: Path) -> None:
+    res = testbed.ssh("decode", "hostname; echo $DOCKER_HOST")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[0] == "decode"
+    assert res.stdout.split()[1] == testbed.hosts["decode"].docker_host
+
+    # a known_hosts that records another key for that address: refused, not accepted
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    wrong = tmp_path / "known_hosts"
+    pub = other.with_suffix(".pub").read_text().split()
+    wrong.write_text(f"{testbed.hosts['decode'].address} {pub[0]} {pub[1]}\n")
+    argv = testbed.ssh_argv("decode", "true")
+    argv[argv.index(f"UserKnownHostsFile={testbed.known_hosts}")] = f"UserKnownHostsFile={wrong}"
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 255
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in res.stderr
+
+    # and an empty one: unknown host, refused under StrictHostKeyChecking=yes
+    wrong.write_text("")
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 255
+    assert "Host key verification failed" in res.stderr
+
+
+def test_fabric_reaches_hosts_with_strict_keys(testbed: Testbed) -> None:
+    import fabric
+    import paramiko
+
+    for name in testbed.hosts:
+        client_kwargs = {"key_filename": str(testbed.identity_file), "look_for_keys": False,
+                         "allow_agent": False}
+        with fabric.Connection(testbed.hosts[name].address, user="root",
+                               connect_kwargs=client_kwargs) as c:
+            c.client.load_host_keys(str(testbed.known_hosts))
+            c.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            out = c.run("hostname && docker compose version", hide=True, in_stream=False).stdout
+        assert out.splitlines()[0] == name
+        assert "Docker Compose version v2" in out
+
+
+def test_each_host_has_its_own_engine_and_network(testbed_clean: Testbed) -> None:
+    tb = testbed_clean
+    dec, pre = tb.hosts["decode"], tb.hosts["prefill"]
+    tb.ssh("decode", f"docker pull -q {tb.image}", check=True, timeout=120)
+    # a server in a network_mode=host container lives in that host's namespace only
+    res = tb.ssh("decode", f"docker run -d --name probe --network host --entrypoint python3 "
+                           f"{tb.image} -m http.server 8299 --bind 0.0.0.0", check=True)
+    cid = res.stdout.strip()
+    assert tb.ssh("decode", "docker ps -q --no-trunc").stdout.split() == [cid]
+    assert tb.ssh("prefill", "docker ps -aq").stdout.split() == []
+    assert pre.engine_api("GET", "/containers/json?all=1")[1] == []
+    _wait_http(f"http://{dec.address}:8299/")
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://{pre.address}:8299/", timeout=2)
+    with pytest.raises(OSError):
+        urllib.request.urlopen("http://127.0.0.1:8299/", timeout=2)
+    # each host resolves its own /var/lib/pdboot and docker.sock
+    tb.ssh("decode", "echo decode > /var/lib/pdboot/who", check=True)
+    assert tb.ssh("prefill", "cat /var/lib/pdboot/who").returncode != 0
+    # no route out of the testbed's /24
+    probe = "import socket; socket.create_connection(('10.99.0.1', 80), 1)"
+    res = tb.ssh("decode", f"python3 -c {shlex.quote(probe)}")
+    assert res.returncode != 0 and "unreachable" in res.stderr.lower()
+
+
+def test_gpu_requests_need_the_container_runtime(make_testbed: MakeTestbed) -> None:
+    tb = make_testbed([HostSpec("gpu"), HostSpec("bare", profile="no-container-runtime")])
+    for name in tb.hosts:
+        tb.hosts[name].pull(tb.image)
+    run = f"docker run --rm --gpus all --entrypoint python3 {tb.image} -c 'print(42)'"
+    ok = tb.ssh("gpu", run)
+    assert ok.returncode == 0 and ok.stdout.strip() == "42", ok.stderr
+    bad = tb.ssh("bare", run)
+    assert bad.returncode != 0
+    assert 'could not select device driver "" with capabilities: [[gpu]]' in bad.stderr
+    info = tb.ssh("gpu", "docker info --format '{{json .Runtimes}}'").stdout
+    assert "nvidia" in json.loads(info)
+    assert "nvidia" not in json.loads(tb.ssh("bare", "docker info --format "
+                                                    "'{{json .Runtimes}}'").stdout)
+
+
+def test_knobs_stop_sshd_and_occupy_port(make_testbed: MakeTestbed) -> None:
+    tb = make_testbed([HostSpec("a", busy_ports=(8200,)), HostSpec("b", sshd=False)],
+                      images_needed=False)
+    out = tb.ssh("a", "python3 -c \"import socket; s=socket.socket(); s.bind(('0.0.0.0', 8200))\"")
+    assert out.returncode != 0 and "Address already in use" in out.stderr
+    res = tb.ssh("b", "true", timeout=30)
+    assert res.returncode == 255 and "Connection refused" in res.stderr
+    tb.hosts["a"].stop_dockerd()
+    res = tb.ssh("a", "docker ps")
+    assert res.returncode != 0 and "Cannot connect to the Docker daemon" in res.stderr
+
+
+# ---------------------------------------------------------------------- emulated hardware
+
+
+def test_h200_profile_reproduces_the_capture(make_testbed: MakeTestbed) -> None:
+    if not H200_FIXTURES.is_dir():
+        pytest.skip("shared/fixtures/h200-host is not beside the repository")
+    tb = make_testbed([HostSpec("h200", profile="h200")], images_needed=False)
+    compared = 0
+    for fixture in ("smi.txt", "variants.txt"):
+        for cmd, expected, rc in _capture_blocks(fixture):
+            if not cmd.startswith("nvidia-smi"):
+                continue
+            res = tb.ssh("h200", f"{cmd} 2>&1")
+            got = res.stdout
+            expected = expected.replace(VARIANTS_UUID, CAPTURE_UUID)
+            if "temperature.gpu" in cmd:  # the second machine ran 1 degree cooler
+                expected = expected.replace(", 36\n", ", 37\n")
+            if cmd == "nvidia-smi":  # line 1 is the clock
+                assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} {7}",
+                                    got.split("\n", 1)[0])
+                got, expected = got.split("\n", 1)[1], expected.split("\n", 1)[1]
+            assert (res.returncode, got) == (rc, expected), cmd
+            compared += 1
+    assert compared >= 20
+    q = tb.ssh("h200", "nvidia-smi -q").stdout.splitlines()
+    expected_q = [line for line in (H200_FIXTURES / "smiq.txt").read_text().splitlines()
+                  if not line.startswith("###")]
+    assert [line for line in q if "Timestamp" not in line] == \
+        [line for line in expected_q if "Timestamp" not in line]
+    host = tb.ssh("h200", "ls /dev/infiniband; cat /proc/driver/nvidia/version; "
+                          "command -v ibv_devinfo || echo no-ibv").stdout
+    assert host.splitlines()[0] == "rdma_cm"
+    assert "580.159.04" in host and host.rstrip().endswith("no-ibv")
+
+
+PROFILE_CHECKS: dict[str, tuple[str, Callable[[str, int], bool]]] = {
+    "rtx6000x2": ("nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version "
+                  "--format=csv,noheader,nounits",
+                  lambda out, rc: rc == 0 and out.splitlines() == [
+                      f"{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, 12.0, 580.95.05"
+                      for i in (0, 1)]),
+    "old-driver": ("nvidia-smi --version",
+                   lambda out, rc: "DRIVER version      : 550.90.07" in out
+                   and "CUDA Version        : 12.4" in out),
+    "no-driver": ("nvidia-smi; ls /proc/driver", lambda out, rc: "not found" in out),
+    "gpu-busy": ("nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+                 "--format=csv,noheader,nounits",
+                 lambda out, rc: out == "48213, /usr/bin/python3, 81920\n"),
+    "mig": ("nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader; nvidia-smi",
+            lambda out, rc: out.startswith("0, Enabled\n1, Disabled\n") and "MIG devices:" in out),
+    "rtx6000x2-port-down": ("ibv_devinfo; ls /dev/infiniband",
+                            lambda out, rc: "state:\t\t\tPORT_DOWN (1)" in out
+                            and "uverbs0" in out),
+    "rtx6000x2-roce": ("ibv_devinfo -d mlx5_0",
+                       lambda out, rc: "link_layer:\t\tEthernet" in out
+                       and "PORT_ACTIVE (4)" in out),
+    "rtx6000x2-no-rdma": ("ibv_devinfo; ls -A /dev/infiniband | wc -l",
+                          lambda out, rc: "not found" in out and out.rstrip().endswith("0")),
+}
+
+
+def test_profiles_print_their_values(make_testbed: MakeTestbed) -> None:
+    specs = [HostSpec(f"h{i}", profile=name) for i, name in enumerate(PROFILE_CHECKS)]
+    tb = make_testbed(specs, images_needed=False)
+    for spec, (name, (cmd, ok)) in zip(specs, PROFILE_CHECKS.items(), strict=True):
+        res = tb.ssh(spec.name, f"{{ {cmd}; }} 2>&1")
+        assert ok(res.stdout, res.returncode), f"{name}: {cmd}\n{res.stdout}"
+    bad = tb.ssh("h0", "nvidia-smi --query-gpu=index,not_a_field --format=csv")
+    assert (bad.returncode, bad.stdout) == (2, 'Field "not_a_field" is not a valid field to '
+                                               'query.\n\n')
+    assert tb.ssh("h0", "nvidia-smi -i 5 --query-gpu=index --format=csv").returncode == 6
+
+
+# ---------------------------------------------------------------------- engine stand-in + router
+
+
+def _engine(tb: Testbed, host: str, name: str, args: str, env: dict[str, str]) -> str:
+    envs = " ".join(f"-e {k}={shlex.quote(v)}" for k, v in env.items())
+    cmd = (f"docker run -d --name {name} --network host --ulimit memlock=8388608 "
+           f"--ulimit nofile=20000 {envs} {tb.image} Qwen/Qwen3-0.6B {args}")
+    return tb.ssh(host, cmd, check=True, timeout=120).stdout.strip()
+
+
+def test_standin_refuses_a_bad_kv_transfer_config(testbed_clean: Testbed) -> None:
+    tb = testbed_clean
+    tb.ssh("decode", f"docker pull -q {tb.image}", check=True, timeout=120)
+    bad = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_consumer", "kv_rank": 1})
+    _engine(tb, "decode", "bad", f"--kv-transfer-config {shlex.quote(bad)}", {})
+    rc = tb.ssh("decode", "docker wait bad", check=True, timeout=60).stdout.strip()
+    assert rc != "0"
+    logs = tb.ssh("decode", "docker logs bad 2>&1").stdout
+    assert "extra_forbidden" in logs and "kv_rank" in logs
+
+
+def test_pd_request_through_the_real_router(testbed_clean: Testbed) -> None:
+    tb = testbed_clean
+    dec, pre, ing = (tb.hosts[n] for n in ("decode", "prefill", "ingress"))
+    for h in (dec, pre):
+        h.pull(tb.image)
+    ing.pull(tb.router_image)
+    kv = lambda role: shlex.quote(json.dumps({"kv_connector": "NixlConnector",  # noqa: E731
+                                              "kv_role": role}))
+    _engine(tb, "decode", "decode", f"--port 8201 --kv-transfer-config {kv('kv_consumer')}",
+            {"VLLM_NIXL_SIDE_CHANNEL_HOST": dec.address, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5601",
+             "STANDIN_LOAD_SECONDS": "0.2"})
+    _engine(tb, "prefill", "prefill", f"--port 8200 --kv-transfer-config {kv('kv_producer')}",
+            {"VLLM_NIXL_SIDE_CHANNEL_HOST": pre.address, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+             "STANDIN_LOAD_SECONDS": "0.2"})
+    router = (f"docker run -d --name router --network host {tb.router_image} vllm-router "
+              f"--vllm-pd-disaggregation --prefill http://{pre.address}:8200 "
+              f"--decode http://{dec.address}:8201 --prefill-policy round_robin "
+              f"--decode-policy round_robin --host 0.0.0.0 --port 8000 "
+              f"--request-timeout-secs 60")
+    tb.ssh("ingress", router, check=True)
+    _wait_http(f"http://{dec.address}:8201/health")
+    _wait_http(f"http://{pre.address}:8200/health")
+    _wait_http(f"http://{ing.address}:8000/health")
+    chat = {"model": "Qwen/Qwen3-0.6B", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "Hello from the testbed"}]}
+    status, body = _http(f"http://{ing.address}:8000/v1/chat/completions", chat)
+    assert status == 200, body + tb.ssh("ingress", "docker logs router 2>&1").stdout[-3000:]
+    assert json.loads(body)["choices"][0]["message"]["content"]
+    d_metrics = _http(f"http://{dec.address}:8201/metrics")[1]
+    p_metrics = _http(f"http://{pre.address}:8200/metrics")[1]
+    assert _metric(p_metrics, "vllm:nixl_num_remote_prefills_served_total") == 1
+    assert _metric(d_metrics, "vllm:nixl_kv_pulls_total") == 1
+    assert _metric(d_metrics, "vllm:nixl_local_prefills_total") == 0
+
+    # the same request fails when the prefill advertises localhost as its side channel
+    tb.ssh("prefill", "docker rm -f prefill", check=True)
+    _engine(tb, "prefill", "prefill", f"--port 8200 --kv-transfer-config {kv('kv_producer')}",
+            {"VLLM_NIXL_SIDE_CHANNEL_HOST": "localhost", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+             "STANDIN_LOAD_SECONDS": "0.2"})
+    _wait_http(f"http://{pre.address}:8200/health")
+    status, body = _http(f"http://{ing.address}:8000/v1/chat/completions", chat)
+    assert status >= 500, body
+    d_metrics = _http(f"http://{dec.address}:8201/metrics")[1]
+    assert _metric(d_metrics, "vllm:nixl_kv_pull_failures_total") >= 1
+    assert _metric(d_metrics, "vllm:nixl_kv_pulls_total") == 1
+    logs = tb.ssh("decode", "docker logs decode 2>&1").stdout
+    assert "NIXL handshake failed" in logs and "localhost" in logs
+
+
+# ---------------------------------------------------------------------- lifecycle
+
+
+def test_teardown_leaves_nothing(make_testbed: MakeTestbed) -> None:
+    tb = make_testbed(["a", "b"])
+    tb.hosts["a"].pull(tb.image)
+    tb.ssh("a", f"docker run -d --network host --entrypoint python3 {tb.image} "
+                "-c 'import time; time.sleep(600)'", check=True)
+    state = read_state(tb.dir)
+    assert state is not None
+    pids = [procs.Proc.from_json(p) for h in state["hosts"].values()
+            for p in h["procs"].values()]
+    net = {netns.netns_inode(h.netns) for h in tb.hosts.values()}
+    in_ns = procs.pids_in_namespaces({i for i in net if i}, set())
+    assert len(in_ns) >= 4  # sshd, dockerd, containerd, the container at least
+    tb.stop()
+    assert not any(procs.alive(p) for p in pids + in_ns)
+    assert not netns.link_exists(tb.bridge)
+    assert not any((netns.NETNS_DIR / h.netns).exists() for h in tb.hosts.values())
+    assert not tb.dir.exists()
+    assert not list(Path("/sys/fs/cgroup/pids").glob(f"pdt{tb.k}-*"))
+
+
+def test_orphaned_testbed_is_swept(tmp_path: Path) -> None:
+    """A harness killed with SIGKILL leaves its testbed; the next start removes it."""
+    from tests.testbed.harness import can_run
+
+    if can_run():
+        pytest.skip(str(can_run()))
+    code = ("from tests.testbed.harness import Testbed; import os; "
+            "tb = Testbed.start(['x'], images_needed=False); print(tb.dir, flush=True); "
+            "os.kill(os.getpid(), 9)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    res = subprocess.run(["python3", "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    orphan = Path(res.stdout.strip())
+    assert orphan.is_dir(), res.stderr
+    state = read_state(orphan)
+    assert state is not None
+    from tests.testbed.harness import sweep_stale
+
+    assert int(state["k"]) in sweep_stale()
+    assert not orphan.exists()
+    assert not netns.link_exists(state["bridge"])
+
+
+def test_inventory_points_at_the_testbed(testbed: Testbed, tmp_path: Path) -> None:
+    from pdboot.inventory import load_inventory
+
+    path = testbed.inventory(tmp_path / "inv.yaml")
+    inv = load_inventory(path)
+    assert inv.hosts["decode"].address == testbed.hosts["decode"].address
+    assert inv.decode.hosts == ["decode"] and inv.prefill.hosts == ["prefill"]
+    assert inv.router.host == "ingress"
+    assert inv.image == testbed.image and inv.router_image == testbed.router_image
+    assert inv.container.ulimits.memlock == 8388608 and inv.container.ulimits.nofile == 20000
+    assert inv.ssh.known_hosts == str(testbed.known_hosts)
+    raw = yaml.safe_load(path.read_text())
+    assert raw["model"] == "Qwen/Qwen3-0.6B"
