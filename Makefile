@@ -14,8 +14,9 @@ setup:
 $(SETUP_STAMP): pyproject.toml .ci/setup
 	.ci/setup
 
+# A 3-host testbed (root): render its inventory, check SSH to every host, tear down.
 demo: $(SETUP_STAMP)
-	$(PY) -m pdboot render inventory.example.yaml
+	PY=$(PY) scripts/demo.sh
 
 lint: $(SETUP_STAMP)
 	$(PY) -m ruff check pdboot

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# pdboot demo on a real 3-host testbed (root, Linux): three network-namespace hosts with
+# their own sshd and dockerd (decode, prefill, ingress; EMULATED 2x RTX PRO 6000 each),
+# a local registry with the stand-in engine and the real vllm-router images.
+# Everything is torn down on exit, also after a failure or ^C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+DIR=${DEMO_DIR:-.testbed}
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "start a 3-host testbed"
+$PY -m tests.testbed up --dir "$DIR"
+trap '$PY -m tests.testbed down --dir "$DIR" >/dev/null' EXIT
+# shellcheck disable=SC1091
+source "$DIR/env"
+INV="$PDT_INVENTORY"
+
+step "the inventory (written for this testbed)"
+cat "$INV"
+
+step "pdboot render $INV"
+$PY -m pdboot render "$INV"
+
+step "every host answers SSH with strict host-key checking"
+for h in $PDT_HOSTS; do
+  var="PDT_${h^^}_ADDRESS"
+  addr="${!var}"
+  # shellcheck disable=SC2086
+  $PDT_SSH "root@$addr" 'printf "%-8s %s | %s | %s\n" "$(hostname)" "$(nvidia-smi -L | head -1)" \
+    "$(docker version --format "engine {{.Server.Version}}")" "$(docker compose version --short)"'
+done
+
+# (deploy helper: `pdboot up`, a chat completion through the router, `pdboot status` and
+#  `pdboot down` go here once `up` exists.)
+step "done (the testbed is torn down now)"
