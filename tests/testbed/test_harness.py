@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -153,8 +154,11 @@ def test_gpu_requests_need_the_container_runtime(make_testbed: MakeTestbed) -> N
 
 
 def test_knobs_stop_sshd_and_occupy_port(make_testbed: MakeTestbed) -> None:
-    tb = make_testbed([HostSpec("a", busy_ports=(8200,)), HostSpec("b", sshd=False)],
-                      images_needed=False)
+    tb = make_testbed([HostSpec("a", busy_ports=(8200,), overrides={"disk_mb": 64}),
+                       HostSpec("b", sshd=False)], images_needed=False)
+    df = tb.ssh("a", "df -k --output=size /var/lib/pdboot \"$(docker info --format "
+                     "'{{.DockerRootDir}}')\" | tail -n +2").stdout.split()
+    assert [int(x) for x in df] == [65536, 65536]  # the low-disk knob: both on one 64 MiB fs
     out = tb.ssh("a", "python3 -c \"import socket; s=socket.socket(); s.bind(('0.0.0.0', 8200))\"")
     assert out.returncode != 0 and "Address already in use" in out.stderr
     res = tb.ssh("b", "true", timeout=30)
@@ -340,7 +344,7 @@ def test_orphaned_testbed_is_swept(tmp_path: Path) -> None:
             "tb = Testbed.start(['x'], images_needed=False); print(tb.dir, flush=True); "
             "os.kill(os.getpid(), 9)")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    res = subprocess.run(["python3", "-c", code], capture_output=True, text=True, env=env,
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=120)
     orphan = Path(res.stdout.strip())
     assert orphan.is_dir(), res.stderr
