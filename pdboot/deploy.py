@@ -184,9 +184,7 @@ class _Up:
                 task = tasks[(host, img)]
 
                 def on_progress(p: PullProgress, task: TaskID = task) -> None:
-                    progress.update(
-                        task, completed=p.done, total=p.total or None, note=p.status
-                    )
+                    progress.update(task, completed=p.done, total=p.total or None, note=p.status)
 
                 r = link.engine.pull(img, on_progress)
                 if r.pulled:
@@ -284,12 +282,27 @@ class _Up:
             self.inv.timeouts.router_ready_seconds if router else self.inv.timeouts.ready_seconds
         )
         what = "/health 200 and every engine in /workers" if router else "/health 200"
-        table_for = self._tick_table
+        announced: set[str] = set()
+        last_plain = [-1e9]
         try:
             with Live(console=self.out, transient=True, auto_refresh=False) as live:
 
                 def on_tick(t: Tick) -> None:
-                    live.update(table_for(t), refresh=True)
+                    for key, p in t.states.items():
+                        if p.state == "ready" and key not in announced:
+                            announced.add(key)
+                            live.console.print(f"[green]ready[/green] {key} after {t.elapsed:.1f}s")
+                    if self.out.is_terminal:
+                        live.update(self._tick_table(t), refresh=True)
+                    elif t.elapsed - last_plain[0] >= 5.0:
+                        # a log, not a terminal: one line per waiting service every 5 s
+                        last_plain[0] = t.elapsed
+                        for key, p in t.states.items():
+                            if p.state != "ready" and t.elapsed > 0:
+                                line = self.latest_line.get(key, "")[-120:]
+                                live.console.print(
+                                    Text(f"waiting {key} {t.elapsed:.0f}s: {p.detail} | {line}")
+                                )
 
                 took = wait_all(
                     probes,
@@ -302,8 +315,8 @@ class _Up:
         except WaitError as e:
             self.fail(next(s for s in services if s.key == e.key), e)
             raise _Stop from None
-        names = ", ".join(s.key for s in services)
-        self.out.print(f"[green]ready[/green] {names} ({what}) after {took:.1f}s")
+        tier = "router" if router else services[0].role
+        self.out.print(f"{tier} tier ready ({what}) after {took:.1f}s")
 
     def probe(self, svc: Service) -> Callable[[], Probe]:
         link = self.hosts.links[svc.host]

@@ -27,12 +27,12 @@ from typing import Any
 
 import docker
 import docker.errors
-from docker.transport.sshconn import SSHHTTPAdapter
+from docker.transport.sshconn import SSHConnectionPool, SSHHTTPAdapter
 from docker.utils import kwargs_from_env, parse_repository_tag
 
 from pdboot.converge import Observed
-from pdboot.plan import LABEL_DEPLOYMENT
-from pdboot.remote import Connection, LocalConnection, RemoteError, mask
+from pdboot.plan import LABEL_DEPLOYMENT, SECRETS_FILE
+from pdboot.remote import Connection, LocalConnection, RemoteError, mask, put_text_script
 
 log = logging.getLogger("pdboot.engine")
 
@@ -183,6 +183,21 @@ class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
 
     def _connect(self) -> None:
         raise RemoteError("docker", "unreachable", "the SSH connection was closed")
+
+    def get_connection(self, url: str, proxies: Any = None) -> Any:
+        # One pool for the host: the SDK keys pools by full URL, so every new API path
+        # would start another `docker system dial-stdio` (about 0.2 s each over SSH).
+        with self.pools.lock:
+            pool = self.pools.get("engine")
+            if pool is None:
+                pool = SSHConnectionPool(
+                    ssh_client=self.ssh_client,
+                    timeout=self.timeout,
+                    maxsize=self.max_pool_size,
+                    host=self.ssh_host,
+                )
+                self.pools["engine"] = pool
+            return pool
 
     def close(self) -> None:
         self.pools.clear()  # the SSH client belongs to pdboot.remote
@@ -368,15 +383,32 @@ class Engine:
     # ---- compose and files (through the host's shell; argv lists are quoted by remote)
 
     def ship(self, project_dir: str, compose_text: str, secrets_text: str | None) -> None:
-        """compose.yaml (0644) and, if given, secrets.env (0600) into a 0700 project dir."""
-        self._run(["mkdir", "-p", "-m", "0700", project_dir], "create the project directory")
-        self._run(["chmod", "0700", project_dir], "restrict the project directory")
+        """compose.yaml (0644) and, if given, secrets.env (0600) into a 0700 project dir,
+        in one round trip. compose.yaml (no secrets by construction) travels in the script
+        as a quoted here-document; the secrets only ever travel on stdin, never in an
+        argument list, into a temporary file that is private from its creation."""
+        d = shlex.quote(project_dir)
+        target = shlex.quote(f"{project_dir}/compose.yaml")
+        delim = "PDBOOT_COMPOSE_EOF"
+        while delim in compose_text:
+            delim += "_"
+        body = compose_text if compose_text.endswith("\n") else compose_text + "\n"
+        script = (
+            f"set -e; umask 077; mkdir -p -m 0700 {d}; chmod 0700 {d}\n"
+            f"tmp=$(mktemp {target}.XXXXXX)\n"
+            f"cat > \"$tmp\" <<'{delim}'\n{body}{delim}\n"
+            f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
+        )
+        if secrets_text is not None:
+            script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
         try:
-            self.conn.put_text(f"{project_dir}/compose.yaml", compose_text, 0o644)
-            if secrets_text is not None:
-                self.conn.put_text(f"{project_dir}/secrets.env", secrets_text, 0o600)
+            res = self.conn.run(script, stdin=secrets_text)
         except RemoteError as e:
             raise EngineError(self.host, e.message) from e
+        if res.rc != 0:
+            raise EngineError(
+                self.host, f"cannot write into {project_dir}: {mask(res.stderr.strip())}"
+            )
 
     def compose_up(
         self, project_dir: str, project: str, service: str, *, recreate: bool, timeout: float
