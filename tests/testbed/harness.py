@@ -360,14 +360,18 @@ def _teardown(state: dict[str, Any]) -> None:
     k = int(state["k"])
     hosts = state.get("hosts", {})
     net_inodes, mnt_inodes = set(), set()
-    for h in hosts.values():
-        ino = netns.netns_inode(h["netns"])
-        if ino:
-            net_inodes.add(ino)
-        if h.get("mntns"):
-            mnt_inodes.add(int(h["mntns"]))
     tracked = [Proc.from_json(p) for h in hosts.values() for p in h.get("procs", {}).values()]
     tracked += [Proc.from_json(p) for p in state.get("procs", {}).values()]
+    for h in hosts.values():
+        ino = netns.netns_inode(h["netns"])  # the /run/netns file exists only while ours
+        if ino:
+            net_inodes.add(ino)
+        # a mount namespace counts only while one of our verified pids is still in it (an
+        # inode number of a namespace that is gone may have been reused by someone else's)
+        recorded = h.get("mntns")
+        for p in (Proc.from_json(x) for x in h.get("procs", {}).values()):
+            if recorded and procs.alive(p) and procs.ns_inode(p.pid, "mnt") == recorded:
+                mnt_inodes.add(int(recorded))
     # everything in the hosts' namespaces and cgroups: daemons, shims, containers, sessions
     victims = tracked + procs.pids_in_namespaces(net_inodes, mnt_inodes)
     for h in hosts.values():

@@ -306,6 +306,10 @@ def base_rootfs() -> Path:
     if missing:
         res = subprocess.run(["apt-get", "download", *missing], cwd=debs, capture_output=True,
                              text=True)
+        if res.returncode != 0:  # no package lists yet on a fresh machine
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True)
+            res = subprocess.run(["apt-get", "download", *missing], cwd=debs,
+                                 capture_output=True, text=True)
         if res.returncode != 0:
             raise RuntimeError(f"apt-get download failed (run apt-get update?): {res.stderr}")
     tmp = CACHE_DIR / f"base.tmp.{os.getpid()}"

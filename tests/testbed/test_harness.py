@@ -357,6 +357,29 @@ def test_orphaned_testbed_is_swept(tmp_path: Path) -> None:
     assert not netns.link_exists(state["bridge"])
 
 
+def test_sigterm_tears_the_testbed_down() -> None:
+    from tests.testbed.harness import can_run
+
+    if can_run():
+        pytest.skip(str(can_run()))
+    code = ("from tests.testbed.harness import Testbed; import time; "
+            "tb = Testbed.start(['x', 'y'], images_needed=False); print(tb.dir, flush=True); "
+            "time.sleep(120)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env=env)
+    assert child.stdout is not None
+    tb_dir = Path(child.stdout.readline().strip())
+    state = read_state(tb_dir)
+    assert state is not None
+    child.terminate()
+    assert child.wait(timeout=60) != 0
+    assert not tb_dir.exists()
+    assert not netns.link_exists(state["bridge"])
+    assert not any(procs.alive(procs.Proc.from_json(p)) for h in state["hosts"].values()
+                   for p in h["procs"].values())
+
+
 def test_inventory_points_at_the_testbed(testbed: Testbed, tmp_path: Path) -> None:
     from pdboot.inventory import load_inventory
 
