@@ -169,6 +169,7 @@ class Testbed:
             if ids:
                 h.docker("rm", "-f", "-v", *ids, timeout=60)
             h.docker("network", "prune", "-f", check=False)
+            h.docker("volume", "prune", "-f", check=False)
             varlib = h.dir / "disk" / "varlib"
             for child in varlib.iterdir() if varlib.exists() else []:
                 if child.is_dir() and not child.is_symlink():
@@ -221,6 +222,10 @@ class Testbed:
             host = self._make_host(i, spec)
             self.hosts[spec.name] = host
             self._save()
+        etc_hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + \
+            "".join(f"{h.address}\t{h.name}\n" for h in self.hosts.values())
+        for h in self.hosts.values():
+            (h.dir / "hosts").write_text(etc_hosts)
         registry_data = self.dir / "registry"
         if images_needed:
             images.prepare_registry_data(registry_data)

@@ -53,6 +53,8 @@ mount --bind "$PDT_DIR/disk/varlib" /var/lib/pdboot
 mount --bind "$PDT_DIR/sbin" /usr/local/sbin
 mount --bind "$PDT_DIR/ib" /dev/infiniband
 mount --bind "$PDT_DIR/tmp" /tmp
+# names of the testbed's hosts resolve on every host (an inventory may use them)
+mount --bind "$PDT_DIR/hosts" /etc/hosts
 # the machine's root .bashrc (pyenv init) costs ~0.5 s per ssh command; hosts get their own
 if [ -f /root/.bashrc ]; then
   mount --bind "$PDT_DIR/bashrc" /root/.bashrc

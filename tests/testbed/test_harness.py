@@ -21,9 +21,10 @@ import yaml
 from tests.testbed import netns, procs
 from tests.testbed.harness import HostSpec, Testbed, read_state
 
+# shared/ lies beside the repository (here and in CI); the preflight unit tests keep a copy
 H200_FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200-host"
-if not H200_FIXTURES.is_dir():  # a CI clone has shared/ beside the repository
-    H200_FIXTURES = Path(__file__).resolve().parents[2].parent / "shared/fixtures/h200-host"
+if not H200_FIXTURES.is_dir():
+    H200_FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "h200-host"
 CAPTURE_UUID = "GPU-dff3982f-1734-4108-9e3a-3be6c0ad1d14"
 VARIANTS_UUID = "GPU-b6cd4b9a-1fdd-da52-8459-7a354e0028c2"  # the second H200 of variants.txt
 MakeTestbed = Callable[..., Testbed]
@@ -128,7 +129,8 @@ def test_each_host_has_its_own_engine_and_network(testbed_clean: Testbed) -> Non
         urllib.request.urlopen(f"http://{pre.address}:8299/", timeout=2)
     with pytest.raises(OSError):
         urllib.request.urlopen("http://127.0.0.1:8299/", timeout=2)
-    # each host resolves its own /var/lib/pdboot and docker.sock
+    # host names resolve on the hosts; each host has its own /var/lib/pdboot
+    assert tb.ssh("decode", "getent hosts prefill").stdout.split() == [pre.address, "prefill"]
     tb.ssh("decode", "echo decode > /var/lib/pdboot/who", check=True)
     assert tb.ssh("prefill", "cat /var/lib/pdboot/who").returncode != 0
     # no route out of the testbed's /24
