@@ -146,6 +146,10 @@ def test_gpu_requests_need_the_container_runtime(make_testbed: MakeTestbed) -> N
     run = f"docker run --rm --gpus all --entrypoint python3 {tb.image} -c 'print(42)'"
     ok = tb.ssh("gpu", run)
     assert ok.returncode == 0 and ok.stdout.strip() == "42", ok.stderr
+    # dockerd's nvidia driver tells the container which GPUs it got (the stand-in reads it)
+    env = tb.ssh("gpu", f"docker run --rm --gpus '\"device=1\"' --entrypoint python3 {tb.image} "
+                        "-c 'import os; print(os.environ[\"NVIDIA_VISIBLE_DEVICES\"])'")
+    assert env.stdout.strip() == "1", env.stderr
     bad = tb.ssh("bare", run)
     assert bad.returncode != 0
     assert 'could not select device driver "" with capabilities: [[gpu]]' in bad.stderr

@@ -391,14 +391,15 @@ def run(argv: list[str]) -> str:
     while i < len(argv):
         a = argv[i]
         name, eq, val = a.partition("=")
-        if name in ("--query-gpu", "--query-compute-apps", "--format", "-i", "--id"):
+        if name in ("--query-gpu", "--query-compute-apps", "--format", "-i", "--id", "-d",
+                    "--display"):
             if not eq:
                 if i + 1 >= len(argv):
                     raise Exit(255, f"ERROR: Option {a} requires an argument. "
                                "Please run 'nvidia-smi -h'.\n\n")
                 i += 1
                 val = argv[i]
-            opts["-i" if name == "--id" else name] = val
+            opts[{"--id": "-i", "--display": "-d"}.get(name, name)] = val
         elif a in ("-L", "--list-gpus", "--version", "-q", "--query", "-x", "--xml-format",
                    "-h", "--help", "--help-query-gpu"):
             flags.add({"--list-gpus": "-L", "--query": "-q", "--xml-format": "-x",
