@@ -223,13 +223,10 @@ def install(host_dir: Path, profile: dict[str, Any]) -> None:
             _mknod(ib / f"uverbs{i}", UVERBS_MAJOR, UVERBS_MINOR + i)
     if profile.get("container_runtime"):
         # Stand-ins for the NVIDIA Container Toolkit: the hook that makes dockerd accept
-        # GPU requests (it reads the OCI state on stdin and does nothing: there is no GPU),
-        # and a runtime named nvidia that is plain runc.
+        # GPU requests (it installs the emulated nvidia-smi into the container: there is no
+        # GPU), and a runtime named nvidia that is plain runc.
         _script(sbin / "nvidia-container-runtime-hook",
-                '#!/bin/sh\n# EMULATED NVIDIA Container Toolkit hook (pdboot testbed)\n'
-                'case "$1" in --version|-version) '
-                'echo "NVIDIA Container Runtime Hook version 1.17.8"; exit 0;; esac\n'
-                'cat >/dev/null\nexit 0\n')
+                f'#!/bin/sh\n{env} exec {py} -S -E {EMULATORS / "nvidia_hook.py"} "$@"\n')
         _script(sbin / "nvidia-container-runtime",
                 '#!/bin/sh\n# EMULATED NVIDIA runtime (pdboot testbed): plain runc\n'
                 'exec runc "$@"\n')

@@ -150,6 +150,9 @@ def test_gpu_requests_need_the_container_runtime(make_testbed: MakeTestbed) -> N
     env = tb.ssh("gpu", f"docker run --rm --gpus '\"device=1\"' --entrypoint python3 {tb.image} "
                         "-c 'import os; print(os.environ[\"NVIDIA_VISIBLE_DEVICES\"])'")
     assert env.stdout.strip() == "1", env.stderr
+    smi = tb.ssh("gpu", f"docker run --rm --gpus '\"device=1\"' --entrypoint nvidia-smi {tb.image} "
+                        "--query-gpu=index,pci.bus_id --format=csv,noheader")
+    assert smi.stdout == "0, 00000000:41:00.0\n", smi.stderr  # GPU 1 of the host, seen as 0
     bad = tb.ssh("bare", run)
     assert bad.returncode != 0
     assert 'could not select device driver "" with capabilities: [[gpu]]' in bad.stderr

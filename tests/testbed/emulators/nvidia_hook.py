@@ -1,0 +1,80 @@
+"""EMULATED nvidia-container-runtime-hook (NVIDIA Container Toolkit) for testbed hosts.
+
+dockerd adds `nvidia-container-runtime-hook prestart` to the OCI spec of every container
+that requests GPUs (and accepts such requests only when the hook is on its PATH). The real
+hook mounts the driver's libraries and nvidia-smi into the container. This one installs the
+emulated nvidia-smi into the container's root filesystem, answering for the GPUs in
+NVIDIA_VISIBLE_DEVICES (renumbered from 0, as a container sees them), so
+`docker run --gpus ... IMAGE nvidia-smi` works the way it does on a GPU host. It needs
+/usr/bin/python3 and /bin/sh in the image (the testbed's images have both). No GPU involved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+VERSION = "NVIDIA Container Runtime Hook version 1.17.8\ncommit: emulated-pdboot-testbed\n"
+
+
+def visible(profile: dict[str, Any], spec: str) -> list[dict[str, Any]]:
+    gpus = profile.get("gpus", [])
+    if spec in ("all", ""):
+        return list(gpus)
+    chosen = []
+    for ident in spec.split(","):
+        chosen += [g for g in gpus if str(g["index"]) == ident or g["uuid"] == ident]
+    return chosen
+
+
+def prestart(state: dict[str, Any]) -> None:
+    bundle = Path(state["bundle"])
+    config = json.loads((bundle / "config.json").read_text())
+    root = Path(config["root"]["path"])
+    if not root.is_absolute():
+        root = bundle / root
+    env = dict(e.split("=", 1) for e in config.get("process", {}).get("env", []) if "=" in e)
+    spec = env.get("NVIDIA_VISIBLE_DEVICES", "")
+    if spec in ("void", "none") or config["root"].get("readonly"):
+        return
+    profile = json.loads(Path(os.environ["PDT_PROFILE"]).read_text())
+    gpus = visible(profile, spec)
+    for i, g in enumerate(gpus):
+        g["index"] = i
+    view = dict(profile, gpus=gpus, processes=[], mig_devices=[])
+    share = root / "usr" / "local" / "share" / "pdt-nvidia"
+    (share / "data").mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "nvidia_smi.py", share / "nvidia_smi.py")
+    for f in (HERE / "data").iterdir():
+        shutil.copy(f, share / "data" / f.name)
+    (share / "profile.json").write_text(json.dumps(view))
+    smi = root / "usr" / "bin" / "nvidia-smi"
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    smi.write_text("#!/bin/sh\n# EMULATED nvidia-smi, installed by the testbed's toolkit hook\n"
+                   "PDT_PROFILE=/usr/local/share/pdt-nvidia/profile.json "
+                   'exec /usr/bin/python3 -S -E /usr/local/share/pdt-nvidia/nvidia_smi.py "$@"\n')
+    smi.chmod(0o755)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] in (["--version"], ["-version"]):
+        sys.stdout.write(VERSION)
+        return 0
+    raw = sys.stdin.read()
+    if argv[:1] == ["prestart"] and raw.strip():
+        try:
+            prestart(json.loads(raw))
+        except (OSError, ValueError, KeyError) as e:
+            # the real hook fails the container start when it cannot set the GPUs up
+            sys.stderr.write(f"nvidia-container-runtime-hook (emulated): {e}\n")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
