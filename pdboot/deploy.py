@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 import shlex
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -481,9 +482,23 @@ def down(inv: Inventory, opts: DownOptions, out: Console) -> int:
         failed_any = bool(hosts.errors)
         if hosts.errors:
             _report_errors(out, "cannot reach (its containers are left as they are)", hosts.errors)
+        # The token file is not needed by running containers (compose read it at
+        # creation): remove it while the tiers stop. --purge waits for the containers,
+        # since images in use cannot be removed.
+        cleaned: list[bool] = []
+        cleaner = threading.Thread(
+            target=lambda: cleaned.append(_clean_files(hosts, inv, plan, False, out)),
+            daemon=True,
+        )
+        if not opts.purge:
+            cleaner.start()
         removed, errors = _teardown(hosts, plan.deployment, out)
         failed_any |= errors
-        failed_any |= not _clean_files(hosts, inv, plan, opts.purge, out)
+        if opts.purge:
+            cleaned.append(_clean_files(hosts, inv, plan, True, out))
+        else:
+            cleaner.join(OP_DEADLINE)
+        failed_any |= not (cleaned and cleaned[0])
         if removed == 0 and not failed_any:
             out.print("nothing of this deployment is running")
         elif not failed_any:
