@@ -32,6 +32,21 @@ for h in $PDT_HOSTS; do
     "$(docker version --format "engine {{.Server.Version}}")" "$(docker compose version --short)"'
 done
 
-# (deploy helper: `pdboot up`, a chat completion through the router, `pdboot status` and
-#  `pdboot down` go here once `up` exists.)
+step "pdboot up $INV  (preflight, pulls, decode -> prefill -> router, proof of the KV path)"
+$PY -m pdboot up "$INV"
+
+step "a chat completion through the router (prefill on one host, decode on another)"
+MODEL=$($PY -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); print(d.get("served_model_name") or d["model"])' "$INV")
+curl -s "http://$PDT_INGRESS_ADDRESS:8000/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\": \"$MODEL\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 12}"
+echo
+
+step "pdboot status $INV"
+$PY -m pdboot status "$INV"
+
+step "pdboot up again: nothing changes"
+$PY -m pdboot up "$INV" --skip-preflight
+
+step "pdboot down $INV"
+$PY -m pdboot down "$INV"
 step "done (the testbed is torn down now)"

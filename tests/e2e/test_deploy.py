@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,36 +24,13 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_e2eSECRETtoken0123456789abcdef"  # a fake token the tests hunt for
 TOKEN_ENV = "PDBOOT_E2E_HF_TOKEN"
-PREFLIGHT_IN_UP = False
 
 
-def _start_testbed(names: list[str]) -> Any:
-    try:
-        from tests.testbed.harness import Testbed, TestbedError, can_run
-    except ImportError as e:  # the harness is not there: a broken checkout
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"testbed harness not importable: {e}")
-    why = can_run()
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"testbed cannot start under CI: {why}")
-        pytest.skip(why)
-    try:
-        return Testbed.start(names)
-    except TestbedError as e:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"testbed did not start: {e}")
-
-
-@pytest.fixture(scope="module")
-def tb3() -> Iterator[Any]:
-    tb = _start_testbed(["d1", "p1", "r1"])
-    try:
-        yield tb
-    finally:
-        tb.stop()
+@pytest.fixture
+def tb3(testbed_clean: Any) -> Any:
+    """The session's shared 3-host testbed (decode, prefill, ingress), cleaned around each
+    test (conftest: fails under CI=true when it cannot start, skips elsewhere)."""
+    return testbed_clean
 
 
 def write_inventory(
@@ -62,9 +38,9 @@ def write_inventory(
     path: Path,
     *,
     name: str,
-    prefill: list[str],
-    decode: list[str],
-    router: str,
+    prefill: list[str] | None = None,
+    decode: list[str] | None = None,
+    router: str = "ingress",
     image: str | None = None,
     prefill_env: dict[str, str] | None = None,
     decode_env: dict[str, str] | None = None,
@@ -72,6 +48,8 @@ def write_inventory(
     ready_seconds: float = 60,
     hf_token: bool = True,
 ) -> Path:
+    prefill = prefill or ["prefill"]
+    decode = decode or ["decode"]
     used = list(dict.fromkeys(prefill + decode + [router]))
     inv: dict[str, Any] = {
         "name": name,
@@ -112,8 +90,12 @@ def write_inventory(
     return path
 
 
-def pdboot(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    if args[0] == "up" and PREFLIGHT_IN_UP is False:
+def pdboot(
+    *args: str, timeout: float = 300, preflight: bool = False
+) -> subprocess.CompletedProcess[str]:
+    # preflight has its own e2e tests; here it runs once (the 1P1D test) to show `up` gates
+    # on it, and is skipped elsewhere to keep the suite short on a 2-core machine
+    if args[0] == "up" and not preflight:
         args = (*args, "--skip-preflight")
     env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200", TERM="dumb")
     return subprocess.run(
@@ -177,17 +159,20 @@ def down_clean(tb: Any, inv: Path, deployment: str) -> None:
 
 def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     inv = write_inventory(
-        tb3, tmp_path / "inv.yaml", name="e2e1", prefill=["p1"], decode=["d1"], router="r1"
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2e1",
     )
-    res = pdboot("up", str(inv))
+    res = pdboot("up", str(inv), preflight=True)
     out = output(res)
     assert res.returncode == 0, out
-    router = f"http://{tb3.hosts['r1'].address}:8000"
+    assert "preflight skipped" not in out and "docker.compose" in out  # the gate ran
+    router = f"http://{tb3.hosts['ingress'].address}:8000"
     assert f"{router}/v1" in out and "curl " in out
     assert "decode pulled the KV cache from a prefill engine" in out
 
     # a chat completion through the router, decoded after a cross-host KV pull
-    decode_metrics = f"http://{tb3.hosts['d1'].address}:8201/metrics"
+    decode_metrics = f"http://{tb3.hosts['decode'].address}:8201/metrics"
     pulls = metric(decode_metrics, "vllm:nixl_kv_pulls_total")
     reply = http_json(
         f"{router}/v1/chat/completions",
@@ -206,21 +191,25 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     assert st.returncode == 0, output(st)
     doc = json.loads(st.stdout)
     assert doc["healthy"] is True
-    assert {s["service"] for s in doc["services"]} == {"decode@d1", "prefill@p1", "router@r1"}
+    assert {s["service"] for s in doc["services"]} == {
+        "decode@decode",
+        "prefill@prefill",
+        "router@ingress",
+    }
     assert all(s["matches_inventory"] and s["health"] == "ok" for s in doc["services"])
 
     before = ids(tb3, "e2e1")
     again = pdboot("up", str(inv))
     assert again.returncode == 0, output(again)
-    for key in ("decode@d1", "prefill@p1", "router@r1"):
+    for key in ("decode@decode", "prefill@prefill", "router@ingress"):
         assert any(key in line and "unchanged" in line for line in again.stdout.splitlines()), key
     assert ids(tb3, "e2e1") == before
 
-    lg = pdboot("logs", str(inv), "decode@d1", "--tail", "5")
+    lg = pdboot("logs", str(inv), "decode@decode", "--tail", "5")
     assert lg.returncode == 0 and lg.stdout.strip(), output(lg)
 
     # secrets: the token file is 0600 in a 0700 dir, and the value is nowhere else
-    for h in ("d1", "p1"):
+    for h in ("decode", "prefill"):
         st_ = tb3.hosts[h].exec(
             "stat -c '%a' /var/lib/pdboot/e2e1 /var/lib/pdboot/e2e1/secrets.env"
         )
@@ -229,44 +218,48 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
         assert "secrets.env" in compose and TOKEN not in compose
         ps = tb3.hosts[h].exec("ps -eo args").stdout
         assert TOKEN not in ps
-        cid = ids(tb3, "e2e1")[f"{'decode' if h == 'd1' else 'prefill'}@{h}"]
+        cid = ids(tb3, "e2e1")[f"{'decode' if h == 'decode' else 'prefill'}@{h}"]
         assert TOKEN not in tb3.hosts[h].docker("logs", cid).stdout
         assert TOKEN not in tb3.hosts[h].docker("inspect", "--format", "{{json .Args}}", cid).stdout
     for r in (res, st, again, lg):
         assert TOKEN not in output(r)
 
     down_clean(tb3, inv, "e2e1")
-    assert tb3.hosts["d1"].exec("ls /var/lib/pdboot/e2e1").stdout.split() == ["compose.yaml"]
+    assert tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2e1").stdout.split() == ["compose.yaml"]
     nothing = pdboot("down", str(inv))
     assert nothing.returncode == 0 and "nothing" in output(nothing)
     st2 = pdboot("status", str(inv))
     assert st2.returncode == 1
 
 
-def test_2p2d_five_hosts_router_workers(tmp_path: Path) -> None:
-    tb = _start_testbed(["d1", "d2", "p1", "p2", "r1"])
-    try:
-        inv = write_inventory(
-            tb,
-            tmp_path / "inv.yaml",
-            name="e2e2",
-            prefill=["p1", "p2"],
-            decode=["d1", "d2"],
-            router="r1",
-        )
-        res = pdboot("up", str(inv))
-        assert res.returncode == 0, output(res)
-        workers = http_json(f"http://{tb.hosts['r1'].address}:8000/workers")
-        got = {(w["worker_type"], w["url"]) for w in workers["workers"]}
-        want = {("prefill", f"http://{tb.hosts[h].address}:8200") for h in ("p1", "p2")}
-        want |= {("decode", f"http://{tb.hosts[h].address}:8201") for h in ("d1", "d2")}
-        assert got == want
-        assert all(w["is_healthy"] for w in workers["workers"])
-        st = pdboot("status", str(inv), "--json")
-        assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 5
-        down_clean(tb, inv, "e2e2")
-    finally:
-        tb.stop()
+def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> None:
+    tb = make_testbed(["decode", "d2", "prefill", "p2", "ingress"])
+    inv = write_inventory(
+        tb,
+        tmp_path / "inv.yaml",
+        name="e2e2",
+        prefill=["prefill", "p2"],
+        decode=["decode", "d2"],
+        router="ingress",
+    )
+    res = pdboot("up", str(inv))
+    assert res.returncode == 0, output(res)
+    workers = http_json(f"http://{tb.hosts['ingress'].address}:8000/workers")
+    got = {(w["worker_type"], w["url"]) for w in workers["workers"]}
+    want = {("prefill", f"http://{tb.hosts[h].address}:8200") for h in ("prefill", "p2")}
+    want |= {("decode", f"http://{tb.hosts[h].address}:8201") for h in ("decode", "d2")}
+    assert got == want
+    assert all(w["is_healthy"] for w in workers["workers"])
+    st = pdboot("status", str(inv), "--json")
+    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 5
+    # --purge: containers, shipped files and pulled images go
+    res = pdboot("down", str(inv), "--purge")
+    assert res.returncode == 0, output(res)
+    for h in tb.hosts:
+        assert containers(tb, h, "e2e2") == []
+        assert tb.hosts[h].exec("ls /var/lib/pdboot").stdout.split() == [], h
+        images = tb.hosts[h].docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout
+        assert tb.image not in images and tb.router_image not in images, h
 
 
 # --------------------------------------------------------------------------- faults
@@ -277,9 +270,6 @@ def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
         tb3,
         tmp_path / "inv.yaml",
         name="e2ecrash",
-        prefill=["p1"],
-        decode=["d1"],
-        router="r1",
         prefill_env={"STANDIN_CRASH_AT_START": "oom"},
     )
     t0 = time.monotonic()
@@ -290,8 +280,10 @@ def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
     assert "diagnosis: GPU out of memory" in out
     assert time.monotonic() - t0 < 60  # stopped on the exit, not at ready_seconds (60)
     left = ids(tb3, "e2ecrash")
-    assert "decode@d1" in left and "router@r1" not in left  # decode left as is
-    state = tb3.hosts["d1"].docker("inspect", "--format", "{{.State.Status}}", left["decode@d1"])
+    assert "decode@decode" in left and "router@ingress" not in left  # decode left as is
+    state = tb3.hosts["decode"].docker(
+        "inspect", "--format", "{{.State.Status}}", left["decode@decode"]
+    )
     assert state.stdout.strip() == "running"
 
     rb = pdboot("up", str(inv), "--rollback")
@@ -305,17 +297,14 @@ def test_never_healthy_honours_the_deadline(tb3: Any, tmp_path: Path) -> None:
         tb3,
         tmp_path / "inv.yaml",
         name="e2enever",
-        prefill=["p1"],
-        decode=["d1"],
-        router="r1",
         ready_seconds=4,
         decode_env={"STANDIN_NEVER_HEALTHY": "1"},
     )
     res = pdboot("up", str(inv))
     out = output(res)
     assert res.returncode == 1, out
-    assert "decode@d1: no /health 200 within 4s" in out
-    assert set(ids(tb3, "e2enever")) == {"decode@d1"}  # prefill never started
+    assert "decode@decode: no /health 200 within 4s" in out
+    assert set(ids(tb3, "e2enever")) == {"decode@decode"}  # prefill never started
     down_clean(tb3, inv, "e2enever")
 
 
@@ -325,64 +314,60 @@ def test_nonexistent_image_tag(tb3: Any, tmp_path: Path) -> None:
         tb3,
         tmp_path / "inv.yaml",
         name="e2etag",
-        prefill=["p1"],
-        decode=["d1"],
-        router="r1",
         image=bad,
     )
     res = pdboot("up", str(inv))
     out = output(res)
     assert res.returncode == 1, out
-    assert "pull failed on d1" in out and "no such image or tag" in out and bad in out
+    assert "pull failed on decode" in out and "no such image or tag" in out and bad in out
     assert ids(tb3, "e2etag") == {}
 
 
 def test_host_unreachable_during_down(tb3: Any, tmp_path: Path) -> None:
     inv = write_inventory(
-        tb3, tmp_path / "inv.yaml", name="e2eunreach", prefill=["p1"], decode=["d1"], router="r1"
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2eunreach",
     )
     assert pdboot("up", str(inv)).returncode == 0
-    tb3.hosts["p1"].stop_sshd()
+    tb3.hosts["prefill"].stop_sshd()
     try:
         res = pdboot("down", str(inv))
         out = output(res)
         assert res.returncode == 1, out
-        assert "cannot reach" in out and "p1" in out
-        assert containers(tb3, "d1", "e2eunreach") == []
-        assert containers(tb3, "r1", "e2eunreach") == []
-        assert len(containers(tb3, "p1", "e2eunreach")) == 1  # untouched, unreachable
+        assert "cannot reach" in out and "prefill" in out
+        assert containers(tb3, "decode", "e2eunreach") == []
+        assert containers(tb3, "ingress", "e2eunreach") == []
+        assert len(containers(tb3, "prefill", "e2eunreach")) == 1  # untouched, unreachable
     finally:
-        tb3.hosts["p1"].start_sshd()
-        tb3.hosts["p1"].wait_sshd(time.monotonic() + 20)
+        tb3.hosts["prefill"].start_sshd()
+        tb3.hosts["prefill"].wait_sshd(time.monotonic() + 20)
         tb3.save()
     down_clean(tb3, inv, "e2eunreach")
 
 
 def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
-    inv = write_inventory(tb3, path, name="e2echange", prefill=["p1"], decode=["d1"], router="r1")
+    inv = write_inventory(tb3, path, name="e2echange")
     assert pdboot("up", str(inv)).returncode == 0
     before = ids(tb3, "e2echange")
     write_inventory(
         tb3,
         path,
         name="e2echange",
-        prefill=["p1"],
-        decode=["d1"],
-        router="r1",
         decode_args=["--max-model-len", "4096"],
     )
     res = pdboot("up", str(path))
     out = res.stdout
     assert res.returncode == 0, output(res)
     lines = out.splitlines()
-    assert any("decode@d1" in ln and "recreate" in ln for ln in lines), out
-    assert any("prefill@p1" in ln and "unchanged" in ln for ln in lines), out
-    assert any("router@r1" in ln and "recreate" in ln for ln in lines), out
+    assert any("decode@decode" in ln and "recreate" in ln for ln in lines), out
+    assert any("prefill@prefill" in ln and "unchanged" in ln for ln in lines), out
+    assert any("router@ingress" in ln and "recreate" in ln for ln in lines), out
     after = ids(tb3, "e2echange")
-    assert after["prefill@p1"] == before["prefill@p1"]
-    assert after["decode@d1"] != before["decode@d1"]
-    assert out.index("decode@d1") < out.index("router@r1")
+    assert after["prefill@prefill"] == before["prefill@prefill"]
+    assert after["decode@decode"] != before["decode@decode"]
+    assert out.index("decode@decode") < out.index("router@ingress")
     down_clean(tb3, path, "e2echange")
 
 
@@ -391,9 +376,6 @@ def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
         tb3,
         tmp_path / "inv.yaml",
         name="e2eint",
-        prefill=["p1"],
-        decode=["d1"],
-        router="r1",
         decode_env={"STANDIN_LOAD_SECONDS": "120"},
     )
     env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200")
@@ -407,7 +389,7 @@ def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 120
-        while not containers(tb3, "d1", "e2eint"):
+        while not containers(tb3, "decode", "e2eint"):
             assert p.poll() is None, p.communicate()[0]
             assert time.monotonic() < deadline
             time.sleep(0.2)
@@ -418,5 +400,5 @@ def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130, out
-    assert "interrupted" in out and "decode@d1" in out
+    assert "interrupted" in out and "decode@decode" in out
     down_clean(tb3, inv, "e2eint")
