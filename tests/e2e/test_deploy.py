@@ -403,3 +403,26 @@ def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
     assert p.returncode == 130, out
     assert "interrupted" in out and "decode@decode" in out
     down_clean(tb3, inv, "e2eint")
+
+
+def test_registry_unreachable_names_host_and_cause(tb3: Any, tmp_path: Path) -> None:
+    repo_path = tb3.image.split("/", 1)[1]
+    gone = f"{tb3.registry.rsplit(':', 1)[0]}:5999/{repo_path}"  # nothing listens there
+    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2ereg", image=gone)
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "pull failed on decode" in out and "registry unreachable" in out
+    assert ids(tb3, "e2ereg") == {}
+
+
+def test_disk_full_during_pull(make_testbed: Any, tmp_path: Path) -> None:
+    from tests.testbed.harness import HostSpec
+
+    tb = make_testbed([HostSpec("decode", overrides={"disk_mb": 24}), "prefill", "ingress"])
+    inv = write_inventory(tb, tmp_path / "inv.yaml", name="e2edisk")
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "pull failed on decode" in out and "disk full" in out
+    assert "pull failed on prefill" not in out
