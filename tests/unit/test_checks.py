@@ -383,3 +383,32 @@ def test_json_shape_is_the_documented_one() -> None:
             },
         },
     }
+
+
+def test_report_puts_failures_first_with_the_fix_under_them() -> None:
+    from rich.console import Console
+
+    from pdboot import report
+    from pdboot.preflight import HostReport, PreflightResult
+
+    checks = [
+        CheckResult("ssh.connect", "pass", "connected"),
+        CheckResult("gpu.driver", "pass", "driver 580.95.05"),
+        CheckResult("host.ports", "pass", "ports free"),
+        CheckResult("host.disk_docker", "fail", "3.0 GiB free", "free space on /"),
+        CheckResult("rdma.ports", "warn", "mlx5_0 port 1: PORT_DOWN", "check the cable"),
+    ]
+    ordered = [c.id for c in report.ordered(checks)]
+    assert ordered == ["ssh.connect", "host.disk_docker", "host.ports", "rdma.ports", "gpu.driver"]
+    res = PreflightResult({"gpu-a": HostReport("gpu-a", True, checks)})
+    console = Console(record=True, width=200, color_system=None)
+    report.print_report(res, console)
+    text = console.export_text()
+    lines = text.splitlines()
+    fail_at = next(i for i, ln in enumerate(lines) if "host.disk_docker" in ln)
+    assert "fix: free space on /" in lines[fail_at + 1]
+    assert lines[-1].startswith("FAIL: 1 failure on gpu-a")
+    ok = PreflightResult({"a": HostReport("a", True, checks[:3])})
+    assert report.verdict(ok) == "PASS: 1 host(s) ready for `pdboot up`"
+    down = PreflightResult({"b": HostReport("b", False, [CheckResult("ssh.connect", "fail", "x")])})
+    assert "unreachable: b" in report.verdict(down)
