@@ -334,7 +334,7 @@ class _Up:
                 self.last_log_fetch[svc.key] = now
                 lines = link.engine.logs(container, tail=1)
                 if lines:
-                    self.latest_line[svc.key] = lines[-1]
+                    self.latest_line[svc.key] = Text.from_ansi(lines[-1]).plain
             return waiting(detail)
 
         if svc.role != "router":
@@ -383,7 +383,7 @@ class _Up:
             Text(f"--- last {LOG_LINES_ON_FAILURE} log lines of {svc.key} ---", style="bold")
         )
         for line in lines:
-            self.out.print(Text(line), highlight=False, soft_wrap=True)
+            self.out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
         self.out.print(Text("---", style="bold"))
         d = diagnose(lines)
         if d is not None:

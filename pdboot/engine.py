@@ -177,7 +177,7 @@ class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
     """docker SDK adapter whose connections are channels on an existing, verified
     paramiko client (see the module docstring). It never opens or closes SSH itself."""
 
-    def __init__(self, client: Any, timeout: int) -> None:
+    def __init__(self, client: Any, timeout: int | None) -> None:
         super().__init__("ssh://pdboot", timeout=timeout, shell_out=True)
         self.ssh_client = client
 
@@ -203,7 +203,7 @@ class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
         self.pools.clear()  # the SSH client belongs to pdboot.remote
 
 
-def _api_for(conn: Connection, timeout: int) -> Any:
+def _api_for(conn: Connection, timeout: int | None) -> Any:
     if isinstance(conn, LocalConnection):
         return docker.APIClient(version="auto", timeout=timeout, **kwargs_from_env())
     fabric_conn = getattr(conn, "_conn", None)
@@ -242,7 +242,9 @@ class Engine:
         self.api = api
 
     @classmethod
-    def open(cls, conn: Connection, timeout: int = 120) -> Engine:
+    def open(cls, conn: Connection, timeout: int | None = 120) -> Engine:
+        """``timeout``: seconds a read may wait; None for streams that can stay quiet
+        for long (``logs -f``)."""
         try:
             return cls(conn, _api_for(conn, timeout))
         except EngineError:

@@ -105,14 +105,18 @@ class Hosts:
 
 
 def open_hosts(
-    inv: Inventory, names: Iterable[str], *, accept_new_host_keys: bool = False
+    inv: Inventory,
+    names: Iterable[str],
+    *,
+    accept_new_host_keys: bool = False,
+    engine_timeout: int | None = 120,
 ) -> Hosts:
     def _open(name: str, _: object) -> Link:
         conn = connect(
             name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
         )
         try:
-            return Link(conn, Engine.open(conn))
+            return Link(conn, Engine.open(conn, engine_timeout))
         except EngineError as e:
             conn.close()
             raise RemoteError(name, "error", e.message) from e

@@ -108,9 +108,7 @@ def collect(inv: Inventory, accept_new_host_keys: bool = False) -> list[ServiceS
     plan = build_plan(inv)
     hosts = open_hosts(inv, plan.hosts, accept_new_host_keys=accept_new_host_keys)
     try:
-        values, errors = hosts.each(
-            lambda _h, link: link.engine.containers(plan.deployment), 60.0
-        )
+        values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
         hosts.close()
     unreachable = set(hosts.errors) | set(errors)
@@ -127,9 +125,7 @@ def collect(inv: Inventory, accept_new_host_keys: bool = False) -> list[ServiceS
             a = http(svc.health_url, timeout=3.0)
             health = "ok" if a.ok else a.describe()
         rows.append(
-            service_status(
-                svc, obs, reachable=svc.host not in unreachable, now=now, health=health
-            )
+            service_status(svc, obs, reachable=svc.host not in unreachable, now=now, health=health)
         )
     for o in observed:
         if o.id not in seen:
@@ -205,7 +201,7 @@ def logs(inv: Inventory, selector: str, out: Console, *, tail: int, follow: bool
         out.print(Text(f"error: {e}", style="red"))
         return EXIT_USAGE
     plan = build_plan(inv)
-    hosts = open_hosts(inv, [svc.host])
+    hosts = open_hosts(inv, [svc.host], engine_timeout=None if follow else 120)
     try:
         if hosts.errors:
             out.print(Text(f"error: cannot reach {svc.host}: {hosts.errors[svc.host]}", "red"))
@@ -223,12 +219,12 @@ def logs(inv: Inventory, selector: str, out: Console, *, tail: int, follow: bool
         if follow:
             try:
                 for line in engine.follow_logs(cid, tail=tail):
-                    out.print(Text(line), highlight=False, soft_wrap=True)
+                    out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
             except KeyboardInterrupt:
                 pass
         else:
             for line in engine.logs(cid, tail=tail):
-                out.print(Text(line), highlight=False, soft_wrap=True)
+                out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
         return EXIT_OK
     finally:
         hosts.close()

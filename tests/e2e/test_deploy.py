@@ -224,7 +224,27 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     for r in (res, st, again, lg):
         assert TOKEN not in output(r)
 
+    # a container pdboot did not start, even one labelled like another deployment's
+    foreign = (
+        tb3.hosts["decode"]
+        .docker(
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--label",
+            "io.pdboot.deployment=someone-else",
+            "--entrypoint",
+            "python3",
+            tb3.image,
+            "-c",
+            "import time; time.sleep(600)",
+        )
+        .stdout.strip()
+    )
     down_clean(tb3, inv, "e2e1")
+    assert [c["ID"] for c in containers(tb3, "decode")] == [foreign]
+    tb3.hosts["decode"].docker("rm", "-f", foreign)
     assert tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2e1").stdout.split() == ["compose.yaml"]
     nothing = pdboot("down", str(inv))
     assert nothing.returncode == 0 and "nothing" in output(nothing)
@@ -426,3 +446,19 @@ def test_disk_full_during_pull(make_testbed: Any, tmp_path: Path) -> None:
     assert res.returncode == 1, out
     assert "pull failed on decode" in out and "disk full" in out
     assert "pull failed on prefill" not in out
+
+
+def test_missing_token_source_is_a_usage_error(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2etok")
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    res = subprocess.run(
+        [sys.executable, "-m", "pdboot", "up", str(inv), "--skip-preflight"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 2, output(res)
+    assert TOKEN_ENV in output(res) and "not set" in output(res)
+    assert ids(tb3, "e2etok") == {}
