@@ -118,19 +118,35 @@ class HostContext:
 
 
 def batch_script(commands: Iterable[Command], timeout_s: int = SECTION_TIMEOUT_S) -> str:
-    """One script printing every command's output between markers (see module doc)."""
-    parts = ["export LC_ALL=C LANG=C"]
-    for c in commands:
-        parts.append(f"printf '%s\\n' {shlex.quote('### $ ' + c.line)}")
-        # Each command in its own bash, under timeout: a hang or an `exit` stays local.
+    """One script printing every command's output between markers (see module doc).
+
+    The commands run concurrently (each into its own file), then are printed in order:
+    a host costs its slowest command, not the sum -- which matters for reachability probes
+    that wait for a timeout and for nvidia-smi on hosts without persistence mode.
+    """
+    cmds = list(commands)
+    parts = [
+        "export LC_ALL=C LANG=C",
+        'd=$(mktemp -d "${TMPDIR:-/tmp}/pdboot-preflight.XXXXXX") || exit 1',
+        "trap 'rm -rf \"$d\"' EXIT",
+    ]
+    for i, c in enumerate(cmds):
+        # Each in its own bash, under timeout: a hang or an `exit` stays local.
         parts.append(
-            f"timeout -k 2 {timeout_s} bash -c {shlex.quote(c.line)} </dev/null 2>&1; "
-            'echo "### exit=$?"'
+            f"{{ timeout -k 2 {timeout_s} bash -c {shlex.quote(c.line)} "
+            f'</dev/null >"$d/{i}" 2>&1; echo $? >"$d/{i}.rc"; }} &'
+        )
+    parts.append("wait")
+    for i, c in enumerate(cmds):
+        parts.append(
+            f"printf '%s\\n' {shlex.quote('### $ ' + c.line)}; cat \"$d/{i}\"; "
+            f'echo "### exit=$(cat "$d/{i}.rc")"'
         )
     return "\n".join(parts) + "\n"
 
 
-_EXIT_RE = re.compile(r"^### exit=(\d+)\s*$")
+# At the end of a line: output without a final newline runs into the marker.
+_EXIT_RE = re.compile(r"^(.*)### exit=(\d+)\s*$")
 
 
 def parse_sections(text: str) -> dict[str, Section]:
@@ -147,7 +163,9 @@ def parse_sections(text: str) -> dict[str, Section]:
             continue
         m = _EXIT_RE.match(line)
         if m and cmd is not None:
-            out[cmd] = Section("\n".join(buf) + ("\n" if buf else ""), int(m.group(1)))
+            if m.group(1):
+                buf.append(m.group(1))
+            out[cmd] = Section("\n".join(buf) + ("\n" if buf else ""), int(m.group(2)))
             cmd, buf = None, []
             continue
         if cmd is not None:

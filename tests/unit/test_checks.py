@@ -350,12 +350,14 @@ def test_batch_script_round_trip_through_bash() -> None:
         Command("a", "echo hello; echo err >&2", "host"),
         Command("b", "exit 3", "host"),
         Command("c", "printf '%s\\n' \"it's\"", "host"),
+        Command("d", "printf 'no newline'", "host"),
     ]
     out = LocalConnection("t").run(batch_script(cmds)).stdout
     s = parse_sections(out)
     assert s[cmds[0].line] == Section("hello\nerr\n", 0)
     assert s[cmds[1].line].rc == 3
     assert s[cmds[2].line].output == "it's\n"
+    assert s[cmds[3].line] == Section("no newline\n", 0)
 
 
 def test_json_shape_is_the_documented_one() -> None:
