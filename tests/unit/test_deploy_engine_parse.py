@@ -1,13 +1,25 @@
-"""Pure parsing of what the Docker engine returns: inspect JSON, pull events, pull errors."""
+"""Pure parsing of what the Docker engine returns, on output captured from the testbed's
+dockerd 20.10 through pdboot's own SSH channel (tests/unit/fixtures/deploy/): container
+inspect and list JSON, a real pull event stream, and real pull errors."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from pdboot.engine import PullProgress, observed_from_inspect, pull_error_cause, split_image
+from pdboot.engine import (
+    PullProgress,
+    observed_from_inspect,
+    observed_from_list,
+    pull_error_cause,
+    split_image,
+)
 
-FIXTURES = Path(__file__).parent / "fixtures" / "deploy"
+FIX = Path(__file__).parent / "fixtures" / "deploy"
+
+
+def _jsonl(name: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (FIX / name).read_text().splitlines() if line.strip()]
 
 
 def test_split_image_with_registry_port() -> None:
@@ -21,50 +33,58 @@ def test_split_image_with_registry_port() -> None:
     )
 
 
-def test_pull_error_causes() -> None:
-    assert "no such image or tag" in pull_error_cause(
-        "manifest for 10.77.0.1:5000/vllm/vllm-openai:v9.9.9 not found: "
-        "manifest unknown: manifest unknown"
-    )
-    assert "registry unreachable" in pull_error_cause(
-        'Get "http://10.77.0.1:5000/v2/": dial tcp 10.77.0.1:5000: connect: connection refused'
-    )
-    assert "disk full" in pull_error_cause(
-        "failed to register layer: write /usr/lib/x.so: no space left on device"
-    )
-
-
-def test_pull_progress_folds_layer_events() -> None:
+def test_real_pull_errors() -> None:
+    errors = json.loads((FIX / "pull-errors.json").read_text())
+    no_tag = errors["no-such-tag"]["APIError.explanation"]
+    down = errors["registry-down"]["APIError.explanation"]
+    assert pull_error_cause(no_tag).startswith("no such image or tag")
+    assert pull_error_cause(down).startswith("registry unreachable")
+    disk = [e for e in _jsonl("pull-events-disk-full.jsonl") if "error" in e]
     p = PullProgress("img")
-    events = [
-        {"status": "Pulling from vllm/vllm-openai", "id": "v0.33.0"},
-        {"status": "Pulling fs layer", "progressDetail": {}, "id": "aaa"},
-        {"status": "Pulling fs layer", "progressDetail": {}, "id": "bbb"},
-        {"status": "Downloading", "progressDetail": {"current": 100, "total": 1000}, "id": "aaa"},
-        {"status": "Downloading", "progressDetail": {"current": 50, "total": 500}, "id": "bbb"},
-    ]
-    for e in events:
+    for e in _jsonl("pull-events-disk-full.jsonl"):
         p.feed(e)
+    assert p.error is not None and disk
+    assert pull_error_cause(p.error).startswith("disk full")
+
+
+def test_real_pull_stream_progress() -> None:
+    p = PullProgress("img")
+    seen = []
+    for e in _jsonl("pull-events-engine.jsonl"):
+        p.feed(e)
+        seen.append((p.done, p.total))
+    assert p.error is None
+    assert p.total > 0 and p.done == p.total  # every layer completed
+    assert any(0 < d < t for d, t in seen)  # partial progress was visible on the way
+    assert p.digest and p.digest.startswith("sha256:")
+    assert p.status.startswith("Downloaded newer image")
+
+
+def test_pull_progress_synthetic_layers() -> None:
+    p = PullProgress("img")
+    p.feed({"status": "Downloading", "progressDetail": {"current": 100, "total": 1000}, "id": "a"})
+    p.feed({"status": "Downloading", "progressDetail": {"current": 50, "total": 500}, "id": "b"})
     assert (p.done, p.total) == (150, 1500)
-    p.feed({"status": "Download complete", "progressDetail": {}, "id": "aaa"})
+    p.feed({"status": "Download complete", "progressDetail": {}, "id": "a"})
     assert p.done == 1050
-    p.feed({"status": "Digest: sha256:abc"})
-    p.feed({"status": "Status: Downloaded newer image for img"})
-    assert p.digest == "sha256:abc" and p.status.startswith("Downloaded newer")
-    p.feed(
-        {"errorDetail": {"message": "no space left on device"}, "error": "no space left on device"}
-    )
-    assert p.error == "no space left on device"
+
+
+def test_observed_from_captured_inspect() -> None:
+    data = json.loads((FIX / "inspect-decode-running.json").read_text())
+    o = observed_from_inspect("d1", data)
+    assert o.role == "decode" and o.deployment == "dev1" and o.state == "running"
+    assert o.config_hash and len(o.config_hash) == 16
+    assert o.restart_count == 0 and o.exit_code == 0
+    assert o.started_at.startswith("20")
+    assert o.name == "pdboot-dev1-decode"
+
+
+def test_observed_from_captured_list() -> None:
+    items = json.loads((FIX / "containers-list.json").read_text())
+    roles = sorted(str(observed_from_list("h", i).role) for i in items)
+    assert roles == ["decode", "prefill", "router"]
 
 
 def test_observed_from_inspect_is_lenient() -> None:
     o = observed_from_inspect("gpu-b", {"Id": "abc", "State": {"Status": "exited", "ExitCode": 3}})
     assert o.state == "exited" and o.exit_code == 3 and o.labels == {} and o.role is None
-
-
-def test_observed_from_captured_inspect() -> None:
-    files = sorted(FIXTURES.glob("inspect-*.json"))
-    for f in files:
-        data = json.loads(f.read_text())
-        o = observed_from_inspect("h", data[0] if isinstance(data, list) else data)
-        assert o.id and o.role in ("decode", "prefill", "router")
