@@ -102,14 +102,19 @@ def up(
         return EXIT_USAGE
     if token is not None:
         register_secret(token)  # masked in anything pdboot logs or prints
-    if opts.skip_preflight or preflight is None:
-        out.print("preflight skipped" + (" (--skip-preflight)" if opts.skip_preflight else ""))
-    elif not preflight(inv, out, opts.accept_new_host_keys):
-        out.print(Text("preflight failed: nothing was pulled or started", style="red"))
-        return EXIT_FAILED
-    plan = build_plan(inv)
-    t0 = time.monotonic()
-    hosts = open_hosts(inv, plan.hosts, accept_new_host_keys=opts.accept_new_host_keys)
+    try:
+        if opts.skip_preflight or preflight is None:
+            note = " (--skip-preflight)" if opts.skip_preflight else ""
+            out.print("preflight skipped" + note)
+        elif not preflight(inv, out, opts.accept_new_host_keys):
+            out.print(Text("preflight failed: nothing was pulled or started", style="red"))
+            return EXIT_FAILED
+        plan = build_plan(inv)
+        t0 = time.monotonic()
+        hosts = open_hosts(inv, plan.hosts, accept_new_host_keys=opts.accept_new_host_keys)
+    except KeyboardInterrupt:
+        out.print(Text("interrupted before anything was started", style="yellow"))
+        return EXIT_INTERRUPTED
     try:
         if hosts.errors:
             _report_errors(out, "cannot reach", hosts.errors)
@@ -122,7 +127,7 @@ def up(
         except KeyboardInterrupt:
             run.interrupted()
             return EXIT_INTERRUPTED
-        out.print(f"[green]up[/green] in {time.monotonic() - t0:.1f}s")
+        out.print(f"[green]up[/green]: deployed in {time.monotonic() - t0:.1f}s")
         return EXIT_OK
     finally:
         hosts.close()
@@ -391,6 +396,7 @@ class _Up:
         if self.opts.rollback:
             self.out.print("rolling back (--rollback): removing this deployment's containers")
             _teardown(self.hosts, self.plan.deployment, self.out)
+            _clean_files(self.hosts, self.inv, self.plan, False, self.out)
         else:
             kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
             self.out.print(

@@ -310,6 +310,7 @@ def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
     rb = pdboot("up", str(inv), "--rollback")
     assert rb.returncode == 1, output(rb)
     assert ids(tb3, "e2ecrash") == {}
+    assert "secrets.env" not in tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2ecrash").stdout
     down_clean(tb3, inv, "e2ecrash")
 
 
