@@ -289,7 +289,7 @@ class _Up:
         )
         what = "/health 200 and every engine in /workers" if router else "/health 200"
         announced: set[str] = set()
-        last_plain = [-1e9]
+        last_plain = [0.0]  # the first plain line after 5 s of waiting
         try:
             with Live(console=self.out, transient=True, auto_refresh=False) as live:
 
@@ -330,10 +330,12 @@ class _Up:
 
         def check_container(detail: str) -> Probe:
             obs = link.engine.inspect(container)
-            if obs.state in ("exited", "dead") or obs.restart_count > 0:
+            if obs.restart_count > 0:
+                # the restart policy brought it back; it crashed all the same
+                return failed(f"container exited and was restarted {obs.restart_count}x")
+            if obs.state in ("exited", "dead"):
                 code = f" (exit code {obs.exit_code})" if obs.exit_code is not None else ""
-                restarts = f", restarted {obs.restart_count}x" if obs.restart_count else ""
-                return failed(f"container {obs.state}{code}{restarts}")
+                return failed(f"container {obs.state}{code}")
             now = self.clock.now()
             if now - self.last_log_fetch.get(svc.key, -1e9) >= 1.0:
                 self.last_log_fetch[svc.key] = now
