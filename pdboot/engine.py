@@ -403,6 +403,8 @@ class Engine:
         )
         if secrets_text is not None:
             script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
+        else:  # a token from an earlier inventory must not linger
+            script += f"rm -f {shlex.quote(f'{project_dir}/{SECRETS_FILE}')}\n"
         try:
             res = self.conn.run(script, stdin=secrets_text)
         except RemoteError as e:

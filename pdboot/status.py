@@ -144,7 +144,8 @@ def status(inv: Inventory, out: Console, *, as_json: bool = False) -> int:
             "healthy": healthy,
             "services": [asdict(r) for r in rows],
         }
-        out.print_json(json.dumps(doc))
+        # soft_wrap: never break a line inside a JSON string on a narrow console
+        out.print(json.dumps(doc, indent=2), soft_wrap=True, highlight=False, markup=False)
         return EXIT_OK if healthy else EXIT_FAILED
     table = Table(title=f"deployment {inv.name}")
     for col in ("service", "state", "health", "uptime", "image", "matches", "endpoint"):
