@@ -206,7 +206,9 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     assert ids(tb3, "e2e1") == before
 
     lg = pdboot("logs", str(inv), "decode@decode", "--tail", "5")
-    assert lg.returncode == 0 and lg.stdout.strip(), output(lg)
+    assert lg.returncode == 0 and len(lg.stdout.strip().splitlines()) == 5, output(lg)
+    bad = pdboot("logs", str(inv), "proxy")
+    assert bad.returncode == 2 and "unknown role" in output(bad)
 
     # secrets: the token file is 0600 in a 0700 dir, and the value is nowhere else
     for h in ("decode", "prefill"):
@@ -264,6 +266,10 @@ def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> No
     )
     res = pdboot("up", str(inv))
     assert res.returncode == 0, output(res)
+    # fresh hosts: every host pulled its image, with a progress line of its own
+    for h in tb.hosts:
+        img = tb.router_image if h == "ingress" else tb.image
+        assert f"{h}: {img}" in res.stdout, h
     workers = http_json(f"http://{tb.hosts['ingress'].address}:8000/workers")
     got = {(w["worker_type"], w["url"]) for w in workers["workers"]}
     want = {("prefill", f"http://{tb.hosts[h].address}:8200") for h in ("prefill", "p2")}
@@ -361,6 +367,10 @@ def test_host_unreachable_during_down(tb3: Any, tmp_path: Path) -> None:
         assert containers(tb3, "decode", "e2eunreach") == []
         assert containers(tb3, "ingress", "e2eunreach") == []
         assert len(containers(tb3, "prefill", "e2eunreach")) == 1  # untouched, unreachable
+        st = pdboot("status", str(inv), "--json")
+        assert st.returncode == 1
+        rows = {r["service"]: r["state"] for r in json.loads(st.stdout)["services"]}
+        assert rows["prefill@prefill"] == "unreachable" and rows["decode@decode"] == "absent"
     finally:
         tb3.hosts["prefill"].start_sshd()
         tb3.hosts["prefill"].wait_sshd(time.monotonic() + 20)
