@@ -22,8 +22,9 @@ PROBE_TIMEOUT_S = 3
 
 
 def probe_command(p: Probe) -> str:
-    target = shlex.quote(f"/dev/tcp/{p.address}/{p.port}")
-    return f"timeout {PROBE_TIMEOUT_S} bash -c 'exec 3<>'{target}; echo \"rc=$?\""
+    # two shells deep: the path is quoted for the inner bash, that command for the outer one
+    inner = f"exec 3<>{shlex.quote(f'/dev/tcp/{p.address}/{p.port}')}"
+    return f'timeout {PROBE_TIMEOUT_S} bash -c {shlex.quote(inner)} 2>&1; echo "rc=$?"'
 
 
 def commands(ctx: HostContext) -> list[Command]:

@@ -414,3 +414,46 @@ def test_report_puts_failures_first_with_the_fix_under_them() -> None:
     assert report.verdict(ok) == "PASS: 1 host(s) ready for `pdboot up`"
     down = PreflightResult({"b": HostReport("b", False, [CheckResult("ssh.connect", "fail", "x")])})
     assert "unreachable: b" in report.verdict(down)
+
+
+def test_contexts_follow_the_inventory() -> None:
+    from pdboot.inventory import load_inventory
+    from pdboot.preflight import contexts, host_commands
+
+    inv = load_inventory(Path(__file__).parent / "inventories" / "2p2d.yaml")
+    c = contexts(inv)
+    assert list(c) == ["d1", "d2", "p1", "p2", "edge"]
+    d1, p1, edge = c["d1"], c["p1"], c["edge"]
+    assert d1.roles == ("decode",) and d1.gpu_host and not edge.gpu_host
+    assert d1.gpu_needs == (GpuNeed("decode", 4, "all"),)
+    assert p1.gpu_needs == (GpuNeed("prefill", 2, (0, 1)),)
+    assert (8201, "decode HTTP") in d1.ports and (5601, "decode NIXL side channel") in d1.ports
+    assert {p for p, _ in edge.ports} == {80, 29000}
+    # decode pulls KV from every prefill host; the router reaches every engine
+    assert [(p.address, p.port) for p in d1.probes] == [("10.0.0.11", 5600), ("10.0.0.12", 5600)]
+    assert {(p.address, p.port) for p in edge.probes} == {
+        ("10.0.0.21", 8201),
+        ("10.0.0.22", 8201),
+        ("10.0.0.11", 8200),
+        ("10.0.0.12", 8200),
+    }
+    assert d1.rdma_required and d1.shm_size_bytes == 32 << 30 and d1.hf_cache == "/data/hf"
+    # the router host runs no GPU, RDMA or model commands
+    areas = {cmd.area for cmd in host_commands(edge)}
+    assert areas == {"docker", "host", "network"}
+    # a value from the inventory reaching the remote shell is quoted
+    odd = contexts(inv.model_copy(update={"model": "x'; rm -rf / #"}))["d1"]
+    line = next(cmd.line for cmd in host_commands(odd) if cmd.key == "config")
+    assert "m='x'\"'\"'; rm -rf / #'" in line
+
+
+def test_probe_addresses_cannot_inject_shell() -> None:
+    from pdboot.remote import LocalConnection
+
+    bad = Probe("network.ingress", "x", "127.0.0.1/1;touch /tmp/pdboot-pwned;#", 1, "x")
+    out = LocalConnection("t").run(network.probe_command(bad)).stdout
+    assert not Path("/tmp/pdboot-pwned").exists()
+    assert network.parse_probe(out)[0] == "unreachable"
+    ok = Probe("network.ingress", "x", "127.0.0.1", 9, "discard")
+    verdict, _ = network.parse_probe(LocalConnection("t").run(network.probe_command(ok)).stdout)
+    assert verdict in ("refused", "open")
