@@ -251,6 +251,14 @@ class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
 
+def _strict(client: paramiko.SSHClient, known_hosts: str, accept_new: bool) -> None:
+    if os.path.exists(known_hosts):
+        # HostKeys.load, not load_host_keys: nothing is remembered to save back, so
+        # accept-new appends a line instead of rewriting the operator's file.
+        client.get_host_keys().load(known_hosts)
+    client.set_missing_host_key_policy(_StrictPolicy(known_hosts, accept_new))
+
+
 def classify(
     exc: BaseException, host: str, *, known_hosts: str = "", kh_name: str = ""
 ) -> RemoteError:
@@ -315,6 +323,13 @@ def classify(
         )
     if isinstance(exc, paramiko.SSHException):
         text = str(exc)
+        if "authentication" in text.lower():
+            return RemoteError(
+                host,
+                "auth",
+                f"authentication impossible: {text}",
+                "set ssh.identity_file (or IdentityFile in ~/.ssh/config) for this host",
+            )
         kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
         return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")
     return RemoteError(host, "error", f"{type(exc).__name__}: {exc}")
@@ -349,12 +364,12 @@ class SSHConnection(_Base):
         ssh_cfg_known = self._conn.ssh_config.get("userknownhostsfile")
         known = settings.known_hosts or (ssh_cfg_known.split()[0] if ssh_cfg_known else None)
         self.known_hosts = os.path.expanduser(known or "~/.ssh/known_hosts")
-        client: paramiko.SSHClient = self._conn.client
-        if os.path.exists(self.known_hosts):
-            # load_host_keys (not load_system_host_keys) remembers nothing to save back:
-            # accept-new appends a line instead of rewriting the operator's file.
-            client.get_host_keys().load(self.known_hosts)
-        client.set_missing_host_key_policy(_StrictPolicy(self.known_hosts, accept_new_host_keys))
+        # The target and every ProxyJump hop fabric built from ~/.ssh/config: each hop's
+        # client would otherwise keep fabric's AutoAddPolicy.
+        hop: Any = self._conn
+        while isinstance(hop, FabricConnection):
+            _strict(hop.client, self.known_hosts, accept_new_host_keys)
+            hop = hop.gateway
         self.connect_timeout = settings.connect_timeout
 
     def open(self) -> None:

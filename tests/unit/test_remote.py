@@ -116,6 +116,7 @@ def test_changed_host_key_is_its_own_kind() -> None:
         (ConnectionRefusedError(111, "Connection refused"), "unreachable"),
         (socket.gaierror(-2, "Name or service not known"), "unreachable"),
         (paramiko.SSHException("Error reading SSH protocol banner"), "timeout"),
+        (paramiko.SSHException("No authentication methods available"), "auth"),
         (ValueError("odd"), "error"),
     ],
 )
