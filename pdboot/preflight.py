@@ -8,8 +8,9 @@ is pure (script output in, results out) so every verdict is testable from captur
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from rich.console import Console
 
@@ -36,6 +37,7 @@ from pdboot.checks import rdma as rdma_checks
 from pdboot.inventory import Inventory, advertised_address, deployment_hosts
 from pdboot.plan import build_plan
 
+T = TypeVar("T")
 DOMAINS = (gpu_checks, docker_checks, rdma_checks, host_checks, network_checks, model_checks)
 
 
@@ -183,34 +185,52 @@ class PreflightResult:
         }
 
 
+def _guarded(area: str, fn: Callable[[], T], out: list[CheckResult]) -> T | None:
+    """A verdict that raises is a bug; it must still not take down the other checks."""
+    try:
+        return fn()
+    except Exception as e:  # reported as a failed check, with the cause
+        out.append(
+            CheckResult(
+                f"{area}.evaluate",
+                "fail",
+                f"internal error while judging {area}: {type(e).__name__}: {e}",
+                "report this to pdboot with the host's output (pdboot -v)",
+            )
+        )
+        return None
+
+
 def evaluate_host(
     ctx: HostContext, output: str, sel: Selection = Selection()
 ) -> tuple[list[CheckResult], bool | None, float | None]:
     """Batch output -> (results, rdma usable?, host clock as printed). Pure."""
     cmds = [c for d in DOMAINS for c in d.commands(ctx)]
     s = by_key(cmds, parse_sections(output))
-    wanted = sel.area_wanted
     results: list[CheckResult] = []
-    gpu_res, gpus = gpu_checks.evaluate(
-        ctx, {k: s[k] for k in ("kmod", "query", "apps", "version") if k in s}
-    )
-    driver = gpu_checks.driver_version(gpus, s) if gpus else None
+    g = _guarded("gpu", lambda: gpu_checks.evaluate(ctx, s), results)
+    gpu_res, gpus = g if g is not None else ([], [])
     results += gpu_res
-    dres, _info, scan = docker_checks.evaluate(ctx, s, driver)
+    driver = gpu_checks.driver_version(gpus, s) if gpus else None
+    d = _guarded("docker", lambda: docker_checks.evaluate(ctx, s, driver), results)
+    dres, _info, scan = d if d is not None else ([], None, None)
     results += dres
     rdma_present: bool | None = None
     link: float | None = None
-    if wanted("rdma") or ctx.gpu_host:
-        rres, rfacts = rdma_checks.evaluate(ctx, s) if "devices" in s else ([], None)
-        results += rres
-        if rfacts is not None and s["devices"].rc is not None:
-            rdma_present = rfacts.usable
-            link = rfacts.link_gbps() if rfacts.usable else None
-        elif ctx.rdma_mode == "off" and ctx.gpu_host:
-            rdma_present = False
-    results += host_checks.evaluate(ctx, s, scan)
-    results += network_checks.evaluate(ctx, s)
-    results += model_checks.evaluate(ctx, s, gpus, link)
+    r = _guarded("rdma", lambda: rdma_checks.evaluate(ctx, s), results)
+    rres, rfacts = r if r is not None else ([], None)
+    results += rres
+    if rfacts is not None and s["devices"].rc is not None:
+        rdma_present = rfacts.usable
+        link = rfacts.link_gbps() if rfacts.usable else None
+    elif ctx.rdma_mode == "off" and ctx.gpu_host:
+        rdma_present = False
+    for area, fn in (
+        ("host", lambda: host_checks.evaluate(ctx, s, scan)),
+        ("network", lambda: network_checks.evaluate(ctx, s)),
+        ("model", lambda: model_checks.evaluate(ctx, s, gpus, link)),
+    ):
+        results += _guarded(area, fn, results) or []
     clock: float | None = None
     if "clock" in s and s["clock"].rc == 0:
         try:

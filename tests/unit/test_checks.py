@@ -457,3 +457,17 @@ def test_probe_addresses_cannot_inject_shell() -> None:
     ok = Probe("network.ingress", "x", "127.0.0.1", 9, "discard")
     verdict, _ = network.parse_probe(LocalConnection("t").run(network.probe_command(ok)).stdout)
     assert verdict in ("refused", "open")
+
+
+def test_a_verdict_that_raises_is_reported_and_the_others_still_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: object) -> list[CheckResult]:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(hostc, "evaluate", broken)
+    c = ctx()
+    res, _, _ = evaluate_host(c, batch(c))
+    ids = {r.id: r for r in res}
+    assert ids["host.evaluate"].status == "fail" and "surprise" in ids["host.evaluate"].message
+    assert ids["gpu.driver"].status == "pass" and ids["network.side_channel"].status == "pass"
