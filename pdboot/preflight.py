@@ -195,7 +195,7 @@ def _guarded(area: str, fn: Callable[[], T], out: list[CheckResult]) -> T | None
                 f"{area}.evaluate",
                 "fail",
                 f"internal error while judging {area}: {type(e).__name__}: {e}",
-                "report this to pdboot with the host's output (pdboot -v)",
+                "a bug in pdboot: report it with the output of the commands on that host",
             )
         )
         return None
