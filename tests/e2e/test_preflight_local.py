@@ -1,0 +1,49 @@
+"""`pdboot preflight` on an inventory whose only host is `local`: the same checks run on
+this machine through bash, without SSH. (This machine has no GPU: GPU checks fail, which
+is the point -- they ran and judged real output.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+INVENTORY = """\
+name: localcheck
+model: Qwen/Qwen3-0.6B
+hosts:
+  me: {address: local}
+prefill: {hosts: [me], gpus: [0], port: 18200, side_channel_port: 15600}
+decode: {hosts: [me], gpus: [1], port: 18201, side_channel_port: 15601}
+router: {host: me, port: 18000, metrics_port: 19000}
+container: {hf_cache: HF}
+requirements: {min_free_disk_gb: 0}
+"""
+
+
+def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
+    inv = tmp_path / "local.yaml"
+    inv.write_text(INVENTORY.replace("HF", str(tmp_path / "hf")))
+    p = subprocess.run(
+        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    doc = json.loads(p.stdout)
+    me = doc["hosts"]["me"]
+    assert me["reachable"] is True
+    ids = {c["id"]: c for c in me["checks"]}
+    assert ids["ssh.connect"]["status"] == "pass"
+    assert {"gpu.nvidia_smi", "docker.engine", "host.ports", "network.clock"} <= set(ids)
+    probes = [c for c in me["checks"] if c["id"] in ("network.side_channel", "network.ingress")]
+    assert len(probes) == 3 and all("127.0.0.1" in c["message"] for c in probes)
+    assert p.returncode == (0 if doc["ok"] else 1)
