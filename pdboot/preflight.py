@@ -269,7 +269,7 @@ def run_preflight(
         try:
             script = batch_script(host_commands(ctx, selection))
             t0 = time.time()
-            res = conn.run(script)
+            res = conn.run(["bash", "-s"], stdin=script)  # whatever the login shell is
             return res.stdout, t0, res.seconds
         finally:
             if own:
