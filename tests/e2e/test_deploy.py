@@ -412,7 +412,7 @@ def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
     )
     env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200")
     p = subprocess.Popen(
-        [sys.executable, "-m", "pdboot", "up", str(inv)],
+        [sys.executable, "-m", "pdboot", "up", str(inv), "--skip-preflight"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
