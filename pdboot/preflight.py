@@ -7,6 +7,8 @@ is pure (script output in, results out) so every verdict is testable from captur
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -14,7 +16,7 @@ from typing import TypeVar
 
 from rich.console import Console
 
-from pdboot import remote
+from pdboot import registry, remote
 from pdboot.checks import (
     AREAS,
     CheckResult,
@@ -244,6 +246,73 @@ def evaluate_host(
     return [r for r in results if sel.keep(r)], rdma_present, clock
 
 
+# --------------------------------------------------------------------------- images
+
+# A lookup is a few small GETs with TIMEOUT_S each; after the hosts have answered we wait
+# at most this much longer for it (normally it finished long before).
+LOOKUP_GRACE_S = 15.0
+# Disk a pull takes, from the compressed layer sizes: the downloads are kept while they are
+# unpacked, and gzip'd binaries unpack to about twice their size.
+PULL_DISK_FACTOR = 3
+
+
+class ImageLookups:
+    """Each distinct engine image looked up once from this machine, on a daemon thread
+    started before the hosts are connected to, so it costs no wall time."""
+
+    def __init__(self, images: Collection[str]) -> None:
+        self.results: dict[str, registry.Lookup] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        for image in sorted(set(images)):
+            t = threading.Thread(
+                target=self._one, args=(image,), daemon=True, name="pdboot-registry"
+            )
+            self._threads[image] = t
+            t.start()
+
+    def _one(self, image: str, insecure: Collection[str] = ()) -> None:
+        self.results[image] = registry.lookup(image, insecure=insecure)
+
+    def wait(self, grace: float = LOOKUP_GRACE_S) -> dict[str, registry.Lookup]:
+        end = time.monotonic() + grace
+        for image, t in self._threads.items():
+            t.join(max(0.0, end - time.monotonic()))
+            if image not in self.results:
+                self.results[image] = registry.Lookup(image, error="the lookup timed out")
+        return dict(self.results)
+
+    def retry_insecure(self, insecure: Collection[str]) -> None:
+        """https failed and http was not allowed up front: the hosts' dockerd pulls this
+        registry over http ("Insecure Registries"), so may we."""
+        for image, look in list(self.results.items()):
+            ref = registry.parse_reference(image) if look.tls_failed else None
+            if ref and registry.allows_plain_http(ref.registry, insecure):
+                self._one(image, insecure)
+
+
+def insecure_registries(outputs: Collection[str]) -> set[str]:
+    """Every registry some host's `docker info` lists as insecure."""
+    out: set[str] = set()
+    for text in outputs:
+        info = parse_sections(text).get(docker_checks.INFO)
+        if info is None:
+            continue
+        try:
+            out.update(docker_checks.parse_info(info.output).insecure_registries)
+        except ParseError:
+            continue
+    return out
+
+
+def with_lookup(ctx: HostContext, look: registry.Lookup | None) -> HostContext:
+    if look is None:
+        return ctx
+    size = ctx.image_size_bytes
+    if look.config is not None and look.config.compressed_size > 0:
+        size = look.config.compressed_size * PULL_DISK_FACTOR
+    return dataclasses.replace(ctx, image_lookup=look, image_size_bytes=size)
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -258,6 +327,10 @@ def run_preflight(
     open); any other host gets a connection opened and closed here."""
     ctxs = contexts(inv)
     given = dict(connections or {})
+    wanted = selection.area_wanted("docker") or selection.area_wanted("host")
+    lookups = ImageLookups(
+        {c.image for c in ctxs.values() if c.gpu_host and c.image} if wanted else ()
+    )
 
     def one(name: str, ctx: HostContext) -> tuple[str, float, float]:
         conn = given.get(name)
@@ -278,6 +351,12 @@ def run_preflight(
     settings = [remote.effective_ssh(inv.ssh, inv.hosts[n]) for n in ctxs]
     deadline = max(s.connect_timeout + s.command_timeout for s in settings) + 10
     outcomes = remote.fan_out(ctxs, one, deadline)
+    looked = lookups.wait()
+    if any(lk.tls_failed for lk in looked.values()):
+        lookups.retry_insecure(
+            insecure_registries([oc.value[0] for oc in outcomes.values() if oc.value])
+        )
+        looked = dict(lookups.results)
     reports: dict[str, HostReport] = {}
     for name, oc in outcomes.items():
         if oc.error is not None or oc.value is None:
@@ -289,7 +368,8 @@ def run_preflight(
             )
             continue
         stdout, t0, secs = oc.value
-        checks, rdma, clock = evaluate_host(ctxs[name], stdout, selection)
+        ctx = with_lookup(ctxs[name], looked.get(ctxs[name].image))
+        checks, rdma, clock = evaluate_host(ctx, stdout, selection)
         rep = HostReport(
             name,
             True,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pdboot.inventory import Requirements
+from pdboot.registry import Lookup
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
@@ -103,6 +104,7 @@ class HostContext:
     ucx_net_devices: str | None = None
     probes: tuple[Probe, ...] = ()
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
+    image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -24,6 +24,7 @@ from pdboot.checks import (
     unparsed,
     version_tuple,
 )
+from pdboot.registry import Lookup
 
 INFO = "docker info --format '{{json .}}'"
 COMPOSE = "docker compose version --short"
@@ -49,8 +50,23 @@ DOCKERD = (
     "done; true"
 )
 
-# CUDA major -> the oldest driver that runs it (CUDA minor-version compatibility).
-MIN_DRIVER_FOR_CUDA = {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
+# CUDA major.minor -> the oldest Linux x86_64 driver of that toolkit's GA release, from
+# NVIDIA's CUDA Toolkit release notes, Table 3 "CUDA Toolkit and Corresponding Driver
+# Versions" (docs.nvidia.com/cuda/cuda-toolkit-release-notes/). The toolkit's GA driver,
+# not the minor-version-compatibility floor (525.60.13 for all of 12.x), because CUDA images
+# set NVIDIA_REQUIRE_CUDA=cuda>=MAJOR.MINOR and the NVIDIA container runtime refuses to
+# start them on a driver that reports an older CUDA. Updates (13.0.1) share their GA's floor.
+MIN_DRIVER_FOR_CUDA: dict[tuple[int, int], str] = {
+    (13, 0): "580.65.06",
+    (12, 9): "575.51.03",
+    (12, 8): "570.26",
+    (12, 6): "560.28.03",
+    (12, 4): "550.54.14",
+    (12, 2): "535.54.03",
+    (12, 1): "530.30.02",
+    (12, 0): "525.60.13",
+    (11, 8): "520.61.05",
+}
 
 
 def image_command(image: str) -> str:
@@ -79,6 +95,35 @@ class DockerInfo:
     default_runtime: str | None
     cdi_devices: tuple[str, ...]
     errors: tuple[str, ...]
+    # registries (names, CIDRs) dockerd pulls from over plain http
+    insecure_registries: tuple[str, ...] = ()
+
+
+def _insecure_json(d: Mapping[str, object]) -> tuple[str, ...]:
+    rc = d.get("RegistryConfig")
+    if not isinstance(rc, dict):
+        return ()
+    names = [
+        str(k)
+        for k, v in (rc.get("IndexConfigs") or {}).items()
+        if isinstance(v, dict) and v.get("Secure") is False
+    ]
+    return (*names, *(str(c) for c in rc.get("InsecureRegistryCIDRs") or []))
+
+
+def _insecure_text(lines: list[str]) -> tuple[str, ...]:
+    """The lines indented under " Insecure Registries:" (names and CIDRs)."""
+    out: list[str] = []
+    indent: int | None = None
+    for ln in lines:
+        depth = len(ln) - len(ln.lstrip())
+        if ln.strip() == "Insecure Registries:":
+            indent = depth
+        elif indent is not None and ln.strip() and depth > indent:
+            out.append(ln.strip())
+        else:
+            indent = None
+    return tuple(out)
 
 
 def parse_info(text: str) -> DockerInfo:
@@ -107,6 +152,7 @@ def parse_info(text: str) -> DockerInfo:
             default_runtime=d.get("DefaultRuntime") or None,
             cdi_devices=devices,
             errors=errors + tuple(str(e) for e in d.get("ServerErrors") or []),
+            insecure_registries=_insecure_json(d),
         )
     kv: dict[str, str] = {}
     devices_t: list[str] = []
@@ -125,6 +171,7 @@ def parse_info(text: str) -> DockerInfo:
         default_runtime=kv.get("Default Runtime") or None,
         cdi_devices=tuple(devices_t),
         errors=errors,
+        insecure_registries=_insecure_text(lines),
     )
 
 
@@ -251,10 +298,42 @@ def cuda_from_tag(image: str, default: str) -> tuple[str, str]:
 
 
 def min_driver_for(cuda: str) -> str | None:
+    found = driver_floor(cuda)
+    return found[0] if found else None
+
+
+def driver_floor(cuda: str) -> tuple[str, bool] | None:
+    """(oldest driver, exact?) for a CUDA version. A minor newer than the table knows gets
+    its major's newest known floor, marked inexact (a lower bound); an unknown major: None."""
     try:
-        return MIN_DRIVER_FOR_CUDA.get(version_tuple(cuda)[0])
+        v = version_tuple(cuda)
     except ParseError:
         return None
+    if len(v) < 2:
+        return None
+    key = (v[0], v[1])
+    if key in MIN_DRIVER_FOR_CUDA:
+        return MIN_DRIVER_FOR_CUDA[key], True
+    lower = [k for k in MIN_DRIVER_FOR_CUDA if k[0] == v[0] and k < key]
+    return (MIN_DRIVER_FOR_CUDA[max(lower)], False) if lower else None
+
+
+_REQUIRE_RE = re.compile(r"cuda>=(\d+\.\d+)")
+
+
+def cuda_from_config(look: Lookup | None) -> tuple[str | None, str]:
+    """(CUDA version, why) from the registry's image config, or (None, why not)."""
+    if look is None:
+        return None, ""
+    cfg = look.config
+    if cfg is None:
+        return None, f"registry lookup failed: {look.error}"
+    if cfg.cuda_version:
+        return cfg.cuda_version, "CUDA_VERSION in the registry's image config, before any pull"
+    m = _REQUIRE_RE.search(cfg.require_cuda or "")
+    if m:
+        return m.group(1), "NVIDIA_REQUIRE_CUDA in the image config from the registry"
+    return None, "the image config in the registry has no CUDA_VERSION"
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -323,8 +402,8 @@ def evaluate(
         scan = None
     if ctx.gpu_host:
         out.append(_runtime(info, scan))
-        if "image" in s:
-            out.append(_image_cuda(ctx, s["image"], driver))
+        if ctx.image:
+            out.append(_image_cuda(ctx, s.get("image"), driver))
     return out, info, scan
 
 
@@ -366,19 +445,25 @@ def _runtime(info: DockerInfo, scan: DockerdScan | None) -> CheckResult:
     )
 
 
-def _image_cuda(ctx: HostContext, img: Section, driver: str | None) -> CheckResult:
-    cuda: str | None = None
-    why = "the image's CUDA_VERSION"
-    if img.rc == 0:
+def _image_cuda(ctx: HostContext, img: Section | None, driver: str | None) -> CheckResult:
+    """Where the CUDA version comes from, best first: the registry's image config, the local
+    image (`docker image inspect`), a cuXYZ tag, requirements.cuda."""
+    cuda, why = cuda_from_config(ctx.image_lookup)
+    registry_note = why if cuda is None and why else ""
+    if cuda is None and img is not None and img.rc == 0:
         try:
             cuda = parse_image_env(img.output)
         except ParseError:
             return unparsed("docker.image_cuda", img, "docker image inspect")
+        why = "CUDA_VERSION of the image on this host"
     if cuda is None:
         cuda, why = cuda_from_tag(ctx.image, ctx.req.cuda)
-    need = min_driver_for(cuda)
-    if need is None:
+    if registry_note:
+        why = f"{why}; {registry_note}"
+    found = driver_floor(cuda)
+    if found is None:
         return CheckResult("docker.image_cuda", "warn", f"unknown CUDA {cuda} ({why})")
+    need, exact = found
     if driver is None:
         return CheckResult(
             "docker.image_cuda", "skip", f"image needs CUDA {cuda} ({why}); driver unknown"
@@ -387,6 +472,14 @@ def _image_cuda(ctx: HostContext, img: Section, driver: str | None) -> CheckResu
         ok = version_tuple(driver) >= version_tuple(need)
     except ParseError:
         return CheckResult("docker.image_cuda", "warn", f"cannot compare driver {driver!r}")
+    if ok and not exact:
+        return CheckResult(
+            "docker.image_cuda",
+            "warn",
+            f"{ctx.image} needs CUDA {cuda} ({why}); pdboot only knows that CUDA "
+            f"{cuda.split('.')[0]}.x needs driver >= {need} (this host: {driver})",
+            "check the driver against NVIDIA's CUDA release notes (Table 3)",
+        )
     if ok:
         return CheckResult(
             "docker.image_cuda",
