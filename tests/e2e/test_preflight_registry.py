@@ -81,11 +81,11 @@ def test_preflight_fails_an_old_driver_on_the_registry_cuda_before_any_pull(
     assert rc == 1
     old = _check(doc, "olddrv", "docker.image_cuda")
     assert old["status"] == "fail"
-    assert "CUDA 13.0.1" in old["message"] and "registry" in old["message"]
+    assert "CUDA 13.0.1 (CUDA_VERSION in the registry's image config" in old["message"]
     assert "580.65.06" in old["message"] and "550.90.07" in old["message"]
     assert "580.65.06" in old["fix"]
     ok = _check(doc, "ok", "docker.image_cuda")
-    assert ok["status"] == "pass" and "registry" in ok["message"]
+    assert ok["status"] == "pass" and "the registry's image config" in ok["message"]
     for h in bed.hosts.values():  # preflight pulled nothing
         assert h.docker("image", "inspect", bed.image, check=False).returncode != 0
 
