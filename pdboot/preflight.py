@@ -271,7 +271,10 @@ class ImageLookups:
             t.start()
 
     def _one(self, image: str, insecure: Collection[str] = ()) -> None:
-        self.results[image] = registry.lookup(image, insecure=insecure)
+        try:
+            self.results[image] = registry.lookup(image, insecure=insecure)
+        except Exception as e:  # a bug in the lookup must not read as a timeout
+            self.results[image] = registry.Lookup(image, error=f"{type(e).__name__}: {e}")
 
     def wait(self, grace: float = LOOKUP_GRACE_S) -> dict[str, registry.Lookup]:
         end = time.monotonic() + grace

@@ -12,6 +12,7 @@ platform selection in a manifest list / OCI index, env extraction -- are plain f
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
 import re
@@ -366,7 +367,7 @@ def lookup(
         return Lookup(image, error=str(e), tls_failed=client.tls_failed)
     except urllib.error.HTTPError as e:
         return Lookup(image, error=_http_reason(e, ref, what))
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
         return Lookup(image, error=f"{ref.registry}: {_reason(e)}")
     return Lookup(
         image,
