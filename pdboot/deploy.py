@@ -13,7 +13,6 @@ this module wires them to the hosts and prints.
 
 from __future__ import annotations
 
-import importlib
 import json
 import shlex
 import threading
@@ -49,6 +48,14 @@ from pdboot.hosts import (
 from pdboot.inventory import Inventory
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
 from pdboot.probes import KVCounters, RouterWorkers, completion_text, http, kv_verdict
+from pdboot.rdma_findings import (
+    RECORD_FILE,
+    Findings,
+    describe,
+    from_preflight,
+    from_records,
+    records_to_ship,
+)
 from pdboot.remote import register_secret
 from pdboot.render import render_host
 from pdboot.waits import (
@@ -77,7 +84,14 @@ class UpOptions:
     prove: bool = True
 
 
-PreflightFn = Callable[[Inventory, Console, bool], bool]  # (inv, out, accept_new_host_keys)
+@dataclass(frozen=True)
+class PreflightOutcome:
+    ok: bool
+    rdma: Findings | None = None  # per host: usable RDMA found (for kv_transfer.rdma auto)
+
+
+# (inv, out, accept_new_host_keys) -> outcome; prints its own report
+PreflightFn = Callable[[Inventory, Console, bool], PreflightOutcome]
 
 
 class _Stop(Exception):
@@ -102,16 +116,21 @@ def up(
         return EXIT_USAGE
     if token is not None:
         register_secret(token)  # masked in anything pdboot logs or prints
+    findings: Findings | None = None
     try:
         if opts.skip_preflight or preflight is None:
             note = " (--skip-preflight)" if opts.skip_preflight else ""
             out.print("preflight skipped" + note)
-        elif not preflight(inv, out, opts.accept_new_host_keys):
-            out.print(Text("preflight failed: nothing was pulled or started", style="red"))
-            return EXIT_FAILED
-        plan = build_plan(inv)
+        else:
+            outcome = preflight(inv, out, opts.accept_new_host_keys)
+            if not outcome.ok:
+                out.print(Text("preflight failed: nothing was pulled or started", style="red"))
+                return EXIT_FAILED
+            findings = outcome.rdma
         t0 = time.monotonic()
-        hosts = open_hosts(inv, plan.hosts, accept_new_host_keys=opts.accept_new_host_keys)
+        hosts = open_hosts(
+            inv, build_plan(inv).hosts, accept_new_host_keys=opts.accept_new_host_keys
+        )
     except KeyboardInterrupt:
         out.print(Text("interrupted before anything was started", style="yellow"))
         return EXIT_INTERRUPTED
@@ -119,7 +138,18 @@ def up(
         if hosts.errors:
             _report_errors(out, "cannot reach", hosts.errors)
             return EXIT_FAILED
+        try:
+            if findings is None:
+                # no preflight this run: what the last one recorded on each host
+                findings = recorded_findings(inv, hosts)
+        except KeyboardInterrupt:
+            out.print(Text("interrupted before anything was started", style="yellow"))
+            return EXIT_INTERRUPTED
+        plan = build_plan(inv, findings.present, findings.ports)
+        for line in describe(inv, plan, findings, skipped=opts.skip_preflight):
+            out.print(line)
         run = _Up(inv, plan, hosts, opts, out, clock or MonotonicClock(), token)
+        run.records = records_to_ship(findings)
         try:
             run.run()
         except _Stop:
@@ -147,6 +177,7 @@ class _Up:
         self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
         self.out, self.clock, self.token = out, clock, token
         self.dir = project_dir(inv)
+        self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.latest_line: dict[str, str] = {}
         self.last_log_fetch: dict[str, float] = {}
 
@@ -217,7 +248,8 @@ class _Up:
 
         def ship_host(host: str, link: Link) -> None:
             needs = any(s.uses_secrets for s in self.plan.hosts[host].services)
-            link.engine.ship(self.dir, texts[host], secrets if needs else None)
+            extra = {RECORD_FILE: self.records[host]} if host in self.records else None
+            link.engine.ship(self.dir, texts[host], secrets if needs else None, extra)
 
         _, errors = self.hosts.each(ship_host, OP_DEADLINE)
         if errors:
@@ -579,11 +611,24 @@ def _report_errors(out: Console, what: str, errors: dict[str, str]) -> None:
         out.print(Text(f"error: {what} {host}: {msg}", style="red"), soft_wrap=True)
 
 
-def default_preflight() -> PreflightFn | None:
-    """The preflight `up` runs first (None until pdboot.preflight provides one)."""
-    try:
-        pf = importlib.import_module("pdboot.preflight")
-    except ImportError:
-        return None
-    fn = getattr(pf, "gate_for_up", None)
-    return fn if callable(fn) else None
+def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
+    """The RDMA findings `up` recorded on the hosts (only read for kv_transfer.rdma auto;
+    an unreadable host counts as no record: the step that needs it reports the host)."""
+    if inv.kv_transfer.rdma != "auto":
+        return Findings({}, {}, "recorded")
+    path = f"{project_dir(inv)}/{RECORD_FILE}"
+    texts, _ = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)
+    return from_records(texts)
+
+
+def default_preflight() -> PreflightFn:
+    """The preflight `up` runs first: the full preflight, printed, with its RDMA findings."""
+
+    def gate(inv: Inventory, out: Console, accept_new_host_keys: bool) -> PreflightOutcome:
+        from pdboot import preflight, report  # report imports preflight; both are heavy
+
+        result = preflight.run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
+        report.print_report(result, out)
+        return PreflightOutcome(result.ok, from_preflight(result))
+
+    return gate

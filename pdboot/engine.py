@@ -384,23 +384,22 @@ class Engine:
 
     # ---- compose and files (through the host's shell; argv lists are quoted by remote)
 
-    def ship(self, project_dir: str, compose_text: str, secrets_text: str | None) -> None:
-        """compose.yaml (0644) and, if given, secrets.env (0600) into a 0700 project dir,
-        in one round trip. compose.yaml (no secrets by construction) travels in the script
-        as a quoted here-document; the secrets only ever travel on stdin, never in an
-        argument list, into a temporary file that is private from its creation."""
+    def ship(
+        self,
+        project_dir: str,
+        compose_text: str,
+        secrets_text: str | None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        """compose.yaml (0644), any ``extra`` files (0644, e.g. the RDMA record) and, if
+        given, secrets.env (0600) into a 0700 project dir, in one round trip. compose.yaml
+        and the extras (no secrets by construction) travel in the script as quoted
+        here-documents; the secrets only ever travel on stdin, never in an argument list,
+        into a temporary file that is private from its creation."""
         d = shlex.quote(project_dir)
-        target = shlex.quote(f"{project_dir}/compose.yaml")
-        delim = "PDBOOT_COMPOSE_EOF"
-        while delim in compose_text:
-            delim += "_"
-        body = compose_text if compose_text.endswith("\n") else compose_text + "\n"
-        script = (
-            f"set -e; umask 077; mkdir -p -m 0700 {d}; chmod 0700 {d}\n"
-            f"tmp=$(mktemp {target}.XXXXXX)\n"
-            f"cat > \"$tmp\" <<'{delim}'\n{body}{delim}\n"
-            f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
-        )
+        script = f"set -e; umask 077; mkdir -p -m 0700 {d}; chmod 0700 {d}\n"
+        for name, text in {"compose.yaml": compose_text, **(extra or {})}.items():
+            script += _here_doc_write(f"{project_dir}/{name}", text)
         if secrets_text is not None:
             script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
         else:  # a token from an earlier inventory must not linger
@@ -437,6 +436,14 @@ class Engine:
         argv.append(service)
         self._run(argv, f"start {service}", timeout=timeout)
 
+    def read_file(self, path: str) -> str | None:
+        """A small file's text, or None when it is not there (or unreadable)."""
+        try:
+            res = self.conn.run(["cat", "--", path], timeout=30)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot read {path}: {e.message}") from e
+        return res.stdout if res.rc == 0 else None
+
     def remove_project_dir(self, project_dir: str) -> None:
         self._run(["rm", "-rf", "--one-file-system", project_dir], "remove the project directory")
 
@@ -451,6 +458,20 @@ class Engine:
                 self.host, f"cannot {what} ({shlex.join(argv[:2])} exit {res.rc}): {detail}"
             )
         return res.stdout
+
+
+def _here_doc_write(path: str, text: str) -> str:
+    """Script lines writing ``text`` to ``path`` (0644) atomically: temp file, then mv."""
+    target = shlex.quote(path)
+    delim = "PDBOOT_FILE_EOF"
+    while delim in text:
+        delim += "_"
+    body = text if text.endswith("\n") else text + "\n"
+    return (
+        f"tmp=$(mktemp {target}.XXXXXX)\n"
+        f"cat > \"$tmp\" <<'{delim}'\n{body}{delim}\n"
+        f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
+    )
 
 
 def _explain(e: Exception) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -147,15 +147,16 @@ def rdma_enabled(inv: Inventory, host: str, rdma_present: Mapping[str, bool] | N
     return bool(inv.hosts[host].rdma_devices)
 
 
-def _ucx_env(inv: Inventory, host: str, rdma: bool) -> dict[str, str]:
+def _ucx_env(inv: Inventory, host: str, rdma: bool, found: Sequence[str] | None) -> dict[str, str]:
     ucx = inv.kv_transfer.ucx
     env: dict[str, str] = {}
+    # declared devices win; else the ports preflight found ACTIVE (UCX would otherwise
+    # also try ports that are down)
+    devices = list(inv.hosts[host].rdma_devices) or list(found or ())
     if ucx.net_devices:
         env["UCX_NET_DEVICES"] = ucx.net_devices
-    elif rdma and inv.hosts[host].rdma_devices:
-        env["UCX_NET_DEVICES"] = ",".join(
-            d if ":" in d else f"{d}:1" for d in inv.hosts[host].rdma_devices
-        )
+    elif rdma and devices:
+        env["UCX_NET_DEVICES"] = ",".join(d if ":" in d else f"{d}:1" for d in devices)
     if ucx.tls:
         env["UCX_TLS"] = ucx.tls
     env.update(ucx.env)
@@ -168,6 +169,7 @@ def _engine(
     tier: Tier,
     host: str,
     rdma_present: Mapping[str, bool] | None,
+    rdma_ports: Mapping[str, Sequence[str]] | None,
 ) -> Service:
     h = inv.hosts[host]
     address = advertised_address(h)
@@ -191,7 +193,7 @@ def _engine(
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(tier.side_channel_port),
         "HF_HOME": HF_CACHE_IN_CONTAINER,
     }
-    env.update(_ucx_env(inv, host, rdma))
+    env.update(_ucx_env(inv, host, rdma, (rdma_ports or {}).get(host)))
     env.update(tier.env)
     gpus: Literal["all"] | tuple[int, ...] = "all" if tier.gpus == "all" else tuple(tier.gpus)
     svc = Service(
@@ -273,11 +275,21 @@ def _with_hash(svc: Service, inv: Inventory) -> Service:
     return Service(**{**svc.__dict__, "config_hash": digest.hexdigest()[:16]})
 
 
-def build_plan(inv: Inventory, rdma_present: Mapping[str, bool] | None = None) -> Plan:
+def build_plan(
+    inv: Inventory,
+    rdma_present: Mapping[str, bool] | None = None,
+    rdma_ports: Mapping[str, Sequence[str]] | None = None,
+) -> Plan:
     """The deployment plan. ``rdma_present``: per host, whether preflight found RDMA
-    devices (used when kv_transfer.rdma is `auto`); None for a dry run."""
-    decodes = [_engine(inv, "decode", inv.decode, h, rdma_present) for h in inv.decode.hosts]
-    prefills = [_engine(inv, "prefill", inv.prefill, h, rdma_present) for h in inv.prefill.hosts]
+    devices (used when kv_transfer.rdma is `auto`); None for a dry run. ``rdma_ports``:
+    per host, the ``device:port`` names it found ACTIVE (UCX_NET_DEVICES when the
+    inventory declares no rdma_devices)."""
+    decodes = [
+        _engine(inv, "decode", inv.decode, h, rdma_present, rdma_ports) for h in inv.decode.hosts
+    ]
+    prefills = [
+        _engine(inv, "prefill", inv.prefill, h, rdma_present, rdma_ports) for h in inv.prefill.hosts
+    ]
     router = _router(inv, prefills, decodes)
     every = decodes + prefills + [router]
     hosts: dict[str, HostPlan] = {}

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pdboot.converge import Observed, owned
-from pdboot.deploy import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.deploy import EXIT_FAILED, EXIT_OK, EXIT_USAGE, recorded_findings
 from pdboot.hosts import open_hosts
 from pdboot.inventory import Inventory
 from pdboot.plan import ROLES, Service, build_plan
@@ -105,9 +105,12 @@ def service_status(
 
 
 def collect(inv: Inventory, accept_new_host_keys: bool = False) -> list[ServiceStatus]:
-    plan = build_plan(inv)
-    hosts = open_hosts(inv, plan.hosts, accept_new_host_keys=accept_new_host_keys)
+    hosts = open_hosts(inv, build_plan(inv).hosts, accept_new_host_keys=accept_new_host_keys)
     try:
+        # the config hash includes the RDMA choice `up` made from its preflight: rebuild
+        # the plan from that record, not from the declared devices alone
+        findings = recorded_findings(inv, hosts)
+        plan = build_plan(inv, findings.present, findings.ports)
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
         hosts.close()
