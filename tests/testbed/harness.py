@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.testbed import images, netns, procs, profiles
-from tests.testbed.host import GLOBAL_MOUNTPOINTS, HOST_PATH, Host
+from tests.testbed.host import GLOBAL_MOUNTPOINTS, HOST_PATH, Host, hidden_in_host
 from tests.testbed.procs import Proc
 
 STATE_ROOT = Path(os.environ.get("PDBOOT_TESTBED_STATE", "/var/tmp/pdboot-testbed"))
@@ -59,6 +59,9 @@ def can_run() -> str | None:
         return "the testbed needs Linux network namespaces"
     if os.geteuid() != 0:
         return "the testbed needs root (network namespaces, sshd, dockerd)"
+    if hidden_in_host(os.path.abspath(STATE_ROOT)):
+        # hosts read their keys, sockets and data there at the same path
+        return f"PDBOOT_TESTBED_STATE={STATE_ROOT} lies where test hosts have their own folder"
     for tool in ("ip", "nsenter", "unshare", "dockerd", "docker", "docker-registry"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install docker.io docker-registry iproute2)"

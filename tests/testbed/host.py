@@ -13,17 +13,24 @@ container started by that dockerd sees the host's own view:
 - ``/tmp``, ``/run``   -> private; ``/run/docker.sock`` is the host's own engine
 - ``/proc/driver``     -> a tmpfs holding ``nvidia/version`` when the profile has a driver
 
+Whatever of this machine those mounts would hide but a host must see is bind-mounted back at
+the same path, read-only: the repository (the emulators and hooks the hosts run live in it;
+a test may run pdboot inside a host) and this Python's environment. CI runs a fresh clone that
+may well lie under /tmp, which every host has its own of.
+
 Not ``ip netns exec`` for dockerd: it remounts /sys and dockerd then fails (recipe).
 """
 
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import os
 import shlex
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,11 +40,23 @@ from tests.testbed import procs
 from tests.testbed.procs import Proc
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What INIT_SH mounts over: a path of this machine under one of these is not there in a host.
+PRIVATE_IN_HOST = ("/tmp", "/run", "/usr/local/sbin", "/var/lib/pdboot", "/dev/infiniband",
+                   "/proc/driver")
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # mount points that must exist on the machine for the per-host bind mounts
 GLOBAL_MOUNTPOINTS = (Path("/dev/infiniband"), Path("/var/lib/pdboot"))
 
 INIT_SH = r"""set -eu
 hostname "$PDT_HOSTNAME"
+# Paths the private mounts below would hide but the host must see (shared_paths()): held
+# on a mount point of our own now, put back at their own path at the end.
+i=0
+while IFS= read -r p; do
+  mkdir -p "$PDT_DIR/share/$i"
+  mount --bind "$p" "$PDT_DIR/share/$i"
+  i=$((i+1))
+done < "$PDT_DIR/shared"
 # Drop this namespace's copies of every netns handle: they would keep other testbeds'
 # namespaces (and their veths) alive after those are deleted.
 umount -l /run/netns 2>/dev/null || true
@@ -62,9 +81,49 @@ fi
 if [ -d "$PDT_DIR/procdriver" ] && [ -d /proc/driver ]; then
   mount --bind "$PDT_DIR/procdriver" /proc/driver
 fi
+i=0
+while IFS= read -r p; do
+  mkdir -p "$p"
+  mount --bind "$PDT_DIR/share/$i" "$p"
+  mount -o remount,bind,ro "$p"
+  umount "$PDT_DIR/share/$i"
+  i=$((i+1))
+done < "$PDT_DIR/shared"
 touch "$PDT_DIR/anchor.ready"
 exec sleep infinity
 """
+
+
+def hidden_in_host(path: str) -> bool:
+    """True when a host sees its own folder (or nothing) where this machine has `path`."""
+    return any(path.startswith(root + "/") for root in PRIVATE_IN_HOST)
+
+
+def _candidates() -> list[str]:
+    """What a host may need from this machine: the repository (emulators, hooks), the pdboot
+    package being tested, this Python's prefixes and import path."""
+    cands = [str(REPO_ROOT), sys.prefix, sys.exec_prefix, sys.base_prefix,
+             sys.base_exec_prefix, os.path.dirname(sys.executable), *(p for p in sys.path if p)]
+    spec = importlib.util.find_spec("pdboot")
+    if spec and spec.origin:
+        cands.append(os.path.dirname(os.path.dirname(spec.origin)))
+    return cands
+
+
+def shared_paths(candidates: list[str] | None = None) -> list[str]:
+    """The folders among `candidates` that a host would not see at their path (they lie
+    under its private /tmp or /run: a fresh clone in /tmp, a venv there), outermost only.
+    Anything else already shows through the host's mount namespace unchanged."""
+    cands = _candidates() if candidates is None else candidates
+    # a symlinked venv python or prefix: the link's path and its target's both matter
+    paths = {q for c in cands for q in (os.path.abspath(c), os.path.realpath(c))}
+    hidden = sorted(p for p in paths if hidden_in_host(p) and os.path.isdir(p)
+                    and "\n" not in p)
+    out: list[str] = []
+    for p in hidden:  # sorted: a parent comes before what lies under it
+        if not any(p.startswith(o + "/") for o in out):
+            out.append(p)
+    return out
 
 
 @dataclass
@@ -108,6 +167,7 @@ class Host:
         os.chmod(self.dir / "tmp", 0o1777)
         (self.dir / "init.sh").write_text(INIT_SH)
         (self.dir / "bashrc").write_text("# ~/.bashrc of a pdboot test host\n")
+        (self.dir / "shared").write_text("".join(p + "\n" for p in shared_paths()))
         env = dict(os.environ, PDT_HOSTNAME=self.name, PDT_DIR=str(self.dir),
                    PDT_DISK_MB=str(self.profile.get("disk_mb") or ""))
         argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--", "unshare", "--uts",

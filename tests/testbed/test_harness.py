@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.testbed import host as host_mod
 from tests.testbed import netns, procs
 from tests.testbed.harness import HostSpec, Testbed, read_state
 
@@ -175,6 +176,43 @@ def test_knobs_stop_sshd_and_occupy_port(make_testbed: MakeTestbed) -> None:
     tb.hosts["a"].stop_dockerd()
     res = tb.ssh("a", "docker ps")
     assert res.returncode != 0 and "Cannot connect to the Docker daemon" in res.stderr
+
+
+def test_shared_paths_are_what_a_private_tmp_would_hide(tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "link").symlink_to(clone)
+    got = host_mod.shared_paths([str(clone), str(clone / ".venv" / "bin"), "/tmp", "/run",
+                                 str(tmp_path / "site"), "/usr/lib", str(tmp_path / "gone"),
+                                 str(tmp_path / "link"), ""])
+    # the host's own /tmp stays its own; what exists under it is shared, outermost only
+    assert got == sorted([str(clone), str(tmp_path / "link"), str(tmp_path / "site")])
+
+
+def test_a_repository_under_tmp_is_seen_by_hosts(make_testbed: MakeTestbed, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI runs a fresh clone that may lie under /tmp, which every host has its own of
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "marker").write_text("from the machine\n")
+    (tmp_path / "private").write_text("not shared\n")
+    real = host_mod._candidates
+    monkeypatch.setattr(host_mod, "_candidates", lambda: [*real(), str(clone)])
+    tb = make_testbed([HostSpec("a")], images_needed=False)
+    h = tb.hosts["a"]
+    assert h.exec(["cat", str(clone / "marker")]).stdout == "from the machine\n"
+    res = h.exec(["touch", str(clone / "written")])
+    assert res.returncode != 0 and "Read-only" in res.stderr
+    assert h.exec(["test", "-e", str(tmp_path / "private")]).returncode == 1
+    h.exec("echo host > /tmp/pdt-host-only", check=True)
+    assert not Path("/tmp/pdt-host-only").exists()
+    # the emulators run from the repository; the Python running these tests runs pdboot there
+    smi = tb.ssh("a", "nvidia-smi -L")
+    assert smi.returncode == 0 and smi.stdout.startswith("GPU 0: NVIDIA RTX PRO 6000"), smi
+    code = "import pdboot; print(pdboot.__file__)"
+    res = h.exec(["env", f"PYTHONPATH={host_mod.REPO_ROOT}", sys.executable, "-c", code])
+    assert res.stdout.strip() == str(host_mod.REPO_ROOT / "pdboot" / "__init__.py"), res
 
 
 # ---------------------------------------------------------------------- emulated hardware
