@@ -267,10 +267,15 @@ class Host:
 
     def exec(self, argv: list[str] | str, timeout: float = 60,
              check: bool = False) -> subprocess.CompletedProcess[str]:
-        """Run a command inside the host's namespaces as root, without SSH."""
+        """Run a command inside the host's namespaces as root, without SSH. Its cwd is the
+        host's /, so Python there imports pdboot from this checkout through PYTHONPATH (an
+        editable install may point at another checkout, one the host cannot see)."""
         if isinstance(argv, str):
             argv = ["/bin/sh", "-c", argv]
-        env = dict(os.environ, PATH=HOST_PATH, DOCKER_HOST=self.docker_host)
+        pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
+                                     if p)
+        env = dict(os.environ, PATH=HOST_PATH, DOCKER_HOST=self.docker_host,
+                   PYTHONPATH=pythonpath)
         res = subprocess.run([*self._nsenter(), *argv], capture_output=True, text=True,
                              timeout=timeout, env=env)
         if check and res.returncode != 0:

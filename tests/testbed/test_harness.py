@@ -211,8 +211,10 @@ def test_a_repository_under_tmp_is_seen_by_hosts(make_testbed: MakeTestbed, tmp_
     smi = tb.ssh("a", "nvidia-smi -L")
     assert smi.returncode == 0 and smi.stdout.startswith("GPU 0: NVIDIA RTX PRO 6000"), smi
     code = "import pdboot; print(pdboot.__file__)"
-    res = h.exec(["env", f"PYTHONPATH={host_mod.REPO_ROOT}", sys.executable, "-c", code])
+    res = h.exec([sys.executable, "-c", code])
     assert res.stdout.strip() == str(host_mod.REPO_ROOT / "pdboot" / "__init__.py"), res
+    res = h.exec([sys.executable, "-m", "pdboot", "--help"])
+    assert res.returncode == 0 and "preflight" in res.stdout, res
 
 
 # ---------------------------------------------------------------------- emulated hardware
