@@ -247,7 +247,9 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     down_clean(tb3, inv, "e2e1")
     assert [c["ID"] for c in containers(tb3, "decode")] == [foreign]
     tb3.hosts["decode"].docker("rm", "-f", foreign)
-    assert tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2e1").stdout.split() == ["compose.yaml"]
+    # the token file went with the containers; the project and preflight's RDMA record stay
+    left = tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2e1").stdout.split()
+    assert left == ["compose.yaml", "rdma.json"]
     nothing = pdboot("down", str(inv))
     assert nothing.returncode == 0 and "nothing" in output(nothing)
     st2 = pdboot("status", str(inv))
