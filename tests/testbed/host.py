@@ -103,7 +103,7 @@ def _candidates() -> list[str]:
     """What a host may need from this machine: the repository (emulators, hooks), the pdboot
     package being tested, this Python's prefixes and import path."""
     cands = [str(REPO_ROOT), sys.prefix, sys.exec_prefix, sys.base_prefix,
-             sys.base_exec_prefix, os.path.dirname(sys.executable), *(p for p in sys.path if p)]
+             sys.base_exec_prefix, os.path.dirname(sys.executable), *sys.path]
     spec = importlib.util.find_spec("pdboot")
     if spec and spec.origin:
         cands.append(os.path.dirname(os.path.dirname(spec.origin)))
@@ -116,7 +116,7 @@ def shared_paths(candidates: list[str] | None = None) -> list[str]:
     Anything else already shows through the host's mount namespace unchanged."""
     cands = _candidates() if candidates is None else candidates
     # a symlinked venv python or prefix: the link's path and its target's both matter
-    paths = {q for c in cands for q in (os.path.abspath(c), os.path.realpath(c))}
+    paths = {q for c in cands if c for q in (os.path.abspath(c), os.path.realpath(c))}
     hidden = sorted(p for p in paths if hidden_in_host(p) and os.path.isdir(p)
                     and "\n" not in p)
     out: list[str] = []
