@@ -18,15 +18,20 @@ captured output): ``observed_from_inspect``, ``PullProgress``, ``pull_error_caus
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
+from docker.tls import TLSConfig
 from docker.transport.sshconn import SSHConnectionPool, SSHHTTPAdapter
 from docker.utils import kwargs_from_env, parse_repository_tag
 
@@ -203,9 +208,49 @@ class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
         self.pools.clear()  # the SSH client belongs to pdboot.remote
 
 
+def local_engine_kwargs(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Where the local `docker` CLI (and so `docker compose`) sends its requests, for the
+    SDK: DOCKER_HOST (+ TLS variables) first, else the context named by DOCKER_CONTEXT or
+    the config's currentContext, else the default socket. The SDK alone reads only the
+    environment: with a context in use its containers and compose's would be on two
+    different engines. (The SDK's own context loader looks for the store beside a
+    config.json that `docker context create` does not write, so the store is read here.)"""
+    env = os.environ if environ is None else environ
+    kwargs: dict[str, Any] = kwargs_from_env(environment=dict(env))
+    if env.get("DOCKER_HOST"):
+        return kwargs
+    cfg_dir = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    name = env.get("DOCKER_CONTEXT")
+    if not name:
+        try:
+            name = json.loads((cfg_dir / "config.json").read_text()).get("currentContext")
+        except (OSError, ValueError, AttributeError):
+            name = None
+    if not name or name == "default":
+        return kwargs
+    cid = hashlib.sha256(name.encode()).hexdigest()
+    try:
+        meta = json.loads((cfg_dir / "contexts" / "meta" / cid / "meta.json").read_text())
+        endpoint = meta["Endpoints"]["docker"]
+        kwargs["base_url"] = str(endpoint["Host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise RuntimeError(
+            f"docker context {name!r} not found in {cfg_dir} (`docker context ls`)"
+        ) from None
+    tls = cfg_dir / "contexts" / "tls" / cid / "docker"
+    if tls.is_dir():
+        cert, key, ca = tls / "cert.pem", tls / "key.pem", tls / "ca.pem"
+        kwargs["tls"] = TLSConfig(
+            client_cert=(str(cert), str(key)) if cert.exists() and key.exists() else None,
+            ca_cert=str(ca) if ca.exists() else None,
+            verify=not endpoint.get("SkipTLSVerify", False),
+        )
+    return kwargs
+
+
 def _api_for(conn: Connection, timeout: int | None) -> Any:
     if isinstance(conn, LocalConnection):
-        return docker.APIClient(version="auto", timeout=timeout, **kwargs_from_env())
+        return docker.APIClient(version="auto", timeout=timeout, **local_engine_kwargs())
     fabric_conn = getattr(conn, "_conn", None)
     client = getattr(fabric_conn, "client", None)
     if client is None or client.get_transport() is None:

@@ -28,11 +28,13 @@ TOKEN = "hf_e2eLOCALtoken0123456789abcdef"
 TOKEN_ENV = "PDBOOT_E2E_HF_TOKEN"
 
 
-def pdboot_on(host: Any, *args: str, timeout: float = 300) -> Any:
+def pdboot_on(host: Any, *args: str, timeout: float = 300, setup: str = "") -> Any:
     """The real CLI inside the testbed host (its /tmp is its own: the inventory lives in
-    the host's state folder, which both sides see). The token travels in the environment."""
+    the host's state folder, which both sides see). The token travels in the environment;
+    ``setup``: shell lines before (e.g. another way to name the Docker engine)."""
     line = (
-        f"cd {shlex.quote(str(ROOT))} && COLUMNS=200 TERM=dumb PYTHONPATH={shlex.quote(str(ROOT))} "
+        f"{setup}\ncd {shlex.quote(str(ROOT))} && COLUMNS=200 TERM=dumb "
+        f"PYTHONPATH={shlex.quote(str(ROOT))} "
         + shlex.join([sys.executable, "-m", "pdboot", *args])
     )
     return host.exec(["/bin/bash", "-c", line], timeout=timeout)
@@ -75,6 +77,8 @@ def test_local_host_up_status_down_inside_a_testbed_host(
     monkeypatch.setenv(TOKEN_ENV, TOKEN)  # host.exec passes our environment on
     inv = local_inventory(tb, solo.dir / "local.yaml", "localdep")
     solo.stop_sshd()  # proof that nothing goes through SSH
+    # ... and that the engine is the one DOCKER_HOST names (host.exec sets it), not a guess
+    solo.exec("rm /run/docker.sock", check=True)
 
     up = pdboot_on(solo, "up", str(inv))
     assert up.returncode == 0, out(up)
@@ -142,3 +146,56 @@ def test_local_host_up_status_down_inside_a_testbed_host(
     purge = pdboot_on(solo, "down", str(inv), "--purge")
     assert purge.returncode == 0, out(purge)
     assert solo.exec("ls -A /var/lib/pdboot").stdout.split() == ["hf-cache"]  # kept
+
+
+def test_mixed_local_and_ssh_hosts_with_a_docker_context(make_testbed: Any) -> None:
+    """pdboot on host `a` (address local, advertise_address for the peer; its engine named
+    only by a docker context, as on a workstation) deploys prefill + router there and decode
+    on `b` over SSH; the KV cache crosses hosts."""
+    tb = make_testbed([HostSpec("a", profile="rtx6000x2"), HostSpec("b", profile="rtx6000x2")])
+    a = tb.hosts["a"]
+    inv = tb.inventory(
+        a.dir / "mixed.yaml",
+        name="mixed",
+        prefill=["a"],
+        decode=["b"],
+        router="a",
+        overrides={
+            "hosts": {"a": {"address": "local", "advertise_address": a.address}},
+            "prefill": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}},
+            "decode": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}},
+        },
+    )
+    cfg = a.dir / "docker-config"
+    a.exec("rm /run/docker.sock", check=True)
+    make_ctx = (
+        f"export DOCKER_CONFIG={shlex.quote(str(cfg))}; "
+        f"docker context create pdt --docker host={shlex.quote(a.docker_host)} >/dev/null; "
+        "docker context use pdt >/dev/null"
+    )
+    setup = f"unset DOCKER_HOST; export DOCKER_CONFIG={shlex.quote(str(cfg))}"
+    assert a.exec(["/bin/bash", "-c", f"unset DOCKER_HOST; {make_ctx}"]).returncode == 0
+
+    up = pdboot_on(a, "up", str(inv), setup=setup)
+    assert up.returncode == 0, out(up)
+    assert f"http://{a.address}:8000/v1" in up.stdout
+    assert "decode pulled the KV cache from a prefill engine" in up.stdout
+    assert sorted(a.docker("ps", "--format", "{{.Names}}").stdout.split()) == [
+        "pdboot-mixed-prefill",
+        "pdboot-mixed-router",
+    ]
+    assert tb.hosts["b"].docker("ps", "--format", "{{.Names}}").stdout.split() == [
+        "pdboot-mixed-decode"
+    ]
+    # the side channel the peer is told is a's routable address, not loopback
+    env = json.loads(a.docker("inspect", "pdboot-mixed-prefill").stdout)[0]["Config"]["Env"]
+    assert f"VLLM_NIXL_SIDE_CHANNEL_HOST={a.address}" in env
+
+    st = pdboot_on(a, "status", str(inv), "--json", setup=setup)
+    assert st.returncode == 0, out(st)
+    assert all(s["matches_inventory"] for s in json.loads(st.stdout)["services"]), st.stdout
+
+    down = pdboot_on(a, "down", str(inv), setup=setup)
+    assert down.returncode == 0, out(down)
+    for h in tb.hosts.values():
+        assert h.docker("ps", "-aq").stdout.split() == [], h.name
