@@ -14,7 +14,7 @@ setup:
 $(SETUP_STAMP): pyproject.toml .ci/setup
 	.ci/setup
 
-# A 3-host testbed (root): render its inventory, check SSH to every host, tear down.
+# A 3-host testbed (root): pdboot up, a chat completion through the router, status, down.
 demo: $(SETUP_STAMP)
 	PY=$(PY) scripts/demo.sh
 
