@@ -28,6 +28,7 @@ from pdboot.registry import Lookup
 
 INFO = "docker info --format '{{json .}}'"
 COMPOSE = "docker compose version --short"
+COMPOSE_MIN = (2, 24)
 HOOK = "nvidia-container-runtime-hook"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Every dockerd on the machine (a test machine runs several): its command line, limits,
@@ -420,6 +421,16 @@ def _compose(c: Section) -> CheckResult:
     if int(m.group(1)) < 2:
         return CheckResult(
             "docker.compose", "fail", f"Compose {text} is v1", "install Compose v2 (plugin)"
+        )
+    if (int(m.group(1)), int(m.group(2))) < COMPOSE_MIN:
+        # The rendered projects use env_file entries with `path`/`required` (Compose 2.24+):
+        # an older Compose rejects the file at `up`, after the pulls.
+        return CheckResult(
+            "docker.compose",
+            "fail",
+            f"Compose {text} is older than {COMPOSE_MIN[0]}.{COMPOSE_MIN[1]}",
+            f"upgrade the docker-compose-plugin package to {COMPOSE_MIN[0]}.{COMPOSE_MIN[1]} "
+            "or newer",
         )
     return CheckResult("docker.compose", "pass", f"Compose {text}")
 

@@ -471,3 +471,12 @@ def test_a_verdict_that_raises_is_reported_and_the_others_still_run(
     ids = {r.id: r for r in res}
     assert ids["host.evaluate"].status == "fail" and "surprise" in ids["host.evaluate"].message
     assert ids["gpu.driver"].status == "pass" and ids["network.side_channel"].status == "pass"
+
+
+@pytest.mark.parametrize(
+    ("output", "status"),
+    [("2.40.3\n", "pass"), ("v2.24.0\n", "pass"), ("2.21.0\n", "fail"), ("1.29.2\n", "fail")],
+)
+def test_compose_needs_the_env_file_syntax_the_render_uses(output: str, status: str) -> None:
+    # The rendered env_file entries (path + required) need Compose 2.24 or newer.
+    assert dk._compose(Section(output, 0)).status == status
