@@ -138,7 +138,7 @@ def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: boo
                     else "preflight found no RDMA device with an ACTIVE port"
                 )
             else:
-                why = "as the last preflight found (recorded on the host)"
+                why = "as the last preflight found, recorded on the host"
         else:
             declared = inv.hosts[host].rdma_devices
             why = (
@@ -147,9 +147,9 @@ def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: boo
                 else "inventory declares no rdma_devices"
             )
             why += (
-                ": --skip-preflight and no earlier preflight finding"
+                "; --skip-preflight and no earlier preflight finding"
                 if skipped
-                else ": no preflight finding"
+                else "; no preflight finding"
             )
-        lines.append(f"rdma (auto) {state} on {host}: {why}")
+        lines.append(f"rdma (auto): {state} for {host} ({why})")
     return lines

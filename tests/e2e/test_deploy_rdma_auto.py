@@ -66,8 +66,8 @@ def test_auto_rdma_follows_preflight_per_host(make_testbed: Any, tmp_path: Path)
 
     first = pdboot("up", str(inv))
     assert first.returncode == 0, out(first)
-    assert "rdma (auto) on on ib: preflight found mlx5_0:1 ACTIVE" in first.stdout
-    assert "rdma (auto) off on eth: preflight found no RDMA device" in first.stdout
+    assert "rdma (auto): on for ib (preflight found mlx5_0:1 ACTIVE)" in first.stdout
+    assert "rdma (auto): off for eth (preflight found no RDMA device" in first.stdout
 
     ib = host_config(tb, "ib", "pdboot-rdmaauto-decode")
     assert [d["PathOnHost"] for d in ib["HostConfig"]["Devices"] or []] == ["/dev/infiniband"]

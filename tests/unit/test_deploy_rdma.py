@@ -81,8 +81,8 @@ def test_preflight_findings_turn_rdma_on_only_where_a_port_is_active() -> None:
     assert engines(plan) == {"decode@gpu-b": (False, None), "prefill@gpu-a": (True, "mlx5_0:1")}
     lines = describe(inv, plan, f, skipped=False)
     assert lines == [
-        "rdma (auto) off on gpu-b: preflight found no RDMA device with an ACTIVE port",
-        "rdma (auto) on on gpu-a: preflight found mlx5_0:1 ACTIVE",
+        "rdma (auto): off for gpu-b (preflight found no RDMA device with an ACTIVE port)",
+        "rdma (auto): on for gpu-a (preflight found mlx5_0:1 ACTIVE)",
     ]
 
 
@@ -114,7 +114,7 @@ def test_the_record_rebuilds_the_same_config_hashes_without_preflight() -> None:
     naive = {s.key: s.config_hash for s in build_plan(inv).services()}
     assert naive["prefill@gpu-a"] != deployed.service("prefill", "gpu-a").config_hash  # type: ignore[union-attr]
     assert describe(inv, again, back, skipped=True)[1] == (
-        "rdma (auto) on on gpu-a: as the last preflight found (recorded on the host)"
+        "rdma (auto): on for gpu-a (as the last preflight found, recorded on the host)"
     )
 
 
@@ -127,8 +127,8 @@ def test_no_finding_falls_back_to_the_declared_devices_and_says_so() -> None:
     inv = undeclared()
     plan = build_plan(inv)
     assert describe(inv, plan, from_records({}), skipped=True)[0] == (
-        "rdma (auto) off on gpu-b: inventory declares no rdma_devices: "
-        "--skip-preflight and no earlier preflight finding"
+        "rdma (auto): off for gpu-b (inventory declares no rdma_devices; "
+        "--skip-preflight and no earlier preflight finding)"
     )
     on = parse_inventory((INVENTORIES / "1p1d.yaml").read_text() + 'kv_transfer: {rdma: "on"}\n')
     assert describe(on, build_plan(on), None, skipped=True) == []
