@@ -622,13 +622,14 @@ def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
 
 
 def default_preflight() -> PreflightFn:
-    """The preflight `up` runs first: the full preflight, printed, with its RDMA findings."""
+    """The preflight `up` runs first: the full preflight, printed compactly (a line per
+    host, then every failure and warning with its fix), with its RDMA findings."""
 
     def gate(inv: Inventory, out: Console, accept_new_host_keys: bool) -> PreflightOutcome:
         from pdboot import preflight, report  # report imports preflight; both are heavy
 
         result = preflight.run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
-        report.print_report(result, out)
+        report.print_compact(result, out)
         return PreflightOutcome(result.ok, from_preflight(result))
 
     return gate

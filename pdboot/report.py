@@ -83,5 +83,51 @@ def print_report(result: PreflightResult, console: Console) -> None:
     console.print(Text(verdict(result), style=style))
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def host_summary(h: HostReport) -> str:
+    """`decode: 25 passed, 1 warning, 1 skipped (1.0s)`: one line per host for `up`."""
+    n = {"pass": 0, "warn": 0, "fail": 0, "skip": 0}
+    for c in h.checks:
+        n[c.status] += 1
+    parts = [f"{n['pass']} passed"]
+    if n["fail"]:
+        parts.append(_plural(n["fail"], "failure"))
+    if n["warn"]:
+        parts.append(_plural(n["warn"], "warning"))
+    if n["skip"]:
+        parts.append(f"{n['skip']} skipped")
+    state = "" if h.reachable else "UNREACHABLE, "
+    took = f" ({h.seconds:.1f}s)" if h.seconds else ""
+    return f"{h.name}: {state}{', '.join(parts)}{took}"
+
+
+def print_compact(result: PreflightResult, console: Console) -> None:
+    """What `up` shows: a line per host, then only the failures and warnings with their
+    fixes (the full tables are `pdboot preflight`'s)."""
+    for h in result.hosts.values():
+        style = "" if h.ok else "bold red"
+        console.print(Text(host_summary(h), style=style), highlight=False)
+        rows = [c for c in ordered(h.checks) if c.status in ("fail", "warn")]
+        if not rows:
+            continue
+        t = Table.grid(padding=(0, 1))
+        t.add_column(no_wrap=True)  # indent
+        t.add_column(no_wrap=True)
+        t.add_column(no_wrap=True)
+        t.add_column(overflow="fold")
+        for c in rows:
+            t.add_row("", Text(MARK[c.status], style=STYLE[c.status]), c.id, Text(c.message))
+            if c.fix:
+                t.add_row("", "", "", Text(f"fix: {c.fix}", style="cyan"))
+        console.print(t)
+    style = "bold green" if result.ok else "bold red"
+    console.print(Text(verdict(result), style=style))
+    if not result.ok:
+        console.print("`pdboot preflight INVENTORY` shows every check", highlight=False)
+
+
 def to_json(result: PreflightResult) -> str:
     return json.dumps(result.as_json(), indent=2)

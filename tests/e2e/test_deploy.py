@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -166,7 +167,10 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     res = pdboot("up", str(inv), preflight=True)
     out = output(res)
     assert res.returncode == 0, out
-    assert "preflight skipped" not in out and "docker.compose" in out  # the gate ran
+    assert "preflight skipped" not in out and "PASS: 3 host(s)" in out  # the gate ran ...
+    for h in ("decode", "prefill", "ingress"):  # ... compactly: a line per host, no tables
+        assert re.search(rf"^{h}: \d+ passed", out, re.M), h
+    assert "docker.compose" not in out
     router = f"http://{tb3.hosts['ingress'].address}:8000"
     assert f"{router}/v1" in out and "curl " in out
     assert "decode pulled the KV cache from a prefill engine" in out

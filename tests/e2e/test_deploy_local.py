@@ -10,6 +10,7 @@ Under CI=true a testbed that cannot start fails this test; elsewhere it skips.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import urllib.request
@@ -82,7 +83,8 @@ def test_local_host_up_status_down_inside_a_testbed_host(
 
     up = pdboot_on(solo, "up", str(inv))
     assert up.returncode == 0, out(up)
-    assert "preflight skipped" not in up.stdout and "ssh.connect" in up.stdout  # ran, locally
+    assert "preflight skipped" not in up.stdout and "PASS: " in up.stdout  # ran, locally
+    assert re.search(r"^\S+: \d+ passed", up.stdout, re.M)
     assert "http://127.0.0.1:8000/v1" in up.stdout
     assert "decode pulled the KV cache from a prefill engine" in up.stdout
     assert TOKEN not in out(up)
