@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -150,26 +151,92 @@ def status(inv: Inventory, out: Console, *, as_json: bool = False) -> int:
         # soft_wrap: never break a line inside a JSON string on a narrow console
         out.print(json.dumps(doc, indent=2), soft_wrap=True, highlight=False, markup=False)
         return EXIT_OK if healthy else EXIT_FAILED
-    table = Table(title=f"deployment {inv.name}")
-    for col in ("service", "state", "health", "uptime", "image", "matches", "endpoint"):
-        table.add_column(col, overflow="fold")  # never cut an address or a tag
-    for r in rows:
-        state_style = "green" if r.state == "running" else "red"
-        match = {True: "yes", False: "[yellow]changed[/yellow]", None: "-"}[r.matches_inventory]
-        if not r.planned:
-            match = "[yellow]not in inventory[/yellow]"
-        table.add_row(
-            r.service,
-            f"[{state_style}]{r.state}[/{state_style}]",
-            "[green]ok[/green]" if r.health == "ok" else r.health,
-            human_seconds(r.uptime_seconds),
-            r.image,
-            match,
-            r.endpoint,
-        )
-    out.print(table)
+    out.print(status_table(rows, inv.name, out.width))
     out.print("healthy" if healthy else "[red]not healthy[/red]")
     return EXIT_OK if healthy else EXIT_FAILED
+
+
+def short_image(ref: str) -> str:
+    """`10.77.2.1:5000/vllm/vllm-openai:v0.33.0` -> `vllm-openai:v0.33.0` (the full
+    reference is in --json); a digest is cut to 12 hex digits."""
+    name = ref.rsplit("/", 1)[-1]
+    m = re.match(r"^(.*sha256:)([0-9a-f]{12})[0-9a-f]*$", name)
+    return m.group(1) + m.group(2) if m else name
+
+
+def short_endpoint(url: str) -> str:
+    """`http://10.77.2.10:8201` -> `10.77.2.10:8201`."""
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+def _cells(r: ServiceStatus) -> dict[str, Text]:
+    state_style = "green" if r.state == "running" else "red"
+    if not r.planned:
+        match = Text("not in inventory", style="yellow")
+    else:
+        match = {
+            True: Text("yes"),
+            False: Text("changed", style="yellow"),
+            None: Text("-"),
+        }[r.matches_inventory]
+    return {
+        "service": Text(r.service, style="bold"),
+        "state": Text(r.state, style=state_style),
+        "health": Text(r.health, style="green" if r.health == "ok" else "red"),
+        "uptime": Text(human_seconds(r.uptime_seconds)),
+        "image": Text(short_image(r.image)),
+        "matches": match,
+        "endpoint": Text(short_endpoint(r.endpoint)),
+    }
+
+
+def status_table(rows: list[ServiceStatus], deployment: str, width: int) -> Table:
+    """One line per service when that fits the width; otherwise two lines per service
+    (uptime under the state, whether the config matches under the image). Addresses,
+    tags and service names are never broken; only health details and the like wrap."""
+    cells = [_cells(r) for r in rows]
+    wide = _table(
+        deployment, ["service", "state", "health", "uptime", "image", "matches", "endpoint"], cells
+    )
+    if Console(width=10_000).measure(wide).maximum <= width:
+        return wide
+    narrow = []
+    for c in cells:
+        matches = {"yes": Text("config matches", style="dim"), "-": Text("")}.get(
+            c["matches"].plain,
+            Text.assemble("config ", c["matches"])
+            if c["matches"].plain == "changed"
+            else c["matches"],
+        )
+        narrow.append(
+            {
+                "service": c["service"],
+                "state": Text("\n").join([c["state"], Text(c["uptime"].plain, style="dim")]),
+                "health": c["health"],
+                "image / config": Text("\n").join([c["image"], matches]),
+                "endpoint": c["endpoint"],
+            }
+        )
+    return _table(deployment, ["service", "state", "health", "image / config", "endpoint"], narrow)
+
+
+def _table(deployment: str, columns: list[str], rows: list[dict[str, Text]]) -> Table:
+    table = Table(
+        title=f"deployment {deployment}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),  # with the box's blank separator: two spaces between columns
+        pad_edge=False,
+        show_edge=False,
+    )
+    for col in columns:
+        # only health details may wrap (between words, in the two-line form); the rest
+        # are tokens an operator copies (names, tags, addresses): never broken
+        words = col == "health" and "uptime" not in columns
+        table.add_column(col, no_wrap=not words, overflow="fold", min_width=10 if words else None)
+    for r in rows:
+        table.add_row(*(r[c] for c in columns))
+    return table
 
 
 # --------------------------------------------------------------------------- logs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,3 +80,82 @@ def test_secret_error_never_contains_the_value() -> None:
         read_hf_token("env:TOK", {"TOK": "hf with space"})
     assert "hf with space" not in str(ei.value)
     assert secrets_env("hf_x") == "HF_TOKEN=hf_x\nHUGGING_FACE_HUB_TOKEN=hf_x\n"
+
+
+def _row(service: str, state: str, health: str, image: str, endpoint: str, **kw: object) -> Any:
+    from pdboot.status import ServiceStatus
+
+    role, _, host = service.partition("@")
+    args: dict[str, Any] = {"uptime_seconds": 6.0, "matches_inventory": True, "planned": True}
+    args.update(kw)
+    return ServiceStatus(service, role, host, state, health, image=image, endpoint=endpoint, **args)
+
+
+REG = "10.77.2.1:5000/vllm/"
+DEMO = [
+    ("decode@decode", "running", "ok", REG + "vllm-openai:v0.33.0", "http://10.77.2.10:8201"),
+    ("prefill@prefill", "running", "ok", REG + "vllm-openai:v0.33.0", "http://10.77.2.11:8200"),
+    ("router@ingress", "running", "ok", REG + "vllm-router:v0.1.17", "http://10.77.2.12:8000"),
+]
+
+
+def _render(rows: list[Any], width: int) -> list[str]:
+    from rich.console import Console
+
+    from pdboot.status import status_table
+
+    console = Console(record=True, width=width, color_system=None)
+    console.print(status_table(rows, "pdtest", width))
+    return console.export_text().splitlines()
+
+
+def test_short_image_and_endpoint() -> None:
+    from pdboot.status import short_endpoint, short_image
+
+    assert short_image(REG + "vllm-openai:v0.33.0") == "vllm-openai:v0.33.0"
+    assert short_image("vllm/vllm-openai@sha256:" + "ab" * 32) == "vllm-openai@sha256:" + "ab" * 6
+    assert short_image("busybox") == "busybox"
+    assert short_endpoint("http://10.77.2.10:8201") == "10.77.2.10:8201"
+    assert short_endpoint("http://[fd00::1]:8000/") == "[fd00::1]:8000"
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_status_table_never_breaks_a_token(width: int) -> None:
+    bad = _row(
+        "prefill@prefill",
+        "exited",
+        "connection refused",
+        REG + "vllm-openai:v0.33.0",
+        "http://10.77.2.11:8200",
+        matches_inventory=False,
+        uptime_seconds=None,
+    )
+    rows = [_row(*r) for r in DEMO] + [bad]
+    lines = _render(rows, width)
+    text = "\n".join(lines)
+    assert all(len(ln) <= width for ln in lines)
+    for token in (
+        "decode@decode",
+        "prefill@prefill",
+        "router@ingress",
+        "vllm-openai:v0.33.0",
+        "vllm-router:v0.1.17",
+        "10.77.2.10:8201",
+        "10.77.2.12:8000",
+        "running",
+        "exited",
+    ):
+        assert token in text, (token, text)
+    assert "10.77.2.1:5000" not in text and "http://" not in text  # short forms only
+    one_line = width == 160
+    decode = next(ln for ln in lines if ln.startswith("decode@decode"))
+    # wide: a line per service; at 80 columns: two (uptime and config under state and image)
+    assert ("6s" in decode) == one_line
+    assert ("changed" in text) and ("connection" in text)
+    assert len(lines) == (3 + 4 if one_line else 3 + 2 * 4)  # title, header, rule; rows
+
+
+def test_status_json_keeps_the_full_image_reference() -> None:
+    from dataclasses import asdict
+
+    assert asdict(_row(*DEMO[0]))["image"] == REG + "vllm-openai:v0.33.0"
