@@ -120,6 +120,25 @@ def _step(svc: Service, found: Sequence[Observed], workers_changed: bool) -> Ste
     return Step(svc, "unchanged", "running with the same configuration", cur)
 
 
+def decode_restart_note(stages: Sequence[Sequence[Step]]) -> str | None:
+    """After `up` recreated a prefill engine while decode engines kept running: vLLM users
+    report decode engines needing a restart after a prefill restart (vllm-pd-facts.md);
+    pdboot has no restart command, so say how. None when it does not apply."""
+    steps = [s for stage in stages for s in stage]
+    prefills = [
+        s.service.key for s in steps if s.service.role == "prefill" and s.kind == "recreate"
+    ]
+    decodes = [s.service.key for s in steps if s.service.role == "decode" and s.kind == "unchanged"]
+    if not prefills or not decodes:
+        return None
+    return (
+        f"note: {', '.join(prefills)} restarted while {', '.join(decodes)} kept running; "
+        "vLLM users report decode engines needing a restart after a prefill restart. "
+        "If requests fail or stall, restart them all: `pdboot down INVENTORY` then "
+        "`pdboot up INVENTORY`"
+    )
+
+
 def orphans(plan: Plan, observed: Iterable[Observed]) -> list[Observed]:
     """This deployment's containers that the plan no longer has (a host left a tier)."""
     wanted = {(s.host, s.role) for s in plan.services()}

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.filesize import decimal
 from rich.live import Live
 from rich.progress import (
     BarColumn,
@@ -30,10 +31,10 @@ from rich.progress import (
     TextColumn,
     TransferSpeedColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
-from pdboot.converge import Observed, Step, orphans, plan_down, plan_up
+from pdboot.converge import Observed, Step, decode_restart_note, orphans, plan_down, plan_up
 from pdboot.diagnose import diagnose
 from pdboot.engine import PullProgress, PullResult
 from pdboot.hosts import (
@@ -196,41 +197,58 @@ class _Up:
         if self.opts.prove:
             self.prove()
         self.show_endpoint()
+        note = decode_restart_note(stages)
+        if note is not None:
+            self.out.print(Text(note, style="yellow"), soft_wrap=True)
 
     # ---- pull
 
     def pull(self) -> None:
         wanted = {h: sorted({s.image for s in hp.services}) for h, hp in self.plan.hosts.items()}
         progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TextColumn("{task.fields[note]}"),
+            TextColumn("{task.description}", table_column=Column(overflow="fold")),
+            BarColumn(bar_width=10),
+            # never folded ("20.0/20… MB" was): the description gives way first
+            DownloadColumn(table_column=Column(no_wrap=True)),
+            TransferSpeedColumn(table_column=Column(no_wrap=True)),
+            TextColumn("{task.fields[note]}", table_column=Column(no_wrap=True)),
             console=self.out,
             transient=False,
+            disable=not self.out.is_terminal,  # a log gets only the finished lines
         )
         tasks: dict[tuple[str, str], TaskID] = {}
         for h, images in wanted.items():
             for img in images:
-                tasks[(h, img)] = progress.add_task(f"{h}: {img}", total=None, note="checking")
+                # the bar shows the image's last path component (room for the numbers
+                # at 80 columns); the finished line names it in full
+                short = img.rsplit("/", 1)[-1]
+                tasks[(h, img)] = progress.add_task(f"{h}: {short}", total=None, note="checking")
 
         def pull_host(host: str, link: Link) -> list[PullResult]:
             results = []
             for img in wanted[host]:
                 task = tasks[(host, img)]
+                done = [0]
+                t0 = time.monotonic()
 
-                def on_progress(p: PullProgress, task: TaskID = task) -> None:
+                def on_progress(
+                    p: PullProgress, task: TaskID = task, done: list[int] = done
+                ) -> None:
+                    done[0] = p.done
                     progress.update(task, completed=p.done, total=p.total or None, note=p.status)
 
                 r = link.engine.pull(img, on_progress)
+                # a finished bar gives way to one plain line naming the image in full,
+                # the same on a terminal and in a log
+                progress.update(task, visible=False)
                 if r.pulled:
-                    progress.update(task, note="pulled")
+                    took = time.monotonic() - t0
+                    line = f"{host}: {img} pulled ({decimal(done[0])} in {took:.1f}s)"
+                    if r.digest:
+                        line = line[:-1] + f", {r.digest[:19]})"
                 else:
-                    # no bar for a pull that did not happen: one plain line instead
-                    progress.update(task, visible=False)
-                    digest = (r.digest or "")[:19]
-                    progress.console.print(f"{host}: {img} already present ({digest})")
+                    line = f"{host}: {img} already present ({(r.digest or '')[:19]})"
+                progress.console.print(line, soft_wrap=True, highlight=False)
                 results.append(r)
             return results
 

@@ -406,6 +406,22 @@ def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None
     assert after["prefill@prefill"] == before["prefill@prefill"]
     assert after["decode@decode"] != before["decode@decode"]
     assert out.index("decode@decode") < out.index("router@ingress")
+    assert "needing a restart" not in out  # decode restarted: nothing to advise
+    # now only prefill changes: decode keeps running, and `up` says how to restart it
+    write_inventory(
+        tb3,
+        path,
+        name="e2echange",
+        decode_args=["--max-model-len", "4096"],
+        prefill_env={"PDBOOT_E2E": "1"},
+    )
+    res = pdboot("up", str(path))
+    assert res.returncode == 0, output(res)
+    note = [ln for ln in res.stdout.splitlines() if "needing a restart" in ln]
+    assert len(note) == 1, res.stdout
+    assert "prefill@prefill" in note[0] and "decode@decode" in note[0]
+    assert "pdboot down" in note[0] and "pdboot up" in note[0]
+    assert ids(tb3, "e2echange")["decode@decode"] == after["decode@decode"]
     down_clean(tb3, path, "e2echange")
 
 

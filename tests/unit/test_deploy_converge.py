@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdboot.converge import Observed, orphans, plan_down, plan_up
+from pdboot.converge import Observed, decode_restart_note, orphans, plan_down, plan_up
 from pdboot.inventory import parse_inventory
 from pdboot.plan import (
     LABEL_CONFIG_HASH,
@@ -122,3 +122,25 @@ def test_orphans_when_a_host_leaves_a_tier() -> None:
     new = _plan()
     obs = [_obs(s) for s in old.services()]
     assert [o.key for o in orphans(new, obs)] == ["decode@r"]
+
+
+def test_decode_restart_note_only_when_prefill_restarts_under_running_decodes() -> None:
+    plan = _plan()
+    # prefill's config changed (or it crashed), decode kept running: the note, naming both
+    changed = [_obs(s, hash_="old" if s.role == "prefill" else None) for s in plan.services()]
+    note = decode_restart_note(plan_up(plan, changed))
+    assert note is not None and "prefill@p1" in note and "decode@d1" in note
+    assert "pdboot down" in note and "pdboot up" in note and "\n" not in note
+    exited = [
+        _obs(s, state="exited" if s.role == "prefill" else "running") for s in plan.services()
+    ]
+    assert decode_restart_note(plan_up(plan, exited)) is not None
+    # nothing changed, a fresh deployment, or decode restarted along with prefill: none
+    assert decode_restart_note(plan_up(plan, [_obs(s) for s in plan.services()])) is None
+    assert decode_restart_note(plan_up(plan, [])) is None
+    both = [_obs(s, hash_="old" if s.role != "router" else None) for s in plan.services()]
+    assert _kinds(plan_up(plan, both))[:2] == [["decode@d1:recreate"], ["prefill@p1:recreate"]]
+    assert decode_restart_note(plan_up(plan, both)) is None
+    # only the router changed: the engines did not restart
+    router = [_obs(s, hash_="old" if s.role == "router" else None) for s in plan.services()]
+    assert decode_restart_note(plan_up(plan, router)) is None
