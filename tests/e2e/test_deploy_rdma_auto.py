@@ -89,7 +89,7 @@ def test_auto_rdma_follows_preflight_per_host(make_testbed: Any, tmp_path: Path)
     assert all(s["matches_inventory"] for s in json.loads(st.stdout)["services"]), st.stdout
     again = pdboot("up", str(inv), "--skip-preflight")
     assert again.returncode == 0, out(again)
-    assert "as the last preflight found (recorded on the host)" in again.stdout
+    assert "as the last preflight found, recorded on the host" in again.stdout
     for key in ("decode@ib", "prefill@eth", "router@ib"):
         line = next(ln for ln in again.stdout.splitlines() if ln.startswith(key))
         assert "unchanged" in line, again.stdout
