@@ -397,7 +397,7 @@ class SSHConnection(_Base):
             chan.exec_command(line)
             if stdin:
                 chan.sendall(stdin.encode())
-            chan.shutdown_write()  # EOF, so `cat` and friends finish
+            send_eof(chan)  # so `cat` and friends finish
             while True:
                 while chan.recv_ready():
                     out.append(chan.recv(65536))
@@ -436,6 +436,26 @@ class SSHConnection(_Base):
             self._conn.close()
         except Exception:  # closing a half-open connection must not mask the real error
             log.debug("close of %s failed", self.name, exc_info=True)
+
+
+def send_eof(chan: paramiko.Channel) -> None:
+    """``chan.shutdown_write()`` without its race, which costs the whole SSH connection.
+
+    Paramiko marks EOF as sent under the channel's lock but puts it on the wire after
+    releasing it. A command that exits meanwhile (``rm -f``, ``true``: it does not wait
+    for our EOF) makes sshd send its CLOSE; paramiko's transport thread answers with
+    CLOSE alone (EOF counts as sent), sshd frees the channel, and our late EOF then
+    names a channel that no longer exists: sshd disconnects ("ieof packet referred to
+    nonexistent channel") and every other channel on the connection dies, among them
+    the docker SDK's ``dial-stdio`` channels ("Connection aborted",
+    RemoteDisconnected). Likely when threads contend for the GIL on a busy machine,
+    e.g. `down` removing the token file while it stops containers. Holding the lock
+    until the EOF is sent keeps it ahead of our CLOSE. (During a key re-exchange the
+    send waits, at most paramiko's clear_to_send_timeout, with the lock held.)"""
+    with chan.lock:
+        msg = chan._send_eof()
+        if msg is not None:
+            chan.transport._send_user_message(msg)
 
 
 def effective_ssh(defaults: SSHSettings, host: Host) -> SSHSettings:

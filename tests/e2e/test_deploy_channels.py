@@ -1,0 +1,82 @@
+"""Many channels on one host's SSH connection at once, as `down` has them: docker SDK
+requests over `dial-stdio` channels while short commands (`rm -f`) run beside them.
+
+A short command can exit before paramiko has put our stdin EOF on the wire; the EOF then
+arrived after the channel's CLOSE, sshd dropped the whole connection ("ieof packet
+referred to nonexistent channel") and the engine calls on it failed with "Connection
+aborted" / RemoteDisconnected (a flake of `pdboot down` on a busy machine).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from pdboot.engine import Engine
+from pdboot.inventory import Host, SSHSettings
+from pdboot.remote import connect
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+
+ENGINE_THREADS = 8
+EXEC_THREADS = 3
+EXECS_EACH = 120
+
+
+def test_short_commands_beside_engine_calls_keep_the_connection(testbed: Any) -> None:
+    tb = testbed
+    ssh = SSHSettings(
+        user="root",
+        identity_file=str(tb.identity_file),
+        known_hosts=str(tb.known_hosts),
+        use_ssh_config=False,
+        connect_timeout=5,
+    )
+    conn = connect("ingress", Host(address=tb.hosts["ingress"].address), ssh)
+    engine = Engine.open(conn)
+    transport = conn._conn.client.get_transport()  # type: ignore[attr-defined]
+    errors: list[str] = []
+    calls = [0]
+    done = threading.Event()
+
+    def engine_calls() -> None:
+        while not done.is_set():
+            try:
+                engine.api.containers(all=True)
+                calls[0] += 1
+            except Exception as e:
+                errors.append(f"engine: {e!r}")
+                return
+
+    def short_commands() -> None:
+        for _ in range(EXECS_EACH):
+            try:
+                res = conn.run(["rm", "-f", "/tmp/pdboot-e2e-nothing"], timeout=60)
+                assert res.rc == 0, res
+            except Exception as e:
+                errors.append(f"exec: {e!r}")
+                return
+
+    workers = [threading.Thread(target=engine_calls) for _ in range(ENGINE_THREADS)]
+    execs = [threading.Thread(target=short_commands) for _ in range(EXEC_THREADS)]
+    try:
+        for t in workers + execs:
+            t.start()
+        for t in execs:
+            t.join()
+    finally:
+        done.set()
+        for t in workers:
+            t.join()
+        engine.close()
+    try:
+        assert errors == []
+        assert calls[0] > 0
+        # the same SSH connection all along: pdboot reopens a dropped one for commands,
+        # but the engine's channels would have died with it
+        assert conn._conn.client.get_transport() is transport  # type: ignore[attr-defined]
+        assert transport.is_active()
+    finally:
+        conn.close()
