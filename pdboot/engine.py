@@ -479,7 +479,15 @@ class Engine:
         if recreate:
             argv.append("--force-recreate")
         argv.append(service)
-        self._run(argv, f"start {service}", timeout=timeout)
+        try:
+            self._run(argv, f"start {service}", timeout=timeout)
+        except EngineError as e:
+            if not is_transient_runtime_error(str(e)):
+                raise
+            # runc occasionally fails a container's init on a loaded host without a cause
+            # (seen as "error during container init: %!w(<nil>)"); compose left the
+            # container created, and a second `up` of the same service starts it.
+            self._run(argv, f"start {service}", timeout=timeout)
 
     def read_file(self, path: str) -> str | None:
         """A small file's text, or None when it is not there (or unreadable)."""
@@ -503,6 +511,12 @@ class Engine:
                 self.host, f"cannot {what} ({shlex.join(argv[:2])} exit {res.rc}): {detail}"
             )
         return res.stdout
+
+
+def is_transient_runtime_error(message: str) -> bool:
+    """A container start that failed inside runc with no cause given: worth one retry.
+    Failures that name a cause (a missing NVIDIA hook, a bad mount, no such file) are not."""
+    return "error during container init: %!w(<nil>)" in message
 
 
 def _here_doc_write(path: str, text: str) -> str:
