@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -41,14 +42,21 @@ def _require_testbed() -> None:
     pytest.skip(f"testbed unavailable: {why}")
 
 
-@pytest.fixture(scope="session")
-def testbed() -> Iterator[Testbed]:
+@contextmanager
+def started_testbed(hosts: Any, **kw: Any) -> Iterator[Testbed]:
+    """A testbed for a fixture of any scope, under the policy above; stopped on exit."""
     _require_testbed()
-    tb = Testbed.start(SESSION_HOSTS)
+    tb = Testbed.start(hosts, **kw)
     try:
         yield tb
     finally:
         tb.stop()
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Testbed]:
+    with started_testbed(SESSION_HOSTS) as tb:
+        yield tb
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ Under CI=true a testbed that cannot start fails these tests; elsewhere they skip
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import started_testbed
+from tests.testbed.harness import HostSpec
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -38,35 +40,11 @@ PREFILL = ["h200", "olddrv", "ibdown"]
 DECODE = ["ok", "nodrv", "noctk", "busy", "lowdisk", "nossh"]
 
 
-def _start(specs: list[Any]) -> Any:
-    try:
-        from tests.testbed.harness import Testbed, TestbedError, can_run
-    except ImportError as e:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"testbed harness not importable: {e}")
-    why = can_run()
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"testbed cannot start under CI: {why}")
-        pytest.skip(why)
-    try:
-        return Testbed.start(specs, images_needed=False)
-    except TestbedError as e:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"testbed did not start: {e}")
-
-
 @pytest.fixture(scope="module")
 def tb() -> Iterator[Any]:
-    from tests.testbed.harness import HostSpec
-
-    bed = _start([HostSpec(n, profile=p, **kw) for n, (p, kw) in HOSTS.items()])
-    try:
+    specs = [HostSpec(n, profile=p, **kw) for n, (p, kw) in HOSTS.items()]
+    with started_testbed(specs, images_needed=False) as bed:
         yield bed
-    finally:
-        bed.stop()
 
 
 def preflight(inv: Path, *args: str) -> tuple[int, dict[str, Any], str]:

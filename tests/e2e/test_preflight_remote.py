@@ -4,7 +4,6 @@ unreachable host. Under CI=true a testbed that cannot start fails; elsewhere it 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,35 +12,17 @@ import pytest
 
 from pdboot import remote
 from pdboot.inventory import Host, SSHSettings
+from tests.conftest import started_testbed
+from tests.testbed.harness import HostSpec
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def tb() -> Iterator[Any]:
-    try:
-        from tests.testbed.harness import HostSpec, Testbed, TestbedError, can_run
-    except ImportError as e:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"testbed harness not importable: {e}")
-    why = can_run()
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"testbed cannot start under CI: {why}")
-        pytest.skip(why)
-    try:
-        bed = Testbed.start(
-            [HostSpec("r1"), HostSpec("r2"), HostSpec("down", sshd=False)], images_needed=False
-        )
-    except TestbedError as e:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"testbed did not start: {e}")
-    try:
+    hosts = [HostSpec("r1"), HostSpec("r2"), HostSpec("down", sshd=False)]
+    with started_testbed(hosts, images_needed=False) as bed:
         yield bed
-    finally:
-        bed.stop()
 
 
 def settings(tb: Any, **kw: Any) -> SSHSettings:

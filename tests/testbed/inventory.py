@@ -10,26 +10,17 @@ requirements.min_free_disk_gb lowered (the machine's disk is shared by all test 
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tests.testbed.profiles import deep_merge
+
 if TYPE_CHECKING:
     from tests.testbed.harness import Testbed
 
 TEST_MODEL = "Qwen/Qwen3-0.6B"
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL,
@@ -57,7 +48,7 @@ def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL
         "timeouts": {"ready_seconds": 120, "router_ready_seconds": 60, "pull_seconds": 300,
                      "poll_interval_seconds": 0.2},
     }
-    return _merge(inv, overrides or {})
+    return deep_merge(inv, overrides or {})
 
 
 def write_inventory(tb: Testbed, path: Path, **kw: Any) -> Path:

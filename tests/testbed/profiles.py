@@ -159,11 +159,12 @@ PROFILES["gpu-busy"]["gpus"][0].update(memory_used=81920 + 2, utilization=97, ps
 PROFILES["mig"]["gpus"][0].update(mig_mode="Enabled")
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in, mappings key by key; neither is modified."""
     out = copy.deepcopy(base)
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
+            out[k] = deep_merge(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
     return out
@@ -179,7 +180,7 @@ def resolve(profile: str | dict[str, Any], overrides: dict[str, Any] | None,
     else:
         p = copy.deepcopy(profile)
         p.setdefault("profile", "custom")
-    p = _merge(p, overrides or {})
+    p = deep_merge(p, overrides or {})
     for g in p.get("gpus", []):
         if not g.get("uuid"):
             h = hashlib.sha256(f"{host}/{g['index']}".encode()).hexdigest()
