@@ -110,7 +110,9 @@ def parse(text: str) -> TopoFacts:
         if not ln.strip() or ln.strip().startswith("Legend"):
             break
         row = _row(ln, links, affinity, cells, notes)
-        if row is not None:
+        if row is not None and any(g.index == row.index for g in gpus):
+            notes.append(f"row GPU{row.index} repeated: the first kept")
+        elif row is not None:
             gpus.append(row)
     nics = _nics(links, legend, notes)
     seen = {g.index for g in gpus}
@@ -234,21 +236,28 @@ class NicChoice:
         return self.link is not None and rank(self.link) == RANK[FAR]
 
 
-def choose(topo: TopoFacts, gpus: Sequence[int], ports: Iterable[Port]) -> NicChoice:
+def active_port(name: str) -> Port:
+    """``mlx5_0:1`` (UCX's form; ``mlx5_0`` means port 1) as an ACTIVE Port."""
+    dev, _, num = name.strip().partition(":")
+    return Port(dev, int(num) if num.isdigit() else 1, "ACTIVE")
+
+
+def choose(topo: TopoFacts, gpus: Sequence[int], ports: Iterable[Port | str]) -> NicChoice:
     """The ACTIVE port(s) nearest the GPU group (PIX < PXB < PHB < NODE < SYS).
 
     Group rule: a NIC's distance to the group is its distance to the group's FARTHEST GPU
     (every TP rank moves its own KV slice through UCX_NET_DEVICES, so the slowest path
     bounds the transfer); the NIC(s) with the smallest such distance win, ties give all
     of them, with every ACTIVE port of each. NICs with an unknown distance to some GPU of
-    the group (unread cell, NV#) are left out. Ports not ACTIVE are never chosen.
+    the group (unread cell, NV#) are left out. Ports not ACTIVE are never chosen; a port
+    given by name (``mlx5_0:1``) is taken as ACTIVE.
     """
     if not gpus:
         return NicChoice((), None, "no GPU given")
     missing = [g for g in gpus if topo.gpu(g) is None]
     if missing:
         return NicChoice((), None, f"GPU {', '.join(map(str, missing))} not in nvidia-smi topo -m")
-    active = [p for p in ports if p.active]
+    active = [p for p in (active_port(x) if isinstance(x, str) else x for x in ports) if p.active]
     if not active:
         return NicChoice((), None, "no ACTIVE HCA port")
     by_dev: dict[str, list[Port]] = {}
@@ -264,7 +273,7 @@ def choose(topo: TopoFacts, gpus: Sequence[int], ports: Iterable[Port]) -> NicCh
     best = min(dist.values())
     chosen = [
         f"{p.device}:{p.port}"
-        for d in sorted(by_dev)
+        for d in sorted(by_dev, key=_natural)
         if dist.get(d) == best
         for p in sorted(by_dev[d], key=lambda p: p.port)
     ]
@@ -272,10 +281,16 @@ def choose(topo: TopoFacts, gpus: Sequence[int], ports: Iterable[Port]) -> NicCh
     return NicChoice(tuple(chosen), link)
 
 
+def _natural(name: str) -> list[int | str]:
+    """mlx5_2 before mlx5_10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
 def _why_unplaced(topo: TopoFacts, by_dev: Mapping[str, list[Port]]) -> str:
-    known = sorted(n.device for n in topo.nics if n.device)
+    known = sorted((n.device for n in topo.nics if n.device), key=_natural)
     return (
-        f"no distance known between the GPUs and the ACTIVE HCA(s) {', '.join(sorted(by_dev))} "
+        f"no distance known between the GPUs and the ACTIVE HCA(s) "
+        f"{', '.join(sorted(by_dev, key=_natural))} "
         f"(nvidia-smi topo -m lists {', '.join(known) or 'no NIC'})"
     )
 

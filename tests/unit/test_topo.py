@@ -121,6 +121,10 @@ def test_unreadable_parts_become_notes() -> None:
     assert ("GPU2", "NIC0") not in f.cells
     assert f.link(2, "mlx5_0") == "SYS"  # read from NIC0's row instead
     assert any("GPU2" in n and "NIC0" in n for n in f.notes), f.notes
+    lines = text.splitlines(keepends=True)
+    twice = parse("".join(lines[:6] + lines[5:]))  # GPU1's row printed twice
+    assert [g.index for g in twice.gpus] == [0, 1, 2, 3]
+    assert "row GPU1 repeated: the first kept" in twice.notes
     no_legend = parse(text.split("NIC Legend:")[0])
     assert [n.device for n in no_legend.nics] == [None, None]
     assert any("NIC0 is not in the NIC Legend" in n for n in no_legend.notes)
@@ -151,7 +155,7 @@ def _ports(devices: list[str], down: tuple[str, ...] = ()) -> list[Port]:
     return [Port(d, 1, "DOWN" if d in down else "ACTIVE") for d in devices]
 
 
-def _choose(name: str, gpus: list[int], ports: list[Port]) -> NicChoice:
+def _choose(name: str, gpus: list[int], ports: list[Port] | list[str]) -> NicChoice:
     return choose(parse(_text(name)), gpus, ports)
 
 
@@ -161,6 +165,11 @@ def test_nearest_with_ties() -> None:
     assert not c.across_socket
     c = _choose("h100_8gpu_no_nvlink_in_matrix_12nic_tabs_deepep397.txt", [0], _ports(_mlx(12)))
     assert c.ports == ("mlx5_0:1", "mlx5_1:1", "mlx5_2:1") and c.link == "PIX"
+    c = _choose("h100_8gpu_no_nvlink_in_matrix_12nic_tabs_deepep397.txt", [7], _ports(_mlx(12)))
+    assert c.ports == ("mlx5_11:1",)
+    c = _choose("h100_8gpu_no_nvlink_in_matrix_12nic_tabs_deepep397.txt", [0, 4], _ports(_mlx(12)))
+    assert c.across_socket and c.ports[:3] == ("mlx5_0:1", "mlx5_1:1", "mlx5_2:1")
+    assert c.ports[-3:] == ("mlx5_9:1", "mlx5_10:1", "mlx5_11:1")  # name order, numbers as numbers
 
 
 def test_group_takes_its_farthest_gpu() -> None:
@@ -182,6 +191,12 @@ def test_only_active_ports() -> None:
     both = [Port("mlx5_0", 2, "ACTIVE"), Port("mlx5_0", 1, "ACTIVE"), Port("mlx5_1", 1, "INIT")]
     c = _choose("traverse_4gpu_nv3_4mlx5_oldformat_tabs.txt", [0, 1], both)
     assert c == NicChoice(("mlx5_0:1", "mlx5_0:2"), "NODE")
+
+
+def test_ports_by_name_are_active() -> None:
+    a800 = "a800_8gpu_nvlink_8bondnic_tabs.txt"
+    c = _choose(a800, [6], ["mlx5_bond_0:1", "mlx5_bond_7", "mlx5_bond_6:2"])
+    assert c == NicChoice(("mlx5_bond_6:2", "mlx5_bond_7:1"), "PIX")
 
 
 def test_across_socket_warning() -> None:
