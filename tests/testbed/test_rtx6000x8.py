@@ -96,6 +96,11 @@ def test_rtx6000x8_gpus_nics_and_granted_gpus(make_testbed: MakeTestbed) -> None
     logs = tb.ssh("gpu8", f"{project} logs engine", check=True).stdout
     assert f"STAND-IN granted GPUs (NVIDIA_VISIBLE_DEVICES=3,2): 0={uuids[2]}" in logs
 
+    # a count: dockerd asks for GPUs 0..N-1
+    two = tb.ssh("gpu8", f"docker run --rm --gpus 2 --entrypoint nvidia-smi {tb.image} "
+                         "--query-gpu=uuid --format=csv,noheader", check=True).stdout
+    assert two.split() == uuids[:2]
+
     # an id the host does not have: the hook refuses, the container does not start
     bad = _compose(tb, "nogpu", ["9"], 8301)
     res = tb.ssh("gpu8", f"{bad} up -d", timeout=120)
