@@ -20,6 +20,7 @@ import re
 import signal
 import socket
 import socketserver
+import subprocess
 import sys
 import threading
 import time
@@ -694,6 +695,7 @@ def metrics_text(eng: Engine) -> str:
     ):
         out += [f"# HELP {base} {doc}", f"# TYPE {base} gauge",
                 f"{base}{{{labels}}} {float(value)}"]
+    out += granted_metrics()
     return "\n".join(out) + "\n"
 
 
@@ -738,6 +740,32 @@ def visible_gpus() -> int | None:
     if value in ("", "void", "none"):
         return 0
     return len(value.split(","))
+
+
+GRANTED: list[dict[str, str]] = []  # set once at start: see granted_gpus()
+
+
+def granted_gpus() -> list[dict[str, str]]:
+    """The GPUs the NVIDIA runtime granted this container, as its nvidia-smi lists them:
+    index (renumbered from 0 in a container), UUID and PCI bus id (both name the host's GPU).
+    [] without nvidia-smi (no GPU request, or the loopback tests)."""
+    try:
+        res = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = [[c.strip() for c in ln.split(",")] for ln in res.stdout.splitlines()]
+    return [{"index": r[0], "uuid": r[1], "pci_bus_id": r[2]} for r in rows
+            if res.returncode == 0 and len(r) == 3]
+
+
+def granted_metrics() -> list[str]:
+    """standin_granted_gpu_info: one sample per granted GPU (not a vLLM metric)."""
+    out = ["# HELP standin_granted_gpu_info GPUs the NVIDIA runtime granted (stand-in only).",
+           "# TYPE standin_granted_gpu_info gauge"]
+    return out + [f'standin_granted_gpu_info{{index="{g["index"]}",uuid="{g["uuid"]}",'
+                  f'pci_bus_id="{g["pci_bus_id"]}"}} 1.0' for g in GRANTED]
 
 
 def on_term(signum: int, frame: Any) -> None:
@@ -805,6 +833,10 @@ def main(argv: list[str]) -> None:
                f"served_model_name={served[0]}")
     if crashing and crash_kind == "cuda_driver":
         crash(crash_kind, args.model)
+    GRANTED[:] = granted_gpus()
+    log("INFO", "standin.py:1", "STAND-IN granted GPUs (NVIDIA_VISIBLE_DEVICES="
+        f"{os.environ.get('NVIDIA_VISIBLE_DEVICES', '(unset)')}): "
+        + (", ".join(f"{g['index']}={g['uuid']}@{g['pci_bus_id']}" for g in GRANTED) or "none"))
     gpus, world = visible_gpus(), args.tensor_parallel_size * args.pipeline_parallel_size
     if gpus == 0:
         engine_log("ERROR", "core.py:708", "EngineCore failed to start.")
