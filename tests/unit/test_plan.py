@@ -201,9 +201,13 @@ def test_config_hash_is_stable_and_tracks_changes() -> None:
         ("image: vllm/vllm-openai:v0.33.1\n", {"decode@gpu-b", "prefill@gpu-a"}),
         ("router_image: vllm/vllm-router:v0.1.18\n", {"router@gpu-a"}),
         ("decode: {hosts: [gpu-b], port: 8301}\n", None),  # decode URL also in the router
-        ("container: {shm_size: 32g}\n", None),
-        ("container: {restart: always}\n", None),
-        ("timeouts: {ready_seconds: 60}\n", {"decode@gpu-b", "prefill@gpu-a"}),
+        ("container: {shm_size: 32g}\n", ENGINES),
+        ("container: {restart: always}\n", ALL),
+        ("timeouts: {ready_seconds: 60}\n", ENGINES),  # the healthcheck's start_period
+        ("container: {hf_cache: /data/hf}\n", ENGINES),
+        ("container: {ulimits: {memlock: 8388608}}\n", ENGINES),
+        ("container: {ulimits: {nofile: 65536}}\n", ALL),  # the router has nofile too
+        ("timeouts: {router_ready_seconds: 99}\n", set()),  # up's wait, not the container's
     ]:
         text = (
             base.replace("decode:\n  hosts: [gpu-b]\n", "") if extra.startswith("decode") else base
@@ -215,6 +219,36 @@ def test_config_hash_is_stable_and_tracks_changes() -> None:
             assert diff, extra
         else:
             assert diff == changed, extra
+
+
+ENGINES = {"decode@gpu-b", "prefill@gpu-a"}
+ALL = ENGINES | {"router@gpu-a"}
+
+
+def test_config_hash_covers_every_key_of_the_rendered_definition() -> None:
+    from dataclasses import replace
+
+    svc = build_plan(inv("1p1d")).stages[0][0]
+    assert svc.container_name == "pdboot-demo-decode"
+    for change in (
+        {"devices": ()},
+        {"cap_add": ()},
+        {"ipc": None},
+        {"network_mode": "bridge"},
+        {"env_file": None},
+        {"labels": ()},
+        {"gpus": (0,)},
+        {"project": "other"},  # the container name
+    ):
+        moved = replace(svc, **change)  # type: ignore[arg-type]
+        assert _rehash(moved) != svc.config_hash, change
+    assert _rehash(svc) == svc.config_hash
+
+
+def _rehash(svc: Service) -> str:
+    from pdboot.plan import _with_hash
+
+    return _with_hash(svc).config_hash
 
 
 @pytest.mark.parametrize("name", ["1p1d", "2p2d", "colocated"])
