@@ -9,7 +9,7 @@ from pathlib import Path
 from pdboot.checks import HostContext, Section, parse_sections
 from pdboot.inventory import Inventory, Requirements, parse_inventory
 from pdboot.plan import Plan, build_plan
-from pdboot.preflight import DOMAINS, HostReport, PreflightResult, evaluate_host
+from pdboot.preflight import DOMAINS, HostReport, PreflightResult, evaluate_host, rdma_usable
 from pdboot.rdma_findings import (
     Findings,
     active_ports,
@@ -39,7 +39,7 @@ def host_output(c: HostContext, variant: str | None) -> str:
     if variant:
         merged.update(parse_sections((FIX / variant).read_text()))
     out = []
-    for d in DOMAINS:
+    for _, d in DOMAINS:
         for cmd in d.commands(c):
             s = merged.get(cmd.line) or merged.get("@" + cmd.key)
             if s is not None:
@@ -49,8 +49,8 @@ def host_output(c: HostContext, variant: str | None) -> str:
 
 def report(name: str, variant: str | None) -> HostReport:
     c = HostContext(name=name, roles=("decode",), req=Requirements())
-    checks, present, _ = evaluate_host(c, host_output(c, variant))
-    return HostReport(name, True, checks, rdma_present=present)
+    checks, facts = evaluate_host(c, host_output(c, variant))
+    return HostReport(name, True, checks, facts, rdma_present=rdma_usable(c, facts))
 
 
 def preflight_result() -> PreflightResult:
@@ -90,7 +90,7 @@ def test_a_down_port_is_not_usable_rdma() -> None:
     rep = report("gpu-a", "ib-port-down.txt")
     f = from_preflight(PreflightResult({"gpu-a": rep}))
     assert f.present == {"gpu-a": False} and f.ports == {}
-    assert active_ports(rep.checks) == []
+    assert active_ports(rep.facts) == []
 
 
 def test_declared_devices_name_the_ucx_devices_even_when_preflight_found_others() -> None:
