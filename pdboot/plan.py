@@ -140,12 +140,6 @@ class Plan:
     def services(self) -> list[Service]:
         return [s for stage in self.stages for s in stage]
 
-    def service(self, role: Role, host: str) -> Service | None:
-        for s in self.services():
-            if s.role == role and s.host == host:
-                return s
-        return None
-
 
 def project_name(inv: Inventory) -> str:
     return f"pdboot-{inv.name}"

@@ -302,11 +302,6 @@ def cuda_from_tag(image: str, default: str) -> tuple[str, str]:
     return default, "requirements.cuda: the image is not on the host yet"
 
 
-def min_driver_for(cuda: str) -> str | None:
-    found = driver_floor(cuda)
-    return found[0] if found else None
-
-
 def driver_floor(cuda: str) -> tuple[str, bool] | None:
     """(oldest driver, exact?) for a CUDA version. A minor newer than the table knows gets
     its major's newest known floor, marked inexact (a lower bound); an unknown major: None."""

@@ -325,7 +325,8 @@ def test_image_cuda_from_env_or_tag() -> None:
     assert dk.parse_image_env(env) == "13.0"
     assert dk.cuda_from_tag("vllm/vllm-openai:cu128-nightly", "13.0")[0] == "12.8"
     assert dk.cuda_from_tag("10.77.0.1:5000/vllm/vllm-openai:v0.33.0", "13.0")[0] == "13.0"
-    assert dk.min_driver_for("12.4") == "550.54.14" and dk.min_driver_for("13.0") == "580.65.06"
+    assert dk.driver_floor("12.4") == ("550.54.14", True)
+    assert dk.driver_floor("13.0") == ("580.65.06", True)
 
 
 def test_kv_estimate_matches_the_facts_sheet() -> None:

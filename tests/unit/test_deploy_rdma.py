@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pdboot.checks import HostContext, Section, parse_sections
 from pdboot.inventory import Inventory, Requirements, parse_inventory
-from pdboot.plan import Plan, build_plan
+from pdboot.plan import Plan, Service, build_plan
 from pdboot.preflight import DOMAINS, HostReport, PreflightResult, evaluate_host, rdma_usable
 from pdboot.rdma_findings import (
     Findings,
@@ -23,6 +23,11 @@ from pdboot.rdma_findings import (
 
 FIX = Path(__file__).parent / "fixtures" / "derived"
 INVENTORIES = Path(__file__).parent / "inventories"
+
+
+def svc_at(plan: Plan, key: str) -> Service:
+    """The planned service ``role@host``."""
+    return next(s for s in plan.services() if s.key == key)
 
 
 def undeclared() -> Inventory:
@@ -112,7 +117,7 @@ def test_the_record_rebuilds_the_same_config_hashes_without_preflight() -> None:
     assert [s.config_hash for s in again.services()] == [s.config_hash for s in deployed.services()]
     # ... whereas the declared-devices fallback would have reported prefill@gpu-a changed
     naive = {s.key: s.config_hash for s in build_plan(inv).services()}
-    assert naive["prefill@gpu-a"] != deployed.service("prefill", "gpu-a").config_hash  # type: ignore[union-attr]
+    assert naive["prefill@gpu-a"] != svc_at(deployed, "prefill@gpu-a").config_hash
     assert describe(inv, again, back, skipped=True)[1] == (
         "rdma (auto): on for gpu-a (as the last preflight found, recorded on the host)"
     )

@@ -24,6 +24,8 @@ from pdboot.plan import (
     LABEL_HOST,
     LABEL_ROLE,
     SECRETS_FILE,
+    Plan,
+    Service,
     build_plan,
 )
 from pdboot.render import UnknownHostError, render_all, render_host, render_summary
@@ -35,6 +37,11 @@ GOLDEN = HERE / "golden"
 CASES = ["1p1d", "2p2d", "colocated"]
 UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 ALL_INVENTORIES = [*(INVENTORIES / f"{c}.yaml" for c in CASES), ROOT / "inventory.example.yaml"]
+
+
+def svc_at(plan: Plan, key: str) -> Service:
+    """The planned service ``role@host``."""
+    return next(s for s in plan.services() if s.key == key)
 
 
 def load(name: str) -> Inventory:
@@ -113,7 +120,7 @@ def test_engine_service_shape() -> None:
     assert svc["labels"][LABEL_DEPLOYMENT] == "big"
     assert svc["labels"][LABEL_HOST] == "p1"
     plan = build_plan(load("2p2d"))
-    assert svc["labels"][LABEL_CONFIG_HASH] == plan.service("prefill", "p1").config_hash  # type: ignore[union-attr]
+    assert svc["labels"][LABEL_CONFIG_HASH] == svc_at(plan, "prefill@p1").config_hash
     decode = services(rendered(load("2p2d"))["d1"])["decode"]
     assert decode["deploy"]["resources"]["reservations"]["devices"][0]["count"] == "all"
 
