@@ -90,7 +90,7 @@ def render(
     """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
     inv = _load(inventory)
     plan = build_plan(inv)
-    texts = render_all(plan, inv)
+    texts = render_all(plan)
     if host is not None:
         if host not in texts:
             err.print(
@@ -104,7 +104,7 @@ def render(
     if out_dir is None:
         _print_projects(texts)
         return
-    summary = render_summary(plan, inv)
+    summary = render_summary(plan)
     try:
         for name, text in texts.items():
             target = out_dir / name / "compose.yaml"

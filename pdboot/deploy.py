@@ -261,7 +261,7 @@ class _Up:
     # ---- ship
 
     def ship(self) -> None:
-        texts = {h: render_host(self.plan, h, self.inv) for h in self.plan.hosts}
+        texts = {h: render_host(self.plan, h) for h in self.plan.hosts}
         secrets = secrets_env(self.token) if self.token is not None else None
 
         def ship_host(host: str, link: Link) -> None:
