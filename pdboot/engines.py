@@ -213,9 +213,7 @@ def _gpu_sets(inv: Inventory) -> dict[str, list[tuple[str, Literal["all"] | set[
         groups = tier_groups(tier)
         used: Literal["all"] | set[int] = (
             "all"
-            if any(grp == "all" for grp in groups)
-            or is_auto(tier)
-            or (not isinstance(tier.gpus, list) and tier.engines_per_host is not None)
+            if any(grp == "all" for grp in groups) or is_auto(tier)
             else {x for grp in groups if grp != "all" for x in grp}
         )
         for h in dict.fromkeys(tier.hosts):

@@ -28,8 +28,9 @@ ROLES: tuple[Role, ...] = ("decode", "prefill", "router")  # start order; stop i
 LABEL_DEPLOYMENT = "io.pdboot.deployment"
 LABEL_ROLE = "io.pdboot.role"
 LABEL_HOST = "io.pdboot.host"
-# Engine index on its host within its tier; only on tiers with several engines per host
-# (absent = engine 0), so single-engine deployments keep their labels and config hashes.
+# Engine index on its host within its tier, on engines 1, 2, ... Engine 0 carries none (as
+# every engine did before engines per host), so single-engine deployments keep their labels
+# and config hashes, and adding engines to a tier leaves its engine 0 running.
 LABEL_ENGINE = "io.pdboot.engine"
 LABEL_CONFIG_HASH = "io.pdboot.config-hash"
 
@@ -241,7 +242,7 @@ def _labels(
         (LABEL_ROLE, role),
         (LABEL_HOST, host),
     )
-    if engine is not None and engine.count > 1:
+    if engine is not None and engine.index > 0:
         out += ((LABEL_ENGINE, str(engine.index)),)
     return out
 
@@ -294,6 +295,8 @@ def _engine(
         "HF_HOME": HF_CACHE_IN_CONTAINER,
     }
     ucx, nic = _ucx_env(inv, host, rdma, (rdma_ports or {}).get(host), nearest)
+    if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
+        nic = "RDMA auto: the nearest HCA port needs preflight's facts"
     env.update(ucx)
     env.update(tier.env)
     return Service(
