@@ -121,7 +121,7 @@ def collect(inv: Inventory, accept_new_host_keys: bool = False) -> list[ServiceS
     rows = []
     seen: set[str] = set()
     for svc in plan.services():
-        obs = next((o for o in observed if o.host == svc.host and o.role == svc.role), None)
+        obs = next((o for o in observed if o.host == svc.host and o.service_name == svc.name), None)
         if obs is not None:
             seen.add(obs.id)
         health = "-"
