@@ -51,6 +51,7 @@ from pdboot.inventory import Inventory
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
 from pdboot.ports import (
     OP_DEADLINE,
+    EngineOps,
     HostsFactory,
     PreflightFn,
     default_hosts,
@@ -196,8 +197,9 @@ class _Up:
         self.emit, self.env = emit, env
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
-        engines = {h: link.engine for h, link in hosts.links.items()}
-        self.prober = Prober(plan, engines, {}, env.fetch, env.clock)  # type: ignore[arg-type]
+        # annotated: mypy checks here that the real Engine satisfies EngineOps
+        engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
+        self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
 
     # ---- the sequence
 
