@@ -159,16 +159,17 @@ def readiness_latency(tb: Any, inv: Path, decode_url: str) -> float:
     return noticed - first_ok[0]
 
 
-def time_to_ready(tb: Any, work: Path, load: float) -> tuple[float, float]:
-    """(wall seconds of `pdboot up`, seconds until every engine was ready) with both tiers
-    loading for ``load`` seconds; read from `up --events`."""
+def time_to_ready(tb: Any, work: Path, load: float) -> tuple[float, float, float]:
+    """(wall seconds of `pdboot up`, seconds until every engine was ready, seconds the
+    router then took) with both tiers loading for ``load`` seconds; from `up --events`."""
     inv = write_inventory(tb, work / "benchttr.yaml", "benchttr", ["p1"], ["d1"], load, load)
     events = work / "benchttr-events.jsonl"
     wall = timed(pdboot("up", str(inv), "--skip-preflight", "--events", str(events)))
     docs = [json.loads(line) for line in events.read_text().splitlines()]
     engines = next(d for d in docs if d["event"] == "tier_ready" and "decode" in d["tiers"])
+    router = next(d for d in docs if d["event"] == "tier_ready" and d["tiers"] == ["router"])
     subprocess.run(pdboot("down", str(inv)), capture_output=True, cwd=ROOT)
-    return wall, float(engines["seconds"])
+    return wall, float(engines["seconds"]), float(router["seconds"])
 
 
 def main() -> None:
@@ -210,9 +211,10 @@ def main() -> None:
     finally:
         tb.stop()
 
-    walls, engines = [w for w, _ in ttr], [e for _, e in ttr]
+    walls, engines, routers = ([t[i] for t in ttr] for i in range(3))
     print(f"time to ready, both tiers loading {args.load:g}s (1P1D), median of {args.runs} runs: "
           f"engines ready after {statistics.median(engines):.1f}s (max {max(engines):.1f}s), "
+          f"then the router after {statistics.median(routers):.1f}s, "
           f"`pdboot up` {statistics.median(walls):.1f}s in all (max {max(walls):.1f}s); "
           f"one tier after the other would need at least {2 * args.load:g}s for the engines")
     if args.only_ready:
