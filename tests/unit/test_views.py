@@ -85,3 +85,27 @@ def test_terminal_view_in_a_log_prints_the_finished_lines() -> None:
     assert "error: pull failed on p1: no such image or tag" in text
     assert "test completion: 'Hi there'" in text
     assert text.rstrip().endswith("up: deployed in 9.0s")
+
+
+def test_terminal_view_on_a_terminal_runs_bars_and_live_table_through_a_real_up() -> None:
+    from pdboot.up import UpOptions, up
+    from tests.unit.orchestrator_fakes import World, inventory
+
+    console = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
+    view = TerminalView(console)
+    world = World(inventory(), load={"decode": 3.0, "prefill": 2.0})
+    code = up(
+        world.inv,
+        UpOptions(skip_preflight=True),
+        view,
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+    )
+    view.close()
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert code == 0
+    assert "d1: vllm/vllm-openai:v0.33.0 pulled" in text
+    assert "ready decode@d1 after 3.0s" in text and "ready prefill@p1 after 2.0s" in text
+    assert "decode loading" in text  # the live table showed the latest log line
+    assert "endpoint: http://192.0.2.12:8000/v1" in text
