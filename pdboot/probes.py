@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 # Metric sample names (after the histogram/counter suffix) that count KV pulls by decode.
 KV_PULL_METRICS = ("vllm:nixl_xfer_time_seconds_count", "vllm:nixl_kv_pulls_total")
@@ -26,52 +23,6 @@ LOCAL_PREFILL_METRICS = ("vllm:nixl_local_prefills_total", "vllm:nixl_recomputed
 KV_FAILURE_METRICS = ("vllm:nixl_num_failed_transfers_total", "vllm:nixl_kv_pull_failures_total")
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfaN]+)")
-
-
-@dataclass(frozen=True)
-class HttpAnswer:
-    status: int  # 0: no HTTP answer at all (refused, reset, timeout)
-    body: str
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 200
-
-    def describe(self) -> str:
-        return self.error if self.status == 0 else f"HTTP {self.status}"
-
-
-def http(
-    url: str,
-    *,
-    timeout: float = 2.0,
-    body: Mapping[str, Any] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> HttpAnswer:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")  # noqa: S310
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    for k, v in (headers or {}).items():
-        req.add_header(k, v)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - http(s) we built
-            return HttpAnswer(r.status, r.read().decode(errors="replace"))
-    except urllib.error.HTTPError as e:
-        return HttpAnswer(e.code, e.read().decode(errors="replace") if e.fp else "")
-    except (OSError, ValueError) as e:
-        reason = getattr(e, "reason", None) or e
-        return HttpAnswer(0, "", _reason(reason))
-
-
-def _reason(reason: object) -> str:
-    text = str(reason)
-    if "Connection refused" in text:
-        return "connection refused"
-    if "timed out" in text:
-        return "timed out"
-    return text or type(reason).__name__
 
 
 def metric_sums(text: str) -> dict[str, float]:
