@@ -41,9 +41,11 @@ from pdboot.hosts import (
     Hosts,
     Link,
     SecretError,
+    api_key_headers,
     open_hosts,
     project_dir,
-    read_hf_token,
+    read_secrets,
+    register_secrets,
     secrets_env,
 )
 from pdboot.inventory import Inventory
@@ -57,7 +59,6 @@ from pdboot.rdma_findings import (
     from_records,
     records_to_ship,
 )
-from pdboot.remote import register_secret
 from pdboot.render import render_host
 from pdboot.waits import (
     READY,
@@ -111,12 +112,12 @@ def up(
     clock: Clock | None = None,
 ) -> int:
     try:
-        token = read_hf_token(inv.secrets.hf_token)
+        token = read_secrets(inv) or None  # secrets.env's variables -> values
     except SecretError as e:
         out.print(Text(f"error: {e}", style="red"))
         return EXIT_USAGE
     if token is not None:
-        register_secret(token)  # masked in anything pdboot logs or prints
+        register_secrets(token)  # masked in anything pdboot logs or prints
     findings: Findings | None = None
     try:
         if opts.skip_preflight or preflight is None:
@@ -173,7 +174,7 @@ class _Up:
         opts: UpOptions,
         out: Console,
         clock: Clock,
-        token: str | None,
+        token: dict[str, str] | None,
     ) -> None:
         self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
         self.out, self.clock, self.token = out, clock, token
@@ -467,7 +468,12 @@ class _Up:
             "max_tokens": 8,
             "temperature": 0,
         }
-        a = http(f"{self.plan.endpoint}/v1/chat/completions", body=body, timeout=300.0)
+        a = http(
+            f"{self.plan.endpoint}/v1/chat/completions",
+            body=body,
+            timeout=300.0,
+            headers=api_key_headers(self.token or {}),
+        )
         text = completion_text(a.body) if a.ok else ""
         if not a.ok or not text:
             self.out.print(

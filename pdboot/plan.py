@@ -208,9 +208,14 @@ def _engine(
         gpus=gpus,
         rdma=rdma,
         side_channel_port=tier.side_channel_port,
-        uses_secrets=inv.secrets.hf_token is not None,
+        uses_secrets=engine_uses_secrets(inv),
     )
     return _with_hash(svc, inv)
+
+
+def engine_uses_secrets(inv: Inventory) -> bool:
+    s = inv.secrets
+    return s.hf_token is not None or s.api_key is not None or bool(s.env)
 
 
 def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> Service:
@@ -250,6 +255,8 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
         gpus=None,
         rdma=False,
         metrics_port=r.metrics_port,
+        # vllm-router 0.1.17 sends OPENAI_API_KEY from its environment to the workers
+        uses_secrets=inv.secrets.api_key is not None,
     )
     return _with_hash(svc, inv)
 

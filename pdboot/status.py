@@ -20,7 +20,7 @@ from rich.text import Text
 
 from pdboot.converge import Observed, owned
 from pdboot.deploy import EXIT_FAILED, EXIT_OK, EXIT_USAGE, recorded_findings
-from pdboot.hosts import open_hosts
+from pdboot.hosts import open_hosts, register_inventory_secrets
 from pdboot.inventory import Inventory
 from pdboot.plan import ROLES, Service, build_plan
 from pdboot.probes import http
@@ -272,6 +272,7 @@ def logs(inv: Inventory, selector: str, out: Console, *, tail: int, follow: bool
         out.print(Text(f"error: {e}", style="red"))
         return EXIT_USAGE
     plan = build_plan(inv)
+    register_inventory_secrets(inv)  # engine logs pass through the masker (Engine.logs)
     hosts = open_hosts(inv, [svc.host], engine_timeout=None if follow else 120)
     try:
         if hosts.errors:
