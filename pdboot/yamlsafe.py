@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from typing import Any
 
 import yaml
@@ -59,6 +60,11 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+# YAML 1.1 reads 1e10 (no dot) as text; an operator means the number, so the bound on the
+# key applies (and 1e999, infinite, is refused as such) instead of "not a valid number".
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
 def load(text: str) -> tuple[yaml.Node | None, Any]:
