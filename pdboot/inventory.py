@@ -499,15 +499,19 @@ def _unwrap_model(ann: Any) -> Any:
     return None
 
 
+_TAG = re.compile(r"[a-z][a-z_-]*\[.*\]")
+
+
 def _pydantic_issues(exc: ValidationError, index: _LineIndex, file: str) -> list[InventoryIssue]:
     issues: list[InventoryIssue] = []
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        # pydantic adds validator tags such as `list[int]` or `function-after[...]`
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _TAG.fullmatch(p)))
         # pydantic adds the union member name for `"all" | list[int]`; drop such tags
         loc = tuple(p for p in loc if p not in ("literal['all']", "list[int]"))
         etype = err["type"]
         if etype == "extra_forbidden":
-            key = str(loc[-1])
+            key = str(loc[-1]) if loc else "?"
             msg = _unknown_key_message(key, loc)
         elif etype == "missing":
             msg = "required key is missing"

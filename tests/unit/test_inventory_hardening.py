@@ -525,3 +525,9 @@ def test_ordinary_env_names_pass(name: str) -> None:
 def test_token_shapes() -> None:
     assert looks_like_token("hf_" + "a" * 30) and looks_like_token("sk-" + "b" * 20)
     assert not looks_like_token("HF_TOKEN") and not looks_like_token("hf_cache_dir")
+
+
+def test_unknown_key_with_a_bracket_is_located() -> None:
+    """Found by the property test: pydantic's union tags were dropped by a `[` filter."""
+    found = issues(GOOD.replace("name: demo", "name: demo\n'0[': demo"))
+    assert found[0].line == 2 and "unknown key '0['" in found[0].message
