@@ -122,7 +122,7 @@ def test_purge_refuses_a_dir_without_a_matching_marker(tmp_path: Path) -> None:
     d = tmp_path / "ssh"
     d.mkdir()
     (d / "sshd_config").write_text("keep me\n")
-    with pytest.raises(EngineError, match="refusing to remove .*pdboot did not create it"):
+    with pytest.raises(EngineError, match=r"refusing to remove .*pdboot did not create it"):
         engine().remove_project_dir(str(d))
     (d / PROJECT_MARKER).write_text("other\n")
     with pytest.raises(EngineError, match="refusing to remove"):
