@@ -679,12 +679,28 @@ def deployment_hosts(inv: Inventory) -> list[str]:
     return list(dict.fromkeys(inv.decode.hosts + inv.prefill.hosts + [inv.router.host]))
 
 
-def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
-    """Cross-field rules. Returns (key path, message) pairs; empty when all hold."""
-    out: list[tuple[tuple[str | int, ...], str]] = []
-    tiers = (("prefill", inv.prefill), ("decode", inv.decode))
+Rule = tuple[tuple[str | int, ...], str]
 
-    for tname, tier in tiers:
+
+def validate_rules(inv: Inventory) -> list[Rule]:
+    """Cross-field rules. Returns (key path, message) pairs; empty when all hold."""
+    return (
+        _topology_rules(inv)
+        + _address_rules(inv)
+        + _port_and_gpu_rules(inv)
+        + _managed_rules(inv, ("prefill", "decode"))
+        + secret_rules(inv)
+        + _managed_rules(inv, ("router",))
+    )
+
+
+def _tiers(inv: Inventory) -> tuple[tuple[str, Tier], tuple[str, Tier]]:
+    return (("prefill", inv.prefill), ("decode", inv.decode))
+
+
+def _topology_rules(inv: Inventory) -> list[Rule]:
+    out: list[Rule] = []
+    for tname, tier in _tiers(inv):
         if len(set(tier.hosts)) != len(tier.hosts):
             out.append(
                 ((tname, "hosts"), "a host is listed twice; pdboot runs one engine per host")
@@ -723,7 +739,11 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                 "another (vLLM asserts it at the NIXL handshake)",
             )
         )
+    return out
 
+
+def _address_rules(inv: Inventory) -> list[Rule]:
+    out: list[Rule] = []
     used = deployment_hosts(inv)
     multi_host = len([h for h in used if h in inv.hosts]) > 1
     for name in used:
@@ -750,8 +770,12 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                     "and the other host would connect to itself",
                 )
             )
+    return out
 
-    # Ports and GPUs per host: services sharing a host must not collide.
+
+def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
+    """Services sharing a host must not collide on ports or GPUs."""
+    out: list[Rule] = []
     ports: dict[str, dict[int, str]] = {}
     gpus: dict[str, list[tuple[str, Literal["all"] | list[int]]]] = {}
 
@@ -762,7 +786,7 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
         else:
             taken[port] = what
 
-    for tname, tier in tiers:
+    for tname, tier in _tiers(inv):
         for h in dict.fromkeys(tier.hosts):  # a host listed twice is reported above
             claim(h, tier.port, f"{tname} HTTP", (tname, "port"))
             claim(
@@ -794,8 +818,15 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                     f"prefill and decode share host {h!r} and GPU(s) {sorted(set(a) & set(b))}",
                 )
             )
+    return out
 
-    for tname, tier in tiers:
+
+def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
+    """What pdboot sets itself cannot be set by hand (flags, the NIXL variables)."""
+    out: list[Rule] = []
+    for tname, tier in _tiers(inv):
+        if tname not in sections:
+            continue
         for key in tier.env:
             if key in ("VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"):
                 out.append(
@@ -810,7 +841,8 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                 out.append(
                     ((tname, "extra_args", i), f"{flag} is set by pdboot ({_MANAGED_FLAGS[flag]})")
                 )
-    out += secret_rules(inv)
+    if "router" not in sections:
+        return out
     for i, arg in enumerate(inv.router.extra_args):
         flag = _flag_name(arg)
         if flag in _ROUTER_MANAGED_FLAGS:
@@ -831,7 +863,7 @@ SECRET_FLAGS = {
 }
 
 
-def secret_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
+def secret_rules(inv: Inventory) -> list[Rule]:
     """Secrets only through `secrets`: no secret flag, no secret-named variable and no
     token-looking value in extra_args or env."""
     out: list[tuple[tuple[str | int, ...], str]] = []
