@@ -670,6 +670,18 @@ def advertised_address(host: Host) -> str:
     return host.address
 
 
+def engine_uses_secrets(inv: Inventory) -> bool:
+    """Engines get secrets.env as env_file when the inventory has any secret."""
+    s = inv.secrets
+    return s.hf_token is not None or s.api_key is not None or bool(s.env)
+
+
+def router_uses_secrets(inv: Inventory) -> bool:
+    """The router reads OPENAI_API_KEY from secrets.env: vllm-router 0.1.17 sends it to the
+    workers as "Authorization: Bearer" (it has no env var for --api-key)."""
+    return inv.secrets.api_key is not None
+
+
 def engine_hosts(inv: Inventory) -> list[str]:
     return list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
 

@@ -20,6 +20,8 @@ from pdboot.inventory import (
     Tier,
     advertised_address,
     deployment_hosts,
+    engine_uses_secrets,
+    router_uses_secrets,
 )
 
 Role = Literal["decode", "prefill", "router"]
@@ -213,11 +215,6 @@ def _engine(
     return _with_hash(svc, inv)
 
 
-def engine_uses_secrets(inv: Inventory) -> bool:
-    s = inv.secrets
-    return s.hf_token is not None or s.api_key is not None or bool(s.env)
-
-
 def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> Service:
     r = inv.router
     h = inv.hosts[r.host]
@@ -256,7 +253,7 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
         rdma=False,
         metrics_port=r.metrics_port,
         # vllm-router 0.1.17 sends OPENAI_API_KEY from its environment to the workers
-        uses_secrets=inv.secrets.api_key is not None,
+        uses_secrets=router_uses_secrets(inv),
     )
     return _with_hash(svc, inv)
 
