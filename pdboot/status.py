@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pdboot.converge import Observed, owned
 from pdboot.events import Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pdboot.hosts import open_hosts
+from pdboot.hosts import open_hosts, register_inventory_secrets
 from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
 from pdboot.plan import ROLES, Plan, Service, build_plan
@@ -221,6 +221,7 @@ def logs(
         emit(Note(f"error: {e}", "error"))
         return EXIT_USAGE
     plan = build_plan(inv)
+    register_inventory_secrets(inv)  # engine logs pass through the masker (Engine.logs)
     hosts = open_hosts(inv, [svc.host], engine_timeout=None if follow else 120)
     try:
         if hosts.errors:

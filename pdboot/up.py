@@ -45,7 +45,16 @@ from pdboot.events import (
     WaitTick,
 )
 from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from pdboot.hosts import Hosts, Link, SecretError, project_dir, read_hf_token, secrets_env
+from pdboot.hosts import (
+    Hosts,
+    Link,
+    SecretError,
+    api_key_headers,
+    project_dir,
+    read_secrets,
+    register_secrets,
+    secrets_env,
+)
 from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
@@ -61,7 +70,6 @@ from pdboot.ports import (
 from pdboot.probes import KVCounters, completion_text, kv_verdict
 from pdboot.rdma_findings import RECORD_FILE, Findings, describe, records_to_ship
 from pdboot.readiness import Prober, find_container
-from pdboot.remote import register_secret
 from pdboot.render import render_host
 from pdboot.waits import Clock, MonotonicClock, Tick, WaitError, WaitFailed, wait_all
 
@@ -81,9 +89,9 @@ class _Stop(Exception):
     """A step failed and was reported; `up` exits 1."""
 
 
-def render_compose(plan: Plan, host: str, inv: Inventory) -> str:
-    """The one call into render (its signature is about to become render(plan))."""
-    return render_host(plan, host, inv)
+def render_compose(plan: Plan, host: str) -> str:
+    """The one call into render: a pure function of the plan."""
+    return render_host(plan, host)
 
 
 def up(
@@ -115,12 +123,12 @@ def _up(
     fetch: HttpFn,
 ) -> int:
     try:
-        token = read_hf_token(inv.secrets.hf_token)
+        token = read_secrets(inv) or None  # secrets.env's variables -> values
     except SecretError as e:
         emit(Note(f"error: {e}", "error"))
         return EXIT_USAGE
     if token is not None:
-        register_secret(token)  # masked in anything pdboot logs or prints
+        register_secrets(token)  # masked in anything pdboot logs or prints
     try:
         findings = _preflight(inv, opts, emit, preflight)
         hosts = hosts_factory(inv, list(build_plan(inv).hosts), opts.accept_new_host_keys)
@@ -153,7 +161,7 @@ def _preflight(
 class _Env:
     clock: Clock
     fetch: HttpFn
-    token: str | None
+    token: dict[str, str] | None
 
 
 def _on_hosts(
@@ -255,7 +263,7 @@ class _Up:
 
     def ship(self) -> None:
         self.emit(StageStarted("ship"))
-        texts = {h: render_compose(self.plan, h, self.inv) for h in self.plan.hosts}
+        texts = {h: render_compose(self.plan, h) for h in self.plan.hosts}
         token = self.env.token
         secrets = secrets_env(token) if token is not None else None
 
@@ -420,7 +428,12 @@ class _Up:
             "max_tokens": 8,
             "temperature": 0,
         }
-        a = fetch(f"{self.plan.endpoint}/v1/chat/completions", body=body, timeout=300.0)
+        a = fetch(
+            f"{self.plan.endpoint}/v1/chat/completions",
+            body=body,
+            timeout=300.0,
+            headers=api_key_headers(self.env.token or {}),
+        )
         text = completion_text(a.body) if a.ok else ""
         if not a.ok or not text:
             self.emit(
