@@ -238,12 +238,16 @@ def logs(
     ],
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines from the end.")] = 100,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+    diagnose: Annotated[
+        bool, typer.Option("--diagnose", help="Then print known causes and fixes in them.")
+    ] = False,
 ) -> None:
     """Show one service's logs."""
     from pdboot import status as status_mod
 
     inv = _load(inventory)
-    raise typer.Exit(status_mod.logs(inv, service, out, tail=tail, follow=follow))
+    code = status_mod.logs(inv, service, out, tail=tail, follow=follow, diagnose=diagnose)
+    raise typer.Exit(code)
 
 
 def main() -> None:

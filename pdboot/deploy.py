@@ -47,8 +47,16 @@ from pdboot.hosts import (
     secrets_env,
 )
 from pdboot.inventory import Inventory
+from pdboot.logscan import explain, report_lines
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
-from pdboot.probes import KVCounters, RouterWorkers, completion_text, http, kv_verdict
+from pdboot.probes import (
+    KVCounters,
+    RouterWorkers,
+    completion_text,
+    http,
+    kv_verdict,
+    prompt_tokens,
+)
 from pdboot.rdma_findings import (
     RECORD_FILE,
     Findings,
@@ -442,9 +450,8 @@ class _Up:
         for line in lines:
             self.out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
         self.out.print(Text("---", style="bold"))
-        d = diagnose(lines)
-        if d is not None:
-            self.out.print(Text(f"diagnosis: {d.message}", style="bold red"), soft_wrap=True)
+        for f in diagnose({svc.key: lines}):
+            self.out.print(Text("\n".join(f.lines()), style="bold red"), soft_wrap=True)
         if self.opts.rollback:
             self.out.print("rolling back (--rollback): removing this deployment's containers")
             _teardown(self.hosts, self.plan.deployment, self.out)
@@ -478,16 +485,23 @@ class _Up:
                 ),
                 soft_wrap=True,
             )
+            self.explain()
             raise _Stop
         after = [KVCounters.parse(http(f"{d.url}/metrics").body) for d in decodes]
         total = KVCounters.total([a2 - b for a2, b in zip(after, before, strict=True)])
-        verdict = kv_verdict(total)
+        verdict = kv_verdict(total, prompt_tokens(a.body))
         self.out.print(Text.assemble(("test completion: ", "bold"), repr(text.strip()[:80])))
         if not verdict.ok:
-            self.out.print(Text(f"error: {verdict.message}", style="red"))
+            self.out.print(Text(f"error: {verdict.message} ({verdict.cause})", style="red"))
+            self.explain()
             raise _Stop
         style = "green" if verdict.confirmed else "yellow"
         self.out.print(Text(verdict.message, style=style))
+
+    def explain(self) -> None:
+        """Known causes in every engine's and the router's recent logs."""
+        for line in report_lines(explain(self.hosts, self.plan, self.plan.services())):
+            self.out.print(Text(line, style="bold red"), soft_wrap=True)
 
     def show_endpoint(self) -> None:
         endpoint = f"{self.plan.endpoint}/v1"

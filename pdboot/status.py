@@ -20,8 +20,10 @@ from rich.text import Text
 
 from pdboot.converge import Observed, owned
 from pdboot.deploy import EXIT_FAILED, EXIT_OK, EXIT_USAGE, recorded_findings
+from pdboot.diagnose import diagnose as diagnose_logs
 from pdboot.hosts import open_hosts
 from pdboot.inventory import Inventory
+from pdboot.logscan import report_lines
 from pdboot.plan import ROLES, Service, build_plan
 from pdboot.probes import http
 
@@ -265,7 +267,9 @@ def select_service(inv: Inventory, selector: str) -> Service:
     return matches[0]
 
 
-def logs(inv: Inventory, selector: str, out: Console, *, tail: int, follow: bool) -> int:
+def logs(
+    inv: Inventory, selector: str, out: Console, *, tail: int, follow: bool, diagnose: bool = False
+) -> int:
     try:
         svc = select_service(inv, selector)
     except SelectorError as e:
@@ -294,8 +298,13 @@ def logs(inv: Inventory, selector: str, out: Console, *, tail: int, follow: bool
             except KeyboardInterrupt:
                 pass
         else:
-            for line in engine.logs(cid, tail=tail):
+            lines = engine.logs(cid, tail=tail)
+            for line in lines:
                 out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
+            if diagnose:  # --diagnose: known causes in these lines, cause + fix each
+                known = diagnose_logs({svc.key: [Text.from_ansi(x).plain for x in lines]})
+                for line in report_lines(known):
+                    out.print(Text(line, style="bold red"), soft_wrap=True)
         return EXIT_OK
     finally:
         hosts.close()

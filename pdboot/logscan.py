@@ -1,0 +1,49 @@
+"""Recent logs of a deployment's services, read for diagnosis (thin I/O around diagnose).
+
+Kept apart from the orchestrator so that `up` (a failed test request, a bad KV verdict),
+`status` and `logs --diagnose` read the same logs the same way."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from pdboot.diagnose import Finding, diagnose
+from pdboot.hosts import Hosts
+from pdboot.plan import Plan, Service
+
+RECENT_LINES = 300  # enough for a handshake failure's traceback after the access log lines
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def container_name(plan: Plan, svc: Service) -> str:
+    return f"{plan.hosts[svc.host].project}-{svc.name}"
+
+
+def recent_logs(
+    hosts: Hosts, plan: Plan, services: Iterable[Service], tail: int = RECENT_LINES
+) -> dict[str, list[str]]:
+    """service key -> its container's last lines (a note when they cannot be read)."""
+    out: dict[str, list[str]] = {}
+    for svc in services:
+        link = hosts.links.get(svc.host)
+        if link is None:
+            continue
+        try:
+            lines = link.engine.logs(container_name(plan, svc), tail=tail)
+        except Exception as e:  # one unreadable log must not hide the others' causes
+            lines = [f"(cannot read logs: {e})"]
+        out[svc.key] = [_ANSI.sub("", line) for line in lines]
+    return out
+
+
+def explain(hosts: Hosts, plan: Plan, services: Iterable[Service]) -> list[Finding]:
+    """Known causes in the recent logs of these services."""
+    return diagnose(recent_logs(hosts, plan, services))
+
+
+def report_lines(findings: list[Finding]) -> list[str]:
+    """Two lines per finding (cause, fix); one line saying so when nothing is known."""
+    if not findings:
+        return ["no known cause in the engines' and router's recent logs (see `pdboot logs`)"]
+    return [line for f in findings for line in f.lines()]
