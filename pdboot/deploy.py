@@ -47,6 +47,7 @@ from pdboot.hosts import (
     secrets_env,
 )
 from pdboot.inventory import Inventory
+from pdboot.loadphase import load_phase
 from pdboot.logscan import explain, report_lines
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
 from pdboot.probes import (
@@ -397,9 +398,10 @@ class _Up:
             now = self.clock.now()
             if now - self.last_log_fetch.get(svc.key, -1e9) >= 1.0:
                 self.last_log_fetch[svc.key] = now
-                lines = link.engine.logs(container, tail=1)
+                lines = [Text.from_ansi(x).plain for x in link.engine.logs(container, tail=20)]
+                phase = load_phase(lines)  # vLLM's start-up phase, else the raw last line
                 if lines:
-                    self.latest_line[svc.key] = Text.from_ansi(lines[-1]).plain
+                    self.latest_line[svc.key] = phase.text() if phase else lines[-1]
             return waiting(detail)
 
         if svc.role != "router":
