@@ -188,23 +188,24 @@ def kv_verdict(delta: KVCounters, prompt_tokens: int | None = None) -> KVVerdict
     prompt length (the completion's usage) when known."""
     if not delta.known:
         return KVVerdict(True, False, "decode metrics expose no NIXL counters; KV pull unconfirmed")
-    if delta.failures > 0:
-        return KVVerdict(
-            False,
-            True,
-            "the decode engine's KV transfer from prefill FAILED",
-            f"{KV_FAILED} grew by {delta.failures:g} on the decode tier",
-        )
     if _recomputed(delta, prompt_tokens):
         of = f" of {prompt_tokens}" if prompt_tokens else ""
+        failed = f", {KV_FAILED} by {delta.failures:g}" if delta.failures > 0 else ""
         return KVVerdict(
             False,
             True,
             f"the decode engine recomputed the prompt ({delta.local_tokens:g}{of} tokens "
             "computed locally): no KV arrived from prefill",
             f'{BY_SOURCE}{{source="local_compute"}} grew by {delta.local_tokens:g}, '
-            f'source="external_kv_transfer" by {delta.external_tokens:g}; with '
-            "kv_load_failure_policy=recompute a failed transfer is hidden this way",
+            f'source="external_kv_transfer" by {delta.external_tokens:g}'
+            f"{failed}; with kv_load_failure_policy=recompute a failed transfer looks like this",
+        )
+    if delta.failures > 0:
+        return KVVerdict(
+            False,
+            True,
+            "the decode engine's KV transfer from prefill FAILED",
+            f"{KV_FAILED} grew by {delta.failures:g} on the decode tier",
         )
     if delta.xfers > 0:
         size = f" ({int(delta.bytes)} bytes)" if delta.bytes > 0 else ""

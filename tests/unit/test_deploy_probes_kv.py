@@ -38,7 +38,14 @@ def test_recompute_is_a_failure_with_its_cause() -> None:
     d = _c("decode-metrics-after-recompute.txt") - _c("decode-metrics-before.txt")
     v = kv_verdict(d, prompt_tokens=23)
     assert not v.ok and v.confirmed
-    assert "FAILED" in v.message and "nixl_num_failed_transfers_total" in v.cause
+    assert "recomputed the prompt (23 of 23 tokens" in v.message
+    assert 'source="local_compute"} grew by 23' in v.cause
+    assert "vllm:nixl_num_failed_transfers_total by 1" in v.cause
+
+
+def test_a_failed_transfer_is_a_failure() -> None:
+    v = kv_verdict(KVCounters(failures=1, local_tokens=1, known=True), 23)
+    assert not v.ok and "FAILED" in v.message and "nixl_num_failed_transfers_total" in v.cause
 
 
 def test_recompute_without_failure_counter_is_still_caught() -> None:
