@@ -9,8 +9,9 @@ import re
 from collections.abc import Iterable
 
 from pdboot.diagnose import Finding, diagnose
-from pdboot.hosts import Hosts
-from pdboot.plan import Plan, Service
+from pdboot.hosts import Hosts, open_hosts
+from pdboot.inventory import Inventory
+from pdboot.plan import Plan, Service, build_plan
 
 RECENT_LINES = 300  # enough for a handshake failure's traceback after the access log lines
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -40,6 +41,21 @@ def recent_logs(
 def explain(hosts: Hosts, plan: Plan, services: Iterable[Service]) -> list[Finding]:
     """Known causes in the recent logs of these services."""
     return diagnose(recent_logs(hosts, plan, services))
+
+
+def explain_services(inv: Inventory, keys: Iterable[str]) -> list[Finding]:
+    """Known causes in the logs of these services (``decode@gpu-b``...), on fresh links: for
+    `status`, which reads logs only for the services that are not healthy."""
+    plan = build_plan(inv)
+    wanted = set(keys)
+    services = [s for s in plan.services() if s.key in wanted]
+    if not services:
+        return []
+    hosts = open_hosts(inv, sorted({s.host for s in services}))
+    try:
+        return explain(hosts, plan, services)
+    finally:
+        hosts.close()
 
 
 def report_lines(findings: list[Finding]) -> list[str]:

@@ -23,7 +23,7 @@ from pdboot.deploy import EXIT_FAILED, EXIT_OK, EXIT_USAGE, recorded_findings
 from pdboot.diagnose import diagnose as diagnose_logs
 from pdboot.hosts import open_hosts
 from pdboot.inventory import Inventory
-from pdboot.logscan import report_lines
+from pdboot.logscan import explain_services, report_lines
 from pdboot.plan import ROLES, Service, build_plan
 from pdboot.probes import http
 
@@ -155,6 +155,10 @@ def status(inv: Inventory, out: Console, *, as_json: bool = False) -> int:
         return EXIT_OK if healthy else EXIT_FAILED
     out.print(status_table(rows, inv.name, out.width))
     out.print("healthy" if healthy else "[red]not healthy[/red]")
+    no_logs = ("absent", "unreachable")
+    sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
+    for line in report_lines(explain_services(inv, sick)) if sick else []:  # known causes
+        out.print(Text(line, style="bold red"), soft_wrap=True)
     return EXIT_OK if healthy else EXIT_FAILED
 
 
