@@ -310,7 +310,7 @@ def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
     out = output(res)
     assert res.returncode == 1, out
     assert "CUDA out of memory" in out  # the engine's own log lines are shown
-    assert "diagnosis: GPU out of memory" in out
+    assert "cause (prefill@prefill): the GPU ran out of memory" in out
     assert time.monotonic() - t0 < 60  # stopped on the exit, not at ready_seconds (60)
     left = ids(tb3, "e2ecrash")
     assert "decode@decode" in left and "router@ingress" not in left  # decode left as is
