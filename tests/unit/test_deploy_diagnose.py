@@ -114,6 +114,11 @@ QUOTED_CASES = [
         "kv_transfer_config",
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for KVTransferConfig",
     ),
+    # the shared fixture's README: how vLLM 0.33 refuses an unknown key
+    (
+        "kv_transfer_config",
+        "vllm serve: error: argument --kv-transfer-config: 1 validation error for KVTransferConfig",
+    ),
     ("gated_model", "huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: x)"),
     (
         "wrong_cuda",

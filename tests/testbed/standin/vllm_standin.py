@@ -141,12 +141,18 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
                     "converted to <function loads at 0x7f3a2c1b1e40>.")
         if not isinstance(args.kv_transfer_config, dict):
             p.error("argument --kv-transfer-config: expected a JSON object")
+        errs = validate_kv(args.kv_transfer_config)
+        if errs:  # vLLM validates it while parsing: argparse's error, exit 2
+            p.error(f"argument --kv-transfer-config: {len(errs)} validation "
+                    f"error{'s' if len(errs) > 1 else ''} for KVTransferConfig\n"
+                    + "\n".join(errs))
         changed["kv_transfer_config"] = args.kv_transfer_config
     return args, changed
 
 
 def validate_kv(cfg: dict[str, Any]) -> list[str]:
-    """pydantic-shaped error entries for vLLM's KVTransferConfig (extra='forbid')."""
+    """pydantic-shaped error entries for vLLM's KVTransferConfig (a pydantic dataclass: an
+    unknown key is an "Unexpected keyword argument")."""
     errs: list[str] = []
 
     def err(loc: str, msg: str, typ: str, value: Any) -> None:
@@ -157,7 +163,7 @@ def validate_kv(cfg: dict[str, Any]) -> list[str]:
 
     for key in cfg:
         if key not in KV_FIELDS:
-            err(key, "Extra inputs are not permitted", "extra_forbidden", cfg[key])
+            err(key, "Unexpected keyword argument", "unexpected_keyword_argument", cfg[key])
     role = cfg.get("kv_role")
     if role is not None and role not in KV_ROLES:
         err("kv_role", "Input should be 'kv_producer', 'kv_consumer' or 'kv_both'",
@@ -868,10 +874,6 @@ def main(argv: list[str]) -> None:
     if crashing and crash_kind == "gated":
         crash(crash_kind, args.model)
     kv = args.kv_transfer_config or {}
-    errs = validate_kv(kv)
-    if errs:
-        die(["  ...", f"pydantic_core._pydantic_core.ValidationError: {len(errs)} validation "
-             f"error{'s' if len(errs) > 1 else ''} for KVTransferConfig", *errs])
     conn = kv.get("kv_connector")
     if conn is not None and conn not in NIXL_CONNECTORS + OTHER_CONNECTORS:
         die(["  ...", f"ValueError: Unsupported connector type: {conn}"])
