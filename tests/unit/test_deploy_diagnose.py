@@ -199,3 +199,13 @@ def test_last_matching_line_wins() -> None:
     ]
     d = diagnose_lines(lines)
     assert d is not None and d.id == "cuda_oom" and d.message
+
+
+def test_report_lines_two_per_finding_or_one_saying_none() -> None:
+    from pdboot.logscan import report_lines
+
+    found = diagnose({"decode@h2": [template("base_worker.py:1197")]})
+    lines = report_lines(found)
+    assert len(lines) == 2 and lines[0].startswith("cause (decode@h2): ")
+    assert lines[1].startswith("  fix: ")
+    assert report_lines([])[0].startswith("no known cause")
