@@ -308,6 +308,9 @@ def logs(
     ],
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines from the end.")] = 100,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+    diagnose: Annotated[
+        bool, typer.Option("--diagnose", help="Then print known causes and fixes in them.")
+    ] = False,
 ) -> None:
     """Show one service's logs."""
     from pdboot import status as status_mod
@@ -318,7 +321,9 @@ def logs(
     def on_line(line: str) -> None:
         out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
 
-    code = status_mod.logs(inv, service, on_line, TerminalView(out), tail=tail, follow=follow)
+    code = status_mod.logs(
+        inv, service, on_line, TerminalView(out), tail=tail, follow=follow, diagnose=diagnose
+    )
     raise typer.Exit(code)
 
 

@@ -119,7 +119,7 @@ class Failure(Event):
     message: str
     exited: bool  # False: still running but not healthy by the deadline
     log_lines: tuple[str, ...]
-    diagnosis: str | None
+    diagnosis: tuple[str, ...]  # known causes in the log lines: a cause line, a fix line each
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,17 @@ class KVVerdict(Event):
     confirmed: bool
     message: str
     completion: str
+    cause: str = ""
+
+
+@dataclass(frozen=True)
+class Diagnosis(Event):
+    """Known causes found in recent logs (engines and router): a cause line and a fix line
+    per finding. ``context`` says what prompted the scan (a failed test request, ...)."""
+
+    kind: ClassVar[str] = "diagnosis"
+    context: str
+    lines: tuple[str, ...]
 
 
 @dataclass(frozen=True)

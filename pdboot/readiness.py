@@ -5,17 +5,21 @@ latest log line kept for the views. Containers are found by label, never by name
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pdboot.converge import Observed, owned
 from pdboot.http import HttpFn
+from pdboot.loadphase import load_phase
 from pdboot.plan import LABEL_HOST, Plan, Service
 from pdboot.ports import EngineOps
 from pdboot.probes import RouterWorkers
 from pdboot.waits import READY, Clock, Probe, failed, waiting
 
 LOG_REFRESH_SECONDS = 1.0
+LOG_TAIL = 20  # enough to find the latest start-up phase line among access-log lines
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def find_container(observed: Iterable[Observed], deployment: str, svc: Service) -> Observed | None:
@@ -54,9 +58,10 @@ class Prober:
         now = self.clock.now()
         if now - self._last_fetch.get(svc.key, -1e9) >= LOG_REFRESH_SECONDS:
             self._last_fetch[svc.key] = now
-            lines = engine.logs(cid, tail=1)
+            lines = [_ANSI.sub("", x) for x in engine.logs(cid, tail=LOG_TAIL)]
+            phase = load_phase(lines)  # vLLM's start-up phase, else the raw last line
             if lines:
-                self.latest_line[svc.key] = lines[-1]
+                self.latest_line[svc.key] = phase.text() if phase else lines[-1]
         return waiting(detail)
 
     def engine(self, svc: Service) -> Callable[[], Probe]:

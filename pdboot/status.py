@@ -15,14 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from pdboot.converge import Observed, owned
-from pdboot.events import Done, Emit, Note, StatusReport
+from pdboot.diagnose import diagnose as diagnose_logs
+from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.hosts import open_hosts, register_inventory_secrets
 from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
+from pdboot.logscan import explain_services, report_lines
 from pdboot.plan import ROLES, Plan, Service, build_plan
 from pdboot.ports import HostsFactory, default_hosts, recorded_findings
 from pdboot.readiness import find_container
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,10 @@ def status(
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
     emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows)))
+    no_logs = ("absent", "unreachable")
+    sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
+    if sick:  # known causes in the logs of what runs but is not healthy
+        emit(Diagnosis("not healthy", tuple(report_lines(explain_services(inv, sick)))))
     code = EXIT_OK if healthy else EXIT_FAILED
     emit(Done("status", code, time.monotonic() - t0))
     return code
@@ -213,6 +221,7 @@ def logs(
     *,
     tail: int,
     follow: bool,
+    diagnose: bool = False,
 ) -> int:
     """Hands each log line of one service (found by label) to ``on_line``."""
     try:
@@ -239,8 +248,12 @@ def logs(
             except KeyboardInterrupt:
                 pass
         else:
-            for line in engine.logs(found.id, tail=tail):
+            lines = engine.logs(found.id, tail=tail)
+            for line in lines:
                 on_line(line)
+            if diagnose:  # --diagnose: known causes in these lines, cause + fix each
+                known = diagnose_logs({svc.key: [_ANSI.sub("", x) for x in lines]})
+                emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
         return EXIT_OK
     finally:
         hosts.close()

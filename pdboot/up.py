@@ -15,6 +15,7 @@ and emits events (events.py). It never prints: views do (pdboot/views/).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from pdboot.diagnose import diagnose
 from pdboot.down import clean_files, stop_remove, teardown
 from pdboot.engine import PullProgress as EnginePull
 from pdboot.events import (
+    Diagnosis,
     Done,
     Emit,
     Endpoint,
@@ -57,6 +59,7 @@ from pdboot.hosts import (
 )
 from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
+from pdboot.logscan import explain, report_lines
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
 from pdboot.ports import (
     OP_DEADLINE,
@@ -67,7 +70,7 @@ from pdboot.ports import (
     recorded_findings,
     report_errors,
 )
-from pdboot.probes import KVCounters, completion_text, kv_verdict
+from pdboot.probes import KVCounters, completion_text, kv_verdict, prompt_tokens
 from pdboot.rdma_findings import RECORD_FILE, Findings, describe, records_to_ship
 from pdboot.readiness import Prober, find_container
 from pdboot.render import render_host
@@ -156,6 +159,12 @@ def _preflight(
         raise _Stop
     return outcome.rdma
 
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _plain(line: str) -> str:
+    return _ANSI.sub("", line)
 
 @dataclass(frozen=True)
 class _Env:
@@ -392,14 +401,14 @@ class _Up:
             lines = self.hosts.links[svc.host].engine.logs(cid, tail=LOG_LINES_ON_FAILURE)
         except Exception as le:  # still report the failure itself
             lines = [f"(cannot read logs: {le})"]
-        d = diagnose(lines)
+        known = diagnose({svc.key: [_plain(x) for x in lines]})
         self.emit(
             Failure(
                 svc.key,
                 str(e),
                 isinstance(e, WaitFailed),
                 tuple(lines),
-                d.message if d is not None else None,
+                tuple(line for f in known for line in f.lines()),
             )
         )
         if self.opts.rollback:
@@ -443,13 +452,20 @@ class _Up:
                     "error",
                 )
             )
+            self.explain("the test request failed")
             raise _Stop
         after = [KVCounters.parse(fetch(f"{d.url}/metrics").body) for d in decodes]
         total = KVCounters.total([a2 - b for a2, b in zip(after, before, strict=True)])
-        v = kv_verdict(total)
-        self.emit(KVVerdict(v.ok, v.confirmed, v.message, text.strip()))
+        v = kv_verdict(total, prompt_tokens(a.body))
+        self.emit(KVVerdict(v.ok, v.confirmed, v.message, text.strip(), v.cause))
         if not v.ok:
+            self.explain("the KV path failed")
             raise _Stop
+
+    def explain(self, context: str) -> None:
+        """Known causes in every engine's and the router's recent logs."""
+        lines = report_lines(explain(self.hosts, self.plan, self.plan.services()))
+        self.emit(Diagnosis(context, tuple(lines)))
 
     def show_endpoint(self) -> None:
         example = json.dumps(

@@ -58,6 +58,7 @@ class TerminalView:
             ev.Failure: self._failure,
             ev.HostErrors: self._host_errors,
             ev.KVVerdict: self._kv,
+            ev.Diagnosis: self._diagnosis,
             ev.Rollback: lambda e: self._print(
                 "rolling back (--rollback): removing this deployment's containers"
             ),
@@ -199,8 +200,8 @@ class TerminalView:
         for line in e.log_lines:
             self._print(Text.from_ansi(line))
         self._print(Text("---", style="bold"))
-        if e.diagnosis is not None:
-            self._print(Text(f"diagnosis: {e.diagnosis}", style="bold red"))
+        for line in e.diagnosis:
+            self._print(Text(line, style="bold red"))
 
     def _host_errors(self, e: ev.HostErrors) -> None:
         for host, msg in e.errors:
@@ -208,10 +209,15 @@ class TerminalView:
 
     # ---- proof, endpoint, end
 
+    def _diagnosis(self, e: ev.Diagnosis) -> None:
+        for line in e.lines:
+            self._print(Text(line, style="bold red"))
+
     def _kv(self, e: ev.KVVerdict) -> None:
         self._print(Text.assemble(("test completion: ", "bold"), repr(e.completion[:80])))
         if not e.ok:
-            self._print(Text(f"error: {e.message}", style="red"))
+            cause = f" ({e.cause})" if e.cause else ""
+            self._print(Text(f"error: {e.message}{cause}", style="red"))
         else:
             self._print(Text(e.message, style="green" if e.confirmed else "yellow"))
 

@@ -108,10 +108,23 @@ class World:
             ]
             return HttpAnswer(200, json.dumps({"workers": workers}))
         if path == "/metrics":
-            return HttpAnswer(200, f"vllm:nixl_kv_pulls_total {self.kv_pulls}\n")
+            # vLLM 0.33's real names: a pull per request, all but the last prompt token
+            # from the prefill (the decode computes that one itself)
+            n = self.kv_pulls
+            return HttpAnswer(
+                200,
+                f"vllm:nixl_xfer_time_seconds_count {n}\n"
+                f"vllm:nixl_bytes_transferred_sum {n * 4096}\n"
+                f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} {n * 9}\n'
+                f'vllm:prompt_tokens_by_source_total{{source="local_compute"}} {n}\n',
+            )
         if path == "/v1/chat/completions":
             self.kv_pulls += 1
-            return HttpAnswer(200, json.dumps({"choices": [{"message": {"content": "Hello!"}}]}))
+            answer = {
+                "choices": [{"message": {"content": "Hello!"}}],
+                "usage": {"prompt_tokens": 10},
+            }
+            return HttpAnswer(200, json.dumps(answer))
         return HttpAnswer(404, "")
 
 

@@ -69,7 +69,7 @@ def test_crashed_tier_fails_fast_with_logs_and_diagnosis() -> None:
     assert code == 1
     (f,) = rec.of(ev.Failure)
     assert f.service == "prefill@p1" and f.exited and "exit code 1" in f.message
-    assert f.log_lines[-1] == OOM and f.diagnosis and "GPU out of memory" in f.diagnosis
+    assert f.log_lines[-1] == OOM and f.diagnosis and "GPU ran out of memory" in f.diagnosis[0]
     assert world.clock.now() < 1.0  # stopped on the exit, not at the decode's load time
     assert ("compose_up", "r", "router") not in world.calls
     assert len(world.of_role("decode")) == 1  # left in place for inspection
