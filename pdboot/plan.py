@@ -20,6 +20,8 @@ from pdboot.inventory import (
     Inventory,
     advertised_address,
     deployment_hosts,
+    engine_uses_secrets,
+    router_uses_secrets,
 )
 
 Role = Literal["decode", "prefill", "router"]
@@ -314,7 +316,7 @@ def _engine(
         rdma=rdma,
         restart=inv.container.restart,
         labels=_labels(inv, role, host, e),
-        env_file=SECRETS_FILE if inv.secrets.hf_token is not None else None,
+        env_file=SECRETS_FILE if engine_uses_secrets(inv) else None,
         ipc="host",
         shm_size=inv.container.shm_size,
         # memlock -1 = unlimited: RDMA memory registration fails under Docker's 8 MiB default.
@@ -381,6 +383,8 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
         labels=_labels(inv, "router", r.host),
         ulimits=_ulimits(inv, "nofile"),
         metrics_port=r.metrics_port,
+        # vllm-router 0.1.17 sends OPENAI_API_KEY from its environment to the workers
+        env_file=SECRETS_FILE if router_uses_secrets(inv) else None,
     )
 
 
