@@ -28,6 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import dp  # data parallelism (head, headless followers, ranks): dp.py beside this file
+
 VERSION = "0.33.0"
 PID = os.getpid()
 WORDS = ("the", "model", "prefill", "decode", "cache", "block", "token", "engine", "remote",
@@ -89,7 +91,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     p.add_argument("--served-model-name", nargs="+", default=None)
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    dp.add_args(p)
     p.add_argument("--kv-transfer-config", default=None)
     p.add_argument("--max-model-len", type=human_int, default=None)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
@@ -438,7 +440,8 @@ class Api(http.server.BaseHTTPRequestHandler):
                  "root": eng.args.model, "parent": None,
                  "max_model_len": eng.args.max_model_len or 32768} for name in eng.served]})
         elif path == "/metrics":
-            self.send(200, metrics_text(eng).encode(), "text/plain; version=0.0.4; charset=utf-8")
+            self.send(200, dp.metrics(eng, metrics_text).encode(),
+                      "text/plain; version=0.0.4; charset=utf-8")
         else:
             self.send_json(404, {"detail": "Not Found"})
 
@@ -484,7 +487,9 @@ class Api(http.server.BaseHTTPRequestHandler):
             self.send_json(401, {"error": "Unauthorized"})
             return
         try:
-            self.complete(self.read_body(), chat=path.endswith("chat/completions"))
+            with dp.routed(self) as relayed:
+                if not relayed:
+                    self.complete(self.read_body(), chat=path.endswith("chat/completions"))
         except ApiError as e:
             self.send_error_json(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -806,14 +811,6 @@ def main(argv: list[str]) -> None:
         log("WARNING", "kv_transfer.py:95", "kv_role 'kv_both' is deprecated for NixlConnector; "
             "use kv_producer or kv_consumer.")
 
-    host = args.host or "0.0.0.0"
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    HttpServer.address_family = fam
-    try:  # vLLM binds its port first and listens only once the model is loaded
-        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
-        httpd.server_bind()
-    except OSError as e:
-        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
     served = args.served_model_name or [args.model]
     extra = kv.get("kv_connector_extra_config") or {}
     compat = hashlib.sha256(json.dumps([VERSION, args.model, args.dtype, args.kv_cache_dtype,
@@ -852,6 +849,18 @@ def main(argv: list[str]) -> None:
         if crashing and crash_kind == "nixl":
             crash(crash_kind, args.model)
         engine_log("INFO", "nixl_connector.py:110", "NIXL is available")
+    if args.headless:  # no HTTP at all: the ranks join the head's RPC port (dp.py)
+        dp.run_headless(eng, args, Api, bind_side_channel, metrics_text, log)
+    host = args.host or "0.0.0.0"
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    HttpServer.address_family = fam
+    try:  # vLLM binds its port first and listens only once the model is loaded
+        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
+        httpd.server_bind()
+    except OSError as e:
+        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
+    eng = dp.start_head(eng, args, log, die)
+    Api.engine = eng
     engine_log("INFO", "gpu_model_runner.py:2602", f"Starting to load model {args.model}...")
     t0 = time.monotonic()
     if os.environ.get("STANDIN_NEVER_HEALTHY", "").lower() not in ENV_FALSE:
@@ -868,6 +877,7 @@ def main(argv: list[str]) -> None:
                    "use_host_buffer: False")
         bind_side_channel(eng)
         threading.Thread(target=eng.sweep, daemon=True).start()
+    dp.finish_head(eng, bind_side_channel, log)
     httpd.server_activate()
     port = httpd.server_address[1]  # the real one when --port 0
     log("INFO", "api_server.py:1971", f"Starting vLLM API server on http://{host}:{port}")
