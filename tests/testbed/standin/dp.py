@@ -170,6 +170,7 @@ class Head:
         self.inflight: dict[int, int] = {r: 0 for r in range(lay.size)}
         self.turn = itertools.count()
         self.lock = threading.Lock()
+        self.srv: socket.socket | None = None
 
     def bind(self, die: Callable[[list[str]], None]) -> None:
         """vLLM binds the handshake socket on TCP only when some ranks are remote."""
@@ -188,11 +189,15 @@ class Head:
                 e.errno == 99 else (e.strerror or str(e))
             die(["  ...", f"zmq.error.ZMQError: {reason} (addr='{self.lay.handshake}')"])
             return
+        self.srv = srv
         threading.Thread(target=self.accept, args=(srv,), daemon=True).start()
 
     def accept(self, srv: socket.socket) -> None:
         while True:
-            conn, _ = srv.accept()
+            try:
+                conn, _ = srv.accept()
+            except OSError:  # closed once every rank started, as vLLM's handshake socket
+                return
             threading.Thread(target=self.greet, args=(conn,), daemon=True).start()
 
     def greet(self, conn: socket.socket) -> None:
@@ -203,19 +208,22 @@ class Head:
             conn.close()
             return
         idx = hello.get("index")
-        remote_ranks = range(self.lay.local, self.lay.size)
-        if hello.get("status") != "HELLO" or idx not in remote_ranks or idx in self.remote:
-            # vLLM's wait_for_engine_startup raises here and the head goes down with it
-            self.log("ERROR", "core_client.py:1", "RuntimeError: Message from engine with "
-                     f"unexpected data parallel rank: {idx}")
-            _die("APIServer", ["  ...", "RuntimeError: Message from engine with unexpected "
-                               f"data parallel rank: {idx}"], 1)
+        # vLLM's wait_for_engine_startup raises on these and the head goes down with it
+        if hello.get("status") != "HELLO" or idx not in range(self.lay.local, self.lay.size):
+            self.fail(f"Message from engine with unexpected data parallel rank: {idx}")
+        if idx in self.remote:
+            self.fail(f"Unexpected HELLO message for remote engine {idx} in "
+                      "CoreEngineState.CONNECTED state.")
         rem = Remote(int(idx), f)
         self.remote[rem.rank] = rem
         _send(f, rem.lock, {"status": "INIT", "parallel_config": {
             "data_parallel_master_ip": self.lay.address, "data_parallel_size": self.lay.size}})
         rem.reader()
         self.log("ERROR", "core_client.py:2", f"Lost connection to DP rank {rem.rank}")
+
+    def fail(self, msg: str) -> None:
+        self.log("ERROR", "utils.py:1037", f"RuntimeError: {msg}")
+        _die("APIServer", ["  ...", f"RuntimeError: {msg}"], 1)
 
     def wait_ready(self) -> None:
         """Head side of vLLM's wait_for_engine_startup: no deadline, a line every 10 s."""
@@ -275,6 +283,10 @@ def finish_head(eng: Any, bind_side: Callable[[Any], None], log: Callable[..., N
             threading.Thread(target=other.sweep, daemon=True).start()
         HEAD.local[r] = other
     HEAD.wait_ready()
+    if HEAD.srv is not None:  # launch_core_engines leaves its `with zmq_socket_ctx(...)`
+        with contextlib.suppress(OSError):
+            HEAD.srv.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone does not)
+        HEAD.srv.close()
 
 
 @contextlib.contextmanager
@@ -288,6 +300,9 @@ def routed(handler: Any) -> Iterator[bool]:
     if header is not None and (not header.isdigit() or int(header) >= HEAD.lay.size):
         header = None  # not a rank of this engine: balanced like any other request
     rank = HEAD.pick(header)
+    if header is not None:  # a stand-in line: lets a test see who chose the rank
+        HEAD.log("DEBUG", "standin.py:2", f"STAND-IN request for DP rank {rank} "
+                 f"({RANK_HEADER}: {header})")
     with HEAD.lock:
         HEAD.inflight[rank] += 1
     try:

@@ -5,10 +5,14 @@ head. Plain processes, no root; seconds."""
 from __future__ import annotations
 
 import re
+import signal
 import socket
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 from test_standin import (
     REQ,
     Engine,
@@ -16,6 +20,7 @@ from test_standin import (
     get,
     kv_config,
     post,
+    router_binary,
     run_once,
 )
 from test_standin import engines as standin  # noqa: F401  (the fixture, as `standin`)
@@ -83,6 +88,8 @@ def test_head_waits_for_its_follower_then_ranks_serve_and_advertise(standin: Any
     head.wait_healthy()
     assert refuses(follower.url)  # headless: no HTTP
     assert "DP rank 2 ready" in head.log
+    with pytest.raises(ConnectionRefusedError):  # vLLM closes its handshake socket once
+        socket.create_connection(("127.0.0.1", rpc), timeout=5)  # every rank started
 
     seen = {}
     for rank in (0, 1, 2):
@@ -142,6 +149,66 @@ def test_follower_without_a_head_fails_like_vllm() -> None:
     assert ("RuntimeError: Did not receive response from front-end process within 5 minutes"
             in r.stderr)
     assert r.returncode == 0  # run_headless returns normally after join_first
+
+
+def test_a_rank_joining_twice_ends_the_head(standin: Any) -> None:  # noqa: F811
+    rpc = free_port()
+    dp = ["-dp", "4", "-dpa", "127.0.0.1", "-dpp", str(rpc)]
+    head = standin(["org/m", *dp, "-dpl", "2"], name="head", healthy=False)
+    head.wait_log("Started DP Coordinator")
+    env = {"STANDIN_LOAD_SECONDS": "30"}  # rank 2 stays CONNECTED (not READY) meanwhile
+    standin(["org/m", *dp, "-dpl", "1", "-dpr", "2", "--headless"], env, name="f", healthy=False)
+    time.sleep(1.0)
+    standin(["org/m", *dp, "-dpl", "1", "-dpr", "2", "--headless"], env, name="g", healthy=False)
+    assert head.proc.wait(timeout=30) == 1
+    assert "Unexpected HELLO message for remote engine 2 in CoreEngineState.CONNECTED" in head.log
+
+
+def test_real_router_dp_aware_pd_mode_reaches_every_rank(standin: Any,  # noqa: F811
+                                                        tmp_path: Path) -> None:
+    """vllm-router's --intra-node-data-parallel-size against DP heads in P/D mode: it learns
+    the ranks from /metrics and sends X-data-parallel-rank, which the heads honour."""
+    binary = router_binary()
+    pbase, dbase = free_run(2), free_run(2)
+    p = standin(["org/m", "--served-model-name", "m", "--kv-transfer-config",
+                 kv_config("kv_producer"), "-dp", "2"],
+                {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(pbase)}, name="prefill")
+    d = standin(["org/m", "--served-model-name", "m", "--kv-transfer-config",
+                 kv_config("kv_consumer"), "-dp", "2"],
+                {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(dbase)}, name="decode")
+    port = free_port()
+    log = tmp_path / "router.log"
+    with log.open("wb") as out:
+        router = subprocess.Popen(
+            [binary, "--vllm-pd-disaggregation", "--prefill", p.url, "--decode", d.url,
+             "--prefill-policy", "round_robin", "--decode-policy", "round_robin",
+             "--intra-node-data-parallel-size", "2", "--api-key", "k",
+             "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
+             "--prometheus-port", str(free_port())], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 30
+        while True:
+            assert router.poll() is None, log.read_text()
+            try:
+                if get(url + "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < end, log.read_text()
+            time.sleep(0.1)
+        for _ in range(4):
+            status, body = post(url + "/v1/completions", REQ)
+            assert status == 200, body
+    finally:
+        router.send_signal(signal.SIGTERM)
+        router.wait(timeout=30)
+    pulls = by_engine(get(d.url + "/metrics")[1], "vllm:nixl_xfer_time_seconds_count")
+    served = by_engine(get(p.url + "/metrics")[1], "vllm:request_success_total")
+    assert sum(pulls.values()) == 4 and all(v > 0 for v in pulls.values()), pulls
+    assert sum(served.values()) == 4 and all(v > 0 for v in served.values()), served
+    for e in (p, d):  # the router chose the ranks, by header
+        assert "(X-data-parallel-rank: 0)" in e.log and "(X-data-parallel-rank: 1)" in e.log
 
 
 def test_engine_is_the_real_option_set() -> None:
