@@ -22,6 +22,7 @@ from test_standin import (
     post,
     router_binary,
     run_once,
+    sse_text,
 )
 from test_standin import engines as standin  # noqa: F401  (the fixture, as `standin`)
 
@@ -124,6 +125,17 @@ def test_head_waits_for_its_follower_then_ranks_serve_and_advertise(standin: Any
         assert post(head.url + "/v1/completions", REQ)[0] == 200
     after = by_engine(get(head.url + "/metrics")[1], "vllm:request_success_total")
     assert after == {"0": 2.0, "1": 2.0, "2": 2.0}
+
+    # A stream served by the follower's rank reaches the client whole, same text as rank 0's.
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+            "stream": True}
+    texts = []
+    for rank in ("0", "2"):
+        status, raw = post(head.url + "/v1/chat/completions", chat,
+                           {"X-data-parallel-rank": rank})
+        assert status == 200, raw
+        texts.append(sse_text(raw, chat=True))
+    assert texts[0] == texts[1] and len(texts[0].split()) == 5
 
 
 def test_all_local_ranks_bind_no_rpc_port(standin: Any) -> None:  # noqa: F811
