@@ -242,8 +242,12 @@ class Head:
                 return
             if time.monotonic() - last >= 10:
                 last = time.monotonic()
-                self.log("DEBUG", "utils.py:1003", "Waiting for 0 local, "
-                         f"{len(remote) - len(ready)} remote core engine proc(s) to start.")
+                unseen = len([r for r in remote if r not in self.remote])
+                for n, what in ((unseen, "connect"), (len(remote) - len(ready) - unseen,
+                                                      "start")):
+                    if n:
+                        self.log("DEBUG", "utils.py:1003", f"Waiting for 0 local, {n} remote "
+                                 f"core engine proc(s) to {what}.")
             time.sleep(0.05)
 
     def pick(self, header: str | None) -> int:
@@ -271,7 +275,7 @@ def start_head(eng: Any, args: argparse.Namespace, log: Callable[..., None],
     return rank_engine(eng, 0, lay.size)
 
 
-def finish_head(eng: Any, bind_side: Callable[[Any], None], log: Callable[..., None]) -> None:
+def finish_head(eng: Any, bind_side: Callable[[Any], None]) -> None:
     """After rank 0 loaded: the other local ranks, then every remote rank READY."""
     if HEAD is None:
         return

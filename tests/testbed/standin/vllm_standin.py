@@ -877,7 +877,7 @@ def main(argv: list[str]) -> None:
                    "use_host_buffer: False")
         bind_side_channel(eng)
         threading.Thread(target=eng.sweep, daemon=True).start()
-    dp.finish_head(eng, bind_side_channel, log)
+    dp.finish_head(eng, bind_side_channel)
     httpd.server_activate()
     port = httpd.server_address[1]  # the real one when --port 0
     log("INFO", "api_server.py:1971", f"Starting vLLM API server on http://{host}:{port}")
