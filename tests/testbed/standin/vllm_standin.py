@@ -28,6 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import dp  # data parallelism (head, headless followers, ranks): dp.py beside this file
+
 VERSION = "0.33.0"
 PID = os.getpid()
 WORDS = ("the", "model", "prefill", "decode", "cache", "block", "token", "engine", "remote",
@@ -488,7 +490,8 @@ class Api(http.server.BaseHTTPRequestHandler):
                  "root": eng.args.model, "parent": None,
                  "max_model_len": model_len(eng)} for name in eng.served]})
         elif path == "/metrics":
-            self.send(200, metrics_text(eng).encode(), "text/plain; version=0.0.4; charset=utf-8")
+            self.send(200, dp.metrics(eng, metrics_text).encode(),
+                      "text/plain; version=0.0.4; charset=utf-8")
         else:
             self.send_json(404, {"detail": "Not Found"})
 
@@ -534,7 +537,9 @@ class Api(http.server.BaseHTTPRequestHandler):
             self.send_json(401, {"error": "Unauthorized"})
             return
         try:
-            self.complete(self.read_body(), chat=path.endswith("chat/completions"))
+            with dp.routed(self) as relayed:
+                if not relayed:
+                    self.complete(self.read_body(), chat=path.endswith("chat/completions"))
         except ApiError as e:
             self.send_error_json(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -739,8 +744,8 @@ def metrics_text(eng: Engine) -> str:
         private = base.startswith("standin_")
         if base not in typed:
             typed.add(base)
-            shown = base[: -len("_total")] if base.endswith("_total") and not private else base
-            out += [f"# HELP {shown} {doc}", f"# TYPE {shown} counter"]
+            # prometheus_client's text format 0.0.4 names a counter family with its _total
+            out += [f"# HELP {base} {doc}", f"# TYPE {base} counter"]
         lab = labels + ("," + extra.rstrip("}") if extra else "")
         out.append(f"{base}{{{lab}}} {float(c.get(name, 0))}")
     pulls = float(c.get("standin_kv_pulls_total", 0))
@@ -909,14 +914,6 @@ def main(argv: list[str]) -> None:
         log("WARNING", "kv_transfer.py:95", "kv_role 'kv_both' is deprecated for NixlConnector; "
             "use kv_producer or kv_consumer.")
 
-    host = args.host or "0.0.0.0"
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    HttpServer.address_family = fam
-    try:  # vLLM binds its port first and listens only once the model is loaded
-        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
-        httpd.server_bind()
-    except OSError as e:
-        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
     served = args.served_model_name or [args.model]
     extra = kv.get("kv_connector_extra_config") or {}
     compat = hashlib.sha256(json.dumps(compat_factors(args, kv), sort_keys=True).encode())
@@ -954,6 +951,18 @@ def main(argv: list[str]) -> None:
         if crashing and crash_kind == "nixl":
             crash(crash_kind, args.model)
         engine_log("INFO", "nixl_connector.py:110", "NIXL is available")
+    if args.headless:  # no HTTP at all: the ranks join the head's RPC port (dp.py)
+        dp.run_headless(eng, args, Api, bind_side_channel, metrics_text, log)
+    host = args.host or "0.0.0.0"
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    HttpServer.address_family = fam
+    try:  # vLLM binds its port first and listens only once the model is loaded
+        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
+        httpd.server_bind()
+    except OSError as e:
+        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
+    eng = dp.start_head(eng, args, log, die)
+    Api.engine = eng
     engine_log("INFO", "gpu_model_runner.py:2602", f"Starting to load model {args.model}...")
     t0 = time.monotonic()
     if os.environ.get("STANDIN_NEVER_HEALTHY", "").lower() not in ENV_FALSE:
@@ -967,6 +976,7 @@ def main(argv: list[str]) -> None:
                    "use_host_buffer: False")
         bind_side_channel(eng)
         threading.Thread(target=eng.sweep, daemon=True).start()
+    dp.finish_head(eng, bind_side_channel)
     httpd.server_activate()
     port = httpd.server_address[1]  # the real one when --port 0
     log("INFO", "api_server.py:1971", f"Starting vLLM API server 0 on http://{host}:{port}")
