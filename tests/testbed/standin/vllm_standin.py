@@ -334,8 +334,8 @@ class PullError(Exception):
         self.stage = stage  # "handshake" (reaching/identifying the peer) or "transfer"
 
 
-def pull(eng: Engine, params: dict[str, Any], prompt: str) -> int:
-    """Connect to the producer's side channel and read the blocks; returns bytes pulled."""
+def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
+    """Connect to the producer's side channel and read the blocks; returns the KV pulled."""
     host, port = params.get("remote_host"), params.get("remote_port")
     rid, blocks = params.get("remote_request_id"), params.get("remote_block_ids")
     remote_eid = params.get("remote_engine_id")
@@ -374,9 +374,27 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> int:
             f.flush()
             f.readline()
             eng.count("vllm:nixl_kv_blocks_pulled_total", int(head["num_blocks"]))
-            return len(data)
+            return corrupt_kv(data)
     except (OSError, ValueError, KeyError) as e:
         raise PullError(str(e) or type(e).__name__) from e
+
+
+def corrupt_kv(data: bytes) -> bytes:
+    """STANDIN_CORRUPT_PULLED_KV=1: the KV lands wrong after a transfer that reported success,
+    as through a broken GPUDirect path (no error anywhere; the decode answers 200 with wrong
+    tokens, since its text depends on the KV it holds: kv_context)."""
+    if os.environ.get("STANDIN_CORRUPT_PULLED_KV", "0") in ("", "0"):
+        return data
+    return bytes(b ^ 0xFF for b in data[:64]) + data[64:]
+
+
+def kv_context(eng: Engine, prompt: str, kv: bytes | None) -> str:
+    """What the decode "attends" to: its prompt when it computed the KV itself or pulled the
+    right blocks (the same text as a single engine), something else for any other bytes."""
+    if kv is None or kv == block_payload(eng.compat_hash, prompt,
+                                         len(kv) // eng.block_bytes, eng.block_bytes):
+        return prompt
+    return f"{prompt}|kv:{hashlib.sha256(kv).hexdigest()}"
 
 
 # ---------------------------------------------------------------- HTTP API
@@ -528,10 +546,10 @@ class Api(http.server.BaseHTTPRequestHandler):
         req_id = f"{'chatcmpl' if chat else 'cmpl'}-{xrid}"
         kvp = body.get("kv_transfer_params") or {}
         out_params = self.prefill_side(kvp, req_id, prompt, ntok)
-        source = "external_kv_transfer" if self.decode_side(kvp, req_id, prompt) else \
-            "local_compute"
+        kv = self.decode_side(kvp, req_id, prompt)
+        source = "external_kv_transfer" if kv is not None else "local_compute"
         eng.count(f'vllm:prompt_tokens_by_source_total{{source="{source}"}}', ntok)
-        words = generate(eng.args.model, prompt, n)
+        words = generate(eng.args.model, kv_context(eng, prompt, kv), n)
         eng.count("vllm:prompt_tokens_total", ntok)
         eng.count("vllm:generation_tokens_total", n)
         eng.count('vllm:request_success_total{finished_reason="length"}')
@@ -568,17 +586,17 @@ class Api(http.server.BaseHTTPRequestHandler):
                 "remote_port": eng.side_port, "tp_size": eng.args.tensor_parallel_size,
                 "remote_num_tokens": ntok}
 
-    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str) -> bool:
-        """A consumer given a prefill's params pulls its blocks; True when it did."""
+    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str) -> bytes | None:
+        """A consumer given a prefill's params pulls its blocks; the KV when it did."""
         eng = self.engine
         if eng.role not in ("kv_consumer", "kv_both") or kvp.get("do_remote_decode"):
-            return False
+            return None
         if not kvp.get("do_remote_prefill"):
             eng.count("vllm:nixl_local_prefills_total")  # no params: a silent local prefill
-            return False
+            return None
         t0 = time.monotonic()
         try:
-            nbytes = pull(eng, kvp, prompt)
+            data = pull(eng, kvp, prompt)
         except PullError as e:
             eng.count("vllm:nixl_kv_pull_failures_total")
             eng.count("vllm:nixl_num_failed_transfers_total")
@@ -593,11 +611,11 @@ class Api(http.server.BaseHTTPRequestHandler):
             eng.count("vllm:nixl_recomputed_prefills_total")
             engine_log("WARNING", "scheduler.py:1420", f"Recomputing the prefill of request "
                        f"{req_id} locally (kv_load_failure_policy=recompute).")
-            return False
+            return None
         eng.count("nixl_xfer_seconds", time.monotonic() - t0)
         eng.count("vllm:nixl_kv_pulls_total")
-        eng.count("vllm:nixl_kv_bytes_pulled_total", nbytes)
-        return True
+        eng.count("vllm:nixl_kv_bytes_pulled_total", len(data))
+        return data
 
     def stream(self, req_id: str, model: str, words: list[str], chat: bool,
                usage: dict[str, Any], opts: dict[str, Any]) -> None:
