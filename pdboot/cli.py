@@ -250,7 +250,7 @@ def bench(
 
     cmd = bench_mod.aiperf_command()
     if cmd is None:
-        err.print("AIPerf is not installed: pip install 'pdboot[bench]'")
+        err.print(Text("AIPerf is not installed: pip install 'pdboot[bench]'"))
         raise typer.Exit(EXIT_USAGE)
     try:
         levels = [int(x) for x in concurrency.split(",") if x.strip()]
