@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,3 +124,28 @@ def classify(pd_text: str | None, direct_text: str | None) -> GateOutcome:
     if common >= LATE_AFTER:
         return GateOutcome("late_divergence", "warn", common, pd, direct)
     return GateOutcome("broken", "fail", common, pd, direct)
+
+
+# (url, JSON body) -> (HTTP status, response text); the caller's HTTP client
+Post = Callable[[str, dict[str, Any]], tuple[int, str]]
+
+
+def run_gate(post: Post, router_url: str, decode_url: str, model: str) -> GateOutcome:
+    """Send the gate request through the router and straight to one decode engine (no
+    ``kv_transfer_params``: it prefills locally) and classify. An HTTP error on either path
+    is a failure with the error text in place of the answer."""
+    body = gate_request(model)
+    texts: list[str] = []
+    for base in (router_url, decode_url):
+        status, raw = post(f"{base.rstrip('/')}/v1/completions", body)
+        text = answer_text(raw) if status == 200 else None
+        texts.append(text if text is not None else "")
+        if text is None:
+            return GateOutcome("broken", "fail", 0, *_error_texts(base == router_url,
+                                                                  status, raw))
+    return classify(texts[0], texts[1])
+
+
+def _error_texts(through_router: bool, status: int, raw: str) -> tuple[str, str]:
+    err = f"<HTTP {status}: {raw.strip()[:200]}>"
+    return (err, "") if through_router else ("", err)
