@@ -332,3 +332,40 @@ def _same_host_flag(pair: str, connector: str) -> Flag | None:
         f"{pair}: prefill and decode share a host without RDMA and use {connector} (pull): "
         "users report pull mode far slower than NixlPushConnector on such hosts "
         "(vllm-project/vllm#52607); consider kv_connector: NixlPushConnector on both tiers")
+
+
+# A tier whose busiest engine took this share of at least 2 requests per engine is "pinned".
+PINNED_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Spread:
+    tier: str
+    requests: dict[str, float]
+
+    @property
+    def total(self) -> float:
+        return sum(self.requests.values())
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {n:.0f}" for name, n in self.requests.items())
+        return f"{self.tier} requests: {parts}"
+
+    def flag(self) -> Flag | None:
+        """Most requests on one engine of several (cache_aware's tie-break and affinity,
+        docs/routing.md)."""
+        n = len(self.requests)
+        if n < 2 or self.total < 2 * n:
+            return None
+        name, top = max(self.requests.items(), key=lambda kv: kv[1])
+        if top < PINNED_SHARE * self.total:
+            return None
+        return Flag("tier_pinned", "warn",
+                    f"{self.tier}: {name} took {top:.0f} of {self.total:.0f} requests; the "
+                    f"router's {self.tier}_policy sends everything to one engine (cache_aware "
+                    "at low concurrency or with a shared prompt prefix: see docs/routing.md)")
+
+
+def spread(tier: str, deltas: Mapping[str, EngineFacts]) -> Spread:
+    """Requests per engine of one tier between two scrapes, in the given order."""
+    return Spread(tier, {name: f.requests for name, f in deltas.items()})

@@ -200,3 +200,19 @@ def test_same_host_without_rdma_names_the_connector_cost() -> None:
     push = pm.speed_verdict(_speed(100e6, 1.0), None, same_host=True, rdma=False,
                             connector="NixlPushConnector")
     assert push.flag is None
+
+
+def _served(n: int) -> pm.EngineFacts:
+    return pm.engine_facts(exposition(success=n))["0"]
+
+
+def test_spread_line_and_pinned_flag() -> None:
+    pinned = pm.spread("decode", {f"d{i}": _served(n) for i, n in enumerate((20, 0, 0, 0))})
+    assert pinned.line() == "decode requests: d0 20, d1 0, d2 0, d3 0"
+    flag = pinned.flag()
+    assert flag is not None and "d0 took 20 of 20" in flag.message and "routing.md" in flag.message
+    even = pm.spread("decode", {f"d{i}": _served(n) for i, n in enumerate((4, 4, 9, 3))})
+    assert even.flag() is None
+    few = pm.spread("prefill", {"p0": _served(3), "p1": _served(0)})
+    assert few.flag() is None  # 3 requests over 2 engines say nothing yet
+    assert pm.spread("prefill", {"p0": _served(30)}).flag() is None

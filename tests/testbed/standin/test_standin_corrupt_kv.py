@@ -64,6 +64,19 @@ def _post_text(url: str, body: dict[str, Any]) -> tuple[int, str]:
     return status, data if isinstance(data, str) else json.dumps(data)
 
 
+def _wait_router(proc: subprocess.Popen[bytes], url: str, log: Path) -> str:
+    end = time.monotonic() + DEADLINE
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if get(url + "/health")[0] == 200:
+                return url
+        except OSError:
+            pass
+        assert time.monotonic() < end, log.read_text()
+        time.sleep(0.1)
+
+
 @contextmanager
 def _router(prefill_e: Engine, decode_e: Engine, tmp: Path) -> Iterator[str]:
     port = free_port()
@@ -74,19 +87,8 @@ def _router(prefill_e: Engine, decode_e: Engine, tmp: Path) -> Iterator[str]:
              "--decode", decode_e.url, "--host", "127.0.0.1", "--port", str(port),
              "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())],
             stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        end = time.monotonic() + DEADLINE
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if get(url + "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < end, log.read_text()
-            time.sleep(0.1)
-        yield url
+        yield _wait_router(proc, f"http://127.0.0.1:{port}", log)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=DEADLINE)
