@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -49,9 +50,10 @@ class LoadShape:
 
 
 def aiperf_command() -> list[str] | None:
-    """How to start AIPerf here: its console script, else ``python -m aiperf``; None when the
+    """How to start AIPerf here: ``$PDBOOT_AIPERF`` (AIPerf installed in its own virtualenv:
+    its dependencies are many), its console script, else ``python -m aiperf``; None when the
     ``bench`` extra is not installed."""
-    exe = shutil.which("aiperf")
+    exe = os.environ.get("PDBOOT_AIPERF") or shutil.which("aiperf")
     if exe:
         return [exe]
     if importlib.util.find_spec("aiperf") is not None:

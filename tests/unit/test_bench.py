@@ -124,6 +124,7 @@ def test_chart_is_valid_svg_with_both_lines_and_refusals(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("found", [True, False])
 def test_aiperf_command_found_or_not(monkeypatch: pytest.MonkeyPatch, found: bool) -> None:
+    monkeypatch.delenv("PDBOOT_AIPERF", raising=False)
     monkeypatch.setattr(bench.shutil, "which", lambda _: "/x/aiperf" if found else None)
     monkeypatch.setattr(bench.importlib.util, "find_spec", lambda _: None)
     assert bench.aiperf_command() == (["/x/aiperf"] if found else None)
