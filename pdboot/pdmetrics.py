@@ -73,8 +73,8 @@ class Histogram:
     def quantile(self, q: float) -> float | None:
         """Prometheus ``histogram_quantile``: linear inside the bucket holding rank q*count;
         the lowest bucket starts at 0; a rank in +Inf answers the highest finite bound."""
-        if not self.buckets or self.buckets[-1][1] <= 0:
-            return None
+        if not self.buckets or self.buckets[-1][1] <= 0 or math.isinf(self.buckets[0][0]):
+            return None  # nothing observed, or only a +Inf bucket: no bound to report
         rank = q * self.buckets[-1][1]
         lower, below = 0.0, 0.0
         for le, cum in self.buckets:

@@ -124,6 +124,13 @@ def test_quantile_in_first_bucket_and_in_inf() -> None:
     assert f.itl.quantile(0.99) == 80.0  # +Inf: the highest finite bound, as Prometheus
 
 
+def test_quantile_of_an_inf_only_histogram_is_unknown() -> None:
+    # the stand-in (and any exporter with no finite bounds) has a +Inf bucket only
+    text = ('vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4.0\n'
+            'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 4.0\n')
+    assert pm.engine_facts(text)["0"].percentiles("ttft")["p50"] is None
+
+
 def test_delta_between_scrapes() -> None:
     before = pm.engine_facts(exposition(xfers=[(20e6, 0.02)], success=1,
                                         by_source={"external_kv_transfer": 100},
