@@ -28,6 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import dp  # data parallelism (head, headless followers, ranks): dp.py beside this file
+
 VERSION = "0.33.0"
 PID = os.getpid()
 WORDS = ("the", "model", "prefill", "decode", "cache", "block", "token", "engine", "remote",
@@ -373,8 +375,8 @@ COMPAT_MISMATCH = (  # vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_wo
     "'{{\"kv_connector_extra_config\": {{\"enforce_handshake_compat\": false}}}}'")
 
 
-def pull(eng: Engine, params: dict[str, Any], prompt: str) -> int:
-    """Connect to the producer's side channel and read the blocks; returns bytes pulled."""
+def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
+    """Connect to the producer's side channel and read the blocks; returns the KV pulled."""
     host, port = params.get("remote_host"), params.get("remote_port")
     rid, blocks = params.get("remote_request_id"), params.get("remote_block_ids")
     remote_eid = params.get("remote_engine_id")
@@ -419,9 +421,27 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> int:
             f.flush()
             f.readline()
             eng.count("standin_kv_blocks_pulled_total", int(head["num_blocks"]))
-            return len(data)
+            return corrupt_kv(data)
     except (OSError, ValueError, KeyError) as e:
         raise PullError(str(e) or type(e).__name__) from e
+
+
+def corrupt_kv(data: bytes) -> bytes:
+    """STANDIN_CORRUPT_PULLED_KV=1: the KV lands wrong after a transfer that reported success,
+    as through a broken GPUDirect path (no error anywhere; the decode answers 200 with wrong
+    tokens, since its text depends on the KV it holds: kv_context)."""
+    if os.environ.get("STANDIN_CORRUPT_PULLED_KV", "0") in ("", "0"):
+        return data
+    return bytes(b ^ 0xFF for b in data[:64]) + data[64:]
+
+
+def kv_context(eng: Engine, prompt: str, kv: bytes | None) -> str:
+    """What the decode "attends" to: its prompt when it computed the KV itself or pulled the
+    right blocks (the same text as a single engine), something else for any other bytes."""
+    if kv is None or kv == block_payload(eng.compat_hash, prompt,
+                                         len(kv) // eng.block_bytes, eng.block_bytes):
+        return prompt
+    return f"{prompt}|kv:{hashlib.sha256(kv).hexdigest()}"
 
 
 # ---------------------------------------------------------------- HTTP API
@@ -488,7 +508,8 @@ class Api(http.server.BaseHTTPRequestHandler):
                  "root": eng.args.model, "parent": None,
                  "max_model_len": model_len(eng)} for name in eng.served]})
         elif path == "/metrics":
-            self.send(200, metrics_text(eng).encode(), "text/plain; version=0.0.4; charset=utf-8")
+            self.send(200, dp.metrics(eng, metrics_text).encode(),
+                      "text/plain; version=0.0.4; charset=utf-8")
         else:
             self.send_json(404, {"detail": "Not Found"})
 
@@ -534,7 +555,9 @@ class Api(http.server.BaseHTTPRequestHandler):
             self.send_json(401, {"error": "Unauthorized"})
             return
         try:
-            self.complete(self.read_body(), chat=path.endswith("chat/completions"))
+            with dp.routed(self) as relayed:
+                if not relayed:
+                    self.complete(self.read_body(), chat=path.endswith("chat/completions"))
         except ApiError as e:
             self.send_error_json(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -582,12 +605,13 @@ class Api(http.server.BaseHTTPRequestHandler):
         # vLLM's PromptTokenStats: local_compute = prompt_len - num_cached_tokens; after a
         # remote prefill every prompt token is external, yet the scheduler recomputes the
         # last one (the model needs one input token), so 1 token is counted as local.
-        if self.decode_side(kvp, req_id, prompt, ntok):
+        kv = self.decode_side(kvp, req_id, prompt, ntok)
+        if kv is not None:
             eng.count(f'{BY_SOURCE}{{source="external_kv_transfer"}}', ntok)
             eng.count(f'{BY_SOURCE}{{source="local_compute"}}', 1)
         else:
             eng.count(f'{BY_SOURCE}{{source="local_compute"}}', ntok)
-        words = generate(eng.args.model, prompt, n)
+        words = generate(eng.args.model, kv_context(eng, prompt, kv), n)
         eng.count("vllm:prompt_tokens_total", ntok)
         eng.count("vllm:generation_tokens_total", n)
         eng.count('vllm:request_success_total{finished_reason="length"}')
@@ -624,17 +648,18 @@ class Api(http.server.BaseHTTPRequestHandler):
                 "remote_port": eng.side_port, "tp_size": eng.args.tensor_parallel_size,
                 "remote_num_tokens": ntok}
 
-    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str, ntok: int) -> bool:
-        """A consumer given a prefill's params pulls its blocks; True when it did."""
+    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str,
+                    ntok: int) -> bytes | None:
+        """A consumer given a prefill's params pulls its blocks; the KV when it did."""
         eng = self.engine
         if eng.role not in ("kv_consumer", "kv_both") or kvp.get("do_remote_decode"):
-            return False
+            return None
         if not kvp.get("do_remote_prefill"):
             eng.count("standin_local_prefills_total")  # no params: a silent local prefill
-            return False
+            return None
         t0 = time.monotonic()
         try:
-            nbytes = pull(eng, kvp, prompt)
+            data = pull(eng, kvp, prompt)
         except PullError as e:
             eng.count("standin_kv_pull_failures_total")
             eng.count("vllm:nixl_num_failed_transfers_total")  # handshakes included, as vLLM
@@ -654,11 +679,11 @@ class Api(http.server.BaseHTTPRequestHandler):
             eng.count("standin_recomputed_prefills_total")
             engine_log("WARNING", "scheduler.py:2031", "Recovered from KV load failure: 1 "
                        f"request(s) rescheduled ({ntok} tokens affected).")
-            return False
+            return None
         eng.count("standin_xfer_seconds", time.monotonic() - t0)
         eng.count("standin_kv_pulls_total")
-        eng.count("standin_kv_bytes_pulled_total", nbytes)
-        return True
+        eng.count("standin_kv_bytes_pulled_total", len(data))
+        return data
 
     def stream(self, req_id: str, model: str, words: list[str], chat: bool,
                usage: dict[str, Any], opts: dict[str, Any]) -> None:
@@ -736,11 +761,10 @@ def metrics_text(eng: Engine) -> str:
     typed: set[str] = set()
     for name, doc in COUNTERS:
         base, _, extra = name.partition("{")
-        private = base.startswith("standin_")
         if base not in typed:
             typed.add(base)
-            shown = base[: -len("_total")] if base.endswith("_total") and not private else base
-            out += [f"# HELP {shown} {doc}", f"# TYPE {shown} counter"]
+            # prometheus_client's text format 0.0.4 names a counter family with its _total
+            out += [f"# HELP {base} {doc}", f"# TYPE {base} counter"]
         lab = labels + ("," + extra.rstrip("}") if extra else "")
         out.append(f"{base}{{{lab}}} {float(c.get(name, 0))}")
     pulls = float(c.get("standin_kv_pulls_total", 0))
@@ -909,14 +933,6 @@ def main(argv: list[str]) -> None:
         log("WARNING", "kv_transfer.py:95", "kv_role 'kv_both' is deprecated for NixlConnector; "
             "use kv_producer or kv_consumer.")
 
-    host = args.host or "0.0.0.0"
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    HttpServer.address_family = fam
-    try:  # vLLM binds its port first and listens only once the model is loaded
-        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
-        httpd.server_bind()
-    except OSError as e:
-        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
     served = args.served_model_name or [args.model]
     extra = kv.get("kv_connector_extra_config") or {}
     compat = hashlib.sha256(json.dumps(compat_factors(args, kv), sort_keys=True).encode())
@@ -954,6 +970,18 @@ def main(argv: list[str]) -> None:
         if crashing and crash_kind == "nixl":
             crash(crash_kind, args.model)
         engine_log("INFO", "nixl_connector.py:110", "NIXL is available")
+    if args.headless:  # no HTTP at all: the ranks join the head's RPC port (dp.py)
+        dp.run_headless(eng, args, Api, bind_side_channel, metrics_text, log)
+    host = args.host or "0.0.0.0"
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    HttpServer.address_family = fam
+    try:  # vLLM binds its port first and listens only once the model is loaded
+        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
+        httpd.server_bind()
+    except OSError as e:
+        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
+    eng = dp.start_head(eng, args, log, die)
+    Api.engine = eng
     engine_log("INFO", "gpu_model_runner.py:2602", f"Starting to load model {args.model}...")
     t0 = time.monotonic()
     if os.environ.get("STANDIN_NEVER_HEALTHY", "").lower() not in ENV_FALSE:
@@ -967,6 +995,7 @@ def main(argv: list[str]) -> None:
                    "use_host_buffer: False")
         bind_side_channel(eng)
         threading.Thread(target=eng.sweep, daemon=True).start()
+    dp.finish_head(eng, bind_side_channel)
     httpd.server_activate()
     port = httpd.server_address[1]  # the real one when --port 0
     log("INFO", "api_server.py:1971", f"Starting vLLM API server 0 on http://{host}:{port}")
