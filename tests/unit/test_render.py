@@ -34,7 +34,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 INVENTORIES = HERE / "inventories"
 GOLDEN = HERE / "golden"
-CASES = ["1p1d", "2p2d", "colocated", "2x8"]
+CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp"]
 UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 ALL_INVENTORIES = [*(INVENTORIES / f"{c}.yaml" for c in CASES), ROOT / "inventory.example.yaml"]
 
@@ -276,8 +276,11 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
     args = parse_router_args(list(router["command"]))  # argparse: SystemExit on a bad flag
     args._validate_router_args()
     assert args.vllm_pd_disaggregation
-    assert [u for u, _ in args.prefill_urls] == [s.url for s in plan.stages[1]]
-    assert args.decode_urls == [s.url for s in plan.stages[0]]
+    # a data-parallel tier is one worker: its head
+    assert [u for u, _ in args.prefill_urls] == [s.url for s in plan.stages[1] if not s.headless]
+    assert args.decode_urls == [s.url for s in plan.stages[0] if not s.headless]
+    if inv.router.dp_aware:
+        assert args.intra_node_data_parallel_size == 4
     assert args.prefill_policy == inv.router.prefill_policy
     assert args.decode_policy == inv.router.decode_policy
     assert (args.host, args.port) == ("0.0.0.0", inv.router.port)
