@@ -159,7 +159,7 @@ def test_dp_tiers_up_request_status_change_down(
 
         # a decode env change recreates the whole decode tier and the router, not prefill
         ids0 = {h: labels_of(tb, h, "dpe2e") for h in ("dec-a", "dec-b", "pre")}
-        dp_decode["env"] = {**standin, "STANDIN_TOKEN_SECONDS": "0"}
+        dp_decode["env"] = {**standin, "STANDIN_LOAD_SECONDS": "0.6"}
         inv2 = tb.inventory(
             tmp_path / "inv.yaml", name="dpe2e", decode=["dec-a", "dec-b"], prefill=["pre"],
             router="pre",

@@ -327,3 +327,81 @@ def test_ranks_from_the_heads_metrics() -> None:
     ])
     assert metric_engines(text) == ["0", "1", "2", "10"]
     assert metric_engines("") == []
+
+
+# --------------------------------------------------------------------------- preflight
+
+# Qwen/Qwen3-30B-A3B's config.json (the fields the estimate reads)
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_preflight_contexts_of_a_dp_deployment() -> None:
+    from pdboot.preflight import contexts
+
+    c = contexts(inv())
+    a, b, cc = c["gpu-a"], c["gpu-b"], c["gpu-c"]
+    # the head: HTTP, its ranks' side channels, the RPC port; the follower: no HTTP, ranks 2-3
+    assert [p for p, _ in a.ports] == [8201, 5601, 5602, 13346]
+    assert [p for p, _ in b.ports] == [5603, 5604]
+    rpc = [(p.address, p.port) for p in b.probes if p.check_id == "network.dp_rpc"]
+    assert rpc == [("10.0.0.1", 13346)]
+    assert not [p for p in a.probes if p.check_id == "network.dp_rpc"]
+    # every decode host reaches every prefill rank's side channel
+    for ctx in (a, b):
+        side = [(p.address, p.port) for p in ctx.probes if p.check_id == "network.side_channel"]
+        assert side == [("10.0.0.3", 5600), ("10.0.0.3", 5601)]
+    # the router reaches the heads only
+    ingress = [(p.address, p.port) for p in cc.probes if p.check_id == "network.ingress"]
+    assert ingress == [("10.0.0.1", 8201), ("10.0.0.3", 8200)]
+    need = b.gpu_needs[0]
+    assert (need.gpus, need.dp_size, need.expert_parallel) == ((0, 1), 4, True)
+
+
+def test_gpu_count_covers_local_size_times_tp() -> None:
+    from pdboot.checks.gpu import Gpu, _count
+    from pdboot.preflight import contexts
+
+    ctx = contexts(inv(decode__tensor_parallel_size=2, prefill__tensor_parallel_size=2))["gpu-b"]
+    gpus = [
+        Gpu(i, "NVIDIA RTX PRO 6000", f"GPU-{i}", "580.65", 97887, 0, 97887, "12.0", "N/A", None)
+        for i in range(2)
+    ]
+    r = _count(ctx, gpus)
+    assert r.status == "fail" and "selects GPU(s) [2, 3] which do not exist" in r.message
+    assert "ranks 2-3 of 4 (headless), TP 2 each" in r.message
+
+
+def test_moe_weights_per_rank_with_expert_parallelism() -> None:
+    from pdboot.checks import GpuNeed
+    from pdboot.checks.model import _rank_weights, moe_estimate, parse_config
+
+    experts, params, frac = moe_estimate(QWEN3_30B_A3B)
+    assert experts == 128 and 30.0e9 < params < 31.0e9 and 0.94 < frac < 0.96
+    f = parse_config(json.dumps(QWEN3_30B_A3B))
+    assert f.experts == 128 and f.weights_bytes == params * 2
+    ep = GpuNeed("decode", 1, (0, 1), "decode", dp_size=4, expert_parallel=True)
+    per_rank, words = _rank_weights(f, ep)
+    assert per_rank == pytest.approx(f.weights_bytes * (1 - frac + frac / 4))
+    assert "128 experts" in words and "EP 4 = TP x DP" in words
+    plain = GpuNeed("decode", 1, (0, 1), "decode", dp_size=4, expert_parallel=False)
+    assert _rank_weights(f, plain) == (f.weights_bytes, "")
+    # MoE by its keys but no expert count: said, not guessed
+    odd = {k: v for k, v in QWEN3_30B_A3B.items() if k != "num_experts"}
+    g = parse_config(json.dumps(odd))
+    assert g.experts == -1 and "no expert count in config.json" in _rank_weights(g, ep)[1]
+    dense = {k: v for k, v in odd.items() if not k.startswith(("num_experts", "moe_"))}
+    assert parse_config(json.dumps(dense)).experts == 0
