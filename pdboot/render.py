@@ -194,7 +194,8 @@ def render_summary(plan: Plan) -> str:
                 extra = f"  NIXL side channel {s.address}:{s.side_channel_port}"
             elif s.metrics_port is not None:
                 extra = f"  metrics {s.url.rsplit(':', 1)[0]}:{s.metrics_port}/metrics"
-            lines.append(f"  {n}. {s.key:<24} {s.url}{extra}")
+            url = "(headless: no HTTP)" if s.headless else s.url
+            lines.append(f"  {n}. {s.key:<24} {url}{extra}")
             if several_engines(plan) and s.role != "router":
                 lines.append(f"     {'':<24} GPUs {_gpus(s)}; UCX_NET_DEVICES {s.nic or 'n/a'}")
             if s.dp_ranks:
