@@ -29,10 +29,13 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK = "X-data-parallel-rank"
+KEY_ENV = "PDBOOT_E2E_DP_KEY"
+KEY = "sk-dpE2Esecret0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def pdboot(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="220", TERM="dumb")
+    env = dict(os.environ, COLUMNS="220", TERM="dumb", **{KEY_ENV: KEY})
     return subprocess.run(
         [sys.executable, "-m", "pdboot", *args],
         capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env,
@@ -75,6 +78,46 @@ def labels_of(tb: Testbed, host: str, deployment: str) -> dict[str, dict[str, st
     }
 
 
+def checks(doc: dict[str, Any], host: str, cid: str) -> list[dict[str, str]]:
+    return [c for c in doc["hosts"][host]["checks"] if c["id"] == cid]
+
+
+def preflight(inv: Path, *only: str) -> dict[str, Any]:
+    args = [x for o in only for x in ("--only", o)]
+    res = pdboot("preflight", str(inv), "--json", *args, timeout=200)
+    try:
+        return dict(json.loads(res.stdout))
+    except json.JSONDecodeError:
+        pytest.fail(f"not JSON (rc {res.returncode}):\n{out(res)}")
+
+
+def check_preflight(tb: Testbed, inv: Path, tmp_path: Path) -> None:
+    """The DP checks before anything runs: the follower reaches the head's RPC port, every
+    rank's side channel is free and reachable, the GPUs cover local size x TP."""
+    doc = preflight(inv, "network", "host.ports", "gpu.count")
+    a = tb.hosts["dec-a"].address
+    rpc = checks(doc, "dec-b", "network.dp_rpc")
+    assert [c["status"] for c in rpc] == ["pass"], rpc
+    assert f"dec-b -> dec-a {a}:13346 (decode DP head's RPC port): reachable" in rpc[0]["message"]
+    assert not checks(doc, "dec-a", "network.dp_rpc")
+    ports = checks(doc, "dec-a", "host.ports")
+    assert ports[0]["status"] == "pass" and "8201, 5601, 5602, 13346" in ports[0]["message"]
+    assert "5603, 5604" in checks(doc, "dec-b", "host.ports")[0]["message"]
+    side = checks(doc, "dec-b", "network.side_channel")
+    assert sorted(c["message"].split(" (")[0].rsplit(":", 1)[1] for c in side) == ["5600", "5601"]
+    assert all(c["status"] == "pass" for c in side), side
+    assert checks(doc, "dec-b", "gpu.count")[0]["status"] == "pass"
+    # 4 ranks of TP 1 on a 2-GPU host: refused, naming the ranks
+    big = tb.inventory(
+        tmp_path / "big.yaml", name="dpbig", decode=["dec-a", "dec-b"], prefill=["pre"],
+        router="pre",
+        overrides={"decode": {"data_parallel": {"size": 8, "size_local": 4}}},
+    )
+    count = checks(preflight(big, "gpu.count"), "dec-b", "gpu.count")
+    assert count[0]["status"] == "fail", count
+    assert "ranks 4-7 of 8 (headless), TP 1 each) selects GPU(s) [2, 3]" in count[0]["message"]
+
+
 def test_dp_tiers_up_request_status_change_down(
     make_testbed: Any, tmp_path: Path
 ) -> None:
@@ -91,9 +134,13 @@ def test_dp_tiers_up_request_status_change_down(
         overrides={
             "decode": dp_decode,
             "prefill": {"data_parallel": {"size": 2}, "env": standin},
+            # DP-aware routing on, the workers' key through secrets.env only
+            "router": {"dp_aware": True},
+            "secrets": {"api_key": f"env:{KEY_ENV}"},
         },
     )
     a, _b, p = (tb.hosts[h].address for h in ("dec-a", "dec-b", "pre"))
+    check_preflight(tb, inv, tmp_path)
     res = pdboot("up", str(inv), "--skip-preflight")
     try:
         assert res.returncode == 0, out(res)
@@ -107,6 +154,10 @@ def test_dp_tiers_up_request_status_change_down(
         assert "--headless" in args and args[args.index("--data-parallel-start-rank") + 1] == "2"
         assert args[args.index("--data-parallel-address") + 1] == a
         assert "--enable-expert-parallel" in args and "--port" not in args
+        rcmd = json.loads(tb.hosts["pre"].docker("inspect", "pdboot-dpe2e-router", "--format",
+                                                 "{{json .Config.Cmd}}").stdout)
+        assert rcmd[rcmd.index("--intra-node-data-parallel-size") + 1] == "4"
+        assert KEY not in json.dumps(rcmd) and "--api-key" not in rcmd
 
         # a chat completion through the router: served by one prefill rank, pulled by one
         # decode rank
@@ -116,7 +167,7 @@ def test_dp_tiers_up_request_status_change_down(
         chat = post(f"http://{p}:8000/v1/chat/completions", {
             "model": "Qwen/Qwen3-0.6B", "max_tokens": 8,
             "messages": [{"role": "user", "content": "hello there"}],
-        })
+        }, AUTH)
         assert chat["choices"][0]["message"]["content"]
         pm1 = by_engine(f"http://{p}:8200/metrics", "vllm:request_success_total")
         dx1 = by_engine(f"http://{a}:8201/metrics", "vllm:nixl_xfer_time_seconds_count")
@@ -129,7 +180,7 @@ def test_dp_tiers_up_request_status_change_down(
         pre = post(f"http://{p}:8200/v1/completions", {
             "model": "Qwen/Qwen3-0.6B", "prompt": "one two three", "max_tokens": 1,
             "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
-        }, {RANK: "1"})
+        }, {RANK: "1", **AUTH})
         kvp = pre["kv_transfer_params"]
         assert (kvp["remote_host"], kvp["remote_port"]) == (p, 5601), kvp
         assert kvp["remote_engine_id"].endswith("_dp1"), kvp
@@ -137,7 +188,7 @@ def test_dp_tiers_up_request_status_change_down(
         post(f"http://{a}:8201/v1/completions", {
             "model": "Qwen/Qwen3-0.6B", "prompt": "one two three", "max_tokens": 2,
             "kv_transfer_params": kvp,
-        }, {RANK: "3"})
+        }, {RANK: "3", **AUTH})
         after = by_engine(f"http://{a}:8201/metrics", "vllm:nixl_xfer_time_seconds_count")
         assert after["3"] == before["3"] + 1 and after["2"] == before["2"], (before, after)
 
@@ -164,7 +215,8 @@ def test_dp_tiers_up_request_status_change_down(
             tmp_path / "inv.yaml", name="dpe2e", decode=["dec-a", "dec-b"], prefill=["pre"],
             router="pre",
             overrides={"decode": dp_decode, "prefill": {"data_parallel": {"size": 2},
-                                                         "env": standin}},
+                                                         "env": standin},
+                       "router": {"dp_aware": True}, "secrets": {"api_key": f"env:{KEY_ENV}"}},
         )
         res2 = pdboot("up", str(inv2), "--skip-preflight")
         assert res2.returncode == 0, out(res2)
