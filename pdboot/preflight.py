@@ -28,6 +28,7 @@ from pdboot.checks import (
     batch_script,
     by_key,
     parse_sections,
+    prepull,
     size_bytes,
 )
 from pdboot.checks import docker as docker_checks
@@ -332,7 +333,10 @@ def run_preflight(
     given = dict(connections or {})
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
     lookups = ImageLookups(
-        {c.image for c in ctxs.values() if c.gpu_host and c.image} if wanted else ()
+        {c.image for c in ctxs.values() if c.gpu_host and c.image}
+        | {inv.router_image for c in ctxs.values() if "router" in c.roles}
+        if wanted
+        else ()
     )
 
     def one(name: str, ctx: HostContext) -> tuple[str, float, float]:
@@ -373,6 +377,7 @@ def run_preflight(
         stdout, t0, secs = oc.value
         ctx = with_lookup(ctxs[name], looked.get(ctxs[name].image))
         checks, rdma, clock = evaluate_host(ctx, stdout, selection)
+        checks += [r for r in prepull.evaluate(ctx, inv, looked) if selection.keep(r)]
         rep = HostReport(
             name,
             True,
