@@ -1,0 +1,80 @@
+"""Both images looked up in the testbed's REAL registry before anything is pulled: a tag the
+registry lacks fails `pdboot preflight` and stops `pdboot up` with no pull on any host; the
+router image is looked up too. Traffic goes only to the testbed's addresses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.testbed.harness import HostSpec, Testbed
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pdboot(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=240,
+        env={**os.environ, "COLUMNS": "200", "TERM": "dumb"},
+    )
+
+
+def _checks(doc: dict[str, Any], host: str, cid: str) -> list[dict[str, str]]:
+    return [c for c in doc["hosts"][host]["checks"] if c["id"] == cid]
+
+
+def _images(bed: Testbed) -> dict[str, list[str]]:
+    return {n: h.docker("image", "ls", "-q").stdout.split() for n, h in bed.hosts.items()}
+
+
+def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
+    make_testbed: Callable[..., Testbed], tmp_path: Path
+) -> None:
+    bed = make_testbed([HostSpec("p"), HostSpec("d")])
+    assert _images(bed) == {"p": [], "d": []}
+    missing = f"{bed.registry}/vllm/vllm-openai:v0.33.0-no-such-tag"
+    inv = bed.inventory(
+        tmp_path / "inv.yaml", prefill=["p"], decode=["d"], router="d",
+        overrides={"image": missing},
+    )
+    res = _pdboot("preflight", str(inv), "--json")
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1, res.stderr
+    for host in ("p", "d"):
+        (found,) = _checks(doc, host, "docker.image_exists")
+        assert found["status"] == "fail" and "not found" in found["message"], found
+        assert "`image`" in found["fix"]
+    (router,) = _checks(doc, "d", "docker.router_image")  # the router image IS there
+    assert router["status"] == "pass" and bed.router_image in router["message"]
+    assert _checks(doc, "p", "docker.router_image") == []  # p runs no router
+    (agree,) = _checks(doc, "d", "model.tier_agreement")
+    assert agree["status"] == "pass"
+
+    up = _pdboot("up", str(inv))
+    assert up.returncode != 0
+    assert "docker.image_exists" in up.stdout + up.stderr
+    assert _images(bed) == {"p": [], "d": []}  # stopped before any pull
+
+    # the router image is looked up the same way
+    inv = bed.inventory(
+        tmp_path / "router.yaml", prefill=["p"], decode=["d"], router="d",
+        overrides={"router_image": f"{bed.registry}/vllm/vllm-router:v0.0.0-missing"},
+    )
+    doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "docker").stdout)
+    (router,) = _checks(doc, "d", "docker.router_image")
+    assert router["status"] == "fail" and "v0.0.0-missing" in router["message"]
+    (engine,) = _checks(doc, "p", "docker.image_exists")
+    assert engine["status"] == "pass"
