@@ -32,6 +32,7 @@ from pdboot.checks import (
     size_bytes,
 )
 from pdboot.checks import docker as docker_checks
+from pdboot.checks import gdr as gdr_checks
 from pdboot.checks import gpu as gpu_checks
 from pdboot.checks import host as host_checks
 from pdboot.checks import model as model_checks
@@ -41,7 +42,15 @@ from pdboot.inventory import Inventory, advertised_address, deployment_hosts
 from pdboot.plan import build_plan
 
 T = TypeVar("T")
-DOMAINS = (gpu_checks, docker_checks, rdma_checks, host_checks, network_checks, model_checks)
+DOMAINS = (
+    gpu_checks,
+    docker_checks,
+    rdma_checks,
+    gdr_checks,
+    host_checks,
+    network_checks,
+    model_checks,
+)
 
 
 # --------------------------------------------------------------------------- selection
@@ -228,6 +237,7 @@ def evaluate_host(
         link = rfacts.link_gbps() if rfacts.usable else None
     elif ctx.rdma_mode == "off" and ctx.gpu_host:
         rdma_present = False
+    results += _guarded("rdma", lambda: gdr_checks.evaluate(ctx, s, rdma_present), results) or []
     for area, fn in (
         ("host", lambda: host_checks.evaluate(ctx, s, scan)),
         ("network", lambda: network_checks.evaluate(ctx, s)),

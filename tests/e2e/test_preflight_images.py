@@ -78,3 +78,21 @@ def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
     assert router["status"] == "fail" and "v0.0.0-missing" in router["message"]
     (engine,) = _checks(doc, "p", "docker.image_exists")
     assert engine["status"] == "pass"
+
+
+def test_gpudirect_rdma_follows_the_hosts_kernel_modules(
+    make_testbed: Callable[..., Testbed], tmp_path: Path
+) -> None:
+    bed = make_testbed(
+        [HostSpec("open"), HostSpec("closed", overrides={"kernel_module": "proprietary"})]
+    )
+    inv = bed.inventory(
+        tmp_path / "inv.yaml", prefill=["open"], decode=["closed"], router="open",
+        overrides={"kv_transfer": {"rdma": "on"}},
+    )
+    doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "rdma.gpudirect").stdout)
+    (ok,) = _checks(doc, "open", "rdma.gpudirect")
+    assert ok["status"] == "pass" and "dma-buf" in ok["message"], ok
+    (warn,) = _checks(doc, "closed", "rdma.gpudirect")
+    assert warn["status"] == "warn" and "proprietary" in warn["message"], warn
+    assert "nvidia_peermem" in warn["fix"]
