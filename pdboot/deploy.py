@@ -34,6 +34,7 @@ from rich.progress import (
 from rich.table import Column, Table
 from rich.text import Text
 
+from pdboot import image_probe
 from pdboot.converge import Observed, Step, decode_restart_note, orphans, plan_down, plan_up
 from pdboot.diagnose import diagnose
 from pdboot.engine import PullProgress, PullResult
@@ -186,6 +187,7 @@ class _Up:
 
     def run(self) -> None:
         self.pull()
+        self.check_image()
         self.ship()
         observed = self.observe()
         stages = plan_up(self.plan, observed)
@@ -256,6 +258,18 @@ class _Up:
             _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
         if errors:
             _report_errors(self.out, "pull failed on", errors)
+            raise _Stop
+
+    def check_image(self) -> None:
+        """After the pull, before the start: the image asked on each engine host
+        (pdboot/image_probe.py). Part of preflight: --skip-preflight skips it."""
+        if self.opts.skip_preflight:
+            return
+        results = image_probe.image_caps_check(self.plan, self.hosts)
+        for line in image_probe.lines(results):
+            self.out.print(Text(line), soft_wrap=True)
+        if image_probe.failed(results):
+            self.out.print(Text("image check failed: nothing was started", style="red"))
             raise _Stop
 
     # ---- ship

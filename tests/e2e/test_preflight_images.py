@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -96,3 +97,30 @@ def test_gpudirect_rdma_follows_the_hosts_kernel_modules(
     (warn,) = _checks(doc, "closed", "rdma.gpudirect")
     assert warn["status"] == "warn" and "proprietary" in warn["message"], warn
     assert "nvidia_peermem" in warn["fix"]
+
+
+# torch 2.11.0+cu126's real arch list (pytorch/pytorch#182250): no sm_120 kernels
+CU126_ARCHS = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+
+
+def test_up_asks_the_pulled_image_and_stops_before_the_start(
+    make_testbed: Callable[..., Testbed], tmp_path: Path
+) -> None:
+    bed = make_testbed(
+        [HostSpec("ok"), HostSpec("noarch", overrides={"image": {"arch_list": CU126_ARCHS}})]
+    )
+    inv = bed.inventory(tmp_path / "inv.yaml", prefill=["noarch"], decode=["ok"], router="ok")
+    up = _pdboot("up", str(inv))
+    out = up.stdout + up.stderr
+    assert up.returncode != 0, out
+    assert "pulled" in out  # the check runs after the pull ...
+    assert re.search(r"^ok: docker\.image_arch pass: kernels for compute capability 12\.0", out,
+                     re.M), out
+    assert re.search(r"^ok: docker\.image_nixl pass: NIXL UCX backend with CUDA", out, re.M), out
+    m = re.search(r"^noarch: docker\.image_arch fail: (.*)\n  fix: (.*)$", out, re.M)
+    assert m, out
+    assert "no CUDA kernels for compute capability 12.0" in m.group(1)
+    assert "sm_90" in m.group(1) and "sm_120" in m.group(2)
+    assert "image check failed: nothing was started" in out
+    for h in bed.hosts.values():  # ... and before anything starts
+        assert h.docker("ps", "-aq").stdout.split() == []
