@@ -147,7 +147,7 @@ def up(
         except KeyboardInterrupt:
             out.print(Text("interrupted before anything was started", style="yellow"))
             return EXIT_INTERRUPTED
-        plan = build_plan(inv, findings.present, findings.ports)
+        plan = build_plan(inv, findings.present, findings.ports, findings.ifaces)
         for line in describe(inv, plan, findings, skipped=opts.skip_preflight):
             out.print(line)
         run = _Up(inv, plan, hosts, opts, out, clock or MonotonicClock(), token)

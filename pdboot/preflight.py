@@ -38,6 +38,7 @@ from pdboot.checks import host as host_checks
 from pdboot.checks import model as model_checks
 from pdboot.checks import network as network_checks
 from pdboot.checks import rdma as rdma_checks
+from pdboot.checks import route as route_checks
 from pdboot.inventory import Inventory, advertised_address, deployment_hosts
 from pdboot.plan import build_plan
 
@@ -47,6 +48,7 @@ DOMAINS = (
     docker_checks,
     rdma_checks,
     gdr_checks,
+    route_checks,
     host_checks,
     network_checks,
     model_checks,
@@ -148,8 +150,17 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             rdma_devices=tuple(inv.hosts[name].rdma_devices),
             ucx_net_devices=kv.ucx.net_devices,
             probes=tuple(probes),
+            extra={"peers": " ".join(_peer_addresses(inv, name))},
         )
     return out
+
+
+def _peer_addresses(inv: Inventory, name: str) -> list[str]:
+    """The other tier's engine hosts (not this one): where this host's UCX sends KV."""
+    peers = (inv.prefill.hosts if name in inv.decode.hosts else []) + (
+        inv.decode.hosts if name in inv.prefill.hosts else []
+    )
+    return [advertised_address(inv.hosts[p]) for p in dict.fromkeys(peers) if p != name]
 
 
 def host_commands(ctx: HostContext, sel: Selection = Selection()) -> list[Command]:
@@ -238,6 +249,9 @@ def evaluate_host(
     elif ctx.rdma_mode == "off" and ctx.gpu_host:
         rdma_present = False
     results += _guarded("rdma", lambda: gdr_checks.evaluate(ctx, s, rdma_present), results) or []
+    results += (
+        _guarded("network", lambda: route_checks.evaluate(ctx, s, rdma_present), results) or []
+    )
     for area, fn in (
         ("host", lambda: host_checks.evaluate(ctx, s, scan)),
         ("network", lambda: network_checks.evaluate(ctx, s)),
