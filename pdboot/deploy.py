@@ -644,9 +644,10 @@ def _report_errors(out: Console, what: str, errors: dict[str, str]) -> None:
 
 
 def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
-    """The RDMA findings `up` recorded on the hosts (only read for kv_transfer.rdma auto;
-    an unreadable host counts as no record: the step that needs it reports the host)."""
-    if inv.kv_transfer.rdma != "auto":
+    """The RDMA findings `up` recorded on the hosts (not read for kv_transfer.rdma on,
+    where neither the RDMA choice nor the TCP interface matters; an unreadable host counts
+    as no record: the step that needs it reports the host)."""
+    if inv.kv_transfer.rdma == "on":
         return Findings({}, {}, "recorded")
     path = f"{project_dir(inv)}/{RECORD_FILE}"
     texts, _ = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)

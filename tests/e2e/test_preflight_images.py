@@ -124,3 +124,60 @@ def test_up_asks_the_pulled_image_and_stops_before_the_start(
     assert "image check failed: nothing was started" in out
     for h in bed.hosts.values():  # ... and before anything starts
         assert h.docker("ps", "-aq").stdout.split() == []
+
+
+def test_without_rdma_the_interface_reaching_the_peer_must_not_be_docker0(
+    make_testbed: Callable[..., Testbed], tmp_path: Path
+) -> None:
+    bed = make_testbed([HostSpec("a"), HostSpec("b")])
+    a, b = bed.hosts["a"], bed.hosts["b"]
+    inv = bed.inventory(
+        tmp_path / "inv.yaml", prefill=["a"], decode=["b"], router="b",
+        overrides={"kv_transfer": {"rdma": "off"}},
+    )
+    doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "network").stdout)
+    for host in ("a", "b"):
+        (ok,) = _checks(doc, host, "network.ucx_iface")
+        assert ok["status"] == "pass" and ok["message"].startswith("UCX_NET_DEVICES=eth0"), ok
+
+    # a's route to b now goes through a bridge named docker0 (as when the hosts' network
+    # overlaps Docker's default bridge subnet)
+    a.exec(
+        "ip link add docker0 type bridge && ip link set docker0 up && "
+        f"ip addr add 172.17.0.1/16 dev docker0 && ip route add {b.address}/32 dev docker0",
+        check=True,
+    )
+    doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "network").stdout)
+    (bad,) = _checks(doc, "a", "network.ucx_iface")
+    assert bad["status"] == "fail" and f"{b.address} is reached through docker0" in bad["message"]
+    (ok,) = _checks(doc, "b", "network.ucx_iface")
+    assert ok["status"] == "pass"
+
+
+def test_up_without_rdma_sets_ucx_net_devices_to_the_interface_found(
+    make_testbed: Callable[..., Testbed], tmp_path: Path
+) -> None:
+    bed = make_testbed([HostSpec("a"), HostSpec("b")])
+    inv = bed.inventory(
+        tmp_path / "inv.yaml", prefill=["a"], decode=["b"], router="b", name="ucxif",
+        overrides={"kv_transfer": {"rdma": "off"}},
+    )
+    up = _pdboot("up", str(inv))
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        for host in ("a", "b"):
+            h = bed.hosts[host]
+            ids = h.docker("ps", "-q", "--filter", "label=io.pdboot.deployment=ucxif").stdout
+            envs = [
+                json.loads(h.docker("inspect", "--format", "{{json .Config.Env}}", c).stdout)
+                for c in ids.split()
+            ]
+            engine = [e for e in envs if any(v.startswith("VLLM_NIXL_SIDE_CHANNEL") for v in e)]
+            assert engine and "UCX_NET_DEVICES=eth0" in engine[0], envs
+        # status rebuilds the plan from the recorded finding: no change reported
+        st = _pdboot("status", str(inv), "--json")
+        doc = json.loads(st.stdout)
+        assert doc["healthy"] is True, doc
+        assert all(s["matches_inventory"] is True for s in doc["services"]), doc
+    finally:
+        _pdboot("down", str(inv))
