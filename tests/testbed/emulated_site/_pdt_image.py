@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-PROFILE = "/usr/local/share/pdt-nvidia/profile.json"
+PROFILE = "/usr/local/share/pdt-nvidia/profile.json"  # written by the NVIDIA hook
 # torch 2.11.0+cu128's torch.cuda.get_arch_list() (pytorch/pytorch#182250)
 ARCH_LIST = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 UCT_MODULES = ["cma", "cuda", "cuda_gdrcopy", "ib", "rdmacm", "tcp"]
