@@ -55,14 +55,3 @@ def image_caps_check(
 
 def failed(results: dict[str, list[CheckResult]]) -> bool:
     return any(r.status == "fail" for rs in results.values() for r in rs)
-
-
-def lines(results: dict[str, list[CheckResult]]) -> list[str]:
-    """One line per result, a fix line under each one that is not a pass."""
-    out: list[str] = []
-    for host in sorted(results):
-        for r in results[host]:
-            out.append(f"{host}: {r.id} {r.status}: {r.message}")
-            if r.fix and r.status != "pass":
-                out.append(f"  fix: {r.fix}")
-    return out

@@ -16,34 +16,22 @@ whether or not the container was (re)created from it; it survives `down`, so the
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from pdboot.checks import route
+from pdboot.checks.facts import HostFacts
 from pdboot.inventory import Inventory
 from pdboot.plan import Plan
 
 RECORD_FILE = "rdma.json"
-
-_PORT = re.compile(r"[\w.\-]+:\d+")
-
-
-class _Check(Protocol):
-    @property
-    def id(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def message(self) -> str: ...
 
 
 class _HostReport(Protocol):
     @property
     def rdma_present(self) -> bool | None: ...
     @property
-    def checks(self) -> Sequence[_Check]: ...
+    def facts(self) -> HostFacts: ...
 
 
 class _Preflight(Protocol):
@@ -65,15 +53,14 @@ class Findings:
     ifaces: dict[str, list[str]] = field(default_factory=dict)
 
 
-def active_ports(checks: Iterable[_Check]) -> list[str]:
-    """The ``device:port`` of every passed ``rdma.link`` check (one per ACTIVE port)."""
-    out = []
-    for c in checks:
-        if c.id == "rdma.link" and c.status == "pass":
-            head = c.message.split(" ", 1)[0]
-            if _PORT.fullmatch(head):
-                out.append(head)
-    return out
+def active_ports(facts: HostFacts) -> list[str]:
+    """The ``device:port`` of every ACTIVE port preflight's RDMA facts list."""
+    return facts.rdma.active_ports() if facts.rdma is not None else []
+
+
+def tcp_ifaces(facts: HostFacts) -> list[str]:
+    """The interface(s) preflight's route facts found reaching the peer engine hosts."""
+    return facts.route.ifaces() if facts.route is not None else []
 
 
 def from_preflight(result: _Preflight) -> Findings:
@@ -84,8 +71,8 @@ def from_preflight(result: _Preflight) -> Findings:
             continue
         present[name] = rep.rdma_present
         if rep.rdma_present:
-            ports[name] = active_ports(rep.checks)
-    ifaces = {n: route.ifaces_from(r.checks) for n, r in result.hosts.items()}
+            ports[name] = active_ports(rep.facts)
+    ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
     return Findings(present, ports, "preflight", {n: i for n, i in ifaces.items() if i})
 
 

@@ -16,8 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pdboot.checks import CheckResult, Command, HostContext, Section
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 CHECK_ID = "rdma.gpudirect"
 SCRIPT = (
@@ -49,7 +53,7 @@ class GdrFacts:
         return self.open_modules and self.kernel is not None and self.kernel >= DMABUF_KERNEL
 
 
-def parse(text: str) -> GdrFacts:
+def parse_text(text: str) -> GdrFacts:
     kernel: tuple[int, int] | None = None
     modules: set[str] = set()
     nvrm = ""
@@ -95,13 +99,21 @@ def verdict(f: GdrFacts) -> CheckResult:
     )
 
 
-def evaluate(
-    ctx: HostContext, s: Mapping[str, Section], rdma_present: bool | None
-) -> list[CheckResult]:
-    """Judged when RDMA will be used: kv_transfer.rdma on, or auto with usable HCAs."""
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> GdrFacts | None:
+    """None where the command did not run (no GPU host, RDMA off, deselected, cut off)."""
     sec = s.get("gdr")
-    if sec is None or sec.rc is None or ctx.rdma_mode == "off":
+    if sec is None or sec.rc is None:
+        return None
+    return parse_text(sec.output)
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    """Judged when RDMA will be used: kv_transfer.rdma on, or auto with usable HCAs
+    (read from the RDMA area's facts)."""
+    if facts.gdr is None or ctx.rdma_mode == "off":
         return []
-    if ctx.rdma_mode == "auto" and not rdma_present:
+    if ctx.rdma_mode == "auto" and not (
+        facts.rdma is not None and facts.rdma.checked and facts.rdma.usable
+    ):
         return []
-    return [verdict(parse(sec.output))]
+    return [verdict(facts.gdr)]

@@ -5,8 +5,8 @@ Docker has ``docker0`` (and ``lo``): an endpoint built on one of those never rea
 peer host (UCX endpoint timeouts at the first request). The kernel says which interface
 reaches each peer engine host: ``ip -o route get ADDRESS``. That interface must not be
 ``docker0`` or ``lo``; pdboot then sets ``UCX_NET_DEVICES`` to it (an explicit
-``kv_transfer.ucx.net_devices`` wins). Pure parser and verdict; the interfaces found are
-read back from the passed check by ``ifaces_from`` (as rdma_findings reads ACTIVE ports).
+``kv_transfer.ucx.net_devices`` wins). Pure parser and verdict; the interfaces found stay
+on the host's facts (``RouteFacts.ifaces``), which rdma_findings reads for the plan.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from pdboot.checks import CheckResult, Command, HostContext, Section
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 CHECK_ID = "network.ucx_iface"
 BAD = ("docker0", "lo")
@@ -25,8 +28,8 @@ PREFIX = "UCX_NET_DEVICES="
 
 
 def peers(ctx: HostContext) -> list[str]:
-    """The peer engine hosts' addresses (set by preflight.contexts in ``extra``)."""
-    return ctx.extra.get("peers", "").split()
+    """The peer engine hosts' addresses (set by preflight.contexts)."""
+    return list(ctx.peers)
 
 
 def script(addresses: Iterable[str]) -> str:
@@ -56,10 +59,31 @@ class Route:
     text: str
 
 
+@dataclass(frozen=True)
+class RouteFacts:
+    routes: tuple[Route, ...]
+
+    @property
+    def remote(self) -> list[Route]:
+        return [r for r in self.routes if not r.local]
+
+    @property
+    def bad(self) -> list[Route]:
+        """Peers reached through docker0/lo, or not at all."""
+        return [r for r in self.remote if r.dev in BAD or not r.dev]
+
+    def ifaces(self) -> list[str]:
+        """The interfaces reaching the remote peers; none when any peer is reached badly
+        (preflight fails there) or every peer is on this host."""
+        if self.bad:
+            return []
+        return list(dict.fromkeys(r.dev for r in self.remote))
+
+
 _DEV = re.compile(r"\bdev (\S+)")
 
 
-def parse(text: str) -> list[Route]:
+def parse_text(text: str) -> list[Route]:
     out: list[Route] = []
     peer: str | None = None
     for ln in text.splitlines():
@@ -72,11 +96,11 @@ def parse(text: str) -> list[Route]:
     return out
 
 
-def verdict(routes: list[Route], explicit: str | None) -> CheckResult | None:
-    remote = [r for r in routes if not r.local]
+def verdict(facts: RouteFacts, explicit: str | None) -> CheckResult | None:
+    remote = facts.remote
     if not remote:
         return None  # every peer engine is on this host: no network hop
-    bad = [r for r in remote if r.dev in BAD or not r.dev]
+    bad = facts.bad
     if bad:
         r = bad[0]
         how = f"through {r.dev}" if r.dev else f"not at all ({r.text[:120]})"
@@ -88,38 +112,29 @@ def verdict(routes: list[Route], explicit: str | None) -> CheckResult | None:
             "give the hosts addresses on the network that joins them (hosts.<name>.address "
             "or net_interface), or set kv_transfer.ucx.net_devices to that interface",
         )
-    devs = list(dict.fromkeys(r.dev for r in remote))
     via = ", ".join(f"{r.peer} via {r.dev}" for r in remote)
     if explicit:
         return CheckResult(
             CHECK_ID, "pass", f"{via}; kv_transfer.ucx.net_devices={explicit} is used as set"
         )
-    return CheckResult(CHECK_ID, "pass", f"{PREFIX}{','.join(devs)} ({via})")
+    return CheckResult(CHECK_ID, "pass", f"{PREFIX}{','.join(facts.ifaces())} ({via})")
 
 
-def evaluate(
-    ctx: HostContext, s: Mapping[str, Section], rdma_present: bool | None
-) -> list[CheckResult]:
-    """Judged where KV goes over TCP: rdma off, or auto without usable RDMA."""
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> RouteFacts | None:
+    """None where the command did not run (RDMA on, no peer, deselected, cut off)."""
     sec = s.get("route")
-    if sec is None or sec.rc is None or rdma_present:
+    if sec is None or sec.rc is None:
+        return None
+    return RouteFacts(tuple(parse_text(sec.output)))
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    """Judged where KV goes over TCP: rdma off, or auto without usable RDMA (read from
+    the RDMA area's facts)."""
+    if facts.route is None:
         return []
-    res = verdict(parse(sec.output), ctx.ucx_net_devices)
+    r = facts.rdma
+    if ctx.rdma_mode == "auto" and r is not None and r.checked and r.usable:
+        return []
+    res = verdict(facts.route, ctx.ucx_net_devices)
     return [res] if res is not None else []
-
-
-class _Check(Protocol):
-    @property
-    def id(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def message(self) -> str: ...
-
-
-def ifaces_from(checks: Iterable[_Check]) -> list[str]:
-    """The interfaces a passed network.ucx_iface check chose (none when set explicitly)."""
-    for c in checks:
-        if c.id == CHECK_ID and c.status == "pass" and c.message.startswith(PREFIX):
-            return c.message[len(PREFIX) :].split(" ", 1)[0].split(",")
-    return []
