@@ -489,6 +489,15 @@ class Engine:
             # container created, and a second `up` of the same service starts it.
             self._run(argv, f"start {service}", timeout=timeout)
 
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        """A short-lived `docker run --rm ...` on the host (the docker CLI, argv quoted by
+        remote): (exit code, stdout + stderr). A nonzero exit is the caller's to judge."""
+        try:
+            res = self.conn.run(argv, timeout=timeout)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot run {shlex.join(argv[:3])}: {e.message}") from e
+        return res.rc, mask(res.stdout + res.stderr)
+
     def read_file(self, path: str) -> str | None:
         """A small file's text, or None when it is not there (or unreadable)."""
         try:

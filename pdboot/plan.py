@@ -183,7 +183,13 @@ def rdma_enabled(inv: Inventory, host: str, rdma_present: Mapping[str, bool] | N
     return bool(inv.hosts[host].rdma_devices)
 
 
-def _ucx_env(inv: Inventory, host: str, rdma: bool, found: Sequence[str] | None) -> dict[str, str]:
+def _ucx_env(
+    inv: Inventory,
+    host: str,
+    rdma: bool,
+    found: Sequence[str] | None,
+    tcp_ifaces: Sequence[str] | None = None,
+) -> dict[str, str]:
     ucx = inv.kv_transfer.ucx
     env: dict[str, str] = {}
     # declared devices win; else the ports preflight found ACTIVE (UCX would otherwise
@@ -193,6 +199,8 @@ def _ucx_env(inv: Inventory, host: str, rdma: bool, found: Sequence[str] | None)
         env["UCX_NET_DEVICES"] = ucx.net_devices
     elif rdma and devices:
         env["UCX_NET_DEVICES"] = ",".join(d if ":" in d else f"{d}:1" for d in devices)
+    elif not rdma and tcp_ifaces:  # the interface preflight found reaching the peers
+        env["UCX_NET_DEVICES"] = ",".join(tcp_ifaces)
     if ucx.tls:
         env["UCX_TLS"] = ucx.tls
     env.update(ucx.env)
@@ -253,6 +261,7 @@ def _engine(
     host: str,
     rdma_present: Mapping[str, bool] | None,
     rdma_ports: Mapping[str, Sequence[str]] | None,
+    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
 ) -> Service:
     address = advertised_address(inv.hosts[host])
     rdma = rdma_enabled(inv, host, rdma_present)
@@ -262,7 +271,9 @@ def _engine(
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(tier.side_channel_port),
         "HF_HOME": HF_CACHE_IN_CONTAINER,
     }
-    env.update(_ucx_env(inv, host, rdma, (rdma_ports or {}).get(host)))
+    env.update(
+        _ucx_env(inv, host, rdma, (rdma_ports or {}).get(host), (tcp_ifaces or {}).get(host))
+    )
     env.update(tier.env)
     return Service(
         name=role,
@@ -363,18 +374,17 @@ def build_plan(
     inv: Inventory,
     rdma_present: Mapping[str, bool] | None = None,
     rdma_ports: Mapping[str, Sequence[str]] | None = None,
+    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
 ) -> Plan:
     """The deployment plan. ``rdma_present``: per host, whether preflight found RDMA
     devices (used when kv_transfer.rdma is `auto`); None for a dry run. ``rdma_ports``:
     per host, the ``device:port`` names it found ACTIVE (UCX_NET_DEVICES when the
-    inventory declares no rdma_devices)."""
-    decodes = [
-        _with_hash(_engine(inv, "decode", inv.decode, h, rdma_present, rdma_ports))
-        for h in inv.decode.hosts
-    ]
+    inventory declares no rdma_devices). ``tcp_ifaces``: per host, the interface(s) that
+    reach the peer engine hosts (UCX_NET_DEVICES when RDMA is off)."""
+    facts = (rdma_present, rdma_ports, tcp_ifaces)
+    decodes = [_with_hash(_engine(inv, "decode", inv.decode, h, *facts)) for h in inv.decode.hosts]
     prefills = [
-        _with_hash(_engine(inv, "prefill", inv.prefill, h, rdma_present, rdma_ports))
-        for h in inv.prefill.hosts
+        _with_hash(_engine(inv, "prefill", inv.prefill, h, *facts)) for h in inv.prefill.hosts
     ]
     router = _with_hash(_router(inv, prefills, decodes))
     every = decodes + prefills + [router]

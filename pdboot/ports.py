@@ -47,6 +47,8 @@ class EngineOps(Protocol):
 
     def read_file(self, path: str) -> str | None: ...
 
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]: ...
+
     def remove_project_dir(self, project_dir: str) -> None: ...
 
     def remove_image(self, image: str) -> bool: ...
@@ -83,9 +85,10 @@ def report_errors(emit: Emit, what: str, errors: Mapping[str, str]) -> None:
 
 
 def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
-    """The RDMA findings `up` recorded on the hosts (only read for kv_transfer.rdma auto;
-    an unreadable host counts as no record: the step that needs it reports the host)."""
-    if inv.kv_transfer.rdma != "auto":
+    """The RDMA findings `up` recorded on the hosts (not read for kv_transfer.rdma on,
+    where neither the RDMA choice nor the TCP interface matters; an unreadable host counts
+    as no record: the step that needs it reports the host)."""
+    if inv.kv_transfer.rdma == "on":
         return Findings({}, {}, "recorded")
     path = f"{project_dir(inv)}/{RECORD_FILE}"
     texts, _ = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)

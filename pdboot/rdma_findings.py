@@ -16,7 +16,7 @@ whether or not the container was (re)created from it; it survives `down`, so the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -49,11 +49,18 @@ class Findings:
     present: dict[str, bool]
     ports: dict[str, list[str]] = field(default_factory=dict)
     source: Source = "preflight"
+    # per host, the interface(s) reaching the peer engines, for UCX over TCP
+    ifaces: dict[str, list[str]] = field(default_factory=dict)
 
 
 def active_ports(facts: HostFacts) -> list[str]:
     """The ``device:port`` of every ACTIVE port preflight's RDMA facts list."""
     return facts.rdma.active_ports() if facts.rdma is not None else []
+
+
+def tcp_ifaces(facts: HostFacts) -> list[str]:
+    """The interface(s) preflight's route facts found reaching the peer engine hosts."""
+    return facts.route.ifaces() if facts.route is not None else []
 
 
 def from_preflight(result: _Preflight) -> Findings:
@@ -65,11 +72,24 @@ def from_preflight(result: _Preflight) -> Findings:
         present[name] = rep.rdma_present
         if rep.rdma_present:
             ports[name] = active_ports(rep.facts)
-    return Findings(present, ports, "preflight")
+    ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
+    return Findings(present, ports, "preflight", {n: i for n, i in ifaces.items() if i})
 
 
-def record_text(present: bool, ports: list[str]) -> str:
-    return json.dumps({"rdma": present, "ports": ports}, sort_keys=True) + "\n"
+def record_text(present: bool, ports: list[str], ifaces: Sequence[str] = ()) -> str:
+    doc: dict[str, object] = {"rdma": present, "ports": ports}
+    if ifaces:
+        doc["ifaces"] = list(ifaces)
+    return json.dumps(doc, sort_keys=True) + "\n"
+
+
+def _record_ifaces(text: str) -> list[str]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    got = doc.get("ifaces") if isinstance(doc, dict) else None
+    return [str(i) for i in got] if isinstance(got, list) else []
 
 
 def parse_record(text: str) -> tuple[bool, list[str]] | None:
@@ -89,18 +109,24 @@ def parse_record(text: str) -> tuple[bool, list[str]] | None:
 def from_records(texts: Mapping[str, str | None]) -> Findings:
     present: dict[str, bool] = {}
     ports: dict[str, list[str]] = {}
+    ifaces: dict[str, list[str]] = {}
     for host, text in texts.items():
         rec = parse_record(text) if text else None
-        if rec is not None:
+        if rec is not None and text:
             present[host], ports[host] = rec
-    return Findings(present, ports, "recorded")
+            if _record_ifaces(text):
+                ifaces[host] = _record_ifaces(text)
+    return Findings(present, ports, "recorded", ifaces)
 
 
 def records_to_ship(findings: Findings | None) -> dict[str, str]:
     """host -> record text; only findings of a preflight of this run are recorded."""
     if findings is None or findings.source != "preflight":
         return {}
-    return {h: record_text(p, findings.ports.get(h, [])) for h, p in findings.present.items()}
+    return {
+        h: record_text(p, findings.ports.get(h, []), findings.ifaces.get(h, []))
+        for h, p in findings.present.items()
+    }
 
 
 def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: bool) -> list[str]:

@@ -120,7 +120,7 @@ def collect(
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
         # the plan from that record, not from the declared devices alone
         findings = recorded_findings(inv, hosts)
-        plan = build_plan(inv, findings.present, findings.ports)
+        plan = build_plan(inv, findings.present, findings.ports, findings.ifaces)
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
         hosts.close()

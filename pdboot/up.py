@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pdboot import image_probe
 from pdboot.converge import Observed, Step, decode_restart_note, orphans, plan_up
 from pdboot.diagnose import diagnose
 from pdboot.down import clean_files, stop_remove, teardown
@@ -31,6 +32,7 @@ from pdboot.events import (
     Emit,
     Endpoint,
     Failure,
+    ImageCheck,
     Interrupted,
     KVVerdict,
     Note,
@@ -191,7 +193,7 @@ def _on_hosts(
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
-    plan = build_plan(inv, findings.present, findings.ports)
+    plan = build_plan(inv, findings.present, findings.ports, findings.ifaces)
     for line in describe(inv, plan, findings, skipped=opts.skip_preflight):
         emit(Note(line))
     run = _Up(inv, plan, hosts, opts, emit, env)
@@ -222,6 +224,7 @@ class _Up:
 
     def run(self) -> None:
         self.pull()
+        self.check_image()
         self.ship()
         observed = self.observe()
         stages = plan_up(self.plan, observed)
@@ -266,6 +269,20 @@ class _Up:
         _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
         if errors:
             report_errors(self.emit, "pull failed on", errors)
+            raise _Stop
+
+    def check_image(self) -> None:
+        """After the pull, before the start: the image asked on each engine host
+        (pdboot/image_probe.py). Part of preflight: --skip-preflight skips it."""
+        if self.opts.skip_preflight:
+            return
+        self.emit(StageStarted("image_check"))
+        results = image_probe.image_caps_check(self.plan, self.hosts)
+        for host in sorted(results):
+            for r in results[host]:
+                self.emit(ImageCheck(host, r.id, r.status, r.message, r.fix))
+        if image_probe.failed(results):
+            self.emit(Note("image check failed: nothing was started", "error"))
             raise _Stop
 
     # ---- ship

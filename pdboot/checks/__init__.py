@@ -107,6 +107,7 @@ class HostContext:
     probes: tuple[Probe, ...] = ()
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
+    peers: tuple[str, ...] = ()  # the other tier's engine hosts' addresses (network.ucx_iface)
 
     @property
     def gpu_host(self) -> bool:

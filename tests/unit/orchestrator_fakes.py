@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pdboot.converge import Observed
@@ -46,6 +47,12 @@ PULL_EVENTS = [
 ]
 
 
+# the after-pull image probe's answer: the stand-in image's, verbatim (GPUs 12.0, arch list
+# with sm_120, NIXL's UCX backend with cuda and ib transports)
+CAPS = Path(__file__).parent / "fixtures" / "image_caps"
+PROBE_OK = (0, (CAPS / "standin-rtx6000.txt").read_text())
+
+
 def inventory(decode_extra: str = "") -> Inventory:
     return parse_inventory(INV % decode_extra)
 
@@ -72,6 +79,7 @@ class World:
     containers: dict[str, Container] = field(default_factory=dict)
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (op, host, what)
     kv_pulls: int = 0
+    probe: tuple[int, str] = PROBE_OK  # what run_once (the image probe) answers
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
@@ -212,6 +220,10 @@ class FakeEngine:
 
     def read_file(self, path: str) -> str | None:
         return None
+
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        self._call("run_once", argv[-1] if argv else "")
+        return self.world.probe
 
     def remove_project_dir(self, project_dir: str) -> None:
         self._call("remove_project_dir", project_dir)

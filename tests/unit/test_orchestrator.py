@@ -9,7 +9,7 @@ from pdboot.down import DownOptions, down
 from pdboot.inventory import Inventory
 from pdboot.ports import PreflightOutcome
 from pdboot.up import UpOptions, up
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from tests.unit.orchestrator_fakes import CAPS, Recorder, World, inventory
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
@@ -145,6 +145,47 @@ def test_failed_preflight_opens_no_host() -> None:
     )
     assert code == 1 and world.calls == []
     assert rec.of(ev.PreflightDone) == [ev.PreflightDone(ok=False)]
+
+
+def _preflighted_up(world: World) -> tuple[int, Recorder]:
+    rec = Recorder()
+    code = up(
+        world.inv,
+        UpOptions(),
+        rec,
+        preflight=lambda _inv, _acc: PreflightOutcome(True),
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+    )
+    return code, rec
+
+
+def test_image_check_after_the_pull_before_the_ship() -> None:
+    world = World(inventory())
+    code, rec = _preflighted_up(world)
+    assert code == 0
+    stages = [e.stage for e in rec.of(ev.StageStarted)]
+    assert stages[:4] == ["preflight", "pull", "image_check", "ship"]
+    # one probe per engine host, none on the router's
+    assert sorted(h for op, h, _ in world.calls if op == "run_once") == ["d1", "p1"]
+    checks = rec.of(ev.ImageCheck)
+    assert {(c.host, c.check, c.status) for c in checks} == {
+        (h, c, "pass") for h in ("d1", "p1") for c in ("docker.image_arch", "docker.image_nixl")
+    }
+
+
+def test_failing_image_check_stops_up_before_any_service_starts() -> None:
+    # an image without torch or nixl (the REAL probe output where neither is installed)
+    world = World(inventory(), probe=(0, (CAPS / "no-torch-no-nixl.txt").read_text()))
+    code, rec = _preflighted_up(world)
+    assert code == 1
+    assert rec.of(ev.ServiceStarted) == [] and world.containers == {}
+    assert not [c for c in world.calls if c[0] in ("ship", "compose_up")]
+    failed = [c for c in rec.of(ev.ImageCheck) if c.status == "fail"]
+    assert failed and all(c.fix for c in failed)
+    assert "nothing was started" in rec.of(ev.Note)[-1].message
+    assert isinstance(rec.events[-1], ev.Done) and rec.events[-1].exit_code == 1
 
 
 def test_down_router_then_prefill_then_decode() -> None:
