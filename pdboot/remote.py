@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -216,11 +216,72 @@ def split_known_hosts_name(name: str) -> tuple[str, int | None]:
 
 
 class UnknownHostKey(paramiko.SSHException):  # type: ignore[misc]
+    def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: str, note: str = "") -> None:
+        self.hostname = hostname
+        self.key = key
+        self.known_hosts = known_hosts
+        self.note = note
+        super().__init__(f"host key for {hostname} is not in {known_hosts}")
+
+
+class RevokedHostKey(paramiko.SSHException):  # type: ignore[misc]
     def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: str) -> None:
         self.hostname = hostname
         self.key = key
         self.known_hosts = known_hosts
-        super().__init__(f"host key for {hostname} is not in {known_hosts}")
+        super().__init__(f"host key for {hostname} is marked @revoked in {known_hosts}")
+
+
+@dataclass
+class KnownHosts:
+    """A known_hosts file as pdboot reads it (paramiko's HostKeys alone raises
+    InvalidHostKey on OpenSSH's marker lines, failing every host with no hint why).
+
+    ``@revoked`` keys are refused for every host (OpenSSH matches the line's host
+    patterns; being stricter cannot let a revoked key in). ``@cert-authority`` lines are
+    skipped: pdboot (paramiko) does not verify host certificates, so such hosts need their
+    own key in the file. ``skipped`` lists (line number, why) for the operator."""
+
+    keys: list[tuple[str, paramiko.PKey]] = field(default_factory=list)  # (name, key)
+    revoked: set[tuple[str, str]] = field(default_factory=set)  # (key type, base64)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def has_cert_authority(self) -> bool:
+        return any("@cert-authority" in why for _, why in self.skipped)
+
+
+def parse_known_hosts(text: str) -> KnownHosts:
+    """known_hosts text -> KnownHosts; never raises on a bad line (it is skipped)."""
+    kh = KnownHosts()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            marker, _, rest = line.partition(" ")
+            fields = rest.split()
+            if marker == "@revoked" and len(fields) >= 3:
+                kh.revoked.add((fields[1], fields[2]))
+            elif marker == "@cert-authority":
+                kh.skipped.append((lineno, "@cert-authority: host certificates are not supported"))
+            else:
+                kh.skipped.append((lineno, f"unknown marker {marker[:40]!r}"))
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+        except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError) as e:
+            kh.skipped.append((lineno, f"unreadable key ({type(e).__name__})"))
+            continue
+        if entry is None:
+            kh.skipped.append((lineno, "unsupported key type or too few fields"))
+            continue
+        kh.keys += [(name, entry.key) for name in entry.hostnames]
+    return kh
+
+
+def is_revoked(kh: KnownHosts, key: paramiko.PKey) -> bool:
+    return (key.get_name(), key.get_base64()) in kh.revoked
 
 
 class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
@@ -231,13 +292,23 @@ class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
     accept_new never overrides a changed key.
     """
 
-    def __init__(self, known_hosts: str, accept_new: bool) -> None:
+    def __init__(self, known_hosts: str, accept_new: bool, kh: KnownHosts | None = None) -> None:
         self.known_hosts = known_hosts
         self.accept_new = accept_new
+        self.kh = kh or KnownHosts()
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
+        # Revoked keys were left out of the loaded keys, so they always come here.
+        if is_revoked(self.kh, key):
+            raise RevokedHostKey(hostname, key, self.known_hosts)
         if not self.accept_new:
-            raise UnknownHostKey(hostname, key, self.known_hosts)
+            note = ""
+            if self.kh.has_cert_authority:
+                note = (
+                    f"{self.known_hosts} vouches for hosts with @cert-authority lines, which "
+                    "pdboot cannot use (no host certificate support): add the host's own key"
+                )
+            raise UnknownHostKey(hostname, key, self.known_hosts, note)
         client.get_host_keys().add(hostname, key.get_name(), key)
         path = Path(self.known_hosts)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -251,12 +322,27 @@ class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
 
+def load_known_hosts(path: str) -> KnownHosts:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return KnownHosts()
+    kh = parse_known_hosts(text)
+    for lineno, why in kh.skipped:
+        log.warning("%s:%d: line skipped: %s", path, lineno, why)
+    return kh
+
+
 def _strict(client: paramiko.SSHClient, known_hosts: str, accept_new: bool) -> None:
-    if os.path.exists(known_hosts):
-        # HostKeys.load, not load_host_keys: nothing is remembered to save back, so
-        # accept-new appends a line instead of rewriting the operator's file.
-        client.get_host_keys().load(known_hosts)
-    client.set_missing_host_key_policy(_StrictPolicy(known_hosts, accept_new))
+    kh = load_known_hosts(known_hosts)
+    # Into the client's host keys (not load_host_keys: nothing is remembered to save
+    # back, so accept-new appends a line instead of rewriting the operator's file).
+    # A revoked key is left out even if a plain line lists it too, so the policy sees it.
+    keys = client.get_host_keys()
+    for name, key in kh.keys:
+        if not is_revoked(kh, key):
+            keys.add(name, key.get_name(), key)
+    client.set_missing_host_key_policy(_StrictPolicy(known_hosts, accept_new, kh))
 
 
 def classify(
@@ -265,6 +351,15 @@ def classify(
     """Turn whatever paramiko/socket raised into a RemoteError with a cause and a fix."""
     if isinstance(exc, RemoteError):
         return exc
+    if isinstance(exc, RevokedHostKey):
+        return RemoteError(
+            host,
+            "host_key_changed",
+            f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
+            f"marked @revoked in {exc.known_hosts}",
+            "the host offers a key its operators revoked: do not connect; get the host's "
+            "current key from its administrators",
+        )
     if isinstance(exc, UnknownHostKey):
         addr, port = split_known_hosts_name(exc.hostname)
         kt = exc.key.get_name()
@@ -273,7 +368,7 @@ def classify(
             host,
             "host_key",
             f"unknown host key for {exc.hostname} ({kt} {fingerprint(exc.key)}); "
-            f"not in {exc.known_hosts}",
+            f"not in {exc.known_hosts}" + (f" ({exc.note})" if exc.note else ""),
             f"check the fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
             f"then: {scan} >> {exc.known_hosts}   (or rerun with --accept-new-host-keys)",
         )
