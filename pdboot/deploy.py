@@ -57,7 +57,7 @@ from pdboot.rdma_findings import (
     from_records,
     records_to_ship,
 )
-from pdboot.remote import register_secret
+from pdboot.remote import HostLost, register_secret
 from pdboot.render import render_host
 from pdboot.waits import (
     READY,
@@ -379,6 +379,12 @@ class _Up:
         container = f"{self.plan.hosts[svc.host].project}-{svc.name}"
 
         def check_container(detail: str) -> Probe:
+            try:
+                return inspect_container(detail)
+            except HostLost as e:  # not a slow engine: waiting longer cannot help
+                return failed(e.message)
+
+        def inspect_container(detail: str) -> Probe:
             obs = link.engine.inspect(container)
             if obs.restart_count > 0:
                 # the restart policy brought it back; it crashed all the same

@@ -63,6 +63,21 @@ class RemoteError(Exception):
         super().__init__(f"{host}: {message}")
 
 
+class HostLost(RemoteError):
+    """A host that answered before stopped answering mid-run (its link or the host went
+    down): reported as lost, by name, instead of as a slow command or engine. Raised by
+    the connection layer (and, as ``engine.EngineLost``, by the engine layer): catch
+    this class to handle both."""
+
+    def __init__(self, host: str, why: str) -> None:
+        super().__init__(
+            host,
+            "unreachable",
+            f"host {host} lost: {why}",
+            "check the host's network link and power; `pdboot status` shows what runs",
+        )
+
+
 # --------------------------------------------------------------------------- secrets
 
 
@@ -345,6 +360,17 @@ def _strict(client: paramiko.SSHClient, known_hosts: str, accept_new: bool) -> N
     client.set_missing_host_key_policy(_StrictPolicy(known_hosts, accept_new, kh))
 
 
+def connect_failures(errors: Mapping[tuple[Any, ...], BaseException]) -> str:
+    """paramiko's per-address connect errors -> ``10.0.0.2:22 (No route to host)``; its
+    own text ("[Errno None] Unable to connect to port 22 on ...") drops every cause."""
+    parts = []
+    for addr, err in errors.items():
+        where = f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"
+        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        parts.append(f"{where} ({why})")
+    return ", ".join(parts) or "any address"
+
+
 def classify(
     exc: BaseException, host: str, *, known_hosts: str = "", kh_name: str = ""
 ) -> RemoteError:
@@ -402,8 +428,8 @@ def classify(
         return RemoteError(
             host,
             "unreachable",
-            f"cannot connect: {exc}",
-            "is sshd running on that address and port?",
+            f"cannot connect to {connect_failures(exc.errors)}",
+            "is the host up, the address right and sshd running on that port?",
         )
     if isinstance(exc, socket.gaierror):
         return RemoteError(
@@ -428,6 +454,59 @@ def classify(
         kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
         return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")
     return RemoteError(host, "error", f"{type(exc).__name__}: {exc}")
+
+
+# A silent peer (link down: no reset, packets just stop) is noticed by unanswered
+# keepalives. paramiko's own Transport.set_keepalive sends requests without wanting a
+# reply, so it can never notice silence; TCP alone notices only after its retransmissions
+# give up (minutes). These are requests that sshd must answer (with a failure: it does not
+# know the name), so an answer proves the peer and the path are alive.
+KEEPALIVE_INTERVAL = 3.0
+LOST_AFTER = 12.0
+CHANNEL_OPEN_TIMEOUT = 20.0
+
+
+class _Watchdog:
+    """Keepalives on one transport; closes it when the peer has been silent for
+    ``lost_after`` seconds, so every call blocked on it (channel opens, reads, the
+    docker SDK's tunnel) fails at once, and records why in ``lost``."""
+
+    def __init__(
+        self, name: str, transport: paramiko.Transport, interval: float, lost_after: float
+    ) -> None:
+        self.name, self.transport = name, transport
+        self.interval, self.lost_after = interval, lost_after
+        self.lost: str | None = None
+        self.last_answer = time.monotonic()
+        self.stopped = threading.Event()
+        for target, what in ((self._ping, "ping"), (self._watch, "watch")):
+            threading.Thread(target=target, daemon=True, name=f"pdboot-{what}-{name}").start()
+
+    def _ping(self) -> None:
+        while not self.stopped.is_set() and self.transport.is_active():
+            try:
+                self.transport.global_request("keepalive@openssh.com", wait=True)
+            except Exception:  # the transport died: _watch or the caller sees it
+                return
+            self.last_answer = time.monotonic()
+            self.stopped.wait(self.interval)
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(1.0):
+            if not self.transport.is_active():
+                return
+            silent = time.monotonic() - self.last_answer
+            if silent > self.lost_after:
+                self.lost = (
+                    f"no answer for {silent:.0f}s (SSH keepalives unanswered: "
+                    "network link down, or the host hung or off)"
+                )
+                log.warning("%s: %s", self.name, self.lost)
+                self.transport.close()
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
 
 
 class SSHConnection(_Base):
@@ -466,24 +545,60 @@ class SSHConnection(_Base):
             _strict(hop.client, self.known_hosts, accept_new_host_keys)
             hop = hop.gateway
         self.connect_timeout = settings.connect_timeout
+        self.keepalive_interval = KEEPALIVE_INTERVAL
+        self.lost_after = LOST_AFTER
+        self._watchdog: _Watchdog | None = None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the host counts as lost mid-run (None while it answers)."""
+        return self._watchdog.lost if self._watchdog else None
+
+    def check_lost(self) -> None:
+        if self.lost:
+            raise HostLost(self.name, self.lost)
+
+    @property
+    def transport(self) -> paramiko.Transport | None:
+        return self._conn.client.get_transport() if self._conn.is_connected else None
 
     def open(self) -> None:
+        # A lost host is not reconnected behind the caller's back: its connect would wait
+        # for the connect timeout again on every call.
+        self.check_lost()
         try:
             self._conn.open()
         except Exception as e:  # classified: every cause becomes a reported RemoteError
             self.close()
             kh_name = known_hosts_name(self._conn.host, self._conn.port)
             raise classify(e, self.name, known_hosts=self.known_hosts, kh_name=kh_name) from e
+        transport = self._conn.client.get_transport()
+        if transport is not None and (
+            self._watchdog is None or self._watchdog.transport is not transport
+        ):
+            transport.channel_timeout = CHANNEL_OPEN_TIMEOUT
+            self._watchdog = _Watchdog(
+                self.name, transport, self.keepalive_interval, self.lost_after
+            )
 
     def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
         self.open()
+        try:
+            return self._exec_open(line, timeout, stdin)
+        except RemoteError as e:
+            if self.lost and not isinstance(e, HostLost):
+                raise HostLost(self.name, self.lost) from e
+            raise
+
+    def _exec_open(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
         t0 = time.monotonic()
         deadline = t0 + timeout
         transport = self._conn.client.get_transport()
         if transport is None or not transport.is_active():
+            self.check_lost()
             raise RemoteError(self.name, "unreachable", "the SSH connection was closed")
         try:
-            chan = transport.open_session(timeout=self.connect_timeout)
+            chan = transport.open_session(timeout=min(self.connect_timeout, timeout) + 5)
         except Exception as e:
             raise classify(e, self.name) from e
         out: list[bytes] = []
@@ -506,6 +621,11 @@ class SSHConnection(_Base):
                     and not chan.recv_stderr_ready()
                 ):
                     break
+                if chan.closed and not chan.exit_status_ready():
+                    # the transport died (e.g. closed by the watchdog): no status will come
+                    raise RemoteError(
+                        self.name, "unreachable", "the SSH connection closed during the command"
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RemoteError(
@@ -527,6 +647,8 @@ class SSHConnection(_Base):
         )
 
     def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
         try:
             self._conn.close()
         except Exception:  # closing a half-open connection must not mask the real error
