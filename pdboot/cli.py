@@ -136,6 +136,13 @@ AcceptNewOpt = Annotated[
         help="Record unknown SSH host keys (like OpenSSH accept-new); changed keys still fail.",
     ),
 ]
+NoWaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-wait",
+        help="If another run holds this deployment's lock, exit 1 at once instead of waiting.",
+    ),
+]
 
 
 @app.command()
@@ -188,6 +195,7 @@ def up(
         typer.Option("--rollback", help="On failure remove what was started (default: keep it)."),
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Pull, start decode, prefill, router; prove a request flows; print the endpoint."""
     from pdboot import deploy
@@ -197,6 +205,7 @@ def up(
         skip_preflight=skip_preflight,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
+        no_wait=no_wait,
     )
     raise typer.Exit(deploy.up(inv, opts, out, preflight=deploy.default_preflight()))
 
@@ -209,12 +218,15 @@ def down(
         typer.Option("--purge", help="Also remove the shipped files and the pulled images."),
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Stop and remove everything pdboot started (router, prefill, decode)."""
     from pdboot import deploy
 
     inv = _load(inventory)
-    opts = deploy.DownOptions(purge=purge, accept_new_host_keys=accept_new_host_keys)
+    opts = deploy.DownOptions(
+        purge=purge, accept_new_host_keys=accept_new_host_keys, no_wait=no_wait
+    )
     raise typer.Exit(deploy.down(inv, opts, out))
 
 

@@ -34,6 +34,7 @@ from rich.progress import (
 from rich.table import Column, Table
 from rich.text import Text
 
+from pdboot import lock
 from pdboot.converge import Observed, Step, decode_restart_note, orphans, plan_down, plan_up
 from pdboot.diagnose import diagnose
 from pdboot.engine import PullProgress, PullResult
@@ -57,7 +58,7 @@ from pdboot.rdma_findings import (
     from_records,
     records_to_ship,
 )
-from pdboot.remote import HostLost, register_secret
+from pdboot.remote import HostLost, RemoteError, register_secret
 from pdboot.render import render_host
 from pdboot.waits import (
     READY,
@@ -83,6 +84,7 @@ class UpOptions:
     rollback: bool = False
     accept_new_host_keys: bool = False
     prove: bool = True
+    no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,49 @@ class _Stop(Exception):
 
 
 def up(
+    inv: Inventory,
+    opts: UpOptions,
+    out: Console,
+    *,
+    preflight: PreflightFn | None = None,
+    clock: Clock | None = None,
+) -> int:
+    held = _take_lock(inv, "up", opts.no_wait, opts.accept_new_host_keys, out)
+    if not isinstance(held, lock.HeldLock):
+        return held or EXIT_FAILED
+    try:
+        return _up(inv, opts, out, preflight=preflight, clock=clock)
+    finally:
+        held.release()
+
+
+def _take_lock(
+    inv: Inventory, operation: str, no_wait: bool, accept_new: bool, out: Console
+) -> lock.HeldLock | int | None:
+    """The deployment lock (see lock.py); the exit code when it cannot be had; None for
+    `down` when the lock's host cannot be reached (down removes what it can reach)."""
+    try:
+        return lock.take(
+            inv,
+            operation,
+            wait=not no_wait,
+            say=lambda m: out.print(Text(m, style="yellow"), soft_wrap=True),
+            accept_new_host_keys=accept_new,
+        )
+    except lock.LockBusy as e:
+        out.print(Text(f"error: {e}", style="red"), soft_wrap=True)
+    except RemoteError as e:
+        if operation == "down":
+            out.print(Text(f"cannot take the deployment lock: {e}; going on without it", "yellow"))
+            return None
+        out.print(Text(f"error: cannot take the deployment lock: {e}", style="red"))
+    except KeyboardInterrupt:
+        out.print(Text("interrupted while waiting for the deployment lock", style="yellow"))
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED
+
+
+def _up(
     inv: Inventory,
     opts: UpOptions,
     out: Console,
@@ -537,9 +582,21 @@ class _Up:
 class DownOptions:
     purge: bool = False
     accept_new_host_keys: bool = False
+    no_wait: bool = False
 
 
 def down(inv: Inventory, opts: DownOptions, out: Console) -> int:
+    held = _take_lock(inv, "down", opts.no_wait, opts.accept_new_host_keys, out)
+    if isinstance(held, int):
+        return held
+    try:
+        return _down(inv, opts, out)
+    finally:
+        if held is not None:
+            held.release()
+
+
+def _down(inv: Inventory, opts: DownOptions, out: Console) -> int:
     plan = build_plan(inv)
     hosts = open_hosts(inv, plan.hosts, accept_new_host_keys=opts.accept_new_host_keys)
     try:

@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from pdboot.remote import Connection, RemoteError
+from pdboot.inventory import Inventory
+from pdboot.remote import Connection, RemoteError, connect
 
 log = logging.getLogger("pdboot.lock")
 
@@ -214,6 +215,7 @@ class HeldLock:
 
     def __init__(self, conn: Connection, path: str, owner: Owner, host: str) -> None:
         self.conn, self.path, self.owner, self.host = conn, path, owner, host
+        self.close_conn = False  # set by take(): the connection is the lock's own
         self._stop = threading.Event()
         self.lost = False
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="pdboot-lock")
@@ -238,6 +240,8 @@ class HeldLock:
             self.conn.run(release_script(self.path, self.owner.run_id), timeout=10)
         except Exception as e:  # the run's own outcome matters more than the lock's
             log.warning("cannot release the deployment lock on %s: %s", self.host, e)
+        if self.close_conn:
+            self.conn.close()
 
 
 def acquire(
@@ -277,3 +281,25 @@ def acquire(
             announced = probe.raw_owner
             say(f"{who}; waiting up to {wait_s:g}s for it (Ctrl-C to stop, --no-wait to fail)")
         sleep(POLL_S)
+
+
+def take(
+    inv: Inventory,
+    operation: str,
+    *,
+    wait: bool = True,
+    say: Callable[[str], None] = print,
+    accept_new_host_keys: bool = False,
+) -> HeldLock:
+    """The deployment's lock on the router's host, over a connection of its own (the
+    heartbeat must not queue behind a long command). Raises LockBusy, or RemoteError when
+    that host cannot be reached."""
+    host = inv.router.host
+    conn = connect(host, inv.hosts[host], inv.ssh, accept_new_host_keys=accept_new_host_keys)
+    try:
+        held = acquire(conn, lock_dir(inv.remote_dir, inv.name), operation, wait=wait, say=say)
+    except BaseException:
+        conn.close()
+        raise
+    held.close_conn = True
+    return held

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from pdboot.converge import Observed, owned
 from pdboot.deploy import EXIT_FAILED, EXIT_OK, EXIT_USAGE, recorded_findings
+from pdboot.engine import EngineError
 from pdboot.hosts import open_hosts
 from pdboot.inventory import Inventory
 from pdboot.plan import ROLES, Service, build_plan
@@ -297,5 +298,8 @@ def logs(inv: Inventory, selector: str, out: Console, *, tail: int, follow: bool
             for line in engine.logs(cid, tail=tail):
                 out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
         return EXIT_OK
+    except EngineError as e:  # e.g. the host was lost mid-read (engine.EngineLost)
+        out.print(Text(f"error: {e}", style="red"), soft_wrap=True)
+        return EXIT_FAILED
     finally:
         hosts.close()
