@@ -502,6 +502,8 @@ class _Up:
             _clean_files(self.hosts, self.inv, self.plan, False, self.out)
         else:
             kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
+            if e.probe.detail.startswith(f"host {svc.host} lost"):
+                kind = "is out of reach (its host was lost)"
             self.out.print(
                 f"{svc.key} {kind}; everything started is left in place for inspection "
                 f"(`pdboot logs INVENTORY {svc.key}`; `pdboot down INVENTORY` removes it)"

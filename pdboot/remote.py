@@ -501,7 +501,7 @@ class _Watchdog:
                     f"no answer for {silent:.0f}s (SSH keepalives unanswered: "
                     "network link down, or the host hung or off)"
                 )
-                log.warning("%s: %s", self.name, self.lost)
+                log.info("%s: %s", self.name, self.lost)
                 self.transport.close()
                 return
 

@@ -131,6 +131,7 @@ def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_p
         rc, out, took = finish(up, ready + 20)
         assert rc == 1, out
         assert "host prefill lost" in out, out
+        assert "out of reach (its host was lost)" in out, out
         assert took < ready + 15, (took, out)
 
         # status and logs end within their deadlines and name the host
