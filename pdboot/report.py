@@ -71,7 +71,7 @@ def verdict(result: PreflightResult) -> str:
         return f"PASS: {len(result.hosts)} host(s) ready for `pdboot up`{warn}"
     fails = f"{n['fail']} failure{'s' if n['fail'] != 1 else ''} on {', '.join(bad)}"
     # each unreachable host's own cause is in its ssh.connect line of the report above
-    unreach = f" ({', '.join(down)} unreachable over SSH)" if down else ""
+    unreach = f" (unreachable: {', '.join(down)})" if down else ""
     return f"FAIL: {fails}{unreach}; fix them before `pdboot up`"
 
 
