@@ -164,3 +164,42 @@ def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_p
     finally:
         prefill.restore_link()
     down_clean(tb, inv, "e2ecut")
+
+
+def test_known_hosts_marker_lines_against_a_real_sshd(testbed: Any, tmp_path: Path) -> None:
+    """@cert-authority lines are skipped (the host's own key still works); a key marked
+    @revoked is refused with that reason, even though a plain line lists it too."""
+    from pdboot import remote
+    from pdboot.inventory import Host, SSHSettings
+
+    h = testbed.hosts["decode"]
+    lines = [ln for ln in testbed.known_hosts.read_text().splitlines() if h.address in ln]
+    assert lines
+    kh = tmp_path / "known_hosts"
+    ca = (
+        "@cert-authority *.example.com ssh-ed25519 "
+        "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+    )
+    kh.write_text(ca + "\n" + "\n".join(lines) + "\n")
+
+    def settings() -> SSHSettings:
+        return SSHSettings(
+            user="root",
+            identity_file=str(testbed.identity_file),
+            known_hosts=str(kh),
+            use_ssh_config=False,
+            connect_timeout=5,
+            command_timeout=30,
+        )
+
+    c = remote.connect("decode", Host(address=h.address), settings())
+    try:
+        assert c.run("echo ok").stdout == "ok\n"
+    finally:
+        c.close()
+    revoked = ["@revoked * " + " ".join(ln.split()[1:3]) for ln in lines]
+    kh.write_text("\n".join([ca, *lines, *revoked]) + "\n")
+    with pytest.raises(remote.RemoteError) as ei:
+        remote.connect("decode", Host(address=h.address), settings(), accept_new_host_keys=True)
+    assert ei.value.kind == "host_key_changed" and "@revoked" in ei.value.message
+    assert "InvalidHostKey" not in str(ei.value)
