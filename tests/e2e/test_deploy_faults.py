@@ -203,3 +203,33 @@ def test_known_hosts_marker_lines_against_a_real_sshd(testbed: Any, tmp_path: Pa
         remote.connect("decode", Host(address=h.address), settings(), accept_new_host_keys=True)
     assert ei.value.kind == "host_key_changed" and "@revoked" in ei.value.message
     assert "InvalidHostKey" not in str(ei.value)
+
+
+def test_ctrl_c_releases_the_lock_and_a_stale_one_is_taken_over(
+    testbed_clean: Any, tmp_path: Path
+) -> None:
+    import signal
+
+    tb = testbed_clean
+    ingress = tb.hosts["ingress"]
+    lock_dir = "/var/lib/pdboot/e2eint2.lock"
+    inv = write_inventory(
+        tb, tmp_path / "inv.yaml", name="e2eint2", decode_env={"STANDIN_LOAD_SECONDS": "30"}
+    )
+    p = start("up", str(inv))
+    wait_for(lambda: containers(tb, "decode", "e2eint2") != [], "the decode container")
+    assert ingress.exec(["test", "-f", f"{lock_dir}/owner"]).returncode == 0
+    p.send_signal(signal.SIGINT)
+    rc, out, _ = finish(p, 60)
+    assert rc == 130, out
+    assert ingress.exec(["test", "-e", lock_dir]).returncode != 0, out
+    # a run killed outright leaves its lock: it goes stale and the next run takes it over
+    owner = "user=gone\nmachine=old\npid=1\nrun_id=deadrun\noperation=up\nstarted=then\n"
+    ingress.exec(
+        f"mkdir -p {lock_dir} && printf '{owner}' > {lock_dir}/owner "
+        f"&& touch -d '-5 min' {lock_dir}/owner"
+    )
+    dn = pdboot("down", str(inv), "--no-wait", timeout=120)
+    assert dn.returncode == 0, output(dn)
+    assert "held by gone@old" in output(dn) and "stale" in output(dn)
+    assert ingress.exec(["test", "-e", lock_dir]).returncode != 0
