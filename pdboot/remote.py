@@ -371,6 +371,17 @@ def connect_failures(errors: Mapping[tuple[Any, ...], BaseException]) -> str:
     return ", ".join(parts) or "any address"
 
 
+def _revoked(exc: RevokedHostKey, host: str) -> RemoteError:
+    return RemoteError(
+        host,
+        "host_key_changed",
+        f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
+        f"marked @revoked in {exc.known_hosts}",
+        "the host offers a key its operators revoked: do not connect; get the host's "
+        "current key from its administrators",
+    )
+
+
 def classify(
     exc: BaseException, host: str, *, known_hosts: str = "", kh_name: str = ""
 ) -> RemoteError:
@@ -378,14 +389,7 @@ def classify(
     if isinstance(exc, RemoteError):
         return exc
     if isinstance(exc, RevokedHostKey):
-        return RemoteError(
-            host,
-            "host_key_changed",
-            f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
-            f"marked @revoked in {exc.known_hosts}",
-            "the host offers a key its operators revoked: do not connect; get the host's "
-            "current key from its administrators",
-        )
+        return _revoked(exc, host)
     if isinstance(exc, UnknownHostKey):
         addr, port = split_known_hosts_name(exc.hostname)
         kt = exc.key.get_name()
@@ -557,10 +561,6 @@ class SSHConnection(_Base):
     def check_lost(self) -> None:
         if self.lost:
             raise HostLost(self.name, self.lost)
-
-    @property
-    def transport(self) -> paramiko.Transport | None:
-        return self._conn.client.get_transport() if self._conn.is_connected else None
 
     def open(self) -> None:
         # A lost host is not reconnected behind the caller's back: its connect would wait
