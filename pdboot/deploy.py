@@ -137,10 +137,12 @@ def _take_lock(
     except lock.LockBusy as e:
         out.print(Text(f"error: {e}", style="red"), soft_wrap=True)
     except RemoteError as e:
+        why = f"{e} (fix: {e.fix})" if e.fix else str(e)
         if operation == "down":
-            out.print(Text(f"cannot take the deployment lock: {e}; going on without it", "yellow"))
+            msg = f"cannot take the deployment lock: {why}; going on without it"
+            out.print(Text(msg, style="yellow"))
             return None
-        out.print(Text(f"error: cannot take the deployment lock: {e}", style="red"))
+        out.print(Text(f"error: cannot take the deployment lock: {why}", style="red"))
     except KeyboardInterrupt:
         out.print(Text("interrupted while waiting for the deployment lock", style="yellow"))
         return EXIT_INTERRUPTED
