@@ -5,13 +5,6 @@ command, ``### $ COMMAND``, the command's output (stdout and stderr together) an
 ``### exit=N`` -- the same layout as the real captures under tests/unit/fixtures/, so a
 parser is tested on exactly the text it will see. ``parse_sections`` splits it again.
 
-A command's output is not trusted to stay inside its section: a model's config.json may
-well contain a line ``### $ nvidia-smi ...``. So the script's markers carry a random token,
-fresh for every run and announced in a first line ``### pdboot-sections TOKEN`` printed
-before any command output; ``parse_sections`` then honours only markers with that token
-(``### TOKEN $ COMMAND``, ``### TOKEN exit=N``). Text without that first line (the
-captures) is read in the plain layout.
-
 Each domain module (gpu, docker, rdma, host, network, model) offers
 ``commands(ctx) -> list[Command]`` and ``evaluate(ctx, sections, ...) -> list[CheckResult]``.
 A parser never raises on odd text: the check says "could not parse" and shows the first
@@ -127,6 +120,12 @@ class HostContext:
 # --------------------------------------------------------------------------- the batch
 
 
+# A command's output is not trusted to stay inside its section: a model's config.json may
+# well contain a line "### $ nvidia-smi ...". So the script's markers carry a random token,
+# fresh for every run and announced in a first line "### pdboot-sections TOKEN" printed
+# before any command output; parse_sections then honours only markers with that token
+# ("### TOKEN $ COMMAND", "### TOKEN exit=N"). Text without that first line (the captures
+# under tests/unit/fixtures/) is read in the plain layout.
 HEADER = "### pdboot-sections "
 
 
