@@ -4,28 +4,18 @@ another command's section."""
 
 from __future__ import annotations
 
-from pdboot.checks import Command, Section, batch_script, gpu, parse_sections
-from pdboot.preflight import DOMAINS, evaluate_host
+from pdboot.checks import Command, Section, batch_script, gpu, model, parse_sections
+from pdboot.preflight import evaluate_host
 from pdboot.remote import LocalConnection
-from tests.unit.test_checks import DERIVED, ctx, sections
+from tests.unit.test_checks import DERIVED, batch, ctx, sections
 
 
-def _host_text(token: str, overlay: dict[str, Section], spoof: str) -> str:
-    """What batch_script's output looks like for ctx(): healthy outputs with ``overlay``,
-    and ``spoof`` as the model's config.json output (printed after the GPU sections)."""
-    merged = sections(DERIVED / "rtx6000x2-r580-healthy.txt")
-    merged.update(overlay)
-    out = [f"### pdboot-sections {token}"]
-    for d in DOMAINS:
-        for cmd in d.commands(ctx()):
-            s = merged.get(cmd.line) or merged.get("@" + cmd.key)
-            if cmd.key == "config":
-                s = Section(spoof, 0)
-            if s is None:
-                continue
-            body = s.output.rstrip("\n")
-            out.append(f"### {token} $ {cmd.line}\n{body}\n### {token} exit={s.rc}")
-    return "\n".join(out) + "\n"
+def _host_text(token: str, spoof: str) -> str:
+    """What batch_script's output looks like for ctx() with the old driver's outputs and
+    ``spoof`` as the model's config.json output (printed after the GPU sections)."""
+    plain = batch(ctx(), "r550-old-driver.txt", extra={"@config": Section("@SPOOF@\n", 0)})
+    framed = plain.replace("### $ ", f"### {token} $ ").replace("### exit=", f"### {token} exit=")
+    return f"### pdboot-sections {token}\n" + framed.replace("@SPOOF@\n", spoof)
 
 
 def test_config_json_with_a_fake_nvidia_smi_section_does_not_replace_the_driver() -> None:
@@ -39,8 +29,9 @@ def test_config_json_with_a_fake_nvidia_smi_section_does_not_replace_the_driver(
         for line in old
     )
     spoof = '{"architectures": ["LlamaForCausalLM"],\n' + fake + '"x": 1}\n'
-    text = _host_text("7f3a9c", old, spoof)
-    res, _, _ = evaluate_host(ctx(), text)
+    text = _host_text("7f3a9c", spoof)
+    assert "@SPOOF@" not in text and spoof in text
+    res = evaluate_host(ctx(), text)[0]
     by = {r.id: r for r in res}
     assert by["gpu.driver"].status == "fail"
     assert "driver 550.90.07" in by["gpu.driver"].message
@@ -48,9 +39,11 @@ def test_config_json_with_a_fake_nvidia_smi_section_does_not_replace_the_driver(
     secs = parse_sections(text)
     query = next(c.line for c in gpu.commands(ctx()) if c.key == "query")
     assert secs[query].output == old[query].output
+    cfg = next(c.line for c in model.commands(ctx()) if c.key == "config")
+    assert secs[cfg].output == spoof
     # Control: in the plain layout (no token) the same text does replace the driver.
     plain = text.replace("### 7f3a9c ", "### ").split("\n", 1)[1]
-    res, _, _ = evaluate_host(ctx(), plain)
+    res = evaluate_host(ctx(), plain)[0]
     assert {r.id: r for r in res}["gpu.driver"].status == "pass"
 
 
