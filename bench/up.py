@@ -11,14 +11,20 @@ Readiness noticed: decode engines that load for a few seconds; a 20 ms poller in
 process records when /health first answers 200, and the time `pdboot up` prints
 "ready decode@..." is compared with it.
 
-    python bench/up.py [--runs 3]      (root; starts and stops its own testbed)
+Time to ready: both tiers load for --load seconds (15 by default); `pdboot up` starts them
+together, so it should be ready after about one load time plus a few seconds, not two.
 
-Targets: up within 1.5x of the script, readiness noticed within 1 s, down under 1.5x.
+    python bench/up.py [--runs 3] [--load 15] [--only-ready]
+                                       (root; starts and stops its own testbed)
+
+Targets: up within 1.5x of the script, readiness noticed within 1 s, down under 1.5x,
+time to ready within the slowest tier's load + 5 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import statistics
@@ -43,12 +49,12 @@ POLL = 0.2  # the script's curl loop and pdboot's poll_interval_seconds
 
 
 def write_inventory(tb: Any, path: Path, name: str, prefill: list[str], decode: list[str],
-                    load_seconds: float = 0.0) -> Path:
+                    load_seconds: float = 0.0, prefill_load: float = 0.0) -> Path:
     env = {"STANDIN_LOAD_SECONDS": str(load_seconds)}
     inv = inventory_dict(
         tb, name=name, prefill=prefill, decode=decode, router="r1",
         overrides={
-            "prefill": {"env": {"STANDIN_LOAD_SECONDS": "0"}},
+            "prefill": {"env": {"STANDIN_LOAD_SECONDS": str(prefill_load)}},
             "decode": {"env": env},
             "timeouts": {"poll_interval_seconds": POLL},
         },
@@ -153,18 +159,37 @@ def readiness_latency(tb: Any, inv: Path, decode_url: str) -> float:
     return noticed - first_ok[0]
 
 
+def time_to_ready(tb: Any, work: Path, load: float) -> tuple[float, float, float]:
+    """(wall seconds of `pdboot up`, seconds until every engine was ready, seconds the
+    router then took) with both tiers loading for ``load`` seconds; from `up --events`."""
+    inv = write_inventory(tb, work / "benchttr.yaml", "benchttr", ["p1"], ["d1"], load, load)
+    events = work / "benchttr-events.jsonl"
+    wall = timed(pdboot("up", str(inv), "--skip-preflight", "--events", str(events)))
+    docs = [json.loads(line) for line in events.read_text().splitlines()]
+    engines = next(d for d in docs if d["event"] == "tier_ready" and "decode" in d["tiers"])
+    router = next(d for d in docs if d["event"] == "tier_ready" and d["tiers"] == ["router"])
+    subprocess.run(pdboot("down", str(inv)), capture_output=True, cwd=ROOT)
+    return wall, float(engines["seconds"]), float(router["seconds"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--load", type=float, default=15.0, help="model load seconds per tier")
+    ap.add_argument("--only-ready", action="store_true", help="only the time-to-ready runs")
     args = ap.parse_args()
     tb = Testbed.start(["d1", "d2", "p1", "p2", "r1"])
+    results: dict[str, dict[str, list[float]]] = {}
+    lat: list[float] = []
     try:
         for h in tb.hosts.values():
             h.pull(tb.image)
         tb.hosts["r1"].pull(tb.router_image)
         work = Path(tempfile.mkdtemp(prefix="pdboot-bench-"))
-        results: dict[str, dict[str, list[float]]] = {}
-        for label, pre, dec in (("1P1D", ["p1"], ["d1"]), ("2P2D", ["p1", "p2"], ["d1", "d2"])):
+        ttr = [time_to_ready(tb, work, args.load) for _ in range(args.runs)]
+        for label, pre, dec in () if args.only_ready else (
+            ("1P1D", ["p1"], ["d1"]), ("2P2D", ["p1", "p2"], ["d1", "d2"])
+        ):
             name = f"bench{label.lower()}"
             inv = write_inventory(tb, work / f"{name}.yaml", name, pre, dec)
             rendered = work / f"{name}-rendered"
@@ -182,9 +207,18 @@ def main() -> None:
             results[label] = r
         slow = write_inventory(tb, work / "benchready.yaml", "benchready", ["p1"], ["d1"], 3.0)
         lat = [readiness_latency(tb, slow, f"http://{tb.hosts['d1'].address}:8201/health")
-               for _ in range(args.runs)]
+               for _ in range(0 if args.only_ready else args.runs)]
     finally:
         tb.stop()
+
+    walls, engines, routers = ([t[i] for t in ttr] for i in range(3))
+    print(f"time to ready, both tiers loading {args.load:g}s (1P1D), median of {args.runs} runs: "
+          f"engines ready after {statistics.median(engines):.1f}s (max {max(engines):.1f}s), "
+          f"then the router after {statistics.median(routers):.1f}s, "
+          f"`pdboot up` {statistics.median(walls):.1f}s in all (max {max(walls):.1f}s); "
+          f"one tier after the other would need at least {2 * args.load:g}s for the engines")
+    if args.only_ready:
+        return
 
     print(f"pdboot up/down vs ssh+docker compose script, median of {args.runs} runs "
           "(images present, stand-ins ready at once)")

@@ -6,8 +6,10 @@ Exit codes: 0 success, 1 a check or deployment step failed, 2 bad usage or inven
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,11 +18,14 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from pdboot import __version__
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory import Inventory, InventoryError, load_inventory
 from pdboot.plan import build_plan
 from pdboot.render import render_all, render_summary
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+if TYPE_CHECKING:
+    from pdboot.events import Emit, Event
+    from pdboot.ports import PreflightFn, PreflightOutcome
 
 app = typer.Typer(
     name="pdboot",
@@ -48,11 +53,6 @@ def _load(path: Path) -> Inventory:
         n = len(e.issues)
         err.print(f"{n} problem{'s' if n != 1 else ''} in the inventory; nothing was done.")
         raise typer.Exit(EXIT_USAGE) from None
-
-
-def _not_yet(command: str) -> NoReturn:
-    err.print(f"pdboot {command} is not implemented yet.")
-    raise typer.Exit(EXIT_USAGE)
 
 
 def _version(value: bool) -> None:
@@ -90,12 +90,11 @@ def render(
     """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
     inv = _load(inventory)
     plan = build_plan(inv)
-    texts = render_all(plan, inv)
+    texts = render_all(plan)
     if host is not None:
         if host not in texts:
             err.print(
-                f"host {host!r} runs nothing in this deployment; hosts that do: "
-                f"{', '.join(texts)}",
+                f"host {host!r} runs nothing in this deployment; hosts that do: {', '.join(texts)}",
                 highlight=False,
                 markup=False,
             )
@@ -104,7 +103,7 @@ def render(
     if out_dir is None:
         _print_projects(texts)
         return
-    summary = render_summary(plan, inv)
+    summary = render_summary(plan)
     try:
         for name, text in texts.items():
             target = out_dir / name / "compose.yaml"
@@ -172,9 +171,7 @@ def preflight(
         [x for v in skip or [] for x in v.split(",") if x],
     )
     if sel.unknown():
-        err.print(
-            f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})"
-        )
+        err.print(f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})")
         raise typer.Exit(EXIT_USAGE)
     result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys, selection=sel)
     if json_out:
@@ -182,6 +179,61 @@ def preflight(
     else:
         report.print_report(result, out)
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
+
+
+EventsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--events",
+        help="Also write one JSON object per event to FILE ('-': stdout; the display then "
+        "goes to stderr).",
+        metavar="FILE",
+    ),
+]
+
+
+@contextmanager
+def _views(events: str | None) -> Iterator[tuple[Emit, Console]]:
+    """The terminal view (on stderr when the events go to stdout) plus, with --events,
+    the JSON-lines view; yields (emit, the console the display uses)."""
+    from pdboot.events import fan
+    from pdboot.views.jsonl import JsonLinesView
+    from pdboot.views.terminal import TerminalView
+
+    console = err if events == "-" else out
+    terminal = TerminalView(console)
+    stream: IO[str] | None = None
+    try:
+        if events is None:
+            yield terminal, console
+            return
+        try:
+            stream = sys.stdout if events == "-" else open(events, "w", encoding="utf-8")  # noqa: SIM115
+        except OSError as e:
+            err.print(f"cannot write {events}: {e.strerror}", highlight=False, markup=False)
+            raise typer.Exit(EXIT_USAGE) from None
+        yield fan(terminal, JsonLinesView(stream)), console
+    finally:
+        terminal.close()
+        if stream is not None and stream is not sys.stdout:
+            stream.close()
+
+
+def _preflight_gate(console: Console) -> PreflightFn:
+    """The preflight `up` runs first: the full preflight, printed compactly (a line per
+    host, then every failure and warning with its fix), with its RDMA findings."""
+
+    def gate(inv: Inventory, accept_new_host_keys: bool) -> PreflightOutcome:
+        from pdboot import preflight as pf  # heavy: only when `up` runs it
+        from pdboot import report
+        from pdboot.ports import PreflightOutcome
+        from pdboot.rdma_findings import from_preflight
+
+        result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
+        report.print_compact(result, console)
+        return PreflightOutcome(result.ok, from_preflight(result))
+
+    return gate
 
 
 @app.command()
@@ -196,18 +248,22 @@ def up(
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
     no_wait: NoWaitOpt = False,
+    events: EventsOpt = None,
 ) -> None:
-    """Pull, start decode, prefill, router; prove a request flows; print the endpoint."""
-    from pdboot import deploy
+    """Pull, start decode and prefill, then the router; prove a request flows; print the
+    endpoint."""
+    from pdboot import up as up_mod
 
     inv = _load(inventory)
-    opts = deploy.UpOptions(
+    opts = up_mod.UpOptions(
         skip_preflight=skip_preflight,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
         no_wait=no_wait,
     )
-    raise typer.Exit(deploy.up(inv, opts, out, preflight=deploy.default_preflight()))
+    with _views(events) as (emit, console):
+        code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -219,15 +275,18 @@ def down(
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
     no_wait: NoWaitOpt = False,
+    events: EventsOpt = None,
 ) -> None:
     """Stop and remove everything pdboot started (router, prefill, decode)."""
-    from pdboot import deploy
+    from pdboot import down as down_mod
 
     inv = _load(inventory)
-    opts = deploy.DownOptions(
+    opts = down_mod.DownOptions(
         purge=purge, accept_new_host_keys=accept_new_host_keys, no_wait=no_wait
     )
-    raise typer.Exit(deploy.down(inv, opts, out))
+    with _views(events) as (emit, _):
+        code = down_mod.down(inv, opts, emit)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -237,9 +296,62 @@ def status(
 ) -> None:
     """Show each service's state, health and whether it matches the inventory."""
     from pdboot import status as status_mod
+    from pdboot.events import StatusReport
+    from pdboot.views.status import status_json
+    from pdboot.views.terminal import TerminalView
 
     inv = _load(inventory)
-    raise typer.Exit(status_mod.status(inv, out, as_json=as_json))
+    view = TerminalView(out)
+
+    def emit(event: Event) -> None:
+        if not as_json:
+            view(event)
+        elif isinstance(event, StatusReport):
+            sys.stdout.write(status_json(event) + "\n")
+
+    raise typer.Exit(status_mod.status(inv, emit))
+
+
+@app.command()
+def bench(
+    inventory: InventoryArg,
+    tokenizer: Annotated[str, typer.Option(
+        help="Local tokenizer directory (or a name in the local HF cache) for AIPerf.")],
+    concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,4,16",
+    isl: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 512,
+    osl: Annotated[int, typer.Option(help="Output tokens per request.")] = 128,
+    requests: Annotated[int, typer.Option(help="Requests per level (0: AIPerf's).")] = 0,
+    baseline_url: Annotated[str | None, typer.Option(
+        help="Engine serving alone (default: the first decode engine).")] = None,
+    out_dir: Annotated[Path, typer.Option(help="Where results go.")] = Path("pdboot-bench"),
+) -> None:
+    """P/D through the router vs one engine alone, measured by AIPerf (the bench extra)."""
+    from rich.table import Table
+
+    from pdboot import bench as bench_mod
+
+    cmd = bench_mod.aiperf_command()
+    if cmd is None:
+        err.print(Text("AIPerf is not installed: pip install 'pdboot[bench]'"))
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        levels = [int(x) for x in concurrency.split(",") if x.strip()]
+    except ValueError:
+        err.print(f"--concurrency: not a list of integers: {concurrency}")
+        raise typer.Exit(EXIT_USAGE) from None
+    plan = build_plan(_load(inventory))
+    shape = bench_mod.LoadShape(isl=isl, osl=osl, requests_per_level=requests)
+    rep = bench_mod.bench(plan, tokenizer, levels, out_dir, shape, cmd,
+                          baseline_url=baseline_url)
+    table = Table(*bench_mod.TABLE_HEADER)
+    for row in bench_mod.table_rows(rep.cells):
+        table.add_row(*row)
+    out.print(table)
+    out.print(f"raw results: {rep.results}\nchart: {rep.chart}")
+    for c in rep.refused:
+        err.print(Text(f"refused {c.role} at concurrency {c.concurrency}: {c.refused} "
+                       f"({c.artifacts})", style="red"))
+    raise typer.Exit(EXIT_FAILED if rep.refused else EXIT_OK)
 
 
 @app.command()
@@ -250,12 +362,23 @@ def logs(
     ],
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines from the end.")] = 100,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+    diagnose: Annotated[
+        bool, typer.Option("--diagnose", help="Then print known causes and fixes in them.")
+    ] = False,
 ) -> None:
     """Show one service's logs."""
     from pdboot import status as status_mod
+    from pdboot.views.terminal import TerminalView
 
     inv = _load(inventory)
-    raise typer.Exit(status_mod.logs(inv, service, out, tail=tail, follow=follow))
+
+    def on_line(line: str) -> None:
+        out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
+
+    code = status_mod.logs(
+        inv, service, on_line, TerminalView(out), tail=tail, follow=follow, diagnose=diagnose
+    )
+    raise typer.Exit(code)
 
 
 def main() -> None:

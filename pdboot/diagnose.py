@@ -1,96 +1,290 @@
-"""One-line diagnoses for engine logs that match a known failure (pure).
+"""Known failures in engine and router logs: one line of cause and one of fix each (pure).
 
-The signatures are the texts real vLLM, PyTorch, CUDA, huggingface_hub and NIXL print:
-``torch.OutOfMemoryError: CUDA out of memory``, vLLM's ``RuntimeError: Remote NIXL agent
-engine ID mismatch`` / ``NIXL compatibility hash mismatch``, pydantic's ``Extra inputs are
-not permitted`` for ``KVTransferConfig``, huggingface_hub's ``GatedRepoError`` / ``401 Client
-Error``, CUDA's ``CUDA driver version is insufficient for CUDA runtime version`` and error
-804 ``forward compatibility was attempted on non supported HW``, and ``[Errno 98] Address
-already in use``.
+Signatures are built from the texts real software prints: vLLM 0.33.0's NIXL connector
+templates (shared fixture nixl-messages.json, file:line cited), UCX/NIXL/PyTorch/CUDA/
+huggingface_hub messages quoted from the issue threads cited next to each one.
+
+Order is specificity: a line is attributed to the first signature that matches it, and a
+broad signature (``broad=True``: a bare ``nixlBackendError``, a generic transfer or handshake
+failure) is reported for a source only when no precise one explains that source's log.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+_SIDE_CHANNEL_FIX = (
+    "set VLLM_NIXL_SIDE_CHANNEL_HOST to each prefill host's routable address, give every "
+    "engine its own side-channel port, and let the decode hosts reach those ports"
+)
 
 
 @dataclass(frozen=True)
 class Signature:
     id: str
     pattern: re.Pattern[str]
-    diagnosis: str
+    cause: str
+    fix: str
+    broad: bool = False
 
 
-def _sig(id_: str, pattern: str, diagnosis: str) -> Signature:
-    return Signature(id_, re.compile(pattern, re.IGNORECASE), diagnosis)
+def _sig(id_: str, pattern: str, cause: str, fix: str, *, broad: bool = False) -> Signature:
+    return Signature(id_, re.compile(pattern, re.IGNORECASE), cause, fix, broad)
 
 
 SIGNATURES: tuple[Signature, ...] = (
+    # base_worker.py:1197 (raise RuntimeError)
+    _sig(
+        "nixl_compat_hash",
+        r"NIXL compatibility hash mismatch",
+        "prefill and decode run incompatible configurations (NIXL compatibility hash "
+        "mismatch: vLLM version, model, dtype, KV cache dtype or attention backend differ)",
+        "give both tiers the same image, model, --dtype, --kv-cache-dtype and attention "
+        "backend (check each tier's extra_args and env in the inventory)",
+    ),
+    # base_worker.py:1231; vllm-project/vllm#27083 (cause: VLLM_NIXL_SIDE_CHANNEL_HOST unset)
+    _sig(
+        "nixl_engine_id",
+        r"Remote NIXL agent engine ID mismatch",
+        "the decode's NIXL handshake reached another engine than the one that prefilled "
+        "the request (side-channel address not the prefill's own)",
+        _SIDE_CHANNEL_FIX,
+    ),
+    # base_worker.py:1180 / 1223
+    _sig(
+        "nixl_version",
+        r"Failed to decode Nixl(HandshakePayload|AgentMetadata)",
+        "prefill and decode speak different NIXL connector versions",
+        "run the same vLLM image tag on both tiers",
+    ),
+    # base_worker.py:2508, 2808, 2855; base_worker.py:577
+    _sig(
+        "kv_layout",
+        r"Packed KV block rows differ between P and D|expects same kv_cache_layout"
+        r"|same block-contiguous kv_cache_layout|use the same KV cache layout on P and D",
+        "prefill and decode lay out their KV cache differently",
+        "use the same VLLM_KV_CACHE_LAYOUT (env) and --block-size on both tiers",
+    ),
+    # pull_worker.py:204/431, base_worker.py:2351/2366/2455/2763
+    _sig(
+        "block_size",
+        r"require matching physical block sizes|Not pairing remote \d+-token blocks"
+        r"|requires identical P/D block sizes|matching logical and physical block sizes",
+        "prefill and decode KV block sizes do not divide one another",
+        "set the same --block-size on both tiers (or sizes where one divides the other)",
+    ),
+    # base_worker.py:1096, 2459, 2742, 2873
+    _sig(
+        "tp_size",
+        r"KV-head re-sharding is not supported|same side of the KV-head sharding boundary"
+        r"|does not support decode TP greater than prefill TP|requires local TP >= remote TP"
+        r"|tensor parallel sizes incompatible",
+        "prefill and decode tensor-parallel sizes cannot exchange this model's KV heads",
+        "use tensor_parallel_size values that divide one another (equal is safest) on both tiers",
+    ),
+    # LMCache/LMCache#605 ("transports 'cuda_ipc','cuda_copy' are not available");
+    # ai-dynamo/nixl#1385 (VRAM registered as host memory by a UCX built without CUDA)
+    _sig(
+        "ucx_no_cuda",
+        r"'cuda_ipc','cuda_copy' are not available|'cuda_copy' (is|are) not available"
+        r"|VRAM (is )?(misclassified|detected) as host memory|UCX (was )?built without CUDA",
+        "the image's UCX has no CUDA transports, so NIXL cannot move GPU memory",
+        "use an image whose UCX is built with CUDA (vllm/vllm-openai ships one); do not put a "
+        "host UCX on LD_LIBRARY_PATH and do not drop cuda_copy from UCX_TLS",
+    ),
+    # openucx/ucx#8049 ("ibv_reg_mr(...) failed: Bad address", "failed to register address");
+    # ai-dynamo/nixl#334 (registerMem -> NIXL_ERR_BACKEND); Mellanox/nv_peer_memory#36
+    _sig(
+        "mem_registration",
+        r"ibv_(exp_)?reg_mr\(?.*failed|failed to register (address|user buffer)"
+        r"|registerMem.*NIXL_ERR|Failed to register memory",
+        "the NIC cannot register GPU memory for RDMA (GPUDirect RDMA unavailable, or the "
+        "memlock limit is too low)",
+        "load nvidia_peermem (or use a driver/kernel with dma-buf), run with "
+        "--ulimit memlock=-1, or turn rdma off for this deployment",
+    ),
+    # LMCache/LMCache#725 ("Unexpected UCX error: Endpoint timeout");
+    # ai-dynamo/nixl#1983 / wtdcode/vllm-backport#33 (NIXL_ERR_REMOTE_DISCONNECT)
+    _sig(
+        "ucx_endpoint_timeout",
+        r"Endpoint timeout|UCS_ERR_ENDPOINT_TIMEOUT|NIXL_ERR_REMOTE_DISCONNECT"
+        r"|UCX\s+ERROR.*(Connection (timed out|refused|reset)|send\(\d+\) failed)",
+        "UCX could not reach the peer engine (endpoint timeout / remote disconnect) over "
+        "the interface it picked",
+        "set UCX_NET_DEVICES to the interface (or RDMA device) that reaches the peer, not "
+        "docker0 or lo, and open the hosts' firewalls between the tiers",
+    ),
+    # vllm-project/vllm#20522 (RTX PRO 6000), #18995, #16901 (sm_120)
+    _sig(
+        "no_kernel_image",
+        r"no kernel image is available for execution on the device"
+        r"|cudaErrorNoKernelImageForDevice"
+        r"|with CUDA capability sm_\d+ is not compatible with the current PyTorch",
+        "the image has no CUDA kernels for this GPU's compute capability",
+        "use an image built for the GPU's compute capability (12.0 / sm_120 for RTX PRO "
+        "6000 Blackwell needs a CUDA 12.8+ build)",
+    ),
+    # base_worker.py:3370, pull_worker.py:161/675, push_worker.py:790, push_scheduler.py:322
+    _sig(
+        "kv_lease_expired",
+        r"Releasing expired KV blocks for request|Declining expired remote read"
+        r"|Potentially invalid KV blocks for unrecognized request|notif \(may have expired\)"
+        r"|registration for request \S+ timed out after",
+        "KV blocks expired on the prefill before the decode read them (decode too slow, "
+        "stuck, or never pulling)",
+        "fix the decode's failing or slow pulls first; otherwise raise "
+        "VLLM_NIXL_ABORT_REQUEST_TIMEOUT on the prefill tier",
+    ),
+    # base_worker.py:610/611
+    _sig(
+        "nixl_unavailable",
+        r"NIXL is not available",
+        "the engine image has no NIXL library",
+        "use an image with NIXL installed (vllm/vllm-openai has it) on every tier",
+    ),
+    # factory.py:57
+    _sig(
+        "connector_hma",
+        r"does not support HMA but HMA is enabled",
+        "the KV connector does not support the hybrid KV cache manager this model enables",
+        "add --disable-hybrid-kv-cache-manager to both tiers' extra_args",
+    ),
+    # kv_transfer.py:115/121, factory.py:102/128, KVTransferConfig (pydantic, extra=forbid)
     _sig(
         "kv_transfer_config",
-        r"validation error(s)? for KVTransferConfig|Extra inputs are not permitted"
-        r"|Invalid value for --kv-transfer-config|kv-transfer-config: (invalid|expected)",
-        "invalid --kv-transfer-config: vLLM rejects unknown or malformed fields "
-        "(old kv_rank/kv_ip/kv_parallel_size/kv_buffer_size keys?); fix kv_transfer "
-        "in the inventory",
+        r"validation errors? for KVTransferConfig|Extra inputs are not permitted"
+        r"|Unsupported kv_role|Please specify kv_role|Unsupported connector type"
+        r"|Connector name is not set in KVTransferConfig",
+        "vLLM rejects the --kv-transfer-config (unknown or malformed fields: old "
+        "kv_rank/kv_ip/kv_parallel_size/kv_buffer_size keys?)",
+        "fix kv_transfer in the inventory",
+    ),
+    _sig(
+        "unrecognized_args",
+        r"vllm serve: error: unrecognized arguments",
+        "vllm serve refused an option this vLLM version does not have",
+        "remove or rename that option in the tier's extra_args",
+    ),
+    _sig(
+        "wrong_cuda",
+        r"CUDA driver version is insufficient|forward compatibility was attempted"
+        r"|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver|Error 804",
+        "the image's CUDA is newer than the host's driver",
+        "upgrade the driver (CUDA 13 needs R580+) or use an image built for the installed CUDA",
     ),
     _sig(
         "cuda_oom",
         r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"
         r"|larger than the maximum number of tokens that can be stored in KV cache",
-        "GPU out of memory: lower --gpu-memory-utilization / --max-model-len, raise "
-        "tensor_parallel_size, or free the GPU (another process on it?)",
+        "the GPU ran out of memory",
+        "lower --gpu-memory-utilization / --max-model-len, raise tensor_parallel_size, or "
+        "free the GPU (another process on it?)",
     ),
     _sig(
         "gated_model",
         r"GatedRepoError|Cannot access gated repo|You are trying to access a gated repo"
-        r"|401 Client Error|Unauthorized for url|Invalid user token"
-        r"|Repository Not Found for url",
+        r"|401 Client Error|Invalid user token|Repository Not Found for url",
         "the model is gated or private and the Hugging Face token is missing, invalid or "
-        "lacks access: set secrets.hf_token and accept the model's license on the Hub",
-    ),
-    _sig(
-        "wrong_cuda",
-        r"CUDA driver version is insufficient|forward compatibility was attempted"
-        r"|NVIDIA driver on your system is too old|unsupported display driver / cuda driver"
-        r"|cudaErrorInsufficientDriver|Error 804",
-        "the image's CUDA is newer than the host's driver: upgrade the driver (CUDA 13 "
-        "needs R580+) or use an image built for the installed CUDA",
-    ),
-    _sig(
-        "nixl_handshake",
-        r"NIXL agent engine ID mismatch|NIXL compatibility hash mismatch"
-        r"|NIXL handshake (failed|error)|handshake_setup_failed|nixlBackendError"
-        r"|NIXL is not available",
-        "NIXL handshake failed: check VLLM_NIXL_SIDE_CHANNEL_HOST is each prefill host's "
-        "routable address, the side-channel ports are reachable, and both tiers run the "
-        "same image and model string",
+        "lacks access",
+        "set secrets.hf_token and accept the model's license on the Hub",
     ),
     _sig(
         "address_in_use",
-        r"Address already in use|address already in use|EADDRINUSE",
-        "a port is already in use on the host (engine HTTP port or NIXL side channel): "
+        r"Address already in use|EADDRINUSE",
+        "a port is already in use on the host (engine HTTP port or NIXL side channel)",
         "stop what holds it or change the port in the inventory",
+    ),
+    # vllm-project/vllm#41863: the handshake's zmq recv times out when the side channel
+    # cannot be reached
+    _sig(
+        "side_channel_unreachable",
+        r"zmq\.error\.Again|Resource temporarily unavailable",
+        "the decode could not fetch NIXL metadata from the prefill's side channel",
+        _SIDE_CHANNEL_FIX,
+        broad=True,
+    ),
+    # base_worker.py:1377 ("NIXL transfer failure: %s | Context: %s")
+    _sig(
+        "nixl_transfer_failed",
+        r"NIXL transfer failure: ",
+        "a NIXL KV transfer failed after the handshake",
+        "read the UCX errors around it; check UCX_NET_DEVICES and the RDMA setup",
+        broad=True,
+    ),
+    # ai-dynamo/nixl#503, LMCache/LMCache#605: a bare backend error, cause printed elsewhere
+    _sig(
+        "nixl_backend_error",
+        r"nixlBackendError|NIXL_ERR_BACKEND",
+        "NIXL's UCX backend reported an error",
+        "look for UCX ERROR lines before it; `ucx_info -d` in the image must list cuda_copy "
+        "and the NIC's transports",
+        broad=True,
+    ),
+    # vllm-project/vllm#27083 ("Handshake failed for request ...")
+    _sig(
+        "nixl_handshake",
+        r"Handshake failed for request|NIXL handshake (failed|error)",
+        "the decode's NIXL handshake with a prefill engine failed",
+        _SIDE_CHANNEL_FIX,
+        broad=True,
     ),
 )
 
 
 @dataclass(frozen=True)
-class Diagnosis:
+class Finding:
     id: str
-    message: str
+    source: str  # whose log: "decode@h2", "router", ...
+    cause: str
+    fix: str
     line: str  # the log line that matched
 
+    @property
+    def message(self) -> str:
+        return f"{self.cause}; fix: {self.fix}"
 
-def diagnose(lines: Sequence[str]) -> Diagnosis | None:
-    """The known failure nearest the end of the log, or None.
+    def lines(self) -> tuple[str, str]:
+        """The two lines a report prints."""
+        where = f" ({self.source})" if self.source else ""
+        return f"cause{where}: {self.cause}", f"  fix: {self.fix}"
 
-    The last matching line wins: a crash usually prints its cause last, after any
-    earlier, recovered warnings."""
-    for line in reversed(lines):
-        for sig in SIGNATURES:
-            if sig.pattern.search(line):
-                return Diagnosis(sig.id, sig.diagnosis, line.strip())
+
+def match_line(line: str) -> Signature | None:
+    """The most specific signature that explains one log line."""
+    for sig in SIGNATURES:
+        if sig.pattern.search(line):
+            return sig
     return None
+
+
+def _scan(source: str, lines: Sequence[str]) -> list[Finding]:
+    found: dict[str, Finding] = {}
+    for line in lines:
+        sig = match_line(line)
+        if sig is not None:
+            found.pop(sig.id, None)  # keep the latest line, in the order last seen
+            found[sig.id] = Finding(sig.id, source, sig.cause, sig.fix, line.strip())
+    broad = {s.id for s in SIGNATURES if s.broad}
+    if any(i not in broad for i in found):
+        return [f for i, f in found.items() if i not in broad]
+    return list(found.values())
+
+
+def diagnose(logs: Mapping[str, Sequence[str]]) -> list[Finding]:
+    """Every known failure in the recent logs of several sources (source -> lines).
+
+    One finding per source and signature; a source's broad findings only where no precise
+    one explains it. The same cause seen in several sources is reported once per source."""
+    out: list[Finding] = []
+    for source, lines in logs.items():
+        out += _scan(source, lines)
+    return out
+
+
+def diagnose_lines(lines: Sequence[str], source: str = "") -> Finding | None:
+    """The known failure nearest the end of one log, or None (for a crash: its cause is
+    usually printed last, after earlier, recovered warnings)."""
+    found = _scan(source, lines)
+    return found[-1] if found else None

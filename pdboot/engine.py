@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
@@ -489,8 +490,7 @@ class Engine:
         and the extras (no secrets by construction) travel in the script as quoted
         here-documents; the secrets only ever travel on stdin, never in an argument list,
         into a temporary file that is private from its creation."""
-        d = shlex.quote(project_dir)
-        script = f"set -e; umask 077; mkdir -p -m 0700 {d}; chmod 0700 {d}\n"
+        script = "set -e; umask 077\n" + _claim_project_dir(project_dir)
         for name, text in {"compose.yaml": compose_text, **(extra or {})}.items():
             script += _here_doc_write(f"{project_dir}/{name}", text)
         if secrets_text is not None:
@@ -544,7 +544,24 @@ class Engine:
         return res.stdout if res.rc == 0 else None
 
     def remove_project_dir(self, project_dir: str) -> None:
-        self._run(["rm", "-rf", "--one-file-system", project_dir], "remove the project directory")
+        """rm -rf, only of a directory whose marker names this deployment: `up` wrote it
+        when it created the directory, so nothing pdboot did not create is ever removed."""
+        d, m = shlex.quote(project_dir), shlex.quote(f"{project_dir}/{PROJECT_MARKER}")
+        name = shlex.quote(posixpath.basename(project_dir))
+        script = (
+            f"[ -e {d} ] || exit 0\n"
+            f'if [ "$(cat {m} 2>/dev/null)" != {name} ]; then\n'
+            f"  echo refusing to remove {d}: it has no {PROJECT_MARKER} naming deployment"
+            f" {name}, so pdboot did not create it. Remove it by hand if it is yours. >&2\n"
+            "  exit 3\nfi\n"
+            f"rm -rf --one-file-system {d}\n"
+        )
+        try:
+            res = self.conn.run(script)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot remove {project_dir}: {e.message}") from e
+        if res.rc != 0:
+            raise EngineError(self.host, mask(res.stderr.strip() or f"rm exit {res.rc}"))
 
     def _run(self, argv: list[str], what: str, timeout: float | None = None) -> str:
         try:
@@ -555,6 +572,32 @@ class Engine:
             detail = mask((res.stderr.strip() or res.stdout.strip())[-800:])
             raise self._err(f"cannot {what} ({shlex.join(argv[:2])} exit {res.rc}): {detail}")
         return res.stdout
+
+
+# Written by `up` into the project dir it creates (the deployment's name); `down --purge`
+# removes only a directory holding it.
+PROJECT_MARKER = ".pdboot-deployment"
+
+
+def _claim_project_dir(project_dir: str) -> str:
+    """Shell lines: create the 0700 project dir with its marker, or accept it when the
+    marker names this deployment (or, from before markers, it holds pdboot's compose.yaml);
+    any other existing, non-empty directory is refused."""
+    d, m = shlex.quote(project_dir), shlex.quote(f"{project_dir}/{PROJECT_MARKER}")
+    name = shlex.quote(posixpath.basename(project_dir))
+    compose = shlex.quote(f"{project_dir}/compose.yaml")
+    return (
+        f"if [ -e {m} ]; then\n"
+        f'  [ "$(cat {m})" = {name} ] || {{ echo {d} belongs to another deployment >&2; '
+        "exit 3; }\n"
+        f'elif [ ! -e {d} ] || [ -z "$(ls -A {d})" ] '
+        f"|| grep -qs {LABEL_DEPLOYMENT} {compose}; then\n"
+        f"  mkdir -p -m 0700 {d}; printf '%s\\n' {name} > {m}\n"
+        "else\n"
+        f"  echo {d} exists and was not created by pdboot: choose another remote_dir or name >&2\n"
+        "  exit 3\nfi\n"
+        f"chmod 0700 {d}\n"
+    )
 
 
 def is_transient_runtime_error(message: str) -> bool:

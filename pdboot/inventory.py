@@ -9,7 +9,6 @@ Cross-field rules that follow from how NIXL and vLLM really behave live in
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,36 +17,79 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pdboot import yamlsafe
+from pdboot.safety import (
+    check_abs_path,
+    check_address,
+    check_env_name,
+    check_reference,
+    check_safe_path,
+    check_safe_token,
+    is_loopback_or_unspecified,
+    looks_like_token,
+    secret_env_name,
+)
+
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
 LOCAL = "local"
 
 _NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_USER_RE = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
+_IFACE_RE = r"[A-Za-z0-9_.:@-]{1,15}"  # IFNAMSIZ - 1
+_DEVICE_RE = r"[A-Za-z0-9_.:-]{1,64}"
+_IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # registry/repo:tag@digest
+_VERSION_RE = r"\d{1,4}(\.\d{1,4}){0,2}"
+MAX_TP = 64  # GPUs per engine: no node holds more; vLLM would hang waiting for the rest
+MAX_GPU_INDEX = 63
+DAY = 86400.0
+# Compose parses durations as Go time.Duration (int64 ns, ~292 years), and a readiness
+# wait longer than a week means a stuck load, not a slow one.
+MAX_READY_SECONDS = 7 * DAY
+
+
+def _safe_path_or_none(v: str | None, what: str) -> str | None:
+    return None if v is None else check_safe_path(v, what)
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `port: yes` is a YAML bool, not the integer 1; no inf/nan for any number.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-class SSHSettings(Strict):
+class _SSHChecks(Strict):
+    # user, identity_file and known_hosts reach ssh_config's %r / path handling: plain
+    # values only.
+    @field_validator("user", check_fields=False)
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        return None if v is None else check_safe_token(v, "user name", _USER_RE)
+
+    @field_validator("identity_file", "known_hosts", check_fields=False)
+    @classmethod
+    def _paths(cls, v: str | None) -> str | None:
+        return _safe_path_or_none(v, "path")
+
+
+class SSHSettings(_SSHChecks):
     """How to reach a host. Every field may be overridden per host."""
 
     user: str | None = None  # None: from ~/.ssh/config, then the local user
     port: int | None = Field(default=None, ge=1, le=65535)
     identity_file: str | None = None
     known_hosts: str | None = None  # None: ~/.ssh/known_hosts
-    connect_timeout: float = Field(default=10.0, gt=0)
-    command_timeout: float = Field(default=120.0, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0, le=600)
+    command_timeout: float = Field(default=120.0, gt=0, le=DAY)
     use_ssh_config: bool = True
 
 
-class SSHOverride(Strict):
+class SSHOverride(_SSHChecks):
     user: str | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     identity_file: str | None = None
     known_hosts: str | None = None
-    connect_timeout: float | None = Field(default=None, gt=0)
-    command_timeout: float | None = Field(default=None, gt=0)
+    connect_timeout: float | None = Field(default=None, gt=0, le=600)
+    command_timeout: float | None = Field(default=None, gt=0, le=DAY)
 
 
 class Host(Strict):
@@ -61,20 +103,44 @@ class Host(Strict):
 
     @field_validator("address")
     @classmethod
-    def _address_nonempty(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty")
-        return v.strip()
+    def _address(cls, v: str) -> str:
+        return check_address(v)
+
+    @field_validator("advertise_address")
+    @classmethod
+    def _advertise(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        if v.strip() == LOCAL:
+            raise ValueError("must be this host's routable address, not `local`")
+        return check_address(v)
+
+    @field_validator("rdma_devices")
+    @classmethod
+    def _devices(cls, v: list[str]) -> list[str]:
+        return [check_safe_token(d, "RDMA device name", _DEVICE_RE) for d in v]
+
+    @field_validator("net_interface")
+    @classmethod
+    def _iface(cls, v: str | None) -> str | None:
+        return None if v is None else check_safe_token(v, "interface name", _IFACE_RE)
 
 
 class Tier(Strict):
     hosts: list[str] = Field(min_length=1)
     port: int = Field(ge=1, le=65535)
     side_channel_port: int = Field(ge=1, le=65535)
-    tensor_parallel_size: int = Field(default=1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_TP)
     gpus: Literal["all"] | list[int] = "all"
     extra_args: list[str] = []
     env: dict[str, str] = {}
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            check_env_name(k)
+        return v
 
     @field_validator("gpus")
     @classmethod
@@ -84,8 +150,8 @@ class Tier(Strict):
                 raise ValueError("list of GPU indices must not be empty (or use 'all')")
             if len(set(v)) != len(v):
                 raise ValueError("GPU indices must be distinct")
-            if any(i < 0 for i in v):
-                raise ValueError("GPU indices must be >= 0")
+            if any(i < 0 or i > MAX_GPU_INDEX for i in v):
+                raise ValueError(f"GPU indices must be 0..{MAX_GPU_INDEX}")
         return v
 
 
@@ -117,7 +183,7 @@ class Router(Strict):
     metrics_port: int = Field(default=29000, ge=1, le=65535)
     prefill_policy: RouterPolicy = "cache_aware"
     decode_policy: RouterPolicy = "cache_aware"
-    request_timeout_secs: int = Field(default=86400, ge=1)
+    request_timeout_secs: int = Field(default=86400, ge=1, le=31536000)  # the router's bound
     extra_args: list[str] = []
 
 
@@ -137,13 +203,15 @@ KV_TRANSFER_PDBOOT_KEYS = ("rdma", "ucx")
 
 
 class UCXSettings(Strict):
-    net_devices: str | None = None  # UCX_NET_DEVICES, e.g. "mlx5_0:1" or "all"
-    tls: str | None = None  # UCX_TLS, e.g. "rc,cuda_copy"
+    net_devices: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_:,.-]+$")
+    tls: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9_:,.-]+$")  # UCX_TLS
     env: dict[str, str] = {}  # any other UCX_* variable
 
     @field_validator("env")
     @classmethod
     def _ucx_prefix(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            check_env_name(k)
         bad = [k for k in v if not k.startswith("UCX_")]
         if bad:
             raise ValueError(f"only UCX_* variables belong here, not {', '.join(sorted(bad))}")
@@ -155,7 +223,9 @@ class KVTransfer(Strict):
     kv_buffer_device: Literal["cuda", "cpu"] = "cuda"
     kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
     kv_connector_extra_config: dict[str, Any] = {}
-    kv_connector_module_path: str | None = None
+    kv_connector_module_path: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+    )
     enable_permute_local_kv: bool | None = None
     kv_port: int | None = Field(default=None, ge=1, le=65535)
     rdma: Literal["auto", "on", "off"] = "auto"
@@ -169,8 +239,10 @@ class KVTransfer(Strict):
 
 
 class Ulimits(Strict):
-    memlock: int = -1  # -1 = unlimited; RDMA memory registration needs it
-    nofile: int = Field(default=1048576, ge=1024)
+    # -1 = unlimited (RDMA memory registration needs it); else bytes up to the int64 max
+    memlock: int = Field(default=-1, ge=-1, le=2**63 - 1)
+    # The kernel's ceiling for open files (fs.nr_open max) is 2**30 - 64.
+    nofile: int = Field(default=1048576, ge=1024, le=2**30)
 
 
 class Container(Strict):
@@ -188,47 +260,87 @@ class Container(Strict):
     @field_validator("shm_size")
     @classmethod
     def _size(cls, v: str) -> str:
-        if not re.fullmatch(r"\d+(\.\d+)?[bkmgtBKMGT]?", v.strip()):
+        if not re.fullmatch(r"\d{1,9}(\.\d{1,3})?[bkmgtBKMGT]?", v.strip()):
             raise ValueError(f"{v!r} is not a size like 16g or 512m")
         return v.strip().lower()
 
+    @field_validator("hf_cache")
+    @classmethod
+    def _cache(cls, v: str) -> str:
+        return check_abs_path(v, "hf_cache")
+
+
+# Engine variables with a key of their own under secrets (or set by pdboot).
+SECRET_ENV_OWNED = {
+    "HF_TOKEN": "secrets.hf_token",
+    "HUGGING_FACE_HUB_TOKEN": "secrets.hf_token",
+    "VLLM_API_KEY": "secrets.api_key",
+    "OPENAI_API_KEY": "secrets.api_key (pdboot gives it to the router)",
+}
+
 
 class Secrets(Strict):
-    # A reference, never a value: "env:NAME" or "file:/path" (a bare path means file:).
-    hf_token: str | None = None
+    """References, never values: "env:NAME" or "file:/path". pdboot reads them at `up`
+    into secrets.env (0600) beside compose.yaml on each host."""
+
+    hf_token: str | None = None  # a bare path also means file:
+    # The deployment's API key: engines get VLLM_API_KEY, the router OPENAI_API_KEY.
+    api_key: str | None = None
+    env: dict[str, str] = {}  # any other engine variable -> reference
 
     @field_validator("hf_token")
     @classmethod
-    def _reference(cls, v: str | None) -> str | None:
-        if v is None:
-            return None
-        if v.startswith("env:"):
-            if not re.fullmatch(r"env:[A-Za-z_][A-Za-z0-9_]*", v):
-                raise ValueError("env: reference must name an environment variable")
-            return v
-        if v.startswith("file:") or v.startswith(("/", "~", "./")):
-            return v
-        raise ValueError(
-            "must be a reference (env:HF_TOKEN or file:/path/to/token), never the token itself"
-        )
+    def _hf(cls, v: str | None) -> str | None:
+        return None if v is None else check_reference(v, bare_path=True)
+
+    @field_validator("api_key")
+    @classmethod
+    def _api_key(cls, v: str | None) -> str | None:
+        return None if v is None else check_reference(v)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, ref in v.items():
+            check_env_name(name)
+            if name in SECRET_ENV_OWNED or name.startswith("VLLM_NIXL_SIDE_CHANNEL"):
+                owner = SECRET_ENV_OWNED.get(name, "pdboot")
+                raise ValueError(f"{name} is set from {owner}, not secrets.env")
+            try:
+                check_reference(ref)
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return v
 
 
 class Requirements(Strict):
     gpu_name: str = "RTX PRO 6000 Blackwell"  # substring of the nvidia-smi name
     compute_capability: str = "12.0"
-    min_driver: str = "580.65.06"
-    cuda: str = "13.0"
+    min_driver: str = Field(default="580.65.06", pattern=f"^{_VERSION_RE}$")
+    cuda: str = Field(default="13.0", pattern=f"^{_VERSION_RE}$")
     rdma: Literal["required", "optional"] = "optional"
-    min_free_disk_gb: float = Field(default=100.0, ge=0)
-    clock_skew_seconds: float = Field(default=5.0, gt=0)
-    link_gbps: float | None = Field(default=None, gt=0)  # declared rate for the KV estimate
+    min_free_disk_gb: float = Field(default=100.0, ge=0, le=1e6)
+    clock_skew_seconds: float = Field(default=5.0, gt=0, le=3600)
+    link_gbps: float | None = Field(default=None, gt=0, le=1e5)  # for the KV estimate
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _cc(cls, v: str) -> str:
+        return check_safe_token(v, "compute capability (like 12.0)", r"\d{1,2}\.\d{1,2}")
+
+    @field_validator("gpu_name")
+    @classmethod
+    def _gpu_name(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
 
 
 class Timeouts(Strict):
-    ready_seconds: float = Field(default=1200.0, gt=0)  # model loads take minutes
-    router_ready_seconds: float = Field(default=120.0, gt=0)
-    pull_seconds: float = Field(default=3600.0, gt=0)
-    poll_interval_seconds: float = Field(default=0.5, gt=0)
+    ready_seconds: float = Field(default=1200.0, ge=1, le=MAX_READY_SECONDS)  # loads take minutes
+    router_ready_seconds: float = Field(default=120.0, ge=1, le=DAY)
+    pull_seconds: float = Field(default=3600.0, ge=1, le=MAX_READY_SECONDS)
+    poll_interval_seconds: float = Field(default=0.5, ge=0.05, le=60)
 
 
 class Inventory(Strict):
@@ -248,6 +360,33 @@ class Inventory(Strict):
     requirements: Requirements = Requirements()
     timeouts: Timeouts = Timeouts()
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host
+
+    @field_validator("remote_dir")
+    @classmethod
+    def _remote_dir(cls, v: str) -> str:
+        # `up` runs mkdir/chmod and `down --purge` rm -rf on remote_dir/name.
+        return check_abs_path(v, "remote_dir")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if v.startswith("/"):  # bind-mounted read-only into the engines at the same path
+            return check_abs_path(v, "model path")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9._-]{1,96})?", v):
+            raise ValueError(f"{v!r} is neither a Hugging Face id (org/name) nor an absolute path")
+        return v
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or any(c.isspace() for c in v)):
+            raise ValueError("must be a non-empty name without spaces")
+        return v
+
+    @field_validator("image", "router_image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
 
     @field_validator("hosts")
     @classmethod
@@ -360,15 +499,19 @@ def _unwrap_model(ann: Any) -> Any:
     return None
 
 
+_TAG = re.compile(r"[a-z][a-z_-]*\[.*\]")
+
+
 def _pydantic_issues(exc: ValidationError, index: _LineIndex, file: str) -> list[InventoryIssue]:
     issues: list[InventoryIssue] = []
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        # pydantic adds validator tags such as `list[int]` or `function-after[...]`
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _TAG.fullmatch(p)))
         # pydantic adds the union member name for `"all" | list[int]`; drop such tags
         loc = tuple(p for p in loc if p not in ("literal['all']", "list[int]"))
         etype = err["type"]
         if etype == "extra_forbidden":
-            key = str(loc[-1])
+            key = str(loc[-1]) if loc else "?"
             msg = _unknown_key_message(key, loc)
         elif etype == "missing":
             msg = "required key is missing"
@@ -423,13 +566,9 @@ def _suggest(key: str, known: list[str]) -> str:
 
 def parse_inventory(text: str, file: str = "inventory.yaml") -> Inventory:
     """Parse and validate inventory text. Raises InventoryError with every problem."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise InventoryError([InventoryIssue((), _yaml_message(e), line, file)]) from None
+    if len(text) > MAX_INVENTORY_BYTES:
+        raise InventoryError([InventoryIssue((), _TOO_BIG, 1, file)])
+    root, data = _load_yaml(text, file)
     if data is None:
         raise InventoryError([InventoryIssue((), "the inventory is empty", 1, file)])
     if not isinstance(data, dict):
@@ -438,6 +577,9 @@ def parse_inventory(text: str, file: str = "inventory.yaml") -> Inventory:
     if dups:
         raise InventoryError(dups)
     index = _LineIndex(root)
+    bad = [InventoryIssue(p, m, index.line(p), file) for p, m in yamlsafe.plain_values(data)]
+    if bad:
+        raise InventoryError(bad)
     try:
         inv = Inventory.model_validate(data)
     except ValidationError as e:
@@ -446,6 +588,17 @@ def parse_inventory(text: str, file: str = "inventory.yaml") -> Inventory:
     if issues:
         raise InventoryError(issues)
     return inv
+
+
+def _load_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree (for lines) and the data, through the capped loader."""
+    try:
+        root, data = yamlsafe.load(text)
+    except yaml.YAMLError as e:
+        raise InventoryError(
+            [InventoryIssue((), _yaml_message(e), yamlsafe.error_line(e, text), file)]
+        ) from None
+    return root, data
 
 
 def _yaml_message(e: yaml.YAMLError) -> str:
@@ -482,17 +635,27 @@ def _duplicate_keys(
     return out
 
 
+MAX_INVENTORY_BYTES = 1 << 20
+_TOO_BIG = f"the inventory is larger than {MAX_INVENTORY_BYTES >> 20} MiB; is this the right file?"
+
+
 def load_inventory(path: str | Path) -> Inventory:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as f:  # read with a limit: /dev/zero must not fill the memory
+            raw = f.read(MAX_INVENTORY_BYTES + 1)
     except OSError as e:
-        raise InventoryError(
-            [InventoryIssue((), f"cannot read: {e.strerror}", None, str(p))]
-        ) from None
+        # no line: there is no text (a missing file, a directory, no permission)
+        issue = InventoryIssue((), f"cannot read: {e.strerror}", None, str(p))
+        raise InventoryError([issue]) from None
+    if len(raw) > MAX_INVENTORY_BYTES:
+        raise InventoryError([InventoryIssue((), _TOO_BIG, 1, str(p))])
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
         raise InventoryError(
-            [InventoryIssue((), f"not UTF-8 text ({e.reason} at byte {e.start})", None, str(p))]
+            [InventoryIssue((), f"not UTF-8 text ({e.reason} at byte {e.start})", line, str(p))]
         ) from None
     return parse_inventory(text, file=str(path))
 
@@ -500,21 +663,23 @@ def load_inventory(path: str | Path) -> Inventory:
 # --------------------------------------------------------------------------- rules
 
 
-def is_loopback_or_unspecified(address: str) -> bool:
-    if address.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return ip.is_loopback or ip.is_unspecified
-
-
 def advertised_address(host: Host) -> str:
     """The address peers use for this host: NIXL side channel, engine URLs."""
     if host.address == LOCAL:
         return host.advertise_address or "127.0.0.1"
     return host.address
+
+
+def engine_uses_secrets(inv: Inventory) -> bool:
+    """Engines get secrets.env as env_file when the inventory has any secret."""
+    s = inv.secrets
+    return s.hf_token is not None or s.api_key is not None or bool(s.env)
+
+
+def router_uses_secrets(inv: Inventory) -> bool:
+    """The router reads OPENAI_API_KEY from secrets.env: vllm-router 0.1.17 sends it to the
+    workers as "Authorization: Bearer" (it has no env var for --api-key)."""
+    return inv.secrets.api_key is not None
 
 
 def engine_hosts(inv: Inventory) -> list[str]:
@@ -526,12 +691,28 @@ def deployment_hosts(inv: Inventory) -> list[str]:
     return list(dict.fromkeys(inv.decode.hosts + inv.prefill.hosts + [inv.router.host]))
 
 
-def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
-    """Cross-field rules. Returns (key path, message) pairs; empty when all hold."""
-    out: list[tuple[tuple[str | int, ...], str]] = []
-    tiers = (("prefill", inv.prefill), ("decode", inv.decode))
+Rule = tuple[tuple[str | int, ...], str]
 
-    for tname, tier in tiers:
+
+def validate_rules(inv: Inventory) -> list[Rule]:
+    """Cross-field rules. Returns (key path, message) pairs; empty when all hold."""
+    return (
+        _topology_rules(inv)
+        + _address_rules(inv)
+        + _port_and_gpu_rules(inv)
+        + _managed_rules(inv, ("prefill", "decode"))
+        + secret_rules(inv)
+        + _managed_rules(inv, ("router",))
+    )
+
+
+def _tiers(inv: Inventory) -> tuple[tuple[str, Tier], tuple[str, Tier]]:
+    return (("prefill", inv.prefill), ("decode", inv.decode))
+
+
+def _topology_rules(inv: Inventory) -> list[Rule]:
+    out: list[Rule] = []
+    for tname, tier in _tiers(inv):
         if len(set(tier.hosts)) != len(tier.hosts):
             out.append(
                 ((tname, "hosts"), "a host is listed twice; pdboot runs one engine per host")
@@ -570,7 +751,11 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                 "another (vLLM asserts it at the NIXL handshake)",
             )
         )
+    return out
 
+
+def _address_rules(inv: Inventory) -> list[Rule]:
+    out: list[Rule] = []
     used = deployment_hosts(inv)
     multi_host = len([h for h in used if h in inv.hosts]) > 1
     for name in used:
@@ -597,8 +782,12 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                     "and the other host would connect to itself",
                 )
             )
+    return out
 
-    # Ports and GPUs per host: services sharing a host must not collide.
+
+def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
+    """Services sharing a host must not collide on ports or GPUs."""
+    out: list[Rule] = []
     ports: dict[str, dict[int, str]] = {}
     gpus: dict[str, list[tuple[str, Literal["all"] | list[int]]]] = {}
 
@@ -609,7 +798,7 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
         else:
             taken[port] = what
 
-    for tname, tier in tiers:
+    for tname, tier in _tiers(inv):
         for h in dict.fromkeys(tier.hosts):  # a host listed twice is reported above
             claim(h, tier.port, f"{tname} HTTP", (tname, "port"))
             claim(
@@ -641,8 +830,15 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                     f"prefill and decode share host {h!r} and GPU(s) {sorted(set(a) & set(b))}",
                 )
             )
+    return out
 
-    for tname, tier in tiers:
+
+def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
+    """What pdboot sets itself cannot be set by hand (flags, the NIXL variables)."""
+    out: list[Rule] = []
+    for tname, tier in _tiers(inv):
+        if tname not in sections:
+            continue
         for key in tier.env:
             if key in ("VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"):
                 out.append(
@@ -651,19 +847,14 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                         f"{key} is set by pdboot from the host address and side_channel_port",
                     )
                 )
-            if key == "HF_TOKEN" or key == "HUGGING_FACE_HUB_TOKEN":
-                out.append(
-                    (
-                        (tname, "env", key),
-                        "secrets go under secrets.hf_token as a reference, never inline",
-                    )
-                )
         for i, arg in enumerate(tier.extra_args):
             flag = _flag_name(arg)
             if flag in _MANAGED_FLAGS:
                 out.append(
                     ((tname, "extra_args", i), f"{flag} is set by pdboot ({_MANAGED_FLAGS[flag]})")
                 )
+    if "router" not in sections:
+        return out
     for i, arg in enumerate(inv.router.extra_args):
         flag = _flag_name(arg)
         if flag in _ROUTER_MANAGED_FLAGS:
@@ -673,6 +864,65 @@ def validate_rules(inv: Inventory) -> list[tuple[tuple[str | int, ...], str]]:
                     f"{flag} is set by pdboot ({_ROUTER_MANAGED_FLAGS[flag]})",
                 )
             )
+    return out
+
+
+# Flags of `vllm serve` (serve-args.json of vLLM 0.33.0) and vllm-router whose value is a
+# secret: on a command line it is in compose.yaml (0644) and in every `ps` on the host.
+SECRET_FLAGS = {
+    "--api-key": "secrets.api_key",
+    "--hf-token": "secrets.hf_token",
+}
+
+
+def secret_rules(inv: Inventory) -> list[Rule]:
+    """Secrets only through `secrets`: no secret flag, no secret-named variable and no
+    token-looking value in extra_args or env."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    args: list[tuple[tuple[str | int, ...], str]] = []
+    args += [
+        ((t, "extra_args", i), a)
+        for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
+        for i, a in enumerate(tier.extra_args)
+    ]
+    args += [(("router", "extra_args", i), a) for i, a in enumerate(inv.router.extra_args)]
+    for path, arg in args:
+        flag = _flag_name(arg)
+        if flag in SECRET_FLAGS:
+            out.append(
+                (
+                    path,
+                    f"{flag} would put a secret on the command line; set "
+                    f"{SECRET_FLAGS[flag]} (a reference) instead",
+                )
+            )
+        elif looks_like_token(arg.split("=", 1)[-1]):
+            out.append(
+                (
+                    path,
+                    "this looks like a secret; secrets go under `secrets` as a "
+                    "reference (env:NAME or file:PATH), never inline",
+                )
+            )
+    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+        for key, value in tier.env.items():
+            if key in SECRET_ENV_OWNED:
+                out.append(
+                    (
+                        (t, "env", key),
+                        f"set it through {SECRET_ENV_OWNED[key]} (a reference), never inline",
+                    )
+                )
+            elif secret_env_name(key) or looks_like_token(value):
+                out.append(
+                    (
+                        (t, "env", key),
+                        "this looks like a secret; put it under "
+                        f"secrets.env.{key} as env:NAME or file:PATH",
+                    )
+                )
+            elif key in inv.secrets.env:
+                out.append(((t, "env", key), f"also set by secrets.env.{key}"))
     return out
 
 

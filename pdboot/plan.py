@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pdboot.inventory import (
@@ -20,6 +20,8 @@ from pdboot.inventory import (
     Tier,
     advertised_address,
     deployment_hosts,
+    engine_uses_secrets,
+    router_uses_secrets,
 )
 
 Role = Literal["decode", "prefill", "router"]
@@ -37,28 +39,68 @@ KV_ROLE: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 
 @dataclass(frozen=True)
-class Service:
-    """One container: a vLLM engine (prefill or decode) or the router."""
+class Ulimit:
+    name: str  # memlock, nofile, ...
+    soft: int  # -1 = unlimited
+    hard: int
 
+
+@dataclass(frozen=True)
+class BindMount:
+    source: str  # path on the host
+    target: str  # path in the container
+    read_only: bool = False
+    create_host_path: bool = False
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    test: tuple[str, ...]
+    interval: str
+    timeout: str
+    retries: int
+    start_period: str
+
+
+@dataclass(frozen=True)
+class Service:
+    """One container, with every setting that reaches it: render only lays these out,
+    and the config hash is taken over what it lays out."""
+
+    name: str  # compose service name, unique on its host
     role: Role
     host: str  # inventory host name
     address: str  # the address peers and the router use for this host
     port: int  # HTTP port
+    project: str  # compose project name
     image: str
     command: tuple[str, ...]  # arguments after the image's entrypoint
     entrypoint: tuple[str, ...] | None  # None: the image's own (vLLM: `vllm serve`)
     environment: tuple[tuple[str, str], ...]
     gpus: Literal["all"] | tuple[int, ...] | None  # None: no GPU reservation (router)
     rdma: bool  # /dev/infiniband + IPC_LOCK
+    restart: str
+    labels: tuple[tuple[str, str], ...]  # without the config hash (render adds it)
+    env_file: str | None = None  # secrets reference: a file beside compose.yaml
+    network_mode: str = "host"
+    ipc: str | None = None
+    shm_size: str | None = None
+    ulimits: tuple[Ulimit, ...] = ()
+    mounts: tuple[BindMount, ...] = ()
+    devices: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    healthcheck: Healthcheck | None = None
     side_channel_port: int | None = None
     metrics_port: int | None = None
-    uses_secrets: bool = False
     config_hash: str = ""
 
     @property
-    def name(self) -> str:
-        """Compose service name; also the container name suffix."""
-        return self.role
+    def container_name(self) -> str:
+        return f"{self.project}-{self.name}"
+
+    @property
+    def uses_secrets(self) -> bool:
+        return self.env_file is not None
 
     @property
     def url(self) -> str:
@@ -71,7 +113,7 @@ class Service:
     @property
     def key(self) -> str:
         """Stable human id, e.g. ``decode@gpu-b``."""
-        return f"{self.role}@{self.host}"
+        return f"{self.name}@{self.host}"
 
 
 @dataclass(frozen=True)
@@ -91,7 +133,7 @@ class Plan:
     hosts: dict[str, HostPlan]
     stages: tuple[tuple[Service, ...], ...]  # decode engines, prefill engines, router
     router: Service
-    extras: dict[str, str] = field(default_factory=dict)
+    hf_token_ref: str | None = None  # where `up` reads the token (env:NAME, file:PATH)
 
     @property
     def endpoint(self) -> str:
@@ -99,12 +141,6 @@ class Plan:
 
     def services(self) -> list[Service]:
         return [s for stage in self.stages for s in stage]
-
-    def service(self, role: Role, host: str) -> Service | None:
-        for s in self.services():
-            if s.role == role and s.host == host:
-                return s
-        return None
 
 
 def project_name(inv: Inventory) -> str:
@@ -163,6 +199,53 @@ def _ucx_env(inv: Inventory, host: str, rdma: bool, found: Sequence[str] | None)
     return env
 
 
+# Docker only counts failed probes after start_period; model loads take minutes, so the
+# engines get the whole ready timeout before they can turn "unhealthy".
+HEALTH_INTERVAL = "10s"
+HEALTH_TIMEOUT = "5s"
+HEALTH_RETRIES = 3
+
+# The probe runs inside the engine container, which shares the host's network; the vLLM
+# image (and the stand-in) have python3, not curl.
+_PROBE = (
+    "import urllib.request; "
+    "urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
+)
+
+
+def _labels(inv: Inventory, role: Role, host: str) -> tuple[tuple[str, str], ...]:
+    return ((LABEL_DEPLOYMENT, inv.name), (LABEL_ROLE, role), (LABEL_HOST, host))
+
+
+def _ulimits(inv: Inventory, *names: str) -> tuple[Ulimit, ...]:
+    values = {"memlock": inv.container.ulimits.memlock, "nofile": inv.container.ulimits.nofile}
+    return tuple(Ulimit(n, values[n], values[n]) for n in names)
+
+
+def _mounts(inv: Inventory) -> tuple[BindMount, ...]:
+    mounts = [BindMount(inv.container.hf_cache, HF_CACHE_IN_CONTAINER, create_host_path=True)]
+    if inv.model.startswith("/"):
+        # A model given as a path on the hosts must be visible at the same path inside,
+        # so both tiers keep passing the same literal model string (NIXL compares it).
+        mounts.append(BindMount(inv.model, inv.model, read_only=True))
+    return tuple(mounts)
+
+
+def _engine_command(inv: Inventory, role: Literal["prefill", "decode"], tier: Tier) -> list[str]:
+    return [
+        inv.model,
+        "--port",
+        str(tier.port),
+        "--served-model-name",
+        inv.served_model_name or inv.model,
+        "--tensor-parallel-size",
+        str(tier.tensor_parallel_size),
+        "--kv-transfer-config",
+        json.dumps(kv_transfer_config(inv, role), separators=(",", ":"), sort_keys=True),
+        *tier.extra_args,
+    ]
+
+
 def _engine(
     inv: Inventory,
     role: Literal["prefill", "decode"],
@@ -171,21 +254,7 @@ def _engine(
     rdma_present: Mapping[str, bool] | None,
     rdma_ports: Mapping[str, Sequence[str]] | None,
 ) -> Service:
-    h = inv.hosts[host]
-    address = advertised_address(h)
-    served = inv.served_model_name or inv.model
-    cmd: list[str] = [
-        inv.model,
-        "--port",
-        str(tier.port),
-        "--served-model-name",
-        served,
-        "--tensor-parallel-size",
-        str(tier.tensor_parallel_size),
-        "--kv-transfer-config",
-        json.dumps(kv_transfer_config(inv, role), separators=(",", ":"), sort_keys=True),
-        *tier.extra_args,
-    ]
+    address = advertised_address(inv.hosts[host])
     rdma = rdma_enabled(inv, host, rdma_present)
     env: dict[str, str] = {
         # Both the bind address and what the peer is told to connect to (remote_host).
@@ -195,33 +264,49 @@ def _engine(
     }
     env.update(_ucx_env(inv, host, rdma, (rdma_ports or {}).get(host)))
     env.update(tier.env)
-    gpus: Literal["all"] | tuple[int, ...] = "all" if tier.gpus == "all" else tuple(tier.gpus)
-    svc = Service(
+    return Service(
+        name=role,
         role=role,
         host=host,
         address=address,
         port=tier.port,
+        project=project_name(inv),
         image=inv.image,
-        command=tuple(cmd),
+        command=tuple(_engine_command(inv, role, tier)),
         entrypoint=None,
         environment=tuple(sorted(env.items())),
-        gpus=gpus,
+        gpus="all" if tier.gpus == "all" else tuple(tier.gpus),
         rdma=rdma,
+        restart=inv.container.restart,
+        labels=_labels(inv, role, host),
+        env_file=SECRETS_FILE if engine_uses_secrets(inv) else None,
+        ipc="host",
+        shm_size=inv.container.shm_size,
+        # memlock -1 = unlimited: RDMA memory registration fails under Docker's 8 MiB default.
+        ulimits=_ulimits(inv, "memlock", "nofile"),
+        mounts=_mounts(inv),
+        devices=("/dev/infiniband:/dev/infiniband",) if rdma else (),
+        cap_add=("IPC_LOCK",) if rdma else (),
+        healthcheck=Healthcheck(
+            test=("CMD", "python3", "-c", _PROBE.format(port=tier.port)),
+            interval=HEALTH_INTERVAL,
+            timeout=HEALTH_TIMEOUT,
+            retries=HEALTH_RETRIES,
+            start_period=f"{int(inv.timeouts.ready_seconds)}s",
+        ),
         side_channel_port=tier.side_channel_port,
-        uses_secrets=inv.secrets.hf_token is not None,
     )
-    return _with_hash(svc, inv)
 
 
-def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> Service:
+def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
     r = inv.router
-    h = inv.hosts[r.host]
     cmd: list[str] = ["--vllm-pd-disaggregation"]
     for p in prefills:
         cmd += ["--prefill", p.url]
     for d in decodes:
         cmd += ["--decode", d.url]
-    cmd += [
+    return [
+        *cmd,
         "--prefill-policy",
         r.prefill_policy,
         "--decode-policy",
@@ -238,41 +323,40 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
         str(r.request_timeout_secs),
         *r.extra_args,
     ]
-    svc = Service(
+
+
+def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> Service:
+    r = inv.router
+    return Service(
+        name="router",
         role="router",
         host=r.host,
-        address=advertised_address(h),
+        address=advertised_address(inv.hosts[r.host]),
         port=r.port,
+        project=project_name(inv),
         image=inv.router_image,
-        command=tuple(cmd),
+        command=tuple(_router_command(inv, prefills, decodes)),
         entrypoint=("vllm-router",),
         environment=(),
         gpus=None,
         rdma=False,
+        restart=inv.container.restart,
+        labels=_labels(inv, "router", r.host),
+        ulimits=_ulimits(inv, "nofile"),
         metrics_port=r.metrics_port,
+        # vllm-router 0.1.17 sends OPENAI_API_KEY from its environment to the workers
+        env_file=SECRETS_FILE if router_uses_secrets(inv) else None,
     )
-    return _with_hash(svc, inv)
 
 
-def _with_hash(svc: Service, inv: Inventory) -> Service:
-    """Hash of everything that shapes the container, so `up` can tell what changed."""
-    c = inv.container
-    material = {
-        "role": svc.role,
-        "image": svc.image,
-        "command": svc.command,
-        "entrypoint": svc.entrypoint,
-        "env": svc.environment,
-        "gpus": svc.gpus,
-        "rdma": svc.rdma,
-        "secrets": svc.uses_secrets,
-        # render.py also draws restart, ulimits, volumes and the healthcheck's start period
-        # from these settings: a change there must change the hash too.
-        "container": c.model_dump(),
-        "ready_seconds": inv.timeouts.ready_seconds if svc.role != "router" else None,
-    }
-    digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=list).encode())
-    return Service(**{**svc.__dict__, "config_hash": digest.hexdigest()[:16]})
+def _with_hash(svc: Service) -> Service:
+    """The hash of the service's rendered definition (less the hash label), as Compose v1
+    hashed its config dict: any setting that reaches the container changes it."""
+    # render imports this module for the types; the definition is render's to lay out
+    from pdboot.render import service_definition
+
+    material = json.dumps(service_definition(svc, with_hash=False), sort_keys=True)
+    return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 
 
 def build_plan(
@@ -285,12 +369,14 @@ def build_plan(
     per host, the ``device:port`` names it found ACTIVE (UCX_NET_DEVICES when the
     inventory declares no rdma_devices)."""
     decodes = [
-        _engine(inv, "decode", inv.decode, h, rdma_present, rdma_ports) for h in inv.decode.hosts
+        _with_hash(_engine(inv, "decode", inv.decode, h, rdma_present, rdma_ports))
+        for h in inv.decode.hosts
     ]
     prefills = [
-        _engine(inv, "prefill", inv.prefill, h, rdma_present, rdma_ports) for h in inv.prefill.hosts
+        _with_hash(_engine(inv, "prefill", inv.prefill, h, rdma_present, rdma_ports))
+        for h in inv.prefill.hosts
     ]
-    router = _router(inv, prefills, decodes)
+    router = _with_hash(_router(inv, prefills, decodes))
     every = decodes + prefills + [router]
     hosts: dict[str, HostPlan] = {}
     for name in deployment_hosts(inv):
@@ -309,4 +395,5 @@ def build_plan(
         hosts=hosts,
         stages=(tuple(decodes), tuple(prefills), (router,)),
         router=router,
+        hf_token_ref=inv.secrets.hf_token,
     )

@@ -12,9 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
-
-from rich.console import Console
+from functools import partial
+from typing import Protocol, TypeVar
 
 from pdboot import registry, remote
 from pdboot.checks import (
@@ -25,6 +24,7 @@ from pdboot.checks import (
     HostContext,
     ParseError,
     Probe,
+    Section,
     batch_script,
     by_key,
     parse_sections,
@@ -36,11 +36,31 @@ from pdboot.checks import host as host_checks
 from pdboot.checks import model as model_checks
 from pdboot.checks import network as network_checks
 from pdboot.checks import rdma as rdma_checks
+from pdboot.checks.facts import HostFacts
 from pdboot.inventory import Inventory, advertised_address, deployment_hosts
 from pdboot.plan import build_plan
 
 T = TypeVar("T")
-DOMAINS = (gpu_checks, docker_checks, rdma_checks, host_checks, network_checks, model_checks)
+
+
+class Area(Protocol):
+    """A check area module: its commands, and its verdicts judged from the host's facts.
+    (Each also has ``parse(ctx, sections) -> <Area>Facts | None``, typed per area.)"""
+
+    def commands(self, ctx: HostContext) -> list[Command]: ...
+
+    def evaluate(self, ctx: HostContext, facts: HostFacts) -> list[CheckResult]: ...
+
+
+# In the order the results are reported (and the batch runs)
+DOMAINS: tuple[tuple[str, Area], ...] = (
+    ("gpu", gpu_checks),
+    ("docker", docker_checks),
+    ("rdma", rdma_checks),
+    ("host", host_checks),
+    ("network", network_checks),
+    ("model", model_checks),
+)
 
 
 # --------------------------------------------------------------------------- selection
@@ -143,7 +163,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
 
 
 def host_commands(ctx: HostContext, sel: Selection = Selection()) -> list[Command]:
-    cmds = [c for d in DOMAINS for c in d.commands(ctx)]
+    cmds = [c for _, d in DOMAINS for c in d.commands(ctx)]
     return [c for c in cmds if sel.command_wanted(c)]
 
 
@@ -155,7 +175,8 @@ class HostReport:
     name: str
     reachable: bool
     checks: list[CheckResult] = field(default_factory=list)
-    rdma_present: bool | None = None
+    facts: HostFacts = field(default_factory=HostFacts)  # what the checks found, typed
+    rdma_present: bool | None = None  # see rdma_usable
     clock_offset: float | None = None  # host clock minus ours, seconds
     seconds: float = 0.0
 
@@ -172,11 +193,6 @@ class PreflightResult:
     def ok(self) -> bool:
         return all(h.ok for h in self.hosts.values())
 
-    @property
-    def rdma_present(self) -> dict[str, bool]:
-        """For plan.build_plan(inv, rdma_present=...): hosts where RDMA was checked."""
-        return {n: h.rdma_present for n, h in self.hosts.items() if h.rdma_present is not None}
-
     def as_json(self) -> dict[str, object]:
         return {
             "ok": self.ok,
@@ -188,7 +204,7 @@ class PreflightResult:
 
 
 def _guarded(area: str, fn: Callable[[], T], out: list[CheckResult]) -> T | None:
-    """A verdict that raises is a bug; it must still not take down the other checks."""
+    """A parser or verdict that raises is a bug; it must still not take down the others."""
     try:
         return fn()
     except Exception as e:  # reported as a failed check, with the cause
@@ -203,47 +219,46 @@ def _guarded(area: str, fn: Callable[[], T], out: list[CheckResult]) -> T | None
         return None
 
 
+def parse_facts(
+    ctx: HostContext, s: Mapping[str, Section], out: list[CheckResult]
+) -> HostFacts:
+    """Every area's typed facts; an area whose parser raised has None (and a failed
+    ``<area>.evaluate`` check in ``out``)."""
+
+    def parse(area: str, fn: Callable[[HostContext, Mapping[str, Section]], T]) -> T | None:
+        return _guarded(area, lambda: fn(ctx, s), out)
+
+    return HostFacts(
+        gpu=parse("gpu", gpu_checks.parse),
+        docker=parse("docker", docker_checks.parse),
+        rdma=parse("rdma", rdma_checks.parse),
+        host=parse("host", host_checks.parse),
+        network=parse("network", network_checks.parse),
+        model=parse("model", model_checks.parse),
+    )
+
+
 def evaluate_host(
     ctx: HostContext, output: str, sel: Selection = Selection()
-) -> tuple[list[CheckResult], bool | None, float | None]:
-    """Batch output -> (results, rdma usable?, host clock as printed). Pure."""
-    cmds = [c for d in DOMAINS for c in d.commands(ctx)]
-    s = by_key(cmds, parse_sections(output))
+) -> tuple[list[CheckResult], HostFacts]:
+    """Batch output -> (results, the facts they were judged from). Pure."""
+    cmds = [c for _, d in DOMAINS for c in d.commands(ctx)]
     results: list[CheckResult] = []
-    g = _guarded("gpu", lambda: gpu_checks.evaluate(ctx, s), results)
-    gpu_res, gpus = g if g is not None else ([], [])
-    results += gpu_res
-    driver = gpu_checks.driver_version(gpus, s) if gpus else None
-    d = _guarded("docker", lambda: docker_checks.evaluate(ctx, s, driver), results)
-    dres, _info, scan = d if d is not None else ([], None, None)
-    results += dres
-    rdma_present: bool | None = None
-    link: float | None = None
-    r = _guarded("rdma", lambda: rdma_checks.evaluate(ctx, s), results)
-    rres, rfacts = r if r is not None else ([], None)
-    results += rres
-    if rfacts is not None and s["devices"].rc is not None:
-        rdma_present = rfacts.usable
-        link = rfacts.link_gbps() if rfacts.usable else None
-    elif ctx.rdma_mode == "off" and ctx.gpu_host:
-        rdma_present = False
-    for area, fn in (
-        ("host", lambda: host_checks.evaluate(ctx, s, scan)),
-        ("network", lambda: network_checks.evaluate(ctx, s)),
-        ("model", lambda: model_checks.evaluate(ctx, s, gpus, link)),
-    ):
-        results += _guarded(area, fn, results) or []
-    clock: float | None = None
-    if "clock" in s and s["clock"].rc == 0:
-        try:
-            clock = network_checks.parse_clock(s["clock"].output)
-        except ParseError:
-            results.append(
-                CheckResult(
-                    "network.clock", "warn", f"could not read the clock: {s['clock'].first_lines()}"
-                )
-            )
-    return [r for r in results if sel.keep(r)], rdma_present, clock
+    facts = parse_facts(ctx, by_key(cmds, parse_sections(output)), results)
+    for area, domain in DOMAINS:
+        results += _guarded(area, partial(domain.evaluate, ctx, facts), results) or []
+    return [r for r in results if sel.keep(r)], facts
+
+
+def rdma_usable(ctx: HostContext, facts: HostFacts) -> bool | None:
+    """For ``kv_transfer.rdma: auto``: a verbs device with an ACTIVE port found (True), not
+    found or RDMA off (False), not checked here (None: no GPU host, deselected)."""
+    r = facts.rdma
+    if r is not None and r.checked:
+        return r.usable
+    if ctx.rdma_mode == "off" and ctx.gpu_host:
+        return False
+    return None
 
 
 # --------------------------------------------------------------------------- images
@@ -372,12 +387,14 @@ def run_preflight(
             continue
         stdout, t0, secs = oc.value
         ctx = with_lookup(ctxs[name], looked.get(ctxs[name].image))
-        checks, rdma, clock = evaluate_host(ctx, stdout, selection)
+        checks, facts = evaluate_host(ctx, stdout, selection)
+        clock = facts.network.clock if facts.network is not None else None
         rep = HostReport(
             name,
             True,
             [CheckResult("ssh.connect", "pass", "connected"), *checks],
-            rdma,
+            facts,
+            rdma_usable(ctx, facts),
             None if clock is None else clock - t0,
             secs,
         )
@@ -390,12 +407,3 @@ def run_preflight(
             if selection.keep(res):
                 reports[n].checks.append(res)
     return PreflightResult(reports)
-
-
-def gate_for_up(inv: Inventory, console: Console, accept_new_host_keys: bool = False) -> bool:
-    """What `pdboot up` runs first: the full preflight, printed; True when nothing fails."""
-    from pdboot import report  # report imports this module
-
-    result = run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
-    report.print_report(result, console)
-    return result.ok

@@ -16,33 +16,22 @@ whether or not the container was (re)created from it; it survives `down`, so the
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from pdboot.checks.facts import HostFacts
 from pdboot.inventory import Inventory
 from pdboot.plan import Plan
 
 RECORD_FILE = "rdma.json"
-
-_PORT = re.compile(r"[\w.\-]+:\d+")
-
-
-class _Check(Protocol):
-    @property
-    def id(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def message(self) -> str: ...
 
 
 class _HostReport(Protocol):
     @property
     def rdma_present(self) -> bool | None: ...
     @property
-    def checks(self) -> Sequence[_Check]: ...
+    def facts(self) -> HostFacts: ...
 
 
 class _Preflight(Protocol):
@@ -62,15 +51,9 @@ class Findings:
     source: Source = "preflight"
 
 
-def active_ports(checks: Iterable[_Check]) -> list[str]:
-    """The ``device:port`` of every passed ``rdma.link`` check (one per ACTIVE port)."""
-    out = []
-    for c in checks:
-        if c.id == "rdma.link" and c.status == "pass":
-            head = c.message.split(" ", 1)[0]
-            if _PORT.fullmatch(head):
-                out.append(head)
-    return out
+def active_ports(facts: HostFacts) -> list[str]:
+    """The ``device:port`` of every ACTIVE port preflight's RDMA facts list."""
+    return facts.rdma.active_ports() if facts.rdma is not None else []
 
 
 def from_preflight(result: _Preflight) -> Findings:
@@ -81,7 +64,7 @@ def from_preflight(result: _Preflight) -> Findings:
             continue
         present[name] = rep.rdma_present
         if rep.rdma_present:
-            ports[name] = active_ports(rep.checks)
+            ports[name] = active_ports(rep.facts)
     return Findings(present, ports, "preflight")
 
 

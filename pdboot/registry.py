@@ -24,6 +24,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdboot.http import reason
+
 DOCKER_HUB = "registry-1.docker.io"
 _HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io")
 
@@ -289,7 +291,7 @@ class _Client:
                 return self.get(path, accept)
             if self.scheme == "https":
                 self.tls_failed = True
-            raise RegistryError(f"cannot reach {url}: {_reason(e)}") from None
+            raise RegistryError(f"cannot reach {url}: {reason(e)}") from None
         scheme, params = parse_www_authenticate(challenge)
         if scheme != "bearer":
             raise RegistryError(
@@ -303,12 +305,6 @@ class _Client:
             raise RegistryError("the registry's token endpoint returned no token")
         self.token = token
         return self._open(url, accept, token)
-
-
-def _reason(e: BaseException) -> str:
-    if isinstance(e, urllib.error.URLError) and not isinstance(e, urllib.error.HTTPError):
-        return str(e.reason)
-    return str(e) or type(e).__name__
 
 
 def _json(body: bytes, what: str) -> dict[str, Any]:
@@ -368,7 +364,7 @@ def lookup(
     except urllib.error.HTTPError as e:
         return Lookup(image, error=_http_reason(e, ref, what))
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
-        return Lookup(image, error=f"{ref.registry}: {_reason(e)}")
+        return Lookup(image, error=f"{ref.registry}: {reason(e)}")
     return Lookup(
         image,
         ImageConfig(

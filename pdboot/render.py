@@ -12,31 +12,7 @@ from typing import Any
 
 import yaml
 
-from pdboot.inventory import Inventory
-from pdboot.plan import (
-    HF_CACHE_IN_CONTAINER,
-    LABEL_CONFIG_HASH,
-    LABEL_DEPLOYMENT,
-    LABEL_HOST,
-    LABEL_ROLE,
-    SECRETS_FILE,
-    HostPlan,
-    Plan,
-    Service,
-)
-
-# Docker only counts failed probes after start_period; model loads take minutes, so the
-# engines get the whole ready timeout before they can turn "unhealthy".
-HEALTH_INTERVAL = "10s"
-HEALTH_TIMEOUT = "5s"
-HEALTH_RETRIES = 3
-
-# The probe runs inside the engine container, which shares the host's network; the vLLM
-# image (and the stand-in) have python3, not curl.
-_PROBE = (
-    "import urllib.request; "
-    "urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
-)
+from pdboot.plan import LABEL_CONFIG_HASH, SECRETS_FILE, BindMount, HostPlan, Plan, Service
 
 
 class _Dumper(yaml.SafeDumper):
@@ -50,12 +26,12 @@ class UnknownHostError(ValueError):
     """The host runs nothing in this plan (or is not in the inventory)."""
 
 
-def render_all(plan: Plan, inv: Inventory) -> dict[str, str]:
+def render_all(plan: Plan) -> dict[str, str]:
     """Compose text for every host that runs something, in plan order."""
-    return {name: render_host(plan, name, inv) for name in plan.hosts}
+    return {name: render_host(plan, name) for name in plan.hosts}
 
 
-def render_host(plan: Plan, host: str, inv: Inventory) -> str:
+def render_host(plan: Plan, host: str) -> str:
     """The compose project for one host, as YAML text."""
     hp = plan.hosts.get(host)
     if hp is None:
@@ -65,7 +41,7 @@ def render_host(plan: Plan, host: str, inv: Inventory) -> str:
         )
     doc: dict[str, Any] = {
         "name": hp.project,
-        "services": {s.name: _service(s, plan, inv) for s in hp.services},
+        "services": {s.name: service_definition(s) for s in hp.services},
     }
     body = yaml.dump(
         _escape(doc),
@@ -92,75 +68,58 @@ def _header(plan: Plan, hp: HostPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _service(s: Service, plan: Plan, inv: Inventory) -> dict[str, Any]:
-    c = inv.container
-    svc: dict[str, Any] = {
-        "image": s.image,
-        "container_name": f"{plan.hosts[s.host].project}-{s.name}",
-    }
+def service_definition(s: Service, *, with_hash: bool = True) -> dict[str, Any]:
+    """The compose service for ``s`` (before ``$`` escaping). Without the hash label it is
+    what the config hash is taken over, so every key written here is covered by it."""
+    svc: dict[str, Any] = {"image": s.image, "container_name": s.container_name}
     if s.entrypoint is not None:
         svc["entrypoint"] = list(s.entrypoint)
     svc["command"] = list(s.command)
     if s.environment:
         svc["environment"] = dict(s.environment)
-    if s.uses_secrets:
+    if s.env_file is not None:
         # Only the reference: the file holds the value and is written by `up`, mode 0600.
-        svc["env_file"] = [{"path": SECRETS_FILE, "required": False}]
+        svc["env_file"] = [{"path": s.env_file, "required": False}]
     # Host networking: NIXL's side channel and UCX bind host interfaces and ephemeral
     # ports, and the router must reach engines by the hosts' addresses.
-    svc["network_mode"] = "host"
-    if s.role == "router":
-        svc["ulimits"] = {"nofile": _limit(c.ulimits.nofile)}
-    else:
-        svc["ipc"] = "host"
-        svc["shm_size"] = c.shm_size
-        svc["ulimits"] = {
-            # -1 = unlimited: RDMA memory registration fails under Docker's 8 MiB default.
-            "memlock": _limit(c.ulimits.memlock),
-            "nofile": _limit(c.ulimits.nofile),
-        }
-        svc["volumes"] = _volumes(inv)
-        if s.rdma:
-            svc["devices"] = ["/dev/infiniband:/dev/infiniband"]
-            svc["cap_add"] = ["IPC_LOCK"]
+    svc["network_mode"] = s.network_mode
+    if s.ipc is not None:
+        svc["ipc"] = s.ipc
+    if s.shm_size is not None:
+        svc["shm_size"] = s.shm_size
+    if s.ulimits:
+        svc["ulimits"] = {u.name: {"soft": u.soft, "hard": u.hard} for u in s.ulimits}
+    if s.mounts:
+        svc["volumes"] = [_volume(m) for m in s.mounts]
+    if s.devices:
+        svc["devices"] = list(s.devices)
+    if s.cap_add:
+        svc["cap_add"] = list(s.cap_add)
+    if s.gpus is not None:
         svc["deploy"] = {"resources": {"reservations": {"devices": [_gpu_request(s)]}}}
+    if s.healthcheck is not None:
+        h = s.healthcheck
         svc["healthcheck"] = {
-            "test": ["CMD", "python3", "-c", _PROBE.format(port=s.port)],
-            "interval": HEALTH_INTERVAL,
-            "timeout": HEALTH_TIMEOUT,
-            "retries": HEALTH_RETRIES,
-            "start_period": f"{int(inv.timeouts.ready_seconds)}s",
+            "test": list(h.test),
+            "interval": h.interval,
+            "timeout": h.timeout,
+            "retries": h.retries,
+            "start_period": h.start_period,
         }
-    svc["labels"] = {
-        LABEL_DEPLOYMENT: plan.deployment,
-        LABEL_ROLE: s.role,
-        LABEL_HOST: s.host,
-        LABEL_CONFIG_HASH: s.config_hash,
-    }
-    svc["restart"] = c.restart
+    svc["labels"] = dict(s.labels)
+    if with_hash:
+        svc["labels"][LABEL_CONFIG_HASH] = s.config_hash
+    svc["restart"] = s.restart
     return svc
 
 
-def _limit(value: int) -> dict[str, int]:
-    return {"soft": value, "hard": value}
-
-
-def _volumes(inv: Inventory) -> list[dict[str, Any]]:
-    vols: list[dict[str, Any]] = [
-        {
-            "type": "bind",
-            "source": inv.container.hf_cache,
-            "target": HF_CACHE_IN_CONTAINER,
-            "bind": {"create_host_path": True},
-        }
-    ]
-    if inv.model.startswith("/"):
-        # A model given as a path on the hosts must be visible at the same path inside,
-        # so both tiers keep passing the same literal model string (NIXL compares it).
-        vols.append(
-            {"type": "bind", "source": inv.model, "target": inv.model, "read_only": True}
-        )
-    return vols
+def _volume(m: BindMount) -> dict[str, Any]:
+    vol: dict[str, Any] = {"type": "bind", "source": m.source, "target": m.target}
+    if m.read_only:
+        vol["read_only"] = True
+    if m.create_host_path:
+        vol["bind"] = {"create_host_path": True}
+    return vol
 
 
 def _gpu_request(s: Service) -> dict[str, Any]:
@@ -185,7 +144,7 @@ def _escape(value: Any) -> Any:
     return value
 
 
-def render_summary(plan: Plan, inv: Inventory) -> str:
+def render_summary(plan: Plan) -> str:
     """A short human summary: start order, endpoints, where secrets come from."""
     served = plan.served_model_name
     lines = [f"Deployment {plan.deployment!r}: model {plan.model}"]
@@ -201,9 +160,9 @@ def render_summary(plan: Plan, inv: Inventory) -> str:
                 extra = f"  metrics {s.url.rsplit(':', 1)[0]}:{s.metrics_port}/metrics"
             lines.append(f"  {n}. {s.key:<24} {s.url}{extra}")
     lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via the router)")
-    if inv.secrets.hf_token is not None:
+    if plan.hf_token_ref is not None:
         lines.append(
-            f"HF token: read from {inv.secrets.hf_token} at `pdboot up`, shipped as "
+            f"HF token: read from {plan.hf_token_ref} at `pdboot up`, shipped as "
             f"{SECRETS_FILE} (mode 0600); never in these files"
         )
     return "\n".join(lines) + "\n"

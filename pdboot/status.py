@@ -8,23 +8,26 @@ runs and answers /health.
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from pdboot.converge import Observed, owned
-from pdboot.deploy import EXIT_FAILED, EXIT_OK, EXIT_USAGE, recorded_findings
+from pdboot.diagnose import diagnose as diagnose_logs
 from pdboot.engine import EngineError
-from pdboot.hosts import open_hosts
+from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.hosts import open_hosts, register_inventory_secrets
+from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
-from pdboot.plan import ROLES, Service, build_plan
-from pdboot.probes import http
+from pdboot.logscan import explain_services, report_lines
+from pdboot.plan import ROLES, Plan, Service, build_plan
+from pdboot.ports import HostsFactory, default_hosts, recorded_findings
+from pdboot.readiness import find_container
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -106,8 +109,14 @@ def service_status(
     )
 
 
-def collect(inv: Inventory, accept_new_host_keys: bool = False) -> list[ServiceStatus]:
-    hosts = open_hosts(inv, build_plan(inv).hosts, accept_new_host_keys=accept_new_host_keys)
+def collect(
+    inv: Inventory,
+    accept_new_host_keys: bool = False,
+    *,
+    hosts_factory: HostsFactory = default_hosts,
+    fetch: HttpFn = http,
+) -> tuple[Plan, list[ServiceStatus]]:
+    hosts = hosts_factory(inv, list(build_plan(inv).hosts), accept_new_host_keys)
     try:
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
         # the plan from that record, not from the declared devices alone
@@ -118,7 +127,13 @@ def collect(inv: Inventory, accept_new_host_keys: bool = False) -> list[ServiceS
         hosts.close()
     unreachable = set(hosts.errors) | set(errors)
     observed = owned([o for obs in values.values() for o in obs], plan.deployment)
-    now = datetime.now(timezone.utc)
+    return plan, rows_for(plan, observed, unreachable, datetime.now(timezone.utc), fetch)
+
+
+def rows_for(
+    plan: Plan, observed: list[Observed], unreachable: set[str], now: datetime, fetch: HttpFn
+) -> list[ServiceStatus]:
+    """One row per planned service, then one per leftover container of the deployment."""
     rows = []
     seen: set[str] = set()
     for svc in plan.services():
@@ -127,7 +142,7 @@ def collect(inv: Inventory, accept_new_host_keys: bool = False) -> list[ServiceS
             seen.add(obs.id)
         health = "-"
         if obs is not None and obs.state == "running":
-            a = http(svc.health_url, timeout=3.0)
+            a = fetch(svc.health_url, timeout=3.0)
             health = "ok" if a.ok else a.describe()
         rows.append(
             service_status(svc, obs, reachable=svc.host not in unreachable, now=now, health=health)
@@ -138,23 +153,26 @@ def collect(inv: Inventory, accept_new_host_keys: bool = False) -> list[ServiceS
     return rows
 
 
-def status(inv: Inventory, out: Console, *, as_json: bool = False) -> int:
-    rows = collect(inv)
+def status(
+    inv: Inventory,
+    emit: Emit,
+    *,
+    hosts_factory: HostsFactory = default_hosts,
+    fetch: HttpFn = http,
+) -> int:
+    """Emits one StatusReport (and Done); exit 0 only when every planned service is healthy."""
+    t0 = time.monotonic()
+    plan, rows = collect(inv, hosts_factory=hosts_factory, fetch=fetch)
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
-    if as_json:
-        doc = {
-            "deployment": inv.name,
-            "endpoint": build_plan(inv).endpoint + "/v1",
-            "healthy": healthy,
-            "services": [asdict(r) for r in rows],
-        }
-        # soft_wrap: never break a line inside a JSON string on a narrow console
-        out.print(json.dumps(doc, indent=2), soft_wrap=True, highlight=False, markup=False)
-        return EXIT_OK if healthy else EXIT_FAILED
-    out.print(status_table(rows, inv.name, out.width))
-    out.print("healthy" if healthy else "[red]not healthy[/red]")
-    return EXIT_OK if healthy else EXIT_FAILED
+    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows)))
+    no_logs = ("absent", "unreachable")
+    sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
+    if sick:  # known causes in the logs of what runs but is not healthy
+        emit(Diagnosis("not healthy", tuple(report_lines(explain_services(inv, sick)))))
+    code = EXIT_OK if healthy else EXIT_FAILED
+    emit(Done("status", code, time.monotonic() - t0))
+    return code
 
 
 def short_image(ref: str) -> str:
@@ -168,76 +186,6 @@ def short_image(ref: str) -> str:
 def short_endpoint(url: str) -> str:
     """`http://10.77.2.10:8201` -> `10.77.2.10:8201`."""
     return url.split("://", 1)[-1].rstrip("/")
-
-
-def _cells(r: ServiceStatus) -> dict[str, Text]:
-    state_style = "green" if r.state == "running" else "red"
-    if not r.planned:
-        match = Text("not in inventory", style="yellow")
-    else:
-        match = {
-            True: Text("yes"),
-            False: Text("changed", style="yellow"),
-            None: Text("-"),
-        }[r.matches_inventory]
-    return {
-        "service": Text(r.service, style="bold"),
-        "state": Text(r.state, style=state_style),
-        "health": Text(r.health, style="green" if r.health == "ok" else "red"),
-        "uptime": Text(human_seconds(r.uptime_seconds)),
-        "image": Text(short_image(r.image)),
-        "matches": match,
-        "endpoint": Text(short_endpoint(r.endpoint)),
-    }
-
-
-def status_table(rows: list[ServiceStatus], deployment: str, width: int) -> Table:
-    """One line per service when that fits the width; otherwise two lines per service
-    (uptime under the state, whether the config matches under the image). Addresses,
-    tags and service names are never broken; only health details and the like wrap."""
-    cells = [_cells(r) for r in rows]
-    wide = _table(
-        deployment, ["service", "state", "health", "uptime", "image", "matches", "endpoint"], cells
-    )
-    if Console(width=10_000).measure(wide).maximum <= width:
-        return wide
-    narrow = []
-    for c in cells:
-        matches = {"yes": Text("config matches", style="dim"), "-": Text("")}.get(
-            c["matches"].plain,
-            Text.assemble("config ", c["matches"])
-            if c["matches"].plain == "changed"
-            else c["matches"],
-        )
-        narrow.append(
-            {
-                "service": c["service"],
-                "state": Text("\n").join([c["state"], Text(c["uptime"].plain, style="dim")]),
-                "health": c["health"],
-                "image / config": Text("\n").join([c["image"], matches]),
-                "endpoint": c["endpoint"],
-            }
-        )
-    return _table(deployment, ["service", "state", "health", "image / config", "endpoint"], narrow)
-
-
-def _table(deployment: str, columns: list[str], rows: list[dict[str, Text]]) -> Table:
-    table = Table(
-        title=f"deployment {deployment}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),  # with the box's blank separator: two spaces between columns
-        pad_edge=False,
-        show_edge=False,
-    )
-    for col in columns:
-        # only health details may wrap (between words, in the two-line form); the rest
-        # are tokens an operator copies (names, tags, addresses): never broken
-        words = col == "health" and "uptime" not in columns
-        table.add_column(col, no_wrap=not words, overflow="fold", min_width=10 if words else None)
-    for r in rows:
-        table.add_row(*(r[c] for c in columns))
-    return table
 
 
 # --------------------------------------------------------------------------- logs
@@ -266,40 +214,50 @@ def select_service(inv: Inventory, selector: str) -> Service:
     return matches[0]
 
 
-def logs(inv: Inventory, selector: str, out: Console, *, tail: int, follow: bool) -> int:
+def logs(
+    inv: Inventory,
+    selector: str,
+    on_line: Callable[[str], None],
+    emit: Emit,
+    *,
+    tail: int,
+    follow: bool,
+    diagnose: bool = False,
+) -> int:
+    """Hands each log line of one service (found by label) to ``on_line``."""
     try:
         svc = select_service(inv, selector)
     except SelectorError as e:
-        out.print(Text(f"error: {e}", style="red"))
+        emit(Note(f"error: {e}", "error"))
         return EXIT_USAGE
     plan = build_plan(inv)
+    register_inventory_secrets(inv)  # engine logs pass through the masker (Engine.logs)
     hosts = open_hosts(inv, [svc.host], engine_timeout=None if follow else 120)
     try:
         if hosts.errors:
-            out.print(Text(f"error: cannot reach {svc.host}: {hosts.errors[svc.host]}", "red"))
+            emit(Note(f"error: cannot reach {svc.host}: {hosts.errors[svc.host]}", "error"))
             return EXIT_FAILED
         engine = hosts.links[svc.host].engine
-        found = [
-            o
-            for o in owned(engine.containers(plan.deployment), plan.deployment)
-            if o.role == svc.role
-        ]
-        if not found:
-            out.print(Text(f"error: {svc.key} has no container (is it up?)", style="red"))
+        found = find_container(engine.containers(plan.deployment), plan.deployment, svc)
+        if found is None:
+            emit(Note(f"error: {svc.key} has no container (is it up?)", "error"))
             return EXIT_FAILED
-        cid = found[0].id
         if follow:
             try:
-                for line in engine.follow_logs(cid, tail=tail):
-                    out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
+                for line in engine.follow_logs(found.id, tail=tail):
+                    on_line(line)
             except KeyboardInterrupt:
                 pass
         else:
-            for line in engine.logs(cid, tail=tail):
-                out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
+            lines = engine.logs(found.id, tail=tail)
+            for line in lines:
+                on_line(line)
+            if diagnose:  # --diagnose: known causes in these lines, cause + fix each
+                known = diagnose_logs({svc.key: [_ANSI.sub("", x) for x in lines]})
+                emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
         return EXIT_OK
     except EngineError as e:  # e.g. the host was lost mid-read (engine.EngineLost)
-        out.print(Text(f"error: {e}", style="red"), soft_wrap=True)
+        emit(Note(f"error: {e}", "error"))
         return EXIT_FAILED
     finally:
         hosts.close()

@@ -62,9 +62,6 @@ class FakeClock:
         self.sleeps.append(seconds)
         self.t += max(seconds, 0.0)
 
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
 
 @dataclass(frozen=True)
 class Tick:
@@ -139,22 +136,6 @@ def wait_all(
                 last[key],
             )
         clk.sleep(min(interval, max(deadline - elapsed, 0.0)))
-
-
-def wait_until(
-    probe: Callable[[], Probe],
-    *,
-    what: str,
-    deadline: float,
-    interval: float,
-    clock: Clock | None = None,
-    on_tick: Callable[[Tick], None] | None = None,
-    key: str = "target",
-) -> float:
-    """One probe; see :func:`wait_all`."""
-    return wait_all(
-        {key: probe}, what=what, deadline=deadline, interval=interval, clock=clock, on_tick=on_tick
-    )
 
 
 def _safe(probe: Callable[[], Probe]) -> Probe:

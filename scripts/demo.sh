@@ -32,7 +32,7 @@ for h in $PDT_HOSTS; do
     "$(docker version --format "engine {{.Server.Version}}")" "$(docker compose version --short)"'
 done
 
-step "pdboot up $INV  (preflight, pulls, decode -> prefill -> router, proof of the KV path)"
+step "pdboot up $INV  (preflight, pulls, decode + prefill together, then router, proof of the KV path)"
 $PY -m pdboot up "$INV"
 
 step "a chat completion through the router (prefill on one host, decode on another)"

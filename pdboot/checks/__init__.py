@@ -5,10 +5,12 @@ command, ``### $ COMMAND``, the command's output (stdout and stderr together) an
 ``### exit=N`` -- the same layout as the real captures under tests/unit/fixtures/, so a
 parser is tested on exactly the text it will see. ``parse_sections`` splits it again.
 
-Each domain module (gpu, docker, rdma, host, network, model) offers
-``commands(ctx) -> list[Command]`` and ``evaluate(ctx, sections, ...) -> list[CheckResult]``.
-A parser never raises on odd text: the check says "could not parse" and shows the first
-lines.
+Each area module (gpu, docker, rdma, host, network, model) offers
+``commands(ctx) -> list[Command]``, ``parse(ctx, sections) -> <Area>Facts | None`` (typed
+facts, kept on the host's report; see facts.HostFacts) and
+``evaluate(ctx, facts: HostFacts) -> list[CheckResult]``, which judges from facts only.
+A parser never raises on odd text: the facts record what did not parse, and the check
+says "could not parse" and shows the first lines.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import re
 import secrets
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from pdboot.inventory import Requirements
@@ -106,7 +108,6 @@ class HostContext:
     probes: tuple[Probe, ...] = ()
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def gpu_host(self) -> bool:

@@ -14,6 +14,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pdboot.checks import (
     CheckResult,
@@ -25,6 +26,9 @@ from pdboot.checks import (
     version_tuple,
 )
 from pdboot.registry import Lookup
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 INFO = "docker info --format '{{json .}}'"
 COMPOSE = "docker compose version --short"
@@ -298,11 +302,6 @@ def cuda_from_tag(image: str, default: str) -> tuple[str, str]:
     return default, "requirements.cuda: the image is not on the host yet"
 
 
-def min_driver_for(cuda: str) -> str | None:
-    found = driver_floor(cuda)
-    return found[0] if found else None
-
-
 def driver_floor(cuda: str) -> tuple[str, bool] | None:
     """(oldest driver, exact?) for a CUDA version. A minor newer than the table knows gets
     its major's newest known floor, marked inexact (a lower bound); an unknown major: None."""
@@ -345,84 +344,126 @@ FIX_TOOLKIT = (
 )
 
 
-def evaluate(
-    ctx: HostContext, s: Mapping[str, Section], driver: str | None
-) -> tuple[list[CheckResult], DockerInfo | None, DockerdScan | None]:
-    out: list[CheckResult] = []
-    info_s = s["info"]
-    if info_s.rc == 127 or "command not found" in info_s.output:
-        return (
-            [
-                CheckResult(
-                    "docker.engine",
-                    "fail",
-                    "docker CLI not found",
-                    "install Docker Engine (docker-ce) and the compose plugin",
-                )
-            ],
-            None,
-            None,
-        )
+@dataclass(frozen=True)
+class ComposeFacts:
+    section: Section  # `docker compose version --short`, for the failure message
+    version: tuple[int, int] | None  # None: not installed or not a version
+
+
+def parse_compose(c: Section) -> ComposeFacts:
+    text = c.output.strip()
+    m = re.match(r"^v?(\d+)\.(\d+)\S*$", text.splitlines()[0] if text else "")
+    if c.rc != 0 or not m:
+        return ComposeFacts(c, None)
+    return ComposeFacts(c, (int(m.group(1)), int(m.group(2))))
+
+
+@dataclass(frozen=True)
+class DockerFacts:
+    info_section: Section  # `docker info`, for the failure messages
+    compose: ComposeFacts
+    info: DockerInfo | None = None  # None: no CLI, or its text did not parse
+    info_error: str | None = None  # why it did not parse
+    dockerd: DockerdScan | None = None  # None: not found or not readable
+    image: Section | None = None  # `docker image inspect` of the engine image (GPU hosts)
+    image_cuda: str | None = None  # CUDA_VERSION of that image, when on the host
+    image_error: bool = False  # the inspect ran but did not parse
+
+    @property
+    def cli_missing(self) -> bool:
+        s = self.info_section
+        return s.rc == 127 or "command not found" in s.output
+
+
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> DockerFacts:
+    info: DockerInfo | None = None
+    error = None
     try:
-        info = parse_info(info_s.output)
+        info = parse_info(s["info"].output)
     except ParseError as e:
-        return [unparsed("docker.engine", info_s, f"docker info ({e})")], None, None
+        error = str(e)
+    try:
+        scan: DockerdScan | None = parse_dockerd(s["dockerd"].output)
+    except ParseError:
+        scan = None
+    img = s.get("image")
+    cuda, img_error = None, False
+    if img is not None and img.rc == 0:
+        try:
+            cuda = parse_image_env(img.output)
+        except ParseError:
+            img_error = True
+    return DockerFacts(
+        s["info"], parse_compose(s["compose"]), info, error, scan, img, cuda, img_error
+    )
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    f = facts.docker
+    if f is None:
+        return []
+    if f.cli_missing:
+        return [
+            CheckResult(
+                "docker.engine",
+                "fail",
+                "docker CLI not found",
+                "install Docker Engine (docker-ce) and the compose plugin",
+            )
+        ]
+    info = f.info
+    if info is None:
+        return [unparsed("docker.engine", f.info_section, f"docker info ({f.info_error})")]
     if info.server_version is None:
-        err = "; ".join(info.errors) or info_s.first_lines(2)
+        err = "; ".join(info.errors) or f.info_section.first_lines(2)
         fix = "start dockerd (systemctl start docker)"
         if "permission denied" in err.lower():
             fix = (
                 "add the SSH user to the docker group (sudo usermod -aG docker USER), log in again"
             )
-        return (
-            [CheckResult("docker.engine", "fail", f"engine not reachable: {err}", fix)],
-            None,
-            None,
-        )
-    out.append(CheckResult("docker.engine", "pass", f"engine {info.server_version} reachable"))
+        return [CheckResult("docker.engine", "fail", f"engine not reachable: {err}", fix)]
+    out = [
+        CheckResult("docker.engine", "pass", f"engine {info.server_version} reachable"),
+        _version(info.server_version),
+        _compose(f.compose),
+    ]
+    if ctx.gpu_host:
+        out.append(_runtime(info, f.dockerd))
+        if ctx.image:
+            gpu = facts.gpu
+            out.append(_image_cuda(ctx, f, gpu.driver if gpu is not None else None))
+    return out
+
+
+def _version(server: str) -> CheckResult:
     try:
-        old = version_tuple(info.server_version.split("-")[0].split("+")[0])[:2] < (20, 10)
+        old = version_tuple(server.split("-")[0].split("+")[0])[:2] < (20, 10)
     except ParseError:
         old = False
     if old:
-        out.append(
-            CheckResult(
-                "docker.version",
-                "warn",
-                f"Docker {info.server_version} is older than 20.10",
-                "upgrade Docker Engine",
-            )
+        return CheckResult(
+            "docker.version",
+            "warn",
+            f"Docker {server} is older than 20.10",
+            "upgrade Docker Engine",
         )
-    else:
-        out.append(CheckResult("docker.version", "pass", f"Docker {info.server_version}"))
-    out.append(_compose(s["compose"]))
-    scan: DockerdScan | None = None
-    try:
-        scan = parse_dockerd(s["dockerd"].output)
-    except ParseError:
-        scan = None
-    if ctx.gpu_host:
-        out.append(_runtime(info, scan))
-        if ctx.image:
-            out.append(_image_cuda(ctx, s.get("image"), driver))
-    return out, info, scan
+    return CheckResult("docker.version", "pass", f"Docker {server}")
 
 
-def _compose(c: Section) -> CheckResult:
-    text = c.output.strip()
-    m = re.match(r"^v?(\d+)\.(\d+)\S*$", text.splitlines()[0] if text else "")
-    if c.rc != 0 or not m:
+def _compose(c: ComposeFacts) -> CheckResult:
+    text = c.section.output.strip()
+    if c.version is None:
         return CheckResult(
             "docker.compose",
             "fail",
-            f"Compose v2 not available: {c.first_lines(2)}",
+            f"Compose v2 not available: {c.section.first_lines(2)}",
             "install the docker-compose-plugin package (Compose v2, `docker compose`)",
         )
-    if int(m.group(1)) < 2:
+    if c.version[0] < 2:
         return CheckResult(
             "docker.compose", "fail", f"Compose {text} is v1", "install Compose v2 (plugin)"
         )
-    if (int(m.group(1)), int(m.group(2))) < COMPOSE_MIN:
+    if c.version < COMPOSE_MIN:
         # The rendered projects use env_file entries with `path`/`required` (Compose 2.24+):
         # an older Compose rejects the file at `up`, after the pulls.
         return CheckResult(
@@ -456,16 +497,15 @@ def _runtime(info: DockerInfo, scan: DockerdScan | None) -> CheckResult:
     )
 
 
-def _image_cuda(ctx: HostContext, img: Section | None, driver: str | None) -> CheckResult:
+def _image_cuda(ctx: HostContext, f: DockerFacts, driver: str | None) -> CheckResult:
     """Where the CUDA version comes from, best first: the registry's image config, the local
     image (`docker image inspect`), a cuXYZ tag, requirements.cuda."""
     cuda, why = cuda_from_config(ctx.image_lookup)
     registry_note = why if cuda is None and why else ""
-    if cuda is None and img is not None and img.rc == 0:
-        try:
-            cuda = parse_image_env(img.output)
-        except ParseError:
-            return unparsed("docker.image_cuda", img, "docker image inspect")
+    if cuda is None and f.image is not None and f.image.rc == 0:
+        if f.image_error:
+            return unparsed("docker.image_cuda", f.image, "docker image inspect")
+        cuda = f.image_cuda
         why = "CUDA_VERSION of the image on this host"
     if cuda is None:
         cuda, why = cuda_from_tag(ctx.image, ctx.req.cuda)

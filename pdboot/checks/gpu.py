@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pdboot.checks import (
+    MISSING,
     CheckResult,
     Command,
     HostContext,
@@ -22,6 +24,9 @@ from pdboot.checks import (
     unparsed,
     version_tuple,
 )
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 QUERY_FIELDS = (
     "index",
@@ -178,12 +183,54 @@ def _fail(id_: str, msg: str, fix: str) -> CheckResult:
     return CheckResult(id_, "fail", msg, fix)
 
 
-def evaluate(ctx: HostContext, s: Mapping[str, Section]) -> tuple[list[CheckResult], list[Gpu]]:
-    """Results, and the GPUs seen (the model check sizes weights against them)."""
+@dataclass(frozen=True)
+class GpuFacts:
+    """What the GPU commands said. The raw sections are kept for the failure messages."""
+
+    query: Section  # nvidia-smi --query-gpu
+    gpus: tuple[Gpu, ...] = ()  # empty when the query failed or did not parse
+    query_error: str | None = None  # the query ran (exit 0) but did not parse
+    driver: str | None = None  # the kernel module's version, else nvidia-smi's; None: no GPUs
+    cuda: str | None = None  # the CUDA version the driver supports
+    version: Section = MISSING  # nvidia-smi --version
+    apps: tuple[App, ...] | None = ()  # processes holding GPU memory; None: did not parse
+    apps_section: Section = MISSING
+
+
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> GpuFacts | None:
     if not ctx.gpu_host:
-        return [], []
+        return None
     q = s["query"]
-    out: list[CheckResult] = []
+    gpus: list[Gpu] = []
+    error = None
+    if q.rc == 0:
+        try:
+            gpus = parse_query(q.output)
+        except ParseError as e:
+            error = str(e)
+    apps: tuple[App, ...] | None = ()
+    if s["apps"].rc == 0:
+        try:
+            apps = tuple(parse_apps(s["apps"].output))
+        except ParseError:
+            apps = None
+    return GpuFacts(
+        query=q,
+        gpus=tuple(gpus),
+        query_error=error,
+        driver=driver_version(gpus, s) if gpus else None,
+        cuda=parse_versions(s["version"].output)[1],
+        version=s["version"],
+        apps=apps,
+        apps_section=s["apps"],
+    )
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    f = facts.gpu
+    if f is None:
+        return []
+    q = f.query
     if q.rc == 127 or "command not found" in q.output or "No such file" in q.output:
         return [
             _fail(
@@ -191,25 +238,25 @@ def evaluate(ctx: HostContext, s: Mapping[str, Section]) -> tuple[list[CheckResu
                 "nvidia-smi not found: no NVIDIA driver installed",
                 FIX_DRIVER,
             )
-        ], []
+        ]
     if q.rc != 0:
         msg = q.first_lines(2)
         if "couldn't communicate with the NVIDIA driver" in q.output:
             msg = "nvidia-smi cannot talk to the NVIDIA driver (module not loaded?): " + msg
-        return [_fail("gpu.nvidia_smi", f"nvidia-smi failed (exit {q.rc}): {msg}", FIX_DRIVER)], []
-    try:
-        gpus = parse_query(q.output)
-    except ParseError as e:
-        return [unparsed("gpu.nvidia_smi", q, f"nvidia-smi --query-gpu ({e})")], []
-    out.append(CheckResult("gpu.nvidia_smi", "pass", f"nvidia-smi sees {len(gpus)} GPU(s)"))
-    out.append(_driver(ctx, gpus, s))
-    out.append(_cuda(ctx, s))
-    out += _model(ctx, gpus)
-    out.append(_count(ctx, gpus))
-    out.append(_memory(ctx, gpus, s["apps"]))
-    out.append(_mig(gpus))
-    out.append(_ecc(gpus))
-    return out, gpus
+        return [_fail("gpu.nvidia_smi", f"nvidia-smi failed (exit {q.rc}): {msg}", FIX_DRIVER)]
+    if f.query_error is not None:
+        return [unparsed("gpu.nvidia_smi", q, f"nvidia-smi --query-gpu ({f.query_error})")]
+    gpus = list(f.gpus)
+    return [
+        CheckResult("gpu.nvidia_smi", "pass", f"nvidia-smi sees {len(gpus)} GPU(s)"),
+        _driver(ctx, f),
+        _cuda(ctx, f),
+        *_model(ctx, gpus),
+        _count(ctx, gpus),
+        _memory(ctx, gpus, f),
+        _mig(gpus),
+        _ecc(gpus),
+    ]
 
 
 def driver_version(gpus: list[Gpu], s: Mapping[str, Section]) -> str | None:
@@ -217,10 +264,10 @@ def driver_version(gpus: list[Gpu], s: Mapping[str, Section]) -> str | None:
     return kmod or (gpus[0].driver if gpus and not na(gpus[0].driver) else None)
 
 
-def _driver(ctx: HostContext, gpus: list[Gpu], s: Mapping[str, Section]) -> CheckResult:
-    drv = driver_version(gpus, s)
+def _driver(ctx: HostContext, f: GpuFacts) -> CheckResult:
+    drv = f.driver
     if drv is None:
-        return unparsed("gpu.driver", s["query"], "the driver version")
+        return unparsed("gpu.driver", f.query, "the driver version")
     try:
         ok = version_tuple(drv) >= version_tuple(ctx.req.min_driver)
     except Exception:
@@ -235,16 +282,16 @@ def _driver(ctx: HostContext, gpus: list[Gpu], s: Mapping[str, Section]) -> Chec
     )
 
 
-def _cuda(ctx: HostContext, s: Mapping[str, Section]) -> CheckResult:
-    _, cuda = parse_versions(s["version"].output)
+def _cuda(ctx: HostContext, f: GpuFacts) -> CheckResult:
+    cuda = f.cuda
     if cuda is None:
         return CheckResult(
-            "gpu.cuda", "warn", f"CUDA version not reported: {s['version'].first_lines(2)}"
+            "gpu.cuda", "warn", f"CUDA version not reported: {f.version.first_lines(2)}"
         )
     try:
         ok = version_tuple(cuda) >= version_tuple(ctx.req.cuda)
     except ParseError:
-        return unparsed("gpu.cuda", s["version"], "the CUDA version")
+        return unparsed("gpu.cuda", f.version, "the CUDA version")
     if ok:
         return CheckResult("gpu.cuda", "pass", f"driver supports CUDA {cuda}")
     return _fail(
@@ -322,12 +369,11 @@ def _count(ctx: HostContext, gpus: list[Gpu]) -> CheckResult:
     return CheckResult("gpu.count", "pass", f"{len(gpus)} GPU(s), {need_total} needed")
 
 
-def _memory(ctx: HostContext, gpus: list[Gpu], apps_s: Section) -> CheckResult:
+def _memory(ctx: HostContext, gpus: list[Gpu], f: GpuFacts) -> CheckResult:
     sel = _selected(ctx, gpus) or gpus
-    try:
-        apps = parse_apps(apps_s.output) if apps_s.rc == 0 else []
-    except ParseError:
-        return unparsed("gpu.memory_free", apps_s, "--query-compute-apps")
+    apps = f.apps
+    if apps is None:
+        return unparsed("gpu.memory_free", f.apps_section, "--query-compute-apps")
     uuids = {g.uuid for g in sel}
     busy = [a for a in apps if a.gpu_uuid in uuids or not a.gpu_uuid]
     low = [

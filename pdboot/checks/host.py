@@ -7,6 +7,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pdboot.checks import (
     CheckResult,
@@ -18,6 +19,9 @@ from pdboot.checks import (
     unparsed,
 )
 from pdboot.checks.docker import DockerdScan
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 PORTS = "ss -ltnpH"
 SHM = "/dev/shm"  # noqa: S108 - the host's shared memory mount, not a temp file
@@ -107,21 +111,51 @@ def parse_ss(text: str) -> list[Listener]:
     return out
 
 
-def evaluate(
-    ctx: HostContext, s: Mapping[str, Section], scan: DockerdScan | None
-) -> list[CheckResult]:
-    out = _disk(ctx, s["df"])
-    out.append(_ports(ctx, s["ports"]))
+@dataclass(frozen=True)
+class HostSysFacts:
+    df: Section  # the df script's output, for the failure message
+    disk: DiskFacts | None  # None: did not parse (disk_error says why)
+    ports_section: Section  # `ss -ltnpH`
+    listeners: tuple[Listener, ...] | None  # None: ss missing or its text did not parse
+    disk_error: str = ""
+    ports_error: str = ""
+
+    @property
+    def ss_missing(self) -> bool:
+        return self.ports_section.rc == 127
+
+
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> HostSysFacts:
+    disk, disk_error = None, ""
+    try:
+        disk = parse_disk(s["df"].output)
+    except ParseError as e:
+        disk_error = str(e)
+    listeners: tuple[Listener, ...] | None = None
+    ports_error = ""
+    if s["ports"].rc != 127:
+        try:
+            listeners = tuple(parse_ss(s["ports"].output))
+        except ParseError as e:
+            ports_error = str(e)
+    return HostSysFacts(s["df"], disk, s["ports"], listeners, disk_error, ports_error)
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    f = facts.host
+    if f is None:
+        return []
+    out = _disk(ctx, f)
+    out.append(_ports(ctx, f))
     if ctx.gpu_host:
-        out.append(_ulimits(ctx, scan))
+        out.append(_ulimits(ctx, facts.docker.dockerd if facts.docker is not None else None))
     return out
 
 
-def _disk(ctx: HostContext, sec: Section) -> list[CheckResult]:
-    try:
-        d = parse_disk(sec.output)
-    except ParseError as e:
-        return [unparsed("host.disk", sec, f"df ({e})")]
+def _disk(ctx: HostContext, f: HostSysFacts) -> list[CheckResult]:
+    d = f.disk
+    if d is None:
+        return [unparsed("host.disk", f.df, f"df ({f.disk_error})")]
     min_b = ctx.req.min_free_disk_gb * 1e9
     out = []
     same = d.docker.filesystem == d.hf.filesystem and d.docker.mounted_on == d.hf.mounted_on
@@ -164,15 +198,14 @@ def _disk(ctx: HostContext, sec: Section) -> list[CheckResult]:
     return out
 
 
-def _ports(ctx: HostContext, sec: Section) -> CheckResult:
-    if sec.rc == 127:
+def _ports(ctx: HostContext, f: HostSysFacts) -> CheckResult:
+    if f.ss_missing:
         return CheckResult(
             "host.ports", "warn", "ss not found; ports not checked", "install iproute2"
         )
-    try:
-        listeners = parse_ss(sec.output)
-    except ParseError as e:
-        return unparsed("host.ports", sec, f"ss ({e})")
+    listeners = f.listeners
+    if listeners is None:
+        return unparsed("host.ports", f.ports_section, f"ss ({f.ports_error})")
     taken = []
     for port, what in ctx.ports:
         users = [ln for ln in listeners if ln.port == port]

@@ -9,10 +9,13 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdboot.checks import CheckResult, Command, HostContext, ParseError, Section, human_bytes
 from pdboot.checks.gpu import Gpu
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 DTYPE_BYTES = {
     "float32": 4,
@@ -107,13 +110,31 @@ def parse_config(text: str) -> ModelFacts:
     return ModelFacts(path, layers, kv, hd, db, params, on_disk or params * db)
 
 
-def evaluate(
-    ctx: HostContext, s: Mapping[str, Section], gpus: list[Gpu], link_gbps: float | None
-) -> list[CheckResult]:
+@dataclass(frozen=True)
+class ModelAreaFacts:
+    section: Section  # the config script's output, for the messages
+    config: ModelFacts | None  # None: not on the host yet, or did not parse
+    not_on_host: bool = False  # no config.json yet (the engine downloads it at start)
+    error: str = ""  # why it did not parse
+
+
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> ModelAreaFacts | None:
     if not ctx.gpu_host or "config" not in s:
-        return []
+        return None
     sec = s["config"]
     if sec.rc == 3 or "no config.json" in sec.output:
+        return ModelAreaFacts(sec, None, not_on_host=True)
+    try:
+        return ModelAreaFacts(sec, parse_config(sec.output))
+    except ParseError as e:
+        return ModelAreaFacts(sec, None, error=str(e))
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    m = facts.model
+    if m is None:
+        return []
+    if m.not_on_host:
         return [
             CheckResult(
                 "model.config",
@@ -122,20 +143,22 @@ def evaluate(
                 "start); sizes not checked",
             )
         ]
-    try:
-        f = parse_config(sec.output)
-    except ParseError as e:
+    f = m.config
+    if f is None:
         return [
             CheckResult(
                 "model.config",
                 "warn",
-                f"could not parse config.json ({e}): {sec.first_lines()}",
+                f"could not parse config.json ({m.error}): {m.section.first_lines()}",
                 "check the model files in the HF cache",
             )
         ]
+    gpus = list(facts.gpu.gpus) if facts.gpu is not None else []
+    rdma = facts.rdma
+    link = rdma.link_gbps() if rdma is not None and rdma.checked and rdma.usable else None
     out = [CheckResult("model.config", "pass", f"config.json at {f.path or '?'}")]
     out += _weights(ctx, f, gpus)
-    out.append(kv_info(f, link_gbps or ctx.req.link_gbps))
+    out.append(kv_info(f, link or ctx.req.link_gbps))
     return out
 
 

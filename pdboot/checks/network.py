@@ -10,12 +10,18 @@ the address is reachable; only a timeout or "no route" means it is not.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import statistics
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pdboot.checks import CheckResult, Command, HostContext, ParseError, Probe, Section
+from pdboot.checks import MISSING, CheckResult, Command, HostContext, ParseError, Probe, Section
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 CLOCK = "date +%s.%N"
 PROBE_TIMEOUT_S = 3
@@ -66,37 +72,75 @@ def parse_clock(text: str) -> float:
         raise ParseError(f"not a timestamp: {text.strip()[:40]!r}") from None
 
 
-def evaluate(ctx: HostContext, s: Mapping[str, Section]) -> list[CheckResult]:
-    out: list[CheckResult] = []
+@dataclass(frozen=True)
+class ProbeFact:
+    probe: Probe
+    section: Section  # the probe's output, for the failure message
+    verdict: str | None  # open | refused | timeout | unreachable; None: did not parse
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class NetworkFacts:
+    probes: tuple[ProbeFact, ...]
+    clock: float | None  # the host's clock (epoch seconds) when the batch ran
+    clock_section: Section = MISSING
+
+
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> NetworkFacts:
+    probes = []
     for i, p in enumerate(ctx.probes):
         sec = s[f"probe{i}"]
         try:
             verdict, detail = parse_probe(sec.output)
         except ParseError:
-            out.append(
-                CheckResult(
-                    p.check_id,
-                    "fail",
-                    f"could not parse the probe of {p.address}:{p.port} ({p.what}): "
-                    f"{sec.first_lines()}",
-                    "check that bash and timeout exist on the host",
-                )
-            )
+            probes.append(ProbeFact(p, sec, None))
             continue
-        where = f"{ctx.name} -> {p.target} {p.address}:{p.port} ({p.what})"
-        if verdict in ("open", "refused"):
-            out.append(CheckResult(p.check_id, "pass", f"{where}: reachable, {detail}"))
-        else:
-            out.append(
-                CheckResult(
-                    p.check_id,
-                    "fail",
-                    f"{where}: {detail}",
-                    f"open TCP {p.port} from {ctx.name} to {p.address} (firewall, routing); "
-                    "NIXL and the router need it",
-                )
+        probes.append(ProbeFact(p, sec, verdict, detail))
+    clock_s = s.get("clock", MISSING)
+    clock = None
+    if clock_s.rc == 0:
+        with contextlib.suppress(ParseError):
+            clock = parse_clock(clock_s.output)
+    return NetworkFacts(tuple(probes), clock, clock_s)
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    f = facts.network
+    if f is None:
+        return []
+    out = [_probe(ctx, pf) for pf in f.probes]
+    if f.clock_section.rc == 0 and f.clock is None:
+        out.append(
+            CheckResult(
+                "network.clock",
+                "warn",
+                f"could not read the clock: {f.clock_section.first_lines()}",
             )
+        )
     return out
+
+
+def _probe(ctx: HostContext, pf: ProbeFact) -> CheckResult:
+    p = pf.probe
+    if pf.verdict is None:
+        return CheckResult(
+            p.check_id,
+            "fail",
+            f"could not parse the probe of {p.address}:{p.port} ({p.what}): "
+            f"{pf.section.first_lines()}",
+            "check that bash and timeout exist on the host",
+        )
+    where = f"{ctx.name} -> {p.target} {p.address}:{p.port} ({p.what})"
+    if pf.verdict in ("open", "refused"):
+        return CheckResult(p.check_id, "pass", f"{where}: reachable, {pf.detail}")
+    return CheckResult(
+        p.check_id,
+        "fail",
+        f"{where}: {pf.detail}",
+        f"open TCP {p.port} from {ctx.name} to {p.address} (firewall, routing); "
+        "NIXL and the router need it",
+    )
 
 
 def evaluate_clocks(offsets: Mapping[str, float], max_skew: float) -> dict[str, CheckResult]:

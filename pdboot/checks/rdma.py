@@ -7,8 +7,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pdboot.checks import CheckResult, Command, HostContext, ParseError, Section, Status
+from pdboot.checks import (
+    MISSING,
+    CheckResult,
+    Command,
+    HostContext,
+    ParseError,
+    Section,
+    Status,
+)
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 DEVICES = "ls /dev/infiniband"
 IBV = "ibv_devinfo"
@@ -111,13 +123,21 @@ def parse_sysfs(text: str) -> tuple[list[Port], list[str]]:
 
 @dataclass(frozen=True)
 class RdmaFacts:
-    uverbs: list[str]
-    ports: list[Port]
-    netdevs: list[str]
+    uverbs: list[str]  # /dev/infiniband/uverbs*: what a container needs for verbs
+    ports: list[Port]  # every HCA port, with state, link layer and rate
+    netdevs: list[str]  # /sys/class/net names (UCX_NET_DEVICES may name them)
+    dev_names: tuple[str, ...] = ()  # everything in /dev/infiniband
+    checked: bool = True  # the device listing ran to its end (not deselected, not cut off)
+    error: str | None = None  # ibv_devinfo's text did not parse: nothing above is known
+    ibv: Section = MISSING
 
     @property
     def usable(self) -> bool:
-        return bool(self.uverbs) and any(p.active for p in self.ports)
+        return self.error is None and bool(self.uverbs) and any(p.active for p in self.ports)
+
+    def active_ports(self) -> list[str]:
+        """``device:port`` of every ACTIVE port (what UCX_NET_DEVICES names)."""
+        return [f"{p.device}:{p.port}" for p in self.ports if p.active]
 
     def link_gbps(self) -> float | None:
         rates = [p.gbps for p in self.ports if p.active and p.gbps]
@@ -146,89 +166,113 @@ def facts(s: Mapping[str, Section]) -> RdmaFacts:
         ]
     else:
         ports = sys_ports
-    return RdmaFacts([d for d in devs if d.startswith("uverbs")], ports, netdevs)
+    return RdmaFacts(
+        [d for d in devs if d.startswith("uverbs")],
+        ports,
+        netdevs,
+        tuple(parse_devices(s["devices"].output)),
+        s["devices"].rc is not None,
+        ibv=ibv,
+    )
 
 
-def evaluate(
-    ctx: HostContext, s: Mapping[str, Section]
-) -> tuple[list[CheckResult], RdmaFacts | None]:
-    if not ctx.gpu_host:
-        return [], None
-    if ctx.rdma_mode == "off":
-        return [CheckResult("rdma.devices", "skip", "kv_transfer.rdma is off")], None
-    bad: Status = "fail" if ctx.rdma_required else "warn"
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> RdmaFacts | None:
+    if not ctx.gpu_host or ctx.rdma_mode == "off":
+        return None
     try:
-        f = facts(s)
+        return facts(s)
     except ParseError as e:
+        ran = s["devices"].rc is not None
+        return RdmaFacts([], [], [], checked=ran, error=str(e), ibv=s["ibv"])
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    if not ctx.gpu_host:
+        return []
+    if ctx.rdma_mode == "off":
+        return [CheckResult("rdma.devices", "skip", "kv_transfer.rdma is off")]
+    f = facts.rdma
+    if f is None:
+        return []
+    if f.error is not None:
         return [
             CheckResult(
                 "rdma.ports",
                 "fail",
-                f"could not parse ibv_devinfo ({e}): {s['ibv'].first_lines()}",
+                f"could not parse ibv_devinfo ({f.error}): {f.ibv.first_lines()}",
                 "run ibv_devinfo on the host",
             )
-        ], None
-    out: list[CheckResult] = []
-    slow = "KV transfers fall back to TCP (correct but much slower)"
-    if not f.uverbs:
-        seen = ", ".join(parse_devices(s["devices"].output)) or "nothing"
-        out.append(
-            CheckResult(
-                "rdma.devices",
-                bad,
-                f"no /dev/infiniband/uverbs* devices (found {seen}): {slow}",
-                "install the HCA driver (MLNX_OFED / DOCA or rdma-core + mlx5_ib) and load "
-                "ib_uverbs; or set kv_transfer.rdma: off",
-            )
+        ]
+    return [*_devices(ctx, f), *_ports(ctx, f), _ucx(ctx, f)]
+
+
+SLOW = "KV transfers fall back to TCP (correct but much slower)"
+
+
+def _devices(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
+    if f.uverbs:
+        return [CheckResult("rdma.devices", "pass", f"{', '.join(f.uverbs)}")]
+    seen = ", ".join(f.dev_names) or "nothing"
+    return [
+        CheckResult(
+            "rdma.devices",
+            "fail" if ctx.rdma_required else "warn",
+            f"no /dev/infiniband/uverbs* devices (found {seen}): {SLOW}",
+            "install the HCA driver (MLNX_OFED / DOCA or rdma-core + mlx5_ib) and load "
+            "ib_uverbs; or set kv_transfer.rdma: off",
         )
-    else:
-        out.append(CheckResult("rdma.devices", "pass", f"{', '.join(f.uverbs)}"))
+    ]
+
+
+def _ports(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
+    bad: Status = "fail" if ctx.rdma_required else "warn"
     wanted = [d.split(":")[0] for d in ctx.rdma_devices]
     ports = [p for p in f.ports if not wanted or p.device in wanted]
     missing = [d for d in wanted if d not in {p.device for p in f.ports}]
-    if f.uverbs or ports or wanted:
-        down = [p for p in ports if not p.active]
-        active = [p for p in ports if p.active]
-        if missing:
-            out.append(
-                CheckResult(
-                    "rdma.ports",
-                    bad,
-                    f"declared RDMA device(s) {', '.join(missing)} not found "
-                    f"(present: {', '.join(sorted({p.device for p in f.ports})) or 'none'})",
-                    "fix hosts.<name>.rdma_devices or the HCA driver",
-                )
+    if not (f.uverbs or ports or wanted):
+        return []
+    out: list[CheckResult] = []
+    down = [p for p in ports if not p.active]
+    active = [p for p in ports if p.active]
+    if missing:
+        out.append(
+            CheckResult(
+                "rdma.ports",
+                bad,
+                f"declared RDMA device(s) {', '.join(missing)} not found "
+                f"(present: {', '.join(sorted({p.device for p in f.ports})) or 'none'})",
+                "fix hosts.<name>.rdma_devices or the HCA driver",
             )
-        elif down:
-            desc = ", ".join(f"{p.device} port {p.port}: PORT_{p.state}" for p in down)
-            out.append(
-                CheckResult(
-                    "rdma.ports",
-                    bad if not active else "warn",
-                    f"{desc}" + ("" if active else f": {slow}"),
-                    "check the cable and the switch port; `ibstat`; an IB fabric needs a "
-                    "subnet manager (opensm)",
-                )
+        )
+    elif down:
+        desc = ", ".join(f"{p.device} port {p.port}: PORT_{p.state}" for p in down)
+        out.append(
+            CheckResult(
+                "rdma.ports",
+                bad if not active else "warn",
+                f"{desc}" + ("" if active else f": {SLOW}"),
+                "check the cable and the switch port; `ibstat`; an IB fabric needs a "
+                "subnet manager (opensm)",
             )
-        elif active:
-            out.append(
-                CheckResult(
-                    "rdma.ports",
-                    "pass",
-                    ", ".join(f"{p.device} port {p.port} ACTIVE" for p in active),
-                )
+        )
+    elif active:
+        out.append(
+            CheckResult(
+                "rdma.ports",
+                "pass",
+                ", ".join(f"{p.device} port {p.port} ACTIVE" for p in active),
             )
-        for p in active:
-            out.append(
-                CheckResult(
-                    "rdma.link",
-                    "pass",
-                    f"{p.device}:{p.port} {p.link_layer or 'unknown link layer'}"
-                    f"{', ' + p.rate if p.rate else ''}",
-                )
+        )
+    for p in active:
+        out.append(
+            CheckResult(
+                "rdma.link",
+                "pass",
+                f"{p.device}:{p.port} {p.link_layer or 'unknown link layer'}"
+                f"{', ' + p.rate if p.rate else ''}",
             )
-    out.append(_ucx(ctx, f))
-    return out, f
+        )
+    return out
 
 
 def _ucx(ctx: HostContext, f: RdmaFacts) -> CheckResult:

@@ -144,7 +144,7 @@ def test_local_host_up_status_down_inside_a_testbed_host(
     assert solo.docker("ps", "-aq").stdout.split() == []
     # the token file went with the containers; the project and preflight's RDMA record stay
     left = solo.exec("ls -A /var/lib/pdboot/localdep").stdout.split()
-    assert left == ["compose.yaml", "rdma.json"]
+    assert left == [".pdboot-deployment", "compose.yaml", "rdma.json"]  # + up's marker
     purge = pdboot_on(solo, "down", str(inv), "--purge")
     assert purge.returncode == 0, out(purge)
     assert solo.exec("ls -A /var/lib/pdboot").stdout.split() == ["hf-cache"]  # kept

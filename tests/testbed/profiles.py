@@ -108,6 +108,48 @@ H200: dict[str, Any] = {
 }
 
 
+# An 8-GPU RTX PRO 6000 Server Edition box (no NVLink: PCIe only) with two sockets, each
+# with two PCIe switches; each switch holds two GPUs and one ConnectX-7 HCA. `topo` places a
+# device for the emulated `nvidia-smi topo -m`: other NUMA node -> SYS, other host bridge ->
+# NODE, other switch -> PHB, same switch -> PXB, same leaf bridge -> PIX (nvidia-smi's Legend).
+_RTX8_BUS = ("16", "38", "49", "5A", "98", "B8", "C9", "DA")
+_RTX8_CPUS = ("0-31,64-95", "32-63,96-127")
+
+
+def _rtx8_gpu(index: int) -> dict[str, Any]:
+    g = _rtx_gpu(index, f"00000000:{_RTX8_BUS[index]}:00.0")
+    sw = index // 2
+    g["topo"] = {"numa": index // 4, "cpus": _RTX8_CPUS[index // 4], "bridge": f"hb{sw}",
+                 "switch": f"sw{sw}", "leaf": f"sw{sw}.{index % 2}"}
+    return g
+
+
+def _rtx8_hca(i: int, state: str) -> dict[str, Any]:
+    return {"name": f"mlx5_{i}", "state": state, "link_layer": "InfiniBand",
+            "node_guid": f"b83f:d203:00c5:a3b{i}", "fw_ver": "28.39.2048",
+            "board_id": "MT_0000000838", "vendor_part_id": 4129, "lid": 12 + i,
+            "topo": {"numa": i // 2, "bridge": f"hb{i}", "switch": f"sw{i}",
+                     "leaf": f"sw{i}.0"}}
+
+
+RTX6000X8: dict[str, Any] = {
+    "description": "EMULATED 8x RTX PRO 6000 Blackwell Server Edition (PCIe, 2 sockets: GPUs "
+    "0-3 / 4-7), R580 / CUDA 13.0, 4 ConnectX-7 InfiniBand HCAs: mlx5_0 PIX to GPU 0 (PXB to 1), "
+    "mlx5_1 PIX to GPU 2 (PXB to 3), mlx5_2 PIX to GPU 4 (PXB to 5), mlx5_3 PIX to GPU 6 (PXB "
+    "to 7) but PORT_DOWN; NVIDIA container runtime present",
+    "driver": "580.95.05",
+    "nvml": "580.95",
+    "cuda": "13.0",
+    "gpus": [_rtx8_gpu(i) for i in range(8)],
+    "processes": [],
+    "mig_devices": [],
+    "rdma": {"tools": True, "uverbs": True, "rdma_cm": True,
+             "devices": [_rtx8_hca(i, "DOWN" if i == 3 else "ACTIVE") for i in range(4)]},
+    "container_runtime": True,
+    "disk_mb": None,
+}
+
+
 def _variant(base: dict[str, Any], description: str, **changes: Any) -> dict[str, Any]:
     p = copy.deepcopy(base)
     p["description"] = description
@@ -129,6 +171,7 @@ _NO_RDMA = {"tools": False, "uverbs": False, "rdma_cm": False, "devices": []}
 PROFILES: dict[str, dict[str, Any]] = {
     "rtx6000x2": RTX6000X2,
     "h200": H200,
+    "rtx6000x8": RTX6000X8,
     "rtx6000x2-roce": _variant(RTX6000X2, "EMULATED healthy 2x RTX PRO 6000, ConnectX-7 in "
                                "Ethernet (RoCE) mode", rdma=_RDMA_ROCE),
     "rtx6000x2-port-down": _variant(RTX6000X2, "EMULATED 2x RTX PRO 6000 whose ConnectX-7 "

@@ -27,8 +27,9 @@ from pdboot.checks import (
 )
 from pdboot.checks import docker as dk
 from pdboot.checks import host as hostc
+from pdboot.checks.facts import HostFacts
 from pdboot.inventory import Requirements
-from pdboot.preflight import DOMAINS, Selection, evaluate_host
+from pdboot.preflight import DOMAINS, Selection, evaluate_host, rdma_usable
 from pdboot.remote import LocalConnection
 
 FIX = Path(__file__).parent / "fixtures"
@@ -73,7 +74,7 @@ def batch(c: HostContext, *variants: str, extra: dict[str, Section] | None = Non
         merged.update(sections(DERIVED / v))
     merged.update(extra or {})
     out = []
-    for d in DOMAINS:
+    for _, d in DOMAINS:
         for cmd in d.commands(c):
             s = merged.get(cmd.line) or merged.get("@" + cmd.key)
             if s is None:
@@ -83,7 +84,7 @@ def batch(c: HostContext, *variants: str, extra: dict[str, Section] | None = Non
 
 
 def results(c: HostContext, *variants: str, **kw: object) -> dict[str, list[CheckResult]]:
-    res, _, _ = evaluate_host(c, batch(c, *variants, **kw))  # type: ignore[arg-type]
+    res, _ = evaluate_host(c, batch(c, *variants, **kw))  # type: ignore[arg-type]
     by: dict[str, list[CheckResult]] = {}
     for r in res:
         by.setdefault(r.id, []).append(r)
@@ -198,9 +199,9 @@ def test_malformed_output_never_crashes_and_says_could_not_parse() -> None:
 
 def test_empty_output_never_crashes() -> None:
     c = ctx()
-    res, _rdma_present, clock = evaluate_host(c, "")
+    res, facts = evaluate_host(c, "")
     assert res and all(r.status in ("fail", "warn", "skip", "pass") for r in res)
-    assert clock is None
+    assert facts.network is not None and facts.network.clock is None
 
 
 def test_unreachable_probe_fails_and_refused_passes() -> None:
@@ -214,20 +215,20 @@ def test_unreachable_probe_fails_and_refused_passes() -> None:
 def test_selection_filters_commands_and_results() -> None:
     c = ctx()
     sel = Selection.of(only=["gpu.driver", "host"])
-    res, _, _ = evaluate_host(c, batch(c), sel)
+    res, _ = evaluate_host(c, batch(c), sel)
     assert {r.area for r in res} == {"gpu", "host"}
     assert {r.id for r in res if r.area == "gpu"} == {"gpu.driver"}
     skip = Selection.of(skip=["rdma", "gpu.ecc"])
-    res2, _, _ = evaluate_host(c, batch(c), skip)
+    res2, _ = evaluate_host(c, batch(c), skip)
     assert not any(r.area == "rdma" or r.id == "gpu.ecc" for r in res2)
     assert Selection.of(only=["gpux"]).unknown() == ["gpux"]
 
 
 def test_rdma_present_follows_the_port_state() -> None:
     c = ctx()
-    assert evaluate_host(c, batch(c))[1] is True
-    assert evaluate_host(c, batch(c, "ib-port-down.txt"))[1] is False
-    assert evaluate_host(c, batch(c, "no-rdma.txt"))[1] is False
+    assert rdma_usable(c, evaluate_host(c, batch(c))[1]) is True
+    assert rdma_usable(c, evaluate_host(c, batch(c, "ib-port-down.txt"))[1]) is False
+    assert rdma_usable(c, evaluate_host(c, batch(c, "no-rdma.txt"))[1]) is False
 
 
 # ------------------------------------------------------------------ parsers on the real capture
@@ -281,9 +282,8 @@ def test_variants_capture_errors_are_reported_not_raised() -> None:
     bad = s["nvidia-smi --query-gpu=index,not_a_field --format=csv"]
     assert bad.rc == 2
     c = ctx(gpu_needs=(GpuNeed("decode", 1, "all"),))
-    res, _ = gpu.evaluate(
-        c, {"query": bad, "kmod": Section("", 1), "apps": Section("", 0), "version": Section("", 0)}
-    )
+    only = {"query": bad, "kmod": Section("", 1), "apps": Section("", 0), "version": Section("", 0)}
+    res = gpu.evaluate(c, HostFacts(gpu=gpu.parse(c, only)))
     assert res[0].id == "gpu.nvidia_smi" and res[0].status == "fail"
     assert "not a valid field" in res[0].message
     none = s["nvidia-smi -i 5 --query-gpu=index --format=csv,noheader"]
@@ -325,7 +325,8 @@ def test_image_cuda_from_env_or_tag() -> None:
     assert dk.parse_image_env(env) == "13.0"
     assert dk.cuda_from_tag("vllm/vllm-openai:cu128-nightly", "13.0")[0] == "12.8"
     assert dk.cuda_from_tag("10.77.0.1:5000/vllm/vllm-openai:v0.33.0", "13.0")[0] == "13.0"
-    assert dk.min_driver_for("12.4") == "550.54.14" and dk.min_driver_for("13.0") == "580.65.06"
+    assert dk.driver_floor("12.4") == ("550.54.14", True)
+    assert dk.driver_floor("13.0") == ("580.65.06", True)
 
 
 def test_kv_estimate_matches_the_facts_sheet() -> None:
@@ -467,7 +468,7 @@ def test_a_verdict_that_raises_is_reported_and_the_others_still_run(
 
     monkeypatch.setattr(hostc, "evaluate", broken)
     c = ctx()
-    res, _, _ = evaluate_host(c, batch(c))
+    res, _ = evaluate_host(c, batch(c))
     ids = {r.id: r for r in res}
     assert ids["host.evaluate"].status == "fail" and "surprise" in ids["host.evaluate"].message
     assert ids["gpu.driver"].status == "pass" and ids["network.side_channel"].status == "pass"
@@ -479,4 +480,35 @@ def test_a_verdict_that_raises_is_reported_and_the_others_still_run(
 )
 def test_compose_needs_the_env_file_syntax_the_render_uses(output: str, status: str) -> None:
     # The rendered env_file entries (path + required) need Compose 2.24 or newer.
-    assert dk._compose(Section(output, 0)).status == status
+    assert dk._compose(dk.parse_compose(Section(output, 0))).status == status
+
+
+def test_dockerd_limits_are_judged_even_when_the_docker_cli_is_refused() -> None:
+    # The CLI's socket is refused, yet dockerd runs and /proc shows its limits: the old
+    # wiring skipped host.ulimits saying "dockerd process not found", which was false.
+    by = results(ctx(), "docker-permission-denied.txt")
+    assert status(by, "docker.engine") == "fail"
+    assert status(by, "host.ulimits") == "pass"
+    assert "dockerd hard limits" in by["host.ulimits"][0].message
+
+
+def test_facts_are_typed_and_kept() -> None:
+    c = ctx()
+    _, facts = evaluate_host(c, batch(c))
+    assert facts.gpu is not None and facts.rdma is not None and facts.docker is not None
+    g = facts.gpu.gpus[0]
+    assert (g.index, g.compute_cap, g.mig, g.ecc_uncorrected) == (0, "12.0", "Disabled", 0)
+    assert g.uuid.startswith("GPU-") and g.mem_total_mib > 90_000
+    assert facts.gpu.driver == "580.95.05" and facts.gpu.cuda == "13.0"
+    assert [(p.device, p.port, p.state, p.link_layer) for p in facts.rdma.ports] == [
+        ("mlx5_0", 1, "ACTIVE", "InfiniBand")
+    ]
+    assert facts.rdma.active_ports() == ["mlx5_0:1"] and facts.rdma.link_gbps() == 400.0
+    assert facts.docker.info is not None and "nvidia" in facts.docker.info.runtimes
+    assert facts.docker.compose.version is not None and facts.docker.compose.version >= (2, 24)
+    assert facts.host is not None and facts.host.listeners is not None
+    assert facts.network is not None and facts.network.probes[0].verdict == "refused"
+    assert facts.model is not None and facts.model.config is not None
+    assert facts.model.config.kv_bytes_per_token > 0
+    down = evaluate_host(c, batch(c, "ib-port-down.txt"))[1].rdma
+    assert down is not None and down.active_ports() == [] and not down.usable

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pdboot.checks import HostContext, Section, parse_sections
 from pdboot.inventory import Inventory, Requirements, parse_inventory
-from pdboot.plan import Plan, build_plan
-from pdboot.preflight import DOMAINS, HostReport, PreflightResult, evaluate_host
+from pdboot.plan import Plan, Service, build_plan
+from pdboot.preflight import DOMAINS, HostReport, PreflightResult, evaluate_host, rdma_usable
 from pdboot.rdma_findings import (
     Findings,
     active_ports,
@@ -23,6 +23,11 @@ from pdboot.rdma_findings import (
 
 FIX = Path(__file__).parent / "fixtures" / "derived"
 INVENTORIES = Path(__file__).parent / "inventories"
+
+
+def svc_at(plan: Plan, key: str) -> Service:
+    """The planned service ``role@host``."""
+    return next(s for s in plan.services() if s.key == key)
 
 
 def undeclared() -> Inventory:
@@ -39,7 +44,7 @@ def host_output(c: HostContext, variant: str | None) -> str:
     if variant:
         merged.update(parse_sections((FIX / variant).read_text()))
     out = []
-    for d in DOMAINS:
+    for _, d in DOMAINS:
         for cmd in d.commands(c):
             s = merged.get(cmd.line) or merged.get("@" + cmd.key)
             if s is not None:
@@ -49,8 +54,8 @@ def host_output(c: HostContext, variant: str | None) -> str:
 
 def report(name: str, variant: str | None) -> HostReport:
     c = HostContext(name=name, roles=("decode",), req=Requirements())
-    checks, present, _ = evaluate_host(c, host_output(c, variant))
-    return HostReport(name, True, checks, rdma_present=present)
+    checks, facts = evaluate_host(c, host_output(c, variant))
+    return HostReport(name, True, checks, facts, rdma_present=rdma_usable(c, facts))
 
 
 def preflight_result() -> PreflightResult:
@@ -90,7 +95,7 @@ def test_a_down_port_is_not_usable_rdma() -> None:
     rep = report("gpu-a", "ib-port-down.txt")
     f = from_preflight(PreflightResult({"gpu-a": rep}))
     assert f.present == {"gpu-a": False} and f.ports == {}
-    assert active_ports(rep.checks) == []
+    assert active_ports(rep.facts) == []
 
 
 def test_declared_devices_name_the_ucx_devices_even_when_preflight_found_others() -> None:
@@ -112,7 +117,7 @@ def test_the_record_rebuilds_the_same_config_hashes_without_preflight() -> None:
     assert [s.config_hash for s in again.services()] == [s.config_hash for s in deployed.services()]
     # ... whereas the declared-devices fallback would have reported prefill@gpu-a changed
     naive = {s.key: s.config_hash for s in build_plan(inv).services()}
-    assert naive["prefill@gpu-a"] != deployed.service("prefill", "gpu-a").config_hash  # type: ignore[union-attr]
+    assert naive["prefill@gpu-a"] != svc_at(deployed, "prefill@gpu-a").config_hash
     assert describe(inv, again, back, skipped=True)[1] == (
         "rdma (auto): on for gpu-a (as the last preflight found, recorded on the host)"
     )

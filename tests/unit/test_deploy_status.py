@@ -102,7 +102,7 @@ DEMO = [
 def _render(rows: list[Any], width: int) -> list[str]:
     from rich.console import Console
 
-    from pdboot.status import status_table
+    from pdboot.views.status import status_table
 
     console = Console(record=True, width=width, color_system=None)
     console.print(status_table(rows, "pdtest", width))

@@ -1,4 +1,4 @@
-"""wait_all / wait_until with a fake clock: deadlines, intervals, early failure."""
+"""wait_all with a fake clock: deadlines, intervals, early failure."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pdboot.waits import (
     WaitTimeout,
     failed,
     wait_all,
-    wait_until,
     waiting,
 )
 
@@ -34,7 +33,7 @@ def _script(clock: FakeClock, answers: dict[float, Probe], default: Probe):
 def test_ready_after_some_polls_returns_elapsed() -> None:
     clock = FakeClock()
     probe = _script(clock, {3.0: READY}, waiting("connection refused"))
-    took = wait_until(probe, what="/health 200", deadline=10, interval=0.5, clock=clock)
+    took = wait_all({"t": probe}, what="/health 200", deadline=10, interval=0.5, clock=clock)
     assert took == 3.0
     assert clock.sleeps == [0.5] * 6
 
@@ -43,7 +42,7 @@ def test_timeout_names_what_and_last_detail() -> None:
     clock = FakeClock()
     probe = _script(clock, {}, waiting("HTTP 503"))
     with pytest.raises(WaitTimeout) as ei:
-        wait_until(probe, what="/health 200", deadline=2, interval=0.5, clock=clock, key="decode@b")
+        wait_all({"decode@b": probe}, what="/health 200", deadline=2, interval=0.5, clock=clock)
     msg = str(ei.value)
     assert "decode@b" in msg and "/health 200" in msg and "HTTP 503" in msg and "2s" in msg
     assert clock.now() == 2.0  # never sleeps past the deadline
@@ -53,7 +52,7 @@ def test_failed_stops_at_once_not_at_the_deadline() -> None:
     clock = FakeClock()
     probe = _script(clock, {1.0: failed("container exited (code 1)")}, waiting("refused"))
     with pytest.raises(WaitFailed) as ei:
-        wait_until(probe, what="/health 200", deadline=1200, interval=0.5, clock=clock)
+        wait_all({"t": probe}, what="/health 200", deadline=1200, interval=0.5, clock=clock)
     assert ei.value.elapsed == 1.0
     assert "exited" in str(ei.value)
 
@@ -68,7 +67,7 @@ def test_exception_in_probe_counts_as_not_ready() -> None:
             raise ConnectionResetError("reset by peer")
         return READY
 
-    assert wait_until(probe, what="x", deadline=5, interval=1, clock=clock) == 2.0
+    assert wait_all({"t": probe}, what="x", deadline=5, interval=1, clock=clock) == 2.0
 
 
 def test_all_keys_and_ticks() -> None:

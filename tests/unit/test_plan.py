@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 
 from pdboot.inventory import KV_TRANSFER_FIELDS, Inventory, load_inventory, parse_inventory
-from pdboot.plan import HF_CACHE_IN_CONTAINER, Service, build_plan, project_name
+from pdboot.plan import HF_CACHE_IN_CONTAINER, Plan, Service, build_plan, project_name
 
 INVENTORIES = Path(__file__).parent / "inventories"
+
+
+def svc_at(plan: Plan, key: str) -> Service:
+    """The planned service ``role@host``."""
+    return next(s for s in plan.services() if s.key == key)
 
 
 def inv(name: str) -> Inventory:
@@ -85,7 +90,7 @@ def test_side_channel_env_is_the_engines_own_routable_address() -> None:
         assert e["VLLM_NIXL_SIDE_CHANNEL_HOST"] == svc.address
         assert e["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(svc.side_channel_port)
         assert e["HF_HOME"] == HF_CACHE_IN_CONTAINER
-    assert env(plan.service("prefill", "p2") or plan.router)["VLLM_NIXL_SIDE_CHANNEL_HOST"] == (
+    assert env(svc_at(plan, "prefill@p2"))["VLLM_NIXL_SIDE_CHANNEL_HOST"] == (
         "10.0.0.12"
     )
     assert "VLLM_KV_TRANSFER_CONFIG" not in {k for s in plan.services() for k, _ in s.environment}
@@ -103,7 +108,7 @@ def test_both_tiers_use_the_same_model_string_and_image() -> None:
 
 def test_tier_extras_are_appended_and_kept_per_tier() -> None:
     plan = build_plan(inv("2p2d"))
-    p, d = plan.service("prefill", "p1"), plan.service("decode", "d1")
+    p, d = svc_at(plan, "prefill@p1"), svc_at(plan, "decode@d1")
     assert p is not None and d is not None
     assert p.command[-3:] == ("--max-model-len", "32768", "--enable-prefix-caching")
     assert d.command[-2:] == ("--max-num-seqs", "256")
@@ -134,7 +139,7 @@ def test_rdma_modes() -> None:
     assert all(s.rdma for s in build_plan(auto).services() if s.role != "router")
     # auto follows what preflight saw, per host
     plan = build_plan(auto, rdma_present={"gpu-a": False, "gpu-b": True})
-    assert (plan.service("prefill", "gpu-a").rdma, plan.service("decode", "gpu-b").rdma) == (  # type: ignore[union-attr]
+    assert (svc_at(plan, "prefill@gpu-a").rdma, svc_at(plan, "decode@gpu-b").rdma) == (
         False,
         True,
     )
@@ -147,10 +152,10 @@ def test_rdma_modes() -> None:
 
 def test_ucx_env() -> None:
     plan = build_plan(inv("1p1d"))
-    d = plan.service("decode", "gpu-b")
+    d = svc_at(plan, "decode@gpu-b")
     assert d is not None and env(d)["UCX_NET_DEVICES"] == "mlx5_0:1"
     plan = build_plan(inv("2p2d"))
-    p = plan.service("prefill", "p1")
+    p = svc_at(plan, "prefill@p1")
     assert p is not None
     assert env(p)["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1"
     assert env(p)["UCX_TLS"] == "rc,cuda_copy"
@@ -169,7 +174,7 @@ def test_local_single_host_advertises_loopback_and_multi_host_its_address() -> N
     )
     plan = build_plan(parse_inventory(base))
     assert plan.hosts["gpu-a"].is_local
-    assert plan.service("prefill", "gpu-a").address == "192.0.2.10"  # type: ignore[union-attr]
+    assert svc_at(plan, "prefill@gpu-a").address == "192.0.2.10"
     assert plan.router.url == "http://192.0.2.10:8000"
 
 
@@ -201,9 +206,13 @@ def test_config_hash_is_stable_and_tracks_changes() -> None:
         ("image: vllm/vllm-openai:v0.33.1\n", {"decode@gpu-b", "prefill@gpu-a"}),
         ("router_image: vllm/vllm-router:v0.1.18\n", {"router@gpu-a"}),
         ("decode: {hosts: [gpu-b], port: 8301}\n", None),  # decode URL also in the router
-        ("container: {shm_size: 32g}\n", None),
-        ("container: {restart: always}\n", None),
-        ("timeouts: {ready_seconds: 60}\n", {"decode@gpu-b", "prefill@gpu-a"}),
+        ("container: {shm_size: 32g}\n", ENGINES),
+        ("container: {restart: always}\n", ALL),
+        ("timeouts: {ready_seconds: 60}\n", ENGINES),  # the healthcheck's start_period
+        ("container: {hf_cache: /data/hf}\n", ENGINES),
+        ("container: {ulimits: {memlock: 8388608}}\n", ENGINES),
+        ("container: {ulimits: {nofile: 65536}}\n", ALL),  # the router has nofile too
+        ("timeouts: {router_ready_seconds: 99}\n", set()),  # up's wait, not the container's
     ]:
         text = (
             base.replace("decode:\n  hosts: [gpu-b]\n", "") if extra.startswith("decode") else base
@@ -215,6 +224,36 @@ def test_config_hash_is_stable_and_tracks_changes() -> None:
             assert diff, extra
         else:
             assert diff == changed, extra
+
+
+ENGINES = {"decode@gpu-b", "prefill@gpu-a"}
+ALL = ENGINES | {"router@gpu-a"}
+
+
+def test_config_hash_covers_every_key_of_the_rendered_definition() -> None:
+    from dataclasses import replace
+
+    svc = build_plan(inv("1p1d")).stages[0][0]
+    assert svc.container_name == "pdboot-demo-decode"
+    for change in (
+        {"devices": ()},
+        {"cap_add": ()},
+        {"ipc": None},
+        {"network_mode": "bridge"},
+        {"env_file": None},
+        {"labels": ()},
+        {"gpus": (0,)},
+        {"project": "other"},  # the container name
+    ):
+        moved = replace(svc, **change)  # type: ignore[arg-type]
+        assert _rehash(moved) != svc.config_hash, change
+    assert _rehash(svc) == svc.config_hash
+
+
+def _rehash(svc: Service) -> str:
+    from pdboot.plan import _with_hash
+
+    return _with_hash(svc).config_hash
 
 
 @pytest.mark.parametrize("name", ["1p1d", "2p2d", "colocated"])

@@ -24,6 +24,8 @@ from pdboot.plan import (
     LABEL_HOST,
     LABEL_ROLE,
     SECRETS_FILE,
+    Plan,
+    Service,
     build_plan,
 )
 from pdboot.render import UnknownHostError, render_all, render_host, render_summary
@@ -37,12 +39,17 @@ UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 ALL_INVENTORIES = [*(INVENTORIES / f"{c}.yaml" for c in CASES), ROOT / "inventory.example.yaml"]
 
 
+def svc_at(plan: Plan, key: str) -> Service:
+    """The planned service ``role@host``."""
+    return next(s for s in plan.services() if s.key == key)
+
+
 def load(name: str) -> Inventory:
     return load_inventory(INVENTORIES / f"{name}.yaml")
 
 
 def rendered(inv: Inventory) -> dict[str, str]:
-    return render_all(build_plan(inv), inv)
+    return render_all(build_plan(inv))
 
 
 def services(text: str) -> dict[str, Any]:
@@ -58,8 +65,8 @@ def services(text: str) -> dict[str, Any]:
 def test_golden(case: str) -> None:
     inv = load(case)
     plan = build_plan(inv)
-    files = {f"{h}/compose.yaml": t for h, t in render_all(plan, inv).items()}
-    files["summary.txt"] = render_summary(plan, inv)
+    files = {f"{h}/compose.yaml": t for h, t in render_all(plan).items()}
+    files["summary.txt"] = render_summary(plan)
     folder = GOLDEN / case
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
@@ -113,7 +120,7 @@ def test_engine_service_shape() -> None:
     assert svc["labels"][LABEL_DEPLOYMENT] == "big"
     assert svc["labels"][LABEL_HOST] == "p1"
     plan = build_plan(load("2p2d"))
-    assert svc["labels"][LABEL_CONFIG_HASH] == plan.service("prefill", "p1").config_hash  # type: ignore[union-attr]
+    assert svc["labels"][LABEL_CONFIG_HASH] == svc_at(plan, "prefill@p1").config_hash
     decode = services(rendered(load("2p2d"))["d1"])["decode"]
     assert decode["deploy"]["resources"]["reservations"]["devices"][0]["count"] == "all"
 
@@ -161,7 +168,7 @@ def test_secret_values_never_rendered(monkeypatch: pytest.MonkeyPatch, tmp_path:
         text = (INVENTORIES / "1p1d.yaml").read_text().replace("env:HF_TOKEN", ref)
         inv = parse_inventory(text)
         plan = build_plan(inv)
-        out = "".join(render_all(plan, inv).values()) + render_summary(plan, inv)
+        out = "".join(render_all(plan).values()) + render_summary(plan)
         assert secret not in out
         assert "env_file" in out
 
@@ -169,12 +176,12 @@ def test_secret_values_never_rendered(monkeypatch: pytest.MonkeyPatch, tmp_path:
 def test_unknown_host() -> None:
     inv = load("1p1d")
     with pytest.raises(UnknownHostError, match="gpu-z"):
-        render_host(build_plan(inv), "gpu-z", inv)
+        render_host(build_plan(inv), "gpu-z")
 
 
 def test_summary_lists_start_order_and_endpoint() -> None:
     inv = load("1p1d")
-    text = render_summary(build_plan(inv), inv)
+    text = render_summary(build_plan(inv))
     lines = text.splitlines()
     order = [ln.split()[1] for ln in lines if ln.strip()[:2] in ("1.", "2.", "3.")]
     assert order == ["decode@gpu-b", "prefill@gpu-a", "router@gpu-a"]
@@ -223,7 +230,7 @@ def compose_config(folder: Path, env: dict[str, str] | None = None) -> dict[str,
 def test_docker_compose_accepts_every_rendered_file(path: Path, tmp_path: Path) -> None:
     inv = load_inventory(path)
     plan = build_plan(inv)
-    for host, text in render_all(plan, inv).items():
+    for host, text in render_all(plan).items():
         folder = tmp_path / host
         folder.mkdir()
         (folder / "compose.yaml").write_text(text)
@@ -239,7 +246,7 @@ def test_docker_compose_accepts_every_rendered_file(path: Path, tmp_path: Path) 
 
 def test_dollar_signs_reach_the_container_literally(tmp_path: Path) -> None:
     inv = load("colocated")  # prefill env NOTE: "costs $5 per ${UNIT}"
-    (tmp_path / "compose.yaml").write_text(render_host(build_plan(inv), "box", inv))
+    (tmp_path / "compose.yaml").write_text(render_host(build_plan(inv), "box"))
     cfg = compose_config(tmp_path, env={"UNIT": "INTERPOLATED", "5": "X"})
     note = cfg["services"]["prefill"]["environment"]["NOTE"]
     assert "INTERPOLATED" not in note
@@ -249,7 +256,7 @@ def test_dollar_signs_reach_the_container_literally(tmp_path: Path) -> None:
 
 def test_secrets_env_is_read_when_present(tmp_path: Path) -> None:
     inv = load("1p1d")
-    (tmp_path / "compose.yaml").write_text(render_host(build_plan(inv), "gpu-b", inv))
+    (tmp_path / "compose.yaml").write_text(render_host(build_plan(inv), "gpu-b"))
     assert "HF_TOKEN" not in compose_config(tmp_path)["services"]["decode"]["environment"]
     (tmp_path / SECRETS_FILE).write_text("HF_TOKEN=dummy-for-test\n")
     env = compose_config(tmp_path)["services"]["decode"]["environment"]
@@ -263,7 +270,7 @@ def test_secrets_env_is_read_when_present(tmp_path: Path) -> None:
 def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
     inv = load_inventory(path)
     plan = build_plan(inv)
-    text = render_host(plan, plan.router.host, inv)
+    text = render_host(plan, plan.router.host)
     router = services(text)["router"]
     assert router["entrypoint"] == ["vllm-router"]
     args = parse_router_args(list(router["command"]))  # argparse: SystemExit on a bad flag

@@ -23,13 +23,19 @@ VERSION = "NVIDIA Container Runtime Hook version 1.17.8\ncommit: emulated-pdboot
 
 
 def visible(profile: dict[str, Any], spec: str) -> list[dict[str, Any]]:
+    """The GPUs NVIDIA_VISIBLE_DEVICES grants (indices or UUIDs, comma-separated), in the
+    host's order whatever the request's order (NVML enumerates a container's GPUs by PCI bus
+    id), each once. dockerd writes that variable from the request: `device_ids` joined with
+    commas, `count: N` as 0..N-1, `count: all` as `all`. An unknown id fails like the real
+    hook (nvidia-container-cli) does, so the container does not start."""
     gpus = profile.get("gpus", [])
-    if spec in ("all", ""):
+    if spec.strip() in ("all", ""):
         return list(gpus)
-    chosen = []
-    for ident in spec.split(","):
-        chosen += [g for g in gpus if str(g["index"]) == ident or g["uuid"] == ident]
-    return chosen
+    wanted = [ident.strip() for ident in spec.split(",") if ident.strip()]
+    for ident in wanted:
+        if not any(ident in (str(g["index"]), g["uuid"]) for g in gpus):
+            raise ValueError(f"nvidia-container-cli: device error: {ident}: unknown device")
+    return [g for g in gpus if str(g["index"]) in wanted or g["uuid"] in wanted]
 
 
 def prestart(state: dict[str, Any]) -> None:

@@ -338,15 +338,7 @@ def _q_value(p: dict[str, Any], g: dict[str, Any], section: str, key: str) -> st
     return None if v is None else str(v)
 
 
-def topo(gpus: list[dict[str, Any]]) -> str:
-    n = len(gpus)
-    head = "\t\x1b[4m" + "".join(f"GPU{i}\t" for i in range(n)) + \
-        "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
-    rows = ""
-    for i in range(n):
-        cells = "".join(" X \t" if j == i else "SYS\t" for j in range(n))
-        rows += f"GPU{i}\t{cells}0-15\t0\t\tN/A\n"
-    legend = """
+LEGEND = """
 Legend:
 
   X    = Self
@@ -357,7 +349,49 @@ Legend:
   PIX  = Connection traversing at most a single PCIe bridge
   NV#  = Connection traversing a bonded set of # NVLinks
 """
-    return head + rows + legend
+
+
+def topo(p: dict[str, Any], gpus: list[dict[str, Any]]) -> str:
+    if not gpus or not all("topo" in g for g in gpus):
+        return _topo_flat(gpus)
+    nics = [d for d in p.get("rdma", {}).get("devices", []) if "topo" in d]
+    places = [g["topo"] for g in gpus] + [d["topo"] for d in nics]
+    names = [f"GPU{g['index']}" for g in gpus] + [f"NIC{i}" for i in range(len(nics))]
+    # R580's layout (as the A800 and H200 outputs show): tabs, an underlined header, " X "
+    # on the diagonal, an extra empty cell before GPU NUMA ID, NIC rows without affinity
+    out = ["\t\x1b[4m" + "".join(f"{n}\t" for n in names)
+           + "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"]
+    for i, (name, a) in enumerate(zip(names, places)):
+        cells = "\t".join(" X " if j == i else _link(a, b) for j, b in enumerate(places))
+        tail = f"\t{a['cpus']}\t{a['numa']}\t\tN/A" if i < len(gpus) else ""
+        out.append(f"{name}\t{cells}{tail}")
+    text = "\n".join(out) + "\n" + LEGEND
+    if nics:
+        text += "\nNIC Legend:\n\n" + "".join(f"  NIC{i}: {d['name']}\n"
+                                               for i, d in enumerate(nics))
+    return text
+
+
+def _link(a: dict[str, Any], b: dict[str, Any]) -> str:
+    if a["numa"] != b["numa"]:
+        return "SYS"
+    if a["bridge"] != b["bridge"]:
+        return "NODE"
+    if a.get("switch") is None or a.get("switch") != b.get("switch"):
+        return "PHB"
+    return "PIX" if a.get("leaf") == b.get("leaf") else "PXB"
+
+
+def _topo_flat(gpus: list[dict[str, Any]]) -> str:
+    """Profiles without placements: every GPU pair SYS, no NIC (the older profiles' output)."""
+    n = len(gpus)
+    head = "\t\x1b[4m" + "".join(f"GPU{i}\t" for i in range(n)) + \
+        "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    rows = ""
+    for i in range(n):
+        cells = "".join(" X \t" if j == i else "SYS\t" for j in range(n))
+        rows += f"GPU{i}\t{cells}0-15\t0\t\tN/A\n"
+    return head + rows + LEGEND
 
 
 # ---------------------------------------------------------------------- argument handling
@@ -382,7 +416,7 @@ def select(p: dict[str, Any], ids: str | None) -> list[dict[str, Any]]:
 def run(argv: list[str]) -> str:
     p = load_profile()
     if argv[:1] == ["topo"]:
-        return topo(select(p, None))
+        return topo(p, select(p, None))
     if argv[:1] == ["nvlink"]:
         return ""
     opts: dict[str, str | None] = {}

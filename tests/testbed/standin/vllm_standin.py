@@ -20,12 +20,15 @@ import re
 import signal
 import socket
 import socketserver
+import subprocess
 import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
+
+import dp  # data parallelism (head, headless followers, ranks): dp.py beside this file
 
 VERSION = "0.33.0"
 PID = os.getpid()
@@ -78,40 +81,56 @@ def human_int(value: str) -> int:
     return int(float(value[:-1] if scale > 1 else value) * scale)
 
 
+SERVE_ARGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve-args.json")
+
+
+class EnableDisable(argparse.Action):
+    """vLLM's EnableDisableAction: the first option string sets True, the second False."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, option_string == self.option_strings[0])
+
+
+def max_model_len(value: str) -> int | str:
+    return value if value == "auto" else human_int(value)
+
+
+TYPES: dict[str, Any] = {"int": int, "float": float, "human_readable_int": human_int,
+                         "human_readable_int_or_auto": max_model_len}
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    """Exactly the options of real `vllm serve` 0.33.0 (serve-args.json, a copy of the shared
+    fixture): anything else is an "unrecognized arguments" error, exit 2, as in vLLM."""
+    with open(SERVE_ARGS) as f:
+        actions = json.load(f)["actions"]
+    for a in actions:
+        opts, kind, nargs = a["option_strings"], a["action"], a["nargs"]
+        kw: dict[str, Any] = {"dest": a["dest"], "default": a["default"]}
+        if not opts:
+            p.add_argument(a["dest"], nargs=nargs, default=a["default"])
+            continue
+        if "-h" in opts or "--help" in opts:
+            continue
+        if kind == "_StoreTrueAction":
+            kw["action"] = "store_true"
+        elif kind == "EnableDisableAction":
+            kw.update(action=EnableDisable, nargs=0)
+        elif kind == "_AppendAction":
+            kw.update(action="append", type=str)
+        else:
+            kw.update(nargs=nargs if nargs != 0 else None, type=TYPES.get(a["type"] or "", str))
+            if a["choices"] and all(isinstance(c, str) for c in a["choices"]) \
+                    and kw["type"] is str:
+                kw["choices"] = a["choices"]
+        p.add_argument(*opts, **kw)
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     """The arguments, and the non-default ones as vLLM logs them (secrets redacted)."""
     p = Parser(prog="vllm serve", add_help=True)
-    p.add_argument("model_tag", nargs="?", default=None)
-    p.add_argument("--model", default="Qwen/Qwen3-0.6B")
-    p.add_argument("--host", default=None)
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--served-model-name", nargs="+", default=None)
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
-    p.add_argument("--kv-transfer-config", default=None)
-    p.add_argument("--max-model-len", type=human_int, default=None)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-num-seqs", type=int, default=None)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None)
-    p.add_argument("--quantization", "-q", default=None)
-    p.add_argument("--revision", default=None)
-    p.add_argument("--tokenizer", default=None)
-    p.add_argument("--download-dir", default=None)
-    p.add_argument("--load-format", default="auto")
-    p.add_argument("--uvicorn-log-level", default="info")
-    p.add_argument("--attention-backend", default=None)
-    for flag in ("--enforce-eager", "--trust-remote-code", "--disable-log-requests",
-                 "--disable-log-stats", "--enable-log-requests", "--disable-uvicorn-access-log",
-                 "--enable-request-id-headers"):
-        p.add_argument(flag, action="store_true")
-    for flag in ("--enable-prefix-caching", "--enable-chunked-prefill"):
-        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+    add_serve_args(p)
     args = p.parse_args(argv)
     changed = {k: ("<redacted>" if k == "api_key" else v) for k, v in vars(args).items()
                if v != p.get_default(k)}
@@ -125,12 +144,18 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
                     "converted to <function loads at 0x7f3a2c1b1e40>.")
         if not isinstance(args.kv_transfer_config, dict):
             p.error("argument --kv-transfer-config: expected a JSON object")
+        errs = validate_kv(args.kv_transfer_config)
+        if errs:  # vLLM validates it while parsing: argparse's error, exit 2
+            p.error(f"argument --kv-transfer-config: {len(errs)} validation "
+                    f"error{'s' if len(errs) > 1 else ''} for KVTransferConfig\n"
+                    + "\n".join(errs))
         changed["kv_transfer_config"] = args.kv_transfer_config
     return args, changed
 
 
 def validate_kv(cfg: dict[str, Any]) -> list[str]:
-    """pydantic-shaped error entries for vLLM's KVTransferConfig (extra='forbid')."""
+    """pydantic-shaped error entries for vLLM's KVTransferConfig (a pydantic dataclass: an
+    unknown key is an "Unexpected keyword argument")."""
     errs: list[str] = []
 
     def err(loc: str, msg: str, typ: str, value: Any) -> None:
@@ -141,7 +166,7 @@ def validate_kv(cfg: dict[str, Any]) -> list[str]:
 
     for key in cfg:
         if key not in KV_FIELDS:
-            err(key, "Extra inputs are not permitted", "extra_forbidden", cfg[key])
+            err(key, "Unexpected keyword argument", "unexpected_keyword_argument", cfg[key])
     role = cfg.get("kv_role")
     if role is not None and role not in KV_ROLES:
         err("kv_role", "Input should be 'kv_producer', 'kv_consumer' or 'kv_both'",
@@ -185,6 +210,17 @@ def block_payload(compat: str, prompt: str, nblocks: int, block_bytes: int) -> b
     return (seed * (block_bytes // len(seed) + 1))[:block_bytes] * nblocks
 
 
+def compat_factors(args: argparse.Namespace, kv: dict[str, Any]) -> dict[str, Any]:
+    """What vLLM 0.33's compute_nixl_compatibility_hash (nixl/metadata.py) hashes: vLLM and
+    NIXL connector versions, model, dtype, KV heads/head size/layers (fixed by the model
+    here), attention backend, KV cache dtype, cross-layer blocks and HMA; plus the connector
+    (push and pull never pair). TP, block size and KV layout are checked after the hash."""
+    return {"vllm_version": VERSION, "nixl_connector_version": 4, "model": args.model,
+            "dtype": args.dtype, "attn_backend_name": args.attention_backend or "FLASH_ATTN",
+            "cache_dtype": args.kv_cache_dtype, "cross_layers_blocks": False,
+            "is_hma_enabled": False, "connector": kv.get("kv_connector")}
+
+
 # ---------------------------------------------------------------- engine state
 @dataclass
 class Lease:
@@ -224,7 +260,7 @@ class Engine:
             self.counters[name] = self.counters.get(name, 0) + by
 
     def hold(self, req_id: str, prompt: str, ntok: int) -> Lease:
-        nblocks = max(1, -(-ntok // self.args.block_size))
+        nblocks = max(1, -(-ntok // (self.args.block_size or 16)))
         with self.lock:
             ids = list(range(self.next_block, self.next_block + nblocks))
             self.next_block += nblocks
@@ -248,11 +284,11 @@ class Engine:
                 for k in gone:
                     del self.leases[k]
             for k in gone:
-                self.count("vllm:nixl_kv_leases_expired_total")
-                self.count("vllm:nixl_num_kv_expired_reqs_total")
-                engine_log("WARNING", "nixl_connector.py:1512",
+                self.count("standin_kv_leases_expired_total")
+                self.count("vllm:nixl_num_kv_expired_reqs_total")  # real: counted on P
+                engine_log("WARNING", "base_worker.py:3370",
                            f"Releasing expired KV blocks for request {k} which were retrieved "
-                           f"by 0 decode worker(s) within {self.lease_s:g} seconds.")
+                           "by 0 remote worker(s) before lease expired.")
 
 
 # ---------------------------------------------------------------- NIXL side channel (server)
@@ -268,14 +304,10 @@ class SideChannel(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         eng = self.engine
         try:
-            hello = json.loads(self.rfile.readline() or b"{}")
+            json.loads(self.rfile.readline() or b"{}")  # the decode's hello
             me = {"type": "hello", "engine_id": eng.engine_id, "compat_hash": eng.compat_hash,
                   "tp_size": eng.args.tensor_parallel_size, "version": VERSION}
-            if hello.get("compat_hash") != eng.compat_hash:
-                self.reply({**me, "ok": False, "error": "NIXL compatibility hash mismatch: "
-                            f"local {eng.compat_hash}, remote {hello.get('compat_hash')}"})
-                return
-            self.reply({**me, "ok": True})
+            self.reply({**me, "ok": True})  # the decode compares the hashes, as in vLLM
             for raw in self.rfile:
                 msg = json.loads(raw)
                 if msg.get("type") == "read":
@@ -290,8 +322,8 @@ class SideChannel(socketserver.StreamRequestHandler):
                     data = block_payload(eng.compat_hash, lease.prompt, n, eng.block_bytes)
                     self.reply({"type": "read", "ok": True, "num_blocks": n,
                                 "nbytes": len(data)}, data)
-                    eng.count("vllm:nixl_kv_blocks_served_total", n)
-                    eng.count("vllm:nixl_kv_bytes_served_total", len(data))
+                    eng.count("standin_kv_blocks_served_total", n)
+                    eng.count("standin_kv_bytes_served_total", len(data))
                 elif msg.get("type") == "done":
                     with eng.lock:
                         eng.leases.pop(str(msg.get("request_id")), None)
@@ -329,13 +361,22 @@ def bind_side_channel(eng: Engine) -> None:
 
 # ---------------------------------------------------------------- NIXL pull (client)
 class PullError(Exception):
-    def __init__(self, message: str, stage: str = "handshake") -> None:
+    def __init__(self, message: str, stage: str = "handshake", where: str = "") -> None:
         super().__init__(message)
         self.stage = stage  # "handshake" (reaching/identifying the peer) or "transfer"
+        self.where = where  # file:line of the raise in vLLM 0.33 when the text is vLLM's
 
 
-def pull(eng: Engine, params: dict[str, Any], prompt: str) -> int:
-    """Connect to the producer's side channel and read the blocks; returns bytes pulled."""
+COMPAT_MISMATCH = (  # vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py:1197
+    "NIXL compatibility hash mismatch. Local: {local}, Remote: {remote}. Prefill and decode "
+    "instances have incompatible configurations. This may be due to: different vLLM versions, "
+    "models, dtypes, KV cache layouts, attention backends, etc. Both instances must use "
+    "identical configurations.Disable this check using --kv-transfer-config "
+    "'{{\"kv_connector_extra_config\": {{\"enforce_handshake_compat\": false}}}}'")
+
+
+def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
+    """Connect to the producer's side channel and read the blocks; returns the KV pulled."""
     host, port = params.get("remote_host"), params.get("remote_port")
     rid, blocks = params.get("remote_request_id"), params.get("remote_block_ids")
     remote_eid = params.get("remote_engine_id")
@@ -352,9 +393,15 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> int:
             hello = json.loads(f.readline() or b"{}")
             if not hello.get("ok"):
                 raise PullError(f"remote refused: {hello.get('error', 'no answer')}")
+            remote_hash = str(hello.get("compat_hash"))
+            enforce = (eng.kv.get("kv_connector_extra_config") or {}).get(
+                "enforce_handshake_compat", True)
+            if enforce and remote_hash != eng.compat_hash:
+                raise PullError(COMPAT_MISMATCH.format(local=eng.compat_hash, remote=remote_hash),
+                                where="base_worker.py:1197")
             if hello.get("engine_id") != remote_eid:
-                raise PullError(f"Remote NIXL agent engine ID mismatch. Expected {remote_eid}, "
-                                f"received {hello.get('engine_id')}.")
+                raise PullError(f"Remote NIXL agent engine ID mismatch. Expected {remote_eid},"
+                                f"received {hello.get('engine_id')}.", where="base_worker.py:1231")
             ptp, dtp = int(hello.get("tp_size", 1)), eng.args.tensor_parallel_size
             if max(ptp, dtp) % min(ptp, dtp):
                 raise PullError(f"tensor parallel sizes incompatible: remote {ptp}, local {dtp}")
@@ -373,13 +420,36 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> int:
             f.write(json.dumps({"type": "done", "request_id": rid}).encode() + b"\n")
             f.flush()
             f.readline()
-            eng.count("vllm:nixl_kv_blocks_pulled_total", int(head["num_blocks"]))
-            return len(data)
+            eng.count("standin_kv_blocks_pulled_total", int(head["num_blocks"]))
+            return corrupt_kv(data)
     except (OSError, ValueError, KeyError) as e:
         raise PullError(str(e) or type(e).__name__) from e
 
 
+def corrupt_kv(data: bytes) -> bytes:
+    """STANDIN_CORRUPT_PULLED_KV=1: the KV lands wrong after a transfer that reported success,
+    as through a broken GPUDirect path (no error anywhere; the decode answers 200 with wrong
+    tokens, since its text depends on the KV it holds: kv_context)."""
+    if os.environ.get("STANDIN_CORRUPT_PULLED_KV", "0") in ("", "0"):
+        return data
+    return bytes(b ^ 0xFF for b in data[:64]) + data[64:]
+
+
+def kv_context(eng: Engine, prompt: str, kv: bytes | None) -> str:
+    """What the decode "attends" to: its prompt when it computed the KV itself or pulled the
+    right blocks (the same text as a single engine), something else for any other bytes."""
+    if kv is None or kv == block_payload(eng.compat_hash, prompt,
+                                         len(kv) // eng.block_bytes, eng.block_bytes):
+        return prompt
+    return f"{prompt}|kv:{hashlib.sha256(kv).hexdigest()}"
+
+
 # ---------------------------------------------------------------- HTTP API
+def model_len(eng: Engine) -> int:
+    n = eng.args.max_model_len
+    return n if isinstance(n, int) else 32768  # "auto": the model's own
+
+
 class ApiError(Exception):
     def __init__(self, status: int, kind: str, message: str) -> None:
         super().__init__(message)
@@ -418,10 +488,11 @@ class Api(http.server.BaseHTTPRequestHandler):
                                             "param": None, "code": e.status}})
 
     def authorized(self) -> bool:
-        key = self.engine.args.api_key or os.environ.get("VLLM_API_KEY")
-        if not key or not self.path.startswith("/v1"):
+        keys = self.engine.args.api_key or [os.environ.get("VLLM_API_KEY") or ""]
+        keys = [k for k in ([keys] if isinstance(keys, str) else keys) if k]  # nargs="+"
+        if not keys or not self.path.startswith("/v1"):
             return True
-        return self.headers.get("Authorization", "") == f"Bearer {key}"
+        return self.headers.get("Authorization", "") in [f"Bearer {k}" for k in keys]
 
     def do_GET(self) -> None:
         eng, path = self.engine, self.path.split("?")[0]
@@ -435,9 +506,10 @@ class Api(http.server.BaseHTTPRequestHandler):
             self.send_json(200, {"object": "list", "data": [
                 {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
                  "root": eng.args.model, "parent": None,
-                 "max_model_len": eng.args.max_model_len or 32768} for name in eng.served]})
+                 "max_model_len": model_len(eng)} for name in eng.served]})
         elif path == "/metrics":
-            self.send(200, metrics_text(eng).encode(), "text/plain; version=0.0.4; charset=utf-8")
+            self.send(200, dp.metrics(eng, metrics_text).encode(),
+                      "text/plain; version=0.0.4; charset=utf-8")
         else:
             self.send_json(404, {"detail": "Not Found"})
 
@@ -472,7 +544,7 @@ class Api(http.server.BaseHTTPRequestHandler):
             ids = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "big") % 151000
                    for t in tokens_of(text)]
             self.send_json(200, {"count": len(ids), "tokens": ids, "token_strs": None,
-                                 "max_model_len": self.engine.args.max_model_len or 32768})
+                                 "max_model_len": model_len(self.engine)})
             return
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -483,7 +555,9 @@ class Api(http.server.BaseHTTPRequestHandler):
             self.send_json(401, {"error": "Unauthorized"})
             return
         try:
-            self.complete(self.read_body(), chat=path.endswith("chat/completions"))
+            with dp.routed(self) as relayed:
+                if not relayed:
+                    self.complete(self.read_body(), chat=path.endswith("chat/completions"))
         except ApiError as e:
             self.send_error_json(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -528,10 +602,16 @@ class Api(http.server.BaseHTTPRequestHandler):
         req_id = f"{'chatcmpl' if chat else 'cmpl'}-{xrid}"
         kvp = body.get("kv_transfer_params") or {}
         out_params = self.prefill_side(kvp, req_id, prompt, ntok)
-        source = "external_kv_transfer" if self.decode_side(kvp, req_id, prompt) else \
-            "local_compute"
-        eng.count(f'vllm:prompt_tokens_by_source_total{{source="{source}"}}', ntok)
-        words = generate(eng.args.model, prompt, n)
+        # vLLM's PromptTokenStats: local_compute = prompt_len - num_cached_tokens; after a
+        # remote prefill every prompt token is external, yet the scheduler recomputes the
+        # last one (the model needs one input token), so 1 token is counted as local.
+        kv = self.decode_side(kvp, req_id, prompt, ntok)
+        if kv is not None:
+            eng.count(f'{BY_SOURCE}{{source="external_kv_transfer"}}', ntok)
+            eng.count(f'{BY_SOURCE}{{source="local_compute"}}', 1)
+        else:
+            eng.count(f'{BY_SOURCE}{{source="local_compute"}}', ntok)
+        words = generate(eng.args.model, kv_context(eng, prompt, kv), n)
         eng.count("vllm:prompt_tokens_total", ntok)
         eng.count("vllm:generation_tokens_total", n)
         eng.count('vllm:request_success_total{finished_reason="length"}')
@@ -561,43 +641,49 @@ class Api(http.server.BaseHTTPRequestHandler):
             return None
         internal = f"{req_id}-{uuid.uuid4().hex[:8]}"
         lease = eng.hold(internal, prompt, ntok)
-        eng.count("vllm:nixl_num_remote_prefills_served_total")
+        eng.count("standin_remote_prefills_served_total")
         return {"do_remote_prefill": True, "do_remote_decode": False,
                 "remote_engine_id": eng.engine_id, "remote_request_id": internal,
                 "remote_block_ids": lease.block_ids, "remote_host": eng.side_host,
                 "remote_port": eng.side_port, "tp_size": eng.args.tensor_parallel_size,
                 "remote_num_tokens": ntok}
 
-    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str) -> bool:
-        """A consumer given a prefill's params pulls its blocks; True when it did."""
+    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str,
+                    ntok: int) -> bytes | None:
+        """A consumer given a prefill's params pulls its blocks; the KV when it did."""
         eng = self.engine
         if eng.role not in ("kv_consumer", "kv_both") or kvp.get("do_remote_decode"):
-            return False
+            return None
         if not kvp.get("do_remote_prefill"):
-            eng.count("vllm:nixl_local_prefills_total")  # no params: a silent local prefill
-            return False
+            eng.count("standin_local_prefills_total")  # no params: a silent local prefill
+            return None
         t0 = time.monotonic()
         try:
-            nbytes = pull(eng, kvp, prompt)
+            data = pull(eng, kvp, prompt)
         except PullError as e:
-            eng.count("vllm:nixl_kv_pull_failures_total")
-            eng.count("vllm:nixl_num_failed_transfers_total")
-            peer = (f"remote engine {kvp.get('remote_engine_id')} at "
-                    f"{kvp.get('remote_host')}:{kvp.get('remote_port')}")
-            what = "handshake" if e.stage == "handshake" else "KV transfer"
-            msg = f"NIXL {what} failed with {peer}: {e}"
-            engine_log("ERROR", "nixl_connector.py:1187", msg)
+            eng.count("standin_kv_pull_failures_total")
+            eng.count("vllm:nixl_num_failed_transfers_total")  # handshakes included, as vLLM
+            peer = f"{kvp.get('remote_host')}:{kvp.get('remote_port')}"
+            if e.where:  # a raise in vLLM's connector: its exception line, real text
+                engine_log("ERROR", e.where, f"RuntimeError: {e}")
+            elif e.stage == "handshake":  # vLLM's zmq recv times out on an unreachable peer
+                engine_log("ERROR", "base_worker.py:1319", "NIXLConnectorWorker gets "
+                           f"zmq.error.Again: Resource temporarily unavailable ({peer}: {e}).")
+            else:
+                engine_log("ERROR", "base_worker.py:1377",
+                           f"NIXL transfer failure: {e} | Context: remote engine "
+                           f"{kvp.get('remote_engine_id')} at {peer}, request {req_id}")
             if eng.policy == "fail":
-                raise ApiError(500, "InternalServerError",
-                               f"KV transfer failed for request {req_id}: {msg}") from e
-            eng.count("vllm:nixl_recomputed_prefills_total")
-            engine_log("WARNING", "scheduler.py:1420", f"Recomputing the prefill of request "
-                       f"{req_id} locally (kv_load_failure_policy=recompute).")
-            return False
-        eng.count("nixl_xfer_seconds", time.monotonic() - t0)
-        eng.count("vllm:nixl_kv_pulls_total")
-        eng.count("vllm:nixl_kv_bytes_pulled_total", nbytes)
-        return True
+                # vLLM finishes the request with an error; the client sees no cause
+                raise ApiError(500, "InternalServerError", "Internal server error") from e
+            eng.count("standin_recomputed_prefills_total")
+            engine_log("WARNING", "scheduler.py:2031", "Recovered from KV load failure: 1 "
+                       f"request(s) rescheduled ({ntok} tokens affected).")
+            return None
+        eng.count("standin_xfer_seconds", time.monotonic() - t0)
+        eng.count("standin_kv_pulls_total")
+        eng.count("standin_kv_bytes_pulled_total", len(data))
+        return data
 
     def stream(self, req_id: str, model: str, words: list[str], chat: bool,
                usage: dict[str, Any], opts: dict[str, Any]) -> None:
@@ -638,33 +724,36 @@ class Api(http.server.BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-# (name, help). Real vLLM names first (pdboot can rely on those against the real engine too),
-# then the stand-in's own nixl_* counters, documented in README.md.
+# (name, help). vLLM 0.33.0's own names with their real meaning (metrics.json of the shared
+# fixtures), then the stand-in's private counters under `standin_`, a prefix vLLM never uses
+# and pdboot never reads (README.md lists them).
+BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 COUNTERS = (
     ("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
     ("vllm:generation_tokens_total", "Number of generation tokens processed."),
-    ('vllm:request_success_total{finished_reason="length"}', "Count of successful requests."),
-    ('vllm:prompt_tokens_by_source_total{source="local_compute"}',
-     "Prompt tokens by source: computed here."),
-    ('vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}',
-     "Prompt tokens by source: pulled from a remote engine."),
-    ("vllm:nixl_num_failed_transfers_total", "Number of failed NIXL KV Cache transfers."),
-    ("vllm:nixl_num_kv_expired_reqs_total", "Requests whose KV blocks expired unread."),
-    ("vllm:nixl_num_remote_prefills_served_total", "Prefills done for a remote decode."),
-    ("vllm:nixl_kv_blocks_served_total", "KV blocks read by remote engines."),
-    ("vllm:nixl_kv_bytes_served_total", "KV bytes read by remote engines."),
-    ("vllm:nixl_kv_leases_expired_total", "KV block leases that expired unread."),
-    ("vllm:nixl_kv_pulls_total", "Successful KV pulls from a remote prefill."),
-    ("vllm:nixl_kv_pull_failures_total", "Failed KV pulls (any reason, any policy)."),
-    ("vllm:nixl_kv_blocks_pulled_total", "KV blocks pulled from remote engines."),
-    ("vllm:nixl_kv_bytes_pulled_total", "KV bytes pulled from remote engines."),
-    ("vllm:nixl_recomputed_prefills_total", "Failed pulls recomputed locally."),
-    ("vllm:nixl_local_prefills_total", "Decode requests without kv_transfer_params."),
+    ('vllm:request_success_total{finished_reason="length"}', "Count of successfully processed "
+     "requests."),
+    (f'{BY_SOURCE}{{source="local_compute"}}', "Number of prompt tokens by source."),
+    (f'{BY_SOURCE}{{source="local_cache_hit"}}', "Number of prompt tokens by source."),
+    (f'{BY_SOURCE}{{source="external_kv_transfer"}}', "Number of prompt tokens by source."),
+    ("vllm:nixl_num_failed_transfers_total", "Number of failed NIXL KV Cache transfers, "
+     "including handshake and notification failures."),
+    ("vllm:nixl_num_kv_expired_reqs_total", "Number of requests that had their KV expire."),
+    ("standin_remote_prefills_served_total", "Prefills done for a remote decode."),
+    ("standin_kv_blocks_served_total", "KV blocks read by remote engines."),
+    ("standin_kv_bytes_served_total", "KV bytes read by remote engines."),
+    ("standin_kv_leases_expired_total", "KV block leases that expired unread."),
+    ("standin_kv_pulls_total", "Successful KV pulls from a remote prefill."),
+    ("standin_kv_pull_failures_total", "Failed KV pulls (any reason, any policy)."),
+    ("standin_kv_blocks_pulled_total", "KV blocks pulled from remote engines."),
+    ("standin_kv_bytes_pulled_total", "KV bytes pulled from remote engines."),
+    ("standin_recomputed_prefills_total", "Failed pulls recomputed locally."),
+    ("standin_local_prefills_total", "Decode requests without kv_transfer_params."),
 )
 
 
 def metrics_text(eng: Engine) -> str:
-    labels = f'engine="0",model_name="{eng.served[0]}"'
+    labels = f'model_name="{eng.served[0]}",engine="0"'
     with eng.lock:
         c = dict(eng.counters)
         held = len(eng.leases)
@@ -674,26 +763,28 @@ def metrics_text(eng: Engine) -> str:
         base, _, extra = name.partition("{")
         if base not in typed:
             typed.add(base)
+            # prometheus_client's text format 0.0.4 names a counter family with its _total
             out += [f"# HELP {base} {doc}", f"# TYPE {base} counter"]
         lab = labels + ("," + extra.rstrip("}") if extra else "")
         out.append(f"{base}{{{lab}}} {float(c.get(name, 0))}")
-    pulls = float(c.get("vllm:nixl_kv_pulls_total", 0))
+    pulls = float(c.get("standin_kv_pulls_total", 0))
     for base, total, doc in (
-        ("vllm:nixl_bytes_transferred", c.get("vllm:nixl_kv_bytes_pulled_total", 0),
-         "Number of bytes transferred per NIXL KV Cache transfers."),
-        ("vllm:nixl_xfer_time_seconds", c.get("nixl_xfer_seconds", 0),
+        ("vllm:nixl_bytes_transferred", c.get("standin_kv_bytes_pulled_total", 0),
+         "Histogram of bytes transferred per NIXL KV Cache transfers."),
+        ("vllm:nixl_xfer_time_seconds", c.get("standin_xfer_seconds", 0),
          "Histogram of transfer duration for NIXL KV Cache transfers."),
     ):  # one +Inf bucket: enough for _count/_sum consumers
         out += [f"# HELP {base} {doc}", f"# TYPE {base} histogram",
                 f'{base}_bucket{{{labels},le="+Inf"}} {pulls}',
                 f"{base}_count{{{labels}}} {pulls}", f"{base}_sum{{{labels}}} {float(total)}"]
     for base, value, doc in (
-        ("vllm:nixl_kv_leases_held", held, "KV block leases held for a remote decode."),
+        ("standin_kv_leases_held", held, "KV block leases held for a remote decode."),
         ("vllm:num_requests_running", 0, "Number of requests in model execution batches."),
         ("vllm:num_requests_waiting", 0, "Number of requests waiting to be processed."),
     ):
         out += [f"# HELP {base} {doc}", f"# TYPE {base} gauge",
                 f"{base}{{{labels}}} {float(value)}"]
+    out += granted_metrics()
     return "\n".join(out) + "\n"
 
 
@@ -729,6 +820,48 @@ def crash(kind: str, model: str) -> None:
          "cause above. Failed core proc(s): {}"])
 
 
+def bar(desc: str, k: int, n: int, tqdm_pct: bool = True) -> None:
+    """A tqdm bar's state as vLLM's loaders print it (stderr, no log prefix)."""
+    pct = 100 * k // max(n, 1)
+    if tqdm_pct:
+        line = f"{desc}: {pct:3d}% Completed | {k}/{n} [00:0{k}<00:00,  1.73it/s]"
+    else:
+        filled = "█" * (pct // 10)
+        line = f"{desc}: {pct:3d}%|{filled:<10}| {k}/{n} [00:0{k}<00:00,  8.61it/s]"
+    print(line, file=sys.stderr, flush=True)
+
+
+def load_model(args: argparse.Namespace, seconds: float, t0: float,
+               crash_now: Any) -> None:
+    """The start-up lines real vLLM prints while it loads (shard k/n, torch.compile, KV cache
+    size, CUDA graph capture), spread over STANDIN_LOAD_SECONDS; STANDIN_LOAD_SHARDS sets n."""
+    shards = int(os.environ.get("STANDIN_LOAD_SHARDS", "2"))
+    graphs = 0 if args.enforce_eager else 4
+    dt = seconds / (shards + graphs + 2)
+    for k in range(shards + 1):
+        bar("Loading safetensors checkpoint shards", k, shards)
+        if k < shards:
+            time.sleep(dt)
+    engine_log("INFO", "default_loader.py:267",
+               f"Loading weights took {time.monotonic() - t0:.2f} seconds")
+    crash_now()  # an OOM shows up once the weights are on the GPU
+    engine_log("INFO", "gpu_model_runner.py:2634",
+               f"Model loading took 1.1202 GiB and {time.monotonic() - t0:.6f} seconds")
+    if not args.enforce_eager:
+        time.sleep(dt)
+        engine_log("INFO", "monitor.py:34", f"torch.compile takes {dt:.2f} s in total")
+    engine_log("INFO", "gpu_worker.py:356", "Available KV cache memory: 20.48 GiB")
+    engine_log("INFO", "kv_cache_utils.py:1087", "GPU KV cache size: 191,712 tokens")
+    time.sleep(dt)
+    for k in range(graphs + 1):
+        bar("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)", k, graphs, False)
+        if k < graphs:
+            time.sleep(dt)
+    if graphs:
+        engine_log("INFO", "gpu_model_runner.py:3480",
+                   f"Graph capturing finished in {graphs * dt:.0f} secs, took 0.31 GiB")
+
+
 def visible_gpus() -> int | None:
     """GPUs Docker's NVIDIA device request exposed (it sets NVIDIA_VISIBLE_DEVICES); None when
     unknown (`all`, or not started through the NVIDIA runtime, e.g. the loopback tests)."""
@@ -738,6 +871,32 @@ def visible_gpus() -> int | None:
     if value in ("", "void", "none"):
         return 0
     return len(value.split(","))
+
+
+GRANTED: list[dict[str, str]] = []  # set once at start: see granted_gpus()
+
+
+def granted_gpus() -> list[dict[str, str]]:
+    """The GPUs the NVIDIA runtime granted this container, as its nvidia-smi lists them:
+    index (renumbered from 0 in a container), UUID and PCI bus id (both name the host's GPU).
+    [] without nvidia-smi (no GPU request, or the loopback tests)."""
+    try:
+        res = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = [[c.strip() for c in ln.split(",")] for ln in res.stdout.splitlines()]
+    return [{"index": r[0], "uuid": r[1], "pci_bus_id": r[2]} for r in rows
+            if res.returncode == 0 and len(r) == 3]
+
+
+def granted_metrics() -> list[str]:
+    """standin_granted_gpu_info: one sample per granted GPU (not a vLLM metric)."""
+    out = ["# HELP standin_granted_gpu_info GPUs the NVIDIA runtime granted (stand-in only).",
+           "# TYPE standin_granted_gpu_info gauge"]
+    return out + [f'standin_granted_gpu_info{{index="{g["index"]}",uuid="{g["uuid"]}",'
+                  f'pci_bus_id="{g["pci_bus_id"]}"}} 1.0' for g in GRANTED]
 
 
 def on_term(signum: int, frame: Any) -> None:
@@ -767,10 +926,6 @@ def main(argv: list[str]) -> None:
     if crashing and crash_kind == "gated":
         crash(crash_kind, args.model)
     kv = args.kv_transfer_config or {}
-    errs = validate_kv(kv)
-    if errs:
-        die(["  ...", f"pydantic_core._pydantic_core.ValidationError: {len(errs)} validation "
-             f"error{'s' if len(errs) > 1 else ''} for KVTransferConfig", *errs])
     conn = kv.get("kv_connector")
     if conn is not None and conn not in NIXL_CONNECTORS + OTHER_CONNECTORS:
         die(["  ...", f"ValueError: Unsupported connector type: {conn}"])
@@ -778,21 +933,12 @@ def main(argv: list[str]) -> None:
         log("WARNING", "kv_transfer.py:95", "kv_role 'kv_both' is deprecated for NixlConnector; "
             "use kv_producer or kv_consumer.")
 
-    host = args.host or "0.0.0.0"
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    HttpServer.address_family = fam
-    try:  # vLLM binds its port first and listens only once the model is loaded
-        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
-        httpd.server_bind()
-    except OSError as e:
-        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
     served = args.served_model_name or [args.model]
     extra = kv.get("kv_connector_extra_config") or {}
-    compat = hashlib.sha256(json.dumps([VERSION, args.model, args.dtype, args.kv_cache_dtype,
-                                        args.attention_backend or "FLASH_ATTN"]).encode())
+    compat = hashlib.sha256(json.dumps(compat_factors(args, kv), sort_keys=True).encode())
     eng = Engine(args=args, served=served, kv=kv,
                  engine_id=str(kv.get("engine_id") or uuid.uuid4()),
-                 compat_hash=compat.hexdigest()[:16],
+                 compat_hash=compat.hexdigest(),
                  side_host=os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
                  side_port=int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")),
                  block_bytes=int(os.environ.get("STANDIN_KV_BLOCK_BYTES", "4096")),
@@ -805,6 +951,10 @@ def main(argv: list[str]) -> None:
                f"served_model_name={served[0]}")
     if crashing and crash_kind == "cuda_driver":
         crash(crash_kind, args.model)
+    GRANTED[:] = granted_gpus()
+    log("INFO", "standin.py:1", "STAND-IN granted GPUs (NVIDIA_VISIBLE_DEVICES="
+        f"{os.environ.get('NVIDIA_VISIBLE_DEVICES', '(unset)')}): "
+        + (", ".join(f"{g['index']}={g['uuid']}@{g['pci_bus_id']}" for g in GRANTED) or "none"))
     gpus, world = visible_gpus(), args.tensor_parallel_size * args.pipeline_parallel_size
     if gpus == 0:
         engine_log("ERROR", "core.py:708", "EngineCore failed to start.")
@@ -820,25 +970,35 @@ def main(argv: list[str]) -> None:
         if crashing and crash_kind == "nixl":
             crash(crash_kind, args.model)
         engine_log("INFO", "nixl_connector.py:110", "NIXL is available")
+    if args.headless:  # no HTTP at all: the ranks join the head's RPC port (dp.py)
+        dp.run_headless(eng, args, Api, bind_side_channel, metrics_text, log)
+    host = args.host or "0.0.0.0"
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    HttpServer.address_family = fam
+    try:  # vLLM binds its port first and listens only once the model is loaded
+        httpd = HttpServer((host, args.port), Api, bind_and_activate=False)
+        httpd.server_bind()
+    except OSError as e:
+        die(["  ...", f"OSError: [Errno {e.errno}] {e.strerror}"])
+    eng = dp.start_head(eng, args, log, die)
+    Api.engine = eng
     engine_log("INFO", "gpu_model_runner.py:2602", f"Starting to load model {args.model}...")
     t0 = time.monotonic()
     if os.environ.get("STANDIN_NEVER_HEALTHY", "").lower() not in ENV_FALSE:
         while True:  # stuck loading: the port stays bound but refuses connections
             time.sleep(3600)
-    time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "1")))
-    if crashing:
-        crash(crash_kind, args.model)
-    engine_log("INFO", "gpu_model_runner.py:2634",
-               f"Model loading took 0.00 GiB and {time.monotonic() - t0:.6f} seconds")
+    load_model(args, float(os.environ.get("STANDIN_LOAD_SECONDS", "1")), t0,
+               lambda: crash(crash_kind, args.model) if crashing else None)
     if conn in NIXL_CONNECTORS:
         engine_log("INFO", "nixl_connector.py:1321", "Registering KV_Caches. use_mla: False, "
                    f"kv_buffer_device: {kv.get('kv_buffer_device', 'cuda')}, "
                    "use_host_buffer: False")
         bind_side_channel(eng)
         threading.Thread(target=eng.sweep, daemon=True).start()
+    dp.finish_head(eng, bind_side_channel)
     httpd.server_activate()
     port = httpd.server_address[1]  # the real one when --port 0
-    log("INFO", "api_server.py:1971", f"Starting vLLM API server on http://{host}:{port}")
+    log("INFO", "api_server.py:1971", f"Starting vLLM API server 0 on http://{host}:{port}")
     log("INFO", "launcher.py:37", "Available routes are:")
     for route, methods in (("/health", "GET"), ("/metrics", "GET"), ("/version", "GET"),
                            ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),

@@ -1,0 +1,28 @@
+"""What preflight learned about one host, typed, one optional field per check area.
+
+Each area's ``parse(ctx, sections)`` fills its field (None: the area does not apply to the
+host, or its parser failed); each area's ``evaluate(ctx, facts)`` judges from these facts
+only. They stay on the host's report, so whatever comes after preflight (the RDMA choice
+of ``kv_transfer.rdma: auto``, a GPU-to-NIC choice) reads them, never check messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdboot.checks.docker import DockerFacts
+from pdboot.checks.gpu import GpuFacts
+from pdboot.checks.host import HostSysFacts
+from pdboot.checks.model import ModelAreaFacts
+from pdboot.checks.network import NetworkFacts
+from pdboot.checks.rdma import RdmaFacts
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    gpu: GpuFacts | None = None
+    docker: DockerFacts | None = None
+    rdma: RdmaFacts | None = None
+    host: HostSysFacts | None = None
+    network: NetworkFacts | None = None
+    model: ModelAreaFacts | None = None

@@ -1,0 +1,217 @@
+"""What `up`, `down` and `status` report, as plain frozen records.
+
+The orchestrator (up.py, down.py, status.py) decides and acts and calls ``emit(event)``;
+it never prints. Views (pdboot/views/) turn events into a terminal display or into JSON
+lines. Each record's ``kind`` is its name in the JSON stream. Service keys are
+``role@host`` (``decode@gpu-b``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+Action = Literal["create", "recreate", "unchanged", "remove"]
+Level = Literal["info", "warn", "error"]
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = "event"
+
+
+@dataclass(frozen=True)
+class StageStarted(Event):
+    """stage: preflight, pull, ship, converge, start, wait, prove, teardown, clean."""
+
+    kind: ClassVar[str] = "stage"
+    stage: str
+    services: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PreflightDone(Event):
+    kind: ClassVar[str] = "preflight"
+    ok: bool
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class PullProgress(Event):
+    kind: ClassVar[str] = "pull_progress"
+    host: str
+    image: str
+    done: int  # bytes
+    total: int  # bytes; 0 while unknown
+    status: str
+
+
+@dataclass(frozen=True)
+class PullDone(Event):
+    kind: ClassVar[str] = "pull_done"
+    host: str
+    image: str
+    pulled: bool  # False: already present with the registry's digest
+    digest: str | None
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ServiceAction(Event):
+    """What converge decided for one service (or an orphan to remove)."""
+
+    kind: ClassVar[str] = "service_action"
+    service: str
+    action: Action
+    reason: str
+
+
+@dataclass(frozen=True)
+class ServiceStarted(Event):
+    """compose up returned for this service (its engine may still be loading)."""
+
+    kind: ClassVar[str] = "service_started"
+    service: str
+    recreated: bool
+
+
+@dataclass(frozen=True)
+class ServiceWait(Event):
+    """One service's state inside a WaitTick (not emitted alone)."""
+
+    kind: ClassVar[str] = "service_wait"
+    service: str
+    state: str  # ready, waiting, failed
+    detail: str  # "connection refused", "HTTP 503", ...
+    log_line: str  # the container's latest log line ("" before the first read)
+
+
+@dataclass(frozen=True)
+class WaitTick(Event):
+    kind: ClassVar[str] = "waiting"
+    elapsed: float
+    services: tuple[ServiceWait, ...]
+
+
+@dataclass(frozen=True)
+class ServiceReady(Event):
+    kind: ClassVar[str] = "ready"
+    service: str
+    seconds: float  # since the wait began
+
+
+@dataclass(frozen=True)
+class TierReady(Event):
+    kind: ClassVar[str] = "tier_ready"
+    tiers: tuple[str, ...]  # ("decode", "prefill") or ("router",)
+    condition: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Failure(Event):
+    """A service that exited or never became ready, with what its logs say."""
+
+    kind: ClassVar[str] = "failure"
+    service: str
+    message: str
+    exited: bool  # False: still running but not healthy by the deadline
+    log_lines: tuple[str, ...]
+    diagnosis: tuple[str, ...]  # known causes in the log lines: a cause line, a fix line each
+
+
+@dataclass(frozen=True)
+class HostErrors(Event):
+    """A step failed on some hosts: ``what`` reads "pull failed on", "cannot reach", ..."""
+
+    kind: ClassVar[str] = "host_errors"
+    what: str
+    errors: tuple[tuple[str, str], ...]  # (host, message)
+
+
+@dataclass(frozen=True)
+class KVVerdict(Event):
+    kind: ClassVar[str] = "kv_verdict"
+    ok: bool
+    confirmed: bool
+    message: str
+    completion: str
+    cause: str = ""
+
+
+@dataclass(frozen=True)
+class Diagnosis(Event):
+    """Known causes found in recent logs (engines and router): a cause line and a fix line
+    per finding. ``context`` says what prompted the scan (a failed test request, ...)."""
+
+    kind: ClassVar[str] = "diagnosis"
+    context: str
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Rollback(Event):
+    kind: ClassVar[str] = "rollback"
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stopped(Event):
+    kind: ClassVar[str] = "stopped"
+    role: str
+    services: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Endpoint(Event):
+    kind: ClassVar[str] = "endpoint"
+    url: str
+    model: str
+    curl: str
+
+
+@dataclass(frozen=True)
+class Interrupted(Event):
+    kind: ClassVar[str] = "interrupted"
+    started: bool  # False: interrupted before anything was started
+    running: tuple[tuple[str, str], ...] = ()  # (service, state) of what runs now
+
+
+@dataclass(frozen=True)
+class Note(Event):
+    kind: ClassVar[str] = "note"
+    message: str
+    level: Level = "info"
+
+
+@dataclass(frozen=True)
+class StatusReport(Event):
+    kind: ClassVar[str] = "status"
+    deployment: str
+    endpoint: str
+    healthy: bool
+    services: tuple[Any, ...]  # status.ServiceStatus rows
+
+
+@dataclass(frozen=True)
+class Done(Event):
+    kind: ClassVar[str] = "done"
+    command: str  # up, down, status
+    exit_code: int
+    seconds: float
+    summary: str = ""
+
+
+Emit = Callable[[Event], None]
+
+
+def fan(*views: Emit) -> Emit:
+    """One emit that hands every event to each view in turn."""
+
+    def emit(event: Event) -> None:
+        for v in views:
+            v(event)
+
+    return emit

@@ -1,0 +1,95 @@
+"""Readiness probes for `up`: an engine is ready when /health answers 200; the router when
+/health answers and every engine of the plan is registered healthy in /workers. While a
+service is not ready its container is inspected (an exit stops the wait at once) and its
+latest log line kept for the views. Containers are found by label, never by name."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pdboot.converge import Observed, owned
+from pdboot.http import HttpFn
+from pdboot.loadphase import load_phase
+from pdboot.plan import LABEL_HOST, Plan, Service
+from pdboot.ports import EngineOps
+from pdboot.probes import RouterWorkers
+from pdboot.remote import HostLost
+from pdboot.waits import READY, Clock, Probe, failed, waiting
+
+LOG_REFRESH_SECONDS = 1.0
+LOG_TAIL = 20  # enough to find the latest start-up phase line among access-log lines
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def find_container(observed: Iterable[Observed], deployment: str, svc: Service) -> Observed | None:
+    """This service's container among what a host reported: by the deployment, role and
+    host labels."""
+    for o in owned(observed, deployment):
+        if o.role == svc.role and o.labels.get(LABEL_HOST, o.host) == svc.host:
+            return o
+    return None
+
+
+@dataclass
+class Prober:
+    """Builds one probe per service; remembers each container's latest log line."""
+
+    plan: Plan
+    engines: dict[str, EngineOps]  # host -> engine
+    container_ids: dict[str, str]  # service key -> container id
+    fetch: HttpFn
+    clock: Clock
+    latest_line: dict[str, str] = field(default_factory=dict)
+    _last_fetch: dict[str, float] = field(default_factory=dict)
+
+    def check_container(self, svc: Service, detail: str) -> Probe:
+        cid = self.container_ids.get(svc.key)
+        if cid is None:
+            return waiting(f"{detail}; no container labelled {svc.key} found")
+        try:
+            return self._inspect(svc, cid, detail)
+        except HostLost as e:  # not a slow engine: waiting longer cannot help
+            return failed(e.message)
+
+    def _inspect(self, svc: Service, cid: str, detail: str) -> Probe:
+        engine = self.engines[svc.host]
+        obs = engine.inspect(cid)
+        if obs.restart_count > 0:
+            # the restart policy brought it back; it crashed all the same
+            return failed(f"container exited and was restarted {obs.restart_count}x")
+        if obs.state in ("exited", "dead"):
+            code = f" (exit code {obs.exit_code})" if obs.exit_code is not None else ""
+            return failed(f"container {obs.state}{code}")
+        now = self.clock.now()
+        if now - self._last_fetch.get(svc.key, -1e9) >= LOG_REFRESH_SECONDS:
+            self._last_fetch[svc.key] = now
+            lines = [_ANSI.sub("", x) for x in engine.logs(cid, tail=LOG_TAIL)]
+            phase = load_phase(lines)  # vLLM's start-up phase, else the raw last line
+            if lines:
+                self.latest_line[svc.key] = phase.text() if phase else lines[-1]
+        return waiting(detail)
+
+    def engine(self, svc: Service) -> Callable[[], Probe]:
+        def probe() -> Probe:
+            a = self.fetch(svc.health_url, timeout=2.0)
+            return READY if a.ok else self.check_container(svc, a.describe())
+
+        return probe
+
+    def router(self, svc: Service, engines: Sequence[Service]) -> Callable[[], Probe]:
+        prefills = [s.url for s in engines if s.role == "prefill"]
+        decodes = [s.url for s in engines if s.role == "decode"]
+
+        def probe() -> Probe:
+            a = self.fetch(svc.health_url, timeout=2.0)
+            if not a.ok:
+                return self.check_container(svc, a.describe())
+            w = self.fetch(f"{svc.url}/workers", timeout=2.0)
+            if not w.ok:
+                return waiting(f"/workers: {w.describe()}")
+            missing = RouterWorkers.parse(w.body).missing(prefills, decodes)
+            return waiting("not registered: " + ", ".join(missing)) if missing else READY
+
+        return probe

@@ -1,0 +1,101 @@
+"""The `status` table: one line per service when that fits the width, else two."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pdboot.events import StatusReport
+from pdboot.status import ServiceStatus, human_seconds, short_endpoint, short_image
+
+
+def print_status(out: Console, report: StatusReport) -> None:
+    rows = list(report.services)
+    out.print(status_table(rows, report.deployment, out.width))
+    out.print("healthy" if report.healthy else "[red]not healthy[/red]")
+
+
+def status_json(report: StatusReport) -> str:
+    """`status --json`: one document (its keys are a stable interface)."""
+    doc = {
+        "deployment": report.deployment,
+        "endpoint": report.endpoint,
+        "healthy": report.healthy,
+        "services": [asdict(r) for r in report.services],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def _cells(r: ServiceStatus) -> dict[str, Text]:
+    state_style = "green" if r.state == "running" else "red"
+    if not r.planned:
+        match = Text("not in inventory", style="yellow")
+    else:
+        match = {
+            True: Text("yes"),
+            False: Text("changed", style="yellow"),
+            None: Text("-"),
+        }[r.matches_inventory]
+    return {
+        "service": Text(r.service, style="bold"),
+        "state": Text(r.state, style=state_style),
+        "health": Text(r.health, style="green" if r.health == "ok" else "red"),
+        "uptime": Text(human_seconds(r.uptime_seconds)),
+        "image": Text(short_image(r.image)),
+        "matches": match,
+        "endpoint": Text(short_endpoint(r.endpoint)),
+    }
+
+
+def status_table(rows: list[ServiceStatus], deployment: str, width: int) -> Table:
+    """One line per service when that fits the width; otherwise two lines per service
+    (uptime under the state, whether the config matches under the image). Addresses,
+    tags and service names are never broken; only health details and the like wrap."""
+    cells = [_cells(r) for r in rows]
+    wide = _table(
+        deployment, ["service", "state", "health", "uptime", "image", "matches", "endpoint"], cells
+    )
+    if Console(width=10_000).measure(wide).maximum <= width:
+        return wide
+    narrow = []
+    for c in cells:
+        matches = {"yes": Text("config matches", style="dim"), "-": Text("")}.get(
+            c["matches"].plain,
+            Text.assemble("config ", c["matches"])
+            if c["matches"].plain == "changed"
+            else c["matches"],
+        )
+        narrow.append(
+            {
+                "service": c["service"],
+                "state": Text("\n").join([c["state"], Text(c["uptime"].plain, style="dim")]),
+                "health": c["health"],
+                "image / config": Text("\n").join([c["image"], matches]),
+                "endpoint": c["endpoint"],
+            }
+        )
+    return _table(deployment, ["service", "state", "health", "image / config", "endpoint"], narrow)
+
+
+def _table(deployment: str, columns: list[str], rows: list[dict[str, Text]]) -> Table:
+    table = Table(
+        title=f"deployment {deployment}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),  # with the box's blank separator: two spaces between columns
+        pad_edge=False,
+        show_edge=False,
+    )
+    for col in columns:
+        # only health details may wrap (between words, in the two-line form); the rest
+        # are tokens an operator copies (names, tags, addresses): never broken
+        words = col == "health" and "uptime" not in columns
+        table.add_column(col, no_wrap=not words, overflow="fold", min_width=10 if words else None)
+    for r in rows:
+        table.add_row(*(r[c] for c in columns))
+    return table

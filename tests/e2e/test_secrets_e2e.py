@@ -1,0 +1,151 @@
+"""Issue 12 end to end: a deployment with an API key (real CLI, sshd, dockerd, Compose and
+vllm-router; stand-in engines that check VLLM_API_KEY like vLLM), the purge marker, and the
+ProxyCommand address refused before anything reaches ssh."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "pdk-e2e-Api-Key-0123-abcdef"  # fake, hunted for in every output
+KEY_ENV = "PDBOOT_E2E_API_KEY"
+
+
+def pdboot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    if args[0] == "up":
+        args = (*args, "--skip-preflight")  # preflight has its own e2e tests
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=dict(os.environ, **{KEY_ENV: KEY}, COLUMNS="200", TERM="dumb", **(env or {})),
+    )
+
+
+def out(res: subprocess.CompletedProcess[str]) -> str:
+    return res.stdout + res.stderr
+
+
+def get(url: str, key: str | None = None) -> int:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def inventory(tb: Any, path: Path, name: str) -> Path:
+    inv: dict[str, Any] = {
+        "name": name,
+        "model": "Qwen/Qwen3-0.6B",
+        "image": tb.image,
+        "router_image": tb.router_image,
+        "ssh": {
+            "user": "root",
+            "identity_file": str(tb.identity_file),
+            "known_hosts": str(tb.known_hosts),
+            "use_ssh_config": False,
+            "connect_timeout": 5,
+        },
+        "hosts": {h: {"address": tb.hosts[h].address} for h in ("prefill", "decode", "ingress")},
+        "prefill": {"hosts": ["prefill"], "env": {"STANDIN_LOAD_SECONDS": "0.5"}},
+        # --revision only makes the stand-in print the key in its log, for `pdboot logs`
+        "decode": {
+            "hosts": ["decode"],
+            "env": {"STANDIN_LOAD_SECONDS": "0.5"},
+            "extra_args": ["--revision", KEY],
+        },
+        "router": {"host": "ingress"},
+        "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
+        "secrets": {"api_key": f"env:{KEY_ENV}"},
+        "timeouts": {"ready_seconds": 60, "router_ready_seconds": 60, "pull_seconds": 300,
+                     "poll_interval_seconds": 0.2},
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_path: Path) -> None:
+    tb = testbed_clean
+    inv = inventory(tb, tmp_path / "inv.yaml", "e2ekey")
+    up = pdboot("up", str(inv))
+    assert up.returncode == 0, out(up)
+    # the test completion went through the router, which gave the engines OPENAI_API_KEY
+    assert "decode pulled the KV cache from a prefill engine" in out(up)
+
+    decode = f"http://{tb.hosts['decode'].address}:8201"
+    prefill = f"http://{tb.hosts['prefill'].address}:8200"
+    for engine in (decode, prefill):
+        assert get(f"{engine}/v1/models") == 401
+        assert get(f"{engine}/v1/models", "wrong") == 401
+        assert get(f"{engine}/v1/models", KEY) == 200
+        assert get(f"{engine}/health") == 200  # outside /v1: open, as in vLLM
+    # vllm-router 0.1.17 does not check incoming requests (README says so)
+    router = f"http://{tb.hosts['ingress'].address}:8000"
+    body = json.dumps(
+        {"model": "Qwen/Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}],
+         "max_tokens": 2}
+    ).encode()  # fmt: skip
+    req = urllib.request.Request(
+        f"{router}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+
+    # the key: only in secrets.env (0600), never in compose, argv, outputs or logs
+    for h in ("prefill", "ingress"):
+        host = tb.hosts[h]
+        modes = host.exec("stat -c '%a' /var/lib/pdboot/e2ekey/secrets.env").stdout.split()
+        assert modes == ["600"], h
+        assert KEY not in host.exec("cat /var/lib/pdboot/e2ekey/compose.yaml").stdout
+        ps = host.exec("ps -eo args").stdout.splitlines()
+        # (the testbed's hosts share one pid namespace: the decode's --revision is ours)
+        assert [line for line in ps if KEY in line and "--revision" not in line] == []
+        assert "OPENAI_API_KEY" in host.exec("cat /var/lib/pdboot/e2ekey/secrets.env").stdout
+    lg = pdboot("logs", str(inv), "decode", "--tail", "200")
+    assert lg.returncode == 0, out(lg)
+    assert KEY not in out(lg) and "***" in out(lg)  # the stand-in printed it; masked
+    st = pdboot("status", str(inv))
+    for res in (up, st):
+        assert KEY not in out(res)
+
+    # purge removes the project dir pdboot marked, and refuses a foreign one
+    marker = tb.hosts["decode"].exec("cat /var/lib/pdboot/e2ekey/.pdboot-deployment").stdout
+    assert marker == "e2ekey\n"
+    down = pdboot("down", str(inv), "--purge")
+    assert down.returncode == 0, out(down)
+    assert tb.hosts["decode"].exec("test -e /var/lib/pdboot/e2ekey").returncode == 1
+
+
+def test_proxycommand_address_is_refused_before_ssh(tmp_path: Path) -> None:
+    """The review's case: with `ProxyCommand sh -c "... %h ..."` in ~/.ssh/config, the address
+    `i-0abc;touch${IFS}PWNED;#` ran touch on the operator's machine. Now it is refused at load
+    time (exit 2, file:line) and nothing runs. No testbed needed: nothing may connect."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text('Host *\n  ProxyCommand sh -c "nc %h %p"\n')
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        "name: demo\nmodel: m\nhosts:\n"
+        "  a: {address: 'i-0abc;touch${IFS}PWNED;#'}\n"
+        "prefill: {hosts: [a], gpus: [0]}\ndecode: {hosts: [a], gpus: [1]}\nrouter: {host: a}\n"
+    )
+    for cmd in ("preflight", "up", "status", "down", "render"):
+        res = pdboot(cmd, str(inv), env={"HOME": str(home)})
+        assert res.returncode == 2, out(res)
+        assert f"{inv}:4: hosts.a.address:" in out(res)
+    assert not list(tmp_path.rglob("PWNED")) and not (ROOT / "PWNED").exists()

@@ -1,0 +1,269 @@
+"""A fake world for driving `up`/`down` in milliseconds: fake hosts whose fake engine keeps
+containers in memory, a fake HTTP function answering /health, /workers, /metrics and chat
+completions from that state, and the FakeClock of pdboot.waits. The fake engine implements
+pdboot.ports.EngineOps; pulls are fed REAL docker pull events through engine.PullProgress."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdboot.converge import Observed
+from pdboot.engine import EngineLost, PullProgress, PullResult
+from pdboot.events import Event
+from pdboot.hosts import Hosts, Link
+from pdboot.http import HttpAnswer
+from pdboot.inventory import Inventory, parse_inventory
+from pdboot.lock import LockBusy
+from pdboot.plan import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_HOST, LABEL_ROLE, build_plan
+from pdboot.waits import FakeClock
+
+INV = """
+name: demo
+model: m
+hosts:
+  p1: {address: 192.0.2.10}
+  d1: {address: 192.0.2.11}
+  r: {address: 192.0.2.12}
+prefill: {hosts: [p1]}
+decode: {hosts: [d1]%s}
+router: {host: r}
+timeouts: {ready_seconds: 60, router_ready_seconds: 30, poll_interval_seconds: 0.5}
+"""
+
+# the daemon's own events for one small layer (docker pull ... stream=True, decode=True)
+PULL_EVENTS = [
+    {"status": "Pulling from vllm/vllm-openai", "id": "v0.33.0"},
+    {"status": "Pulling fs layer", "progressDetail": {}, "id": "a1b2c3"},
+    {"status": "Downloading", "progressDetail": {"current": 512, "total": 1024}, "id": "a1b2c3"},
+    {"status": "Download complete", "progressDetail": {}, "id": "a1b2c3"},
+    {"status": "Pull complete", "progressDetail": {}, "id": "a1b2c3"},
+    {"status": "Digest: sha256:" + "ab" * 32},
+    {"status": "Status: Downloaded newer image for vllm/vllm-openai:v0.33.0"},
+]
+
+
+def inventory(decode_extra: str = "") -> Inventory:
+    return parse_inventory(INV % decode_extra)
+
+
+@dataclass
+class Container:
+    id: str
+    host: str
+    labels: dict[str, str]
+    started: float
+    state: str = "running"
+    exit_code: int | None = None
+    logs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class World:
+    inv: Inventory
+    clock: FakeClock = field(default_factory=FakeClock)
+    load: dict[str, float] = field(default_factory=lambda: {"decode": 1.0, "prefill": 1.0})
+    crash: dict[str, str] = field(default_factory=dict)  # role -> its last log line
+    never_healthy: set[str] = field(default_factory=set)
+    interrupt_on: str | None = None  # a URL suffix whose request raises KeyboardInterrupt
+    containers: dict[str, Container] = field(default_factory=dict)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (op, host, what)
+    kv_pulls: int = 0
+    lost_at: dict[str, float] = field(default_factory=dict)  # host -> when its link goes
+    lock_holder: str | None = None  # another run's holder text: the deployment lock is busy
+    locks: list[str] = field(default_factory=list)  # "take up", "release up", ...
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _ids: Iterable[int] = field(default_factory=itertools.count)
+
+    def hosts(self, inv: Inventory, names: Iterable[str], _accept: bool) -> Hosts:
+        self.calls.append(("open", ",".join(names), ""))
+        return Hosts(links={h: Link(FakeConn(self, h), FakeEngine(self, h)) for h in names})  # type: ignore[arg-type]
+
+    def take_lock(
+        self, inv: Inventory, operation: str, wait: bool, _accept: bool, say: Callable[[str], None]
+    ) -> FakeLock:
+        """A pdboot.ports.LockFactory: busy while ``lock_holder`` is set (like lock.take
+        with --no-wait), else held at once."""
+        if self.lock_holder is not None:
+            raise LockBusy(f"{self.lock_holder} (--no-wait: not waiting)")
+        self.locks.append(f"take {operation}")
+        return FakeLock(self, operation)
+
+    def is_lost(self, host: str) -> bool:
+        return host in self.lost_at and self.clock.now() >= self.lost_at[host]
+
+    def of_role(self, role: str) -> list[Container]:
+        return [c for c in self.containers.values() if c.labels[LABEL_ROLE] == role]
+
+    def healthy(self, role: str) -> bool:
+        cs = [c for c in self.of_role(role) if c.state == "running"]
+        return bool(cs) and all(
+            role not in self.never_healthy
+            and self.clock.now() >= c.started + self.load.get(role, 0)
+            for c in cs
+        )
+
+    def fetch(self, url: str, *, timeout: float = 2.0, body: Any = None, **_: Any) -> HttpAnswer:
+        if self.interrupt_on and url.endswith(self.interrupt_on):
+            raise KeyboardInterrupt
+        plan = build_plan(self.inv)
+        svc = next(s for s in plan.services() if url.startswith(s.url))
+        path = url[len(svc.url) :]
+        if not self.healthy(svc.role) and not (svc.role == "router" and self.of_role("router")):
+            return HttpAnswer(0, "", "connection refused")
+        if path == "/health":
+            return HttpAnswer(200, "")
+        if path == "/workers":
+            workers = [
+                {"url": s.url, "worker_type": s.role, "is_healthy": True}
+                for s in plan.services()
+                if s.role != "router" and self.healthy(s.role)
+            ]
+            return HttpAnswer(200, json.dumps({"workers": workers}))
+        if path == "/metrics":
+            # vLLM 0.33's real names: a pull per request, all but the last prompt token
+            # from the prefill (the decode computes that one itself)
+            n = self.kv_pulls
+            return HttpAnswer(
+                200,
+                f"vllm:nixl_xfer_time_seconds_count {n}\n"
+                f"vllm:nixl_bytes_transferred_sum {n * 4096}\n"
+                f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} {n * 9}\n'
+                f'vllm:prompt_tokens_by_source_total{{source="local_compute"}} {n}\n',
+            )
+        if path == "/v1/chat/completions":
+            self.kv_pulls += 1
+            answer = {
+                "choices": [{"message": {"content": "Hello!"}}],
+                "usage": {"prompt_tokens": 10},
+            }
+            return HttpAnswer(200, json.dumps(answer))
+        return HttpAnswer(404, "")
+
+
+@dataclass
+class FakeLock:
+    world: World
+    operation: str
+
+    def release(self) -> None:
+        self.world.locks.append(f"release {self.operation}")
+
+
+@dataclass
+class FakeConn:
+    world: World
+    host: str
+
+    def run(self, argv: list[str]) -> Any:
+        self.world.calls.append(("run", self.host, " ".join(argv)))
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeEngine:
+    """pdboot.ports.EngineOps over the world's containers."""
+
+    world: World
+    host: str
+
+    def _call(self, op: str, what: str = "") -> None:
+        with self.world.lock:
+            self.world.calls.append((op, self.host, what))
+
+    def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult:
+        self._call("pull", image)
+        p = PullProgress(image)
+        for e in PULL_EVENTS:
+            p.feed(e)
+            on_progress(p)
+        return PullResult(image, True, p.digest)
+
+    def ship(
+        self, project_dir: str, compose_text: str, secrets_text: Any, extra: Any = None
+    ) -> None:
+        self._call("ship", project_dir)
+
+    def containers(self, deployment: str) -> list[Observed]:
+        with self.world.lock:
+            mine = [c for c in self.world.containers.values() if c.host == self.host]
+        return [self._observed(c) for c in mine if c.labels[LABEL_DEPLOYMENT] == deployment]
+
+    def _observed(self, c: Container) -> Observed:
+        return Observed(
+            self.host, c.id, f"x-{c.id}", dict(c.labels), c.state, exit_code=c.exit_code
+        )
+
+    def _reach(self) -> None:
+        if self.world.is_lost(self.host):  # what the keepalive watchdog reports
+            raise EngineLost(self.host, "no answer to SSH keepalives for 12s")
+
+    def inspect(self, container_id: str) -> Observed:
+        self._reach()
+        return self._observed(self.world.containers[container_id])
+
+    def logs(self, container_id: str, tail: int = 50) -> list[str]:
+        self._reach()
+        return self.world.containers[container_id].logs[-tail:]
+
+    def compose_up(
+        self, project_dir: str, project: str, service: str, *, recreate: bool, timeout: float
+    ) -> None:
+        self._call("compose_up", service)
+        plan = build_plan(self.world.inv)
+        svc = next(s for s in plan.services() if s.host == self.host and s.role == service)
+        with self.world.lock:
+            for cid in [c.id for c in self.world.of_role(service) if c.host == self.host]:
+                del self.world.containers[cid]
+            cid = f"c{next(iter(self.world._ids))}"  # type: ignore[call-overload]
+            labels = {
+                LABEL_DEPLOYMENT: plan.deployment,
+                LABEL_ROLE: service,
+                LABEL_HOST: self.host,
+                LABEL_CONFIG_HASH: svc.config_hash,
+            }
+            c = Container(
+                cid, self.host, labels, self.world.clock.now(), logs=[f"{service} loading"]
+            )
+            if service in self.world.crash:
+                c.state, c.exit_code = "exited", 1
+                c.logs.append(self.world.crash[service])
+            self.world.containers[cid] = c
+
+    def stop_remove(self, container_ids: list[str], grace: int = 30) -> None:
+        self._call("stop_remove", ",".join(container_ids))
+        with self.world.lock:
+            for cid in container_ids:
+                self.world.containers.pop(cid, None)
+
+    def read_file(self, path: str) -> str | None:
+        return None
+
+    def remove_project_dir(self, project_dir: str) -> None:
+        self._call("remove_project_dir", project_dir)
+
+    def remove_image(self, image: str) -> bool:
+        self._call("remove_image", image)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class Recorder:
+    """An emit that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, e: Event) -> None:
+        self.events.append(e)
+
+    def of(self, cls: type[Any]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, cls)]
