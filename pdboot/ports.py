@@ -10,12 +10,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pdboot import lock
 from pdboot.converge import Observed
 from pdboot.engine import PullProgress, PullResult
-from pdboot.events import Emit, HostErrors
+from pdboot.events import Emit, HostErrors, Interrupted, Note
+from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED
 from pdboot.hosts import Hosts, open_hosts, project_dir
 from pdboot.inventory import Inventory
 from pdboot.rdma_findings import RECORD_FILE, Findings, from_records
+from pdboot.remote import RemoteError
 
 OP_DEADLINE = 300.0  # compose up / stop of one host's services
 
@@ -93,3 +96,47 @@ def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
     path = f"{project_dir(inv)}/{RECORD_FILE}"
     texts, _ = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)
     return from_records(texts)
+
+
+class HeldLock(Protocol):
+    """The part of pdboot.lock.HeldLock the orchestrator uses."""
+
+    def release(self) -> None: ...
+
+
+# (inventory, operation, wait, accept_new_host_keys, say) -> the held deployment lock;
+# raises lock.LockBusy (another live run holds it) or RemoteError (its host is unreachable)
+LockFactory = Callable[[Inventory, str, bool, bool, Callable[[str], None]], HeldLock]
+
+
+def default_lock(
+    inv: Inventory, operation: str, wait: bool, accept_new: bool, say: Callable[[str], None]
+) -> HeldLock:
+    return lock.take(inv, operation, wait=wait, say=say, accept_new_host_keys=accept_new)
+
+
+def take_lock(
+    emit: Emit,
+    factory: LockFactory,
+    inv: Inventory,
+    operation: str,
+    *,
+    no_wait: bool,
+    accept_new: bool,
+) -> HeldLock | int | None:
+    """The deployment lock (see lock.py); the exit code when it cannot be had; None for
+    `down` when the lock's host cannot be reached (down removes what it can reach)."""
+    try:
+        return factory(inv, operation, not no_wait, accept_new, lambda m: emit(Note(m, "warn")))
+    except lock.LockBusy as e:
+        emit(Note(f"error: {e}", "error"))
+    except RemoteError as e:
+        why = f"{e} (fix: {e.fix})" if e.fix else str(e)
+        if operation == "down":
+            emit(Note(f"cannot take the deployment lock: {why}; going on without it", "warn"))
+            return None
+        emit(Note(f"error: cannot take the deployment lock: {why}", "error"))
+    except KeyboardInterrupt:
+        emit(Interrupted(started=False))
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED

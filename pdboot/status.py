@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 from pdboot.converge import Observed, owned
 from pdboot.diagnose import diagnose as diagnose_logs
+from pdboot.engine import EngineError
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.hosts import open_hosts, register_inventory_secrets
@@ -255,5 +256,8 @@ def logs(
                 known = diagnose_logs({svc.key: [_ANSI.sub("", x) for x in lines]})
                 emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
         return EXIT_OK
+    except EngineError as e:  # e.g. the host was lost mid-read (engine.EngineLost)
+        emit(Note(f"error: {e}", "error"))
+        return EXIT_FAILED
     finally:
         hosts.close()

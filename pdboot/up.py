@@ -67,10 +67,13 @@ from pdboot.ports import (
     OP_DEADLINE,
     EngineOps,
     HostsFactory,
+    LockFactory,
     PreflightFn,
     default_hosts,
+    default_lock,
     recorded_findings,
     report_errors,
+    take_lock,
 )
 from pdboot.probes import KVCounters, completion_text, kv_verdict, prompt_tokens
 from pdboot.rdma_findings import RECORD_FILE, Findings, describe, records_to_ship
@@ -88,6 +91,7 @@ class UpOptions:
     rollback: bool = False
     accept_new_host_keys: bool = False
     prove: bool = True
+    no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
 
 
 class _Stop(Exception):
@@ -108,11 +112,22 @@ def up(
     clock: Clock | None = None,
     hosts_factory: HostsFactory = default_hosts,
     fetch: HttpFn = http,
+    lock_factory: LockFactory = default_lock,
 ) -> int:
-    """Run `up`, emitting events; returns the exit code (also in the final Done event)."""
+    """Run `up`, emitting events; returns the exit code (also in the final Done event).
+    The deployment lock is held from before preflight to the end (Ctrl-C included)."""
     clk = clock or MonotonicClock()
     t0 = clk.now()
-    code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
+    held = take_lock(
+        emit, lock_factory, inv, "up", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys
+    )
+    if isinstance(held, int) or held is None:  # None is only for `down`
+        code = held or EXIT_FAILED
+    else:
+        try:
+            code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
+        finally:
+            held.release()
     took = clk.now() - t0
     emit(Done("up", code, took, f"deployed in {took:.1f}s" if code == EXIT_OK else ""))
     return code
@@ -434,6 +449,8 @@ class _Up:
             clean_files(self.hosts, self.inv, self.plan, False, self.emit)
         else:
             kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
+            if e.probe.detail.startswith(f"host {svc.host} lost"):
+                kind = "is out of reach (its host was lost)"
             self.emit(
                 Note(
                     f"{svc.key} {kind}; everything started is left in place for inspection "

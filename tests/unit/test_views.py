@@ -101,6 +101,7 @@ def test_terminal_view_on_a_terminal_runs_bars_and_live_table_through_a_real_up(
         clock=world.clock,
         hosts_factory=world.hosts,
         fetch=world.fetch,
+        lock_factory=world.take_lock,
     )
     view.close()
     text = console.file.getvalue()  # type: ignore[attr-defined]
