@@ -20,7 +20,7 @@ whether or not the container was (re)created from it; it survives `down`, so the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -59,11 +59,18 @@ class Findings:
     source: Source = "preflight"
     nics: dict[str, dict[str, EngineNic]] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
+    # per host, the interface(s) reaching the peer engines, for UCX over TCP
+    ifaces: dict[str, list[str]] = field(default_factory=dict)
 
 
 def active_ports(facts: HostFacts) -> list[str]:
     """The ``device:port`` of every ACTIVE port preflight's RDMA facts list."""
     return facts.rdma.active_ports() if facts.rdma is not None else []
+
+
+def tcp_ifaces(facts: HostFacts) -> list[str]:
+    """The interface(s) preflight's route facts found reaching the peer engine hosts."""
+    return facts.route.ifaces() if facts.route is not None else []
 
 
 def from_preflight(result: _Preflight) -> Findings:
@@ -82,7 +89,10 @@ def from_preflight(result: _Preflight) -> Findings:
         present[name] = rep.rdma_present
         if rep.rdma_present:
             ports[name] = active_ports(rep.facts)
-    return Findings(present, ports, "preflight", nics, gpus)
+    ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
+    return Findings(
+        present, ports, "preflight", nics, gpus, {n: i for n, i in ifaces.items() if i}
+    )
 
 
 def record_text(
@@ -90,6 +100,7 @@ def record_text(
     ports: list[str],
     nics: Mapping[str, EngineNic] | None = None,
     gpu_count: int | None = None,
+    ifaces: Sequence[str] = (),
 ) -> str:
     doc: dict[str, object] = {"rdma": present, "ports": ports}
     if nics:
@@ -99,7 +110,18 @@ def record_text(
         }
     if gpu_count is not None:
         doc["gpu_count"] = gpu_count
+    if ifaces:
+        doc["ifaces"] = list(ifaces)
     return json.dumps(doc, sort_keys=True) + "\n"
+
+
+def _record_ifaces(text: str) -> list[str]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    got = doc.get("ifaces") if isinstance(doc, dict) else None
+    return [str(i) for i in got] if isinstance(got, list) else []
 
 
 def parse_record(text: str) -> tuple[bool, list[str]] | None:
@@ -150,6 +172,7 @@ def from_records(texts: Mapping[str, str | None]) -> Findings:
     ports: dict[str, list[str]] = {}
     nics: dict[str, dict[str, EngineNic]] = {}
     gpus: dict[str, int] = {}
+    ifaces: dict[str, list[str]] = {}
     for host, text in texts.items():
         rec = parse_record(text) if text else None
         if rec is None or not text:
@@ -160,7 +183,9 @@ def from_records(texts: Mapping[str, str | None]) -> Findings:
             nics[host] = found
         if count is not None:
             gpus[host] = count
-    return Findings(present, ports, "recorded", nics, gpus)
+        if _record_ifaces(text):
+            ifaces[host] = _record_ifaces(text)
+    return Findings(present, ports, "recorded", nics, gpus, ifaces)
 
 
 def records_to_ship(findings: Findings | None) -> dict[str, str]:
@@ -168,7 +193,13 @@ def records_to_ship(findings: Findings | None) -> dict[str, str]:
     if findings is None or findings.source != "preflight":
         return {}
     return {
-        h: record_text(p, findings.ports.get(h, []), findings.nics.get(h), findings.gpus.get(h))
+        h: record_text(
+            p,
+            findings.ports.get(h, []),
+            findings.nics.get(h),
+            findings.gpus.get(h),
+            findings.ifaces.get(h, []),
+        )
         for h, p in findings.present.items()
     }
 

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 from pdboot.converge import Observed, owned
 from pdboot.diagnose import diagnose as diagnose_logs
+from pdboot.engine import EngineError
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.hosts import open_hosts, register_inventory_secrets
@@ -145,7 +146,14 @@ def collect(
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
         # the plan from that record, not from the declared devices alone
         findings = recorded_findings(inv, hosts)
-        plan = build_plan(inv, findings.present, findings.ports, findings.nics, findings.gpus)
+        plan = build_plan(
+            inv,
+            findings.present,
+            findings.ports,
+            findings.nics,
+            findings.gpus,
+            tcp_ifaces=findings.ifaces,
+        )
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
         hosts.close()
@@ -286,5 +294,8 @@ def logs(
                 known = diagnose_logs({svc.key: [_ANSI.sub("", x) for x in lines]})
                 emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
         return EXIT_OK
+    except EngineError as e:  # e.g. the host was lost mid-read (engine.EngineLost)
+        emit(Note(f"error: {e}", "error"))
+        return EXIT_FAILED
     finally:
         hosts.close()
