@@ -405,3 +405,24 @@ def test_moe_weights_per_rank_with_expert_parallelism() -> None:
     assert g.experts == -1 and "no expert count in config.json" in _rank_weights(g, ep)[1]
     dense = {k: v for k, v in odd.items() if not k.startswith(("num_experts", "moe_"))}
     assert parse_config(json.dumps(dense)).experts == 0
+
+
+def test_status_view_lists_the_ranks() -> None:
+    from pdboot.status import ServiceStatus
+    from pdboot.views.status import rank_lines
+
+    def row(name: str, ranks: str) -> ServiceStatus:
+        return ServiceStatus(name, "decode", name.split("@")[1], "running", "ok", 1.0, "img",
+                             True, "", ranks=ranks)
+
+    rows = [
+        row("decode@gpu-a", "ranks 0-1 of 4 (head); /metrics engines 0,1,2,3"),
+        row("decode@gpu-b", "ranks 2-3 of 4 (headless)"),
+        row("router@gpu-c", ""),
+    ]
+    assert rank_lines(rows) == [
+        "Data-parallel ranks:",
+        "  decode@gpu-a  ranks 0-1 of 4 (head); /metrics engines 0,1,2,3",
+        "  decode@gpu-b  ranks 2-3 of 4 (headless)",
+    ]
+    assert rank_lines(rows[2:]) == []
