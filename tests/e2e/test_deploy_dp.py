@@ -231,3 +231,41 @@ def test_dp_tiers_up_request_status_change_down(
     assert down.returncode == 0, out(down)
     for h in ("dec-a", "dec-b", "pre"):
         assert labels_of(tb, h, "dpe2e") == {}
+
+
+def test_a_follower_that_cannot_reach_its_head_fails_up(
+    make_testbed: Any, tmp_path: Path
+) -> None:
+    """vLLM's follower gives up after its handshake timeout (5 min; the stand-in's knob
+    shortens it) and exits 0; `up` must fail on the follower, not wait for the head (which
+    waits for its ranks forever)."""
+    tb = make_testbed([HostSpec("dec-a"), HostSpec("dec-b")])
+    inv = tb.inventory(
+        tmp_path / "inv.yaml", name="dpfail", decode=["dec-a", "dec-b"], prefill=["dec-a"],
+        router="dec-a",
+        overrides={
+            "decode": {"gpus": [0], "data_parallel": {"size": 2},
+                       "env": {"STANDIN_LOAD_SECONDS": "0.5",
+                               "STANDIN_DP_HANDSHAKE_TIMEOUT_S": "3"}},
+            "prefill": {"gpus": [1], "env": {"STANDIN_LOAD_SECONDS": "0.5"}},
+            "timeouts": {"ready_seconds": 90},
+        },
+    )
+    a = tb.hosts["dec-a"].address
+    # the follower's host cannot reach the head's RPC port (a firewall in its namespace)
+    tb.hosts["dec-b"].exec(
+        ["iptables", "-A", "OUTPUT", "-p", "tcp", "-d", a, "--dport", "13346", "-j", "DROP"]
+    )
+    try:
+        res = pdboot("up", str(inv), "--skip-preflight")
+        text = out(res)
+        assert res.returncode == 1, text
+        assert "decode@dec-b" in text and "exited" in text, text
+        assert "Did not receive response from front-end process within 5 minutes" in text, text
+        assert "router@dec-a" not in [ln.split()[0] for ln in text.splitlines()
+                                      if ln.startswith("ready ")]
+    finally:
+        tb.hosts["dec-b"].exec(
+            ["iptables", "-D", "OUTPUT", "-p", "tcp", "-d", a, "--dport", "13346", "-j", "DROP"]
+        )
+        pdboot("down", str(inv))
