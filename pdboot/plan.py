@@ -241,7 +241,7 @@ def _ucx_env(
         why = "left to UCX (no device known; the nearest needs preflight's facts)"
     elif tcp_ifaces:  # the interface preflight found reaching the peers
         env["UCX_NET_DEVICES"] = ",".join(tcp_ifaces)
-        why = f"{env['UCX_NET_DEVICES']} (TCP: the interface reaching the peer hosts)"
+        why = f"{env['UCX_NET_DEVICES']} (TCP: the interface reaching the peers)"
     if ucx.tls:
         env["UCX_TLS"] = ucx.tls
     env.update(ucx.env)
@@ -339,7 +339,7 @@ def _engine(
     rdma_present: Mapping[str, bool] | None,
     rdma_ports: Mapping[str, Sequence[str]] | None,
     nearest: EngineNic | None,
-    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
+    tcp_ifaces: Sequence[str] | None = None,
 ) -> Service:
     host, role = e.host, e.role
     tier = inv.prefill if role == "prefill" else inv.decode
@@ -352,7 +352,7 @@ def _engine(
         "HF_HOME": HF_CACHE_IN_CONTAINER,
     }
     ucx, nic = _ucx_env(
-        inv, host, rdma, (rdma_ports or {}).get(host), nearest, (tcp_ifaces or {}).get(host)
+        inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces
     )
     if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
         nic = "RDMA auto: the nearest HCA port needs preflight's facts"
@@ -479,27 +479,38 @@ def _with_hash(svc: Service) -> Service:
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 
 
+def _nic_for(e: EngineSpec, nics: Mapping[str, Mapping[str, EngineNic]]) -> EngineNic | None:
+    """The recorded choice for this engine, only while it was made for the same GPUs (a
+    group changed since the last preflight gets every port, not another group's NIC)."""
+    nic = nics.get(e.host, {}).get(e.name)
+    if nic is None or (e.gpus != "all" and nic.gpus and tuple(nic.gpus) != tuple(e.gpus)):
+        return None
+    return nic
+
+
 def build_plan(
     inv: Inventory,
     rdma_present: Mapping[str, bool] | None = None,
     rdma_ports: Mapping[str, Sequence[str]] | None = None,
+    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
+    *,
     engine_nics: Mapping[str, Mapping[str, EngineNic]] | None = None,
     gpu_counts: Mapping[str, int] | None = None,
-    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
 ) -> Plan:
     """The deployment plan. ``rdma_present``: per host, whether preflight found RDMA
     devices (used when kv_transfer.rdma is `auto`); None for a dry run. ``rdma_ports``:
     per host, the ``device:port`` names it found ACTIVE (UCX_NET_DEVICES when the
-    inventory declares no rdma_devices). ``engine_nics``: per host, per engine name, the
-    port(s) nearest the engine's GPUs (preflight's topo choice, or its record).
-    ``gpu_counts``: per host, the GPUs preflight found (``engines_per_host: all``).
-    ``tcp_ifaces``: per host, the interface(s) that reach the peer engine hosts
-    (UCX_NET_DEVICES when RDMA is off)."""
+    inventory declares no rdma_devices). ``tcp_ifaces``: per host, the interface(s) that
+    reach the peer engine hosts (UCX_NET_DEVICES when RDMA is off). ``engine_nics``: per
+    host, per engine name, the port(s) nearest the engine's GPUs (preflight's topo choice,
+    or its record). ``gpu_counts``: per host, the GPUs preflight found
+    (``engines_per_host: all``)."""
     nics = engine_nics or {}
+    ifaces = tcp_ifaces or {}
     services = [
         _with_hash(
             _engine(
-                inv, e, rdma_present, rdma_ports, nics.get(e.host, {}).get(e.name), tcp_ifaces
+                inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host)
             )
         )
         for e in engines(inv, gpu_counts)

@@ -64,8 +64,8 @@ DOMAINS: tuple[tuple[str, Area], ...] = (
     ("docker", docker_checks),
     ("rdma", rdma_checks),
     ("rdma", gdr_checks),
-    ("topo", topo_checks),
     ("network", route_checks),
+    ("topo", topo_checks),
     ("host", host_checks),
     ("network", network_checks),
     ("model", model_checks),
@@ -215,12 +215,12 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             rdma_devices=tuple(inv.hosts[name].rdma_devices),
             ucx_net_devices=kv.ucx.net_devices,
             probes=tuple(_probes(inv, plan, roles) + rpc_probes),
+            peers=tuple(_peer_addresses(inv, name)),
             tiers=tuple(
                 (t, tier)
                 for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
                 if name in tier.hosts
             ),
-            peers=tuple(_peer_addresses(inv, name)),
         )
     return out
 

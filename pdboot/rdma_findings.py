@@ -27,7 +27,7 @@ from typing import Literal, Protocol
 from pdboot.checks.facts import HostFacts
 from pdboot.engines import EngineNic
 from pdboot.inventory import Inventory
-from pdboot.plan import Plan
+from pdboot.plan import Plan, build_plan
 
 RECORD_FILE = "rdma.json"
 
@@ -57,10 +57,10 @@ class Findings:
     present: dict[str, bool]
     ports: dict[str, list[str]] = field(default_factory=dict)
     source: Source = "preflight"
-    nics: dict[str, dict[str, EngineNic]] = field(default_factory=dict)
-    gpus: dict[str, int] = field(default_factory=dict)
     # per host, the interface(s) reaching the peer engines, for UCX over TCP
     ifaces: dict[str, list[str]] = field(default_factory=dict)
+    nics: dict[str, dict[str, EngineNic]] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
 
 
 def active_ports(facts: HostFacts) -> list[str]:
@@ -91,18 +91,20 @@ def from_preflight(result: _Preflight) -> Findings:
             ports[name] = active_ports(rep.facts)
     ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
     return Findings(
-        present, ports, "preflight", nics, gpus, {n: i for n, i in ifaces.items() if i}
+        present, ports, "preflight", {n: i for n, i in ifaces.items() if i}, nics, gpus
     )
 
 
 def record_text(
     present: bool,
     ports: list[str],
+    ifaces: Sequence[str] = (),
     nics: Mapping[str, EngineNic] | None = None,
     gpu_count: int | None = None,
-    ifaces: Sequence[str] = (),
 ) -> str:
     doc: dict[str, object] = {"rdma": present, "ports": ports}
+    if ifaces:
+        doc["ifaces"] = list(ifaces)
     if nics:
         doc["engines"] = {
             n: {"ports": list(e.ports), "link": e.link, "gpus": list(e.gpus)}
@@ -110,8 +112,6 @@ def record_text(
         }
     if gpu_count is not None:
         doc["gpu_count"] = gpu_count
-    if ifaces:
-        doc["ifaces"] = list(ifaces)
     return json.dumps(doc, sort_keys=True) + "\n"
 
 
@@ -170,22 +170,22 @@ def parse_engines(text: str) -> tuple[dict[str, EngineNic], int | None]:
 def from_records(texts: Mapping[str, str | None]) -> Findings:
     present: dict[str, bool] = {}
     ports: dict[str, list[str]] = {}
+    ifaces: dict[str, list[str]] = {}
     nics: dict[str, dict[str, EngineNic]] = {}
     gpus: dict[str, int] = {}
-    ifaces: dict[str, list[str]] = {}
     for host, text in texts.items():
         rec = parse_record(text) if text else None
         if rec is None or not text:
             continue
         present[host], ports[host] = rec
+        if _record_ifaces(text):
+            ifaces[host] = _record_ifaces(text)
         found, count = parse_engines(text)
         if found:
             nics[host] = found
         if count is not None:
             gpus[host] = count
-        if _record_ifaces(text):
-            ifaces[host] = _record_ifaces(text)
-    return Findings(present, ports, "recorded", nics, gpus, ifaces)
+    return Findings(present, ports, "recorded", ifaces, nics, gpus)
 
 
 def records_to_ship(findings: Findings | None) -> dict[str, str]:
@@ -196,12 +196,18 @@ def records_to_ship(findings: Findings | None) -> dict[str, str]:
         h: record_text(
             p,
             findings.ports.get(h, []),
+            findings.ifaces.get(h, []),
             findings.nics.get(h),
             findings.gpus.get(h),
-            findings.ifaces.get(h, []),
         )
         for h, p in findings.present.items()
     }
+
+
+def plan_from(inv: Inventory, f: Findings) -> Plan:
+    """The plan built on what preflight found (or recorded): RDMA, TCP interfaces, each
+    engine's nearest NIC, the GPU count."""
+    return build_plan(inv, f.present, f.ports, f.ifaces, engine_nics=f.nics, gpu_counts=f.gpus)
 
 
 def describe_nics(plan: Plan) -> list[str]:

@@ -25,6 +25,7 @@ from pdboot.inventory import Inventory
 from pdboot.logscan import explain_services, report_lines
 from pdboot.plan import ROLES, Plan, Service, build_plan
 from pdboot.ports import HostsFactory, default_hosts, recorded_findings
+from pdboot.rdma_findings import plan_from
 from pdboot.readiness import find_container
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -146,14 +147,7 @@ def collect(
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
         # the plan from that record, not from the declared devices alone
         findings = recorded_findings(inv, hosts)
-        plan = build_plan(
-            inv,
-            findings.present,
-            findings.ports,
-            findings.nics,
-            findings.gpus,
-            tcp_ifaces=findings.ifaces,
-        )
+        plan = plan_from(inv, findings)
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
         hosts.close()

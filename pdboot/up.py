@@ -81,6 +81,7 @@ from pdboot.rdma_findings import (
     Findings,
     describe,
     describe_nics,
+    plan_from,
     records_to_ship,
 )
 from pdboot.readiness import Prober, find_container
@@ -214,14 +215,7 @@ def _on_hosts(
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
-    plan = build_plan(
-        inv,
-        findings.present,
-        findings.ports,
-        findings.nics,
-        findings.gpus,
-        tcp_ifaces=findings.ifaces,
-    )
+    plan = plan_from(inv, findings)
     if plan.unresolved:
         for line in plan.unresolved:
             emit(Note(f"error: {line}; run `up` with preflight (no count recorded)", "error"))

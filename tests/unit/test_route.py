@@ -77,11 +77,10 @@ def test_judged_only_where_kv_goes_over_tcp() -> None:
 def test_the_found_interface_becomes_ucx_net_devices_unless_set_or_rdma() -> None:
     inv = load_inventory(INV)
     off = {"gpu-a": False, "gpu-b": False}
-    eth0 = {"gpu-b": ["eth0"]}
-    env = dict(build_plan(inv, off, {}, tcp_ifaces=eth0).hosts["gpu-b"].services[0].environment)
+    env = dict(build_plan(inv, off, {}, {"gpu-b": ["eth0"]}).hosts["gpu-b"].services[0].environment)
     assert env["UCX_NET_DEVICES"] == "eth0"
     on = {"gpu-a": True, "gpu-b": True}
-    env = dict(build_plan(inv, on, {}, tcp_ifaces=eth0).hosts["gpu-b"].services[0].environment)
+    env = dict(build_plan(inv, on, {}, {"gpu-b": ["eth0"]}).hosts["gpu-b"].services[0].environment)
     assert env["UCX_NET_DEVICES"] == "mlx5_0:1"  # the declared HCA, not the TCP interface
 
 
@@ -89,7 +88,7 @@ def test_findings_carry_the_interface_and_survive_the_record() -> None:
     class Rep:
         rdma_present = False
         facts = HostFacts(route=facts(text("testbed-ok.txt")))
-        nics: dict[str, object] = {}  # per-engine NIC choices (engines per host)
+        nics: dict[str, object] = {}  # no engine NIC chosen (RDMA off)
 
     class Res:
         hosts = {"gpu-b": Rep()}
