@@ -398,6 +398,15 @@ def _with_hash(svc: Service) -> Service:
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 
 
+def _nic_for(e: EngineSpec, nics: Mapping[str, Mapping[str, EngineNic]]) -> EngineNic | None:
+    """The recorded choice for this engine, only while it was made for the same GPUs (a
+    group changed since the last preflight gets every port, not another group's NIC)."""
+    nic = nics.get(e.host, {}).get(e.name)
+    if nic is None or (e.gpus != "all" and nic.gpus and tuple(nic.gpus) != tuple(e.gpus)):
+        return None
+    return nic
+
+
 def build_plan(
     inv: Inventory,
     rdma_present: Mapping[str, bool] | None = None,
@@ -413,7 +422,7 @@ def build_plan(
     ``gpu_counts``: per host, the GPUs preflight found (``engines_per_host: all``)."""
     nics = engine_nics or {}
     services = [
-        _with_hash(_engine(inv, e, rdma_present, rdma_ports, nics.get(e.host, {}).get(e.name)))
+        _with_hash(_engine(inv, e, rdma_present, rdma_ports, _nic_for(e, nics)))
         for e in engines(inv, gpu_counts)
     ]
     decodes = [s for s in services if s.role == "decode"]

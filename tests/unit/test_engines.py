@@ -387,3 +387,63 @@ def test_model_fits_and_kv_estimate_per_engine() -> None:
     assert len(kv) == 8
     assert kv[0].startswith("prefill@gpu-a via mlx5_0:1, shared by 2 engines: KV cache")
     assert "at 400 Gb/s" in kv[0]
+
+
+def test_a_recorded_nic_for_other_gpus_is_not_used() -> None:
+    nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}
+    moved = inv(decode__gpus=[[0], [6]])
+    plan = build_plan(moved, {"gpu-b": True}, {"gpu-b": ["mlx5_0:1", "mlx5_2:1"]}, nics)
+    env = dict(plan.stages[0][1].environment)
+    assert env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_2:1"
+
+
+# --------------------------------------------------------------------------- status / logs
+
+
+def test_selectors_name_engines() -> None:
+    from pdboot.status import SelectorError, select_service
+
+    i = inv(**FOUR_FOUR)
+    assert select_service(i, "prefill-2@gpu-b").key == "prefill-2@gpu-b"
+    assert select_service(i, "router").key == "router@gpu-a"
+    with pytest.raises(SelectorError, match="pick one: decode-3@gpu-a, decode-3@gpu-b"):
+        select_service(i, "decode-3")
+    with pytest.raises(SelectorError, match="no prefill-7 on host 'gpu-a'"):
+        select_service(i, "prefill-7@gpu-a")
+    with pytest.raises(SelectorError, match="decode runs 2 times"):
+        select_service(i, "decode")
+    assert select_service(inv(), "decode").key == "decode@gpu-b"
+
+
+def test_status_rows_per_engine_with_their_nic() -> None:
+    from datetime import datetime, timezone
+
+    from pdboot.http import HttpAnswer
+    from pdboot.status import rows_for
+    from pdboot.views.status import nic_lines
+
+    nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}
+    plan = build_plan(inv(decode__engines_per_host=2), {"gpu-b": True}, None, nics)
+    running = _observed(plan.services())
+    rows = rows_for(
+        plan, running, set(), datetime.now(timezone.utc), lambda *_a, **_k: HttpAnswer(200, "")
+    )
+    assert [r.service for r in rows] == [
+        "decode@gpu-b",
+        "decode-1@gpu-b",
+        "prefill@gpu-a",
+        "router@gpu-a",
+    ]
+    assert all(r.healthy and r.matches_inventory for r in rows)
+    assert nic_lines(rows)[-1] == "  decode-1@gpu-b  mlx5_0:1 (PXB, nearest GPUs 1)"
+    # a leftover engine (a tier that shrank) shows under its own name
+    more = _observed(build_plan(inv(decode__engines_per_host=3), {"gpu-b": True}).services())
+    extra = [o for o in more if o.service_name == "decode-2"]
+    rows = rows_for(
+        plan,
+        running + extra,
+        set(),
+        datetime.now(timezone.utc),
+        lambda *_a, **_k: HttpAnswer(200, ""),
+    )
+    assert rows[-1].service == "decode-2@gpu-b" and not rows[-1].planned
