@@ -216,3 +216,40 @@ def test_colocated_four_plus_four(tb: Testbed, tmp_path: Path) -> None:
     res = pdboot("down", str(inv))
     assert res.returncode == 0, out(res)
     assert labelled(tb, "engcolo") == {}
+
+
+def test_engines_per_host_all_follows_the_gpus_preflight_found(
+    tb: Testbed, tmp_path: Path
+) -> None:
+    inv = write(tb, tmp_path / "all.yaml", "engall",
+                prefill={"hosts": ["gpu-a"], "engines_per_host": "all",
+                         "tensor_parallel_size": 2},
+                decode={"hosts": ["gpu-b"], "engines_per_host": "all",
+                        "tensor_parallel_size": 4})
+    blind = pdboot("up", str(inv), "--skip-preflight")  # nothing recorded yet: no guess
+    assert blind.returncode == 1 and "needs preflight's GPU count" in out(blind), out(blind)
+    assert labelled(tb, "engall") == {}
+
+    res = pdboot("up", str(inv))
+    assert res.returncode == 0, out(res)
+    docs = labelled(tb, "engall")
+    groups = {k: d["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] for k, d in docs.items()
+              if "router" not in k}
+    assert groups == {
+        "prefill@gpu-a": ["0", "1"], "prefill-1@gpu-a": ["2", "3"],
+        "prefill-2@gpu-a": ["4", "5"], "prefill-3@gpu-a": ["6", "7"],
+        "decode@gpu-b": ["0", "1", "2", "3"], "decode-1@gpu-b": ["4", "5", "6", "7"],
+    }
+    # a TP group's NIC is the one nearest its farthest GPU; ties give every tied port
+    nics = {k: env_of(d).get("UCX_NET_DEVICES") for k, d in docs.items() if "router" not in k}
+    assert nics["prefill@gpu-a"] == "mlx5_0:1" and nics["prefill-3@gpu-a"] == "mlx5_2:1"
+    assert nics["decode@gpu-b"] == "mlx5_0:1,mlx5_1:1"  # both NODE to GPUs 0-3
+
+    # the count is recorded on the host: without preflight the same engines, unchanged
+    again = pdboot("up", str(inv), "--skip-preflight")
+    assert again.returncode == 0, out(again)
+    assert {k: d["Id"] for k, d in labelled(tb, "engall").items()} == {
+        k: d["Id"] for k, d in docs.items()
+    }
+    res = pdboot("down", str(inv))
+    assert res.returncode == 0 and labelled(tb, "engall") == {}, out(res)
