@@ -135,6 +135,13 @@ AcceptNewOpt = Annotated[
         help="Record unknown SSH host keys (like OpenSSH accept-new); changed keys still fail.",
     ),
 ]
+NoWaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-wait",
+        help="If another run holds this deployment's lock, exit 1 at once instead of waiting.",
+    ),
+]
 
 
 @app.command()
@@ -240,6 +247,7 @@ def up(
         typer.Option("--rollback", help="On failure remove what was started (default: keep it)."),
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
+    no_wait: NoWaitOpt = False,
     events: EventsOpt = None,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows; print the
@@ -251,6 +259,7 @@ def up(
         skip_preflight=skip_preflight,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
+        no_wait=no_wait,
     )
     with _views(events) as (emit, console):
         code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))
@@ -265,13 +274,16 @@ def down(
         typer.Option("--purge", help="Also remove the shipped files and the pulled images."),
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
+    no_wait: NoWaitOpt = False,
     events: EventsOpt = None,
 ) -> None:
     """Stop and remove everything pdboot started (router, prefill, decode)."""
     from pdboot import down as down_mod
 
     inv = _load(inventory)
-    opts = down_mod.DownOptions(purge=purge, accept_new_host_keys=accept_new_host_keys)
+    opts = down_mod.DownOptions(
+        purge=purge, accept_new_host_keys=accept_new_host_keys, no_wait=no_wait
+    )
     with _views(events) as (emit, _):
         code = down_mod.down(inv, opts, emit)
     raise typer.Exit(code)

@@ -13,18 +13,48 @@ from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.hosts import Hosts, Link, project_dir
 from pdboot.inventory import Inventory
 from pdboot.plan import SECRETS_FILE, Plan, build_plan
-from pdboot.ports import OP_DEADLINE, HostsFactory, default_hosts, report_errors
+from pdboot.ports import (
+    OP_DEADLINE,
+    HostsFactory,
+    LockFactory,
+    default_hosts,
+    default_lock,
+    report_errors,
+    take_lock,
+)
 
 
 @dataclass(frozen=True)
 class DownOptions:
     purge: bool = False
     accept_new_host_keys: bool = False
+    no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
 
 
 def down(
-    inv: Inventory, opts: DownOptions, emit: Emit, *, hosts_factory: HostsFactory = default_hosts
+    inv: Inventory,
+    opts: DownOptions,
+    emit: Emit,
+    *,
+    hosts_factory: HostsFactory = default_hosts,
+    lock_factory: LockFactory = default_lock,
 ) -> int:
+    """Run `down` under the deployment lock; without it when the lock's host (the
+    router's) is unreachable: what can be reached is removed all the same."""
+    held = take_lock(
+        emit, lock_factory, inv, "down", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys
+    )
+    if isinstance(held, int):
+        emit(Done("down", held, 0.0))
+        return held
+    try:
+        return _down(inv, opts, emit, hosts_factory)
+    finally:
+        if held is not None:
+            held.release()
+
+
+def _down(inv: Inventory, opts: DownOptions, emit: Emit, hosts_factory: HostsFactory) -> int:
     t0 = time.monotonic()
     plan = build_plan(inv)
     hosts = hosts_factory(inv, list(plan.hosts), opts.accept_new_host_keys)

@@ -33,12 +33,20 @@ from typing import Any
 import docker
 import docker.errors
 from docker.tls import TLSConfig
-from docker.transport.sshconn import SSHConnectionPool, SSHHTTPAdapter
+from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
 from docker.utils import kwargs_from_env, parse_repository_tag
 
 from pdboot.converge import Observed
 from pdboot.plan import LABEL_DEPLOYMENT, SECRETS_FILE
-from pdboot.remote import Connection, LocalConnection, RemoteError, mask, put_text_script
+from pdboot.remote import (
+    CHANNEL_OPEN_TIMEOUT,
+    Connection,
+    HostLost,
+    LocalConnection,
+    RemoteError,
+    mask,
+    put_text_script,
+)
 
 log = logging.getLogger("pdboot.engine")
 
@@ -50,6 +58,16 @@ class EngineError(Exception):
         self.host = host
         self.message = message
         super().__init__(f"{host}: {message}")
+
+
+class EngineLost(HostLost, EngineError):
+    """The host was lost mid-run (see ``remote.HostLost``; catch that to handle both)."""
+
+    def __init__(self, host: str, why: str) -> None:
+        # Not through RemoteError.__init__: its super() call would land in EngineError's.
+        model = HostLost(host, why)
+        self.host, self.kind, self.message, self.fix = host, model.kind, model.message, model.fix
+        Exception.__init__(self, f"{host}: {model.message}")
 
 
 # --------------------------------------------------------------------------- pure parsing
@@ -179,6 +197,24 @@ def split_image(image: str) -> tuple[str, str]:
 # --------------------------------------------------------------------------- the SDK tunnel
 
 
+class _ChannelHTTPConnection(SSHConnection):  # type: ignore[misc]
+    """The SDK's connection opens its channel with no timeout (paramiko's default is an
+    hour): bounded here, so a stuck open fails instead of hanging the caller."""
+
+    def connect(self) -> None:
+        if self.ssh_transport is None or not self.ssh_transport.is_active():
+            raise RemoteError("docker", "unreachable", "the SSH connection was closed")
+        sock = self.ssh_transport.open_session(timeout=CHANNEL_OPEN_TIMEOUT)
+        sock.settimeout(self.timeout)
+        sock.exec_command("docker system dial-stdio")
+        self.sock = sock
+
+
+class _ChannelPool(SSHConnectionPool):  # type: ignore[misc]
+    def _new_conn(self) -> _ChannelHTTPConnection:
+        return _ChannelHTTPConnection(self.ssh_transport, self.timeout, self.ssh_host)
+
+
 class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
     """docker SDK adapter whose connections are channels on an existing, verified
     paramiko client (see the module docstring). It never opens or closes SSH itself."""
@@ -196,7 +232,7 @@ class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
         with self.pools.lock:
             pool = self.pools.get("engine")
             if pool is None:
-                pool = SSHConnectionPool(
+                pool = _ChannelPool(
                     ssh_client=self.ssh_client,
                     timeout=self.timeout,
                     maxsize=self.max_pool_size,
@@ -300,6 +336,12 @@ class Engine:
         except Exception as e:
             raise EngineError(conn.name, f"cannot reach Docker: {_short(e)}") from e
 
+    def _err(self, message: str) -> EngineError:
+        """The error to raise: the host's loss when its connection was lost (every call on
+        it fails then, and "cannot inspect" would hide why), else ``message``."""
+        lost = getattr(self.conn, "lost", None)
+        return EngineLost(self.host, lost) if lost else EngineError(self.host, message)
+
     def close(self) -> None:
         try:
             self.api.close()
@@ -314,7 +356,7 @@ class Engine:
         except docker.errors.ImageNotFound:
             return []
         except Exception as e:
-            raise EngineError(self.host, f"cannot inspect image {image}: {_short(e)}") from e
+            raise self._err(f"cannot inspect image {image}: {_short(e)}") from e
         return [d.split("@", 1)[1] for d in data.get("RepoDigests") or [] if "@" in d]
 
     def registry_digest(self, image: str) -> str | None:
@@ -344,11 +386,11 @@ class Engine:
                 if progress.error:
                     break
         except docker.errors.APIError as e:
-            raise EngineError(self.host, f"pull {image}: {pull_error_cause(_explain(e))}") from e
+            raise self._err(f"pull {image}: {pull_error_cause(_explain(e))}") from e
         except Exception as e:
-            raise EngineError(self.host, f"pull {image}: {pull_error_cause(_short(e))}") from e
+            raise self._err(f"pull {image}: {pull_error_cause(_short(e))}") from e
         if progress.error:
-            raise EngineError(self.host, f"pull {image}: {pull_error_cause(progress.error)}")
+            raise self._err(f"pull {image}: {pull_error_cause(progress.error)}")
         return PullResult(image, True, progress.digest)
 
     def remove_image(self, image: str) -> bool:
@@ -357,7 +399,7 @@ class Engine:
         except docker.errors.ImageNotFound:
             return False
         except Exception as e:
-            raise EngineError(self.host, f"cannot remove image {image}: {_explain(e)}") from e
+            raise self._err(f"cannot remove image {image}: {_explain(e)}") from e
         return True
 
     # ---- containers
@@ -369,11 +411,13 @@ class Engine:
                 all=True, filters={"label": [f"{LABEL_DEPLOYMENT}={deployment}"]}
             )
         except Exception as e:
-            raise EngineError(self.host, f"cannot list containers: {_short(e)}") from e
+            raise self._err(f"cannot list containers: {_short(e)}") from e
         out = []
         for item in items:
             try:
                 out.append(self.inspect(str(item["Id"])))
+            except EngineLost:
+                raise
             except EngineError:  # removed between list and inspect
                 continue
         return out
@@ -382,14 +426,14 @@ class Engine:
         try:
             data = self.api.inspect_container(container_id)
         except Exception as e:
-            raise EngineError(self.host, f"cannot inspect {container_id[:12]}: {_short(e)}") from e
+            raise self._err(f"cannot inspect {container_id[:12]}: {_short(e)}") from e
         return observed_from_inspect(self.host, data)
 
     def logs(self, container_id: str, tail: int = 50) -> list[str]:
         try:
             raw = self.api.logs(container_id, stdout=True, stderr=True, tail=tail)
         except Exception as e:
-            raise EngineError(self.host, f"cannot read logs: {_short(e)}") from e
+            raise self._err(f"cannot read logs: {_short(e)}") from e
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         return [mask(line) for line in text.splitlines()]
 
@@ -406,8 +450,12 @@ class Engine:
                     yield mask(line)
             if buf:
                 yield mask(buf)
+            if getattr(self.conn, "lost", None):  # the stream just ends when the link dies
+                raise self._err("")
+        except EngineLost:
+            raise
         except Exception as e:
-            raise EngineError(self.host, f"cannot follow logs: {_short(e)}") from e
+            raise self._err(f"cannot follow logs: {_short(e)}") from e
 
     def stop_remove(self, container_ids: list[str], grace: int = 30) -> None:
         """Stop (SIGTERM, then SIGKILL after ``grace`` s) and remove these containers."""
@@ -426,7 +474,7 @@ class Engine:
             except Exception as e:
                 errors.append(f"remove {cid[:12]}: {_short(e)}")
         if errors:
-            raise EngineError(self.host, "; ".join(errors))
+            raise self._err("; ".join(errors))
 
     # ---- compose and files (through the host's shell; argv lists are quoted by remote)
 
@@ -452,11 +500,9 @@ class Engine:
         try:
             res = self.conn.run(script, stdin=secrets_text)
         except RemoteError as e:
-            raise EngineError(self.host, e.message) from e
+            raise self._err(e.message) from e
         if res.rc != 0:
-            raise EngineError(
-                self.host, f"cannot write into {project_dir}: {mask(res.stderr.strip())}"
-            )
+            raise self._err(f"cannot write into {project_dir}: {mask(res.stderr.strip())}")
 
     def compose_up(
         self,
@@ -499,12 +545,21 @@ class Engine:
             # container created, and a second `up` of the same service starts it.
             self._run(argv, what, timeout=timeout)
 
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        """A short-lived `docker run --rm ...` on the host (the docker CLI, argv quoted by
+        remote): (exit code, stdout + stderr). A nonzero exit is the caller's to judge."""
+        try:
+            res = self.conn.run(argv, timeout=timeout)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot run {shlex.join(argv[:3])}: {e.message}") from e
+        return res.rc, mask(res.stdout + res.stderr)
+
     def read_file(self, path: str) -> str | None:
         """A small file's text, or None when it is not there (or unreadable)."""
         try:
             res = self.conn.run(["cat", "--", path], timeout=30)
         except RemoteError as e:
-            raise EngineError(self.host, f"cannot read {path}: {e.message}") from e
+            raise self._err(f"cannot read {path}: {e.message}") from e
         return res.stdout if res.rc == 0 else None
 
     def remove_project_dir(self, project_dir: str) -> None:
@@ -531,12 +586,10 @@ class Engine:
         try:
             res = self.conn.run(argv, timeout=timeout)
         except RemoteError as e:
-            raise EngineError(self.host, f"cannot {what}: {e.message}") from e
+            raise self._err(f"cannot {what}: {e.message}") from e
         if res.rc != 0:
             detail = mask((res.stderr.strip() or res.stdout.strip())[-800:])
-            raise EngineError(
-                self.host, f"cannot {what} ({shlex.join(argv[:2])} exit {res.rc}): {detail}"
-            )
+            raise self._err(f"cannot {what} ({shlex.join(argv[:2])} exit {res.rc}): {detail}")
         return res.stdout
 
 

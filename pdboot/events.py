@@ -180,6 +180,19 @@ class Interrupted(Event):
 
 
 @dataclass(frozen=True)
+class ImageCheck(Event):
+    """After the pull, before the start: one verdict of asking the engine image on an
+    engine host (docker.image_arch, docker.image_nixl; pdboot/image_probe.py)."""
+
+    kind: ClassVar[str] = "image_check"
+    host: str
+    check: str
+    status: Literal["pass", "warn", "fail", "skip"]
+    message: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
 class Note(Event):
     kind: ClassVar[str] = "note"
     message: str

@@ -195,7 +195,12 @@ def rdma_enabled(inv: Inventory, host: str, rdma_present: Mapping[str, bool] | N
 
 
 def _ucx_env(
-    inv: Inventory, host: str, rdma: bool, found: Sequence[str] | None, nearest: EngineNic | None
+    inv: Inventory,
+    host: str,
+    rdma: bool,
+    found: Sequence[str] | None,
+    nearest: EngineNic | None,
+    tcp_ifaces: Sequence[str] | None = None,
 ) -> tuple[dict[str, str], str]:
     """The UCX_* variables of one engine, and where UCX_NET_DEVICES came from."""
     ucx = inv.kv_transfer.ucx
@@ -216,6 +221,9 @@ def _ucx_env(
         why = env["UCX_NET_DEVICES"] + " (every port; the nearest needs preflight's facts)"
     elif rdma:
         why = "left to UCX (no device known; the nearest needs preflight's facts)"
+    elif tcp_ifaces:  # the interface preflight found reaching the peers
+        env["UCX_NET_DEVICES"] = ",".join(tcp_ifaces)
+        why = f"{env['UCX_NET_DEVICES']} (TCP: the interface reaching the peers)"
     if ucx.tls:
         env["UCX_TLS"] = ucx.tls
     env.update(ucx.env)
@@ -285,6 +293,7 @@ def _engine(
     rdma_present: Mapping[str, bool] | None,
     rdma_ports: Mapping[str, Sequence[str]] | None,
     nearest: EngineNic | None,
+    tcp_ifaces: Sequence[str] | None = None,
 ) -> Service:
     host, role = e.host, e.role
     tier = inv.prefill if role == "prefill" else inv.decode
@@ -296,7 +305,9 @@ def _engine(
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(e.side_channel_port),
         "HF_HOME": HF_CACHE_IN_CONTAINER,
     }
-    ucx, nic = _ucx_env(inv, host, rdma, (rdma_ports or {}).get(host), nearest)
+    ucx, nic = _ucx_env(
+        inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces
+    )
     if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
         nic = "RDMA auto: the nearest HCA port needs preflight's facts"
     env.update(ucx)
@@ -411,18 +422,27 @@ def build_plan(
     inv: Inventory,
     rdma_present: Mapping[str, bool] | None = None,
     rdma_ports: Mapping[str, Sequence[str]] | None = None,
+    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
+    *,
     engine_nics: Mapping[str, Mapping[str, EngineNic]] | None = None,
     gpu_counts: Mapping[str, int] | None = None,
 ) -> Plan:
     """The deployment plan. ``rdma_present``: per host, whether preflight found RDMA
     devices (used when kv_transfer.rdma is `auto`); None for a dry run. ``rdma_ports``:
     per host, the ``device:port`` names it found ACTIVE (UCX_NET_DEVICES when the
-    inventory declares no rdma_devices). ``engine_nics``: per host, per engine name, the
-    port(s) nearest the engine's GPUs (preflight's topo choice, or its record).
-    ``gpu_counts``: per host, the GPUs preflight found (``engines_per_host: all``)."""
+    inventory declares no rdma_devices). ``tcp_ifaces``: per host, the interface(s) that
+    reach the peer engine hosts (UCX_NET_DEVICES when RDMA is off). ``engine_nics``: per
+    host, per engine name, the port(s) nearest the engine's GPUs (preflight's topo choice,
+    or its record). ``gpu_counts``: per host, the GPUs preflight found
+    (``engines_per_host: all``)."""
     nics = engine_nics or {}
+    ifaces = tcp_ifaces or {}
     services = [
-        _with_hash(_engine(inv, e, rdma_present, rdma_ports, _nic_for(e, nics)))
+        _with_hash(
+            _engine(
+                inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host)
+            )
+        )
         for e in engines(inv, gpu_counts)
     ]
     decodes = [s for s in services if s.role == "decode"]

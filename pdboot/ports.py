@@ -10,12 +10,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pdboot import lock
 from pdboot.converge import Observed
 from pdboot.engine import PullProgress, PullResult
-from pdboot.events import Emit, HostErrors
+from pdboot.events import Emit, HostErrors, Interrupted, Note
+from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED
 from pdboot.hosts import Hosts, open_hosts, project_dir
 from pdboot.inventory import Inventory
 from pdboot.rdma_findings import RECORD_FILE, Findings, from_records
+from pdboot.remote import RemoteError
 
 OP_DEADLINE = 300.0  # compose up / stop of one host's services
 
@@ -53,6 +56,8 @@ class EngineOps(Protocol):
 
     def read_file(self, path: str) -> str | None: ...
 
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]: ...
+
     def remove_project_dir(self, project_dir: str) -> None: ...
 
     def remove_image(self, image: str) -> bool: ...
@@ -89,10 +94,55 @@ def report_errors(emit: Emit, what: str, errors: Mapping[str, str]) -> None:
 
 
 def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
-    """The RDMA findings `up` recorded on the hosts (only read for kv_transfer.rdma auto;
-    an unreadable host counts as no record: the step that needs it reports the host)."""
-    if inv.kv_transfer.rdma != "auto":
+    """The RDMA findings `up` recorded on the hosts (not read for kv_transfer.rdma on,
+    where neither the RDMA choice nor the TCP interface matters; an unreadable host counts
+    as no record: the step that needs it reports the host)."""
+    if inv.kv_transfer.rdma == "on":
         return Findings({}, {}, "recorded")
     path = f"{project_dir(inv)}/{RECORD_FILE}"
     texts, _ = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)
     return from_records(texts)
+
+
+class HeldLock(Protocol):
+    """The part of pdboot.lock.HeldLock the orchestrator uses."""
+
+    def release(self) -> None: ...
+
+
+# (inventory, operation, wait, accept_new_host_keys, say) -> the held deployment lock;
+# raises lock.LockBusy (another live run holds it) or RemoteError (its host is unreachable)
+LockFactory = Callable[[Inventory, str, bool, bool, Callable[[str], None]], HeldLock]
+
+
+def default_lock(
+    inv: Inventory, operation: str, wait: bool, accept_new: bool, say: Callable[[str], None]
+) -> HeldLock:
+    return lock.take(inv, operation, wait=wait, say=say, accept_new_host_keys=accept_new)
+
+
+def take_lock(
+    emit: Emit,
+    factory: LockFactory,
+    inv: Inventory,
+    operation: str,
+    *,
+    no_wait: bool,
+    accept_new: bool,
+) -> HeldLock | int | None:
+    """The deployment lock (see lock.py); the exit code when it cannot be had; None for
+    `down` when the lock's host cannot be reached (down removes what it can reach)."""
+    try:
+        return factory(inv, operation, not no_wait, accept_new, lambda m: emit(Note(m, "warn")))
+    except lock.LockBusy as e:
+        emit(Note(f"error: {e}", "error"))
+    except RemoteError as e:
+        why = f"{e} (fix: {e.fix})" if e.fix else str(e)
+        if operation == "down":
+            emit(Note(f"cannot take the deployment lock: {why}; going on without it", "warn"))
+            return None
+        emit(Note(f"error: cannot take the deployment lock: {why}", "error"))
+    except KeyboardInterrupt:
+        emit(Interrupted(started=False))
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED

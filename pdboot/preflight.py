@@ -28,18 +28,21 @@ from pdboot.checks import (
     batch_script,
     by_key,
     parse_sections,
+    prepull,
     size_bytes,
 )
 from pdboot.checks import docker as docker_checks
+from pdboot.checks import gdr as gdr_checks
 from pdboot.checks import gpu as gpu_checks
 from pdboot.checks import host as host_checks
 from pdboot.checks import model as model_checks
 from pdboot.checks import network as network_checks
 from pdboot.checks import rdma as rdma_checks
+from pdboot.checks import route as route_checks
 from pdboot.checks import topo as topo_checks
 from pdboot.checks.facts import HostFacts
 from pdboot.engines import EngineNic, is_auto, tier_engines
-from pdboot.inventory import Inventory, deployment_hosts
+from pdboot.inventory import Inventory, advertised_address, deployment_hosts
 from pdboot.plan import Plan, build_plan
 
 T = TypeVar("T")
@@ -59,6 +62,8 @@ DOMAINS: tuple[tuple[str, Area], ...] = (
     ("gpu", gpu_checks),
     ("docker", docker_checks),
     ("rdma", rdma_checks),
+    ("rdma", gdr_checks),
+    ("network", route_checks),
     ("topo", topo_checks),
     ("host", host_checks),
     ("network", network_checks),
@@ -177,6 +182,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             rdma_devices=tuple(inv.hosts[name].rdma_devices),
             ucx_net_devices=kv.ucx.net_devices,
             probes=tuple(_probes(inv, plan, roles)),
+            peers=tuple(_peer_addresses(inv, name)),
             tiers=tuple(
                 (t, tier)
                 for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
@@ -184,6 +190,14 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             ),
         )
     return out
+
+
+def _peer_addresses(inv: Inventory, name: str) -> list[str]:
+    """The other tier's engine hosts (not this one): where this host's UCX sends KV."""
+    peers = (inv.prefill.hosts if name in inv.decode.hosts else []) + (
+        inv.decode.hosts if name in inv.prefill.hosts else []
+    )
+    return [advertised_address(inv.hosts[p]) for p in dict.fromkeys(peers) if p != name]
 
 
 def host_commands(ctx: HostContext, sel: Selection = Selection()) -> list[Command]:
@@ -255,6 +269,8 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
         gpu=parse("gpu", gpu_checks.parse),
         docker=parse("docker", docker_checks.parse),
         rdma=parse("rdma", rdma_checks.parse),
+        gdr=parse("rdma", gdr_checks.parse),
+        route=parse("network", route_checks.parse),
         host=parse("host", host_checks.parse),
         network=parse("network", network_checks.parse),
         model=parse("model", model_checks.parse),
@@ -371,7 +387,10 @@ def run_preflight(
     given = dict(connections or {})
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
     lookups = ImageLookups(
-        {c.image for c in ctxs.values() if c.gpu_host and c.image} if wanted else ()
+        {c.image for c in ctxs.values() if c.gpu_host and c.image}
+        | {inv.router_image for c in ctxs.values() if "router" in c.roles}
+        if wanted
+        else ()
     )
 
     def one(name: str, ctx: HostContext) -> tuple[str, float, float]:
@@ -413,6 +432,7 @@ def run_preflight(
         ctx = with_lookup(ctxs[name], looked.get(ctxs[name].image))
         checks, facts = evaluate_host(ctx, stdout, selection)
         clock = facts.network.clock if facts.network is not None else None
+        checks += [r for r in prepull.evaluate(ctx, inv, looked) if selection.keep(r)]
         rep = HostReport(
             name,
             True,

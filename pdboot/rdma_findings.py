@@ -20,14 +20,14 @@ whether or not the container was (re)created from it; it survives `down`, so the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pdboot.checks.facts import HostFacts
 from pdboot.engines import EngineNic
 from pdboot.inventory import Inventory
-from pdboot.plan import Plan
+from pdboot.plan import Plan, build_plan
 
 RECORD_FILE = "rdma.json"
 
@@ -57,6 +57,8 @@ class Findings:
     present: dict[str, bool]
     ports: dict[str, list[str]] = field(default_factory=dict)
     source: Source = "preflight"
+    # per host, the interface(s) reaching the peer engines, for UCX over TCP
+    ifaces: dict[str, list[str]] = field(default_factory=dict)
     nics: dict[str, dict[str, EngineNic]] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
 
@@ -64,6 +66,11 @@ class Findings:
 def active_ports(facts: HostFacts) -> list[str]:
     """The ``device:port`` of every ACTIVE port preflight's RDMA facts list."""
     return facts.rdma.active_ports() if facts.rdma is not None else []
+
+
+def tcp_ifaces(facts: HostFacts) -> list[str]:
+    """The interface(s) preflight's route facts found reaching the peer engine hosts."""
+    return facts.route.ifaces() if facts.route is not None else []
 
 
 def from_preflight(result: _Preflight) -> Findings:
@@ -82,16 +89,22 @@ def from_preflight(result: _Preflight) -> Findings:
         present[name] = rep.rdma_present
         if rep.rdma_present:
             ports[name] = active_ports(rep.facts)
-    return Findings(present, ports, "preflight", nics, gpus)
+    ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
+    return Findings(
+        present, ports, "preflight", {n: i for n, i in ifaces.items() if i}, nics, gpus
+    )
 
 
 def record_text(
     present: bool,
     ports: list[str],
+    ifaces: Sequence[str] = (),
     nics: Mapping[str, EngineNic] | None = None,
     gpu_count: int | None = None,
 ) -> str:
     doc: dict[str, object] = {"rdma": present, "ports": ports}
+    if ifaces:
+        doc["ifaces"] = list(ifaces)
     if nics:
         doc["engines"] = {
             n: {"ports": list(e.ports), "link": e.link, "gpus": list(e.gpus)}
@@ -100,6 +113,15 @@ def record_text(
     if gpu_count is not None:
         doc["gpu_count"] = gpu_count
     return json.dumps(doc, sort_keys=True) + "\n"
+
+
+def _record_ifaces(text: str) -> list[str]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    got = doc.get("ifaces") if isinstance(doc, dict) else None
+    return [str(i) for i in got] if isinstance(got, list) else []
 
 
 def parse_record(text: str) -> tuple[bool, list[str]] | None:
@@ -148,6 +170,7 @@ def parse_engines(text: str) -> tuple[dict[str, EngineNic], int | None]:
 def from_records(texts: Mapping[str, str | None]) -> Findings:
     present: dict[str, bool] = {}
     ports: dict[str, list[str]] = {}
+    ifaces: dict[str, list[str]] = {}
     nics: dict[str, dict[str, EngineNic]] = {}
     gpus: dict[str, int] = {}
     for host, text in texts.items():
@@ -155,12 +178,14 @@ def from_records(texts: Mapping[str, str | None]) -> Findings:
         if rec is None or not text:
             continue
         present[host], ports[host] = rec
+        if _record_ifaces(text):
+            ifaces[host] = _record_ifaces(text)
         found, count = parse_engines(text)
         if found:
             nics[host] = found
         if count is not None:
             gpus[host] = count
-    return Findings(present, ports, "recorded", nics, gpus)
+    return Findings(present, ports, "recorded", ifaces, nics, gpus)
 
 
 def records_to_ship(findings: Findings | None) -> dict[str, str]:
@@ -168,9 +193,21 @@ def records_to_ship(findings: Findings | None) -> dict[str, str]:
     if findings is None or findings.source != "preflight":
         return {}
     return {
-        h: record_text(p, findings.ports.get(h, []), findings.nics.get(h), findings.gpus.get(h))
+        h: record_text(
+            p,
+            findings.ports.get(h, []),
+            findings.ifaces.get(h, []),
+            findings.nics.get(h),
+            findings.gpus.get(h),
+        )
         for h, p in findings.present.items()
     }
+
+
+def plan_from(inv: Inventory, f: Findings) -> Plan:
+    """The plan built on what preflight found (or recorded): RDMA, TCP interfaces, each
+    engine's nearest NIC, the GPU count."""
+    return build_plan(inv, f.present, f.ports, f.ifaces, engine_nics=f.nics, gpu_counts=f.gpus)
 
 
 def describe_nics(plan: Plan) -> list[str]:

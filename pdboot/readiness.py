@@ -15,6 +15,7 @@ from pdboot.loadphase import load_phase
 from pdboot.plan import LABEL_HOST, Plan, Service
 from pdboot.ports import EngineOps
 from pdboot.probes import RouterWorkers
+from pdboot.remote import HostLost
 from pdboot.waits import READY, Clock, Probe, failed, waiting
 
 LOG_REFRESH_SECONDS = 1.0
@@ -47,6 +48,12 @@ class Prober:
         cid = self.container_ids.get(svc.key)
         if cid is None:
             return waiting(f"{detail}; no container labelled {svc.key} found")
+        try:
+            return self._inspect(svc, cid, detail)
+        except HostLost as e:  # not a slow engine: waiting longer cannot help
+            return failed(e.message)
+
+    def _inspect(self, svc: Service, cid: str, detail: str) -> Probe:
         engine = self.engines[svc.host]
         obs = engine.inspect(cid)
         if obs.restart_count > 0:

@@ -218,6 +218,9 @@ class Lookup:
     config: ImageConfig | None = None
     error: str = ""
     tls_failed: bool = False  # https did not work and plain http was not allowed
+    # the registry answered 404 for the manifest: the tag (or repository) does not exist,
+    # as opposed to a lookup that could not be made (no network, auth, timeout)
+    missing: bool = False
 
 
 # --------------------------------------------------------------------------- plain http
@@ -362,7 +365,10 @@ def lookup(
     except RegistryError as e:
         return Lookup(image, error=str(e), tls_failed=client.tls_failed)
     except urllib.error.HTTPError as e:
-        return Lookup(image, error=_http_reason(e, ref, what))
+        # 404 MANIFEST_UNKNOWN / NAME_UNKNOWN (distribution spec); a blob 404 is the
+        # registry's own trouble, not a missing tag
+        missing = e.code == 404 and not what.startswith("config blob")
+        return Lookup(image, error=_http_reason(e, ref, what), missing=missing)
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
         return Lookup(image, error=f"{ref.registry}: {reason(e)}")
     return Lookup(

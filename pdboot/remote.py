@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -61,6 +61,21 @@ class RemoteError(Exception):
         self.message = message
         self.fix = fix
         super().__init__(f"{host}: {message}")
+
+
+class HostLost(RemoteError):
+    """A host that answered before stopped answering mid-run (its link or the host went
+    down): reported as lost, by name, instead of as a slow command or engine. Raised by
+    the connection layer (and, as ``engine.EngineLost``, by the engine layer): catch
+    this class to handle both."""
+
+    def __init__(self, host: str, why: str) -> None:
+        super().__init__(
+            host,
+            "unreachable",
+            f"host {host} lost: {why}",
+            "check the host's network link and power; `pdboot status` shows what runs",
+        )
 
 
 # --------------------------------------------------------------------------- secrets
@@ -216,11 +231,72 @@ def split_known_hosts_name(name: str) -> tuple[str, int | None]:
 
 
 class UnknownHostKey(paramiko.SSHException):  # type: ignore[misc]
+    def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: str, note: str = "") -> None:
+        self.hostname = hostname
+        self.key = key
+        self.known_hosts = known_hosts
+        self.note = note
+        super().__init__(f"host key for {hostname} is not in {known_hosts}")
+
+
+class RevokedHostKey(paramiko.SSHException):  # type: ignore[misc]
     def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: str) -> None:
         self.hostname = hostname
         self.key = key
         self.known_hosts = known_hosts
-        super().__init__(f"host key for {hostname} is not in {known_hosts}")
+        super().__init__(f"host key for {hostname} is marked @revoked in {known_hosts}")
+
+
+@dataclass
+class KnownHosts:
+    """A known_hosts file as pdboot reads it (paramiko's HostKeys alone raises
+    InvalidHostKey on OpenSSH's marker lines, failing every host with no hint why).
+
+    ``@revoked`` keys are refused for every host (OpenSSH matches the line's host
+    patterns; being stricter cannot let a revoked key in). ``@cert-authority`` lines are
+    skipped: pdboot (paramiko) does not verify host certificates, so such hosts need their
+    own key in the file. ``skipped`` lists (line number, why) for the operator."""
+
+    keys: list[tuple[str, paramiko.PKey]] = field(default_factory=list)  # (name, key)
+    revoked: set[tuple[str, str]] = field(default_factory=set)  # (key type, base64)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def has_cert_authority(self) -> bool:
+        return any("@cert-authority" in why for _, why in self.skipped)
+
+
+def parse_known_hosts(text: str) -> KnownHosts:
+    """known_hosts text -> KnownHosts; never raises on a bad line (it is skipped)."""
+    kh = KnownHosts()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            marker, _, rest = line.partition(" ")
+            fields = rest.split()
+            if marker == "@revoked" and len(fields) >= 3:
+                kh.revoked.add((fields[1], fields[2]))
+            elif marker == "@cert-authority":
+                kh.skipped.append((lineno, "@cert-authority: host certificates are not supported"))
+            else:
+                kh.skipped.append((lineno, f"unknown marker {marker[:40]!r}"))
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+        except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError) as e:
+            kh.skipped.append((lineno, f"unreadable key ({type(e).__name__})"))
+            continue
+        if entry is None:
+            kh.skipped.append((lineno, "unsupported key type or too few fields"))
+            continue
+        kh.keys += [(name, entry.key) for name in entry.hostnames]
+    return kh
+
+
+def is_revoked(kh: KnownHosts, key: paramiko.PKey) -> bool:
+    return (key.get_name(), key.get_base64()) in kh.revoked
 
 
 class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
@@ -231,13 +307,23 @@ class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
     accept_new never overrides a changed key.
     """
 
-    def __init__(self, known_hosts: str, accept_new: bool) -> None:
+    def __init__(self, known_hosts: str, accept_new: bool, kh: KnownHosts | None = None) -> None:
         self.known_hosts = known_hosts
         self.accept_new = accept_new
+        self.kh = kh or KnownHosts()
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
+        # Revoked keys were left out of the loaded keys, so they always come here.
+        if is_revoked(self.kh, key):
+            raise RevokedHostKey(hostname, key, self.known_hosts)
         if not self.accept_new:
-            raise UnknownHostKey(hostname, key, self.known_hosts)
+            note = ""
+            if self.kh.has_cert_authority:
+                note = (
+                    f"{self.known_hosts} vouches for hosts with @cert-authority lines, which "
+                    "pdboot cannot use (no host certificate support): add the host's own key"
+                )
+            raise UnknownHostKey(hostname, key, self.known_hosts, note)
         client.get_host_keys().add(hostname, key.get_name(), key)
         path = Path(self.known_hosts)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -251,12 +337,49 @@ class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
 
+def load_known_hosts(path: str) -> KnownHosts:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return KnownHosts()
+    kh = parse_known_hosts(text)
+    for lineno, why in kh.skipped:
+        log.warning("%s:%d: line skipped: %s", path, lineno, why)
+    return kh
+
+
 def _strict(client: paramiko.SSHClient, known_hosts: str, accept_new: bool) -> None:
-    if os.path.exists(known_hosts):
-        # HostKeys.load, not load_host_keys: nothing is remembered to save back, so
-        # accept-new appends a line instead of rewriting the operator's file.
-        client.get_host_keys().load(known_hosts)
-    client.set_missing_host_key_policy(_StrictPolicy(known_hosts, accept_new))
+    kh = load_known_hosts(known_hosts)
+    # Into the client's host keys (not load_host_keys: nothing is remembered to save
+    # back, so accept-new appends a line instead of rewriting the operator's file).
+    # A revoked key is left out even if a plain line lists it too, so the policy sees it.
+    keys = client.get_host_keys()
+    for name, key in kh.keys:
+        if not is_revoked(kh, key):
+            keys.add(name, key.get_name(), key)
+    client.set_missing_host_key_policy(_StrictPolicy(known_hosts, accept_new, kh))
+
+
+def connect_failures(errors: Mapping[tuple[Any, ...], BaseException]) -> str:
+    """paramiko's per-address connect errors -> ``10.0.0.2:22 (No route to host)``; its
+    own text ("[Errno None] Unable to connect to port 22 on ...") drops every cause."""
+    parts = []
+    for addr, err in errors.items():
+        where = f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"
+        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        parts.append(f"{where} ({why})")
+    return ", ".join(parts) or "any address"
+
+
+def _revoked(exc: RevokedHostKey, host: str) -> RemoteError:
+    return RemoteError(
+        host,
+        "host_key_changed",
+        f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
+        f"marked @revoked in {exc.known_hosts}",
+        "the host offers a key its operators revoked: do not connect; get the host's "
+        "current key from its administrators",
+    )
 
 
 def classify(
@@ -265,6 +388,8 @@ def classify(
     """Turn whatever paramiko/socket raised into a RemoteError with a cause and a fix."""
     if isinstance(exc, RemoteError):
         return exc
+    if isinstance(exc, RevokedHostKey):
+        return _revoked(exc, host)
     if isinstance(exc, UnknownHostKey):
         addr, port = split_known_hosts_name(exc.hostname)
         kt = exc.key.get_name()
@@ -273,7 +398,7 @@ def classify(
             host,
             "host_key",
             f"unknown host key for {exc.hostname} ({kt} {fingerprint(exc.key)}); "
-            f"not in {exc.known_hosts}",
+            f"not in {exc.known_hosts}" + (f" ({exc.note})" if exc.note else ""),
             f"check the fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
             f"then: {scan} >> {exc.known_hosts}   (or rerun with --accept-new-host-keys)",
         )
@@ -307,8 +432,8 @@ def classify(
         return RemoteError(
             host,
             "unreachable",
-            f"cannot connect: {exc}",
-            "is sshd running on that address and port?",
+            f"cannot connect to {connect_failures(exc.errors)}",
+            "is the host up, the address right and sshd running on that port?",
         )
     if isinstance(exc, socket.gaierror):
         return RemoteError(
@@ -333,6 +458,59 @@ def classify(
         kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
         return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")
     return RemoteError(host, "error", f"{type(exc).__name__}: {exc}")
+
+
+# A silent peer (link down: no reset, packets just stop) is noticed by unanswered
+# keepalives. paramiko's own Transport.set_keepalive sends requests without wanting a
+# reply, so it can never notice silence; TCP alone notices only after its retransmissions
+# give up (minutes). These are requests that sshd must answer (with a failure: it does not
+# know the name), so an answer proves the peer and the path are alive.
+KEEPALIVE_INTERVAL = 3.0
+LOST_AFTER = 12.0
+CHANNEL_OPEN_TIMEOUT = 20.0
+
+
+class _Watchdog:
+    """Keepalives on one transport; closes it when the peer has been silent for
+    ``lost_after`` seconds, so every call blocked on it (channel opens, reads, the
+    docker SDK's tunnel) fails at once, and records why in ``lost``."""
+
+    def __init__(
+        self, name: str, transport: paramiko.Transport, interval: float, lost_after: float
+    ) -> None:
+        self.name, self.transport = name, transport
+        self.interval, self.lost_after = interval, lost_after
+        self.lost: str | None = None
+        self.last_answer = time.monotonic()
+        self.stopped = threading.Event()
+        for target, what in ((self._ping, "ping"), (self._watch, "watch")):
+            threading.Thread(target=target, daemon=True, name=f"pdboot-{what}-{name}").start()
+
+    def _ping(self) -> None:
+        while not self.stopped.is_set() and self.transport.is_active():
+            try:
+                self.transport.global_request("keepalive@openssh.com", wait=True)
+            except Exception:  # the transport died: _watch or the caller sees it
+                return
+            self.last_answer = time.monotonic()
+            self.stopped.wait(self.interval)
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(1.0):
+            if not self.transport.is_active():
+                return
+            silent = time.monotonic() - self.last_answer
+            if silent > self.lost_after:
+                self.lost = (
+                    f"no answer for {silent:.0f}s (SSH keepalives unanswered: "
+                    "network link down, or the host hung or off)"
+                )
+                log.info("%s: %s", self.name, self.lost)
+                self.transport.close()
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
 
 
 class SSHConnection(_Base):
@@ -371,24 +549,56 @@ class SSHConnection(_Base):
             _strict(hop.client, self.known_hosts, accept_new_host_keys)
             hop = hop.gateway
         self.connect_timeout = settings.connect_timeout
+        self.keepalive_interval = KEEPALIVE_INTERVAL
+        self.lost_after = LOST_AFTER
+        self._watchdog: _Watchdog | None = None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the host counts as lost mid-run (None while it answers)."""
+        return self._watchdog.lost if self._watchdog else None
+
+    def check_lost(self) -> None:
+        if self.lost:
+            raise HostLost(self.name, self.lost)
 
     def open(self) -> None:
+        # A lost host is not reconnected behind the caller's back: its connect would wait
+        # for the connect timeout again on every call.
+        self.check_lost()
         try:
             self._conn.open()
         except Exception as e:  # classified: every cause becomes a reported RemoteError
             self.close()
             kh_name = known_hosts_name(self._conn.host, self._conn.port)
             raise classify(e, self.name, known_hosts=self.known_hosts, kh_name=kh_name) from e
+        transport = self._conn.client.get_transport()
+        if transport is not None and (
+            self._watchdog is None or self._watchdog.transport is not transport
+        ):
+            transport.channel_timeout = CHANNEL_OPEN_TIMEOUT
+            self._watchdog = _Watchdog(
+                self.name, transport, self.keepalive_interval, self.lost_after
+            )
 
     def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
         self.open()
+        try:
+            return self._exec_open(line, timeout, stdin)
+        except RemoteError as e:
+            if self.lost and not isinstance(e, HostLost):
+                raise HostLost(self.name, self.lost) from e
+            raise
+
+    def _exec_open(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
         t0 = time.monotonic()
         deadline = t0 + timeout
         transport = self._conn.client.get_transport()
         if transport is None or not transport.is_active():
+            self.check_lost()
             raise RemoteError(self.name, "unreachable", "the SSH connection was closed")
         try:
-            chan = transport.open_session(timeout=self.connect_timeout)
+            chan = transport.open_session(timeout=min(self.connect_timeout, timeout) + 5)
         except Exception as e:
             raise classify(e, self.name) from e
         out: list[bytes] = []
@@ -411,6 +621,11 @@ class SSHConnection(_Base):
                     and not chan.recv_stderr_ready()
                 ):
                     break
+                if chan.closed and not chan.exit_status_ready():
+                    # the transport died (e.g. closed by the watchdog): no status will come
+                    raise RemoteError(
+                        self.name, "unreachable", "the SSH connection closed during the command"
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RemoteError(
@@ -432,6 +647,8 @@ class SSHConnection(_Base):
         )
 
     def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
         try:
             self._conn.close()
         except Exception:  # closing a half-open connection must not mask the real error

@@ -69,10 +69,10 @@ def verdict(result: PreflightResult) -> str:
     if result.ok:
         warn = f" ({n['warn']} warning{'s' if n['warn'] != 1 else ''})" if n["warn"] else ""
         return f"PASS: {len(result.hosts)} host(s) ready for `pdboot up`{warn}"
-    parts = [f"{n['fail']} failure{'s' if n['fail'] != 1 else ''}"]
-    if down:
-        parts.append(f"unreachable: {', '.join(down)}")
-    return f"FAIL: {'; '.join(parts)} on {', '.join(bad)}; fix them before `pdboot up`"
+    fails = f"{n['fail']} failure{'s' if n['fail'] != 1 else ''} on {', '.join(bad)}"
+    # each unreachable host's own cause is in its ssh.connect line of the report above
+    unreach = f" (unreachable: {', '.join(down)})" if down else ""
+    return f"FAIL: {fails}{unreach}; fix them before `pdboot up`"
 
 
 def print_report(result: PreflightResult, console: Console) -> None:

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 from pdboot.converge import Observed, owned
 from pdboot.diagnose import diagnose as diagnose_logs
+from pdboot.engine import EngineError
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.hosts import open_hosts, register_inventory_secrets
@@ -24,6 +25,7 @@ from pdboot.inventory import Inventory
 from pdboot.logscan import explain_services, report_lines
 from pdboot.plan import ROLES, Plan, Service, build_plan
 from pdboot.ports import HostsFactory, default_hosts, recorded_findings
+from pdboot.rdma_findings import plan_from
 from pdboot.readiness import find_container
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -124,7 +126,7 @@ def collect(
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
         # the plan from that record, not from the declared devices alone
         findings = recorded_findings(inv, hosts)
-        plan = build_plan(inv, findings.present, findings.ports, findings.nics, findings.gpus)
+        plan = plan_from(inv, findings)
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
         hosts.close()
@@ -262,5 +264,8 @@ def logs(
                 known = diagnose_logs({svc.key: [_ANSI.sub("", x) for x in lines]})
                 emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
         return EXIT_OK
+    except EngineError as e:  # e.g. the host was lost mid-read (engine.EngineLost)
+        emit(Note(f"error: {e}", "error"))
+        return EXIT_FAILED
     finally:
         hosts.close()

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pdboot import image_probe
 from pdboot.converge import Observed, Step, decode_restart_note, orphans, plan_up
 from pdboot.diagnose import diagnose
 from pdboot.down import clean_files, stop_remove, teardown
@@ -31,6 +32,7 @@ from pdboot.events import (
     Emit,
     Endpoint,
     Failure,
+    ImageCheck,
     Interrupted,
     KVVerdict,
     Note,
@@ -65,10 +67,13 @@ from pdboot.ports import (
     OP_DEADLINE,
     EngineOps,
     HostsFactory,
+    LockFactory,
     PreflightFn,
     default_hosts,
+    default_lock,
     recorded_findings,
     report_errors,
+    take_lock,
 )
 from pdboot.probes import KVCounters, completion_text, kv_verdict, prompt_tokens
 from pdboot.rdma_findings import (
@@ -76,6 +81,7 @@ from pdboot.rdma_findings import (
     Findings,
     describe,
     describe_nics,
+    plan_from,
     records_to_ship,
 )
 from pdboot.readiness import Prober, find_container
@@ -92,6 +98,7 @@ class UpOptions:
     rollback: bool = False
     accept_new_host_keys: bool = False
     prove: bool = True
+    no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
 
 
 class _Stop(Exception):
@@ -112,11 +119,22 @@ def up(
     clock: Clock | None = None,
     hosts_factory: HostsFactory = default_hosts,
     fetch: HttpFn = http,
+    lock_factory: LockFactory = default_lock,
 ) -> int:
-    """Run `up`, emitting events; returns the exit code (also in the final Done event)."""
+    """Run `up`, emitting events; returns the exit code (also in the final Done event).
+    The deployment lock is held from before preflight to the end (Ctrl-C included)."""
     clk = clock or MonotonicClock()
     t0 = clk.now()
-    code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
+    held = take_lock(
+        emit, lock_factory, inv, "up", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys
+    )
+    if isinstance(held, int) or held is None:  # None is only for `down`
+        code = held or EXIT_FAILED
+    else:
+        try:
+            code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
+        finally:
+            held.release()
     took = clk.now() - t0
     emit(Done("up", code, took, f"deployed in {took:.1f}s" if code == EXIT_OK else ""))
     return code
@@ -197,7 +215,7 @@ def _on_hosts(
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
-    plan = build_plan(inv, findings.present, findings.ports, findings.nics, findings.gpus)
+    plan = plan_from(inv, findings)
     if plan.unresolved:
         for line in plan.unresolved:
             emit(Note(f"error: {line}; run `up` with preflight (no count recorded)", "error"))
@@ -232,6 +250,7 @@ class _Up:
 
     def run(self) -> None:
         self.pull()
+        self.check_image()
         self.ship()
         observed = self.observe()
         stages = plan_up(self.plan, observed)
@@ -276,6 +295,20 @@ class _Up:
         _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
         if errors:
             report_errors(self.emit, "pull failed on", errors)
+            raise _Stop
+
+    def check_image(self) -> None:
+        """After the pull, before the start: the image asked on each engine host
+        (pdboot/image_probe.py). Part of preflight: --skip-preflight skips it."""
+        if self.opts.skip_preflight:
+            return
+        self.emit(StageStarted("image_check"))
+        results = image_probe.image_caps_check(self.plan, self.hosts)
+        for host in sorted(results):
+            for r in results[host]:
+                self.emit(ImageCheck(host, r.id, r.status, r.message, r.fix))
+        if image_probe.failed(results):
+            self.emit(Note("image check failed: nothing was started", "error"))
             raise _Stop
 
     # ---- ship
@@ -433,6 +466,8 @@ class _Up:
             clean_files(self.hosts, self.inv, self.plan, False, self.emit)
         else:
             kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
+            if e.probe.detail.startswith(f"host {svc.host} lost"):
+                kind = "is out of reach (its host was lost)"
             self.emit(
                 Note(
                     f"{svc.key} {kind}; everything started is left in place for inspection "

@@ -16,6 +16,7 @@ says "could not parse" and shows the first lines.
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ class HostContext:
     tiers: tuple[tuple[str, Tier], ...] = ()
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
+    peers: tuple[str, ...] = ()  # the other tier's engine hosts' addresses (network.ucx_iface)
 
     @property
     def gpu_host(self) -> bool:
@@ -123,14 +125,33 @@ class HostContext:
 # --------------------------------------------------------------------------- the batch
 
 
-def batch_script(commands: Iterable[Command], timeout_s: int = SECTION_TIMEOUT_S) -> str:
+# A command's output is not trusted to stay inside its section: a model's config.json may
+# well contain a line "### $ nvidia-smi ...". So the script's markers carry a random token,
+# fresh for every run and announced in a first line "### pdboot-sections TOKEN" printed
+# before any command output; parse_sections then honours only markers with that token
+# ("### TOKEN $ COMMAND", "### TOKEN exit=N"). Text without that first line (the captures
+# under tests/unit/fixtures/) is read in the plain layout.
+HEADER = "### pdboot-sections "
+
+
+def new_token() -> str:
+    return secrets.token_hex(12)
+
+
+def batch_script(
+    commands: Iterable[Command], timeout_s: int = SECTION_TIMEOUT_S, token: str | None = None
+) -> str:
     """One script printing every command's output between markers (see module doc).
 
     The commands run concurrently (each into its own file), then are printed in order:
     a host costs its slowest command, not the sum -- which matters for reachability probes
     that wait for a timeout and for nvidia-smi on hosts without persistence mode.
+    ``token``: the markers' token; a fresh random one when None (tests pass their own).
     """
     cmds = list(commands)
+    tok = token or new_token()
+    if not re.fullmatch(r"[0-9A-Za-z]+", tok):
+        raise ValueError("a section token is letters and digits only")
     parts = [
         "export LC_ALL=C LANG=C",
         'd=$(mktemp -d "${TMPDIR:-/tmp}/pdboot-preflight.XXXXXX") || exit 1',
@@ -143,31 +164,40 @@ def batch_script(commands: Iterable[Command], timeout_s: int = SECTION_TIMEOUT_S
             f'</dev/null >"$d/{i}" 2>&1; echo $? >"$d/{i}.rc"; }} &'
         )
     parts.append("wait")
+    parts.append(f"printf '%s\\n' {shlex.quote(HEADER + tok)}")
     for i, c in enumerate(cmds):
         parts.append(
-            f"printf '%s\\n' {shlex.quote('### $ ' + c.line)}; cat \"$d/{i}\"; "
-            f'echo "### exit=$(cat "$d/{i}.rc")"'
+            f"printf '%s\\n' {shlex.quote(f'### {tok} $ ' + c.line)}; cat \"$d/{i}\"; "
+            f'echo "### {tok} exit=$(cat "$d/{i}.rc")"'
         )
     return "\n".join(parts) + "\n"
 
 
-# At the end of a line: output without a final newline runs into the marker.
-_EXIT_RE = re.compile(r"^(.*)### exit=(\d+)\s*$")
+def _markers(text: str) -> tuple[str, re.Pattern[str]]:
+    """(start prefix, exit pattern) of this text: the token's if the text announces one."""
+    first = next((ln for ln in text.splitlines() if ln.startswith("### ")), "")
+    tok = first[len(HEADER) :].strip() if first.startswith(HEADER) else ""
+    if tok and re.fullmatch(r"[0-9A-Za-z]+", tok):
+        # At the end of a line: output without a final newline runs into the marker.
+        return f"### {tok} $ ", re.compile(rf"^(.*)### {tok} exit=(\d+)\s*$")
+    return "### $ ", re.compile(r"^(.*)### exit=(\d+)\s*$")
 
 
 def parse_sections(text: str) -> dict[str, Section]:
     """``### $ CMD`` / output / ``### exit=N`` blocks -> {CMD: Section}. Lenient: a block
-    cut off before its exit line gets rc None; text outside blocks is ignored."""
+    cut off before its exit line gets rc None; text outside blocks is ignored. With a
+    token header, only markers carrying the token count (see module doc)."""
+    start, exit_re = _markers(text)
     out: dict[str, Section] = {}
     cmd: str | None = None
     buf: list[str] = []
     for line in text.splitlines():
-        if line.startswith("### $ "):
+        if line.startswith(start):
             if cmd is not None:
                 out[cmd] = Section("\n".join(buf), None)
-            cmd, buf = line[len("### $ ") :].rstrip(), []
+            cmd, buf = line[len(start) :].rstrip(), []
             continue
-        m = _EXIT_RE.match(line)
+        m = exit_re.match(line)
         if m and cmd is not None:
             if m.group(1):
                 buf.append(m.group(1))

@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdboot.checks.docker import DockerFacts
+from pdboot.checks.gdr import GdrFacts
 from pdboot.checks.gpu import GpuFacts
 from pdboot.checks.host import HostSysFacts
 from pdboot.checks.model import ModelAreaFacts
 from pdboot.checks.network import NetworkFacts
 from pdboot.checks.rdma import RdmaFacts
+from pdboot.checks.route import RouteFacts
 from pdboot.checks.topo import TopoFacts
 
 
@@ -24,6 +26,8 @@ class HostFacts:
     gpu: GpuFacts | None = None
     docker: DockerFacts | None = None
     rdma: RdmaFacts | None = None
+    gdr: GdrFacts | None = None  # GPUDirect RDMA (judged with the RDMA area)
+    route: RouteFacts | None = None  # which interface reaches the peer engines (UCX over TCP)
     host: HostSysFacts | None = None
     network: NetworkFacts | None = None
     model: ModelAreaFacts | None = None

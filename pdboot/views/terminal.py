@@ -66,6 +66,7 @@ class TerminalView:
             ev.Endpoint: self._endpoint,
             ev.Interrupted: self._interrupted,
             ev.Note: lambda e: self._print(Text(e.message, style=LEVEL_STYLE[e.level])),
+            ev.ImageCheck: self._image_check,
             ev.StatusReport: lambda e: print_status(self.out, e),
             ev.Done: self._done,
         }
@@ -103,6 +104,12 @@ class TerminalView:
             self._print("preflight skipped (--skip-preflight)")
         elif not e.ok:
             self._print(Text("preflight failed: nothing was pulled or started", style="red"))
+
+    def _image_check(self, e: ev.ImageCheck) -> None:
+        style = {"pass": "", "warn": "yellow", "fail": "red", "skip": "dim"}[e.status]
+        self._print(Text(f"{e.host}: {e.check} {e.status}: {e.message}", style=style))
+        if e.fix and e.status != "pass":
+            self._print(f"  fix: {e.fix}")
 
     # ---- pull
 

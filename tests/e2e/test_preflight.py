@@ -43,7 +43,8 @@ DECODE = ["ok", "nodrv", "noctk", "busy", "lowdisk", "nossh"]
 @pytest.fixture(scope="module")
 def tb() -> Iterator[Any]:
     specs = [HostSpec(n, profile=p, **kw) for n, (p, kw) in HOSTS.items()]
-    with started_testbed(specs, images_needed=False) as bed:
+    # the images are in the registry: a healthy host passes docker.image_exists
+    with started_testbed(specs, images_needed=True) as bed:
         yield bed
 
 

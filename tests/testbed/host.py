@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.testbed import procs
+from tests.testbed.netns import set_link
 from tests.testbed.procs import Proc
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -192,6 +193,14 @@ class Host:
         p = self.procs.pop("sshd", None)
         if p:
             procs.stop(p)
+
+    def cut_link(self) -> None:
+        """A knob for tests: the host drops off the network without a reset (its veth
+        down on the bridge side); ``restore_link`` plugs it back in."""
+        set_link(self.veth, up=False)
+
+    def restore_link(self) -> None:
+        set_link(self.veth, up=True)
 
     def wait_sshd(self, deadline: float) -> None:
         while True:

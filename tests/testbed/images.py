@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 CACHE_DIR = Path(os.environ.get("PDBOOT_TESTBED_CACHE", "/var/tmp/pdboot-testbed-cache"))
 STANDIN_DIR = Path(__file__).resolve().parent / "standin"
+# EMULATED torch / nixl answering pdboot's after-pull probe (emulated_site/README.md)
+EMULATED_SITE = Path(__file__).resolve().parent / "emulated_site"
 ENGINE_REPO, ENGINE_TAG = "vllm/vllm-openai", "v0.33.0"
 ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
 ROUTER_VERSION = "0.1.17"
@@ -109,6 +111,10 @@ def _standin_files() -> list[Path]:
                   p.suffix in (".py", ".md", ".json"))
 
 
+def _emulated_site_files() -> list[Path]:
+    return sorted(p for p in EMULATED_SITE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
 def base_key() -> str:
     return _sha(RECIPE_VERSION, *BASE_PACKAGES)
 
@@ -116,6 +122,8 @@ def base_key() -> str:
 def wanted() -> dict[str, str]:
     """Repository:tag -> content key of what should be in the registry."""
     standin = [f.name.encode() + f.read_bytes() for f in _standin_files()]
+    standin += [str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes()
+                for f in _emulated_site_files()]
     return {
         f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin),
         f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES,
@@ -263,6 +271,10 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         for f in files:
             shutil.copy2(f, dest / f.name)
         _write_exec(work / "usr" / "local" / "bin" / "vllm", VLLM_LAUNCHER)
+        site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
+        for f in _emulated_site_files():
+            (site / f.relative_to(EMULATED_SITE)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, site / f.relative_to(EMULATED_SITE))
     else:
         changes = ROUTER_CHANGES
         site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"

@@ -87,6 +87,18 @@ def create_host_net(k: int, host: str, i: int, address: str) -> tuple[str, str]:
     return ns, veth
 
 
+def set_link(veth: str, up: bool) -> None:
+    """A host's cable cut (or plugged back in): the bridge side of its veth goes down.
+    Nothing is reset: both ends just stop hearing each other, as when a switch port or a
+    cable fails, so TCP peers see silence, never an RST."""
+    run("ip", "link", "set", veth, "up" if up else "down")
+
+
+def link_up(veth: str) -> bool:
+    flags = Path(f"/sys/class/net/{veth}/flags").read_text().strip()
+    return bool(int(flags, 16) & 0x1)  # IFF_UP
+
+
 def delete_host_net(ns: str, veth: str) -> None:
     if link_exists(veth):
         run("ip", "link", "del", veth, check=False)

@@ -252,8 +252,12 @@ def install(host_dir: Path, profile: dict[str, Any]) -> None:
                 f'#!/bin/sh\n{env} exec {py} -S -E {EMULATORS / "nvidia_smi.py"} "$@"\n')
         drv = host_dir / "procdriver" / "nvidia"
         drv.mkdir(parents=True, exist_ok=True)
+        # "kernel_module": "proprietary" shows the closed module's line (no dma-buf, so
+        # no GPUDirect RDMA without nvidia_peermem); the open one is the default
+        kmod = ("NVIDIA UNIX x86_64 Kernel Module" if profile.get("kernel_module") ==
+                "proprietary" else "NVIDIA UNIX Open Kernel Module for x86_64")
         (drv / "version").write_text(
-            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  "
+            f"NVRM version: {kmod}  "
             f"{profile['driver']}  Release Build  (pdboot-testbed@emulated)  \n"
             "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n")
     rdma = profile.get("rdma") or {}

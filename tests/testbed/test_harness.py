@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -442,3 +443,29 @@ def test_inventory_points_at_the_testbed(testbed: Testbed, tmp_path: Path) -> No
     assert inv.ssh.known_hosts == str(testbed.known_hosts)
     raw = yaml.safe_load(path.read_text())
     assert raw["model"] == "Qwen/Qwen3-0.6B"
+
+
+def test_knob_cut_link_silences_a_host_without_a_reset(make_testbed: MakeTestbed) -> None:
+    tb = make_testbed(["a"], images_needed=False)
+    h = tb.hosts["a"]
+    live = socket.create_connection((h.address, 22), timeout=5)
+    try:
+        banner = b""
+        while not banner.endswith(b"\n"):
+            banner += live.recv(1)
+        assert banner.startswith(b"SSH-")
+        h.cut_link()
+        assert not netns.link_up(h.veth)
+        live.settimeout(3)
+        live.sendall(b"SSH-2.0-probe\r\n")
+        t0 = time.monotonic()
+        with pytest.raises(socket.timeout):  # silence: no reset, no answer
+            live.recv(100)
+        assert time.monotonic() - t0 >= 2.5
+        with pytest.raises(OSError):  # a new connection gets nowhere either
+            socket.create_connection((h.address, 22), timeout=3).close()
+    finally:
+        live.close()
+        h.restore_link()
+    assert netns.link_up(h.veth)
+    assert tb.ssh("a", "echo back", timeout=30).stdout.strip() == "back"

@@ -10,14 +10,16 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pdboot.converge import Observed
-from pdboot.engine import PullProgress, PullResult
+from pdboot.engine import EngineLost, PullProgress, PullResult
 from pdboot.events import Event
 from pdboot.hosts import Hosts, Link
 from pdboot.http import HttpAnswer
 from pdboot.inventory import Inventory, parse_inventory
+from pdboot.lock import LockBusy
 from pdboot.plan import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
@@ -52,6 +54,12 @@ PULL_EVENTS = [
 ]
 
 
+# the after-pull image probe's answer: the stand-in image's, verbatim (GPUs 12.0, arch list
+# with sm_120, NIXL's UCX backend with cuda and ib transports)
+CAPS = Path(__file__).parent / "fixtures" / "image_caps"
+PROBE_OK = (0, (CAPS / "standin-rtx6000.txt").read_text())
+
+
 def inventory(decode_extra: str = "") -> Inventory:
     return parse_inventory(INV % decode_extra)
 
@@ -78,12 +86,29 @@ class World:
     containers: dict[str, Container] = field(default_factory=dict)
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (op, host, what)
     kv_pulls: int = 0
+    probe: tuple[int, str] = PROBE_OK  # what run_once (the image probe) answers
+    lost_at: dict[str, float] = field(default_factory=dict)  # host -> when its link goes
+    lock_holder: str | None = None  # another run's holder text: the deployment lock is busy
+    locks: list[str] = field(default_factory=list)  # "take up", "release up", ...
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
     def hosts(self, inv: Inventory, names: Iterable[str], _accept: bool) -> Hosts:
         self.calls.append(("open", ",".join(names), ""))
         return Hosts(links={h: Link(FakeConn(self, h), FakeEngine(self, h)) for h in names})  # type: ignore[arg-type]
+
+    def take_lock(
+        self, inv: Inventory, operation: str, wait: bool, _accept: bool, say: Callable[[str], None]
+    ) -> FakeLock:
+        """A pdboot.ports.LockFactory: busy while ``lock_holder`` is set (like lock.take
+        with --no-wait), else held at once."""
+        if self.lock_holder is not None:
+            raise LockBusy(f"{self.lock_holder} (--no-wait: not waiting)")
+        self.locks.append(f"take {operation}")
+        return FakeLock(self, operation)
+
+    def is_lost(self, host: str) -> bool:
+        return host in self.lost_at and self.clock.now() >= self.lost_at[host]
 
     def of_role(self, role: str) -> list[Container]:
         return [c for c in self.containers.values() if c.labels[LABEL_ROLE] == role]
@@ -135,6 +160,15 @@ class World:
 
 
 @dataclass
+class FakeLock:
+    world: World
+    operation: str
+
+    def release(self) -> None:
+        self.world.locks.append(f"release {self.operation}")
+
+
+@dataclass
 class FakeConn:
     world: World
     host: str
@@ -180,10 +214,16 @@ class FakeEngine:
             self.host, c.id, f"x-{c.id}", dict(c.labels), c.state, exit_code=c.exit_code
         )
 
+    def _reach(self) -> None:
+        if self.world.is_lost(self.host):  # what the keepalive watchdog reports
+            raise EngineLost(self.host, "no answer to SSH keepalives for 12s")
+
     def inspect(self, container_id: str) -> Observed:
+        self._reach()
         return self._observed(self.world.containers[container_id])
 
     def logs(self, container_id: str, tail: int = 50) -> list[str]:
+        self._reach()
         return self.world.containers[container_id].logs[-tail:]
 
     def compose_up(
@@ -229,6 +269,10 @@ class FakeEngine:
 
     def read_file(self, path: str) -> str | None:
         return None
+
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        self._call("run_once", argv[-1] if argv else "")
+        return self.world.probe
 
     def remove_project_dir(self, project_dir: str) -> None:
         self._call("remove_project_dir", project_dir)

@@ -29,6 +29,7 @@ from pdboot.rdma_findings import (
     describe_nics,
     from_records,
     parse_engines,
+    plan_from,
     records_to_ship,
 )
 from pdboot.render import render_all, render_summary
@@ -198,7 +199,9 @@ def test_render_shows_the_engines_and_what_needs_preflight() -> None:
 def test_nearest_nic_sets_each_engines_ucx_devices_and_explicit_wins() -> None:
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}
     i = inv(decode__engines_per_host=2)
-    plan = build_plan(i, {"gpu-a": True, "gpu-b": True}, {"gpu-b": ["mlx5_0:1", "mlx5_2:1"]}, nics)
+    plan = build_plan(
+        i, {"gpu-a": True, "gpu-b": True}, {"gpu-b": ["mlx5_0:1", "mlx5_2:1"]}, engine_nics=nics
+    )
     by = {s.key: dict(s.environment) for s in plan.services()}
     assert by["decode-1@gpu-b"]["UCX_NET_DEVICES"] == "mlx5_0:1"
     assert by["decode@gpu-b"]["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_2:1"  # no choice: all
@@ -207,7 +210,7 @@ def test_nearest_nic_sets_each_engines_ucx_devices_and_explicit_wins() -> None:
     explicit = i.model_copy(
         update={"kv_transfer": i.kv_transfer.model_validate(doc["kv_transfer"])}
     )
-    plan = build_plan(explicit, {"gpu-b": True}, None, nics)
+    plan = build_plan(explicit, {"gpu-b": True}, engine_nics=nics)
     assert {dict(s.environment).get("UCX_NET_DEVICES") for s in plan.stages[0]} == {"mlx5_9:1"}
 
 
@@ -355,11 +358,17 @@ def test_the_record_keeps_each_engines_nic_and_the_gpu_count() -> None:
     i = inv(prefill__engines_per_host="all", decode__engines_per_host=2)
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_1:1",), "PIX", (1,))}}
     f = Findings(
-        {"gpu-a": True, "gpu-b": True}, {"gpu-b": ["mlx5_1:1"]}, "preflight", nics, {"gpu-a": 4}
+        {"gpu-a": True, "gpu-b": True},
+        {"gpu-b": ["mlx5_1:1"]},
+        "preflight",
+        {"gpu-b": ["ens1f0"]},
+        nics=nics,
+        gpus={"gpu-a": 4},
     )
-    deployed = build_plan(i, f.present, f.ports, f.nics, f.gpus)
+    deployed = plan_from(i, f)
     back = from_records(records_to_ship(f))
-    again = build_plan(i, back.present, back.ports, back.nics, back.gpus)
+    assert back.ifaces == {"gpu-b": ["ens1f0"]}
+    again = plan_from(i, back)
     assert [(s.key, s.config_hash) for s in again.services()] == [
         (s.key, s.config_hash) for s in deployed.services()
     ]
@@ -392,7 +401,7 @@ def test_model_fits_and_kv_estimate_per_engine() -> None:
 def test_a_recorded_nic_for_other_gpus_is_not_used() -> None:
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}
     moved = inv(decode__gpus=[[0], [6]])
-    plan = build_plan(moved, {"gpu-b": True}, {"gpu-b": ["mlx5_0:1", "mlx5_2:1"]}, nics)
+    plan = build_plan(moved, {"gpu-b": True}, {"gpu-b": ["mlx5_0:1", "mlx5_2:1"]}, engine_nics=nics)
     env = dict(plan.stages[0][1].environment)
     assert env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_2:1"
 
@@ -423,7 +432,7 @@ def test_status_rows_per_engine_with_their_nic() -> None:
     from pdboot.views.status import nic_lines
 
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}
-    plan = build_plan(inv(decode__engines_per_host=2), {"gpu-b": True}, None, nics)
+    plan = build_plan(inv(decode__engines_per_host=2), {"gpu-b": True}, engine_nics=nics)
     running = _observed(plan.services())
     rows = rows_for(
         plan, running, set(), datetime.now(timezone.utc), lambda *_a, **_k: HttpAnswer(200, "")

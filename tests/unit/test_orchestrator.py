@@ -9,7 +9,7 @@ from pdboot.down import DownOptions, down
 from pdboot.inventory import Inventory
 from pdboot.ports import PreflightOutcome
 from pdboot.up import UpOptions, up
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from tests.unit.orchestrator_fakes import CAPS, Recorder, World, inventory
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
@@ -25,8 +25,19 @@ def run_up(
         clock=world.clock,
         hosts_factory=world.hosts,
         fetch=world.fetch,
+        lock_factory=world.take_lock,
     )
     return code, rec
+
+
+def run_down(world: World, rec: Recorder, opts: DownOptions | None = None) -> int:
+    return down(
+        world.inv,
+        opts or DownOptions(),
+        rec,
+        hosts_factory=world.hosts,
+        lock_factory=world.take_lock,
+    )
 
 
 def test_fresh_up_stage_order_and_event_stream() -> None:
@@ -142,21 +153,100 @@ def test_failed_preflight_opens_no_host() -> None:
         clock=world.clock,
         hosts_factory=world.hosts,
         fetch=world.fetch,
+        lock_factory=world.take_lock,
     )
     assert code == 1 and world.calls == []
     assert rec.of(ev.PreflightDone) == [ev.PreflightDone(ok=False)]
+    assert world.locks == ["take up", "release up"]  # held around preflight too
+
+
+def test_a_host_lost_while_waiting_fails_naming_it_not_at_the_deadline() -> None:
+    world = World(inventory(), load={"decode": 1.0, "prefill": 30.0}, lost_at={"p1": 5.0})
+    code, rec = run_up(world)
+    assert code == 1
+    (f,) = rec.of(ev.Failure)
+    assert f.service == "prefill@p1" and "host p1 lost" in f.message
+    assert 5.0 <= world.clock.now() < 6.0  # on the loss, not at the 60 s deadline
+    assert f.log_lines[0].startswith("(cannot read logs: p1: host p1 lost")
+    assert "prefill@p1 is out of reach (its host was lost)" in rec.of(ev.Note)[-1].message
+    assert not world.of_role("router")
+    assert world.locks == ["take up", "release up"]
+
+
+def test_a_busy_lock_with_no_wait_exits_1_naming_the_holder_before_preflight() -> None:
+    world = World(inventory(), lock_holder="lock on r held by ann@laptop (`pdboot up`)")
+    ran: list[bool] = []
+    rec = Recorder()
+    code = up(
+        world.inv,
+        UpOptions(no_wait=True),
+        rec,
+        preflight=lambda _inv, _acc: ran.append(True) or PreflightOutcome(True),
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+    )
+    assert code == 1 and ran == [] and world.calls == []
+    (note,) = rec.of(ev.Note)
+    assert note.level == "error" and "held by ann@laptop" in note.message
+    assert rec.events[-1].exit_code == 1  # type: ignore[attr-defined]
+    assert run_down(world, rec, DownOptions(no_wait=True)) == 1
+    assert world.calls == []
+
+
+def _preflighted_up(world: World) -> tuple[int, Recorder]:
+    rec = Recorder()
+    code = up(
+        world.inv,
+        UpOptions(),
+        rec,
+        preflight=lambda _inv, _acc: PreflightOutcome(True),
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+    )
+    return code, rec
+
+
+def test_image_check_after_the_pull_before_the_ship() -> None:
+    world = World(inventory())
+    code, rec = _preflighted_up(world)
+    assert code == 0
+    stages = [e.stage for e in rec.of(ev.StageStarted)]
+    assert stages[:4] == ["preflight", "pull", "image_check", "ship"]
+    # one probe per engine host, none on the router's
+    assert sorted(h for op, h, _ in world.calls if op == "run_once") == ["d1", "p1"]
+    checks = rec.of(ev.ImageCheck)
+    assert {(c.host, c.check, c.status) for c in checks} == {
+        (h, c, "pass") for h in ("d1", "p1") for c in ("docker.image_arch", "docker.image_nixl")
+    }
+
+
+def test_failing_image_check_stops_up_before_any_service_starts() -> None:
+    # an image without torch or nixl (the REAL probe output where neither is installed)
+    world = World(inventory(), probe=(0, (CAPS / "no-torch-no-nixl.txt").read_text()))
+    code, rec = _preflighted_up(world)
+    assert code == 1
+    assert rec.of(ev.ServiceStarted) == [] and world.containers == {}
+    assert not [c for c in world.calls if c[0] in ("ship", "compose_up")]
+    failed = [c for c in rec.of(ev.ImageCheck) if c.status == "fail"]
+    assert failed and all(c.fix for c in failed)
+    assert "nothing was started" in rec.of(ev.Note)[-1].message
+    assert isinstance(rec.events[-1], ev.Done) and rec.events[-1].exit_code == 1
 
 
 def test_down_router_then_prefill_then_decode() -> None:
     world = World(inventory())
     assert run_up(world)[0] == 0
     rec = Recorder()
-    assert down(world.inv, DownOptions(), rec, hosts_factory=world.hosts) == 0
+    assert run_down(world, rec) == 0
     assert [s.role for s in rec.of(ev.Stopped)] == ["router", "prefill", "decode"]
     assert world.containers == {}
     assert rec.events[-1] == ev.Done("down", 0, rec.events[-1].seconds, "removed 3 container(s)")  # type: ignore[attr-defined]
     again = Recorder()
-    assert down(world.inv, DownOptions(), again, hosts_factory=world.hosts) == 0
+    assert run_down(world, again) == 0
     assert again.events[-1].summary == "nothing of this deployment is running"  # type: ignore[attr-defined]
 
 

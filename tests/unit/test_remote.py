@@ -158,3 +158,28 @@ def test_local_host_gets_a_local_connection() -> None:
     c = remote.connect("me", Host(address="local"), SSHSettings())
     assert isinstance(c, remote.LocalConnection)
     assert c.run(["echo", "ok"]).stdout == "ok\n"
+
+
+def test_unreachable_names_each_address_and_its_cause() -> None:
+    exc = paramiko.ssh_exception.NoValidConnectionsError(
+        {
+            ("10.0.0.2", 22): OSError(113, "No route to host"),
+            ("fd00::2", 22, 0, 0): ConnectionRefusedError(111, "Connection refused"),
+        }
+    )
+    e = remote.classify(exc, "h2")
+    assert e.kind == "unreachable"
+    assert e.message == (
+        "cannot connect to 10.0.0.2:22 (No route to host), [fd00::2]:22 (Connection refused)"
+    )
+    assert "Errno None" not in e.message
+
+
+def test_host_lost_names_the_host_and_is_both_kinds_in_the_engine() -> None:
+    from pdboot.engine import EngineError, EngineLost
+
+    e = remote.HostLost("gpu-a", "no answer for 12s")
+    assert e.message == "host gpu-a lost: no answer for 12s" and e.kind == "unreachable"
+    el = EngineLost("gpu-a", "no answer for 12s")
+    assert isinstance(el, EngineError) and isinstance(el, remote.HostLost)
+    assert el.message == e.message and remote.classify(el, "gpu-a") is el

@@ -101,6 +101,7 @@ def test_terminal_view_on_a_terminal_runs_bars_and_live_table_through_a_real_up(
         clock=world.clock,
         hosts_factory=world.hosts,
         fetch=world.fetch,
+        lock_factory=world.take_lock,
     )
     view.close()
     text = console.file.getvalue()  # type: ignore[attr-defined]
@@ -109,3 +110,20 @@ def test_terminal_view_on_a_terminal_runs_bars_and_live_table_through_a_real_up(
     assert "ready decode@d1 after 3.0s" in text and "ready prefill@p1 after 2.0s" in text
     assert "decode loading" in text  # the live table showed the latest log line
     assert "endpoint: http://192.0.2.12:8000/v1" in text
+
+
+def test_image_check_lines_carry_the_fix_under_a_failure() -> None:
+    console = Console(file=io.StringIO(), width=200, force_terminal=False, color_system=None)
+    view = TerminalView(console)
+    view(ev.StageStarted("image_check"))
+    view(ev.ImageCheck("d1", "docker.image_nixl", "pass", "NIXL loads UCX", "never shown"))
+    view(ev.ImageCheck("p1", "docker.image_arch", "fail", "no sm_120 kernels", "use a cu128 image"))
+    view.close()
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert text.splitlines() == [
+        "d1: docker.image_nixl pass: NIXL loads UCX",
+        "p1: docker.image_arch fail: no sm_120 kernels",
+        "  fix: use a cu128 image",
+    ]
+    doc = json.loads(to_json(ev.ImageCheck("p1", "docker.image_arch", "fail", "m", "f")))
+    assert doc["event"] == "image_check" and doc["fix"] == "f"

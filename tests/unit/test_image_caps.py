@@ -1,0 +1,104 @@
+"""The after-pull probe's parser and verdicts on real text (fixtures/image_caps/README.md),
+and the orchestration helpers of pdboot/image_probe.py that need no host."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pdboot import image_probe
+from pdboot.checks import image_caps as ic
+from pdboot.inventory import load_inventory
+from pdboot.plan import build_plan
+
+FIX = Path(__file__).parent / "fixtures" / "image_caps"
+IMG = "vllm/vllm-openai:v0.33.0"
+# REAL torch.cuda.get_arch_list() outputs (pytorch/pytorch#182250)
+CU128 = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
+CU126 = ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90")
+
+
+def standin() -> ic.ImageCaps:
+    return ic.parse((FIX / "standin-rtx6000.txt").read_text())
+
+
+def test_the_standin_answer_parses_after_nixls_own_lines() -> None:
+    c = standin()
+    assert c.arch_list == CU128 and c.devices == ("12.0", "12.0")
+    assert c.backends == ("UCX",) and {"cuda", "ib"} <= set(c.uct_modules)
+    assert [r.status for r in ic.verdicts(c, IMG, rdma=True)] == ["pass", "pass"]
+
+
+def test_an_image_without_torch_or_nixl_fails_both() -> None:
+    c = ic.parse((FIX / "no-torch-no-nixl.txt").read_text())
+    arch, nixl = ic.verdicts(c, IMG, rdma=False)
+    assert arch.status == "fail" and "No module named 'torch'" in arch.message
+    assert nixl.status == "fail" and "No module named 'nixl'" in nixl.message
+    assert "INSTALL_KV_CONNECTORS" in nixl.fix
+
+
+def test_kernels_without_sm_120_fail_on_an_rtx_pro_6000() -> None:
+    c = dataclasses.replace(standin(), arch_list=CU126)
+    arch = ic.verdicts(c, IMG, rdma=False)[0]
+    assert arch.status == "fail" and "compute capability 12.0" in arch.message
+    assert "sm_90" in arch.message and "sm_120" in arch.fix
+
+
+@pytest.mark.parametrize(
+    ("archs", "cap", "ok"),
+    [
+        (CU128, "12.0", True),
+        (CU126, "12.0", False),
+        (CU126, "8.9", True),  # sm_86 cubins run on 8.9 (same major, later minor)
+        (("sm_90a",), "9.0", True),
+        (("sm_90a",), "10.0", False),
+        (("sm_80", "compute_90"), "12.0", True),  # PTX JIT-compiles forward
+        (("sm_100a",), "10.3", False),  # arch-specific cubins run only on their own
+    ],
+)
+def test_coverage_follows_cudas_compatibility_rules(
+    archs: tuple[str, ...], cap: str, ok: bool
+) -> None:
+    assert ic.covers(archs, cap) is ok
+
+
+def test_ucx_without_cuda_fails_without_ib_fails_only_with_rdma() -> None:
+    no_cuda = dataclasses.replace(standin(), uct_modules=("cma", "ib", "tcp"))
+    assert ic.verdicts(no_cuda, IMG, rdma=False)[1].status == "fail"
+    no_ib = dataclasses.replace(standin(), uct_modules=("cma", "cuda", "tcp"))
+    assert ic.verdicts(no_ib, IMG, rdma=True)[1].status == "fail"
+    assert ic.verdicts(no_ib, IMG, rdma=False)[1].status == "pass"
+
+
+def test_no_answer_is_a_failure_with_the_containers_last_lines() -> None:
+    text = (
+        "docker: Error response from daemon: could not select device driver \"\" with "
+        "capabilities: [[gpu]].\n"
+    )
+    c = ic.parse(text, 125)
+    assert c.problem and "exit 125" in c.problem and "could not select device driver" in c.problem
+    assert all(r.status == "fail" for r in ic.verdicts(c, IMG, rdma=False))
+
+
+def test_the_command_is_one_docker_run_with_the_hosts_gpus() -> None:
+    argv = ic.docker_argv(IMG, (0, 1))
+    assert argv[:8] == ["docker", "run", "--rm", "--gpus", '"device=0,1"', "--entrypoint",
+                        "python3", IMG]
+    assert argv[8] == "-c" and argv[9] == ic.PROBE
+    assert shlex.split(shlex.join(argv)) == argv
+    compile(ic.PROBE, "probe", "exec")
+
+
+def test_the_probe_gets_the_gpus_of_the_hosts_engines() -> None:
+    inv = load_inventory(Path(__file__).parent / "inventories" / "colocated.yaml")
+    box = build_plan(inv).hosts["box"]
+    engines = [s for s in box.services if s.role != "router"]
+    assert image_probe.host_gpus(engines) == (0, 1)  # prefill GPU 0 + decode GPU 1
+    res = {"box": ic.verdicts(standin(), IMG, rdma=False)}
+    assert not image_probe.failed(res)
+    assert res["box"][0].id == ic.ARCH_ID and res["box"][0].status == "pass"
+    bad = {"box": ic.verdicts(dataclasses.replace(standin(), arch_list=CU126), IMG, rdma=False)}
+    assert image_probe.failed(bad) and bad["box"][0].fix
