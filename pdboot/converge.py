@@ -1,7 +1,7 @@
 """Observed containers + the wanted plan -> what `up` and `down` must do (pure).
 
-pdboot recognises its own containers by labels (deployment, role, host, config hash),
-never by name, so it never touches a container it did not start. A service whose hash
+pdboot recognises its own containers by labels (deployment, role, host, engine index,
+config hash), never by name, so it never touches a container it did not start. A service whose hash
 label equals the plan's is left alone; one whose hash differs is recreated; the router
 is recreated whenever one of its workers was (re)created, because it registered the
 old engines. Steps stay grouped by stage so `up` keeps the decode -> prefill -> router
@@ -14,9 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from pdboot.engines import engine_name
 from pdboot.plan import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
+    LABEL_ENGINE,
     LABEL_HOST,
     LABEL_ROLE,
     ROLES,
@@ -56,8 +58,20 @@ class Observed:
         return self.labels.get(LABEL_CONFIG_HASH)
 
     @property
+    def engine_index(self) -> int:
+        """Its engine index on the host (label absent: 0, the only or first engine)."""
+        raw = self.labels.get(LABEL_ENGINE, "0")
+        return int(raw) if raw.isdigit() else 0
+
+    @property
+    def service_name(self) -> str:
+        """The plan's Service.name it stands for: ``decode``, ``prefill-2``, ``router``."""
+        role = self.role or "?"
+        return role if role == "router" else engine_name(role, self.engine_index)
+
+    @property
     def key(self) -> str:
-        return f"{self.role}@{self.labels.get(LABEL_HOST, self.host)}"
+        return f"{self.service_name}@{self.labels.get(LABEL_HOST, self.host)}"
 
     @property
     def running(self) -> bool:
@@ -81,7 +95,7 @@ def _index(observed: Iterable[Observed]) -> dict[tuple[str, str], list[Observed]
     out: dict[tuple[str, str], list[Observed]] = {}
     for o in observed:
         if o.role is not None:
-            out.setdefault((o.host, o.role), []).append(o)
+            out.setdefault((o.host, o.service_name), []).append(o)
     return out
 
 
@@ -93,7 +107,7 @@ def plan_up(plan: Plan, observed: Iterable[Observed]) -> list[list[Step]]:
     for stage in plan.stages:
         steps: list[Step] = []
         for svc in stage:
-            found = index.get((svc.host, svc.role), [])
+            found = index.get((svc.host, svc.name), [])
             step = _step(svc, found, workers_changed and svc.role == "router")
             steps.append(step)
         if any(s.service.role != "router" and s.kind != "unchanged" for s in steps):
@@ -141,8 +155,8 @@ def decode_restart_note(stages: Sequence[Sequence[Step]]) -> str | None:
 
 def orphans(plan: Plan, observed: Iterable[Observed]) -> list[Observed]:
     """This deployment's containers that the plan no longer has (a host left a tier)."""
-    wanted = {(s.host, s.role) for s in plan.services()}
-    return [o for o in owned(observed, plan.deployment) if (o.host, o.role) not in wanted]
+    wanted = {(s.host, s.name) for s in plan.services()}
+    return [o for o in owned(observed, plan.deployment) if (o.host, o.service_name) not in wanted]
 
 
 def plan_down(deployment: str, observed: Iterable[Observed]) -> list[tuple[Role, list[Observed]]]:

@@ -25,7 +25,7 @@ import os
 import posixpath
 import re
 import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -505,8 +505,17 @@ class Engine:
             raise self._err(f"cannot write into {project_dir}: {mask(res.stderr.strip())}")
 
     def compose_up(
-        self, project_dir: str, project: str, service: str, *, recreate: bool, timeout: float
+        self,
+        project_dir: str,
+        project: str,
+        service: str | Sequence[str],
+        *,
+        recreate: bool,
+        timeout: float,
     ) -> None:
+        """`docker compose up` of one service, or several at once (compose starts them in
+        parallel: the engines of a host)."""
+        names = [service] if isinstance(service, str) else list(service)
         argv = [
             "docker",
             "compose",
@@ -524,16 +533,17 @@ class Engine:
         ]
         if recreate:
             argv.append("--force-recreate")
-        argv.append(service)
+        argv += names
+        what = f"start {', '.join(names)}"
         try:
-            self._run(argv, f"start {service}", timeout=timeout)
+            self._run(argv, what, timeout=timeout)
         except EngineError as e:
             if not is_transient_runtime_error(str(e)):
                 raise
             # runc occasionally fails a container's init on a loaded host without a cause
             # (seen as "error during container init: %!w(<nil>)"); compose left the
             # container created, and a second `up` of the same service starts it.
-            self._run(argv, f"start {service}", timeout=timeout)
+            self._run(argv, what, timeout=timeout)
 
     def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
         """A short-lived `docker run --rm ...` on the host (the docker CLI, argv quoted by

@@ -12,7 +12,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -126,12 +126,20 @@ class Host(Strict):
         return None if v is None else check_safe_token(v, "interface name", _IFACE_RE)
 
 
+EngineCount = Annotated[int, Field(ge=1, le=MAX_GPU_INDEX + 1)]
+
+
 class Tier(Strict):
     hosts: list[str] = Field(min_length=1)
     port: int = Field(ge=1, le=65535)
     side_channel_port: int = Field(ge=1, le=65535)
     tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_TP)
-    gpus: Literal["all"] | list[int] = "all"
+    # "all"; a flat list (one engine's GPUs, or the pool engines_per_host splits); or one
+    # list per engine ([[0, 1], [2, 3]]). See pdboot/engines.py.
+    gpus: Literal["all"] | list[int] | list[list[int]] = "all"
+    # Engines of this tier per host (several independent engines, dense models): a count,
+    # or "all" (as many as the GPUs preflight finds allow). None: one engine.
+    engines_per_host: EngineCount | Literal["all"] | None = None
     extra_args: list[str] = []
     env: dict[str, str] = {}
 
@@ -144,13 +152,19 @@ class Tier(Strict):
 
     @field_validator("gpus")
     @classmethod
-    def _gpus_distinct(cls, v: Literal["all"] | list[int]) -> Literal["all"] | list[int]:
+    def _gpus_distinct(
+        cls, v: Literal["all"] | list[int] | list[list[int]]
+    ) -> Literal["all"] | list[int] | list[list[int]]:
         if isinstance(v, list):
             if not v:
                 raise ValueError("list of GPU indices must not be empty (or use 'all')")
-            if len(set(v)) != len(v):
+            groups = [g if isinstance(g, list) else [g] for g in v]
+            if isinstance(v[0], list) and any(not g for g in groups):
+                raise ValueError("a GPU group must not be empty")
+            flat = [i for g in groups for i in g]
+            if len(set(flat)) != len(flat):
                 raise ValueError("GPU indices must be distinct")
-            if any(i < 0 or i > MAX_GPU_INDEX for i in v):
+            if any(i < 0 or i > MAX_GPU_INDEX for i in flat):
                 raise ValueError(f"GPU indices must be 0..{MAX_GPU_INDEX}")
         return v
 
@@ -508,7 +522,7 @@ def _pydantic_issues(exc: ValidationError, index: _LineIndex, file: str) -> list
         # pydantic adds validator tags such as `list[int]` or `function-after[...]`
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _TAG.fullmatch(p)))
         # pydantic adds the union member name for `"all" | list[int]`; drop such tags
-        loc = tuple(p for p in loc if p not in ("literal['all']", "list[int]"))
+        loc = tuple(p for p in loc if p not in _UNION_TAGS)
         etype = err["type"]
         if etype == "extra_forbidden":
             key = str(loc[-1]) if loc else "?"
@@ -529,6 +543,8 @@ def _pydantic_issues(exc: ValidationError, index: _LineIndex, file: str) -> list
             unique.append(i)
     return unique
 
+
+_UNION_TAGS = ("literal['all']", "list[int]", "list[list[int]]", "int", "constrained-int")
 
 _KV_REJECTED_BY_VLLM = {
     "kv_rank": "from the old P2P/PyNccl connectors",
@@ -715,7 +731,10 @@ def _topology_rules(inv: Inventory) -> list[Rule]:
     for tname, tier in _tiers(inv):
         if len(set(tier.hosts)) != len(tier.hosts):
             out.append(
-                ((tname, "hosts"), "a host is listed twice; pdboot runs one engine per host")
+                (
+                    (tname, "hosts"),
+                    "a host is listed twice; for several engines per host use engines_per_host",
+                )
             )
         for i, h in enumerate(tier.hosts):
             if h not in inv.hosts:
@@ -725,14 +744,6 @@ def _topology_rules(inv: Inventory) -> list[Rule]:
                         f"host {h!r} is not defined under hosts" + _suggest(h, list(inv.hosts)),
                     )
                 )
-        if isinstance(tier.gpus, list) and len(tier.gpus) != tier.tensor_parallel_size:
-            out.append(
-                (
-                    (tname, "gpus"),
-                    f"{len(tier.gpus)} GPU(s) listed but tensor_parallel_size is "
-                    f"{tier.tensor_parallel_size}; list exactly one GPU per rank",
-                )
-            )
     if inv.router.host not in inv.hosts:
         out.append(
             (
@@ -786,51 +797,10 @@ def _address_rules(inv: Inventory) -> list[Rule]:
 
 
 def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
-    """Services sharing a host must not collide on ports or GPUs."""
-    out: list[Rule] = []
-    ports: dict[str, dict[int, str]] = {}
-    gpus: dict[str, list[tuple[str, Literal["all"] | list[int]]]] = {}
+    """GPU groups, ports per engine, tiers sharing a host (engines per host)."""
+    from pdboot.engines import engine_rules  # engines builds on the models above
 
-    def claim(host: str, port: int, what: str, path: tuple[str | int, ...]) -> None:
-        taken = ports.setdefault(host, {})
-        if port in taken:
-            out.append((path, f"port {port} on host {host!r} is already used by {taken[port]}"))
-        else:
-            taken[port] = what
-
-    for tname, tier in _tiers(inv):
-        for h in dict.fromkeys(tier.hosts):  # a host listed twice is reported above
-            claim(h, tier.port, f"{tname} HTTP", (tname, "port"))
-            claim(
-                h,
-                tier.side_channel_port,
-                f"{tname} NIXL side channel",
-                (tname, "side_channel_port"),
-            )
-            gpus.setdefault(h, []).append((tname, tier.gpus))
-    claim(inv.router.host, inv.router.port, "router HTTP", ("router", "port"))
-    claim(inv.router.host, inv.router.metrics_port, "router metrics", ("router", "metrics_port"))
-
-    for h, claims in gpus.items():
-        if len(claims) < 2:
-            continue
-        (_, a), (_, b) = claims[0], claims[1]
-        if a == "all" or b == "all":
-            out.append(
-                (
-                    ("decode", "gpus"),
-                    f"prefill and decode share host {h!r}: give each tier its own GPU "
-                    "indices instead of 'all'",
-                )
-            )
-        elif set(a) & set(b):
-            out.append(
-                (
-                    ("decode", "gpus"),
-                    f"prefill and decode share host {h!r} and GPU(s) {sorted(set(a) & set(b))}",
-                )
-            )
-    return out
+    return engine_rules(inv)
 
 
 def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from pdboot.engines import EngineNic, EngineSpec, engines, unresolved
 from pdboot.inventory import (
     LOCAL,
     Inventory,
-    Tier,
     advertised_address,
     deployment_hosts,
     engine_uses_secrets,
@@ -30,6 +30,10 @@ ROLES: tuple[Role, ...] = ("decode", "prefill", "router")  # start order; stop i
 LABEL_DEPLOYMENT = "io.pdboot.deployment"
 LABEL_ROLE = "io.pdboot.role"
 LABEL_HOST = "io.pdboot.host"
+# Engine index on its host within its tier, on engines 1, 2, ... Engine 0 carries none (as
+# every engine did before engines per host), so single-engine deployments keep their labels
+# and config hashes, and adding engines to a tier leaves its engine 0 running.
+LABEL_ENGINE = "io.pdboot.engine"
 LABEL_CONFIG_HASH = "io.pdboot.config-hash"
 
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
@@ -93,6 +97,10 @@ class Service:
     side_channel_port: int | None = None
     metrics_port: int | None = None
     config_hash: str = ""
+    # Engines only (not rendered): its index on the host, and where its UCX_NET_DEVICES
+    # came from, in words (e.g. "mlx5_0:1 (PIX, nearest GPUs 0,1)").
+    engine_index: int = 0
+    nic: str = ""
 
     @property
     def container_name(self) -> str:
@@ -134,6 +142,9 @@ class Plan:
     stages: tuple[tuple[Service, ...], ...]  # decode engines, prefill engines, router
     router: Service
     hf_token_ref: str | None = None  # where `up` reads the token (env:NAME, file:PATH)
+    # What this plan had to assume without preflight's facts, in words (render says so;
+    # `up` must not deploy an `engines_per_host: all` tier from an assumed GPU count).
+    unresolved: tuple[str, ...] = ()
 
     @property
     def endpoint(self) -> str:
@@ -188,23 +199,35 @@ def _ucx_env(
     host: str,
     rdma: bool,
     found: Sequence[str] | None,
+    nearest: EngineNic | None,
     tcp_ifaces: Sequence[str] | None = None,
-) -> dict[str, str]:
+) -> tuple[dict[str, str], str]:
+    """The UCX_* variables of one engine, and where UCX_NET_DEVICES came from."""
     ucx = inv.kv_transfer.ucx
     env: dict[str, str] = {}
-    # declared devices win; else the ports preflight found ACTIVE (UCX would otherwise
+    # explicit wins; then the port(s) nearest the engine's GPUs (preflight's topo choice);
+    # then the declared devices; else the ports preflight found ACTIVE (UCX would otherwise
     # also try ports that are down)
     devices = list(inv.hosts[host].rdma_devices) or list(found or ())
+    why = ""
     if ucx.net_devices:
         env["UCX_NET_DEVICES"] = ucx.net_devices
+        why = f"{ucx.net_devices} (kv_transfer.ucx.net_devices)"
+    elif rdma and nearest is not None and nearest.ports:
+        env["UCX_NET_DEVICES"] = ",".join(nearest.ports)
+        why = nearest.describe()
     elif rdma and devices:
         env["UCX_NET_DEVICES"] = ",".join(d if ":" in d else f"{d}:1" for d in devices)
-    elif not rdma and tcp_ifaces:  # the interface preflight found reaching the peers
+        why = env["UCX_NET_DEVICES"] + " (every port; the nearest needs preflight's facts)"
+    elif rdma:
+        why = "left to UCX (no device known; the nearest needs preflight's facts)"
+    elif tcp_ifaces:  # the interface preflight found reaching the peers
         env["UCX_NET_DEVICES"] = ",".join(tcp_ifaces)
+        why = f"{env['UCX_NET_DEVICES']} (TCP: the interface reaching the peers)"
     if ucx.tls:
         env["UCX_TLS"] = ucx.tls
     env.update(ucx.env)
-    return env
+    return env, why
 
 
 # Docker only counts failed probes after start_period; model loads take minutes, so the
@@ -221,8 +244,17 @@ _PROBE = (
 )
 
 
-def _labels(inv: Inventory, role: Role, host: str) -> tuple[tuple[str, str], ...]:
-    return ((LABEL_DEPLOYMENT, inv.name), (LABEL_ROLE, role), (LABEL_HOST, host))
+def _labels(
+    inv: Inventory, role: Role, host: str, engine: EngineSpec | None = None
+) -> tuple[tuple[str, str], ...]:
+    out: tuple[tuple[str, str], ...] = (
+        (LABEL_DEPLOYMENT, inv.name),
+        (LABEL_ROLE, role),
+        (LABEL_HOST, host),
+    )
+    if engine is not None and engine.index > 0:
+        out += ((LABEL_ENGINE, str(engine.index)),)
+    return out
 
 
 def _ulimits(inv: Inventory, *names: str) -> tuple[Ulimit, ...]:
@@ -239,57 +271,62 @@ def _mounts(inv: Inventory) -> tuple[BindMount, ...]:
     return tuple(mounts)
 
 
-def _engine_command(inv: Inventory, role: Literal["prefill", "decode"], tier: Tier) -> list[str]:
+def _engine_command(inv: Inventory, e: EngineSpec) -> list[str]:
+    tier = inv.prefill if e.role == "prefill" else inv.decode
     return [
         inv.model,
         "--port",
-        str(tier.port),
+        str(e.port),
         "--served-model-name",
         inv.served_model_name or inv.model,
         "--tensor-parallel-size",
         str(tier.tensor_parallel_size),
         "--kv-transfer-config",
-        json.dumps(kv_transfer_config(inv, role), separators=(",", ":"), sort_keys=True),
+        json.dumps(kv_transfer_config(inv, e.role), separators=(",", ":"), sort_keys=True),
         *tier.extra_args,
     ]
 
 
 def _engine(
     inv: Inventory,
-    role: Literal["prefill", "decode"],
-    tier: Tier,
-    host: str,
+    e: EngineSpec,
     rdma_present: Mapping[str, bool] | None,
     rdma_ports: Mapping[str, Sequence[str]] | None,
-    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
+    nearest: EngineNic | None,
+    tcp_ifaces: Sequence[str] | None = None,
 ) -> Service:
+    host, role = e.host, e.role
+    tier = inv.prefill if role == "prefill" else inv.decode
     address = advertised_address(inv.hosts[host])
     rdma = rdma_enabled(inv, host, rdma_present)
     env: dict[str, str] = {
         # Both the bind address and what the peer is told to connect to (remote_host).
         "VLLM_NIXL_SIDE_CHANNEL_HOST": address,
-        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(tier.side_channel_port),
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(e.side_channel_port),
         "HF_HOME": HF_CACHE_IN_CONTAINER,
     }
-    env.update(
-        _ucx_env(inv, host, rdma, (rdma_ports or {}).get(host), (tcp_ifaces or {}).get(host))
+    ucx, nic = _ucx_env(
+        inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces
     )
+    if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
+        nic = "RDMA auto: the nearest HCA port needs preflight's facts"
+    env.update(ucx)
     env.update(tier.env)
     return Service(
-        name=role,
+        name=e.name,
         role=role,
         host=host,
         address=address,
-        port=tier.port,
+        port=e.port,
         project=project_name(inv),
         image=inv.image,
-        command=tuple(_engine_command(inv, role, tier)),
+        command=tuple(_engine_command(inv, e)),
         entrypoint=None,
         environment=tuple(sorted(env.items())),
-        gpus="all" if tier.gpus == "all" else tuple(tier.gpus),
+        gpus=e.gpus,
         rdma=rdma,
         restart=inv.container.restart,
-        labels=_labels(inv, role, host),
+        labels=_labels(inv, role, host, e),
         env_file=SECRETS_FILE if engine_uses_secrets(inv) else None,
         ipc="host",
         shm_size=inv.container.shm_size,
@@ -299,13 +336,15 @@ def _engine(
         devices=("/dev/infiniband:/dev/infiniband",) if rdma else (),
         cap_add=("IPC_LOCK",) if rdma else (),
         healthcheck=Healthcheck(
-            test=("CMD", "python3", "-c", _PROBE.format(port=tier.port)),
+            test=("CMD", "python3", "-c", _PROBE.format(port=e.port)),
             interval=HEALTH_INTERVAL,
             timeout=HEALTH_TIMEOUT,
             retries=HEALTH_RETRIES,
             start_period=f"{int(inv.timeouts.ready_seconds)}s",
         ),
-        side_channel_port=tier.side_channel_port,
+        side_channel_port=e.side_channel_port,
+        engine_index=e.index,
+        nic=nic,
     )
 
 
@@ -370,22 +409,44 @@ def _with_hash(svc: Service) -> Service:
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 
 
+def _nic_for(e: EngineSpec, nics: Mapping[str, Mapping[str, EngineNic]]) -> EngineNic | None:
+    """The recorded choice for this engine, only while it was made for the same GPUs (a
+    group changed since the last preflight gets every port, not another group's NIC)."""
+    nic = nics.get(e.host, {}).get(e.name)
+    if nic is None or (e.gpus != "all" and nic.gpus and tuple(nic.gpus) != tuple(e.gpus)):
+        return None
+    return nic
+
+
 def build_plan(
     inv: Inventory,
     rdma_present: Mapping[str, bool] | None = None,
     rdma_ports: Mapping[str, Sequence[str]] | None = None,
     tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
+    *,
+    engine_nics: Mapping[str, Mapping[str, EngineNic]] | None = None,
+    gpu_counts: Mapping[str, int] | None = None,
 ) -> Plan:
     """The deployment plan. ``rdma_present``: per host, whether preflight found RDMA
     devices (used when kv_transfer.rdma is `auto`); None for a dry run. ``rdma_ports``:
     per host, the ``device:port`` names it found ACTIVE (UCX_NET_DEVICES when the
     inventory declares no rdma_devices). ``tcp_ifaces``: per host, the interface(s) that
-    reach the peer engine hosts (UCX_NET_DEVICES when RDMA is off)."""
-    facts = (rdma_present, rdma_ports, tcp_ifaces)
-    decodes = [_with_hash(_engine(inv, "decode", inv.decode, h, *facts)) for h in inv.decode.hosts]
-    prefills = [
-        _with_hash(_engine(inv, "prefill", inv.prefill, h, *facts)) for h in inv.prefill.hosts
+    reach the peer engine hosts (UCX_NET_DEVICES when RDMA is off). ``engine_nics``: per
+    host, per engine name, the port(s) nearest the engine's GPUs (preflight's topo choice,
+    or its record). ``gpu_counts``: per host, the GPUs preflight found
+    (``engines_per_host: all``)."""
+    nics = engine_nics or {}
+    ifaces = tcp_ifaces or {}
+    services = [
+        _with_hash(
+            _engine(
+                inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host)
+            )
+        )
+        for e in engines(inv, gpu_counts)
     ]
+    decodes = [s for s in services if s.role == "decode"]
+    prefills = [s for s in services if s.role == "prefill"]
     router = _with_hash(_router(inv, prefills, decodes))
     every = decodes + prefills + [router]
     hosts: dict[str, HostPlan] = {}
@@ -406,4 +467,5 @@ def build_plan(
         stages=(tuple(decodes), tuple(prefills), (router,)),
         router=router,
         hf_token_ref=inv.secrets.hf_token,
+        unresolved=tuple(unresolved(inv, gpu_counts)),
     )

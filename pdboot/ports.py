@@ -6,7 +6,7 @@ hosts, a fake engine, a fake HTTP function and a fake clock (tests/unit/test_orc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,7 +43,13 @@ class EngineOps(Protocol):
     def logs(self, container_id: str, tail: int = 50) -> list[str]: ...
 
     def compose_up(
-        self, project_dir: str, project: str, service: str, *, recreate: bool, timeout: float
+        self,
+        project_dir: str,
+        project: str,
+        service: str | Sequence[str],
+        *,
+        recreate: bool,
+        timeout: float,
     ) -> None: ...
 
     def stop_remove(self, container_ids: list[str], grace: int = 30) -> None: ...

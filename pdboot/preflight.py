@@ -39,9 +39,11 @@ from pdboot.checks import model as model_checks
 from pdboot.checks import network as network_checks
 from pdboot.checks import rdma as rdma_checks
 from pdboot.checks import route as route_checks
+from pdboot.checks import topo as topo_checks
 from pdboot.checks.facts import HostFacts
+from pdboot.engines import EngineNic, is_auto, tier_engines
 from pdboot.inventory import Inventory, advertised_address, deployment_hosts
-from pdboot.plan import build_plan
+from pdboot.plan import Plan, build_plan
 
 T = TypeVar("T")
 
@@ -62,6 +64,7 @@ DOMAINS: tuple[tuple[str, Area], ...] = (
     ("rdma", rdma_checks),
     ("rdma", gdr_checks),
     ("network", route_checks),
+    ("topo", topo_checks),
     ("host", host_checks),
     ("network", network_checks),
     ("model", model_checks),
@@ -105,44 +108,60 @@ class Selection:
 # --------------------------------------------------------------------------- contexts
 
 
+def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:
+    """One need per engine; an `engines_per_host: all` tier needs at least one TP group."""
+    out: list[GpuNeed] = []
+    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+        if host not in tier.hosts:
+            continue
+        tp = tier.tensor_parallel_size
+        if is_auto(tier):
+            out.append(GpuNeed(t, tp, "all"))
+            continue
+        for e in tier_engines(t, tier, host):  # type: ignore[arg-type]
+            out.append(GpuNeed(t, tp, e.gpus, e.name if e.count > 1 else ""))
+    return tuple(out)
+
+
+def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
+    """From a decode host: every prefill engine's side channel; from the router's host:
+    every engine's HTTP port."""
+    probes: list[Probe] = []
+    if "decode" in roles:
+        for s in plan.stages[1]:
+            if s.side_channel_port is not None:
+                probes.append(
+                    Probe(
+                        "network.side_channel",
+                        s.host,
+                        s.address,
+                        s.side_channel_port,
+                        f"{s.name}'s NIXL side channel",
+                    )
+                )
+    if "router" in roles:
+        for s in plan.services():
+            if s.role != "router":
+                probes.append(Probe("network.ingress", s.host, s.address, s.port, f"{s.name} HTTP"))
+    return probes
+
+
 def contexts(inv: Inventory) -> dict[str, HostContext]:
-    """What each host is checked for, from the inventory and the plan (pure)."""
+    """What each host is checked for, from the inventory and the plan (pure). An
+    `engines_per_host: all` tier is checked for the ports of AUTO_ASSUMED_GPUS' engines."""
     plan = build_plan(inv)
     kv = inv.kv_transfer
     out: dict[str, HostContext] = {}
     for name in deployment_hosts(inv):
         hp = plan.hosts[name]
-        roles = tuple(s.role for s in hp.services)
+        roles = tuple(dict.fromkeys(s.role for s in hp.services))
         ports: list[tuple[int, str]] = []
         for s in hp.services:
-            ports.append((s.port, f"{s.role} HTTP"))
+            ports.append((s.port, f"{s.name} HTTP"))
             if s.side_channel_port is not None:
-                ports.append((s.side_channel_port, f"{s.role} NIXL side channel"))
+                ports.append((s.side_channel_port, f"{s.name} NIXL side channel"))
             if s.metrics_port is not None:
                 ports.append((s.metrics_port, f"{s.role} metrics"))
-        needs = tuple(
-            GpuNeed(t, tier.tensor_parallel_size, "all" if tier.gpus == "all" else tuple(tier.gpus))
-            for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
-            if name in tier.hosts
-        )
-        probes: list[Probe] = []
-        if "decode" in roles:
-            for p in inv.prefill.hosts:
-                probes.append(
-                    Probe(
-                        "network.side_channel",
-                        p,
-                        advertised_address(inv.hosts[p]),
-                        inv.prefill.side_channel_port,
-                        "prefill's NIXL side channel",
-                    )
-                )
-        if "router" in roles:
-            for s in plan.services():
-                if s.role != "router":
-                    probes.append(
-                        Probe("network.ingress", s.host, s.address, s.port, f"{s.role} HTTP")
-                    )
         try:
             shm = size_bytes(inv.container.shm_size)
         except ParseError:
@@ -151,7 +170,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             name=name,
             roles=roles,
             req=inv.requirements,
-            gpu_needs=needs,
+            gpu_needs=_gpu_needs(inv, name),
             ports=tuple(ports),
             shm_size_bytes=shm,
             memlock=inv.container.ulimits.memlock,
@@ -162,8 +181,13 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             rdma_mode=kv.rdma,
             rdma_devices=tuple(inv.hosts[name].rdma_devices),
             ucx_net_devices=kv.ucx.net_devices,
-            probes=tuple(probes),
+            probes=tuple(_probes(inv, plan, roles)),
             peers=tuple(_peer_addresses(inv, name)),
+            tiers=tuple(
+                (t, tier)
+                for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
+                if name in tier.hosts
+            ),
         )
     return out
 
@@ -191,6 +215,7 @@ class HostReport:
     checks: list[CheckResult] = field(default_factory=list)
     facts: HostFacts = field(default_factory=HostFacts)  # what the checks found, typed
     rdma_present: bool | None = None  # see rdma_usable
+    nics: dict[str, EngineNic] = field(default_factory=dict)  # engine name -> nearest port(s)
     clock_offset: float | None = None  # host clock minus ours, seconds
     seconds: float = 0.0
 
@@ -233,9 +258,7 @@ def _guarded(area: str, fn: Callable[[], T], out: list[CheckResult]) -> T | None
         return None
 
 
-def parse_facts(
-    ctx: HostContext, s: Mapping[str, Section], out: list[CheckResult]
-) -> HostFacts:
+def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResult]) -> HostFacts:
     """Every area's typed facts; an area whose parser raised has None (and a failed
     ``<area>.evaluate`` check in ``out``)."""
 
@@ -251,6 +274,7 @@ def parse_facts(
         host=parse("host", host_checks.parse),
         network=parse("network", network_checks.parse),
         model=parse("model", model_checks.parse),
+        topo=parse("topo", topo_checks.parse),
     )
 
 
@@ -415,6 +439,7 @@ def run_preflight(
             [CheckResult("ssh.connect", "pass", "connected"), *checks],
             facts,
             rdma_usable(ctx, facts),
+            _guarded("topo", partial(topo_checks.engine_nics, ctx, facts), checks) or {},
             None if clock is None else clock - t0,
             secs,
         )

@@ -8,6 +8,10 @@ it would report a change that is none. `up` therefore records each host's findin
 compose.yaml (``rdma.json``, one small JSON object) and those commands read it back. A host
 with no record (never preflighted) follows its declared rdma_devices, as a dry run does.
 
+The record also holds, per engine, the HCA port(s) nearest its GPUs (the topo choice that
+sets its UCX_NET_DEVICES) and the host's GPU count (``engines_per_host: all``), for the same
+reason: `status` and `up --skip-preflight` must plan the same engines with the same NICs.
+
 Why a file and not the running container: the record is what the last preflight saw,
 whether or not the container was (re)created from it; it survives `down`, so the next
 `up --skip-preflight` makes the same choice.
@@ -21,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pdboot.checks.facts import HostFacts
+from pdboot.engines import EngineNic
 from pdboot.inventory import Inventory
-from pdboot.plan import Plan
+from pdboot.plan import Plan, build_plan
 
 RECORD_FILE = "rdma.json"
 
@@ -32,6 +37,8 @@ class _HostReport(Protocol):
     def rdma_present(self) -> bool | None: ...
     @property
     def facts(self) -> HostFacts: ...
+    @property
+    def nics(self) -> Mapping[str, EngineNic]: ...
 
 
 class _Preflight(Protocol):
@@ -44,13 +51,16 @@ Source = Literal["preflight", "recorded"]
 
 @dataclass(frozen=True)
 class Findings:
-    """Per host: RDMA usable, and the ACTIVE ``device:port`` names (for UCX)."""
+    """Per host: RDMA usable, the ACTIVE ``device:port`` names (for UCX), per engine name
+    the port(s) nearest its GPUs, and the number of GPUs found."""
 
     present: dict[str, bool]
     ports: dict[str, list[str]] = field(default_factory=dict)
     source: Source = "preflight"
     # per host, the interface(s) reaching the peer engines, for UCX over TCP
     ifaces: dict[str, list[str]] = field(default_factory=dict)
+    nics: dict[str, dict[str, EngineNic]] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
 
 
 def active_ports(facts: HostFacts) -> list[str]:
@@ -66,20 +76,42 @@ def tcp_ifaces(facts: HostFacts) -> list[str]:
 def from_preflight(result: _Preflight) -> Findings:
     present: dict[str, bool] = {}
     ports: dict[str, list[str]] = {}
+    nics: dict[str, dict[str, EngineNic]] = {}
+    gpus: dict[str, int] = {}
     for name, rep in result.hosts.items():
+        found = rep.facts.gpu.gpus if rep.facts.gpu is not None else ()
+        if found:
+            gpus[name] = len(found)
+        if rep.nics:
+            nics[name] = dict(rep.nics)
         if rep.rdma_present is None:  # not checked there (no GPU host, unreachable)
             continue
         present[name] = rep.rdma_present
         if rep.rdma_present:
             ports[name] = active_ports(rep.facts)
     ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
-    return Findings(present, ports, "preflight", {n: i for n, i in ifaces.items() if i})
+    return Findings(
+        present, ports, "preflight", {n: i for n, i in ifaces.items() if i}, nics, gpus
+    )
 
 
-def record_text(present: bool, ports: list[str], ifaces: Sequence[str] = ()) -> str:
+def record_text(
+    present: bool,
+    ports: list[str],
+    ifaces: Sequence[str] = (),
+    nics: Mapping[str, EngineNic] | None = None,
+    gpu_count: int | None = None,
+) -> str:
     doc: dict[str, object] = {"rdma": present, "ports": ports}
     if ifaces:
         doc["ifaces"] = list(ifaces)
+    if nics:
+        doc["engines"] = {
+            n: {"ports": list(e.ports), "link": e.link, "gpus": list(e.gpus)}
+            for n, e in sorted(nics.items())
+        }
+    if gpu_count is not None:
+        doc["gpu_count"] = gpu_count
     return json.dumps(doc, sort_keys=True) + "\n"
 
 
@@ -94,29 +126,66 @@ def _record_ifaces(text: str) -> list[str]:
 
 def parse_record(text: str) -> tuple[bool, list[str]] | None:
     """A record as `up` wrote it, else None (missing, truncated or foreign: ignored)."""
+    doc = _record(text)
+    if doc is None:
+        return None
+    ports = doc.get("ports")
+    if not isinstance(ports, list) or not all(isinstance(p, str) for p in ports):
+        ports = []
+    return doc["rdma"] is True, list(ports)
+
+
+def _record(text: str) -> dict[str, object] | None:
     try:
         doc = json.loads(text)
     except ValueError:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("rdma"), bool):
         return None
-    ports = doc.get("ports")
-    if not isinstance(ports, list) or not all(isinstance(p, str) for p in ports):
-        ports = []
-    return doc["rdma"], list(ports)
+    return doc
+
+
+def parse_engines(text: str) -> tuple[dict[str, EngineNic], int | None]:
+    """The per-engine NICs and the GPU count of a record; what is odd is left out."""
+    doc = _record(text) or {}
+    out: dict[str, EngineNic] = {}
+    engines = doc.get("engines")
+    for name, e in engines.items() if isinstance(engines, dict) else ():
+        if not isinstance(e, dict):
+            continue
+        ports, link, gpus = e.get("ports"), e.get("link"), e.get("gpus", [])
+        if (
+            isinstance(ports, list)
+            and ports
+            and all(isinstance(p, str) for p in ports)
+            and (link is None or isinstance(link, str))
+            and isinstance(gpus, list)
+            and all(isinstance(g, int) for g in gpus)
+        ):
+            out[str(name)] = EngineNic(tuple(ports), link, tuple(gpus))
+    count = doc.get("gpu_count")
+    return out, count if isinstance(count, int) and count > 0 else None
 
 
 def from_records(texts: Mapping[str, str | None]) -> Findings:
     present: dict[str, bool] = {}
     ports: dict[str, list[str]] = {}
     ifaces: dict[str, list[str]] = {}
+    nics: dict[str, dict[str, EngineNic]] = {}
+    gpus: dict[str, int] = {}
     for host, text in texts.items():
         rec = parse_record(text) if text else None
-        if rec is not None and text:
-            present[host], ports[host] = rec
-            if _record_ifaces(text):
-                ifaces[host] = _record_ifaces(text)
-    return Findings(present, ports, "recorded", ifaces)
+        if rec is None or not text:
+            continue
+        present[host], ports[host] = rec
+        if _record_ifaces(text):
+            ifaces[host] = _record_ifaces(text)
+        found, count = parse_engines(text)
+        if found:
+            nics[host] = found
+        if count is not None:
+            gpus[host] = count
+    return Findings(present, ports, "recorded", ifaces, nics, gpus)
 
 
 def records_to_ship(findings: Findings | None) -> dict[str, str]:
@@ -124,9 +193,26 @@ def records_to_ship(findings: Findings | None) -> dict[str, str]:
     if findings is None or findings.source != "preflight":
         return {}
     return {
-        h: record_text(p, findings.ports.get(h, []), findings.ifaces.get(h, []))
+        h: record_text(
+            p,
+            findings.ports.get(h, []),
+            findings.ifaces.get(h, []),
+            findings.nics.get(h),
+            findings.gpus.get(h),
+        )
         for h, p in findings.present.items()
     }
+
+
+def plan_from(inv: Inventory, f: Findings) -> Plan:
+    """The plan built on what preflight found (or recorded): RDMA, TCP interfaces, each
+    engine's nearest NIC, the GPU count."""
+    return build_plan(inv, f.present, f.ports, f.ifaces, engine_nics=f.nics, gpu_counts=f.gpus)
+
+
+def describe_nics(plan: Plan) -> list[str]:
+    """One line per engine: its UCX_NET_DEVICES and where that came from."""
+    return [f"nic: {s.key} -> {s.nic}" for st in plan.stages[:2] for s in st if s.nic]
 
 
 def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: bool) -> list[str]:

@@ -24,10 +24,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def find_container(observed: Iterable[Observed], deployment: str, svc: Service) -> Observed | None:
-    """This service's container among what a host reported: by the deployment, role and
-    host labels."""
+    """This service's container among what a host reported: by the deployment, role,
+    engine index and host labels."""
     for o in owned(observed, deployment):
-        if o.role == svc.role and o.labels.get(LABEL_HOST, o.host) == svc.host:
+        if o.service_name == svc.name and o.labels.get(LABEL_HOST, o.host) == svc.host:
             return o
     return None
 

@@ -64,8 +64,33 @@ def _header(plan: Plan, hp: HostPlan) -> str:
         f"# Start order across hosts: {order}.",
         "# pdboot starts each stage and waits for /health before the next;",
         "# this file therefore has no depends_on.",
+        *_engine_lines(plan, hp),
     ]
     return "\n".join(lines) + "\n"
+
+
+def several_engines(plan: Plan) -> bool:
+    """Does some tier run several engines on a host? (Only then are the per-engine notes
+    written, so single-engine deployments render as they always did.)"""
+    return bool(plan.unresolved) or any(s.engine_index > 0 for s in plan.services())
+
+
+def _gpus(s: Service) -> str:
+    return "all" if s.gpus in ("all", None) else ",".join(map(str, s.gpus or ()))
+
+
+def _engine_lines(plan: Plan, hp: HostPlan) -> list[str]:
+    if not several_engines(plan):
+        return []
+    lines = ["# Engines here: GPUs, HTTP port, NIXL side channel, UCX_NET_DEVICES:"]
+    for s in hp.services:
+        if s.role != "router":
+            lines.append(
+                f"#   {s.name:<10} GPUs {_gpus(s):<8} :{s.port}  side channel "
+                f":{s.side_channel_port}  {s.nic or 'no RDMA'}"
+            )
+    lines += [f"# Needs preflight's facts: {u}" for u in plan.unresolved if f" on {hp.host}:" in u]
+    return lines if len(lines) > 1 else []
 
 
 def service_definition(s: Service, *, with_hash: bool = True) -> dict[str, Any]:
@@ -159,6 +184,9 @@ def render_summary(plan: Plan) -> str:
             elif s.metrics_port is not None:
                 extra = f"  metrics {s.url.rsplit(':', 1)[0]}:{s.metrics_port}/metrics"
             lines.append(f"  {n}. {s.key:<24} {s.url}{extra}")
+            if several_engines(plan) and s.role != "router":
+                lines.append(f"     {'':<24} GPUs {_gpus(s)}; UCX_NET_DEVICES {s.nic or 'n/a'}")
+    lines += [f"Needs preflight's facts: {u}" for u in plan.unresolved]
     lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via the router)")
     if plan.hf_token_ref is not None:
         lines.append(

@@ -25,6 +25,7 @@ from pdboot.inventory import Inventory
 from pdboot.logscan import explain_services, report_lines
 from pdboot.plan import ROLES, Plan, Service, build_plan
 from pdboot.ports import HostsFactory, default_hosts, recorded_findings
+from pdboot.rdma_findings import plan_from
 from pdboot.readiness import find_container
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -42,6 +43,8 @@ class ServiceStatus:
     matches_inventory: bool | None
     endpoint: str
     planned: bool = True
+    # an engine's UCX_NET_DEVICES and where it came from ("mlx5_0:1 (PIX, nearest GPUs 0)")
+    nic: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -89,6 +92,7 @@ def service_status(
     """Pure: one row from the plan's service and what was observed."""
     role = svc.role if svc else str(obs.role if obs else "?")
     host = svc.host if svc else (obs.host if obs else "?")
+    name = svc.name if svc else (obs.service_name if obs else role)
     if not reachable:
         state = "unreachable"
     elif obs is None:
@@ -96,7 +100,7 @@ def service_status(
     else:
         state = obs.state
     return ServiceStatus(
-        service=f"{role}@{host}",
+        service=f"{name}@{host}",
         role=role,
         host=host,
         state=state,
@@ -106,6 +110,7 @@ def service_status(
         matches_inventory=(obs.config_hash == svc.config_hash) if (obs and svc) else None,
         endpoint=svc.url if svc else "",
         planned=svc is not None,
+        nic=svc.nic if svc else "",
     )
 
 
@@ -121,7 +126,7 @@ def collect(
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
         # the plan from that record, not from the declared devices alone
         findings = recorded_findings(inv, hosts)
-        plan = build_plan(inv, findings.present, findings.ports, findings.ifaces)
+        plan = plan_from(inv, findings)
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
         hosts.close()
@@ -137,7 +142,7 @@ def rows_for(
     rows = []
     seen: set[str] = set()
     for svc in plan.services():
-        obs = next((o for o in observed if o.host == svc.host and o.role == svc.role), None)
+        obs = next((o for o in observed if o.host == svc.host and o.service_name == svc.name), None)
         if obs is not None:
             seen.add(obs.id)
         health = "-"
@@ -195,21 +200,24 @@ class SelectorError(ValueError):
     pass
 
 
-def select_service(inv: Inventory, selector: str) -> Service:
-    """``decode`` (only when one host runs it), ``decode@gpu-b``, or ``router``."""
-    plan = build_plan(inv)
-    role, _, host = selector.partition("@")
+def select_service(inv: Inventory, selector: str, plan: Plan | None = None) -> Service:
+    """``decode`` (only when one engine runs it), ``decode@gpu-b``, ``prefill-2@gpu-a``
+    (an engine by name), or ``router``."""
+    plan = plan or build_plan(inv)
+    name, _, host = selector.partition("@")
+    role = name.split("-", 1)[0] if name.split("-", 1)[-1].isdigit() else name
     if role not in ROLES:
         raise SelectorError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
-    matches = [s for s in plan.services() if s.role == role and (not host or s.host == host)]
+    same_role = [s for s in plan.services() if s.role == role]
+    matches = [s for s in same_role if s.name == name and (not host or s.host == host)]
+    if not matches and name == role and not host:
+        matches = same_role  # `prefill` alone: only when the tier has one engine in all
     if not matches:
-        raise SelectorError(
-            f"no {role} on host {host!r}: "
-            + ", ".join(s.key for s in plan.services() if s.role == role)
-        )
+        where = f" on host {host!r}" if host else ""
+        raise SelectorError(f"no {name}{where}: " + ", ".join(s.key for s in same_role))
     if len(matches) > 1:
         raise SelectorError(
-            f"{role} runs on {len(matches)} hosts; pick one: " + ", ".join(s.key for s in matches)
+            f"{name} runs {len(matches)} times; pick one: " + ", ".join(s.key for s in matches)
         )
     return matches[0]
 

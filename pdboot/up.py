@@ -76,7 +76,14 @@ from pdboot.ports import (
     take_lock,
 )
 from pdboot.probes import KVCounters, completion_text, kv_verdict, prompt_tokens
-from pdboot.rdma_findings import RECORD_FILE, Findings, describe, records_to_ship
+from pdboot.rdma_findings import (
+    RECORD_FILE,
+    Findings,
+    describe,
+    describe_nics,
+    plan_from,
+    records_to_ship,
+)
 from pdboot.readiness import Prober, find_container
 from pdboot.render import render_host
 from pdboot.waits import Clock, MonotonicClock, Tick, WaitError, WaitFailed, wait_all
@@ -208,8 +215,12 @@ def _on_hosts(
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
-    plan = build_plan(inv, findings.present, findings.ports, findings.ifaces)
-    for line in describe(inv, plan, findings, skipped=opts.skip_preflight):
+    plan = plan_from(inv, findings)
+    if plan.unresolved:
+        for line in plan.unresolved:
+            emit(Note(f"error: {line}; run `up` with preflight (no count recorded)", "error"))
+        return EXIT_FAILED
+    for line in describe(inv, plan, findings, skipped=opts.skip_preflight) + describe_nics(plan):
         emit(Note(line))
     run = _Up(inv, plan, hosts, opts, emit, env)
     run.records = records_to_ship(findings)
@@ -348,8 +359,9 @@ class _Up:
     # ---- start and wait
 
     def start(self, steps: list[Step]) -> None:
-        """Every service of these steps at once: hosts in parallel, one host's in turn
-        (compose up returns once the container runs; loading happens afterwards)."""
+        """Every service of these steps at once: hosts in parallel, and a host's services
+        in one `compose up` each for new and recreated ones (compose starts them in
+        parallel; it returns once the containers run, loading happens afterwards)."""
         todo: dict[str, list[Step]] = {}
         for s in steps:
             if s.kind != "unchanged":
@@ -359,15 +371,20 @@ class _Up:
             return
 
         def start_host(host: str, link: Link) -> None:
-            for s in todo[host]:
+            for recreate in (False, True):
+                batch = [s for s in todo[host] if (s.kind == "recreate") == recreate]
+                if not batch:
+                    continue
+                names = [s.service.name for s in batch]
                 link.engine.compose_up(
                     self.dir,
                     self.plan.hosts[host].project,
-                    s.service.name,
-                    recreate=s.kind == "recreate",
+                    names[0] if len(names) == 1 else names,
+                    recreate=recreate,
                     timeout=OP_DEADLINE,
                 )
-                self.emit(ServiceStarted(s.service.key, s.kind == "recreate"))
+                for s in batch:
+                    self.emit(ServiceStarted(s.service.key, recreate))
 
         _, errors = self.hosts.each(start_host, OP_DEADLINE, only=todo)
         if errors:

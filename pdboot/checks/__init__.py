@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from pdboot.inventory import Requirements
+from pdboot.inventory import Requirements, Tier
 from pdboot.registry import Lookup
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -74,6 +74,7 @@ class GpuNeed:
     tier: str  # prefill / decode
     tensor_parallel_size: int
     gpus: Literal["all"] | tuple[int, ...]
+    engine: str = ""  # the engine's name (prefill-2) when the tier has several per host
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class HostContext:
     rdma_devices: tuple[str, ...] = ()
     ucx_net_devices: str | None = None
     probes: tuple[Probe, ...] = ()
+    # the tiers with engines here, for the per-engine checks (GPU groups, nearest NIC)
+    tiers: tuple[tuple[str, Tier], ...] = ()
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
     peers: tuple[str, ...] = ()  # the other tier's engine hosts' addresses (network.ucx_iface)

@@ -18,6 +18,7 @@ from pdboot.checks.model import ModelAreaFacts
 from pdboot.checks.network import NetworkFacts
 from pdboot.checks.rdma import RdmaFacts
 from pdboot.checks.route import RouteFacts
+from pdboot.checks.topo import TopoFacts
 
 
 @dataclass(frozen=True)
@@ -30,3 +31,4 @@ class HostFacts:
     host: HostSysFacts | None = None
     network: NetworkFacts | None = None
     model: ModelAreaFacts | None = None
+    topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)

@@ -158,21 +158,47 @@ def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
     link = rdma.link_gbps() if rdma is not None and rdma.checked and rdma.usable else None
     out = [CheckResult("model.config", "pass", f"config.json at {f.path or '?'}")]
     out += _weights(ctx, f, gpus)
-    out.append(kv_info(f, link or ctx.req.link_gbps))
+    per_engine = _kv_per_engine(ctx, facts, f)
+    out += per_engine or [kv_info(f, link or ctx.req.link_gbps)]
+    return out
+
+
+def _kv_per_engine(ctx: HostContext, facts: HostFacts, f: ModelFacts) -> list[CheckResult]:
+    """With several engines on the host: each engine's estimate at its nearest NIC's rate,
+    saying which engines share it (they share its bandwidth too)."""
+    # topo builds on the rdma facts; imported here as the area modules import each other
+    from pdboot.checks import topo
+
+    choices = [(e, c) for e, c in topo.engine_choices(ctx, facts) if c.ports]
+    if not any(e.count > 1 for e, _ in choices):
+        return []
+    rates = {f"{p.device}:{p.port}": p.gbps for p in (facts.rdma.ports if facts.rdma else [])}
+    sharing: dict[tuple[str, ...], int] = {}
+    for _, c in choices:
+        sharing[c.ports] = sharing.get(c.ports, 0) + 1
+    out = []
+    for e, c in choices:
+        rate = max((r for p in c.ports if (r := rates.get(p))), default=None)
+        via = ",".join(c.ports) + (
+            f", shared by {sharing[c.ports]} engines" if sharing[c.ports] > 1 else ""
+        )
+        out.append(kv_info(f, rate or ctx.req.link_gbps, f"{e.key} via {via}: "))
     return out
 
 
 def _weights(ctx: HostContext, f: ModelFacts, gpus: list[Gpu]) -> list[CheckResult]:
     if not gpus:
         return []
-    per_gpu = min(g.mem_total_mib for g in gpus) * (1 << 20)
     out = []
     for need in ctx.gpu_needs:
+        # the engine's own GPUs (the smallest of them bounds it); all when not listed
+        mine = [g for g in gpus if need.gpus == "all" or g.index in need.gpus] or gpus
+        per_gpu = min(g.mem_total_mib for g in mine) * (1 << 20)
         tp = need.tensor_parallel_size
         cap = per_gpu * tp
         share = f.weights_bytes / cap
         msg = (
-            f"{need.tier}: weights {human_bytes(f.weights_bytes)} on {tp} x "
+            f"{need.engine or need.tier}: weights {human_bytes(f.weights_bytes)} on {tp} x "
             f"{human_bytes(per_gpu)} GPU ({share:.0%} of GPU memory)"
         )
         if share > 0.9:
@@ -198,7 +224,7 @@ def _weights(ctx: HostContext, f: ModelFacts, gpus: list[Gpu]) -> list[CheckResu
     return out
 
 
-def kv_info(f: ModelFacts, link_gbps: float | None) -> CheckResult:
+def kv_info(f: ModelFacts, link_gbps: float | None, who: str = "") -> CheckResult:
     per_tok = f.kv_bytes_per_token
     total = per_tok * PROMPT_TOKENS
     rates = [link_gbps] if link_gbps else [100.0, 10.0]
@@ -206,5 +232,6 @@ def kv_info(f: ModelFacts, link_gbps: float | None) -> CheckResult:
     return CheckResult(
         "model.kv_transfer",
         "pass",
-        f"KV cache {per_tok:,} bytes/token: ~{total / 1e9:.1f} GB per 10k-token prompt; {times}",
+        f"{who}KV cache {per_tok:,} bytes/token: ~{total / 1e9:.1f} GB per 10k-token prompt; "
+        + times,
     )

@@ -17,9 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pdboot.checks import Command, HostContext, Section
+from pdboot.checks import CheckResult, Command, HostContext, Section
 from pdboot.checks.rdma import Port
+from pdboot.engines import EngineNic, EngineSpec, tier_engines
+
+if TYPE_CHECKING:
+    from pdboot.checks.facts import HostFacts
 
 COMMAND = "nvidia-smi topo -m"
 
@@ -40,7 +45,7 @@ AFFINITY = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 def commands(ctx: HostContext) -> list[Command]:
     if not ctx.gpu_host:
         return []
-    return [Command("topo", COMMAND, "rdma")]
+    return [Command("topo", COMMAND, "rdma", also_for=("gpu",))]
 
 
 # --------------------------------------------------------------------------- facts
@@ -91,7 +96,7 @@ def rank(link: str | None) -> int | None:
 # --------------------------------------------------------------------------- parser
 
 
-def parse(text: str) -> TopoFacts:
+def parse_matrix(text: str) -> TopoFacts:
     """Facts from the text of ``nvidia-smi topo -m``. Never raises."""
     lines = [_ANSI_RE.sub("", ln).rstrip("\r\n") for ln in text.splitlines()]
     head_at = next((i for i, ln in enumerate(lines) if _is_header(ln)), None)
@@ -209,7 +214,7 @@ def facts(s: Mapping[str, Section]) -> TopoFacts:
     sec = s.get("topo")
     if sec is None or sec.rc is None:
         return TopoFacts(notes=("nvidia-smi topo -m did not finish",))
-    f = parse(sec.output)
+    f = parse_matrix(sec.output)
     if sec.rc != 0:
         return TopoFacts(f.gpus, f.nics, f.cells, (*f.notes, f"nvidia-smi topo -m exit {sec.rc}"))
     return f
@@ -301,3 +306,126 @@ def ucx_net_devices(choice: NicChoice, explicit: str | None) -> str | None:
     if explicit:
         return explicit
     return ",".join(choice.ports) or None
+
+
+# --------------------------------------------------------------------------- the area
+
+
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> TopoFacts | None:
+    return facts(s) if ctx.gpu_host else None
+
+
+def gpu_count(f: HostFacts) -> int | None:
+    """How many GPUs preflight found (for `engines_per_host: all`); None: unknown."""
+    gpus = f.gpu.gpus if f.gpu is not None else ()
+    return len(gpus) or None
+
+
+def host_engines(ctx: HostContext, f: HostFacts) -> list[EngineSpec]:
+    """The engines of the host, with ``engines_per_host: all`` resolved from the facts."""
+    count = gpu_count(f)
+    return [e for role, t in ctx.tiers for e in tier_engines(role, t, ctx.name, count)]  # type: ignore[arg-type]
+
+
+def _candidates(ctx: HostContext, f: HostFacts) -> list[Port | str] | None:
+    """The HCA ports to choose among: the declared devices, else what RDMA facts list;
+    None where RDMA is not in use here."""
+    if ctx.rdma_mode == "off":
+        return None
+    if ctx.rdma_devices:
+        return list(ctx.rdma_devices)
+    r = f.rdma
+    if r is None or not r.checked or not r.usable:
+        return None
+    return list(r.ports)
+
+
+def engine_choices(ctx: HostContext, f: HostFacts) -> list[tuple[EngineSpec, NicChoice]]:
+    """Each engine of the host and the ACTIVE port(s) nearest its GPUs ([] where RDMA is
+    not in use or the inventory names the devices)."""
+    ports = _candidates(ctx, f)
+    if ports is None or ctx.ucx_net_devices or f.topo is None:
+        return []
+    topo = f.topo
+    out = []
+    for e in host_engines(ctx, f):
+        gpus = [g.index for g in topo.gpus] if e.gpus == "all" else list(e.gpus)
+        out.append((e, choose(topo, gpus, ports)))
+    return out
+
+
+def engine_nics(ctx: HostContext, f: HostFacts) -> dict[str, EngineNic]:
+    """Engine name -> its chosen port(s), for the plan and the record on the host."""
+    out = {}
+    for e, c in engine_choices(ctx, f):
+        if c.ports and f.topo is not None:
+            gpus = tuple(g.index for g in f.topo.gpus) if e.gpus == "all" else e.gpus
+            out[e.name] = EngineNic(c.ports, c.link, gpus)
+    return out
+
+
+def evaluate(ctx: HostContext, f: HostFacts) -> list[CheckResult]:
+    if f.topo is None:
+        return []
+    return [_topology(f.topo), *_affinity(ctx, f)]
+
+
+def _topology(t: TopoFacts) -> CheckResult:
+    if not t.gpus:
+        return CheckResult(
+            "gpu.topology",
+            "warn",
+            "nvidia-smi topo -m gave no matrix: " + "; ".join(t.notes[:3]),
+            "engines get every ACTIVE port (UCX_NET_DEVICES) instead of their nearest",
+        )
+    nics = ", ".join(n.device or n.label for n in t.nics) or "no NIC"
+    msg = f"{len(t.gpus)} GPU(s), {nics}"
+    if t.notes:
+        return CheckResult(
+            "gpu.topology",
+            "warn",
+            msg + "; could not read: " + "; ".join(t.notes[:4]),
+            "the unread parts are left out of the nearest-NIC choice",
+        )
+    return CheckResult("gpu.topology", "pass", msg)
+
+
+def _affinity(ctx: HostContext, f: HostFacts) -> list[CheckResult]:
+    if ctx.ucx_net_devices and _candidates(ctx, f) is not None:
+        return [
+            CheckResult(
+                "rdma.nic_affinity",
+                "pass",
+                f"explicit: every engine uses {ctx.ucx_net_devices} (kv_transfer.ucx.net_devices)",
+            )
+        ]
+    out = []
+    for e, c in engine_choices(ctx, f):
+        on = "all GPUs" if e.gpus == "all" else "GPUs " + ",".join(map(str, e.gpus))
+        if not c.ports:
+            out.append(
+                CheckResult(
+                    "rdma.nic_affinity",
+                    "warn",
+                    f"{e.key}: {on}: no nearest NIC ({c.reason}); UCX picks by itself",
+                    "check nvidia-smi topo -m and the HCA ports",
+                )
+            )
+        elif c.across_socket:
+            out.append(
+                CheckResult(
+                    "rdma.nic_affinity",
+                    "warn",
+                    f"{e.key}: {on} -> {','.join(c.ports)} ({c.link}): the nearest ACTIVE NIC "
+                    "is across the CPU socket; KV traffic crosses the CPU interconnect",
+                    "bring up a port next to these GPUs, or give the engine GPUs near an "
+                    "ACTIVE NIC (the tier's gpus groups)",
+                )
+            )
+        else:
+            out.append(
+                CheckResult(
+                    "rdma.nic_affinity", "pass", f"{e.key}: {on} -> {','.join(c.ports)} ({c.link})"
+                )
+            )
+    return out

@@ -17,7 +17,18 @@ from pdboot.status import ServiceStatus, human_seconds, short_endpoint, short_im
 def print_status(out: Console, report: StatusReport) -> None:
     rows = list(report.services)
     out.print(status_table(rows, report.deployment, out.width))
+    for line in nic_lines(rows):
+        out.print(line, highlight=False, markup=False)
     out.print("healthy" if report.healthy else "[red]not healthy[/red]")
+
+
+def nic_lines(rows: list[ServiceStatus]) -> list[str]:
+    """Each engine's UCX_NET_DEVICES with its distance (when RDMA picked one)."""
+    nics = [r for r in rows if r.nic]
+    if not nics:
+        return []
+    width = max(len(r.service) for r in nics)
+    return ["UCX_NET_DEVICES per engine:"] + [f"  {r.service:<{width}}  {r.nic}" for r in nics]
 
 
 def status_json(report: StatusReport) -> str:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 import yaml
 
 from pdboot.checks.rdma import parse_devices, parse_ibv_devinfo
-from pdboot.checks.topo import NicChoice, choose, parse
+from pdboot.checks.topo import NicChoice, choose
+from pdboot.checks.topo import parse_matrix as parse
 from tests.testbed.harness import HostSpec, Testbed
 
 MakeTestbed = Callable[..., Testbed]

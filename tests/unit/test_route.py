@@ -88,6 +88,7 @@ def test_findings_carry_the_interface_and_survive_the_record() -> None:
     class Rep:
         rdma_present = False
         facts = HostFacts(route=facts(text("testbed-ok.txt")))
+        nics: dict[str, object] = {}  # no engine NIC chosen (RDMA off)
 
     class Res:
         hosts = {"gpu-b": Rep()}

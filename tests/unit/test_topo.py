@@ -18,9 +18,11 @@ from pdboot.checks.topo import (
     TopoFacts,
     choose,
     facts,
-    parse,
     rank,
     ucx_net_devices,
+)
+from pdboot.checks.topo import (
+    parse_matrix as parse,
 )
 
 FIX = Path(__file__).parent / "fixtures"
