@@ -143,9 +143,9 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
         assert env_of(d)["UCX_NET_DEVICES"] == DECODE_NICS[gpu][0], i
         granted = metric(f"http://{b}:{8201 + 10 * i}/metrics", "standin_granted_gpu_info")
         assert granted == 1  # the stand-in saw exactly one GPU
-    # a host's engines were started together (one compose up), not one after another
-    spread = started_spread([d for k, d in docs.items() if k.startswith("decode")])
-    assert spread < 5.0, spread
+    # that a host's engines start in one compose up is a unit test of the orchestrator
+    # (test_a_hosts_engines_start_in_one_compose_up_and_converge_per_engine); the start
+    # spread in seconds is bench/up.py's to show, not a timed assertion here
 
     # the router has one worker per engine
     with urllib.request.urlopen(f"http://{a}:8000/workers", timeout=10) as r:
