@@ -17,6 +17,12 @@ together, so it should be ready after about one load time plus a few seconds, no
     python bench/up.py [--runs 3] [--load 15] [--only-ready]
                                        (root; starts and stops its own testbed)
 
+Several engines per host ("2x4E"): two rtx6000x8 hosts (8 emulated GPUs each), 4 prefill
+engines on g1 and 4 decode engines on g2 (TP 1), the router on r1; the script starts a host's
+engines with one `docker compose up -d decode decode-1 ...` and waits for each /health.
+After pdboot's runs, the engines' StartedAt timestamps show a host's engines started
+together (their spread), not one after another.
+
 Targets: up within 1.5x of the script, readiness noticed within 1 s, down under 1.5x,
 time to ready within the slowest tier's load + 5 s.
 """
@@ -34,6 +40,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +49,30 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.testbed.harness import Testbed  # noqa: E402
+from pdboot.inventory import parse_inventory  # noqa: E402
+from pdboot.plan import build_plan  # noqa: E402
+from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 from tests.testbed.inventory import inventory_dict  # noqa: E402
 
 POLL = 0.2  # the script's curl loop and pdboot's poll_interval_seconds
 
 
+# several engines per host: 4 prefill engines on g1, 4 decode engines on g2 (TP 1)
+ENGINES = {"prefill": {"engines_per_host": 4, "gpus": [0, 1, 2, 3]},
+           "decode": {"engines_per_host": 4, "gpus": [4, 5, 6, 7]}}
+
+
 def write_inventory(tb: Any, path: Path, name: str, prefill: list[str], decode: list[str],
-                    load_seconds: float = 0.0, prefill_load: float = 0.0) -> Path:
+                    load_seconds: float = 0.0, prefill_load: float = 0.0,
+                    tiers: dict[str, dict[str, Any]] | None = None) -> Path:
     env = {"STANDIN_LOAD_SECONDS": str(load_seconds)}
+    extra = tiers or {}
     inv = inventory_dict(
         tb, name=name, prefill=prefill, decode=decode, router="r1",
         overrides={
-            "prefill": {"env": {"STANDIN_LOAD_SECONDS": str(prefill_load)}},
-            "decode": {"env": env},
+            "prefill": {"env": {"STANDIN_LOAD_SECONDS": str(prefill_load)},
+                        **extra.get("prefill", {})},
+            "decode": {"env": env, **extra.get("decode", {})},
             "timeouts": {"poll_interval_seconds": POLL},
         },
     )
@@ -74,6 +91,7 @@ def script_for(tb: Any, inv: dict[str, Any], rendered: Path) -> tuple[str, str]:
     proj = f"pdboot-{name}"
     addr = {h: v["address"] for h, v in inv["hosts"].items()}
     dec, pre, rtr = inv["decode"]["hosts"], inv["prefill"]["hosts"], inv["router"]["host"]
+    plan = build_plan(parse_inventory(yaml.safe_dump(inv)))
     compose = f"docker compose -p {proj} -f {d}/compose.yaml"
     lines = ["set -euo pipefail", f"SSH={shlex.quote(ssh)}"]
 
@@ -92,13 +110,16 @@ def script_for(tb: Any, inv: dict[str, Any], rendered: Path) -> tuple[str, str]:
         f"{on(h, f'mkdir -p -m 700 {d} && cat > {d}/compose.yaml')} < {rendered / h / 'compose.yaml'}"
         for h in addr
     ])
-    for tier, hosts, port in (("decode", dec, 8201), ("prefill", pre, 8200)):
-        lines += parallel([on(h, f"{compose} up -d {tier}") for h in hosts])
-        lines += [wait_health(f"http://{addr[h]}:{port}/health") for h in hosts]
+    for tier, hosts in (("decode", dec), ("prefill", pre)):
+        svcs = {h: [s for s in plan.hosts[h].services if s.role == tier] for h in hosts}
+        lines += parallel(
+            [on(h, f"{compose} up -d {' '.join(s.name for s in svcs[h])}") for h in hosts]
+        )
+        lines += [wait_health(s.health_url) for h in hosts for s in svcs[h]]
     lines.append(on(rtr, f"{compose} up -d router"))
     r = f"http://{addr[rtr]}:8000"
     lines.append(wait_health(f"{r}/health"))
-    n = len(dec) + len(pre)
+    n = len([s for s in plan.services() if s.role != "router"])
     lines.append(f"until [ \"$(curl -sf {r}/workers | grep -o '\"is_healthy\":true' | wc -l)\""
                  f" -ge {n} ]; do sleep {POLL}; done")
     body = ('{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"hi"}],'
@@ -107,8 +128,11 @@ def script_for(tb: Any, inv: dict[str, Any], rendered: Path) -> tuple[str, str]:
                  f"-d '{body}' >/dev/null")
     up = "\n".join(lines) + "\n"
     down = ["set -euo pipefail", f"SSH={shlex.quote(ssh)}"]
-    for hosts, svc in (([rtr], "router"), (pre, "prefill"), (dec, "decode")):
-        down += parallel([on(h, f"{compose} rm -s -f {svc} >/dev/null 2>&1") for h in hosts])
+    for hosts, role in (([rtr], "router"), (pre, "prefill"), (dec, "decode")):
+        names = {h: " ".join(s.name for s in plan.hosts[h].services if s.role == role)
+                 for h in hosts}
+        down += parallel([on(h, f"{compose} rm -s -f {names[h]} >/dev/null 2>&1")
+                          for h in hosts])
     return up, "\n".join(down) + "\n"
 
 
@@ -172,13 +196,30 @@ def time_to_ready(tb: Any, work: Path, load: float) -> tuple[float, float, float
     return wall, float(engines["seconds"]), float(router["seconds"])
 
 
+def start_spread(tb: Any, host: str, deployment: str, role: str) -> tuple[int, float]:
+    """(how many, seconds between the first and the last StartedAt) of a role's
+    containers on a host: the engines of a host start together when this is small."""
+    h = tb.hosts[host]
+    ids = h.docker("ps", "-q", "--filter", f"label=io.pdboot.deployment={deployment}",
+                   "--filter", f"label=io.pdboot.role={role}").stdout.split()
+    stamps = h.docker("inspect", "--format", "{{.State.StartedAt}}", *ids).stdout.split()
+    ts = sorted(datetime.fromisoformat(s[:26]) for s in stamps)
+    return len(ts), (ts[-1] - ts[0]).total_seconds()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--load", type=float, default=15.0, help="model load seconds per tier")
     ap.add_argument("--only-ready", action="store_true", help="only the time-to-ready runs")
+    ap.add_argument("--only-engines", action="store_true",
+                    help="only the 2 hosts x 4 engines per tier comparison")
     args = ap.parse_args()
-    tb = Testbed.start(["d1", "d2", "p1", "p2", "r1"])
+    eight = [HostSpec("g1", profile="rtx6000x8"), HostSpec("g2", profile="rtx6000x8")]
+    names: list[Any] = ["r1", *eight] if args.only_engines else [
+        "d1", "d2", "p1", "p2", "r1", *([] if args.only_ready else eight)]
+    tb = Testbed.start(names)
+    spreads: list[tuple[str, int, float]] = []
     results: dict[str, dict[str, list[float]]] = {}
     lat: list[float] = []
     try:
@@ -186,12 +227,16 @@ def main() -> None:
             h.pull(tb.image)
         tb.hosts["r1"].pull(tb.router_image)
         work = Path(tempfile.mkdtemp(prefix="pdboot-bench-"))
-        ttr = [time_to_ready(tb, work, args.load) for _ in range(args.runs)]
-        for label, pre, dec in () if args.only_ready else (
-            ("1P1D", ["p1"], ["d1"]), ("2P2D", ["p1", "p2"], ["d1", "d2"])
-        ):
+        ttr = [] if args.only_engines else [
+            time_to_ready(tb, work, args.load) for _ in range(args.runs)]
+        cases: list[tuple[str, list[str], list[str], dict[str, Any] | None]] = []
+        if not args.only_ready and not args.only_engines:
+            cases += [("1P1D", ["p1"], ["d1"], None), ("2P2D", ["p1", "p2"], ["d1", "d2"], None)]
+        if not args.only_ready:
+            cases.append(("2x4E", ["g1"], ["g2"], ENGINES))
+        for label, pre, dec, tiers in cases:
             name = f"bench{label.lower()}"
-            inv = write_inventory(tb, work / f"{name}.yaml", name, pre, dec)
+            inv = write_inventory(tb, work / f"{name}.yaml", name, pre, dec, tiers=tiers)
             rendered = work / f"{name}-rendered"
             subprocess.run(pdboot("render", str(inv), "--out", str(rendered)), check=True,
                            capture_output=True, cwd=ROOT)
@@ -203,13 +248,26 @@ def main() -> None:
                 r["sh_up"].append(timed(["bash", str(work / f"{name}-up.sh")]))
                 r["sh_down"].append(timed(["bash", str(work / f"{name}-down.sh")]))
                 r["pd_up"].append(timed(pdboot("up", str(inv), "--skip-preflight")))
+                if tiers is not None:
+                    for host, role in (("g1", "prefill"), ("g2", "decode")):
+                        spreads.append((f"{role} on {host}", *start_spread(tb, host, name, role)))
                 r["pd_down"].append(timed(pdboot("down", str(inv))))
             results[label] = r
         slow = write_inventory(tb, work / "benchready.yaml", "benchready", ["p1"], ["d1"], 3.0)
         lat = [readiness_latency(tb, slow, f"http://{tb.hosts['d1'].address}:8201/health")
-               for _ in range(0 if args.only_ready else args.runs)]
+               for _ in range(0 if args.only_ready or args.only_engines else args.runs)]
     finally:
         tb.stop()
+    report(args, ttr, results, lat, spreads)
+
+
+def report(args: Any, ttr: list[tuple[float, float, float]],
+           results: dict[str, dict[str, list[float]]], lat: list[float],
+           spreads: list[tuple[str, int, float]]) -> None:
+    if not ttr:
+        table(args, results)
+        show_spreads(spreads)
+        return
 
     walls, engines, routers = ([t[i] for t in ttr] for i in range(3))
     print(f"time to ready, both tiers loading {args.load:g}s (1P1D), median of {args.runs} runs: "
@@ -219,7 +277,18 @@ def main() -> None:
           f"one tier after the other would need at least {2 * args.load:g}s for the engines")
     if args.only_ready:
         return
+    table(args, results)
+    show_spreads(spreads)
+    print(f"readiness noticed after /health first answered 200: median "
+          f"{statistics.median(lat):.2f}s, max {max(lat):.2f}s (poll interval {POLL}s)")
 
+
+def show_spreads(spreads: list[tuple[str, int, float]]) -> None:
+    for what, n, spread in spreads:
+        print(f"2x4E: {n} {what} started within {spread:.2f}s of each other (StartedAt)")
+
+
+def table(args: Any, results: dict[str, dict[str, list[float]]]) -> None:
     print(f"pdboot up/down vs ssh+docker compose script, median of {args.runs} runs "
           "(images present, stand-ins ready at once)")
     print(f"{'':6} {'pdboot up':>10} {'script up':>10} {'ratio':>6}   "
@@ -228,8 +297,6 @@ def main() -> None:
         m = {k: statistics.median(v) for k, v in r.items()}
         print(f"{label:6} {m['pd_up']:9.2f}s {m['sh_up']:9.2f}s {m['pd_up'] / m['sh_up']:5.2f}x   "
               f"{m['pd_down']:10.2f}s {m['sh_down']:10.2f}s {m['pd_down'] / m['sh_down']:5.2f}x")
-    print(f"readiness noticed after /health first answered 200: median "
-          f"{statistics.median(lat):.2f}s, max {max(lat):.2f}s (poll interval {POLL}s)")
 
 
 if __name__ == "__main__":

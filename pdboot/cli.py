@@ -162,8 +162,8 @@ def preflight(
 ) -> None:
     """Check every host before anything is pulled."""
     from pdboot import preflight as pf
-    from pdboot import report
     from pdboot.checks import AREAS
+    from pdboot.views import preflight as report
 
     inv = _load(inventory)
     sel = pf.Selection.of(
@@ -225,9 +225,9 @@ def _preflight_gate(console: Console) -> PreflightFn:
 
     def gate(inv: Inventory, accept_new_host_keys: bool) -> PreflightOutcome:
         from pdboot import preflight as pf  # heavy: only when `up` runs it
-        from pdboot import report
         from pdboot.ports import PreflightOutcome
         from pdboot.rdma_findings import from_preflight
+        from pdboot.views import preflight as report
 
         result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
         report.print_compact(result, console)

@@ -86,6 +86,11 @@ class ServiceWait(Event):
     state: str  # ready, waiting, failed
     detail: str  # "connection refused", "HTTP 503", ...
     log_line: str  # the container's latest log line ("" before the first read)
+    # vLLM's start-up phase read from its log (pdboot/loadphase.py): "loading weights",
+    # "capturing CUDA graphs", ...; with k of n where vLLM prints it; "" when none yet
+    phase: str = ""
+    done: int | None = None
+    total: int | None = None
 
 
 @dataclass(frozen=True)

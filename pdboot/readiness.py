@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from pdboot.converge import Observed, owned
 from pdboot.http import HttpFn
-from pdboot.loadphase import load_phase
+from pdboot.loadphase import LoadPhase, load_phase
 from pdboot.plan import LABEL_HOST, Plan, Service
 from pdboot.ports import EngineOps
 from pdboot.probes import RouterWorkers
@@ -42,6 +42,7 @@ class Prober:
     fetch: HttpFn
     clock: Clock
     latest_line: dict[str, str] = field(default_factory=dict)
+    latest_phase: dict[str, LoadPhase] = field(default_factory=dict)
     _last_fetch: dict[str, float] = field(default_factory=dict)
 
     def check_container(self, svc: Service, detail: str) -> Probe:
@@ -66,9 +67,11 @@ class Prober:
         if now - self._last_fetch.get(svc.key, -1e9) >= LOG_REFRESH_SECONDS:
             self._last_fetch[svc.key] = now
             lines = [_ANSI.sub("", x) for x in engine.logs(cid, tail=LOG_TAIL)]
-            phase = load_phase(lines)  # vLLM's start-up phase, else the raw last line
+            phase = load_phase(lines, self.latest_phase.get(svc.key))
+            if phase is not None:
+                self.latest_phase[svc.key] = phase
             if lines:
-                self.latest_line[svc.key] = phase.text() if phase else lines[-1]
+                self.latest_line[svc.key] = lines[-1]
         return waiting(detail)
 
     def engine(self, svc: Service) -> Callable[[], Probe]:

@@ -190,6 +190,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def _plain(line: str) -> str:
     return _ANSI.sub("", line)
 
+
+def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceWait:
+    phase = prober.latest_phase.get(key)
+    line = prober.latest_line.get(key, "")
+    if phase is None:
+        return ServiceWait(key, state, detail, line)
+    return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
+
 @dataclass(frozen=True)
 class _Env:
     clock: Clock
@@ -437,7 +445,7 @@ class _Up:
                 announced.add(key)
                 self.emit(ServiceReady(key, t.elapsed))
         rows = tuple(
-            ServiceWait(key, p.state, p.detail, self.prober.latest_line.get(key, ""))
+            _service_wait(key, p.state, p.detail, self.prober)
             for key, p in t.states.items()
         )
         self.emit(WaitTick(t.elapsed, rows))

@@ -1,2 +1,2 @@
 """Views: turn the orchestrator's events (pdboot/events.py) into output. Only views (and
-cli.py, report.py) import rich."""
+cli.py) import rich; views/preflight.py is the preflight report."""

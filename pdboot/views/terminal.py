@@ -190,7 +190,7 @@ class TerminalView:
             self._last_plain = e.elapsed
             for s in e.services:
                 if s.state != "ready" and e.elapsed > 0:
-                    line = plain(s.log_line)[-120:]
+                    line = s.phase or plain(s.log_line)[:120]
                     self._console().print(
                         Text(f"waiting {s.service} {e.elapsed:.0f}s: {s.detail} | {line}")
                     )
@@ -261,8 +261,19 @@ def tick_table(e: ev.WaitTick) -> Table:
     table = Table(box=None, show_header=False, pad_edge=False)
     for s in e.services:
         mark = "[green]ready[/green]" if s.state == "ready" else f"[yellow]{s.state}[/yellow]"
-        line = plain(s.log_line)
-        table.add_row(
-            s.service, mark, f"{e.elapsed:5.1f}s", Text(s.detail), Text(line[-100:], style="dim")
-        )
+        table.add_row(s.service, mark, f"{e.elapsed:5.1f}s", Text(s.detail), progress_cell(s))
     return table
+
+
+def progress_cell(s: ev.ServiceWait) -> Text:
+    """The engine's start-up phase with a bar where vLLM counts (shard k of n); else its
+    latest log line, cut at the end (the start of a line says what it is about)."""
+    if s.state == "ready":
+        return Text("")
+    if s.phase:
+        bar = ""
+        if s.done is not None and s.total:
+            filled = round(10 * min(s.done, s.total) / s.total)
+            bar = "[" + "#" * filled + "." * (10 - filled) + "] "
+        return Text(bar + s.phase, style="cyan", no_wrap=True, overflow="ellipsis")
+    return Text(plain(s.log_line), style="dim", no_wrap=True, overflow="ellipsis")

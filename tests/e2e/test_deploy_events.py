@@ -52,10 +52,13 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
     (kv,) = [e for e in events if e["event"] == "kv_verdict"]
     assert kv["ok"] is True and kv["confirmed"] is True and "pulled the KV cache" in kv["message"]
     assert kinds[-1] == "done" and events[-1]["exit_code"] == 0 and events[-1]["command"] == "up"
-    # both tiers loaded 2 s each: together they are ready in about 2 s, not 4
+    # both tiers start in one stage and are waited for together (no timing assertion here:
+    # bench/up.py measures time to ready against the slowest tier's load)
     (engine_tiers,) = [e for e in events if e["event"] == "tier_ready" and "decode" in e["tiers"]]
     assert engine_tiers["tiers"] == ["decode", "prefill"]
-    assert engine_tiers["seconds"] < 3.8, engine_tiers
+    first_start = next(e for e in events if e["event"] == "stage" and e["stage"] == "start")
+    assert set(engines) <= set(first_start["services"]), first_start
+    assert all({s["service"] for s in t["services"]} >= set(engines) for t in ticks[:1])
 
     # `-`: the events go to stdout alone (the display goes to stderr)
     again = pdboot("up", str(inv), "--events", "-")

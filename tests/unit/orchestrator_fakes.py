@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,13 @@ from pdboot.hosts import Hosts, Link
 from pdboot.http import HttpAnswer
 from pdboot.inventory import Inventory, parse_inventory
 from pdboot.lock import LockBusy
-from pdboot.plan import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_HOST, LABEL_ROLE, build_plan
+from pdboot.plan import (
+    LABEL_CONFIG_HASH,
+    LABEL_DEPLOYMENT,
+    LABEL_ENGINE,
+    LABEL_ROLE,
+    build_plan,
+)
 from pdboot.waits import FakeClock
 
 INV = """
@@ -221,27 +227,38 @@ class FakeEngine:
         return self.world.containers[container_id].logs[-tail:]
 
     def compose_up(
-        self, project_dir: str, project: str, service: str, *, recreate: bool, timeout: float
+        self,
+        project_dir: str,
+        project: str,
+        service: str | Sequence[str],
+        *,
+        recreate: bool,
+        timeout: float,
     ) -> None:
-        self._call("compose_up", service)
+        names = [service] if isinstance(service, str) else list(service)
+        self._call("compose_up", ",".join(names))
+        for name in names:
+            self._start(name)
+
+    def _start(self, name: str) -> None:
         plan = build_plan(self.world.inv)
-        svc = next(s for s in plan.services() if s.host == self.host and s.role == service)
+        svc = next(s for s in plan.services() if s.host == self.host and s.name == name)
+        role = svc.role
         with self.world.lock:
-            for cid in [c.id for c in self.world.of_role(service) if c.host == self.host]:
+            for cid in [
+                c.id
+                for c in self.world.of_role(role)
+                if c.host == self.host and c.labels.get(LABEL_ENGINE, "0") == str(svc.engine_index)
+            ]:
                 del self.world.containers[cid]
             cid = f"c{next(iter(self.world._ids))}"  # type: ignore[call-overload]
-            labels = {
-                LABEL_DEPLOYMENT: plan.deployment,
-                LABEL_ROLE: service,
-                LABEL_HOST: self.host,
-                LABEL_CONFIG_HASH: svc.config_hash,
-            }
+            labels = {**dict(svc.labels), LABEL_CONFIG_HASH: svc.config_hash}
             c = Container(
-                cid, self.host, labels, self.world.clock.now(), logs=[f"{service} loading"]
+                cid, self.host, labels, self.world.clock.now(), logs=[f"{role} loading"]
             )
-            if service in self.world.crash:
+            if role in self.world.crash:
                 c.state, c.exit_code = "exited", 1
-                c.logs.append(self.world.crash[service])
+                c.logs.append(self.world.crash[role])
             self.world.containers[cid] = c
 
     def stop_remove(self, container_ids: list[str], grace: int = 30) -> None:

@@ -391,8 +391,8 @@ def test_json_shape_is_the_documented_one() -> None:
 def test_report_puts_failures_first_with_the_fix_under_them() -> None:
     from rich.console import Console
 
-    from pdboot import report
     from pdboot.preflight import HostReport, PreflightResult
+    from pdboot.views import preflight as report
 
     checks = [
         CheckResult("ssh.connect", "pass", "connected"),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from pdboot import report
 from pdboot.checks import CheckResult
 from pdboot.preflight import HostReport, PreflightResult
+from pdboot.views import preflight as report
 
 CHECKS = [
     CheckResult("ssh.connect", "pass", "connected"),

@@ -248,3 +248,39 @@ def test_down_router_then_prefill_then_decode() -> None:
     again = Recorder()
     assert run_down(world, again) == 0
     assert again.events[-1].summary == "nothing of this deployment is running"  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- engines per host
+
+
+def test_a_hosts_engines_start_in_one_compose_up_and_converge_per_engine() -> None:
+    world = World(inventory(", engines_per_host: 3"))
+    code, rec = run_up(world)
+    assert code == 0
+    ups = [(h, what) for op, h, what in world.calls if op == "compose_up"]
+    assert ("d1", "decode,decode-1,decode-2") in ups and ups[-1] == ("r", "router")
+    assert len(ups) == 3
+    started = {e.service for e in rec.of(ev.ServiceStarted)}
+    assert {"decode@d1", "decode-1@d1", "decode-2@d1", "prefill@p1"} <= started
+    assert len(world.of_role("decode")) == 3
+
+    again = run_up(world)[1]
+    assert {e.action for e in again.of(ev.ServiceAction)} == {"unchanged"}
+
+    world.calls.clear()
+    world.inv = inventory(", gpus: [[0], [5], [2]]")  # engine 1 moves to GPU 5
+    code, rec = run_up(world)
+    assert code == 0
+    changed = {e.service: e.action for e in rec.of(ev.ServiceAction) if e.action != "unchanged"}
+    assert changed == {"decode-1@d1": "recreate", "router@r": "recreate"}
+    ups = [(h, what) for op, h, what in world.calls if op == "compose_up"]
+    assert ups == [("d1", "decode-1"), ("r", "router")]
+    assert len(world.of_role("decode")) == 3
+
+
+def test_engines_per_host_all_is_not_deployed_from_a_guess() -> None:
+    world = World(inventory(", engines_per_host: all"))
+    code, rec = run_up(world)
+    assert code == 1
+    assert any("needs preflight's GPU count" in n.message for n in rec.of(ev.Note))
+    assert not [c for c in world.calls if c[0] == "compose_up"]

@@ -51,6 +51,9 @@ def test_every_event_is_one_json_object_with_its_type_and_time() -> None:
         "state": "waiting",
         "detail": "connection refused",
         "log_line": "\x1b[32mINFO\x1b[0m load",
+        "phase": "",
+        "done": None,
+        "total": None,
     }
     assert docs[-1] == {**docs[-1], "event": "done", "exit_code": 0, "command": "up"}
     assert next(d for d in docs if d["event"] == "host_errors")["errors"] == [
@@ -127,3 +130,23 @@ def test_image_check_lines_carry_the_fix_under_a_failure() -> None:
     ]
     doc = json.loads(to_json(ev.ImageCheck("p1", "docker.image_arch", "fail", "m", "f")))
     assert doc["event"] == "image_check" and doc["fix"] == "f"
+
+
+def test_wait_rows_show_the_load_phase_with_a_bar_and_cut_raw_lines_at_the_end() -> None:
+    from pdboot.loadphase import load_phase
+    from pdboot.views.terminal import progress_cell
+
+    # vLLM 0.33's real shard progress line (tqdm through the logger)
+    line = (
+        "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:01<00:01,  1.60it/s]"
+    )
+    phase = load_phase([line])
+    assert phase is not None and (phase.done, phase.total) == (2, 4)
+    s = ev.ServiceWait("decode@d1", "waiting", "connection refused", line, phase.text(), 2, 4)
+    cell = progress_cell(s)
+    assert cell.plain.startswith("[#####.....] loading weights") and "2/4" in cell.plain
+    raw = "(APIServer pid=1) INFO 11-30 20:01:02 [api_server.py:1971] " + "x" * 300
+    cell = progress_cell(ev.ServiceWait("decode@d1", "waiting", "refused", raw))
+    # the start of the line stays (it says what the line is about); rich cuts the end
+    assert cell.plain.startswith("(APIServer pid=1) INFO") and cell.overflow == "ellipsis"
+    assert cell.no_wrap
