@@ -49,6 +49,7 @@ class Findings:
     present: dict[str, bool]
     ports: dict[str, list[str]] = field(default_factory=dict)
     source: Source = "preflight"
+    gbps: dict[str, float] = field(default_factory=dict)  # fastest ACTIVE port (KV speed check)
 
 
 def active_ports(facts: HostFacts) -> list[str]:
@@ -59,13 +60,17 @@ def active_ports(facts: HostFacts) -> list[str]:
 def from_preflight(result: _Preflight) -> Findings:
     present: dict[str, bool] = {}
     ports: dict[str, list[str]] = {}
+    gbps: dict[str, float] = {}
     for name, rep in result.hosts.items():
         if rep.rdma_present is None:  # not checked there (no GPU host, unreachable)
             continue
         present[name] = rep.rdma_present
         if rep.rdma_present:
             ports[name] = active_ports(rep.facts)
-    return Findings(present, ports, "preflight")
+            rate = rep.facts.rdma.link_gbps() if rep.facts.rdma is not None else None
+            if rate:
+                gbps[name] = rate
+    return Findings(present, ports, "preflight", gbps)
 
 
 def record_text(present: bool, ports: list[str]) -> str:

@@ -32,6 +32,7 @@ from pdboot.events import (
     Endpoint,
     Failure,
     Interrupted,
+    KVSpeed,
     KVVerdict,
     Note,
     PreflightDone,
@@ -60,6 +61,7 @@ from pdboot.hosts import (
 from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
 from pdboot.logscan import explain, report_lines
+from pdboot.pdcheck import check_speed, first_decode, gate_event, run_up_gate
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
 from pdboot.ports import (
     OP_DEADLINE,
@@ -86,6 +88,7 @@ class UpOptions:
     rollback: bool = False
     accept_new_host_keys: bool = False
     prove: bool = True
+    speed: bool = True  # the long request that measures the KV path per pair (after prove)
 
 
 class _Stop(Exception):
@@ -196,6 +199,7 @@ def _on_hosts(
         emit(Note(line))
     run = _Up(inv, plan, hosts, opts, emit, env)
     run.records = records_to_ship(findings)
+    run.port_gbps = findings.gbps
     try:
         run.run()
     except _Stop:
@@ -214,6 +218,7 @@ class _Up:
         self.emit, self.env = emit, env
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
+        self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
         # annotated: mypy checks here that the real Engine satisfies EngineOps
         engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
         self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
@@ -237,6 +242,9 @@ class _Up:
         self.wait([s.service for s in router], router=True)
         if self.opts.prove:
             self.prove()
+            self.gate()
+            if self.opts.speed:
+                self.kv_speed()
         self.show_endpoint()
         note = decode_restart_note(stages)
         if note is not None:
@@ -461,6 +469,29 @@ class _Up:
         if not v.ok:
             self.explain("the KV path failed")
             raise _Stop
+
+    def gate(self) -> None:
+        """Same greedy answer through P/D and from one decode alone (pdboot.gate's rule):
+        a broken KV path fails `up`; a late divergence (numerics) only warns."""
+        headers = api_key_headers(self.env.token or {})
+        outcome = run_up_gate(self.plan, self.env.fetch, headers)
+        self.emit(gate_event(outcome, first_decode(self.plan).key))
+        if not outcome.ok:
+            self.explain("the correctness gate failed")
+            raise _Stop
+
+    def kv_speed(self) -> None:
+        """Measured KV throughput per prefill->decode pair next to the link's rate (warns,
+        never fails `up`: a slow path still serves correct answers)."""
+        results = check_speed(
+            self.plan,
+            self.env.fetch,
+            api_key_headers(self.env.token or {}),
+            self.port_gbps,
+            self.inv.requirements.link_gbps,
+            self.inv.kv_transfer.kv_connector,
+        )
+        self.emit(KVSpeed(tuple(r.event() for r in results)))
 
     def explain(self, context: str) -> None:
         """Known causes in every engine's and the router's recent logs."""

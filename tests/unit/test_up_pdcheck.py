@@ -1,0 +1,107 @@
+"""`up`'s correctness gate and KV speed check, driven with the fake world: a corrupted KV
+path fails `up` with both outputs, a late divergence warns, the speed line carries a number
+next to the link rate, and a slow path is called a TCP fallback."""
+
+from __future__ import annotations
+
+from pdboot import events as ev
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
+from pdboot.inventory import parse_inventory
+from pdboot.pdcheck import speed_pairs, speed_prompt
+from pdboot.plan import build_plan
+from pdboot.up import UpOptions
+from tests.unit.orchestrator_fakes import INV, Recorder, World, inventory
+from tests.unit.test_orchestrator import run_up
+
+
+def test_gate_passes_when_both_answers_match() -> None:
+    world = World(inventory())
+    code, rec = run_up(world)
+    assert code == EXIT_OK
+    (g,) = rec.of(ev.GateVerdict)
+    assert (g.level, g.verdict) == ("ok", "identical")
+    assert g.decode == "decode@d1"
+    # the gate asked the router and the decode directly, greedy, without kv_transfer_params
+    gate_urls = [u for u, b in world.requests if b.get("temperature") == 0 and "seed" in b]
+    assert [u.split("/v1")[0] for u in gate_urls] == [
+        build_plan(world.inv).endpoint, next(s.url for s in build_plan(world.inv).services()
+                                             if s.role == "decode")]
+    assert all("kv_transfer_params" not in b for _, b in world.requests if "seed" in b)
+
+
+def test_corrupted_kv_fails_up_with_both_outputs() -> None:
+    world = World(inventory(), corrupt_kv=True)
+    code, rec = run_up(world)
+    assert code == EXIT_FAILED
+    (g,) = rec.of(ev.GateVerdict)
+    assert (g.level, g.verdict) == ("fail", "broken")
+    assert "the the the" in g.pd_output and "Venus" in g.direct_output
+    assert "GPUDirect" in g.message and "Venus" in g.message and "the the" in g.message
+    assert rec.of(ev.Diagnosis)[-1].context == "the correctness gate failed"
+    assert rec.of(ev.Endpoint) == []  # no endpoint advertised for a deployment that lies
+    assert rec.of(ev.KVSpeed) == []
+
+
+def test_late_divergence_warns_and_up_goes_on() -> None:
+    world = World(inventory(), late_divergence=True)
+    code, rec = run_up(world)
+    assert code == EXIT_OK
+    (g,) = rec.of(ev.GateVerdict)
+    assert (g.level, g.verdict) == ("warn", "late_divergence")
+    assert "numerics" in g.message
+
+
+def test_speed_line_against_declared_link_and_tcp_fallback() -> None:
+    inv = parse_inventory((INV % "") + "requirements: {link_gbps: 100}\n")
+    world = World(inv, pull_bytes=50_000_000, pull_seconds=0.4)  # 1 Gbit/s of 100
+    code, rec = run_up(world)
+    assert code == EXIT_OK
+    (speed,) = rec.of(ev.KVSpeed)
+    (p,) = speed.pairs
+    assert (p.prefill, p.decode) == ("prefill@p1", "decode@d1")
+    assert p.gbps is not None and abs(p.gbps - 1.0) < 1e-6
+    assert p.link_gbps == 100 and p.megabytes == 50.0
+    assert p.flag == "kv_tcp_fallback" and "UCX_TLS" in p.advice
+    # the pair was driven by hand: prefill with do_remote_decode, then decode with its params
+    pre, dec = [b for u, b in world.requests if "kv_transfer_params" in b]
+    assert pre["kv_transfer_params"]["do_remote_decode"] is True and pre["max_tokens"] == 1
+    assert dec["kv_transfer_params"]["remote_engine_id"] == "e1"
+    assert dec["prompt"] == pre["prompt"] and len(dec["prompt"].split()) == 900
+
+
+def test_fast_path_has_no_flag_and_no_speed_skips_it() -> None:
+    inv = parse_inventory((INV % "") + "requirements: {link_gbps: 100}\n")
+    world = World(inv, pull_bytes=50_000_000, pull_seconds=0.005)  # 80 Gbit/s
+    code, rec = run_up(world)
+    (p,) = rec.of(ev.KVSpeed)[0].pairs
+    assert code == EXIT_OK and p.flag == "" and "80%" in p.line
+    code, rec = run_up(World(inv), UpOptions(skip_preflight=True, speed=False))
+    assert code == EXIT_OK and rec.of(ev.KVSpeed) == []
+
+
+def test_too_little_kv_says_so_without_a_rate() -> None:
+    world = World(inventory())  # 4 KB per pull
+    run_up(world)
+    (p,) = rec_pairs(world)
+    assert p.gbps is None and "too little to judge" in p.line
+
+
+def rec_pairs(world: World) -> tuple[ev.PairSpeedLine, ...]:
+    rec = Recorder()
+    from pdboot.up import up
+
+    up(world.inv, UpOptions(skip_preflight=True), rec, clock=world.clock,
+       hosts_factory=world.hosts, fetch=world.fetch)
+    return tuple(rec.of(ev.KVSpeed)[0].pairs)
+
+
+def test_speed_pairs_cover_every_engine_once() -> None:
+    inv = parse_inventory(INV.replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1, r]}")
+                          % "")
+    pairs = [(p.key, d.key) for p, d in speed_pairs(build_plan(inv))]
+    assert pairs == [("prefill@p1", "decode@d1"), ("prefill@r", "decode@d1")]
+
+
+def test_speed_prompt_is_fresh_each_time() -> None:
+    a, b = speed_prompt(), speed_prompt()
+    assert a != b and len(a.split()) == len(b.split()) == 900
