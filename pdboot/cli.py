@@ -241,9 +241,16 @@ def up(
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
     events: EventsOpt = None,
+    no_speed: Annotated[
+        bool,
+        typer.Option(
+            "--no-speed",
+            help="Skip the long request per prefill->decode pair that measures KV speed.",
+        ),
+    ] = False,
 ) -> None:
-    """Pull, start decode and prefill, then the router; prove a request flows; print the
-    endpoint."""
+    """Pull, start decode and prefill, then the router; prove a request flows and the
+    answers are right (correctness gate); measure the KV path; print the endpoint."""
     from pdboot import up as up_mod
 
     inv = _load(inventory)
@@ -251,6 +258,7 @@ def up(
         skip_preflight=skip_preflight,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
+        speed=not no_speed,
     )
     with _views(events) as (emit, console):
         code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))

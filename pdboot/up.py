@@ -21,7 +21,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdboot.converge import Observed, Step, decode_restart_note, orphans, plan_up
+from pdboot.converge import (
+    Observed,
+    Step,
+    decode_restarts,
+    orphans,
+    plan_up,
+    with_restarts,
+)
 from pdboot.diagnose import diagnose
 from pdboot.down import clean_files, stop_remove, teardown
 from pdboot.engine import PullProgress as EnginePull
@@ -229,15 +236,18 @@ class _Up:
         self.pull()
         self.ship()
         observed = self.observe()
-        stages = plan_up(self.plan, observed)
+        first = plan_up(self.plan, observed)
+        restarts = decode_restarts(first)  # decodes holding NIXL state for an old prefill
+        stages = with_restarts(first, restarts)
         self.show_steps(stages)
         self.remove_orphans(observed)
-        engines = [
-            s for steps in stages if steps and steps[0].service.role != "router" for s in steps
-        ]
+        engines = [s for steps in first for s in steps if s.service.role != "router"]
         router = [s for steps in stages for s in steps if s.service.role == "router"]
         self.start(engines)
         self.wait([s.service for s in engines], router=False)
+        if restarts:  # after the prefill tier is ready, before the router registers them
+            self.start(restarts)
+            self.wait([s.service for s in restarts], router=False)
         self.start(router)
         self.wait([s.service for s in router], router=True)
         if self.opts.prove:
@@ -246,9 +256,6 @@ class _Up:
             if self.opts.speed:
                 self.kv_speed()
         self.show_endpoint()
-        note = decode_restart_note(stages)
-        if note is not None:
-            self.emit(Note(note, "warn"))
 
     # ---- pull
 

@@ -105,3 +105,24 @@ def test_speed_pairs_cover_every_engine_once() -> None:
 def test_speed_prompt_is_fresh_each_time() -> None:
     a, b = speed_prompt(), speed_prompt()
     assert a != b and len(a.split()) == len(b.split()) == 900
+
+
+def test_prefill_change_restarts_decode_after_prefill_is_ready() -> None:
+    world = World(inventory())
+    assert run_up(world)[0] == EXIT_OK
+    decode = world.of_role("decode")[0].id
+    world.inv = parse_inventory(INV.replace("prefill: {hosts: [p1]}",
+                                            "prefill: {hosts: [p1], env: {X: '1'}}") % "")
+    world.calls.clear()
+    code, rec = run_up(world)
+    assert code == EXIT_OK
+    actions = {e.service: (e.action, e.reason) for e in rec.of(ev.ServiceAction)}
+    assert actions["decode@d1"][0] == "recreate" and "NIXL" in actions["decode@d1"][1]
+    assert actions["router@r"][0] == "recreate"
+    assert world.of_role("decode")[0].id != decode
+    ups = [what for op, _, what in world.calls if op == "compose_up"]
+    assert ups == ["prefill", "decode", "router"]
+    # the decode was restarted only once the prefill answered /health
+    ready = [e.service for e in rec.of(ev.ServiceReady)]
+    assert ready.index("prefill@p1") < ready.index("decode@d1", ready.index("prefill@p1"))
+    assert rec.of(ev.GateVerdict)[0].level == "ok"
