@@ -181,8 +181,17 @@ class Router(Strict):
     host: str
     port: int = Field(default=8000, ge=1, le=65535)
     metrics_port: int = Field(default=29000, ge=1, le=65535)
+    # docs/routing.md: cache_aware pins sequential traffic (ties go to the first engine) and
+    # traffic sharing a prefix (affinity until 64 in flight); prefix reuse pays on prefill
+    # only, so prefill keeps it with thresholds that let load win early, decode spreads.
     prefill_policy: RouterPolicy = "cache_aware"
-    decode_policy: RouterPolicy = "cache_aware"
+    decode_policy: RouterPolicy = "power_of_two"
+    # cache_aware's router-wide thresholds (used only when a tier runs cache_aware): a prefix
+    # match over this share of the prompt's characters wins affinity (router default 0.3) ...
+    cache_threshold: float = Field(default=0.5, ge=0, le=1)
+    # ... unless the busiest engine has this many more requests in flight than the idlest
+    # (and 1.5x): then the least loaded wins (router default 64)
+    balance_abs_threshold: int = Field(default=4, ge=0, le=100000)
     request_timeout_secs: int = Field(default=86400, ge=1, le=31536000)  # the router's bound
     extra_args: list[str] = []
 
@@ -948,6 +957,8 @@ _ROUTER_MANAGED_FLAGS = {
     "--decode": "one per decode engine, from the decode tier",
     "--prefill-policy": "from router.prefill_policy",
     "--decode-policy": "from router.decode_policy",
+    "--cache-threshold": "from router.cache_threshold",
+    "--balance-abs-threshold": "from router.balance_abs_threshold",
     "--host": "the router listens on all interfaces",
     "--port": "from router.port",
     "--prometheus-host": "metrics listen on all interfaces",

@@ -298,6 +298,15 @@ def _engine(
     )
 
 
+def _cache_aware_flags(inv: Inventory) -> list[str]:
+    """The router-wide cache_aware thresholds, only when a tier routes with cache_aware."""
+    r = inv.router
+    if "cache_aware" not in (r.prefill_policy, r.decode_policy):
+        return []
+    return ["--cache-threshold", f"{r.cache_threshold:g}",
+            "--balance-abs-threshold", str(r.balance_abs_threshold)]
+
+
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
     r = inv.router
     cmd: list[str] = ["--vllm-pd-disaggregation"]
@@ -311,6 +320,7 @@ def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Servi
         r.prefill_policy,
         "--decode-policy",
         r.decode_policy,
+        *_cache_aware_flags(inv),
         "--host",
         "0.0.0.0",  # noqa: S104 - the router is the deployment's ingress
         "--port",
