@@ -177,6 +177,18 @@ RouterPolicy = Literal[
 ]
 
 
+def tier_policy(explicit: str | None, tier: str, engines: int) -> str:
+    """The router policy of a tier: the inventory's, else cache_aware for prefill (prefix
+    reuse) and power_of_two for decode (load), round_robin for a single decode engine
+    (vllm-router 0.1.17 refuses power_of_two with fewer than 2 workers; one engine takes
+    everything whatever the policy)."""
+    if explicit is not None:
+        return explicit
+    if tier == "prefill":
+        return "cache_aware"
+    return "power_of_two" if engines >= 2 else "round_robin"
+
+
 class Router(Strict):
     host: str
     port: int = Field(default=8000, ge=1, le=65535)
@@ -184,8 +196,9 @@ class Router(Strict):
     # docs/routing.md: cache_aware pins sequential traffic (ties go to the first engine) and
     # traffic sharing a prefix (affinity until 64 in flight); prefix reuse pays on prefill
     # only, so prefill keeps it with thresholds that let load win early, decode spreads.
-    prefill_policy: RouterPolicy = "cache_aware"
-    decode_policy: RouterPolicy = "power_of_two"
+    # None: pdboot's default for the tier (tier_policy)
+    prefill_policy: RouterPolicy | None = None
+    decode_policy: RouterPolicy | None = None
     # cache_aware's router-wide thresholds (used only when a tier runs cache_aware): a prefix
     # match over this share of the prompt's characters wins affinity (router default 0.3) ...
     cache_threshold: float = Field(default=0.5, ge=0, le=1)
@@ -712,7 +725,19 @@ def validate_rules(inv: Inventory) -> list[Rule]:
         + _managed_rules(inv, ("prefill", "decode"))
         + secret_rules(inv)
         + _managed_rules(inv, ("router",))
+        + _policy_rules(inv)
     )
+
+
+def _policy_rules(inv: Inventory) -> list[Rule]:
+    out: list[Rule] = []
+    for tname, tier in _tiers(inv):
+        policy = getattr(inv.router, f"{tname}_policy")
+        if policy == "power_of_two" and len(tier.hosts) < 2:
+            out.append(((("router", f"{tname}_policy")),
+                        f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
+                        "engines; leave it unset (pdboot picks round_robin for one engine)"))
+    return out
 
 
 def _tiers(inv: Inventory) -> tuple[tuple[str, Tier], tuple[str, Tier]]:
