@@ -229,6 +229,7 @@ class StatusReport(Event):
     endpoint: str
     healthy: bool
     services: tuple[Any, ...]  # status.ServiceStatus rows
+    pd: Any = None  # pdstatus.PDStatus: per-engine P/D metrics, spread, flags (None: not read)
 
 
 @dataclass(frozen=True)
