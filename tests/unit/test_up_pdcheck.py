@@ -4,11 +4,14 @@ next to the link rate, and a slow path is called a TCP fallback."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pdboot import events as ev
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.inventory import parse_inventory
-from pdboot.pdcheck import speed_pairs, speed_prompt
+from pdboot.pdcheck import link_rate, speed_pairs, speed_prompt
 from pdboot.plan import build_plan
+from pdboot.rdma_findings import from_preflight
 from pdboot.up import UpOptions
 from tests.unit.orchestrator_fakes import INV, Recorder, World, inventory
 from tests.unit.test_orchestrator import run_up
@@ -81,7 +84,6 @@ def test_fast_path_has_no_flag_and_no_speed_skips_it() -> None:
 
 def test_too_little_kv_says_so_without_a_rate() -> None:
     world = World(inventory())  # 4 KB per pull
-    run_up(world)
     (p,) = rec_pairs(world)
     assert p.gbps is None and "too little to judge" in p.line
 
@@ -126,3 +128,47 @@ def test_prefill_change_restarts_decode_after_prefill_is_ready() -> None:
     ready = [e.service for e in rec.of(ev.ServiceReady)]
     assert ready.index("prefill@p1") < ready.index("decode@d1", ready.index("prefill@p1"))
     assert rec.of(ev.GateVerdict)[0].level == "ok"
+
+
+def test_link_rate_from_preflight_ports_else_declared() -> None:
+    from tests.unit.test_deploy_rdma import preflight_result
+
+    f = from_preflight(preflight_result())
+    assert set(f.gbps) == {"gpu-a"} and f.gbps["gpu-a"] > 0  # the real sysfs rate
+    plan = build_plan(parse_inventory(INV % ""))
+    pre, dec = speed_pairs(plan)[0]
+    on = {"p1": 400.0, "d1": 200.0}
+    # both ends on RDMA with a rate read: the slower port; otherwise the declared link_gbps
+    assert link_rate(replace(pre, rdma=True), replace(dec, rdma=True), on, 25.0) == 200.0
+    assert link_rate(replace(pre, rdma=True), dec, on, 25.0) == 25.0
+    assert link_rate(replace(pre, rdma=True), replace(dec, rdma=True), {"p1": 400.0}, None) is None
+
+
+def test_terminal_prints_both_outputs_and_the_speed_line() -> None:
+    import io
+
+    from rich.console import Console
+
+    from pdboot.views.terminal import TerminalView
+
+    world = World(inventory(), corrupt_kv=True)
+    code, rec = run_up(world)
+    assert code == EXIT_FAILED
+    out = Console(width=100, file=io.StringIO(), record=True)
+    view = TerminalView(out)
+    for e in rec.events:
+        view(e)
+    text = out.export_text()
+    assert "error: correctness gate: the P/D answer differs" in text
+    assert "through the router: ' the the the" in text and "decode alone:" in text
+    world = World(parse_inventory((INV % "") + "requirements: {link_gbps: 100}\n"),
+                  pull_bytes=50_000_000, pull_seconds=0.4)
+    code, rec = run_up(world)
+    assert code == EXIT_OK
+    out = Console(width=100, file=io.StringIO(), record=True)
+    view = TerminalView(out)
+    for e in rec.events:
+        view(e)
+    text = out.export_text()
+    assert "KV speed: prefill@p1 -> decode@d1: 50.0 MB in 0.400 s = 1.00 Gbit/s" in text
+    assert "warning: prefill@p1 -> decode@d1: KV moves at 1% of the link" in text
