@@ -20,7 +20,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_deploy import down_clean, http_json, output, pdboot, write_inventory
+from tests.e2e.test_deploy import (
+    down_clean,
+    http_json,
+    ids,
+    output,
+    pdboot,
+    started_at,
+    write_inventory,
+)
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -98,3 +106,28 @@ def test_gate_passes_speed_line_and_pd_status(tb3: Any, tmp_path: Path) -> None:
     assert "P/D metrics, totals since start" in res.stdout, output(res)
     assert "decode spread: decode@decode" in res.stdout
     down_clean(tb3, inv, "e2epd")
+
+
+def test_prefill_removed_under_running_decode_restarts_it(tb3: Any, tmp_path: Path) -> None:
+    """Part of the deployment gone (the prefill container removed, decode kept running):
+    the next `up` creates the prefill, then restarts the decode, then the router."""
+    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2epart")
+    assert pdboot("up", str(inv), "--no-speed").returncode == 0
+    decode_started = started_at(tb3, "e2epart", "decode")
+    pre = ids(tb3, "e2epart")["prefill@prefill"]
+    tb3.hosts["prefill"].docker("rm", "-f", pre)
+    res = pdboot("up", str(inv), "--no-speed")
+    out = res.stdout
+    assert res.returncode == 0, output(res)
+    lines = out.splitlines()
+    assert any("prefill@prefill" in ln and "create" in ln for ln in lines), out
+    decode_line = next(ln for ln in lines if "decode@decode" in ln and "recreate" in ln)
+    assert "prefill@prefill is (re)created in this run" in decode_line, out
+    assert started_at(tb3, "e2epart", "decode") != decode_started
+    # the decode restarted after the prefill was ready, and before the router
+    ready = [ln for ln in lines if ln.startswith("ready ")]
+    order = [next(k for k in ("prefill@", "decode@", "router@") if k in ln) for ln in ready]
+    assert order.index("prefill@") < len(order) - 1 - order[::-1].index("decode@")
+    assert order[-1] == "router@", ready
+    assert "correctness gate: the P/D answer equals" in out
+    down_clean(tb3, inv, "e2epart")
