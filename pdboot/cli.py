@@ -257,9 +257,9 @@ def up(
     inv = _load(inventory)
     opts = up_mod.UpOptions(
         skip_preflight=skip_preflight,
+        speed=not no_speed,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
-        speed=not no_speed,
     )
     with _views(events) as (emit, console):
         code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))

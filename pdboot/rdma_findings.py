@@ -70,7 +70,7 @@ def from_preflight(result: _Preflight) -> Findings:
             rate = rep.facts.rdma.link_gbps() if rep.facts.rdma is not None else None
             if rate:
                 gbps[name] = rate
-    return Findings(present, ports, "preflight", gbps)
+    return Findings(present, ports, "preflight", gbps=gbps)
 
 
 def record_text(present: bool, ports: list[str]) -> str:

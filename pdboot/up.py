@@ -94,8 +94,8 @@ class UpOptions:
     skip_preflight: bool = False
     rollback: bool = False
     accept_new_host_keys: bool = False
-    prove: bool = True
     speed: bool = True  # the long request that measures the KV path per pair (after prove)
+    prove: bool = True
 
 
 class _Stop(Exception):

@@ -68,15 +68,15 @@ class World:
     load: dict[str, float] = field(default_factory=lambda: {"decode": 1.0, "prefill": 1.0})
     crash: dict[str, str] = field(default_factory=dict)  # role -> its last log line
     never_healthy: set[str] = field(default_factory=set)
-    interrupt_on: str | None = None  # a URL suffix whose request raises KeyboardInterrupt
-    containers: dict[str, Container] = field(default_factory=dict)
-    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (op, host, what)
-    kv_pulls: int = 0
     corrupt_kv: bool = False  # the router's answer differs (a broken KV path)
     late_divergence: bool = False  # ... differs after a long common prefix (numerics)
     pull_bytes: int = 4096  # KV bytes one pull moves
     pull_seconds: float = 0.001
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (url, body)
+    interrupt_on: str | None = None  # a URL suffix whose request raises KeyboardInterrupt
+    containers: dict[str, Container] = field(default_factory=dict)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (op, host, what)
+    kv_pulls: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
