@@ -22,6 +22,7 @@ from pdboot.inventory import (
     deployment_hosts,
     engine_uses_secrets,
     router_uses_secrets,
+    tier_policy,
 )
 
 Role = Literal["decode", "prefill", "router"]
@@ -348,6 +349,15 @@ def _engine(
     )
 
 
+def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
+    """The router-wide cache_aware thresholds, only when a tier routes with cache_aware."""
+    r = inv.router
+    if "cache_aware" not in policies:
+        return []
+    return ["--cache-threshold", f"{r.cache_threshold:g}",
+            "--balance-abs-threshold", str(r.balance_abs_threshold)]
+
+
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
     r = inv.router
     cmd: list[str] = ["--vllm-pd-disaggregation"]
@@ -355,12 +365,17 @@ def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Servi
         cmd += ["--prefill", p.url]
     for d in decodes:
         cmd += ["--decode", d.url]
+    policies = (
+        tier_policy(r.prefill_policy, "prefill", len(prefills)),
+        tier_policy(r.decode_policy, "decode", len(decodes)),
+    )
     return [
         *cmd,
         "--prefill-policy",
-        r.prefill_policy,
+        policies[0],
         "--decode-policy",
-        r.decode_policy,
+        policies[1],
+        *_cache_aware_flags(inv, policies),
         "--host",
         "0.0.0.0",  # noqa: S104 - the router is the deployment's ingress
         "--port",

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from vllm_router.launch_router import parse_router_args
 
-from pdboot.inventory import Inventory, load_inventory, parse_inventory
+from pdboot.inventory import Inventory, load_inventory, parse_inventory, tier_policy
 from pdboot.plan import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
@@ -278,8 +278,10 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
     assert args.vllm_pd_disaggregation
     assert [u for u, _ in args.prefill_urls] == [s.url for s in plan.stages[1]]
     assert args.decode_urls == [s.url for s in plan.stages[0]]
-    assert args.prefill_policy == inv.router.prefill_policy
-    assert args.decode_policy == inv.router.decode_policy
+    assert args.prefill_policy == tier_policy(
+        inv.router.prefill_policy, "prefill", len(plan.stages[1]))
+    assert args.decode_policy == tier_policy(
+        inv.router.decode_policy, "decode", len(plan.stages[0]))
     assert (args.host, args.port) == ("0.0.0.0", inv.router.port)
     assert args.prometheus_port == inv.router.metrics_port
     assert args.prometheus_host == "0.0.0.0"
