@@ -5,6 +5,7 @@ Exit codes: 0 success, 1 a check or deployment step failed, 2 bad usage or inven
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -249,14 +250,22 @@ def up(
     accept_new_host_keys: AcceptNewOpt = False,
     no_wait: NoWaitOpt = False,
     events: EventsOpt = None,
+    no_speed: Annotated[
+        bool,
+        typer.Option(
+            "--no-speed",
+            help="Skip the long request per prefill->decode pair that measures KV speed.",
+        ),
+    ] = False,
 ) -> None:
-    """Pull, start decode and prefill, then the router; prove a request flows; print the
-    endpoint."""
+    """Pull, start decode and prefill, then the router; prove a request flows and the
+    answers are right (correctness gate); measure the KV path; print the endpoint."""
     from pdboot import up as up_mod
 
     inv = _load(inventory)
     opts = up_mod.UpOptions(
         skip_preflight=skip_preflight,
+        speed=not no_speed,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
         no_wait=no_wait,
@@ -293,8 +302,18 @@ def down(
 def status(
     inventory: InventoryArg,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    watch: Annotated[
+        float | None,
+        typer.Option(
+            "--watch",
+            help="Refresh every SECONDS until Ctrl-C; P/D metrics show what happened in "
+            "between (with --json: one object per line).",
+            min=1,
+        ),
+    ] = None,
 ) -> None:
-    """Show each service's state, health and whether it matches the inventory."""
+    """Show each service's state, health and whether it matches the inventory, and per
+    engine its P/D metrics (KV transfers, failures, TTFT/ITL), the spread and flags."""
     from pdboot import status as status_mod
     from pdboot.events import StatusReport
     from pdboot.views.status import status_json
@@ -307,9 +326,11 @@ def status(
         if not as_json:
             view(event)
         elif isinstance(event, StatusReport):
-            sys.stdout.write(status_json(event) + "\n")
+            doc = status_json(event)
+            sys.stdout.write((json.dumps(json.loads(doc)) if watch else doc) + "\n")
+            sys.stdout.flush()
 
-    raise typer.Exit(status_mod.status(inv, emit))
+    raise typer.Exit(status_mod.status(inv, emit, watch=watch))
 
 
 @app.command()

@@ -10,8 +10,10 @@ order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from pdboot.engines import engine_name
@@ -153,23 +155,78 @@ def _whole_dp_tiers(steps: list[Step]) -> list[Step]:
     return out
 
 
-def decode_restart_note(stages: Sequence[Sequence[Step]]) -> str | None:
-    """After `up` recreated a prefill engine while decode engines kept running: vLLM users
-    report decode engines needing a restart after a prefill restart (vllm-pd-facts.md);
-    pdboot has no restart command, so say how. None when it does not apply."""
-    steps = [s for stage in stages for s in stage]
-    prefills = [
-        s.service.key for s in steps if s.service.role == "prefill" and s.kind == "recreate"
-    ]
-    decodes = [s.service.key for s in steps if s.service.role == "decode" and s.kind == "unchanged"]
-    if not prefills or not decodes:
+# A prefill that started this much later than a running decode was restarted under it (docker's
+# restart policy, or removed and created again by `down` of part + `up`). Both tiers start
+# together in one `up` (seconds apart), so a small gap means nothing; a real engine takes
+# longer than this to load, so a decode that predates its prefill by more served the old one.
+STALE_AFTER_SECONDS = 30.0
+
+
+def started(o: Observed | None) -> datetime | None:
+    """Docker's RFC 3339 StartedAt (nanoseconds) as an aware datetime; None when unknown."""
+    if o is None or not o.started_at or o.started_at.startswith("0001-"):
         return None
-    return (
-        f"note: {', '.join(prefills)} restarted while {', '.join(decodes)} kept running; "
-        "vLLM users report decode engines needing a restart after a prefill restart. "
-        "If requests fail or stall, restart them all: `pdboot down INVENTORY` then "
-        "`pdboot up INVENTORY`"
-    )
+    m = re.match(r"^(.*?T[0-9:]+)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$", o.started_at)
+    if m is None:
+        return None
+    frac = (m.group(2) or "0")[:6]
+    tz = m.group(3) or "Z"
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{'+00:00' if tz == 'Z' else tz}")
+    except ValueError:
+        return None
+
+
+def _newer(prefill: Observed | None, decode: Observed | None) -> bool:
+    p, d = started(prefill), started(decode)
+    return p is not None and d is not None and (p - d).total_seconds() > STALE_AFTER_SECONDS
+
+
+def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
+    """The running decode engines `up` must restart once the prefill tier is ready.
+
+    A decode caches, per prefill engine id, the NIXL handshake (peer agent metadata, remote
+    block layout); a prefill that restarts comes back with a new engine id and new memory
+    registrations while the decode may still hold the old ones: users report decodes that
+    segfault or keep pulling from the dead peer (llm-d#2187, vllm-pd-facts.md). So a decode
+    left "unchanged" is restarted when any prefill is (re)created in this run, or when a
+    running prefill started well after it (restarted under it earlier)."""
+    steps = [s for stage in stages for s in stage]
+    prefills = [s for s in steps if s.service.role == "prefill"]
+    changed = [s.service.key for s in prefills if s.kind != "unchanged"]
+    out = []
+    for d in steps:
+        if d.service.role != "decode" or d.kind != "unchanged":
+            continue
+        newer = [p.service.key for p in prefills
+                 if p.kind == "unchanged" and _newer(p.current, d.current)]
+        if changed:
+            why = f"{', '.join(changed)} is (re)created in this run"
+        elif newer:
+            why = f"{', '.join(newer)} restarted after it"
+        else:
+            continue
+        out.append(Step(d.service, "recreate",
+                        f"{why}: drops NIXL state held for the old prefill", d.current))
+    return out
+
+
+def with_restarts(stages: Sequence[Sequence[Step]],
+                  restarts: Sequence[Step]) -> list[list[Step]]:
+    """The stages as `up` shows them: each restarted decode's step replaced, and the router
+    recreated when it was to stay (it registered the engines being restarted)."""
+    by_key = {s.service.key: s for s in restarts}
+    out = []
+    for stage in stages:
+        new = []
+        for s in stage:
+            if s.service.key in by_key:
+                s = by_key[s.service.key]
+            elif restarts and s.service.role == "router" and s.kind == "unchanged":
+                s = Step(s.service, "recreate", "its workers were (re)started", s.current)
+            new.append(s)
+        out.append(new)
+    return out
 
 
 def orphans(plan: Plan, observed: Iterable[Observed]) -> list[Observed]:

@@ -147,6 +147,42 @@ class KVVerdict(Event):
 
 
 @dataclass(frozen=True)
+class GateVerdict(Event):
+    """The correctness gate: the same greedy request through the router (P/D) and straight
+    to one decode engine. level: ok, warn (late divergence: numerics), fail (broken KV)."""
+
+    kind: ClassVar[str] = "gate"
+    level: Literal["ok", "warn", "fail"]
+    verdict: str  # identical, late_divergence, broken
+    common_words: int
+    pd_output: str
+    direct_output: str
+    decode: str  # the decode engine asked directly
+    message: str
+
+
+@dataclass(frozen=True)
+class PairSpeedLine(Event):
+    """One prefill->decode pair inside KVSpeed (not emitted alone)."""
+
+    kind: ClassVar[str] = "kv_pair_speed"
+    prefill: str
+    decode: str
+    gbps: float | None  # measured on the decode (None: nothing measured)
+    link_gbps: float | None  # what the link should give (preflight's port rate or link_gbps)
+    megabytes: float
+    line: str  # the measured-vs-link sentence, or why nothing was measured
+    flag: str = ""  # kv_tcp_fallback, kv_pull_same_host, "" when the path looks right
+    advice: str = ""  # the flag's message: usual causes / the connector note
+
+
+@dataclass(frozen=True)
+class KVSpeed(Event):
+    kind: ClassVar[str] = "kv_speed"
+    pairs: tuple[PairSpeedLine, ...]
+
+
+@dataclass(frozen=True)
 class Diagnosis(Event):
     """Known causes found in recent logs (engines and router): a cause line and a fix line
     per finding. ``context`` says what prompted the scan (a failed test request, ...)."""
@@ -211,6 +247,7 @@ class StatusReport(Event):
     endpoint: str
     healthy: bool
     services: tuple[Any, ...]  # status.ServiceStatus rows
+    pd: Any = None  # pdstatus.PDStatus: per-engine P/D metrics, spread, flags (None: not read)
 
 
 @dataclass(frozen=True)

@@ -207,12 +207,34 @@ RouterPolicy = Literal[
 ]
 
 
+def tier_policy(explicit: str | None, tier: str, engines: int) -> str:
+    """The router policy of a tier: the inventory's, else cache_aware for prefill (prefix
+    reuse) and power_of_two for decode (load), round_robin for a single decode engine
+    (vllm-router 0.1.17 refuses power_of_two with fewer than 2 workers; one engine takes
+    everything whatever the policy)."""
+    if explicit is not None:
+        return explicit
+    if tier == "prefill":
+        return "cache_aware"
+    return "power_of_two" if engines >= 2 else "round_robin"
+
+
 class Router(Strict):
     host: str
     port: int = Field(default=8000, ge=1, le=65535)
     metrics_port: int = Field(default=29000, ge=1, le=65535)
-    prefill_policy: RouterPolicy = "cache_aware"
-    decode_policy: RouterPolicy = "cache_aware"
+    # docs/routing.md: cache_aware pins sequential traffic (ties go to the first engine) and
+    # traffic sharing a prefix (affinity until 64 in flight); prefix reuse pays on prefill
+    # only, so prefill keeps it with thresholds that let load win early, decode spreads.
+    # None: pdboot's default for the tier (tier_policy)
+    prefill_policy: RouterPolicy | None = None
+    decode_policy: RouterPolicy | None = None
+    # cache_aware's router-wide thresholds (used only when a tier runs cache_aware): a prefix
+    # match over this share of the prompt's characters wins affinity (router default 0.3) ...
+    cache_threshold: float = Field(default=0.5, ge=0, le=1)
+    # ... unless the busiest engine has this many more requests in flight than the idlest
+    # (and 1.5x): then the least loaded wins (router default 64)
+    balance_abs_threshold: int = Field(default=4, ge=0, le=100000)
     request_timeout_secs: int = Field(default=86400, ge=1, le=31536000)  # the router's bound
     # vllm-router's DP-aware routing (--intra-node-data-parallel-size) over DP tiers' heads
     dp_aware: bool = False
@@ -737,7 +759,24 @@ def validate_rules(inv: Inventory) -> list[Rule]:
         + _managed_rules(inv, ("prefill", "decode"))
         + secret_rules(inv)
         + _managed_rules(inv, ("router",))
+        + _policy_rules(inv)
     )
+
+
+def _policy_rules(inv: Inventory) -> list[Rule]:
+    from pdboot.engines import is_auto, tier_groups  # engines imports this module
+
+    out: list[Rule] = []
+    for tname, tier in _tiers(inv):
+        policy = getattr(inv.router, f"{tname}_policy")
+        # engines, not hosts: one host may run several (engines_per_host: all is >= 1 until
+        # preflight counts the GPUs, so it is not refused here)
+        count = len(tier.hosts) * len(tier_groups(tier))
+        if policy == "power_of_two" and count < 2 and not is_auto(tier):
+            out.append(((("router", f"{tname}_policy")),
+                        f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
+                        "engines; leave it unset (pdboot picks round_robin for one engine)"))
+    return out
 
 
 def _tiers(inv: Inventory) -> tuple[tuple[str, Tier], tuple[str, Tier]]:
@@ -946,6 +985,8 @@ _ROUTER_MANAGED_FLAGS = {
     "--decode": "one per decode engine, from the decode tier",
     "--prefill-policy": "from router.prefill_policy",
     "--decode-policy": "from router.decode_policy",
+    "--cache-threshold": "from router.cache_threshold",
+    "--balance-abs-threshold": "from router.balance_abs_threshold",
     "--host": "the router listens on all interfaces",
     "--port": "from router.port",
     "--prometheus-host": "metrics listen on all interfaces",

@@ -23,6 +23,7 @@ from pdboot.inventory import (
     deployment_hosts,
     engine_uses_secrets,
     router_uses_secrets,
+    tier_policy,
 )
 
 Role = Literal["decode", "prefill", "router"]
@@ -411,6 +412,15 @@ def _dp_fields(inv: Inventory, e: EngineSpec) -> tuple[str, str, str]:
     return role, e.dp.describe(), f"http://{_url_host(head)}:{e.port}"
 
 
+def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
+    """The router-wide cache_aware thresholds, only when a tier routes with cache_aware."""
+    r = inv.router
+    if "cache_aware" not in policies:
+        return []
+    return ["--cache-threshold", f"{r.cache_threshold:g}",
+            "--balance-abs-threshold", str(r.balance_abs_threshold)]
+
+
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
     r = inv.router
     cmd: list[str] = ["--vllm-pd-disaggregation"]
@@ -425,12 +435,18 @@ def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Servi
         # the key for the workers reaches the router as OPENAI_API_KEY (secrets.env),
         # never as --api-key on this command line
         cmd += ["--intra-node-data-parallel-size", str(router_dp_size(inv))]
+    # router workers: a data-parallel tier counts once (its head)
+    policies = (
+        tier_policy(r.prefill_policy, "prefill", len([p for p in prefills if not p.headless])),
+        tier_policy(r.decode_policy, "decode", len([d for d in decodes if not d.headless])),
+    )
     return [
         *cmd,
         "--prefill-policy",
-        r.prefill_policy,
+        policies[0],
         "--decode-policy",
-        r.decode_policy,
+        policies[1],
+        *_cache_aware_flags(inv, policies),
         "--host",
         "0.0.0.0",  # noqa: S104 - the router is the deployment's ingress
         "--port",

@@ -61,6 +61,7 @@ class Findings:
     ifaces: dict[str, list[str]] = field(default_factory=dict)
     nics: dict[str, dict[str, EngineNic]] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
+    gbps: dict[str, float] = field(default_factory=dict)  # fastest ACTIVE port (KV speed check)
 
 
 def active_ports(facts: HostFacts) -> list[str]:
@@ -78,6 +79,7 @@ def from_preflight(result: _Preflight) -> Findings:
     ports: dict[str, list[str]] = {}
     nics: dict[str, dict[str, EngineNic]] = {}
     gpus: dict[str, int] = {}
+    gbps: dict[str, float] = {}
     for name, rep in result.hosts.items():
         found = rep.facts.gpu.gpus if rep.facts.gpu is not None else ()
         if found:
@@ -89,9 +91,12 @@ def from_preflight(result: _Preflight) -> Findings:
         present[name] = rep.rdma_present
         if rep.rdma_present:
             ports[name] = active_ports(rep.facts)
+            rate = rep.facts.rdma.link_gbps() if rep.facts.rdma is not None else None
+            if rate:
+                gbps[name] = rate
     ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
     return Findings(
-        present, ports, "preflight", {n: i for n, i in ifaces.items() if i}, nics, gpus
+        present, ports, "preflight", {n: i for n, i in ifaces.items() if i}, nics, gpus, gbps
     )
 
 

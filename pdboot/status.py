@@ -23,6 +23,7 @@ from pdboot.hosts import open_hosts, register_inventory_secrets
 from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
 from pdboot.logscan import explain_services, report_lines
+from pdboot.pdstatus import PDStatus, Scrape, pd_status, scrape
 from pdboot.plan import ROLES, Plan, Service, build_plan
 from pdboot.ports import HostsFactory, default_hosts, recorded_findings
 from pdboot.rdma_findings import plan_from
@@ -188,20 +189,43 @@ def status(
     *,
     hosts_factory: HostsFactory = default_hosts,
     fetch: HttpFn = http,
+    watch: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Emits one StatusReport (and Done); exit 0 only when every planned service is healthy."""
+    """Emits one StatusReport (and Done); exit 0 only when every planned service is healthy.
+    ``watch``: a report every ``watch`` seconds until Ctrl-C, its P/D metrics the deltas
+    since the previous report."""
     t0 = time.monotonic()
-    plan, rows = collect(inv, hosts_factory=hosts_factory, fetch=fetch)
-    planned = [r for r in rows if r.planned]
-    healthy = bool(planned) and all(r.healthy for r in planned)
-    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows)))
-    no_logs = ("absent", "unreachable")
-    sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
-    if sick:  # known causes in the logs of what runs but is not healthy
-        emit(Diagnosis("not healthy", tuple(report_lines(explain_services(inv, sick)))))
-    code = EXIT_OK if healthy else EXIT_FAILED
+    before: Scrape | None = None
+    t_before = t0
+    code = EXIT_FAILED
+    try:
+        while True:
+            plan, rows = collect(inv, hosts_factory=hosts_factory, fetch=fetch)
+            running = {r.service for r in rows if r.state == "running"}
+            now, t_now = scrape(plan, fetch, running), time.monotonic()
+            pd = pd_status(plan, now, before, t_now - t_before)
+            code = _report(inv, plan, rows, pd, emit, diagnose=before is None)
+            if watch is None:
+                break
+            before, t_before = now, t_now
+            sleep(watch)
+    except KeyboardInterrupt:
+        pass  # --watch ends with Ctrl-C: the last report's verdict is the exit code
     emit(Done("status", code, time.monotonic() - t0))
     return code
+
+
+def _report(inv: Inventory, plan: Plan, rows: list[ServiceStatus], pd: PDStatus,
+            emit: Emit, *, diagnose: bool) -> int:
+    planned = [r for r in rows if r.planned]
+    healthy = bool(planned) and all(r.healthy for r in planned)
+    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd))
+    no_logs = ("absent", "unreachable")
+    sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
+    if sick and diagnose:  # known causes in the logs of what runs but is not healthy
+        emit(Diagnosis("not healthy", tuple(report_lines(explain_services(inv, sick)))))
+    return EXIT_OK if healthy else EXIT_FAILED
 
 
 def short_image(ref: str) -> str:

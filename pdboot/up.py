@@ -22,7 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdboot import image_probe
-from pdboot.converge import Observed, Step, decode_restart_note, orphans, plan_up
+from pdboot.converge import (
+    Observed,
+    Step,
+    decode_restarts,
+    orphans,
+    plan_up,
+    with_restarts,
+)
 from pdboot.diagnose import diagnose
 from pdboot.down import clean_files, stop_remove, teardown
 from pdboot.engine import PullProgress as EnginePull
@@ -34,6 +41,7 @@ from pdboot.events import (
     Failure,
     ImageCheck,
     Interrupted,
+    KVSpeed,
     KVVerdict,
     Note,
     PreflightDone,
@@ -62,6 +70,7 @@ from pdboot.hosts import (
 from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
 from pdboot.logscan import explain, report_lines
+from pdboot.pdcheck import check_speed, first_decode, gate_event, run_up_gate
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
 from pdboot.ports import (
     OP_DEADLINE,
@@ -97,6 +106,7 @@ class UpOptions:
     skip_preflight: bool = False
     rollback: bool = False
     accept_new_host_keys: bool = False
+    speed: bool = True  # the long request that measures the KV path per pair (after prove)
     prove: bool = True
     no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
 
@@ -232,6 +242,7 @@ def _on_hosts(
         emit(Note(line))
     run = _Up(inv, plan, hosts, opts, emit, env)
     run.records = records_to_ship(findings)
+    run.port_gbps = findings.gbps
     try:
         run.run()
     except _Stop:
@@ -250,6 +261,7 @@ class _Up:
         self.emit, self.env = emit, env
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
+        self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
         # annotated: mypy checks here that the real Engine satisfies EngineOps
         engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
         self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
@@ -261,23 +273,26 @@ class _Up:
         self.check_image()
         self.ship()
         observed = self.observe()
-        stages = plan_up(self.plan, observed)
+        first = plan_up(self.plan, observed)
+        restarts = decode_restarts(first)  # decodes holding NIXL state for an old prefill
+        stages = with_restarts(first, restarts)
         self.show_steps(stages)
         self.remove_orphans(observed)
-        engines = [
-            s for steps in stages if steps and steps[0].service.role != "router" for s in steps
-        ]
+        engines = [s for steps in first for s in steps if s.service.role != "router"]
         router = [s for steps in stages for s in steps if s.service.role == "router"]
         self.start(engines)
         self.wait([s.service for s in engines], router=False)
+        if restarts:  # after the prefill tier is ready, before the router registers them
+            self.start(restarts)
+            self.wait([s.service for s in restarts], router=False)
         self.start(router)
         self.wait([s.service for s in router], router=True)
         if self.opts.prove:
             self.prove()
+            self.gate()
+            if self.opts.speed:
+                self.kv_speed()
         self.show_endpoint()
-        note = decode_restart_note(stages)
-        if note is not None:
-            self.emit(Note(note, "warn"))
 
     # ---- pull
 
@@ -521,6 +536,29 @@ class _Up:
         if not v.ok:
             self.explain("the KV path failed")
             raise _Stop
+
+    def gate(self) -> None:
+        """Same greedy answer through P/D and from one decode alone (pdboot.gate's rule):
+        a broken KV path fails `up`; a late divergence (numerics) only warns."""
+        headers = api_key_headers(self.env.token or {})
+        outcome = run_up_gate(self.plan, self.env.fetch, headers)
+        self.emit(gate_event(outcome, first_decode(self.plan).key))
+        if not outcome.ok:
+            self.explain("the correctness gate failed")
+            raise _Stop
+
+    def kv_speed(self) -> None:
+        """Measured KV throughput per prefill->decode pair next to the link's rate (warns,
+        never fails `up`: a slow path still serves correct answers)."""
+        results = check_speed(
+            self.plan,
+            self.env.fetch,
+            api_key_headers(self.env.token or {}),
+            self.port_gbps,
+            self.inv.requirements.link_gbps,
+            self.inv.kv_transfer.kv_connector,
+        )
+        self.emit(KVSpeed(tuple(r.event() for r in results)))
 
     def explain(self, context: str) -> None:
         """Known causes in every engine's and the router's recent logs."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -11,15 +12,65 @@ from rich.table import Table
 from rich.text import Text
 
 from pdboot.events import StatusReport
+from pdboot.pdstatus import PDStatus
 from pdboot.status import ServiceStatus, human_seconds, short_endpoint, short_image
 
 
 def print_status(out: Console, report: StatusReport) -> None:
     rows = list(report.services)
+    pd: PDStatus | None = report.pd
+    if pd is not None and pd.window_seconds is not None and out.is_terminal:
+        out.clear()  # --watch: each report replaces the last
     out.print(status_table(rows, report.deployment, out.width))
     for line in nic_lines(rows) + rank_lines(rows):
         out.print(line, highlight=False, markup=False)
     out.print("healthy" if report.healthy else "[red]not healthy[/red]")
+    if pd is not None and pd.engines:
+        print_pd(out, pd)
+
+
+def _ms(q: dict[str, float | None] | None) -> str:
+    """p50/p90/p99 in milliseconds, "-" where nothing was observed."""
+    if not q:
+        return "-"
+    return "/".join("-" if v is None else f"{v * 1000:.0f}" for v in q.values())
+
+
+def _n(x: float) -> str:
+    return f"{x:.0f}"
+
+
+def pd_table(pd: PDStatus) -> Table:
+    """One line per engine; fits 80 columns for names up to ~20 characters."""
+    what = ("totals since start" if pd.window_seconds is None
+            else f"last {pd.window_seconds:.0f}s")
+    table = Table(title=f"P/D metrics, {what} (TTFT, ITL: p50/p90/p99 ms)",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
+                  pad_edge=False, show_edge=False)
+    for col in ("engine", "reqs", "xfers", "KV MB", "fail", "exp", "TTFT", "ITL"):
+        table.add_column(col, no_wrap=True, overflow="fold",
+                         justify="left" if col == "engine" else "right")
+    for e in pd.engines:
+        if not e.scraped:
+            table.add_row(Text(e.service, style="bold"), Text(e.error, style="red"))
+            continue
+        failed = Text(_n(e.failed_transfers), style="red" if e.failed_transfers else "")
+        table.add_row(Text(e.service, style="bold"), _n(e.requests), _n(e.kv_transfers),
+                      f"{e.kv_megabytes:.0f}", failed, _n(e.expired_leases), _ms(e.ttft),
+                      _ms(e.itl))
+    return table
+
+
+def print_pd(out: Console, pd: PDStatus) -> None:
+    out.print(pd_table(pd))
+    for sp in pd.spread:
+        if sp.requests:
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in sp.requests.items())
+            out.print(f"{sp.tier} spread: {parts}")
+    for f in pd.flags:
+        style = "red" if f.level == "fail" else "yellow"
+        out.print(Text(f"{'error' if f.level == 'fail' else 'warning'}: {f.message}",
+                       style=style))
 
 
 def nic_lines(rows: list[ServiceStatus]) -> list[str]:
@@ -42,11 +93,12 @@ def rank_lines(rows: list[ServiceStatus]) -> list[str]:
 
 def status_json(report: StatusReport) -> str:
     """`status --json`: one document (its keys are a stable interface)."""
-    doc = {
+    doc: dict[str, Any] = {
         "deployment": report.deployment,
         "endpoint": report.endpoint,
         "healthy": report.healthy,
         "services": [asdict(r) for r in report.services],
+        "pd": asdict(report.pd) if report.pd is not None else None,
     }
     return json.dumps(doc, indent=2)
 

@@ -58,6 +58,8 @@ class TerminalView:
             ev.Failure: self._failure,
             ev.HostErrors: self._host_errors,
             ev.KVVerdict: self._kv,
+            ev.GateVerdict: self._gate,
+            ev.KVSpeed: self._speed,
             ev.Diagnosis: self._diagnosis,
             ev.Rollback: lambda e: self._print(
                 "rolling back (--rollback): removing this deployment's containers"
@@ -227,6 +229,20 @@ class TerminalView:
             self._print(Text(f"error: {e.message}{cause}", style="red"))
         else:
             self._print(Text(e.message, style="green" if e.confirmed else "yellow"))
+
+    def _gate(self, e: ev.GateVerdict) -> None:
+        style = {"ok": "green", "warn": "yellow", "fail": "red"}[e.level]
+        prefix = {"ok": "", "warn": "warning: ", "fail": "error: "}[e.level]
+        first, *rest = e.message.splitlines()
+        self._print(Text(prefix + first, style=style))
+        for line in rest:
+            self._print(Text(line, style=style if line.startswith("  ") else ""))
+
+    def _speed(self, e: ev.KVSpeed) -> None:
+        for p in e.pairs:
+            self._print(Text.assemble(("KV speed: ", "bold"), p.line))
+            if p.advice:
+                self._print(Text(f"warning: {p.advice}", style="yellow"))
 
     def _endpoint(self, e: ev.Endpoint) -> None:
         self._print(Text.assemble(("endpoint: ", "bold"), e.url))

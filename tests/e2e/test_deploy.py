@@ -131,6 +131,16 @@ def ids(tb: Any, deployment: str) -> dict[str, str]:
     return out
 
 
+def started_at(tb: Any, deployment: str, role: str) -> str:
+    """The State.StartedAt of this deployment's one container of ``role``."""
+    for h in tb.hosts:
+        for c in containers(tb, h, deployment):
+            if f"io.pdboot.role={role}" in c["Labels"]:
+                res = tb.hosts[h].docker("inspect", "--format", "{{.State.StartedAt}}", c["ID"])
+                return str(res.stdout.strip())
+    raise AssertionError(f"no {role} container of {deployment}")
+
+
 def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -189,7 +199,9 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     assert reply["choices"][0]["message"]["content"].strip()
     assert reply["usage"]["completion_tokens"] == 4
     assert metric(decode_metrics, "vllm:nixl_xfer_time_seconds_count") == pulls + 1
-    assert metric(decode_metrics, "standin_local_prefills_total") == 0
+    # one local prefill: the correctness gate's request sent straight to the decode; every
+    # request through the router pulled its KV
+    assert metric(decode_metrics, "standin_local_prefills_total") == 1
 
     st = pdboot("status", str(inv), "--json")
     assert st.returncode == 0, output(st)
@@ -407,8 +419,9 @@ def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None
     assert after["prefill@prefill"] == before["prefill@prefill"]
     assert after["decode@decode"] != before["decode@decode"]
     assert out.index("decode@decode") < out.index("router@ingress")
-    assert "needing a restart" not in out  # decode restarted: nothing to advise
-    # now only prefill changes: decode keeps running, and `up` says how to restart it
+    # now only prefill changes: the decode that held NIXL state for it is restarted after
+    # the prefill is ready (its StartedAt changes), then the router; a request still flows
+    started_before = started_at(tb3, "e2echange", "decode")
     write_inventory(
         tb3,
         path,
@@ -418,11 +431,13 @@ def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None
     )
     res = pdboot("up", str(path))
     assert res.returncode == 0, output(res)
-    note = [ln for ln in res.stdout.splitlines() if "needing a restart" in ln]
-    assert len(note) == 1, res.stdout
-    assert "prefill@prefill" in note[0] and "decode@decode" in note[0]
-    assert "pdboot down" in note[0] and "pdboot up" in note[0]
-    assert ids(tb3, "e2echange")["decode@decode"] == after["decode@decode"]
+    lines = res.stdout.splitlines()
+    decode_line = next(ln for ln in lines if "decode@decode" in ln and "recreate" in ln)
+    assert "prefill@prefill" in decode_line and "NIXL" in decode_line, res.stdout
+    assert any("prefill@prefill" in ln and "recreate" in ln for ln in lines), res.stdout
+    assert ids(tb3, "e2echange")["decode@decode"] != after["decode@decode"]
+    assert started_at(tb3, "e2echange", "decode") != started_before
+    assert "correctness gate: the P/D answer equals" in res.stdout, res.stdout
     down_clean(tb3, path, "e2echange")
 
 

@@ -51,6 +51,11 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
     assert ticks and all("service" in s and "log_line" in s for s in ticks[0]["services"])
     (kv,) = [e for e in events if e["event"] == "kv_verdict"]
     assert kv["ok"] is True and kv["confirmed"] is True and "pulled the KV cache" in kv["message"]
+    (gate,) = [e for e in events if e["event"] == "gate"]
+    assert gate["level"] == "ok" and gate["pd_output"] == gate["direct_output"] != ""
+    (speed,) = [e for e in events if e["event"] == "kv_speed"]
+    assert [(p["prefill"], p["decode"]) for p in speed["pairs"]] == [engines[::-1]]
+    assert kinds.index("kv_verdict") < kinds.index("gate") < kinds.index("kv_speed")
     assert kinds[-1] == "done" and events[-1]["exit_code"] == 0 and events[-1]["command"] == "up"
     # both tiers start in one stage and are waited for together (no timing assertion here:
     # bench/up.py measures time to ready against the slowest tier's load)

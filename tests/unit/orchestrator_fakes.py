@@ -82,6 +82,11 @@ class World:
     load: dict[str, float] = field(default_factory=lambda: {"decode": 1.0, "prefill": 1.0})
     crash: dict[str, str] = field(default_factory=dict)  # role -> its last log line
     never_healthy: set[str] = field(default_factory=set)
+    corrupt_kv: bool = False  # the router's answer differs (a broken KV path)
+    late_divergence: bool = False  # ... differs after a long common prefix (numerics)
+    pull_bytes: int = 4096  # KV bytes one pull moves
+    pull_seconds: float = 0.001
+    requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (url, body)
     interrupt_on: str | None = None  # a URL suffix whose request raises KeyboardInterrupt
     containers: dict[str, Container] = field(default_factory=dict)
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (op, host, what)
@@ -145,7 +150,8 @@ class World:
             return HttpAnswer(
                 200,
                 f"vllm:nixl_xfer_time_seconds_count {n}\n"
-                f"vllm:nixl_bytes_transferred_sum {n * 4096}\n"
+                f"vllm:nixl_xfer_time_seconds_sum {n * self.pull_seconds}\n"
+                f"vllm:nixl_bytes_transferred_sum {n * self.pull_bytes}\n"
                 f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} {n * 9}\n'
                 f'vllm:prompt_tokens_by_source_total{{source="local_compute"}} {n}\n',
             )
@@ -156,7 +162,28 @@ class World:
                 "usage": {"prompt_tokens": 10},
             }
             return HttpAnswer(200, json.dumps(answer))
+        if path == "/v1/completions":
+            return self.completion(svc.role, dict(body or {}), url)
         return HttpAnswer(404, "")
+
+    GATE_ANSWER = " Venus is the hottest planet. Earth has liquid water. Mars is red and cold."
+
+    def completion(self, role: str, body: dict[str, Any], url: str) -> HttpAnswer:
+        self.requests.append((url, body))
+        params = body.get("kv_transfer_params")
+        if role == "prefill":
+            kvp = {"do_remote_prefill": True, "remote_engine_id": "e1", "remote_block_ids": [[1]]}
+            return HttpAnswer(200, json.dumps({"choices": [{"text": "x"}],
+                                               "kv_transfer_params": kvp,
+                                               "usage": {"prompt_tokens": 900}}))
+        text = self.GATE_ANSWER
+        if role == "router" or params:
+            self.kv_pulls += 1
+            if self.corrupt_kv and role == "router":
+                text = " the the the , , of of"
+            elif self.late_divergence and role == "router":
+                text = text.replace("cold.", "dusty.")
+        return HttpAnswer(200, json.dumps({"choices": [{"text": text}]}))
 
 
 @dataclass

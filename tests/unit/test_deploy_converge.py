@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from pdboot.converge import Observed, decode_restart_note, orphans, plan_down, plan_up
+import dataclasses
+
+from pdboot.converge import (
+    Observed,
+    decode_restarts,
+    orphans,
+    plan_down,
+    plan_up,
+    started,
+    with_restarts,
+)
 from pdboot.inventory import parse_inventory
 from pdboot.plan import (
     LABEL_CONFIG_HASH,
@@ -124,23 +134,53 @@ def test_orphans_when_a_host_leaves_a_tier() -> None:
     assert [o.key for o in orphans(new, obs)] == ["decode@r"]
 
 
-def test_decode_restart_note_only_when_prefill_restarts_under_running_decodes() -> None:
+def test_decode_restarts_when_prefill_restarts_under_running_decodes() -> None:
     plan = _plan()
-    # prefill's config changed (or it crashed), decode kept running: the note, naming both
+    # prefill's config changed (or it crashed), decode kept running: decode restarts too
     changed = [_obs(s, hash_="old" if s.role == "prefill" else None) for s in plan.services()]
-    note = decode_restart_note(plan_up(plan, changed))
-    assert note is not None and "prefill@p1" in note and "decode@d1" in note
-    assert "pdboot down" in note and "pdboot up" in note and "\n" not in note
+    first = plan_up(plan, changed)
+    (step,) = decode_restarts(first)
+    assert (step.service.key, step.kind) == ("decode@d1", "recreate")
+    assert "prefill@p1" in step.reason and "NIXL" in step.reason
+    assert _kinds(with_restarts(first, [step])) == [
+        ["decode@d1:recreate"], ["prefill@p1:recreate"], ["router@r:recreate"]]
     exited = [
         _obs(s, state="exited" if s.role == "prefill" else "running") for s in plan.services()
     ]
-    assert decode_restart_note(plan_up(plan, exited)) is not None
+    assert len(decode_restarts(plan_up(plan, exited))) == 1
+    # a prefill removed (`down` of part) and created again by this `up`
+    gone = [_obs(s) for s in plan.services() if s.role != "prefill"]
+    assert [s.service.key for s in decode_restarts(plan_up(plan, gone))] == ["decode@d1"]
     # nothing changed, a fresh deployment, or decode restarted along with prefill: none
-    assert decode_restart_note(plan_up(plan, [_obs(s) for s in plan.services()])) is None
-    assert decode_restart_note(plan_up(plan, [])) is None
+    assert decode_restarts(plan_up(plan, [_obs(s) for s in plan.services()])) == []
+    assert decode_restarts(plan_up(plan, [])) == []
     both = [_obs(s, hash_="old" if s.role != "router" else None) for s in plan.services()]
     assert _kinds(plan_up(plan, both))[:2] == [["decode@d1:recreate"], ["prefill@p1:recreate"]]
-    assert decode_restart_note(plan_up(plan, both)) is None
+    assert decode_restarts(plan_up(plan, both)) == []
     # only the router changed: the engines did not restart
     router = [_obs(s, hash_="old" if s.role == "router" else None) for s in plan.services()]
-    assert decode_restart_note(plan_up(plan, router)) is None
+    assert decode_restarts(plan_up(plan, router)) == []
+
+
+def _at(o: Observed, started_at: str) -> Observed:
+    return dataclasses.replace(o, started_at=started_at)
+
+
+def test_prefill_newer_than_decode_makes_it_restart() -> None:
+    plan = _plan()
+    obs = {s.role: _obs(s) for s in plan.services()}
+    dec = _at(obs["decode"], "2026-11-30T10:00:00.123456789Z")
+    # the prefill was restarted under the decode an hour later (docker restart, down + up)
+    late = [dec, _at(obs["prefill"], "2026-11-30T11:00:00.5Z"), obs["router"]]
+    (step,) = decode_restarts(plan_up(plan, late))
+    assert "prefill@p1 restarted after it" in step.reason
+    # both started by one `up`, seconds apart in either order: nothing to do
+    close = [dec, _at(obs["prefill"], "2026-11-30T10:00:05.000000001Z"), obs["router"]]
+    assert decode_restarts(plan_up(plan, close)) == []
+    older = [dec, _at(obs["prefill"], "2026-11-30T09:00:00Z"), obs["router"]]
+    assert decode_restarts(plan_up(plan, older)) == []
+    # docker's zero time (never started) or an unparsable value: no claim
+    zero = [dec, _at(obs["prefill"], "0001-01-01T00:00:00Z"), obs["router"]]
+    assert decode_restarts(plan_up(plan, zero)) == []
+    assert started(_at(obs["prefill"], "garbage")) is None
+    assert started(_at(obs["prefill"], "2026-11-30T11:00:00+02:00")) is not None

@@ -263,3 +263,18 @@ def test_every_service_has_a_distinct_key_and_health_url(name: str) -> None:
     assert len(keys) == len(set(keys))
     for s in plan.services():
         assert s.health_url == f"{s.url}/health"
+
+
+def test_power_of_two_counts_engines_not_hosts() -> None:
+    # one decode host with two engines: vllm-router 0.1.17's power_of_two has its 2 workers
+    text = Path(__file__).with_name("inventories").joinpath("1p1d.yaml").read_text()
+    doc = text + "\n"  # the 1p1d inventory with the decode tier on one host
+    from pdboot.inventory import InventoryError
+
+    with pytest.raises(InventoryError, match="refuses power_of_two"):
+        parse_inventory(doc.replace("router:\n", "router:\n  decode_policy: power_of_two\n", 1))
+    two = doc.replace("decode:\n", "decode:\n  engines_per_host: 2\n  tensor_parallel_size: 1\n", 1)
+    two = two.replace("router:\n", "router:\n  decode_policy: power_of_two\n", 1)
+    plan = build_plan(parse_inventory(two))
+    assert arg(plan.router, "--decode-policy") == "power_of_two"
+    assert len([a for a in plan.router.command if a == "--decode"]) == 2

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from vllm_router.launch_router import parse_router_args
 
-from pdboot.inventory import Inventory, load_inventory, parse_inventory
+from pdboot.inventory import Inventory, load_inventory, parse_inventory, tier_policy
 from pdboot.plan import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
@@ -277,12 +277,14 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
     args._validate_router_args()
     assert args.vllm_pd_disaggregation
     # a data-parallel tier is one worker: its head
-    assert [u for u, _ in args.prefill_urls] == [s.url for s in plan.stages[1] if not s.headless]
-    assert args.decode_urls == [s.url for s in plan.stages[0] if not s.headless]
+    heads_p = [s.url for s in plan.stages[1] if not s.headless]
+    heads_d = [s.url for s in plan.stages[0] if not s.headless]
+    assert [u for u, _ in args.prefill_urls] == heads_p
+    assert args.decode_urls == heads_d
     if inv.router.dp_aware:
         assert args.intra_node_data_parallel_size == 4
-    assert args.prefill_policy == inv.router.prefill_policy
-    assert args.decode_policy == inv.router.decode_policy
+    assert args.prefill_policy == tier_policy(inv.router.prefill_policy, "prefill", len(heads_p))
+    assert args.decode_policy == tier_policy(inv.router.decode_policy, "decode", len(heads_d))
     assert (args.host, args.port) == ("0.0.0.0", inv.router.port)
     assert args.prometheus_port == inv.router.metrics_port
     assert args.prometheus_host == "0.0.0.0"

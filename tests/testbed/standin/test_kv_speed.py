@@ -36,6 +36,10 @@ def test_kv_speed_of_a_pair_from_real_metric_names(engines: Any) -> None:
     delta = _facts(d.url) - before
     assert delta.kv_transfers == 2 and delta.kv_bytes == 2 * 19 * BLOCK
     assert delta.requests == 2 and delta.external_tokens == 2 * 300
+    # TTFT and ITL histograms under vLLM's names and buckets: one TTFT per request, three
+    # ITLs (4 tokens) per decode request
+    assert delta.ttft.count == 2 and delta.itl.count == 2 * 3
+    assert delta.percentiles("ttft")["p50"] is not None
     assert pdmetrics.decode_recomputes("decode", delta) is None
     assert pdmetrics.failing_transfers("decode", delta) is None
 

@@ -230,6 +230,17 @@ class Lease:
     expires: float
 
 
+# vLLM 0.33.0 v1/metrics/loggers.py bucket bounds
+LATENCY_BUCKETS = {
+    "vllm:time_to_first_token_seconds": (
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+    "vllm:inter_token_latency_seconds": (
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+        20.0, 40.0, 80.0),
+}
+
+
 @dataclass
 class Engine:
     args: argparse.Namespace
@@ -246,6 +257,16 @@ class Engine:
     counters: dict[str, float] = field(default_factory=dict)
     requests_done: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # latency histograms as vLLM exports them: name -> (count per bound incl. +Inf, sum)
+    hists: dict[str, tuple[list[float], float]] = field(default_factory=dict)
+
+    def observe(self, name: str, value: float, times: int = 1) -> None:
+        bounds = LATENCY_BUCKETS[name]
+        with self.lock:
+            counts, total = self.hists.get(name, ([0.0] * (len(bounds) + 1), 0.0))
+            i = next((k for k, b in enumerate(bounds) if value <= b), len(bounds))
+            counts[i] += times
+            self.hists[name] = (counts, total + value * times)
 
     @property
     def role(self) -> str | None:
@@ -581,6 +602,7 @@ class Api(http.server.BaseHTTPRequestHandler):
 
     def complete(self, body: dict[str, Any], chat: bool) -> None:
         eng = self.engine
+        t0 = time.monotonic()
         model = body.get("model") or eng.served[0]
         if model not in eng.served:
             raise ApiError(404, "NotFoundError", f"The model `{model}` does not exist.")
@@ -612,6 +634,11 @@ class Api(http.server.BaseHTTPRequestHandler):
         else:
             eng.count(f'{BY_SOURCE}{{source="local_compute"}}', ntok)
         words = generate(eng.args.model, kv_context(eng, prompt, kv), n)
+        # TTFT: everything up to the first token (prefill or KV pull); ITL: the token knob
+        eng.observe("vllm:time_to_first_token_seconds", time.monotonic() - t0)
+        if n > 1:
+            eng.observe("vllm:inter_token_latency_seconds",
+                        float(os.environ.get("STANDIN_TOKEN_SECONDS", "0")), n - 1)
         eng.count("vllm:prompt_tokens_total", ntok)
         eng.count("vllm:generation_tokens_total", n)
         eng.count('vllm:request_success_total{finished_reason="length"}')
@@ -777,6 +804,7 @@ def metrics_text(eng: Engine) -> str:
         out += [f"# HELP {base} {doc}", f"# TYPE {base} histogram",
                 f'{base}_bucket{{{labels},le="+Inf"}} {pulls}',
                 f"{base}_count{{{labels}}} {pulls}", f"{base}_sum{{{labels}}} {float(total)}"]
+    out += latency_lines(eng, labels)
     for base, value, doc in (
         ("standin_kv_leases_held", held, "KV block leases held for a remote decode."),
         ("vllm:num_requests_running", 0, "Number of requests in model execution batches."),
@@ -786,6 +814,22 @@ def metrics_text(eng: Engine) -> str:
                 f"{base}{{{labels}}} {float(value)}"]
     out += granted_metrics()
     return "\n".join(out) + "\n"
+
+
+def latency_lines(eng: Engine, labels: str) -> list[str]:
+    out: list[str] = []
+    with eng.lock:
+        hists = {k: (list(c), t) for k, (c, t) in eng.hists.items()}
+    for base, bounds in LATENCY_BUCKETS.items():
+        counts, total = hists.get(base, ([0.0] * (len(bounds) + 1), 0.0))
+        out += [f"# HELP {base} Histogram of {base[5:]}.", f"# TYPE {base} histogram"]
+        cum = 0.0
+        for b, c in zip([*bounds, float("inf")], counts):
+            cum += c
+            le = "+Inf" if b == float("inf") else repr(float(b))
+            out.append(f'{base}_bucket{{{labels},le="{le}"}} {cum}')
+        out += [f"{base}_count{{{labels}}} {cum}", f"{base}_sum{{{labels}}} {total}"]
+    return out
 
 
 class HttpServer(http.server.ThreadingHTTPServer):

@@ -1,0 +1,51 @@
+"""Router defaults per tier (docs/routing.md): decode power_of_two (round_robin for a single
+decode: the real vllm-router 0.1.17 refuses power_of_two with one worker), prefill
+cache_aware with thresholds that let load win early; the thresholds go only to a router
+that uses them."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdboot.inventory import InventoryError, parse_inventory
+from pdboot.plan import build_plan
+from tests.unit.orchestrator_fakes import INV
+
+TWO_DECODES = INV.replace("decode: {hosts: [d1]%s}", "decode: {hosts: [d1, r]%s}")
+
+
+def _router_cmd(router: str, text: str = TWO_DECODES) -> list[str]:
+    inv = parse_inventory((text % "").replace("router: {host: r}", f"router: {router}"))
+    return list(next(s for s in build_plan(inv).services() if s.role == "router").command)
+
+
+def _flag(cmd: list[str], name: str) -> str | None:
+    return cmd[cmd.index(name) + 1] if name in cmd else None
+
+
+def test_defaults_spread_decode_and_tune_prefill_affinity() -> None:
+    cmd = _router_cmd("{host: r}")
+    assert _flag(cmd, "--prefill-policy") == "cache_aware"
+    assert _flag(cmd, "--decode-policy") == "power_of_two"
+    assert _flag(cmd, "--cache-threshold") == "0.5"
+    assert _flag(cmd, "--balance-abs-threshold") == "4"
+
+
+def test_one_decode_engine_gets_round_robin() -> None:
+    assert _flag(_router_cmd("{host: r}", INV), "--decode-policy") == "round_robin"
+
+
+def test_power_of_two_with_one_engine_is_refused() -> None:
+    with pytest.raises(InventoryError, match="refuses power_of_two with fewer than 2 decode"):
+        parse_inventory((INV % "").replace("router: {host: r}",
+                                           "router: {host: r, decode_policy: power_of_two}"))
+
+
+def test_thresholds_follow_the_inventory_and_vanish_without_cache_aware() -> None:
+    cmd = _router_cmd("{host: r, cache_threshold: 0.8, balance_abs_threshold: 16}")
+    assert (_flag(cmd, "--cache-threshold"), _flag(cmd, "--balance-abs-threshold")) == (
+        "0.8", "16")
+    cmd = _router_cmd("{host: r, prefill_policy: random}")
+    assert "--cache-threshold" not in cmd and "--balance-abs-threshold" not in cmd
+    cmd = _router_cmd("{host: r, decode_policy: cache_aware}")
+    assert _flag(cmd, "--decode-policy") == "cache_aware"
