@@ -112,6 +112,7 @@ def plan_up(plan: Plan, observed: Iterable[Observed]) -> list[list[Step]]:
             found = index.get((svc.host, svc.name), [])
             step = _step(svc, found, workers_changed and svc.role == "router")
             steps.append(step)
+        steps = _whole_dp_tiers(steps)
         if any(s.service.role != "router" and s.kind != "unchanged" for s in steps):
             workers_changed = True
         stages.append(steps)
@@ -134,6 +135,24 @@ def _step(svc: Service, found: Sequence[Observed], workers_changed: bool) -> Ste
         code = f", exit code {cur.exit_code}" if cur.exit_code is not None else ""
         return Step(svc, "recreate", f"container is {cur.state}{code}", cur)
     return Step(svc, "unchanged", "running with the same configuration", cur)
+
+
+def _whole_dp_tiers(steps: list[Step]) -> list[Step]:
+    """A data-parallel tier restarts as a whole: vLLM's head accepts ranks only while it
+    starts (its RPC socket closes once it serves), so a follower cannot rejoin a running
+    head, and a new head waits for every follower (docs/data-parallel.md)."""
+    out = list(steps)
+    for role in ("prefill", "decode"):
+        tier = [i for i, s in enumerate(out) if s.service.role == role and s.service.dp_role]
+        changed = [out[i].service.key for i in tier if out[i].kind != "unchanged"]
+        if not changed:
+            continue
+        for i in tier:
+            s = out[i]
+            if s.kind == "unchanged":
+                why = f"its data-parallel tier restarts ({', '.join(changed)} changed)"
+                out[i] = Step(s.service, "recreate", why, s.current)
+    return out
 
 
 # A prefill that started this much later than a running decode was restarted under it (docker's

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from pdboot.dp import DPLayout, dp_rules, layouts
 from pdboot.inventory import Inventory, Tier
 
 EngineRole = Literal["prefill", "decode"]
@@ -52,6 +53,14 @@ class EngineSpec:
     port: int
     side_channel_port: int
     side_channel_span: int = 1  # data-parallel ranks: side channel ports it occupies
+    dp: DPLayout | None = None  # its part of a data-parallel tier (pdboot/dp.py)
+
+    @property
+    def side_channel_ports(self) -> range:
+        """The ports its ranks listen on: base + global rank (VLLM_NIXL_SIDE_CHANNEL_PORT
+        stays the base; vLLM adds the rank)."""
+        first = self.side_channel_port + (self.dp.start if self.dp is not None else 0)
+        return range(first, first + self.side_channel_span)
 
     @property
     def name(self) -> str:
@@ -115,12 +124,30 @@ def tier_groups(tier: Tier, gpu_count: int | None = None) -> list[Gpus]:
 def tier_engines(
     role: EngineRole, tier: Tier, host: str, gpu_count: int | None = None
 ) -> list[EngineSpec]:
+    if tier.data_parallel is not None:
+        return _dp_engines(role, tier, host)
     groups = tier_groups(tier, gpu_count)
     out = []
     for i, grp in enumerate(groups):
         port, side = engine_ports(tier, i)
         out.append(EngineSpec(role, host, i, len(groups), grp, port, side))
     return out
+
+
+def _dp_engines(role: EngineRole, tier: Tier, host: str) -> list[EngineSpec]:
+    """A DP tier: one engine per host (the head, or the host's headless ranks) on
+    local size x TP GPUs."""
+    lay = layouts(role, tier).get(host)
+    if lay is None:
+        return []
+    g = tier.gpus
+    need = lay.local * tier.tensor_parallel_size
+    gpus: Gpus = (
+        tuple(x for x in g if isinstance(x, int)) if isinstance(g, list) else tuple(range(need))
+    )
+    return [
+        EngineSpec(role, host, 0, 1, gpus, tier.port, tier.side_channel_port, lay.local, lay)
+    ]
 
 
 def engines(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> list[EngineSpec]:
@@ -210,13 +237,13 @@ def _group_rules(tname: str, tier: Tier) -> list[tuple[Path, str]]:
 def _gpu_sets(inv: Inventory) -> dict[str, list[tuple[str, Literal["all"] | set[int]]]]:
     out: dict[str, list[tuple[str, Literal["all"] | set[int]]]] = {}
     for tname, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
-        groups = tier_groups(tier)
-        used: Literal["all"] | set[int] = (
-            "all"
-            if any(grp == "all" for grp in groups) or is_auto(tier)
-            else {x for grp in groups if grp != "all" for x in grp}
-        )
         for h in dict.fromkeys(tier.hosts):
+            groups = [e.gpus for e in tier_engines(tname, tier, h)]  # type: ignore[arg-type]
+            used: Literal["all"] | set[int] = (
+                "all"
+                if any(grp == "all" for grp in groups) or is_auto(tier)
+                else {x for grp in groups if grp != "all" for x in grp}
+            )
             out.setdefault(h, []).append((tname, used))
     return out
 
@@ -262,14 +289,12 @@ def _port_rules(inv: Inventory) -> list[tuple[Path, str]]:
     for tname, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
         for h in dict.fromkeys(tier.hosts):  # a host listed twice is reported elsewhere
             for e in tier_engines(tname, tier, h):  # type: ignore[arg-type]
-                claim(h, e.port, f"{e.name} HTTP", (tname, "port"))
-                for d in range(e.side_channel_span):
-                    claim(
-                        h,
-                        e.side_channel_port + d,
-                        f"{e.name} NIXL side channel",
-                        (tname, "side_channel_port"),
-                    )
+                if e.dp is None or e.dp.is_head:  # headless ranks serve no HTTP
+                    claim(h, e.port, f"{e.name} HTTP", (tname, "port"))
+                if e.dp is not None and e.dp.is_head:
+                    claim(h, e.dp.rpc_port, f"{e.name} DP RPC", (tname, "data_parallel"))
+                for p in e.side_channel_ports:
+                    claim(h, p, f"{e.name} NIXL side channel", (tname, "side_channel_port"))
     r = inv.router
     claim(r.host, r.port, "router HTTP", ("router", "port"))
     claim(r.host, r.metrics_port, "router metrics", ("router", "metrics_port"))
@@ -281,5 +306,6 @@ def engine_rules(inv: Inventory) -> list[tuple[Path, str]]:
     host share no GPU, no two listeners on one port of a host (router included)."""
     out: list[tuple[Path, str]] = []
     for tname, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
-        out += _group_rules(tname, tier)
-    return out + _shared_gpu_rules(inv) + _port_rules(inv)
+        if tier.data_parallel is None:
+            out += _group_rules(tname, tier)
+    return out + dp_rules(inv) + _shared_gpu_rules(inv) + _port_rules(inv)

@@ -127,6 +127,20 @@ class Host(Strict):
 
 
 EngineCount = Annotated[int, Field(ge=1, le=MAX_GPU_INDEX + 1)]
+DPCount = Annotated[int, Field(ge=1, le=1024)]
+
+
+class DataParallel(Strict):
+    """One vLLM data-parallel engine across the tier's hosts (MoE models; see
+    docs/data-parallel.md): the first host is the head (API server, RPC port), the others
+    run headless ranks. Rules across fields: pdboot/dp.py."""
+
+    size: DPCount
+    # ranks per host: one count for every host, or per host name; None: GPUs / TP of a flat
+    # gpus list, else size / number of hosts
+    size_local: DPCount | dict[str, DPCount] | None = None
+    expert_parallel: bool = False
+    rpc_port: int | None = Field(default=None, ge=1, le=65535)  # None: the tier's default
 
 
 class Tier(Strict):
@@ -140,6 +154,8 @@ class Tier(Strict):
     # Engines of this tier per host (several independent engines, dense models): a count,
     # or "all" (as many as the GPUs preflight finds allow). None: one engine.
     engines_per_host: EngineCount | Literal["all"] | None = None
+    # One data-parallel engine over all the tier's hosts (MoE: with expert parallelism)
+    data_parallel: DataParallel | None = None
     extra_args: list[str] = []
     env: dict[str, str] = {}
 
@@ -220,6 +236,8 @@ class Router(Strict):
     # (and 1.5x): then the least loaded wins (router default 64)
     balance_abs_threshold: int = Field(default=4, ge=0, le=100000)
     request_timeout_secs: int = Field(default=86400, ge=1, le=31536000)  # the router's bound
+    # vllm-router's DP-aware routing (--intra-node-data-parallel-size) over DP tiers' heads
+    dp_aware: bool = False
     extra_args: list[str] = []
 
 
@@ -949,6 +967,16 @@ _MANAGED_FLAGS = {
     "-tp": "from tensor_parallel_size",
     "--model": "from model (both tiers must use the same literal string)",
     "--served-model-name": "from served_model_name",
+    # data parallelism: from the tier's data_parallel section (head and followers differ)
+    **{
+        f: "from the tier's data_parallel section"
+        for f in (
+            "--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl",
+            "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
+            "--data-parallel-start-rank", "-dpr", "--headless", "--enable-expert-parallel",
+            "-ep", "--disable-expert-parallel",
+        )
+    },
 }
 
 _ROUTER_MANAGED_FLAGS = {
@@ -964,4 +992,5 @@ _ROUTER_MANAGED_FLAGS = {
     "--prometheus-host": "metrics listen on all interfaces",
     "--prometheus-port": "from router.metrics_port",
     "--request-timeout-secs": "from router.request_timeout_secs",
+    "--intra-node-data-parallel-size": "from router.dp_aware and the tiers' data_parallel",
 }

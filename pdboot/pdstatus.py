@@ -77,6 +77,8 @@ def scrape(plan: Plan, fetch: HttpFn, running: set[str] | None = None) -> Scrape
     for svc in plan.services():
         if svc.role == "router" or (running is not None and svc.key not in running):
             continue
+        if svc.headless:  # a DP follower serves no HTTP; its head's /metrics has its ranks
+            continue
         a = fetch(f"{svc.url}/metrics", timeout=5.0)
         out[svc.key] = merged(engine_facts(a.body)) if a.ok else f"/metrics: {a.describe()}"
     return out

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from pdboot.dp import router_dp_size
 from pdboot.engines import EngineNic, EngineSpec, engines, unresolved
 from pdboot.inventory import (
     LOCAL,
@@ -36,6 +37,8 @@ LABEL_HOST = "io.pdboot.host"
 # and config hashes, and adding engines to a tier leaves its engine 0 running.
 LABEL_ENGINE = "io.pdboot.engine"
 LABEL_CONFIG_HASH = "io.pdboot.config-hash"
+# A data-parallel engine's ranks on that host, "<first>-<last>/<size>" (DP tiers only).
+LABEL_DP_RANKS = "io.pdboot.dp-ranks"
 
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 SECRETS_FILE = "secrets.env"  # beside compose.yaml on the host, mode 0600, shipped by `up`
@@ -102,6 +105,21 @@ class Service:
     # came from, in words (e.g. "mlx5_0:1 (PIX, nearest GPUs 0,1)").
     engine_index: int = 0
     nic: str = ""
+    # Data-parallel tiers only (not rendered): "head" or "follower", the ranks here in
+    # words, and the head's URL (a headless follower has no HTTP; its readiness is the
+    # head's /health, which answers only once every rank joined).
+    dp_role: str = ""
+    dp_ranks: str = ""
+    head_url: str = ""
+
+    @property
+    def headless(self) -> bool:
+        return self.dp_role == "follower"
+
+    @property
+    def ready_url(self) -> str:
+        """Where its readiness is read: its own /health, a follower's head's."""
+        return f"{self.head_url}/health" if self.headless else self.health_url
 
     @property
     def container_name(self) -> str:
@@ -255,6 +273,9 @@ def _labels(
     )
     if engine is not None and engine.index > 0:
         out += ((LABEL_ENGINE, str(engine.index)),)
+    if engine is not None and engine.dp is not None:
+        d = engine.dp
+        out += ((LABEL_DP_RANKS, f"{d.start}-{d.start + d.local - 1}/{d.size}"),)
     return out
 
 
@@ -272,18 +293,43 @@ def _mounts(inv: Inventory) -> tuple[BindMount, ...]:
     return tuple(mounts)
 
 
+def _dp_args(inv: Inventory, e: EngineSpec) -> list[str]:
+    """vLLM's multi-node DP options (serve-args.json of 0.33): the same size, address and
+    RPC port on every host; followers add --headless and their first global rank."""
+    d = e.dp
+    if d is None:
+        return []
+    out = [
+        "--data-parallel-size",
+        str(d.size),
+        "--data-parallel-size-local",
+        str(d.local),
+        "--data-parallel-address",
+        advertised_address(inv.hosts[d.head]),
+        "--data-parallel-rpc-port",
+        str(d.rpc_port),
+    ]
+    if not d.is_head:
+        out += ["--headless", "--data-parallel-start-rank", str(d.start)]
+    if d.expert_parallel:
+        out.append("--enable-expert-parallel")
+    return out
+
+
 def _engine_command(inv: Inventory, e: EngineSpec) -> list[str]:
     tier = inv.prefill if e.role == "prefill" else inv.decode
+    # a headless follower serves no HTTP: no --port
+    port = [] if e.dp is not None and not e.dp.is_head else ["--port", str(e.port)]
     return [
         inv.model,
-        "--port",
-        str(e.port),
+        *port,
         "--served-model-name",
         inv.served_model_name or inv.model,
         "--tensor-parallel-size",
         str(tier.tensor_parallel_size),
         "--kv-transfer-config",
         json.dumps(kv_transfer_config(inv, e.role), separators=(",", ":"), sort_keys=True),
+        *_dp_args(inv, e),
         *tier.extra_args,
     ]
 
@@ -313,6 +359,7 @@ def _engine(
         nic = "RDMA auto: the nearest HCA port needs preflight's facts"
     env.update(ucx)
     env.update(tier.env)
+    dp = _dp_fields(inv, e)
     return Service(
         name=e.name,
         role=role,
@@ -336,17 +383,33 @@ def _engine(
         mounts=_mounts(inv),
         devices=("/dev/infiniband:/dev/infiniband",) if rdma else (),
         cap_add=("IPC_LOCK",) if rdma else (),
-        healthcheck=Healthcheck(
-            test=("CMD", "python3", "-c", _PROBE.format(port=e.port)),
-            interval=HEALTH_INTERVAL,
-            timeout=HEALTH_TIMEOUT,
-            retries=HEALTH_RETRIES,
-            start_period=f"{int(inv.timeouts.ready_seconds)}s",
-        ),
+        healthcheck=None if e.dp is not None and not e.dp.is_head else _healthcheck(inv, e),
         side_channel_port=e.side_channel_port,
         engine_index=e.index,
         nic=nic,
+        dp_role=dp[0],
+        dp_ranks=dp[1],
+        head_url=dp[2],
     )
+
+
+def _healthcheck(inv: Inventory, e: EngineSpec) -> Healthcheck:
+    return Healthcheck(
+        test=("CMD", "python3", "-c", _PROBE.format(port=e.port)),
+        interval=HEALTH_INTERVAL,
+        timeout=HEALTH_TIMEOUT,
+        retries=HEALTH_RETRIES,
+        start_period=f"{int(inv.timeouts.ready_seconds)}s",
+    )
+
+
+def _dp_fields(inv: Inventory, e: EngineSpec) -> tuple[str, str, str]:
+    """(dp_role, dp_ranks, head_url) of a DP engine; empty strings otherwise."""
+    if e.dp is None:
+        return "", "", ""
+    head = advertised_address(inv.hosts[e.dp.head])
+    role = "head" if e.dp.is_head else "follower"
+    return role, e.dp.describe(), f"http://{_url_host(head)}:{e.port}"
 
 
 def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
@@ -361,13 +424,21 @@ def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
     r = inv.router
     cmd: list[str] = ["--vllm-pd-disaggregation"]
+    # a data-parallel tier is one worker: its head (followers serve no HTTP)
     for p in prefills:
-        cmd += ["--prefill", p.url]
+        if not p.headless:
+            cmd += ["--prefill", p.url]
     for d in decodes:
-        cmd += ["--decode", d.url]
+        if not d.headless:
+            cmd += ["--decode", d.url]
+    if r.dp_aware:
+        # the key for the workers reaches the router as OPENAI_API_KEY (secrets.env),
+        # never as --api-key on this command line
+        cmd += ["--intra-node-data-parallel-size", str(router_dp_size(inv))]
+    # router workers: a data-parallel tier counts once (its head)
     policies = (
-        tier_policy(r.prefill_policy, "prefill", len(prefills)),
-        tier_policy(r.decode_policy, "decode", len(decodes)),
+        tier_policy(r.prefill_policy, "prefill", len([p for p in prefills if not p.headless])),
+        tier_policy(r.decode_policy, "decode", len([d for d in decodes if not d.headless])),
     )
     return [
         *cmd,

@@ -41,9 +41,10 @@ from pdboot.checks import rdma as rdma_checks
 from pdboot.checks import route as route_checks
 from pdboot.checks import topo as topo_checks
 from pdboot.checks.facts import HostFacts
+from pdboot.dp import layouts
 from pdboot.engines import EngineNic, is_auto, tier_engines
 from pdboot.inventory import Inventory, advertised_address, deployment_hosts
-from pdboot.plan import Plan, build_plan
+from pdboot.plan import Plan, Service, build_plan
 
 T = TypeVar("T")
 
@@ -119,6 +120,10 @@ def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:
             out.append(GpuNeed(t, tp, "all"))
             continue
         for e in tier_engines(t, tier, host):  # type: ignore[arg-type]
+            if e.dp is not None:  # local size x TP GPUs; per rank: TP of them
+                what = f"{t} ({e.dp.describe()}, TP {tp} each)"
+                out.append(GpuNeed(t, tp, e.gpus, what, e.dp.size, e.dp.expert_parallel))
+                continue
             out.append(GpuNeed(t, tp, e.gpus, e.name if e.count > 1 else ""))
     return tuple(out)
 
@@ -128,22 +133,48 @@ def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
     every engine's HTTP port."""
     probes: list[Probe] = []
     if "decode" in roles:
+        # a DP prefill: every rank's side channel on its host (base + global rank)
         for s in plan.stages[1]:
-            if s.side_channel_port is not None:
-                probes.append(
-                    Probe(
-                        "network.side_channel",
-                        s.host,
-                        s.address,
-                        s.side_channel_port,
-                        f"{s.name}'s NIXL side channel",
-                    )
-                )
+            for port, what in _side_ports(inv, s):
+                probes.append(Probe("network.side_channel", s.host, s.address, port, what))
     if "router" in roles:
         for s in plan.services():
-            if s.role != "router":
+            if s.role != "router" and not s.headless:
                 probes.append(Probe("network.ingress", s.host, s.address, s.port, f"{s.name} HTTP"))
     return probes
+
+
+def _side_ports(inv: Inventory, s: Service, whose: str = "'s") -> list[tuple[int, str]]:
+    """The NIXL side-channel ports an engine listens on, with what they are."""
+    if s.side_channel_port is None:
+        return []
+    if not s.dp_role:
+        return [(s.side_channel_port, f"{s.name}{whose} NIXL side channel")]
+    tier = inv.prefill if s.role == "prefill" else inv.decode
+    e = tier_engines(s.role, tier, s.host)[0]  # type: ignore[arg-type]
+    return [
+        (p, f"{s.name}'s NIXL side channel (DP rank {p - s.side_channel_port})")
+        for p in e.side_channel_ports
+    ]
+
+
+def _dp_rpc(inv: Inventory, host: str) -> tuple[list[tuple[int, str]], list[Probe]]:
+    """A DP head binds its RPC port; each follower must reach it (vLLM's handshake, then
+    the head's other ZMQ ports, which it picks at start)."""
+    ports: list[tuple[int, str]] = []
+    probes: list[Probe] = []
+    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+        lay = layouts(t, tier).get(host)
+        if lay is None:
+            continue
+        if lay.is_head:
+            ports.append((lay.rpc_port, f"{t} DP RPC (head)"))
+        else:
+            head = advertised_address(inv.hosts[lay.head])
+            probes.append(
+                Probe("network.dp_rpc", lay.head, head, lay.rpc_port, f"{t} DP head's RPC port")
+            )
+    return ports, probes
 
 
 def contexts(inv: Inventory) -> dict[str, HostContext]:
@@ -157,11 +188,13 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
         roles = tuple(dict.fromkeys(s.role for s in hp.services))
         ports: list[tuple[int, str]] = []
         for s in hp.services:
-            ports.append((s.port, f"{s.name} HTTP"))
-            if s.side_channel_port is not None:
-                ports.append((s.side_channel_port, f"{s.name} NIXL side channel"))
+            if not s.headless:
+                ports.append((s.port, f"{s.name} HTTP"))
+            ports += _side_ports(inv, s, "")
             if s.metrics_port is not None:
                 ports.append((s.metrics_port, f"{s.role} metrics"))
+        rpc_ports, rpc_probes = _dp_rpc(inv, name)
+        ports += rpc_ports
         try:
             shm = size_bytes(inv.container.shm_size)
         except ParseError:
@@ -181,7 +214,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             rdma_mode=kv.rdma,
             rdma_devices=tuple(inv.hosts[name].rdma_devices),
             ucx_net_devices=kv.ucx.net_devices,
-            probes=tuple(_probes(inv, plan, roles)),
+            probes=tuple(_probes(inv, plan, roles) + rpc_probes),
             peers=tuple(_peer_addresses(inv, name)),
             tiers=tuple(
                 (t, tier)

@@ -176,6 +176,9 @@ def kv_verdict(delta: KVCounters, prompt_tokens: int | None = None) -> KVVerdict
     )
 
 
+_DP_SUFFIX = re.compile(r"@\d+$")
+
+
 @dataclass(frozen=True)
 class RouterWorkers:
     prefill: dict[str, bool]  # url -> healthy
@@ -190,13 +193,15 @@ class RouterWorkers:
         for w in items if isinstance(items, list) else []:
             if not isinstance(w, dict):
                 continue
-            url = str(w.get("url", "")).rstrip("/")
+            # vllm-router 0.1.17 registers a DP head once per rank its /metrics reports,
+            # as `<url>@<rank>`: the head counts as registered when every rank is healthy
+            url = _DP_SUFFIX.sub("", str(w.get("url", ""))).rstrip("/")
             kind = str(w.get("worker_type", "")).lower()
             healthy = bool(w.get("is_healthy", True))
             if kind.startswith("prefill"):
-                p[url] = healthy
+                p[url] = p.get(url, True) and healthy
             elif kind.startswith("decode"):
-                d[url] = healthy
+                d[url] = d.get(url, True) and healthy
         return cls(p, d)
 
     def missing(self, prefills: Iterable[str], decodes: Iterable[str]) -> list[str]:

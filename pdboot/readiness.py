@@ -75,15 +75,33 @@ class Prober:
         return waiting(detail)
 
     def engine(self, svc: Service) -> Callable[[], Probe]:
+        if svc.headless:
+            return self.follower(svc)
+
         def probe() -> Probe:
             a = self.fetch(svc.health_url, timeout=2.0)
             return READY if a.ok else self.check_container(svc, a.describe())
 
         return probe
 
+    def follower(self, svc: Service) -> Callable[[], Probe]:
+        """A headless DP follower serves no HTTP: it is ready when its container runs and
+        the head's /health answers (vLLM's head answers only once every rank joined); a
+        follower that exits fails the wait (vLLM's exits 0 after 5 min without a head)."""
+
+        def probe() -> Probe:
+            a = self.fetch(svc.ready_url, timeout=2.0)
+            mine = self.check_container(svc, f"headless; head {a.describe()}")
+            if mine.state == "failed" or not a.ok:
+                return mine
+            return READY
+
+        return probe
+
     def router(self, svc: Service, engines: Sequence[Service]) -> Callable[[], Probe]:
-        prefills = [s.url for s in engines if s.role == "prefill"]
-        decodes = [s.url for s in engines if s.role == "decode"]
+        # a data-parallel tier registers as its head only
+        prefills = [s.url for s in engines if s.role == "prefill" and not s.headless]
+        decodes = [s.url for s in engines if s.role == "decode" and not s.headless]
 
         def probe() -> Probe:
             a = self.fetch(svc.health_url, timeout=2.0)

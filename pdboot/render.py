@@ -72,7 +72,9 @@ def _header(plan: Plan, hp: HostPlan) -> str:
 def several_engines(plan: Plan) -> bool:
     """Does some tier run several engines on a host? (Only then are the per-engine notes
     written, so single-engine deployments render as they always did.)"""
-    return bool(plan.unresolved) or any(s.engine_index > 0 for s in plan.services())
+    return bool(plan.unresolved) or any(
+        s.engine_index > 0 or s.dp_role for s in plan.services()
+    )
 
 
 def _gpus(s: Service) -> str:
@@ -86,11 +88,20 @@ def _engine_lines(plan: Plan, hp: HostPlan) -> list[str]:
     for s in hp.services:
         if s.role != "router":
             lines.append(
-                f"#   {s.name:<10} GPUs {_gpus(s):<8} :{s.port}  side channel "
+                f"#   {s.name:<10} GPUs {_gpus(s):<8} {'no HTTP' if s.headless else f':{s.port}'}"
+                "  side channel "
                 f":{s.side_channel_port}  {s.nic or 'no RDMA'}"
             )
+            if s.dp_ranks:
+                lines.append(f"#   {'':<10} data parallel: {_dp_note(s)}")
     lines += [f"# Needs preflight's facts: {u}" for u in plan.unresolved if f" on {hp.host}:" in u]
     return lines if len(lines) > 1 else []
+
+
+def _dp_note(s: Service) -> str:
+    if s.headless:
+        return f"{s.dp_ranks}, no HTTP; side channels base + global rank; head {s.head_url}"
+    return f"{s.dp_ranks}; /health answers once every rank joined"
 
 
 def service_definition(s: Service, *, with_hash: bool = True) -> dict[str, Any]:
@@ -183,9 +194,12 @@ def render_summary(plan: Plan) -> str:
                 extra = f"  NIXL side channel {s.address}:{s.side_channel_port}"
             elif s.metrics_port is not None:
                 extra = f"  metrics {s.url.rsplit(':', 1)[0]}:{s.metrics_port}/metrics"
-            lines.append(f"  {n}. {s.key:<24} {s.url}{extra}")
+            url = "(headless: no HTTP)" if s.headless else s.url
+            lines.append(f"  {n}. {s.key:<24} {url}{extra}")
             if several_engines(plan) and s.role != "router":
                 lines.append(f"     {'':<24} GPUs {_gpus(s)}; UCX_NET_DEVICES {s.nic or 'n/a'}")
+            if s.dp_ranks:
+                lines.append(f"     {'':<24} data parallel: {_dp_note(s)}")
     lines += [f"Needs preflight's facts: {u}" for u in plan.unresolved]
     lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via the router)")
     if plan.hf_token_ref is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from pdboot.converge import Observed, owned
@@ -46,6 +46,8 @@ class ServiceStatus:
     planned: bool = True
     # an engine's UCX_NET_DEVICES and where it came from ("mlx5_0:1 (PIX, nearest GPUs 0)")
     nic: str = ""
+    # a data-parallel engine's ranks here; the head adds the ranks its /metrics reports
+    ranks: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -112,7 +114,26 @@ def service_status(
         endpoint=svc.url if svc else "",
         planned=svc is not None,
         nic=svc.nic if svc else "",
+        ranks=svc.dp_ranks if svc else "",
     )
+
+
+_ENGINE_LABEL = re.compile(r'^vllm:[A-Za-z0-9_:]+\{[^}]*\bengine="([^"]*)"', re.M)
+
+
+def metric_engines(text: str) -> list[str]:
+    """The `engine` label values of vLLM's metrics, in rank order: a DP head's /metrics
+    carries one per rank, local and remote, once they all joined."""
+    found = set(_ENGINE_LABEL.findall(text))
+    return sorted(found, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+
+
+def _ranks(svc: Service, fetch: HttpFn) -> str:
+    """The head's ranks as its /metrics reports them, after the plan's."""
+    a = fetch(f"{svc.url}/metrics", timeout=3.0)
+    seen = metric_engines(a.body) if a.ok else []
+    got = f"/metrics engines {','.join(seen)}" if seen else f"/metrics: {a.describe()}"
+    return f"{svc.dp_ranks}; {got}"
 
 
 def collect(
@@ -148,11 +169,14 @@ def rows_for(
             seen.add(obs.id)
         health = "-"
         if obs is not None and obs.state == "running":
-            a = fetch(svc.health_url, timeout=3.0)
+            # a headless DP follower has no HTTP: its head's health stands for it
+            a = fetch(svc.ready_url, timeout=3.0)
             health = "ok" if a.ok else a.describe()
-        rows.append(
-            service_status(svc, obs, reachable=svc.host not in unreachable, now=now, health=health)
-        )
+        reachable = svc.host not in unreachable
+        row = service_status(svc, obs, reachable=reachable, now=now, health=health)
+        if svc.dp_role == "head" and health == "ok":
+            row = replace(row, ranks=_ranks(svc, fetch))
+        rows.append(row)
     for o in observed:
         if o.id not in seen:
             rows.append(service_status(None, o, reachable=True, now=now, health="-"))

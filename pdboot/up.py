@@ -503,7 +503,8 @@ class _Up:
     def prove(self) -> None:
         self.emit(StageStarted("prove"))
         fetch = self.env.fetch
-        decodes = [s for s in self.plan.services() if s.role == "decode"]
+        # a DP head's /metrics carries every rank's counters (engine="<rank>")
+        decodes = [s for s in self.plan.services() if s.role == "decode" and not s.headless]
         before = [KVCounters.parse(fetch(f"{d.url}/metrics").body) for d in decodes]
         body = {
             "model": self.plan.served_model_name,

@@ -75,6 +75,9 @@ class GpuNeed:
     tensor_parallel_size: int
     gpus: Literal["all"] | tuple[int, ...]
     engine: str = ""  # the engine's name (prefill-2) when the tier has several per host
+    # a data-parallel tier: its total ranks, and whether experts are sharded over them
+    dp_size: int = 1
+    expert_parallel: bool = False
 
 
 @dataclass(frozen=True)

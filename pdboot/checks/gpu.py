@@ -357,7 +357,9 @@ def _count(ctx: HostContext, gpus: list[Gpu]) -> CheckResult:
             need_total += len(need.gpus)
             missing = sorted(set(need.gpus) - have)
             if missing:
-                problems.append(f"{need.tier} selects GPU(s) {missing} which do not exist")
+                problems.append(
+                    f"{need.engine or need.tier} selects GPU(s) {missing} which do not exist"
+                )
     if need_total > len(gpus) and not problems:
         problems.append(f"the tiers on this host need {need_total} GPUs together")
     if problems:

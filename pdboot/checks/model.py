@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pdboot.checks import CheckResult, Command, HostContext, ParseError, Section, human_bytes
+from pdboot.checks import (
+    CheckResult,
+    Command,
+    GpuNeed,
+    HostContext,
+    ParseError,
+    Section,
+    human_bytes,
+)
 from pdboot.checks.gpu import Gpu
 
 if TYPE_CHECKING:
@@ -58,6 +66,10 @@ class ModelFacts:
     dtype_bytes: int
     params: int  # estimated from the config
     weights_bytes: int  # measured on disk, or params x dtype bytes
+    # MoE: routed experts per layer (0: dense; -1: MoE by its config's keys, count unknown)
+    # and the share of the weights that are routed experts (what expert parallelism shards)
+    experts: int = 0
+    expert_fraction: float = 0.0
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -77,6 +89,30 @@ def estimate_params(c: Mapping[str, Any]) -> int:
     mlp = 3 * h * inter
     emb = vocab * h * (1 if c.get("tie_word_embeddings") else 2)
     return int(layers * (attn + mlp) + emb)
+
+
+# config.json keys naming the routed experts per layer (Qwen-MoE, DeepSeek, Mixtral, GPT-OSS)
+EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
+MOE_HINTS = ("num_experts_per_tok", "moe_intermediate_size", "moe_topk", "router_aux_loss_coef")
+
+
+def moe_estimate(c: Mapping[str, Any]) -> tuple[int, int, float]:
+    """(experts per layer, params, routed experts' share of them) from a config; experts
+    0 for a dense model, -1 when the config looks MoE but names no expert count."""
+    experts = next((int(c[k]) for k in EXPERT_KEYS if isinstance(c.get(k), int) and c[k] > 1), 0)
+    dense = estimate_params(c)
+    if not experts:
+        return (-1 if any(k in c for k in MOE_HINTS) else 0), dense, 0.0
+    h, layers = int(c["hidden_size"]), int(c["num_hidden_layers"])
+    inter = int(c.get("intermediate_size") or 4 * h)
+    moe_inter = int(c.get("moe_intermediate_size") or inter)
+    first_dense = min(int(c.get("first_k_dense_replace") or 0), layers)
+    moe_layers = layers - first_dense
+    shared = int(c.get("n_shared_experts") or 0) * 3 * h * moe_inter * moe_layers
+    routed = moe_layers * experts * 3 * h * moe_inter
+    # the dense estimate counts one gated MLP per layer: keep it only for the dense layers
+    total = dense - moe_layers * 3 * h * inter + routed + shared
+    return experts, total, routed / total if total > 0 else 0.0
 
 
 def parse_config(text: str) -> ModelFacts:
@@ -100,14 +136,14 @@ def parse_config(text: str) -> ModelFacts:
         layers = int(c["num_hidden_layers"])
         kv = int(c.get("num_key_value_heads") or heads)
         hd = int(c.get("head_dim") or h // heads)
-        params = estimate_params(c)
+        experts, params, frac = moe_estimate(c)
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         raise ParseError(f"missing or bad field {e}") from None
     dtype = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
     db = DTYPE_BYTES.get(dtype, 2)
     wm = re.search(r"^weights_bytes=(\d+)\s*$", text, re.M)
     on_disk = int(wm.group(1)) if wm else 0
-    return ModelFacts(path, layers, kv, hd, db, params, on_disk or params * db)
+    return ModelFacts(path, layers, kv, hd, db, params, on_disk or params * db, experts, frac)
 
 
 @dataclass(frozen=True)
@@ -196,9 +232,10 @@ def _weights(ctx: HostContext, f: ModelFacts, gpus: list[Gpu]) -> list[CheckResu
         per_gpu = min(g.mem_total_mib for g in mine) * (1 << 20)
         tp = need.tensor_parallel_size
         cap = per_gpu * tp
-        share = f.weights_bytes / cap
+        rank_bytes, layout = _rank_weights(f, need)
+        share = rank_bytes / cap
         msg = (
-            f"{need.engine or need.tier}: weights {human_bytes(f.weights_bytes)} on {tp} x "
+            f"{need.engine or need.tier}: weights {human_bytes(rank_bytes)}{layout} on {tp} x "
             f"{human_bytes(per_gpu)} GPU ({share:.0%} of GPU memory)"
         )
         if share > 0.9:
@@ -222,6 +259,24 @@ def _weights(ctx: HostContext, f: ModelFacts, gpus: list[Gpu]) -> list[CheckResu
         else:
             out.append(CheckResult("model.weights", "pass", msg))
     return out
+
+
+def _rank_weights(f: ModelFacts, need: GpuNeed) -> tuple[float, str]:
+    """What one engine (one DP rank) holds: with expert parallelism the routed experts are
+    sharded over EP = TP x DP ranks (vLLM), the rest split over TP as usual."""
+    w = f.weights_bytes
+    if not need.expert_parallel or need.dp_size <= 1:
+        return w, ""
+    ep = need.tensor_parallel_size * need.dp_size
+    if f.experts <= 0:
+        why = "no expert count in config.json" if f.experts < 0 else "a dense model"
+        return w, f" (expert parallel, but {why}: every rank holds all weights)"
+    experts = w * f.expert_fraction
+    per_rank = w - experts + experts * need.tensor_parallel_size / ep
+    return per_rank, (
+        f" per rank of {human_bytes(w)} (expert parallel: {f.experts} experts, "
+        f"~{f.expert_fraction:.0%} of the weights, sharded over EP {ep} = TP x DP)"
+    )
 
 
 def kv_info(f: ModelFacts, link_gbps: float | None, who: str = "") -> CheckResult:

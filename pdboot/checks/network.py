@@ -139,7 +139,11 @@ def _probe(ctx: HostContext, pf: ProbeFact) -> CheckResult:
         "fail",
         f"{where}: {pf.detail}",
         f"open TCP {p.port} from {ctx.name} to {p.address} (firewall, routing); "
-        "NIXL and the router need it",
+        + (
+            "vLLM's data-parallel handshake needs it (and the head's other ports, chosen at start)"
+            if p.check_id == "network.dp_rpc"
+            else "NIXL and the router need it"
+        ),
     )
 
 

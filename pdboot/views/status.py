@@ -22,7 +22,7 @@ def print_status(out: Console, report: StatusReport) -> None:
     if pd is not None and pd.window_seconds is not None and out.is_terminal:
         out.clear()  # --watch: each report replaces the last
     out.print(status_table(rows, report.deployment, out.width))
-    for line in nic_lines(rows):
+    for line in nic_lines(rows) + rank_lines(rows):
         out.print(line, highlight=False, markup=False)
     out.print("healthy" if report.healthy else "[red]not healthy[/red]")
     if pd is not None and pd.engines:
@@ -80,6 +80,15 @@ def nic_lines(rows: list[ServiceStatus]) -> list[str]:
         return []
     width = max(len(r.service) for r in nics)
     return ["UCX_NET_DEVICES per engine:"] + [f"  {r.service:<{width}}  {r.nic}" for r in nics]
+
+
+def rank_lines(rows: list[ServiceStatus]) -> list[str]:
+    """Each data-parallel engine's ranks: the plan's, and what the head's /metrics shows."""
+    dp = [r for r in rows if r.ranks]
+    if not dp:
+        return []
+    width = max(len(r.service) for r in dp)
+    return ["Data-parallel ranks:"] + [f"  {r.service:<{width}}  {r.ranks}" for r in dp]
 
 
 def status_json(report: StatusReport) -> str:

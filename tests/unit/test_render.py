@@ -34,7 +34,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 INVENTORIES = HERE / "inventories"
 GOLDEN = HERE / "golden"
-CASES = ["1p1d", "2p2d", "colocated", "2x8"]
+CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp"]
 UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 ALL_INVENTORIES = [*(INVENTORIES / f"{c}.yaml" for c in CASES), ROOT / "inventory.example.yaml"]
 
@@ -276,12 +276,15 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
     args = parse_router_args(list(router["command"]))  # argparse: SystemExit on a bad flag
     args._validate_router_args()
     assert args.vllm_pd_disaggregation
-    assert [u for u, _ in args.prefill_urls] == [s.url for s in plan.stages[1]]
-    assert args.decode_urls == [s.url for s in plan.stages[0]]
-    assert args.prefill_policy == tier_policy(
-        inv.router.prefill_policy, "prefill", len(plan.stages[1]))
-    assert args.decode_policy == tier_policy(
-        inv.router.decode_policy, "decode", len(plan.stages[0]))
+    # a data-parallel tier is one worker: its head
+    heads_p = [s.url for s in plan.stages[1] if not s.headless]
+    heads_d = [s.url for s in plan.stages[0] if not s.headless]
+    assert [u for u, _ in args.prefill_urls] == heads_p
+    assert args.decode_urls == heads_d
+    if inv.router.dp_aware:
+        assert args.intra_node_data_parallel_size == 4
+    assert args.prefill_policy == tier_policy(inv.router.prefill_policy, "prefill", len(heads_p))
+    assert args.decode_policy == tier_policy(inv.router.decode_policy, "decode", len(heads_d))
     assert (args.host, args.port) == ("0.0.0.0", inv.router.port)
     assert args.prometheus_port == inv.router.metrics_port
     assert args.prometheus_host == "0.0.0.0"
