@@ -109,12 +109,6 @@ def layouts(role: str, tier: Tier) -> dict[str, DPLayout]:
     return out
 
 
-def gpus_needed(tier: Tier, host: str) -> int:
-    """GPUs a DP tier uses on a host: local size x TP."""
-    sizes, _ = local_sizes(tier)
-    return sizes.get(host, 1) * tier.tensor_parallel_size
-
-
 def side_channel_range(tier: Tier) -> range:
     """The ports a DP tier's side channels may use on any of its hosts (global ranks)."""
     n = tier.data_parallel.size if tier.data_parallel is not None else 1

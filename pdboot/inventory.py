@@ -738,10 +738,6 @@ def router_uses_secrets(inv: Inventory) -> bool:
     return inv.secrets.api_key is not None
 
 
-def engine_hosts(inv: Inventory) -> list[str]:
-    return list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
-
-
 def deployment_hosts(inv: Inventory) -> list[str]:
     """Every host that runs something, in a stable order."""
     return list(dict.fromkeys(inv.decode.hosts + inv.prefill.hosts + [inv.router.host]))
