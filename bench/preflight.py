@@ -74,7 +74,7 @@ def time_ssh(tb: Testbed, scripts: dict[str, str]) -> float:
     }
     for h, p in procs.items():
         out, err = p.communicate(scripts[h], timeout=300)
-        if p.returncode != 0 or "### exit=" not in out:
+        if p.returncode != 0 or " exit=" not in out:  # "### <run token> exit=N"
             raise SystemExit(f"plain ssh to {h} failed: rc={p.returncode} {err}")
     return time.monotonic() - t0
 

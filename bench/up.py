@@ -106,10 +106,8 @@ def script_for(tb: Any, inv: dict[str, Any], rendered: Path) -> tuple[str, str]:
 
     images = {h: (inv["router_image"] if h == rtr else inv["image"]) for h in addr}
     lines += parallel([on(h, f"docker pull -q {images[h]} >/dev/null") for h in addr])
-    lines += parallel([
-        f"{on(h, f'mkdir -p -m 700 {d} && cat > {d}/compose.yaml')} < {rendered / h / 'compose.yaml'}"
-        for h in addr
-    ])
+    ship = f"mkdir -p -m 700 {d} && cat > {d}/compose.yaml"
+    lines += parallel([f"{on(h, ship)} < {rendered / h / 'compose.yaml'}" for h in addr])
     for tier, hosts in (("decode", dec), ("prefill", pre)):
         svcs = {h: [s for s in plan.hosts[h].services if s.role == tier] for h in hosts}
         lines += parallel(
