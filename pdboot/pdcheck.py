@@ -7,7 +7,8 @@ HttpFn with the deployment's API key header; nothing here prints.
 Speed: the router picks pairs itself and vLLM's NIXL metrics carry no peer label, so pdboot
 does the router's P/D flow by hand for each pair it measures (prefill with
 ``do_remote_decode``, then the decode with the prefill's ``kv_transfer_params``, the same
-``X-Request-Id`` to both) and reads that decode's ``vllm:nixl_*`` histogram deltas.
+``X-Request-Id`` to both) and reads that decode's NIXL histogram deltas
+(``vllm:nixl_bytes_transferred``, ``vllm:nixl_xfer_time_seconds``).
 """
 
 from __future__ import annotations
