@@ -259,9 +259,17 @@ def match_line(line: str) -> Signature | None:
     return None
 
 
-def _scan(source: str, lines: Sequence[str]) -> list[Finding]:
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_ansi(line: str) -> str:
+    """A log line without terminal colour codes (vLLM colours its log level)."""
+    return _ANSI.sub("", line)
+
+
+def _scan(source: str, raw: Sequence[str]) -> list[Finding]:
     found: dict[str, Finding] = {}
-    for line in lines:
+    for line in map(strip_ansi, raw):
         sig = match_line(line)
         if sig is not None:
             found.pop(sig.id, None)  # keep the latest line, in the order last seen

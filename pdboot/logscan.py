@@ -5,18 +5,16 @@ Kept apart from the orchestrator so that `up` (a failed test request, a bad KV v
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from pdboot.converge import Observed
-from pdboot.diagnose import Finding, diagnose
+from pdboot.diagnose import Finding, diagnose, strip_ansi
 from pdboot.hosts import Hosts, open_hosts
 from pdboot.inventory import Inventory
 from pdboot.plan import Plan, Service, build_plan
 from pdboot.readiness import find_container
 
 RECENT_LINES = 300  # enough for a handshake failure's traceback after the access log lines
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def recent_logs(
@@ -40,7 +38,7 @@ def recent_logs(
                 lines = link.engine.logs(found.id, tail=tail)
         except Exception as e:  # one unreadable log must not hide the others' causes
             lines = [f"(cannot read logs: {e})"]
-        out[svc.key] = [_ANSI.sub("", line) for line in lines]
+        out[svc.key] = [strip_ansi(line) for line in lines]
     return out
 
 

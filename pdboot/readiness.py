@@ -5,11 +5,11 @@ latest log line kept for the views. Containers are found by label, never by name
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pdboot.converge import Observed, owned
+from pdboot.diagnose import strip_ansi
 from pdboot.http import HttpFn
 from pdboot.loadphase import LoadPhase, load_phase
 from pdboot.plan import LABEL_HOST, Plan, Service
@@ -20,7 +20,6 @@ from pdboot.waits import READY, Clock, Probe, failed, waiting
 
 LOG_REFRESH_SECONDS = 1.0
 LOG_TAIL = 20  # enough to find the latest start-up phase line among access-log lines
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def find_container(observed: Iterable[Observed], deployment: str, svc: Service) -> Observed | None:
@@ -66,7 +65,7 @@ class Prober:
         now = self.clock.now()
         if now - self._last_fetch.get(svc.key, -1e9) >= LOG_REFRESH_SECONDS:
             self._last_fetch[svc.key] = now
-            lines = [_ANSI.sub("", x) for x in engine.logs(cid, tail=LOG_TAIL)]
+            lines = [strip_ansi(x) for x in engine.logs(cid, tail=LOG_TAIL)]
             phase = load_phase(lines, self.latest_phase.get(svc.key))
             if phase is not None:
                 self.latest_phase[svc.key] = phase

@@ -29,8 +29,6 @@ from pdboot.ports import HostsFactory, default_hosts, recorded_findings
 from pdboot.rdma_findings import plan_from
 from pdboot.readiness import find_container
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
 
 @dataclass(frozen=True)
 class ServiceStatus:
@@ -309,7 +307,7 @@ def logs(
             for line in lines:
                 on_line(line)
             if diagnose:  # --diagnose: known causes in these lines, cause + fix each
-                known = diagnose_logs({svc.key: [_ANSI.sub("", x) for x in lines]})
+                known = diagnose_logs({svc.key: lines})
                 emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
         return EXIT_OK
     except EngineError as e:  # e.g. the host was lost mid-read (engine.EngineLost)

@@ -15,7 +15,6 @@ and emits events (events.py). It never prints: views do (pdboot/views/).
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -192,13 +191,6 @@ def _preflight(
     if not outcome.ok:
         raise _Stop
     return outcome.rdma
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def _plain(line: str) -> str:
-    return _ANSI.sub("", line)
 
 
 def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceWait:
@@ -473,7 +465,7 @@ class _Up:
             lines = self.hosts.links[svc.host].engine.logs(cid, tail=LOG_LINES_ON_FAILURE)
         except Exception as le:  # still report the failure itself
             lines = [f"(cannot read logs: {le})"]
-        known = diagnose({svc.key: [_plain(x) for x in lines]})
+        known = diagnose({svc.key: lines})
         self.emit(
             Failure(
                 svc.key,
