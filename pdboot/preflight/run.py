@@ -412,6 +412,34 @@ def with_lookup(ctx: HostContext, look: registry.Lookup | None) -> HostContext:
 # --------------------------------------------------------------------------- running
 
 
+def host_report(
+    ctx: HostContext,
+    inv: Inventory,
+    stdout: str,
+    t0: float,
+    secs: float,
+    selection: Selection,
+    looked: Mapping[str, registry.Lookup],
+) -> HostReport:
+    """One reachable host's report from its batch output. Every guarded area runs before the
+    check list is copied into the report, so an area that raises shows as a failed check."""
+    checks, facts = evaluate_host(ctx, stdout, selection)
+    checks += [r for r in prepull.evaluate(ctx, inv, looked) if selection.keep(r)]
+    nics = _guarded("topo", partial(topo_checks.engine_nics, ctx, facts), checks) or {}
+    usable = _guarded("rdma", partial(rdma_usable, ctx, facts), checks)
+    clock = facts.network.clock if facts.network is not None else None
+    return HostReport(
+        ctx.name,
+        True,
+        [CheckResult("ssh.connect", "pass", "connected"), *checks],
+        facts,
+        usable,
+        nics,
+        None if clock is None else clock - t0,
+        secs,
+    )
+
+
 def run_preflight(
     inv: Inventory,
     *,
@@ -468,20 +496,7 @@ def run_preflight(
             continue
         stdout, t0, secs = oc.value
         ctx = with_lookup(ctxs[name], looked.get(ctxs[name].image))
-        checks, facts = evaluate_host(ctx, stdout, selection)
-        clock = facts.network.clock if facts.network is not None else None
-        checks += [r for r in prepull.evaluate(ctx, inv, looked) if selection.keep(r)]
-        rep = HostReport(
-            name,
-            True,
-            [CheckResult("ssh.connect", "pass", "connected"), *checks],
-            facts,
-            rdma_usable(ctx, facts),
-            _guarded("topo", partial(topo_checks.engine_nics, ctx, facts), checks) or {},
-            None if clock is None else clock - t0,
-            secs,
-        )
-        reports[name] = rep
+        reports[name] = host_report(ctx, inv, stdout, t0, secs, selection, looked)
     if selection.area_wanted("network") and "network.clock" not in selection.skip:
         offsets = {n: r.clock_offset for n, r in reports.items() if r.clock_offset is not None}
         for n, res in network_checks.evaluate_clocks(
