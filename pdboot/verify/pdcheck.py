@@ -111,7 +111,7 @@ def _facts(fetch: HttpFn, svc: Service) -> Any:
     return merged(engine_facts(a.body))
 
 
-def _kv_params(raw: str) -> tuple[dict[str, Any] | None, int]:
+def kv_params(raw: str) -> tuple[dict[str, Any] | None, int]:
     try:
         doc = json.loads(raw)
         params = doc.get("kv_transfer_params")
@@ -133,7 +133,7 @@ def measure_pair(plan: Plan, fetch: HttpFn, headers: Mapping[str, str],
     before = _facts(fetch, dec)
     a = fetch(f"{pre.url}/v1/completions", timeout=300.0, headers=hdrs,
               body={**req, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS})
-    params, tokens = _kv_params(a.body) if a.ok else (None, 0)
+    params, tokens = kv_params(a.body) if a.ok else (None, 0)
     if params is None:
         raise OSError(f"prefill {pre.key} gave no kv_transfer_params ({a.describe()})")
     b = fetch(f"{dec.url}/v1/completions", timeout=300.0, headers=hdrs,

@@ -54,7 +54,7 @@ class PairCheck:
 
     @property
     def fault(self) -> str:
-        """"" when the pair is good; else a stable kind."""
+        """ "" when the pair is good; else a stable kind."""
         if self.failed_transfers > 0:
             return "failed_transfers"
         if self.result in ("good", "late"):
@@ -68,10 +68,13 @@ class PairCheck:
         return self.fault == ""
 
     def reason(self) -> str:
-        what = {"failed_transfers": f"{self.failed_transfers:.0f} failed NIXL transfers",
-                "no_kv_pulled": "the decode pulled no KV (it recomputed the prompt)",
-                "hang": f"the {self.step} step hung", "wrong_answer": "wrong answer",
-                "error": f"the {self.step} step failed"}.get(self.fault, "good")
+        what = {
+            "failed_transfers": f"{self.failed_transfers:.0f} failed NIXL transfers",
+            "no_kv_pulled": "the decode pulled no KV (it recomputed the prompt)",
+            "hang": f"the {self.step} step hung",
+            "wrong_answer": "wrong answer",
+            "error": f"the {self.step} step failed",
+        }.get(self.fault, "good")
         tail = f": {self.detail}" if self.detail else ""
         return f"{self.prefill} -> {self.decode}: {what}{tail}"
 
@@ -182,8 +185,9 @@ def blame(engines: Sequence[WatchedEngine], obs: Round) -> dict[str, tuple[str, 
     return out
 
 
-def step(cfg: WatchConfig, engines: Sequence[WatchedEngine], state: WatchState,
-         obs: Round) -> tuple[WatchState, list[WatchAction]]:
+def step(
+    cfg: WatchConfig, engines: Sequence[WatchedEngine], state: WatchState, obs: Round
+) -> tuple[WatchState, list[WatchAction]]:
     """One round: new state and the actions to take, in order."""
     bad = blame(engines, obs)
     observed = {k for p in obs.pairs for k in (p.prefill, p.decode)}
@@ -194,8 +198,7 @@ def step(cfg: WatchConfig, engines: Sequence[WatchedEngine], state: WatchState,
         s = state.engines[e.key]
         if e.key in bad:
             fault, reason = bad[e.key]
-            s = replace(s, bad_rounds=s.bad_rounds + 1, good_rounds=0, fault=fault,
-                        reason=reason)
+            s = replace(s, bad_rounds=s.bad_rounds + 1, good_rounds=0, fault=fault, reason=reason)
             s, acts = _when_bad(cfg, engines, e, s, rotation, obs.now)
             actions += acts
         elif e.key in observed or not obs.pairs:
@@ -212,25 +215,40 @@ def step(cfg: WatchConfig, engines: Sequence[WatchedEngine], state: WatchState,
     return WatchState(new, last_good), actions
 
 
-def _when_bad(cfg: WatchConfig, engines: Sequence[WatchedEngine], e: WatchedEngine,
-              s: EngineState, rotation: set[str],
-              now: float) -> tuple[EngineState, list[WatchAction]]:
+def _when_bad(
+    cfg: WatchConfig,
+    engines: Sequence[WatchedEngine],
+    e: WatchedEngine,
+    s: EngineState,
+    rotation: set[str],
+    now: float,
+) -> tuple[EngineState, list[WatchAction]]:
     """Evict (or alert when it is the last of its tier), then restart when a restart helps."""
     acts: list[WatchAction] = []
     if s.in_rotation and s.bad_rounds >= cfg.evict_after:
         others = [x for x in engines if x.tier == e.tier and x.key != e.key and x.key in rotation]
         if not others:
             if not s.alerted:
-                acts.append(Alert(e.key, e.tier, s.fault, f"{s.reason} (the last {e.tier} "
-                                  "engine in rotation: kept in the router)"))
+                acts.append(
+                    Alert(
+                        e.key,
+                        e.tier,
+                        s.fault,
+                        f"{s.reason} (the last {e.tier} engine in rotation: kept in the router)",
+                    )
+                )
                 s = replace(s, alerted=True)
             return s, acts
         rotation.discard(e.key)
         s = replace(s, in_rotation=False)
         acts.append(Evict(e.key, e.tier, s.fault, s.reason))
     backoff_over = s.last_restart is None or now - s.last_restart >= cfg.restart_backoff_seconds
-    if (not s.in_rotation and s.fault in PEER_FAULTS and s.bad_rounds >= cfg.restart_after
-            and backoff_over):
+    if (
+        not s.in_rotation
+        and s.fault in PEER_FAULTS
+        and s.bad_rounds >= cfg.restart_after
+        and backoff_over
+    ):
         decodes = tuple(x.key for x in engines if x.tier == "decode") if e.tier == "prefill" else ()
         acts.append(Restart(e.key, e.tier, s.reason, decodes))
         s = replace(s, last_restart=now, bad_rounds=0)

@@ -57,6 +57,10 @@ def run(rounds: list[Round], engines: list[WatchedEngine] = TWO_BY_TWO,
     return state, out
 
 
+def flat(acts: list[list[object]]) -> list[object]:
+    return [a for each in acts for a in each]
+
+
 def test_a_decode_wrong_with_every_prefill_is_blamed_not_the_prefills() -> None:
     r = rnd(0, {("p1", "d1"): wrong("p1", "d1"), ("p2", "d1"): wrong("p2", "d1")})
     assert set(blame(TWO_BY_TWO, r)) == {"d1"}
@@ -95,7 +99,7 @@ def test_evicted_on_the_first_bad_round_then_readmitted_after_three_good() -> No
 def test_a_bad_round_resets_the_good_streak() -> None:
     bad = {("p1", "d1"): wrong("p1", "d1"), ("p2", "d1"): wrong("p2", "d1")}
     _, acts = run([rnd(0, bad), rnd(1), rnd(2), rnd(3, bad), rnd(4), rnd(5), rnd(6)])
-    assert [type(a).__name__ for a in sum(acts, [])] == ["Evict", "Readmit"]
+    assert [type(a).__name__ for a in flat(acts)] == ["Evict", "Readmit"]
     assert acts[6] == [Readmit("d1", "decode", 3)]
 
 
@@ -130,10 +134,10 @@ def test_a_hung_decode_is_restarted_after_two_bad_rounds_once_per_backoff() -> N
 def test_wrong_answers_and_health_never_restart() -> None:
     bad = {("p1", "d1"): wrong("p1", "d1"), ("p2", "d1"): wrong("p2", "d1")}
     _, acts = run([rnd(t, bad) for t in range(5)])
-    assert not any(isinstance(a, Restart) for a in sum(acts, []))
+    assert not any(isinstance(a, Restart) for a in flat(acts))
     down = {"p1": True, "p2": True, "d1": False, "d2": True}
     _, acts = run([rnd(t, health=down) for t in range(5)])
-    assert not any(isinstance(a, Restart) for a in sum(acts, []))
+    assert not any(isinstance(a, Restart) for a in flat(acts))
 
 
 def test_a_prefill_restart_names_the_decodes_to_restart_after_it() -> None:

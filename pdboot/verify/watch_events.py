@@ -1,0 +1,51 @@
+"""What `pdboot watch` reports, as plain frozen records beside pdboot.events (the same JSON
+lines view writes them: ``kind`` is the name in the stream)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from pdboot.events import Event
+
+
+@dataclass(frozen=True)
+class WatchPairLine(Event):
+    """One pair's canary inside a WatchRound (not emitted alone)."""
+
+    kind: ClassVar[str] = "watch_pair"
+    prefill: str
+    decode: str
+    result: str  # good, late, wrong, hang, error
+    fault: str  # "" when good; failed_transfers, no_kv_pulled, hang, wrong_answer, error
+    step: str
+    detail: str
+    seconds: float
+    failed_transfers: float
+    pulled_tokens: float
+
+
+@dataclass(frozen=True)
+class WatchRound(Event):
+    kind: ClassVar[str] = "watch_round"
+    round: int
+    seconds: float  # the round's own duration
+    pairs: tuple[WatchPairLine, ...]
+    unhealthy: tuple[str, ...]  # engines whose /health failed
+    # over the interval, whole-engine counters (client traffic included): (engine, delta)
+    failed_transfers: tuple[tuple[str, float], ...] = ()
+    expired_leases: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class WatchActionTaken(Event):
+    """An eviction, re-admission, restart or alert, and whether the router/engine took it."""
+
+    kind: ClassVar[str] = "watch_action"
+    action: Literal["evict", "readmit", "restart", "alert"]
+    engine: str
+    tier: str
+    fault: str
+    reason: str
+    ok: bool  # False: the router or the restart refused (detail says why)
+    detail: str = ""
