@@ -1,0 +1,356 @@
+"""`pdboot watch`'s loop: every interval, a canary through every prefill->decode pair, then the
+actions pdboot.verify.watch_policy decides, carried out through the router's worker API and a
+restarter, each one an event, a log line and a metric.
+
+The loop owns no decision: observations -> ``step`` -> actions. What it needs from outside
+(HTTP, the router, restarts, the clock) comes in as small interfaces, so a unit test drives a
+whole round with fakes and a fake clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
+
+from pdboot.deploy.router_api import RouterApiError, Worker
+from pdboot.events import Emit
+from pdboot.transport.http import HttpFn
+from pdboot.verify.metrics import EngineFacts, engine_facts, merged, parse_exposition
+from pdboot.verify.watch_canary import CanaryContext, health, run_canary
+from pdboot.verify.watch_events import WatchActionTaken, WatchPairLine, WatchRound
+from pdboot.verify.watch_metrics import WatchMetrics
+from pdboot.verify.watch_policy import (
+    Alert,
+    Evict,
+    PairCheck,
+    Readmit,
+    Restart,
+    Round,
+    WatchAction,
+    WatchConfig,
+    WatchedEngine,
+    WatchState,
+    initial_state,
+    step,
+)
+
+log = logging.getLogger(__name__)
+ActionName = Literal["evict", "readmit", "restart", "alert"]
+
+
+class RouterWorkers(Protocol):
+    """What watch needs of pdboot.deploy.router_api.RouterWorkerApi."""
+
+    def workers(self) -> list[Worker]: ...
+
+    def add(self, url: str, worker_type: str) -> None: ...
+
+    def remove(self, url: str) -> bool: ...
+
+
+class Restarter(Protocol):
+    """Restart one engine's container and return once it was told to (raises OSError or
+    RuntimeError with the reason); watch then waits for its /health itself."""
+
+    def restart(self, engine: WatchedEngine) -> None: ...
+
+
+@dataclass
+class WatchDeps:
+    fetch: HttpFn
+    router: RouterWorkers
+    emit: Emit
+    metrics: WatchMetrics = field(default_factory=WatchMetrics)
+    restarter: Restarter | None = None  # None: restarts are alerts
+    headers: Mapping[str, str] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    drain_seconds: float = 30.0  # an evicted engine's in-flight requests finish within this
+    ready_seconds: float = 600.0  # a restarted engine answers /health within this
+
+
+class Watcher:
+    def __init__(
+        self, engines: Sequence[WatchedEngine], model: str, cfg: WatchConfig, deps: WatchDeps
+    ) -> None:
+        self.engines = list(engines)
+        self.by_key = {e.key: e for e in self.engines}
+        self.model, self.cfg, self.deps = model, cfg, deps
+        self.state: WatchState = initial_state(self.engines)
+        self.rounds = 0
+        self.started = deps.clock()
+        self.latest: dict[tuple[str, str], PairCheck] = {}  # the last verdict per pair
+        self._facts: dict[str, EngineFacts] = {}
+        self._lock = threading.Lock()  # the status endpoint reads `latest` from its thread
+        for e in self.engines:
+            deps.metrics.set("pdboot_watch_engine_in_rotation", 1, e.key, e.tier)
+
+    # ------------------------------------------------------------ observe
+    def pairs(self) -> list[tuple[WatchedEngine, WatchedEngine]]:
+        pre = [e for e in self.engines if e.tier == "prefill"]
+        dec = [e for e in self.engines if e.tier == "decode"]
+        return [(p, d) for p in pre for d in dec]
+
+    def observe(self) -> Round:
+        d = self.deps
+        up = {e.key: health(d.fetch, e, self.cfg.deadline_seconds) for e in self.engines}
+        ctx = CanaryContext(d.fetch, d.headers, self.model, self.cfg.deadline_seconds, d.clock)
+        checks = tuple(run_canary(ctx, p, q) for p, q in self.pairs())
+        failed, expired = self._interval_counters()
+        return Round(d.clock(), checks, up, failed, expired)
+
+    def _interval_counters(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Whole-engine NIXL failure counters since the previous round (client traffic too)."""
+        failed: dict[str, float] = {}
+        expired: dict[str, float] = {}
+        for e in self.engines:
+            a = self.deps.fetch(f"{e.url}/metrics", timeout=self.cfg.deadline_seconds)
+            if not a.ok:
+                continue
+            now = merged(engine_facts(a.body))
+            before = self._facts.get(e.key)
+            self._facts[e.key] = now
+            if before is None:
+                continue
+            delta = now - before
+            if e.tier == "decode" and delta.failed_transfers > 0:
+                failed[e.key] = delta.failed_transfers
+            if e.tier == "prefill" and delta.expired_leases > 0:
+                expired[e.key] = delta.expired_leases
+        return failed, expired
+
+    # ------------------------------------------------------------ one round
+    def round(self) -> list[WatchAction]:
+        t0 = self.deps.clock()
+        obs = self.observe()
+        self.state, actions = step(self.cfg, self.engines, self.state, obs)
+        self.rounds += 1
+        self._record(obs, self.deps.clock() - t0)
+        for a in actions:
+            self._act(a)
+        self._enforce_evictions()
+        return actions
+
+    def _record(self, obs: Round, seconds: float) -> None:
+        m, now = self.deps.metrics, obs.now
+        with self._lock:
+            for p in obs.pairs:
+                self.latest[(p.prefill, p.decode)] = p
+        for p in obs.pairs:
+            labels = (p.prefill, p.decode)
+            m.set("pdboot_watch_canary_ok", 1.0 if p.ok else 0.0, *labels)
+            m.inc("pdboot_watch_canaries_total", *labels, p.fault or "ok")
+            m.set("pdboot_watch_canary_seconds", p.seconds, *labels)
+            last = self.state.last_good.get(labels, self.started)
+            m.set("pdboot_watch_seconds_since_good_canary", max(now - last, 0.0), *labels)
+            if not p.ok:
+                log.warning("canary %s", p.reason())
+        m.inc("pdboot_watch_rounds_total")
+        m.set("pdboot_watch_last_round_timestamp_seconds", self.deps.wall())
+        lines = tuple(
+            WatchPairLine(
+                p.prefill,
+                p.decode,
+                p.result,
+                p.fault,
+                p.step,
+                p.detail,
+                round(p.seconds, 4),
+                p.failed_transfers,
+                p.pulled_tokens,
+            )
+            for p in obs.pairs
+        )
+        self.deps.emit(
+            WatchRound(
+                self.rounds,
+                round(seconds, 3),
+                lines,
+                tuple(k for k, ok in obs.health.items() if not ok),
+                tuple(sorted(obs.failed_transfers.items())),
+                tuple(sorted(obs.expired_leases.items())),
+            )
+        )
+
+    # ------------------------------------------------------------ act
+    def _event(
+        self, action: ActionName, engine: str, fault: str, reason: str, ok: bool, detail: str = ""
+    ) -> None:
+        tier = self.by_key[engine].tier
+        level = logging.INFO if ok and action != "alert" else logging.ERROR
+        log.log(
+            level,
+            "%s %s (%s): %s%s",
+            action,
+            engine,
+            fault or "-",
+            reason,
+            f" [{detail}]" if detail else "",
+        )
+        self.deps.emit(WatchActionTaken(action, engine, tier, fault, reason, ok, detail))
+
+    def _act(self, a: WatchAction) -> None:
+        m = self.deps.metrics
+        if isinstance(a, Evict):
+            ok, detail = self._router_call(
+                lambda: self.deps.router.remove(self.by_key[a.engine].url)
+            )
+            m.inc("pdboot_watch_evictions_total", a.engine, a.tier, a.fault)
+            m.set("pdboot_watch_engine_in_rotation", 0, a.engine, a.tier)
+            self._event("evict", a.engine, a.fault, a.reason, ok, detail)
+        elif isinstance(a, Readmit):
+            e = self.by_key[a.engine]
+            ok, detail = self._router_call(lambda: self.deps.router.add(e.url, e.tier))
+            if ok:
+                m.inc("pdboot_watch_readmissions_total", a.engine, a.tier)
+                m.set("pdboot_watch_engine_in_rotation", 1, a.engine, a.tier)
+            else:  # stays out; the next good round tries again
+                self._set(a.engine, in_rotation=False, good_rounds=self.cfg.readmit_after - 1)
+            self._event(
+                "readmit", a.engine, "", f"{a.good_rounds} good rounds in a row", ok, detail
+            )
+        elif isinstance(a, Alert):
+            m.inc("pdboot_watch_alerts_total", a.engine, a.tier, a.fault)
+            self._event("alert", a.engine, a.fault, a.reason, False)
+        elif isinstance(a, Restart):
+            self._restart(a)
+
+    def _set(self, key: str, *, in_rotation: bool, good_rounds: int) -> None:
+        engines = dict(self.state.engines)
+        engines[key] = replace(engines[key], in_rotation=in_rotation, good_rounds=good_rounds)
+        self.state = WatchState(engines, self.state.last_good)
+
+    def _router_call(self, call: Callable[[], object]) -> tuple[bool, str]:
+        try:
+            call()
+        except (RouterApiError, OSError) as e:
+            return False, str(e)
+        return True, ""
+
+    def _enforce_evictions(self) -> None:
+        """An engine watch holds out must not be in the router's list (a router restart or
+        another tool may have registered it again); removing it again is idempotent."""
+        out = {
+            self.by_key[k].url.rstrip("/")
+            for k, s in self.state.engines.items()
+            if not s.in_rotation
+        }
+        if not out:
+            return
+        try:
+            listed = {w.url for w in self.deps.router.workers()}
+            for url in sorted(out & listed):
+                self.deps.router.remove(url)
+                log.warning("removed %s again: it was back in the router's list", url)
+        except (RouterApiError, OSError) as e:
+            log.warning("cannot check the router's workers: %s", e)
+
+    # ------------------------------------------------------------ restarts
+    def _restart(self, a: Restart) -> None:
+        e = self.by_key[a.engine]
+        ok, detail = self._restart_one(e)
+        if ok:
+            self.deps.metrics.inc("pdboot_watch_restarts_total", e.key, e.tier)
+        self._event("restart", e.key, self.state.engines[e.key].fault, a.reason, ok, detail)
+        for key in a.then_decodes if ok else ():
+            self._restart_decode_after_prefill(self.by_key[key], a.engine)
+
+    def _restart_one(self, e: WatchedEngine) -> tuple[bool, str]:
+        if self.deps.restarter is None:
+            return False, "no restarter (restarts are not enabled for this watch)"
+        self._drain(e)
+        try:
+            self.deps.restarter.restart(e)
+        except (OSError, RuntimeError) as err:
+            return False, str(err)
+        return self._wait_healthy(e)
+
+    def _restart_decode_after_prefill(self, d: WatchedEngine, prefill: str) -> None:
+        """One decode at a time, out of the router while it restarts; never the last one."""
+        s = self.state.engines[d.key]
+        others = [
+            k
+            for k, x in self.state.engines.items()
+            if x.in_rotation and k != d.key and self.by_key[k].tier == "decode"
+        ]
+        why = f"after the restart of {prefill} (its NIXL state for the old prefill)"
+        if s.in_rotation and not others:
+            self.deps.metrics.inc("pdboot_watch_alerts_total", d.key, d.tier, "restart")
+            self._event(
+                "alert",
+                d.key,
+                "restart",
+                f"not restarted {why}: the last decode engine in rotation",
+                False,
+            )
+            return
+        if s.in_rotation:
+            ok, detail = self._router_call(lambda: self.deps.router.remove(d.url))
+            self._event("evict", d.key, "restart", f"drained for its restart {why}", ok, detail)
+        ok, detail = self._restart_one(d)
+        if ok:
+            self.deps.metrics.inc("pdboot_watch_restarts_total", d.key, d.tier)
+        self._event("restart", d.key, "", why, ok, detail)
+        if s.in_rotation and ok:
+            ok, detail = self._router_call(lambda: self.deps.router.add(d.url, d.tier))
+            self._event("readmit", d.key, "", f"restarted {why}", ok, detail)
+            if not ok:
+                self._set(d.key, in_rotation=False, good_rounds=0)
+
+    def _drain(self, e: WatchedEngine) -> None:
+        """Out of the router already; wait until its running and waiting requests are 0."""
+        end = self.deps.clock() + self.deps.drain_seconds
+        while self.deps.clock() < end:
+            a = self.deps.fetch(f"{e.url}/metrics", timeout=self.cfg.deadline_seconds)
+            if not a.ok or _in_flight(a.body) == 0:
+                return
+            self.deps.sleep(0.5)
+
+    def _wait_healthy(self, e: WatchedEngine) -> tuple[bool, str]:
+        end = self.deps.clock() + self.deps.ready_seconds
+        while True:
+            if health(self.deps.fetch, e, self.cfg.deadline_seconds):
+                return True, ""
+            if self.deps.clock() >= end:
+                return False, f"no /health within {self.deps.ready_seconds:.0f} s of the restart"
+            self.deps.sleep(0.5)
+
+    # ------------------------------------------------------------ run
+    def run(self, stop: threading.Event, rounds: int | None = None) -> None:
+        """Rounds every interval (measured from each round's start) until ``stop`` is set."""
+        while not stop.is_set() and (rounds is None or self.rounds < rounds):
+            t0 = self.deps.clock()
+            self.round()
+            wait = self.cfg.interval_seconds - (self.deps.clock() - t0)
+            if wait > 0 and (rounds is None or self.rounds < rounds):
+                stop.wait(wait)
+
+    def verdicts(self) -> list[dict[str, object]]:
+        """The last verdict per pair and who is in rotation (the status endpoint's body)."""
+        with self._lock:
+            latest = dict(self.latest)
+        return [
+            {
+                "prefill": p,
+                "decode": d,
+                "ok": c.ok,
+                "result": c.result,
+                "fault": c.fault,
+                "reason": "" if c.ok else c.reason(),
+                "seconds": round(c.seconds, 4),
+            }
+            for (p, d), c in sorted(latest.items())
+        ]
+
+
+def _in_flight(metrics_text: str) -> float:
+    return sum(
+        s.value
+        for s in parse_exposition(metrics_text)
+        if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")
+    )

@@ -1,0 +1,212 @@
+"""watch's loop with a fake HTTP world (engines that answer, hang or corrupt), a fake router
+and a fake clock: canaries, eviction through the router, re-admission, restarts with drain,
+events and metrics for each step."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdboot.deploy.router_api import Worker
+from pdboot.deploy.watch_run import WatchDeps, Watcher
+from pdboot.events import Event
+from pdboot.transport.http import HttpAnswer
+from pdboot.verify.metrics import parse_exposition
+from pdboot.verify.watch_events import WatchActionTaken, WatchRound
+from pdboot.verify.watch_metrics import WATCH_METRICS, WatchMetrics
+from pdboot.verify.watch_policy import WatchConfig, WatchedEngine
+
+ENGINES = [WatchedEngine("p1", "prefill", "http://p1"), WatchedEngine("p2", "prefill", "http://p2"),
+           WatchedEngine("d1", "decode", "http://d1"), WatchedEngine("d2", "decode", "http://d2")]
+
+
+@dataclass
+class FakeEngine:
+    tier: str
+    healthy: bool = True
+    corrupt: bool = False
+    hang: bool = False
+    refuse_pulls: bool = False  # a prefill whose side channel died: pulls from it fail
+    failed: float = 0.0
+    pulled: float = 0.0
+    restarts: int = 0
+
+
+@dataclass
+class World:
+    engines: dict[str, FakeEngine] = field(default_factory=lambda: {
+        e.key: FakeEngine(e.tier) for e in ENGINES})
+    now: float = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+    def fetch(self, url: str, *, timeout: float = 2.0, body: Any = None,
+              headers: Any = None, method: str | None = None) -> HttpAnswer:
+        self.now += 0.01
+        key, _, path = url.removeprefix("http://").partition("/")
+        e = self.engines[key]
+        if path == "health":
+            return HttpAnswer(200 if e.healthy else 503, "")
+        if path == "metrics":
+            return HttpAnswer(200, (
+                f'vllm:nixl_num_failed_transfers_total{{engine="0"}} {e.failed}\n'
+                f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} '
+                f"{e.pulled}\nvllm:num_requests_running 0\n"))
+        prompt = body["prompt"]
+        params = body.get("kv_transfer_params")
+        if e.tier == "prefill":
+            return HttpAnswer(200, json.dumps({"choices": [{"text": " x"}], "kv_transfer_params": {
+                "do_remote_prefill": True, "remote_engine_id": key}}))
+        if params:
+            if e.hang:
+                self.now += timeout
+                return HttpAnswer(0, "", "timed out")
+            if self.engines[params["remote_engine_id"]].refuse_pulls:
+                e.failed += 1
+                return HttpAnswer(500, '{"error": "Internal server error"}')
+            e.pulled += 40
+            if e.corrupt:
+                return HttpAnswer(200, json.dumps({"choices": [{"text": " zz " * 16}]}))
+        return HttpAnswer(200, json.dumps({"choices": [{"text": f" answer {prompt[:8]} " * 4}]}))
+
+
+@dataclass
+class FakeRouter:
+    listed: dict[str, str] = field(default_factory=lambda: {e.url: e.tier for e in ENGINES})
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def workers(self) -> list[Worker]:
+        return [Worker(u, t, True) for u, t in self.listed.items()]
+
+    def add(self, url: str, worker_type: str) -> None:
+        self.calls.append(("add", url))
+        self.listed[url] = worker_type
+
+    def remove(self, url: str) -> bool:
+        self.calls.append(("remove", url))
+        return self.listed.pop(url, None) is not None
+
+
+@dataclass
+class FakeRestarter:
+    world: World
+    clears: bool = True  # a restart clears hang / refused pulls (peer state)
+
+    def restart(self, engine: WatchedEngine) -> None:
+        e = self.world.engines[engine.key]
+        e.restarts += 1
+        if self.clears:
+            e.hang = e.refuse_pulls = False
+
+
+def watcher(world: World, restarter: bool = True) -> tuple[Watcher, FakeRouter, list[Event]]:
+    events: list[Event] = []
+    router = FakeRouter()
+    deps = WatchDeps(world.fetch, router, events.append, WatchMetrics(),
+                     FakeRestarter(world) if restarter else None, clock=world.clock,
+                     wall=world.clock, sleep=world.sleep, drain_seconds=1, ready_seconds=5)
+    cfg = WatchConfig(interval_seconds=1, deadline_seconds=0.5, readmit_after=2,
+                      restart_after=2, restart_backoff_seconds=60)
+    return Watcher(ENGINES, "m", cfg, deps), router, events
+
+
+def actions(events: list[Event]) -> list[tuple[str, str, bool]]:
+    return [(e.action, e.engine, e.ok) for e in events if isinstance(e, WatchActionTaken)]
+
+
+def test_all_good_rounds_change_nothing_and_export_per_pair_metrics() -> None:
+    world = World()
+    w, router, events = watcher(world)
+    w.round()
+    w.round()
+    assert router.calls == [] and actions(events) == []
+    rounds = [e for e in events if isinstance(e, WatchRound)]
+    assert [len(r.pairs) for r in rounds] == [4, 4]
+    assert all(p.result == "good" and p.pulled_tokens == 40 for p in rounds[0].pairs)
+    text = w.deps.metrics.exposition()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for s in parse_exposition(text)}
+    assert samples[("pdboot_watch_canary_ok", (("decode", "d1"), ("prefill", "p1")))] == 1
+    assert samples[("pdboot_watch_canaries_total",
+                    (("decode", "d2"), ("prefill", "p2"), ("result", "ok")))] == 2
+    assert samples[("pdboot_watch_rounds_total", ())] == 2
+    assert {s.name for s in parse_exposition(text)} <= {m[0] for m in WATCH_METRICS}
+
+
+def test_corrupt_decode_evicted_through_the_router_and_back_after_two_good_rounds() -> None:
+    world = World()
+    w, router, events = watcher(world)
+    world.engines["d1"].corrupt = True
+    w.round()
+    assert router.calls == [("remove", "http://d1")]
+    assert actions(events) == [("evict", "d1", True)]
+    assert "http://d1" not in router.listed
+    w.round()  # still corrupt: out, no restart (a restart does not fix wrong answers)
+    assert world.engines["d1"].restarts == 0
+    world.engines["d1"].corrupt = False
+    w.round()
+    w.round()
+    assert router.calls[-1] == ("add", "http://d1") and router.listed["http://d1"] == "decode"
+    assert actions(events)[-1] == ("readmit", "d1", True)
+    m = w.deps.metrics
+    assert m.value("pdboot_watch_evictions_total", "d1", "decode", "wrong_answer") == 1
+    assert m.value("pdboot_watch_readmissions_total", "d1", "decode") == 1
+    assert m.value("pdboot_watch_engine_in_rotation", "d1", "decode") == 1
+    assert w.verdicts()[0]["ok"] is True
+
+
+def test_a_hung_decode_is_evicted_then_restarted_and_readmitted() -> None:
+    world = World()
+    w, router, events = watcher(world)
+    world.engines["d2"].hang = True
+    w.round()
+    rnd = [e for e in events if isinstance(e, WatchRound)][0]
+    assert {(p.decode, p.result) for p in rnd.pairs if p.result != "good"} == {("d2", "hang")}
+    w.round()  # second bad round: restart (clears the hang)
+    assert world.engines["d2"].restarts == 1
+    w.round()
+    w.round()
+    assert [a for a in actions(events)] == [("evict", "d2", True), ("restart", "d2", True),
+                                            ("readmit", "d2", True)]
+    assert w.deps.metrics.value("pdboot_watch_restarts_total", "d2", "decode") == 1
+
+
+def test_a_prefill_with_a_dead_side_channel_restarts_then_each_decode_one_at_a_time() -> None:
+    world = World()
+    w, router, events = watcher(world)
+    world.engines["p1"].refuse_pulls = True
+    w.round()
+    w.round()
+    acts = actions(events)
+    assert acts[0] == ("evict", "p1", True) and ("restart", "p1", True) in acts
+    # each decode: out of the router, restarted, back in, never both out at once
+    tail = acts[acts.index(("restart", "p1", True)) + 1:]
+    assert tail == [("evict", "d1", True), ("restart", "d1", True), ("readmit", "d1", True),
+                    ("evict", "d2", True), ("restart", "d2", True), ("readmit", "d2", True)]
+    assert world.engines["d1"].restarts == world.engines["d2"].restarts == 1
+
+
+def test_no_restarter_turns_a_restart_into_a_failed_action() -> None:
+    world = World()
+    w, _, events = watcher(world, restarter=False)
+    world.engines["d1"].hang = True
+    w.round()
+    w.round()
+    restart = [e for e in events if isinstance(e, WatchActionTaken) and e.action == "restart"]
+    assert restart and not restart[0].ok and "no restarter" in restart[0].detail
+
+
+def test_health_failing_evicts_and_a_router_that_relists_it_is_corrected() -> None:
+    world = World()
+    w, router, events = watcher(world)
+    world.engines["p2"].healthy = False
+    w.round()
+    assert ("evict", "p2", True) in actions(events)
+    router.listed["http://p2"] = "prefill"  # e.g. the router restarted and got it again
+    w.round()
+    assert "http://p2" not in router.listed
