@@ -403,5 +403,38 @@ def logs(
     raise typer.Exit(code)
 
 
+@app.command()
+def watch(
+    inventory: InventoryArg,
+    listen: Annotated[
+        str, typer.Option("--listen", help="Address of the /metrics and /verdicts server.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int | None, typer.Option("--port", help="Its port (default: watch.port, 29100).")
+    ] = None,
+    no_restart: Annotated[
+        bool, typer.Option("--no-restart", help="Alert instead of restarting engines.")
+    ] = False,
+    rounds: Annotated[
+        int | None, typer.Option("--rounds", help="Stop after N rounds (default: Ctrl-C).", min=1)
+    ] = None,
+    events: EventsOpt = None,
+) -> None:
+    """Keep proving every prefill->decode pair: a canary each interval; a failing engine
+    leaves the router and comes back after good canaries; metrics on --listen:--port."""
+    import logging
+
+    from pdboot.deploy import watch_service
+    from pdboot.events import fan
+    from pdboot.views.watch import WatchView
+
+    inv = _load(inventory)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    opts = watch_service.WatchOptions(listen, port, not no_restart, rounds)
+    with _views(events) as (emit, console):
+        code = watch_service.run_watch(inv, opts, fan(emit, WatchView(console)))
+    raise typer.Exit(code)
+
+
 def main() -> None:
     app()

@@ -1,0 +1,189 @@
+"""`pdboot watch INVENTORY`: the deployment's engines and router from the plan, the loop of
+pdboot.deploy.watch_run, and a small HTTP server beside it (``/metrics`` in Prometheus text,
+``/verdicts`` the last verdict per pair as JSON, which `status` reads).
+
+The same entry point runs in the foreground (restarts through SSH and Docker on the engine
+hosts, like `up`) and as the service `up` starts beside the router (``watch.image``), where it
+has no SSH access to the other hosts: there a restart is an alert.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pdboot.deploy.readiness import find_container
+from pdboot.deploy.router_api import RouterWorkerApi
+from pdboot.deploy.watch_run import Restarter, WatchDeps, Watcher
+from pdboot.events import Done, Emit, Note
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.schema import Inventory, Watch
+from pdboot.plan.build import build_plan
+from pdboot.plan.model import Plan
+from pdboot.transport.docker_parse import EngineError
+from pdboot.transport.hosts import (
+    SecretError,
+    api_key_headers,
+    open_hosts,
+    read_secret,
+    register_inventory_secrets,
+)
+from pdboot.transport.http import http
+from pdboot.verify.watch_metrics import WatchMetrics
+from pdboot.verify.watch_policy import WatchConfig, WatchedEngine
+
+log = logging.getLogger(__name__)
+RESTART_TIMEOUT = 180.0  # `docker restart` of one engine (its stop grace is 30 s)
+
+
+def watch_engines(plan: Plan) -> list[WatchedEngine]:
+    """Every engine the router serves (a DP tier's head only: its followers have no HTTP)."""
+    return [
+        WatchedEngine(s.key, s.role, s.url.rstrip("/"))
+        for s in plan.services()
+        if s.role in ("prefill", "decode") and not s.headless
+    ]
+
+
+def watch_config(w: Watch) -> WatchConfig:
+    return WatchConfig(
+        w.interval_seconds,
+        w.deadline_seconds,
+        w.evict_after,
+        w.readmit_after,
+        w.restart_after,
+        w.restart_backoff_seconds,
+    )
+
+
+class DockerRestarter:
+    """`docker restart` of the engine's container on its host, over SSH as `up` reaches it."""
+
+    def __init__(self, inv: Inventory, plan: Plan) -> None:
+        self.inv, self.plan = inv, plan
+        self.services = {s.key: s for s in plan.services()}
+
+    def restart(self, engine: WatchedEngine) -> None:
+        svc = self.services[engine.key]
+        hosts = open_hosts(self.inv, [svc.host])
+        try:
+            if hosts.errors:
+                raise RuntimeError(f"cannot reach {svc.host}: {hosts.errors[svc.host]}")
+            docker = hosts.links[svc.host].engine
+            found = find_container(
+                docker.containers(self.plan.deployment), self.plan.deployment, svc
+            )
+            if found is None:
+                raise RuntimeError(f"{svc.key} has no container")
+            rc, out = docker.run_once(
+                ["docker", "restart", "--time", "30", found.id], timeout=RESTART_TIMEOUT
+            )
+            if rc != 0:
+                raise RuntimeError(f"docker restart {svc.container_name}: {out.strip()[:200]}")
+        except EngineError as e:
+            raise RuntimeError(str(e)) from e
+        finally:
+            hosts.close()
+
+
+def serve(watcher: Watcher, metrics: WatchMetrics, host: str, port: int) -> ThreadingHTTPServer:
+    """/metrics, /verdicts and /health on ``host:port``, in a daemon thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # a scrape every few seconds is not news
+
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            if path == "/metrics":
+                body, ctype = metrics.exposition().encode(), "text/plain; version=0.0.4"
+            elif path == "/verdicts":
+                doc = {
+                    "rounds": watcher.rounds,
+                    "pairs": watcher.verdicts(),
+                    "out_of_rotation": sorted(
+                        k for k, s in watcher.state.engines.items() if not s.in_rotation
+                    ),
+                }
+                body, ctype = json.dumps(doc).encode(), "application/json"
+            elif path == "/health":
+                body, ctype = b"ok", "text/plain"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name="watch-http").start()
+    return server
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    listen: str = "127.0.0.1"  # the service binds the router host's address
+    port: int | None = None  # None: watch.port
+    restarts: bool = True
+    rounds: int | None = None  # None: until interrupted
+
+
+def run_watch(
+    inv: Inventory, opts: WatchOptions, emit: Emit, stop: threading.Event | None = None
+) -> int:
+    """Until Ctrl-C / SIGTERM (or ``opts.rounds``): exit 0, or 1 when the last round saw a
+    failing pair."""
+    plan = build_plan(inv)
+    settings = inv.watch or Watch()
+    register_inventory_secrets(inv)
+    try:
+        key = read_secret(inv.secrets.api_key, "secrets.api_key") if inv.secrets.api_key else ""
+    except SecretError as e:
+        emit(Note(f"error: {e}", "error"))
+        return EXIT_USAGE
+    headers = api_key_headers({"VLLM_API_KEY": key} if key else {})
+    metrics = WatchMetrics()
+    restarter: Restarter | None = DockerRestarter(inv, plan) if opts.restarts else None
+    deps = WatchDeps(
+        http,
+        RouterWorkerApi(plan.endpoint, http, headers),
+        emit,
+        metrics,
+        restarter,
+        headers,
+        drain_seconds=settings.drain_seconds,
+        ready_seconds=inv.timeouts.ready_seconds,
+    )
+    engines = watch_engines(plan)
+    watcher = Watcher(engines, plan.served_model_name, watch_config(settings), deps)
+    port = opts.port or settings.port
+    try:
+        server = serve(watcher, metrics, opts.listen, port)
+    except OSError as e:
+        emit(Note(f"error: cannot listen on {opts.listen}:{port}: {e.strerror or e}", "error"))
+        return EXIT_FAILED
+    emit(
+        Note(
+            f"watching {len(engines)} engines ({len(watcher.pairs())} pairs) every "
+            f"{settings.interval_seconds:g} s; metrics on http://{opts.listen}:{port}/metrics"
+        )
+    )
+    stop = stop or threading.Event()
+    try:
+        watcher.run(stop, opts.rounds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    ok = all(v["ok"] for v in watcher.verdicts())
+    code = EXIT_OK if ok else EXIT_FAILED
+    emit(Done("watch", code, 0.0, f"{watcher.rounds} rounds"))
+    return code

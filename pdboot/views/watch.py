@@ -1,0 +1,42 @@
+"""The terminal view of `pdboot watch`: a line per round (pairs good / failing, with the
+failing ones named) and a line per action; other events go to the general terminal view."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from rich.console import Console
+from rich.text import Text
+
+from pdboot.events import Event
+from pdboot.verify.watch_events import WatchActionTaken, WatchRound
+
+
+class WatchView:
+    def __init__(self, out: Console) -> None:
+        self.out = out
+
+    def __call__(self, event: Event) -> None:
+        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
+        if isinstance(event, WatchRound):
+            bad = [p for p in event.pairs if p.fault]
+            line = Text(
+                f"{stamp} round {event.round}: {len(event.pairs) - len(bad)}/"
+                f"{len(event.pairs)} pairs good ({event.seconds:.1f} s)",
+                style="red" if bad else "green",
+            )
+            for p in bad:
+                line.append(
+                    f"\n  {p.prefill} -> {p.decode}: {p.fault} at {p.step or '-'}"
+                    f"{': ' + p.detail if p.detail else ''}",
+                    style="red",
+                )
+            if event.unhealthy:
+                line.append(f"\n  /health failing: {', '.join(event.unhealthy)}", style="red")
+            self.out.print(line, soft_wrap=True, highlight=False)
+        elif isinstance(event, WatchActionTaken):
+            style = "yellow" if event.ok and event.action != "alert" else "bold red"
+            text = f"{stamp} {event.action} {event.engine}: {event.reason}"
+            if not event.ok and event.detail:
+                text += f" (not done: {event.detail})"
+            self.out.print(Text(text, style=style), soft_wrap=True, highlight=False)
