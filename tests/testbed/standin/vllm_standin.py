@@ -242,6 +242,52 @@ LATENCY_BUCKETS = {
 
 
 @dataclass
+class Faults:
+    """Faults switched on after start (emulation knobs): from the environment at start, and
+    at runtime with `POST /standin/faults` (a JSON object of these fields; `GET` shows them).
+    They live in the process: a restart clears what was set at runtime, as a restart clears a
+    NIXL peer state that went bad (a dead UCX connection, a hung transfer)."""
+
+    corrupt_pulled_kv_after: int | None = None  # requests answered before pulled KV lands wrong
+    hang_transfer: bool = False  # a decode's pull blocks (no error, no timeout) until cleared
+    drop_side_channel: bool = False  # a prefill's side channel closes every connection unread
+    drop_side_channel_at: float | None = None  # monotonic time from which it does
+    health_fail: bool = False  # GET /health answers 503, as a vLLM whose engine died
+
+    @classmethod
+    def from_env(cls) -> Faults:
+        after = os.environ.get("STANDIN_CORRUPT_PULLED_KV_AFTER")
+        drop = os.environ.get("STANDIN_DROP_SIDE_CHANNEL_AFTER_SECONDS")
+        return cls(corrupt_pulled_kv_after=int(after) if after else None,
+                   hang_transfer=os.environ.get("STANDIN_HANG_TRANSFER", "0") not in ("", "0"),
+                   drop_side_channel_at=time.monotonic() + float(drop) if drop else None,
+                   health_fail=os.environ.get("STANDIN_HEALTH_FAIL", "0") not in ("", "0"))
+
+    def side_channel_dropped(self) -> bool:
+        return self.drop_side_channel or (
+            self.drop_side_channel_at is not None and time.monotonic() >= self.drop_side_channel_at)
+
+    def update(self, doc: dict[str, Any]) -> None:
+        known = {"corrupt_pulled_kv_after", "hang_transfer", "drop_side_channel", "health_fail"}
+        bad = sorted(set(doc) - known)
+        if bad:
+            raise ApiError(400, "BadRequestError", f"unknown fault(s): {', '.join(bad)}")
+        after = doc.get("corrupt_pulled_kv_after", self.corrupt_pulled_kv_after)
+        self.corrupt_pulled_kv_after = None if after is None else int(after)
+        self.hang_transfer = bool(doc.get("hang_transfer", self.hang_transfer))
+        self.drop_side_channel = bool(doc.get("drop_side_channel", self.drop_side_channel))
+        if "drop_side_channel" in doc and not doc["drop_side_channel"]:
+            self.drop_side_channel_at = None
+        self.health_fail = bool(doc.get("health_fail", self.health_fail))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"corrupt_pulled_kv_after": self.corrupt_pulled_kv_after,
+                "hang_transfer": self.hang_transfer,
+                "drop_side_channel": self.side_channel_dropped(),
+                "health_fail": self.health_fail}
+
+
+@dataclass
 class Engine:
     args: argparse.Namespace
     served: list[str]
@@ -259,6 +305,7 @@ class Engine:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # latency histograms as vLLM exports them: name -> (count per bound incl. +Inf, sum)
     hists: dict[str, tuple[list[float], float]] = field(default_factory=dict)
+    faults: Faults = field(default_factory=Faults.from_env)
 
     def observe(self, name: str, value: float, times: int = 1) -> None:
         bounds = LATENCY_BUCKETS[name]
@@ -324,6 +371,8 @@ class SideChannel(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         eng = self.engine
+        if eng.faults.side_channel_dropped():
+            return  # closed unread: the peer sees its connection die (NIXL_ERR_REMOTE_DISCONNECT)
         try:
             json.loads(self.rfile.readline() or b"{}")  # the decode's hello
             me = {"type": "hello", "engine_id": eng.engine_id, "compat_hash": eng.compat_hash,
@@ -426,6 +475,8 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
             ptp, dtp = int(hello.get("tp_size", 1)), eng.args.tensor_parallel_size
             if max(ptp, dtp) % min(ptp, dtp):
                 raise PullError(f"tensor parallel sizes incompatible: remote {ptp}, local {dtp}")
+            while eng.faults.hang_transfer:  # a transfer that never completes nor fails
+                time.sleep(0.1)
             f.write(json.dumps({"type": "read", "request_id": rid,
                                 "block_ids": blocks}).encode() + b"\n")
             f.flush()
@@ -442,16 +493,19 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
             f.flush()
             f.readline()
             eng.count("standin_kv_blocks_pulled_total", int(head["num_blocks"]))
-            return corrupt_kv(data)
+            return corrupt_kv(eng, data)
     except (OSError, ValueError, KeyError) as e:
         raise PullError(str(e) or type(e).__name__) from e
 
 
-def corrupt_kv(data: bytes) -> bytes:
+def corrupt_kv(eng: Engine, data: bytes) -> bytes:
     """STANDIN_CORRUPT_PULLED_KV=1: the KV lands wrong after a transfer that reported success,
     as through a broken GPUDirect path (no error anywhere; the decode answers 200 with wrong
-    tokens, since its text depends on the KV it holds: kv_context)."""
-    if os.environ.get("STANDIN_CORRUPT_PULLED_KV", "0") in ("", "0"):
+    tokens, since its text depends on the KV it holds: kv_context). The fault
+    corrupt_pulled_kv_after=N does the same once the engine answered N requests."""
+    after = eng.faults.corrupt_pulled_kv_after
+    late = after is not None and eng.requests_done >= after
+    if os.environ.get("STANDIN_CORRUPT_PULLED_KV", "0") in ("", "0") and not late:
         return data
     return bytes(b ^ 0xFF for b in data[:64]) + data[64:]
 
@@ -520,7 +574,9 @@ class Api(http.server.BaseHTTPRequestHandler):
         if not self.authorized():
             self.send_json(401, {"error": "Unauthorized"})
         elif path == "/health":
-            self.send(200, b"")
+            self.send(503 if eng.faults.health_fail else 200, b"")
+        elif path == "/standin/faults":
+            self.send_json(200, eng.faults.as_dict())
         elif path == "/version":
             self.send_json(200, {"version": VERSION})
         elif path == "/v1/models":
@@ -555,6 +611,16 @@ class Api(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
+        if path == "/standin/faults":  # emulation knob (Faults), not a vLLM route
+            try:
+                self.engine.faults.update(self.read_body())
+            except (ApiError, TypeError, ValueError) as e:
+                err = e if isinstance(e, ApiError) else ApiError(400, "BadRequestError", str(e))
+                self.send_error_json(err)
+                return
+            engine_log("WARNING", "standin.py:1", f"STAND-IN faults now {self.engine.faults}")
+            self.send_json(200, self.engine.faults.as_dict())
+            return
         if path == "/tokenize":  # the router's cache-aware policy asks for token ids
             try:
                 body = self.read_body()

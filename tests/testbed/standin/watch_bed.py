@@ -1,0 +1,161 @@
+"""A P/D deployment on loopback for `pdboot watch`: stand-in engines (an emulation) on fixed
+ports, so an engine can be restarted where the router knows it, and the real vllm-router in
+runtime-registration mode (--enable-igw; workers posted after it starts, as `up` does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.testbed.standin.test_standin import (
+    DEADLINE,
+    STANDIN,
+    free_port,
+    get,
+    kv_config,
+    post,
+    router_binary,
+)
+
+MODEL = "m"
+
+
+class Proc:
+    """One stand-in engine on fixed ports; restart() brings it back on the same ones."""
+
+    def __init__(self, tmp: Path, name: str, role: str, env: dict[str, str]) -> None:
+        self.name, self.role, self.tmp = name, role, tmp
+        self.port, self.side_port = free_port(), free_port()
+        self.env = env
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.starts = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.tmp / f"{self.name}.{self.starts}.log"
+        env = {**os.environ, "STANDIN_LOAD_SECONDS": "0",
+               "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+               "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_port), **self.env}
+        kv = "kv_producer" if self.role == "prefill" else "kv_consumer"
+        argv = [sys.executable, str(STANDIN), "serve", "org/m", "--served-model-name", MODEL,
+                "--kv-transfer-config", kv_config(kv), "--port", str(self.port)]
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        end = time.monotonic() + DEADLINE
+        while True:
+            assert self.proc.poll() is None, log.read_text()
+            try:
+                if get(self.url + "/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            assert time.monotonic() < end, log.read_text()
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=DEADLINE)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def faults(self, **faults: Any) -> dict[str, Any]:
+        status, body = post(self.url + "/standin/faults", faults)
+        assert status == 200, body
+        return dict(body)
+
+
+class Router:
+    def __init__(self, tmp: Path, prefill: str, decode: str) -> None:
+        self.port, self.metrics_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        log = tmp / "router.log"
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [router_binary(), "--vllm-pd-disaggregation", "--enable-igw",
+                 # required by its argument check, ignored in --enable-igw mode (facts file)
+                 "--prefill", prefill, "--decode", decode,
+                 "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(self.port),
+                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port)],
+                stdout=out, stderr=subprocess.STDOUT)
+        end = time.monotonic() + DEADLINE
+        while True:
+            assert self.proc.poll() is None, log.read_text()
+            try:
+                if get(self.url + "/workers")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < end, log.read_text()
+            time.sleep(0.1)
+
+    def add(self, url: str, kind: str) -> None:
+        status, body = post(self.url + "/workers", {"url": url, "worker_type": kind})
+        assert status == 200, body
+
+    def listed(self) -> dict[str, str]:
+        doc = json.loads(get(self.url + "/workers")[1])
+        return {w["url"].rstrip("/"): w["worker_type"] for w in doc["workers"]}
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def remove_url(router: Router, url: str) -> str:
+    return f"{router.url}/workers/{urllib.parse.quote(url, safe='')}"
+
+
+@dataclass
+class ClientLoop:
+    """A bounded client loop through the router: every answer compared with the stand-in's
+    answer from a healthy decode alone (the stand-in is deterministic by prompt)."""
+
+    url: str
+    expected: str
+    prompt: str
+    results: list[tuple[float, str]] = field(default_factory=list)  # (start, ok|wrong|failed)
+    stop: threading.Event = field(default_factory=threading.Event)
+    max_requests: int = 2000
+
+    def run(self) -> None:
+        body = {"model": MODEL, "prompt": self.prompt, "max_tokens": 16, "temperature": 0}
+        while not self.stop.is_set() and len(self.results) < self.max_requests:
+            t0 = time.monotonic()
+            try:
+                status, doc = post(self.url + "/v1/completions", body)
+                text = doc["choices"][0]["text"] if status == 200 else None
+            except (OSError, KeyError, TypeError, ValueError):
+                text = None
+            verdict = "failed" if text is None else "ok" if text == self.expected else "wrong"
+            self.results.append((t0, verdict))
+            time.sleep(0.05)
+
+    def after(self, t: float) -> dict[str, int]:
+        out = {"ok": 0, "wrong": 0, "failed": 0}
+        for t0, v in self.results:
+            if t0 >= t:
+                out[v] += 1
+        return out
