@@ -159,15 +159,25 @@ class Alert:
 WatchAction = Evict | Readmit | Restart | Alert
 
 
-def blame(engines: Sequence[WatchedEngine], obs: Round) -> dict[str, tuple[str, str]]:
-    """Engine key -> (fault kind, reason) for the engines this round shows bad."""
-    direct: dict[str, tuple[str, str]] = {}
+@dataclass(frozen=True)
+class Blame:
+    fault: str
+    reason: str
+    # False: a tie between a pair's two ends (one failing pair of engines that work with the
+    # others, or a fault that began in mid-round): the decode is blamed, and evicted only
+    # when the next round blames it again
+    certain: bool = True
+
+
+def blame(engines: Sequence[WatchedEngine], obs: Round) -> dict[str, Blame]:
+    """Engine key -> why this round shows it bad."""
+    direct: dict[str, Blame] = {}
     for e in engines:
         if not obs.health.get(e.key, True):
-            direct[e.key] = ("health", f"{e.key}: /health failing")
+            direct[e.key] = Blame("health", f"{e.key}: /health failing")
     for p in obs.pairs:
         if p.step == "direct" and not p.ok and p.decode not in direct:
-            direct[p.decode] = (p.fault, p.reason())
+            direct[p.decode] = Blame(p.fault, p.reason())
     out = dict(direct)
     counted = [p for p in obs.pairs if p.prefill not in direct and p.decode not in direct]
 
@@ -180,8 +190,10 @@ def blame(engines: Sequence[WatchedEngine], obs: Round) -> dict[str, tuple[str, 
         if p.ok:
             continue
         wp, wd = weight(p.prefill), weight(p.decode)
-        for key in ([p.prefill] if wp >= wd else []) + ([p.decode] if wd >= wp else []):
-            out.setdefault(key, (p.fault, p.reason()))
+        if wp > wd:
+            out.setdefault(p.prefill, Blame(p.fault, p.reason()))
+        else:  # the decode, also on a tie (it holds the pair's NIXL state), not yet certain
+            out.setdefault(p.decode, Blame(p.fault, p.reason(), certain=wd > wp))
     return out
 
 
@@ -197,9 +209,12 @@ def step(
     for e in engines:
         s = state.engines[e.key]
         if e.key in bad:
-            fault, reason = bad[e.key]
-            s = replace(s, bad_rounds=s.bad_rounds + 1, good_rounds=0, fault=fault, reason=reason)
-            s, acts = _when_bad(cfg, engines, e, s, rotation, obs.now)
+            b = bad[e.key]
+            s = replace(
+                s, bad_rounds=s.bad_rounds + 1, good_rounds=0, fault=b.fault, reason=b.reason
+            )
+            evict_after = cfg.evict_after + (0 if b.certain else 1)
+            s, acts = _when_bad(cfg, engines, e, s, rotation, obs.now, evict_after)
             actions += acts
         elif e.key in observed or not obs.pairs:
             s = replace(s, good_rounds=s.good_rounds + 1, bad_rounds=0, alerted=False)
@@ -222,10 +237,11 @@ def _when_bad(
     s: EngineState,
     rotation: set[str],
     now: float,
+    evict_after: int,
 ) -> tuple[EngineState, list[WatchAction]]:
     """Evict (or alert when it is the last of its tier), then restart when a restart helps."""
     acts: list[WatchAction] = []
-    if s.in_rotation and s.bad_rounds >= cfg.evict_after:
+    if s.in_rotation and s.bad_rounds >= evict_after:
         others = [x for x in engines if x.tier == e.tier and x.key != e.key and x.key in rotation]
         if not others:
             if not s.alerted:

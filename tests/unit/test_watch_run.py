@@ -162,10 +162,10 @@ def test_corrupt_decode_evicted_through_the_router_and_back_after_two_good_round
 
 def test_a_hung_decode_is_evicted_then_restarted_and_readmitted() -> None:
     world = World()
-    w, router, events = watcher(world)
+    w, _router, events = watcher(world)
     world.engines["d2"].hang = True
     w.round()
-    rnd = [e for e in events if isinstance(e, WatchRound)][0]
+    rnd = next(e for e in events if isinstance(e, WatchRound))
     assert {(p.decode, p.result) for p in rnd.pairs if p.result != "good"} == {("d2", "hang")}
     w.round()  # second bad round: restart (clears the hang)
     assert world.engines["d2"].restarts == 1
@@ -178,7 +178,7 @@ def test_a_hung_decode_is_evicted_then_restarted_and_readmitted() -> None:
 
 def test_a_prefill_with_a_dead_side_channel_restarts_then_each_decode_one_at_a_time() -> None:
     world = World()
-    w, router, events = watcher(world)
+    w, _router, events = watcher(world)
     world.engines["p1"].refuse_pulls = True
     w.round()
     w.round()

@@ -137,6 +137,7 @@ class ClientLoop:
     expected: str
     prompt: str
     results: list[tuple[float, str]] = field(default_factory=list)  # (start, ok|wrong|failed)
+    errors: list[tuple[float, str]] = field(default_factory=list)  # (start, what went wrong)
     stop: threading.Event = field(default_factory=threading.Event)
     max_requests: int = 2000
 
@@ -147,9 +148,12 @@ class ClientLoop:
             try:
                 status, doc = post(self.url + "/v1/completions", body)
                 text = doc["choices"][0]["text"] if status == 200 else None
-            except (OSError, KeyError, TypeError, ValueError):
-                text = None
+                why = f"HTTP {status} {doc}"
+            except (OSError, KeyError, TypeError, ValueError) as e:
+                text, why = None, f"{type(e).__name__}: {e}"
             verdict = "failed" if text is None else "ok" if text == self.expected else "wrong"
+            if verdict != "ok":
+                self.errors.append((t0, why if text is None else f"wrong: {text!r}"))
             self.results.append((t0, verdict))
             time.sleep(0.05)
 
