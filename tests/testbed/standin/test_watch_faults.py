@@ -180,8 +180,8 @@ def test_watch_evicts_and_readmits_through_the_real_router(bed: Bed, fault: str)
 
     evict, t_evict, rounds_then = bed.wait_action("evict", key)
     assert evict.ok and evict.fault == kind, bed.summary()
-    # detected by the first or second round that started after the injection
-    assert rounds_then - rounds_at_injection <= 2 + 1, (rounds_at_injection, rounds_then)
+    # detected by the round running at the injection or the next one: within two intervals
+    assert rounds_then - rounds_at_injection <= 2, (rounds_at_injection, rounds_then)
     assert proc.url not in bed.router.listed(), bed.router.listed()
     m = bed.scrape()
     tier = proc.role

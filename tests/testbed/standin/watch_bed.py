@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,12 +31,27 @@ from tests.testbed.standin.test_standin import (
 MODEL = "m"
 
 
+def stable_port() -> int:
+    """A free port below the kernel's ephemeral range (32768-60999 here): an engine restarted
+    on its port must not find it taken by some process's outgoing connection meanwhile."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port in 20000-32000")
+
+
 class Proc:
     """One stand-in engine on fixed ports; restart() brings it back on the same ones."""
 
     def __init__(self, tmp: Path, name: str, role: str, env: dict[str, str]) -> None:
         self.name, self.role, self.tmp = name, role, tmp
-        self.port, self.side_port = free_port(), free_port()
+        self.port, self.side_port = stable_port(), stable_port()
         self.env = env
         self.url = f"http://127.0.0.1:{self.port}"
         self.starts = 0
