@@ -248,6 +248,7 @@ class StatusReport(Event):
     healthy: bool
     services: tuple[Any, ...]  # status.ServiceStatus rows
     pd: Any = None  # pdstatus.PDStatus: per-engine P/D metrics, spread, flags (None: not read)
+    watch: Any = None  # watch_verdicts.WatchVerdicts: the last verdict per pair (None: no watch)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def parse_workers(text: str) -> list[Worker]:
 
 def worker_of(svc: Service) -> tuple[str, WorkerType] | None:
     """The router worker an engine is (a DP tier registers its head only)."""
-    if svc.role == "router" or svc.headless:
+    if not svc.is_engine or svc.headless:
         return None
     kind: WorkerType = "prefill" if svc.role == "prefill" else "decode"
     return svc.url.rstrip("/"), kind

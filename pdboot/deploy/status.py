@@ -29,6 +29,7 @@ from pdboot.transport.hosts import open_hosts, register_inventory_secrets
 from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose as diagnose_logs
 from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
+from pdboot.verify.watch_verdicts import WatchVerdicts, read_verdicts
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,8 @@ def status(
             running = {r.service for r in rows if r.state == "running"}
             now, t_now = scrape(plan, fetch, running), time.monotonic()
             pd = pd_status(plan, now, before, t_now - t_before)
-            code = _report(inv, plan, rows, pd, emit, diagnose=before is None)
+            verdicts = watch_verdicts(inv, plan, fetch)
+            code = _report(inv, plan, rows, pd, emit, diagnose=before is None, watch=verdicts)
             if watch is None:
                 break
             before, t_before = now, t_now
@@ -215,11 +217,20 @@ def status(
     return code
 
 
+def watch_verdicts(inv: Inventory, plan: Plan, fetch: HttpFn) -> WatchVerdicts | None:
+    """The watch service's (plan.watch), or a foreground `pdboot watch` on this machine's
+    watch.port; None without a watch: section."""
+    if inv.watch is None:
+        return None
+    base = plan.watch.url if plan.watch is not None else f"http://127.0.0.1:{inv.watch.port}"
+    return read_verdicts(fetch, base)
+
+
 def _report(inv: Inventory, plan: Plan, rows: list[ServiceStatus], pd: PDStatus,
-            emit: Emit, *, diagnose: bool) -> int:
+            emit: Emit, *, diagnose: bool, watch: WatchVerdicts | None = None) -> int:
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
-    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd))
+    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, watch))
     no_logs = ("absent", "unreachable")
     sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
     if sick and diagnose:  # known causes in the logs of what runs but is not healthy

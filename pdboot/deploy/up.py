@@ -65,6 +65,7 @@ from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
 from pdboot.plan.render import render_host
+from pdboot.plan.watch import WATCH_INVENTORY, watch_inventory_text
 from pdboot.preflight import image_probe
 from pdboot.preflight.findings import (
     RECORD_FILE,
@@ -264,8 +265,9 @@ class _Up:
         stages = with_restarts(first, restarts)
         self.show_steps(stages)
         self.remove_orphans(observed)
-        engines = [s for steps in first for s in steps if s.service.role != "router"]
+        engines = [s for steps in first for s in steps if s.service.is_engine]
         router = [s for steps in stages for s in steps if s.service.role == "router"]
+        watch = [s for steps in stages for s in steps if s.service.role == "watch"]
         self.start(engines)
         self.wait([s.service for s in engines], router=False)
         if restarts:  # after the prefill tier is ready, before the router registers them
@@ -273,6 +275,9 @@ class _Up:
             self.wait([s.service for s in restarts], router=False)
         self.start(router)
         self.wait([s.service for s in router], router=True)
+        if watch:  # `pdboot watch` beside the router, once the router serves every engine
+            self.start(watch)
+            self.wait([s.service for s in watch], router=False)
         if self.opts.prove:
             self.prove()
             self.gate()
@@ -330,7 +335,9 @@ class _Up:
 
         def ship_host(host: str, link: Link) -> None:
             needs = any(s.uses_secrets for s in self.plan.hosts[host].services)
-            extra = {RECORD_FILE: self.records[host]} if host in self.records else None
+            extra = {RECORD_FILE: self.records[host]} if host in self.records else {}
+            if self.plan.watch is not None and self.plan.watch.host == host:
+                extra[WATCH_INVENTORY] = watch_inventory_text(self.inv)
             link.engine.ship(self.dir, texts[host], secrets if needs else None, extra)
 
         _, errors = self.hosts.each(ship_host, OP_DEADLINE)
@@ -411,7 +418,7 @@ class _Up:
     def wait(self, services: list[Service], *, router: bool) -> None:
         self.locate(services)
         if router:
-            engines = [s for s in self.plan.services() if s.role != "router"]
+            engines = [s for s in self.plan.services() if s.is_engine]
             probes = {s.key: self.prober.router(s, engines) for s in services}
             deadline = self.inv.timeouts.router_ready_seconds
             what = "/health 200 and every engine in /workers"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -127,6 +128,19 @@ def serve(watcher: Watcher, metrics: WatchMetrics, host: str, port: int) -> Thre
     return server
 
 
+def _api_key(inv: Inventory) -> str:
+    """The engines' API key: the inventory's reference, or (the service, whose container
+    cannot resolve the operator's reference) secrets.env's VLLM_API_KEY in its environment."""
+    if inv.secrets.api_key is None:
+        return ""
+    try:
+        return read_secret(inv.secrets.api_key, "secrets.api_key")
+    except SecretError:
+        if os.environ.get("VLLM_API_KEY"):
+            return os.environ["VLLM_API_KEY"]
+        raise
+
+
 @dataclass(frozen=True)
 class WatchOptions:
     listen: str = "127.0.0.1"  # the service binds the router host's address
@@ -144,7 +158,7 @@ def run_watch(
     settings = inv.watch or Watch()
     register_inventory_secrets(inv)
     try:
-        key = read_secret(inv.secrets.api_key, "secrets.api_key") if inv.secrets.api_key else ""
+        key = _api_key(inv)
     except SecretError as e:
         emit(Note(f"error: {e}", "error"))
         return EXIT_USAGE

@@ -41,6 +41,7 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.plan.watch import watch_service
 
 
 def project_name(inv: Inventory) -> str:
@@ -400,7 +401,9 @@ def build_plan(
     decodes = [s for s in services if s.role == "decode"]
     prefills = [s for s in services if s.role == "prefill"]
     router = _with_hash(_router(inv, prefills, decodes))
-    every = decodes + prefills + [router]
+    watch = watch_service(inv, project_name(inv), _labels(inv, "watch", inv.router.host))
+    watch = _with_hash(watch) if watch is not None else None
+    every = decodes + prefills + [router] + ([watch] if watch is not None else [])
     hosts: dict[str, HostPlan] = {}
     for name in deployment_hosts(inv):
         h = inv.hosts[name]
@@ -416,8 +419,9 @@ def build_plan(
         model=inv.model,
         served_model_name=inv.served_model_name or inv.model,
         hosts=hosts,
-        stages=(tuple(decodes), tuple(prefills), (router,)),
+        stages=(tuple(decodes), tuple(prefills), (router,)) + (((watch,),) if watch else ()),
         router=router,
         hf_token_ref=inv.secrets.hf_token,
         unresolved=tuple(unresolved(inv, gpu_counts)),
+        watch=watch,
     )

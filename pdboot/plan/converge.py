@@ -69,7 +69,7 @@ class Observed:
     def service_name(self) -> str:
         """The plan's Service.name it stands for: ``decode``, ``prefill-2``, ``router``."""
         role = self.role or "?"
-        return role if role == "router" else engine_name(role, self.engine_index)
+        return role if role in ("router", "watch") else engine_name(role, self.engine_index)
 
     @property
     def key(self) -> str:
@@ -113,7 +113,7 @@ def plan_up(plan: Plan, observed: Iterable[Observed]) -> list[list[Step]]:
             step = _step(svc, found, workers_changed and svc.role == "router")
             steps.append(step)
         steps = _whole_dp_tiers(steps)
-        if any(s.service.role != "router" and s.kind != "unchanged" for s in steps):
+        if any(s.service.is_engine and s.kind != "unchanged" for s in steps):
             workers_changed = True
         stages.append(steps)
     return stages

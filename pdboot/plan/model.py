@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Role = Literal["decode", "prefill", "router"]
-ROLES: tuple[Role, ...] = ("decode", "prefill", "router")  # start order; stop is reversed
+Role = Literal["decode", "prefill", "router", "watch"]
+# start order; stop is reversed. watch (`pdboot watch` as a service, optional) starts last.
+ROLES: tuple[Role, ...] = ("decode", "prefill", "router", "watch")
+ENGINE_ROLES: tuple[Role, ...] = ("decode", "prefill")
 
 LABEL_DEPLOYMENT = "io.pdboot.deployment"
 LABEL_ROLE = "io.pdboot.role"
@@ -99,6 +101,11 @@ class Service:
     head_url: str = ""
 
     @property
+    def is_engine(self) -> bool:
+        """A vLLM engine (prefill or decode), not the router or watch."""
+        return self.role in ENGINE_ROLES
+
+    @property
     def headless(self) -> bool:
         return self.dp_role == "follower"
 
@@ -144,12 +151,13 @@ class Plan:
     model: str
     served_model_name: str
     hosts: dict[str, HostPlan]
-    stages: tuple[tuple[Service, ...], ...]  # decode engines, prefill engines, router
+    stages: tuple[tuple[Service, ...], ...]  # decode engines, prefill engines, router[, watch]
     router: Service
     hf_token_ref: str | None = None  # where `up` reads the token (env:NAME, file:PATH)
     # What this plan had to assume without preflight's facts, in words (render says so;
     # `up` must not deploy an `engines_per_host: all` tier from an assumed GPU count).
     unresolved: tuple[str, ...] = ()
+    watch: Service | None = None  # `pdboot watch` as a service beside the router (watch.image)
 
     @property
     def endpoint(self) -> str:

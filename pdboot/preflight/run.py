@@ -144,7 +144,7 @@ def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
                 probes.append(Probe("network.side_channel", s.host, s.address, port, what))
     if "router" in roles:
         for s in plan.services():
-            if s.role != "router" and not s.headless:
+            if s.is_engine and not s.headless:
                 probes.append(Probe("network.ingress", s.host, s.address, s.port, f"{s.name} HTTP"))
     return probes
 

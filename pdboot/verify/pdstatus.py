@@ -75,7 +75,7 @@ def scrape(plan: Plan, fetch: HttpFn, running: set[str] | None = None) -> Scrape
     when given (no point asking a stopped container)."""
     out: Scrape = {}
     for svc in plan.services():
-        if svc.role == "router" or (running is not None and svc.key not in running):
+        if not svc.is_engine or (running is not None and svc.key not in running):
             continue
         if svc.headless:  # a DP follower serves no HTTP; its head's /metrics has its ranks
             continue

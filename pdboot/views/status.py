@@ -14,6 +14,7 @@ from rich.text import Text
 from pdboot.deploy.status import ServiceStatus, human_seconds, short_endpoint, short_image
 from pdboot.events import StatusReport
 from pdboot.verify.pdstatus import PDStatus
+from pdboot.verify.watch_verdicts import WatchVerdicts
 
 
 def print_status(out: Console, report: StatusReport) -> None:
@@ -27,6 +28,25 @@ def print_status(out: Console, report: StatusReport) -> None:
     out.print("healthy" if report.healthy else "[red]not healthy[/red]")
     if pd is not None and pd.engines:
         print_pd(out, pd)
+    if report.watch is not None:
+        print_watch(out, report.watch)
+
+
+def print_watch(out: Console, w: WatchVerdicts) -> None:
+    """watch's last verdict per pair (and what it holds out of the router)."""
+    if w.error:
+        out.print(Text(f"watch: {w.error} ({w.url})", style="yellow"), highlight=False)
+        return
+    out.print(f"watch: last verdict per pair (after {w.rounds} rounds)", highlight=False)
+    for p in w.pairs:
+        mark = Text("ok  ", style="green") if p.ok else Text("FAIL", style="bold red")
+        line = Text("  ").append(mark).append(f" {p.prefill} -> {p.decode}  {p.seconds:.2f} s")
+        if not p.ok:
+            line.append(f"  {p.reason}", style="red")
+        out.print(line, highlight=False, soft_wrap=True)
+    if w.out_of_rotation:
+        out.print(Text(f"  out of the router: {', '.join(w.out_of_rotation)}", style="yellow"),
+                  highlight=False)
 
 
 def _ms(q: dict[str, float | None] | None) -> str:
@@ -99,6 +119,7 @@ def status_json(report: StatusReport) -> str:
         "healthy": report.healthy,
         "services": [asdict(r) for r in report.services],
         "pd": asdict(report.pd) if report.pd is not None else None,
+        "watch": asdict(report.watch) if report.watch is not None else None,
     }
     return json.dumps(doc, indent=2)
 

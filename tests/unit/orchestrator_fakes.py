@@ -88,6 +88,7 @@ class World:
     interrupt_on: str | None = None  # a URL suffix whose request raises KeyboardInterrupt
     containers: dict[str, Container] = field(default_factory=dict)
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (op, host, what)
+    shipped: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> extra files
     kv_pulls: int = 0
     probe: tuple[int, str] = PROBE_OK  # what run_once (the image probe) answers
     lost_at: dict[str, float] = field(default_factory=dict)  # host -> when its link goes
@@ -228,6 +229,7 @@ class FakeEngine:
         self, project_dir: str, compose_text: str, secrets_text: Any, extra: Any = None
     ) -> None:
         self._call("ship", project_dir)
+        self.world.shipped[self.host] = dict(extra or {})
 
     def containers(self, deployment: str) -> list[Observed]:
         with self.world.lock:

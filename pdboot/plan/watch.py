@@ -1,0 +1,69 @@
+"""`pdboot watch` as a service beside the router (the inventory's ``watch:`` with an ``image``).
+
+The container runs ``pdboot watch`` on the inventory `up` ships beside compose.yaml (as YAML
+written from the validated inventory: references to secrets, never their values), binds its
+/metrics and /verdicts to the router host's address, and is restarted by Docker like the other
+services. It cannot reach the other hosts over SSH, so there a restart is an alert (``--no-
+restart``): run `pdboot watch` from the operator's machine for restarts.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from pdboot.inventory.rules import advertised_address, router_uses_secrets
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.model import SECRETS_FILE, BindMount, Service
+
+WATCH_INVENTORY = "watch-inventory.yaml"  # beside compose.yaml on the router host
+WATCH_INVENTORY_IN_CONTAINER = "/etc/pdboot/inventory.yaml"
+
+
+def watch_inventory_text(inv: Inventory) -> str:
+    """What the operator wrote (unset fields stay unset), as YAML the service loads."""
+    doc = inv.model_dump(mode="json", exclude_unset=True, by_alias=True)
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def watch_service(
+    inv: Inventory, project: str, labels: tuple[tuple[str, str], ...]
+) -> Service | None:
+    """None unless the inventory asks for the service (``watch.image``)."""
+    w = inv.watch
+    if w is None or w.image is None:
+        return None
+    host = inv.router.host
+    address = advertised_address(inv.hosts[host])
+    # the project dir on the host, as pdboot.transport.hosts.project_dir lays it out
+    project_dir = f"{inv.remote_dir.rstrip('/')}/{inv.name}"
+    return Service(
+        name="watch",
+        role="watch",
+        host=host,
+        address=address,
+        port=w.port,
+        project=project,
+        image=w.image,
+        command=(
+            "watch",
+            WATCH_INVENTORY_IN_CONTAINER,
+            "--listen",
+            address,
+            "--port",
+            str(w.port),
+            "--no-restart",
+        ),
+        entrypoint=("pdboot",),
+        environment=(),
+        gpus=None,
+        rdma=False,
+        restart=inv.container.restart,
+        labels=labels,
+        mounts=(
+            BindMount(
+                f"{project_dir}/{WATCH_INVENTORY}", WATCH_INVENTORY_IN_CONTAINER, read_only=True
+            ),
+        ),
+        # the API key the engines want (secrets.env's VLLM_API_KEY), read from the environment
+        env_file=SECRETS_FILE if router_uses_secrets(inv) else None,
+    )

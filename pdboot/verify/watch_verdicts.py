@@ -1,0 +1,61 @@
+"""What `status` shows of `pdboot watch`: its last verdict per pair, read from its /verdicts.
+
+Pure parsing plus one request through the caller's HttpFn; an unreachable watch is a verdict
+set with an error, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pdboot.transport.http import HttpFn
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    prefill: str
+    decode: str
+    ok: bool
+    result: str
+    fault: str
+    reason: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class WatchVerdicts:
+    url: str
+    rounds: int = 0
+    pairs: tuple[PairVerdict, ...] = ()
+    out_of_rotation: tuple[str, ...] = ()
+    error: str = ""  # "" when read
+
+
+def parse_verdicts(url: str, text: str) -> WatchVerdicts:
+    try:
+        doc = json.loads(text)
+        pairs = tuple(
+            PairVerdict(
+                str(p["prefill"]),
+                str(p["decode"]),
+                bool(p["ok"]),
+                str(p["result"]),
+                str(p.get("fault", "")),
+                str(p.get("reason", "")),
+                float(p.get("seconds", 0.0)),
+            )
+            for p in doc["pairs"]
+        )
+        out = tuple(str(k) for k in doc.get("out_of_rotation", []))
+        return WatchVerdicts(url, int(doc.get("rounds", 0)), pairs, out)
+    except (ValueError, KeyError, TypeError) as e:
+        return WatchVerdicts(url, error=f"unreadable /verdicts: {e}")
+
+
+def read_verdicts(fetch: HttpFn, base_url: str) -> WatchVerdicts:
+    url = f"{base_url.rstrip('/')}/verdicts"
+    a = fetch(url, timeout=5.0)
+    if not a.ok:
+        return WatchVerdicts(url, error=f"watch not answering: {a.describe()}")
+    return parse_verdicts(url, a.body)

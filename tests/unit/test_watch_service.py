@@ -1,0 +1,104 @@
+"""The inventory's watch: section, the watch service in the plan and its compose text, and
+`up` / `down` / `status` with it (fake hosts, engine, HTTP and clock, as test_orchestrator)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from pdboot import events as ev
+from pdboot.deploy.status import status
+from pdboot.deploy.up import UpOptions, render_compose, up
+from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.watch import WATCH_INVENTORY, WATCH_INVENTORY_IN_CONTAINER
+from pdboot.transport.http import HttpAnswer
+from pdboot.views.status import print_status, status_json
+from tests.unit.orchestrator_fakes import INV, Recorder, World
+from tests.unit.test_orchestrator import run_down
+
+WATCH = "watch: {image: registry.example/pdboot:0.1, interval_seconds: 5, port: 29111}\n"
+
+
+def with_watch(section: str = WATCH) -> Any:
+    return parse_inventory(INV % "" + section)
+
+
+def test_watch_section_defaults_and_refusals() -> None:
+    inv = with_watch("watch: {}\n")
+    assert inv.watch is not None and inv.watch.interval_seconds == 30
+    assert inv.watch.readmit_after == 3 and inv.watch.image is None
+    assert parse_inventory(INV % "").watch is None
+    with pytest.raises(InventoryError, match="intervall"):
+        with_watch("watch: {intervall_seconds: 5}\n")
+    with pytest.raises(InventoryError, match="image"):
+        with_watch("watch: {image: 'a b; rm -rf /'}\n")
+    with pytest.raises(InventoryError, match="interval_seconds"):
+        with_watch("watch: {interval_seconds: 0}\n")
+
+
+def test_no_image_no_service() -> None:
+    plan = build_plan(with_watch("watch: {interval_seconds: 5}\n"))
+    assert plan.watch is None and len(plan.stages) == 3
+
+
+def test_the_service_runs_beside_the_router_last_with_the_shipped_inventory() -> None:
+    plan = build_plan(with_watch())
+    w = plan.watch
+    assert w is not None and plan.stages[-1] == (w,)
+    assert (w.host, w.role, w.url) == ("r", "watch", "http://192.0.2.12:29111")
+    assert w.entrypoint == ("pdboot",) and w.command[:2] == ("watch", WATCH_INVENTORY_IN_CONTAINER)
+    assert "--no-restart" in w.command and w.command[2:4] == ("--listen", "192.0.2.12")
+    assert w.mounts[0].source == f"/var/lib/pdboot/demo/{WATCH_INVENTORY}" and w.mounts[0].read_only
+    assert not w.is_engine and w.restart == plan.router.restart
+    text = render_compose(plan, "r")
+    assert "pdboot" in text and "29111" in text and "watch:" in text
+    # the engines' router registration and checks leave it out
+    assert {s.key for s in plan.services() if s.is_engine} == {"prefill@p1", "decode@d1"}
+
+
+def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
+    world = World(with_watch())
+    rec = Recorder()
+    code = up(world.inv, UpOptions(skip_preflight=True), rec, clock=world.clock,
+              hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
+    assert code == 0, [e for e in rec.events if isinstance(e, ev.Failure)]
+    started = [e.service for e in rec.of(ev.ServiceStarted)]
+    assert started[-2:] == ["router@r", "watch@r"]
+    shipped = world.shipped["r"][WATCH_INVENTORY]
+    assert parse_inventory(shipped) == world.inv  # the service loads what the operator wrote
+    assert WATCH_INVENTORY not in world.shipped.get("p1", {})
+    assert run_down(world, rec) == 0
+    stopped = [e.role for e in rec.of(ev.Stopped)]
+    assert stopped[0] == "watch" and not world.containers
+
+
+def test_status_shows_the_last_verdict_per_pair() -> None:
+    world = World(with_watch())
+    rec = Recorder()
+    up(world.inv, UpOptions(skip_preflight=True, prove=False), rec, clock=world.clock,
+       hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
+    doc = {"rounds": 7, "out_of_rotation": ["decode@d1"], "pairs": [
+        {"prefill": "prefill@p1", "decode": "decode@d1", "ok": False, "result": "wrong",
+         "fault": "wrong_answer", "reason": "prefill@p1 -> decode@d1: wrong answer",
+         "seconds": 0.2}]}
+
+    def fetch(url: str, **kw: Any) -> HttpAnswer:
+        if url == "http://192.0.2.12:29111/verdicts":
+            return HttpAnswer(200, json.dumps(doc))
+        return world.fetch(url, **kw)
+
+    out = Recorder()
+    status(world.inv, out, hosts_factory=world.hosts, fetch=fetch)
+    (report,) = out.of(ev.StatusReport)
+    assert report.watch.rounds == 7 and report.watch.out_of_rotation == ("decode@d1",)
+    (pair,) = report.watch.pairs
+    assert (pair.ok, pair.fault) == (False, "wrong_answer")
+    assert "watch@r" in [r.service for r in report.services]
+    assert json.loads(status_json(report))["watch"]["pairs"][0]["fault"] == "wrong_answer"
+    console = Console(record=True, width=120)
+    print_status(console, report)
+    assert "FAIL prefill@p1 -> decode@d1" in console.export_text()
