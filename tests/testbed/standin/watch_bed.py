@@ -49,11 +49,13 @@ def stable_port() -> int:
 class Proc:
     """One stand-in engine on fixed ports; restart() brings it back on the same ones."""
 
-    def __init__(self, tmp: Path, name: str, role: str, env: dict[str, str]) -> None:
-        self.name, self.role, self.tmp = name, role, tmp
-        self.port, self.side_port = stable_port(), stable_port()
+    def __init__(self, tmp: Path, name: str, role: str, env: dict[str, str],
+                 host: str = "127.0.0.1", port: int | None = None,
+                 side_port: int | None = None) -> None:
+        self.name, self.role, self.tmp, self.host = name, role, tmp, host
+        self.port, self.side_port = port or stable_port(), side_port or stable_port()
         self.env = env
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.starts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -62,11 +64,12 @@ class Proc:
         self.starts += 1
         log = self.tmp / f"{self.name}.{self.starts}.log"
         env = {**os.environ, "STANDIN_LOAD_SECONDS": "0",
-               "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+               "VLLM_NIXL_SIDE_CHANNEL_HOST": self.host,
                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_port), **self.env}
         kv = "kv_producer" if self.role == "prefill" else "kv_consumer"
         argv = [sys.executable, str(STANDIN), "serve", "org/m", "--served-model-name", MODEL,
-                "--kv-transfer-config", kv_config(kv), "--port", str(self.port)]
+                "--kv-transfer-config", kv_config(kv), "--host", self.host,
+                "--port", str(self.port)]
         with log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         end = time.monotonic() + DEADLINE
@@ -100,9 +103,10 @@ class Proc:
 
 
 class Router:
-    def __init__(self, tmp: Path, prefill: str, decode: str) -> None:
-        self.port, self.metrics_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(self, tmp: Path, prefill: str, decode: str, host: str = "127.0.0.1",
+                 port: int | None = None) -> None:
+        self.port, self.metrics_port = port or free_port(), free_port()
+        self.url = f"http://{host}:{self.port}"
         log = tmp / "router.log"
         self.log = log
         with log.open("wb") as out:
@@ -110,7 +114,7 @@ class Router:
                 [router_binary(), "--vllm-pd-disaggregation", "--enable-igw",
                  # required by its argument check, ignored in --enable-igw mode (facts file)
                  "--prefill", prefill, "--decode", decode,
-                 "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(self.port),
+                 "--policy", "round_robin", "--host", host, "--port", str(self.port),
                  "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port)],
                 stdout=out, stderr=subprocess.STDOUT)
         end = time.monotonic() + DEADLINE
