@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from pdboot.inventory.load import load_inventory  # noqa: E402
 from pdboot.preflight.checks import batch_script  # noqa: E402
-from pdboot.preflight.run import contexts, host_commands  # noqa: E402
+from pdboot.preflight.contexts import contexts  # noqa: E402
+from pdboot.preflight.run import host_commands  # noqa: E402
 from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 
 DEFAULT_ANSIBLE = "/var/tmp/pdboot-bench-venv/bin/ansible-playbook"

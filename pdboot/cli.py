@@ -350,6 +350,7 @@ def bench(
     """P/D through the router vs one engine alone, measured by AIPerf (the bench extra)."""
     from rich.table import Table
 
+    from pdboot.bench import results as bench_results
     from pdboot.bench import run as bench_mod
 
     cmd = bench_mod.aiperf_command()
@@ -365,8 +366,8 @@ def bench(
     shape = bench_mod.LoadShape(isl=isl, osl=osl, requests_per_level=requests)
     rep = bench_mod.bench(plan, tokenizer, levels, out_dir, shape, cmd,
                           baseline_url=baseline_url)
-    table = Table(*bench_mod.TABLE_HEADER)
-    for row in bench_mod.table_rows(rep.cells):
+    table = Table(*bench_results.TABLE_HEADER)
+    for row in bench_results.table_rows(rep.cells):
         table.add_row(*row)
     out.print(table)
     out.print(f"raw results: {rep.results}\nchart: {rep.chart}")

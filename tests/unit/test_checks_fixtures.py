@@ -20,6 +20,7 @@ from pdboot.preflight.checks import (
     parse_sections,
     rdma,
 )
+from pdboot.preflight.checks import cuda as cu
 from pdboot.preflight.checks import docker as dk
 
 FIX = Path(__file__).parent / "fixtures"
@@ -36,7 +37,7 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c == "cat /proc/driver/nvidia/version", gpu.parse_kmod),
     (lambda c: c.startswith("docker info"), dk.parse_info),
     (lambda c: c == "@dockerd", dk.parse_dockerd),
-    (lambda c: c == "@image", dk.parse_image_env),
+    (lambda c: c == "@image", cu.parse_image_env),
     (lambda c: c.startswith("ls /dev/infiniband"), rdma.parse_devices),
     (lambda c: c.startswith("ibv_devinfo"), rdma.parse_ibv_devinfo),
     (lambda c: c == "@sysfs", rdma.parse_sysfs),

@@ -352,7 +352,7 @@ QWEN3_30B_A3B = {
 
 
 def test_preflight_contexts_of_a_dp_deployment() -> None:
-    from pdboot.preflight.run import contexts
+    from pdboot.preflight.contexts import contexts
 
     c = contexts(inv())
     a, b, cc = c["gpu-a"], c["gpu-b"], c["gpu-c"]
@@ -375,7 +375,7 @@ def test_preflight_contexts_of_a_dp_deployment() -> None:
 
 def test_gpu_count_covers_local_size_times_tp() -> None:
     from pdboot.preflight.checks.gpu import Gpu, _count
-    from pdboot.preflight.run import contexts
+    from pdboot.preflight.contexts import contexts
 
     ctx = contexts(inv(decode__tensor_parallel_size=2, prefill__tensor_parallel_size=2))["gpu-b"]
     gpus = [

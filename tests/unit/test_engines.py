@@ -21,6 +21,7 @@ from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.gpu import Gpu, GpuFacts
 from pdboot.preflight.checks.rdma import Port, RdmaFacts
 from pdboot.preflight.checks.topo import engine_nics, evaluate, host_engines, parse_matrix
+from pdboot.preflight.contexts import contexts
 from pdboot.preflight.findings import (
     Findings,
     describe_nics,
@@ -29,7 +30,6 @@ from pdboot.preflight.findings import (
     plan_from,
     records_to_ship,
 )
-from pdboot.preflight.run import contexts
 
 DERIVED = Path(__file__).parent / "fixtures" / "derived"
 TOPO8 = parse_sections((DERIVED / "topo-rtx6000x8.txt").read_text())["nvidia-smi topo -m"].output

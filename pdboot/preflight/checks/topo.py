@@ -324,7 +324,7 @@ def gpu_count(f: HostFacts) -> int | None:
 def host_engines(ctx: HostContext, f: HostFacts) -> list[EngineSpec]:
     """The engines of the host, with ``engines_per_host: all`` resolved from the facts."""
     count = gpu_count(f)
-    return [e for role, t in ctx.tiers for e in tier_engines(role, t, ctx.name, count)]  # type: ignore[arg-type]
+    return [e for role, t in ctx.tiers for e in tier_engines(role, t, ctx.name, count)]
 
 
 def _candidates(ctx: HostContext, f: HostFacts) -> list[Port | str] | None:
