@@ -25,7 +25,6 @@ from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.seams import (
     OP_DEADLINE,
-    EngineOps,
     HostsFactory,
     LockFactory,
     PreflightFn,
@@ -237,8 +236,7 @@ class _Up:
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
-        # annotated: mypy checks here that the real Engine satisfies EngineOps
-        engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
+        engines = {h: link.engine for h, link in hosts.links.items()}
         self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
 
     # ---- the sequence
@@ -418,7 +416,7 @@ class _Up:
             clean_files(self.hosts, self.inv, self.plan, False, self.emit)
         else:
             kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
-            if e.probe.detail.startswith(f"host {svc.host} lost"):
+            if e.probe.host_lost:
                 kind = "is out of reach (its host was lost)"
             self.emit(
                 Note(

@@ -232,6 +232,7 @@ class SpeedVerdict:
 
     line: str
     flag: Flag | None
+    judged: bool = True  # False: too few bytes moved to say anything about the path
 
 
 def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool = False,
@@ -245,7 +246,7 @@ def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool 
     if gbps is None or speed.nbytes < MIN_BYTES_TO_JUDGE:
         return SpeedVerdict(f"{pair}: {speed.nbytes / 1e6:.1f} MB moved: too little to judge "
                             f"the KV path (send a longer prompt, >= "
-                            f"{MIN_BYTES_TO_JUDGE / 1e6:.0f} MB of KV)", None)
+                            f"{MIN_BYTES_TO_JUDGE / 1e6:.0f} MB of KV)", None, judged=False)
     line = f"{pair}: {speed.nbytes / 1e6:.1f} MB in {speed.seconds:.3f} s = {gbps:.2f} Gbit/s"
     if same_host and not rdma:
         return SpeedVerdict(line + " (same host, no RDMA)", _same_host_flag(pair, connector))

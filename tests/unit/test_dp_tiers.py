@@ -277,7 +277,7 @@ def test_follower_ready_on_heads_health_and_fails_when_it_exits() -> None:
     fol = svc(plan, "decode@gpu-b")
     eng = FakeEngine()
     fetch = Fetch()
-    prober = Prober(plan, {"gpu-b": eng}, {fol.key: "cid"}, fetch, Clock())  # type: ignore[dict-item]
+    prober = Prober(plan, {"gpu-b": eng}, {fol.key: "cid"}, fetch, Clock())
     probe = prober.engine(fol)
     p = probe()
     assert p.state == "waiting" and "headless; head connection refused" in p.detail
