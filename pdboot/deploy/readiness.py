@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pdboot.ansi import strip_ansi
 from pdboot.deploy.waits import READY, Clock, Probe, failed, waiting
 from pdboot.plan.converge import Observed, owned
 from pdboot.plan.model import LABEL_HOST, Plan, Service
 from pdboot.transport.connection import HostLost
 from pdboot.transport.http import HttpFn
-from pdboot.verify.diagnose import strip_ansi
 from pdboot.verify.loadphase import LoadPhase, load_phase
 from pdboot.verify.probes import RouterWorkers
 
