@@ -1,6 +1,7 @@
 """The command line: arguments in, calls into the core, rich output out. No logic here.
 
-Exit codes: 0 success, 1 a check or deployment step failed, 2 bad usage or inventory.
+Exit codes (pdboot/exitcodes.py): 0 success, 1 a check or deployment step failed, 2 bad usage
+or inventory, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations

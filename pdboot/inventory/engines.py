@@ -157,7 +157,8 @@ def _dp_engines(role: EngineRole, tier: Tier, host: str) -> list[EngineSpec]:
 
 
 def engines(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> list[EngineSpec]:
-    """Every engine: decode engines first (their start order), host by host."""
+    """Every engine: the decode tier's, then the prefill tier's (the plan's grouping), host
+    by host."""
     counts = gpu_counts or {}
     out: list[EngineSpec] = []
     for role, tier in inv.tiers()[::-1]:

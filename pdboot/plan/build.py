@@ -1,9 +1,9 @@
 """Inventory -> what runs where, in which order (pure; no I/O).
 
 One compose project per host (``pdboot-<deployment>``) holding that host's services:
-``decode``, ``prefill`` and/or ``router``. Start order: every decode engine, then every
-prefill engine, then the router (decode must be serving before prefill hands it work,
-and the router only starts once it has workers to register).
+``decode``, ``prefill`` and/or ``router``. Start order: every engine of both tiers together
+(vLLM's NIXL connector needs nothing from the other tier at start-up), then the router once
+they answer /health (it registers both tiers as workers).
 """
 
 from __future__ import annotations

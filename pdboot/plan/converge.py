@@ -4,8 +4,8 @@ pdboot recognises its own containers by labels (deployment, role, host, engine i
 config hash), never by name, so it never touches a container it did not start. A service whose hash
 label equals the plan's is left alone; one whose hash differs is recreated; the router
 is recreated whenever one of its workers was (re)created, because it registered the
-old engines. Steps stay grouped by stage so `up` keeps the decode -> prefill -> router
-order.
+old engines. Steps stay grouped by tier (decode, prefill, router): `up` starts both engine
+tiers together and the router after them.
 """
 
 from __future__ import annotations

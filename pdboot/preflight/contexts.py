@@ -45,7 +45,7 @@ def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
     probes: list[Probe] = []
     if "decode" in roles:
         # a DP prefill: every rank's side channel on its host (base + global rank)
-        for s in plan.stages[1]:
+        for s in plan.prefill_engines:
             for port, what in _side_ports(inv, s):
                 probes.append(Probe("network.side_channel", s.host, s.address, port, what))
     if "router" in roles:
