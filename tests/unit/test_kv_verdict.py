@@ -10,6 +10,7 @@ import pdboot.verify.metrics as metrics
 import pdboot.verify.probes as probes
 from pdboot.verify.metrics import EngineFacts, engine_facts, server_facts, total
 from pdboot.verify.probes import kv_verdict
+from tests.shared_data import METRICS_JSON
 
 FIX = Path(__file__).parent / "fixtures" / "vllm"
 
@@ -17,9 +18,7 @@ FIX = Path(__file__).parent / "fixtures" / "vllm"
 def local(n: float) -> dict[str, float]:
     return {"local_compute": float(n)}
 
-METRICS = Path("/work/shared/fixtures/vllm-0.33.0/metrics.json")
-if not METRICS.exists():  # checkouts without the shared tree still run the rest
-    METRICS = Path(__file__).parent / "fixtures" / "vllm" / "metrics.json"
+METRICS = METRICS_JSON  # vLLM 0.33.0's real /metrics names (tests/shared_data.py)
 
 
 def _c(name: str) -> EngineFacts:
