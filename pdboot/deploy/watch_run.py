@@ -19,7 +19,8 @@ from typing import Literal, Protocol
 from pdboot.deploy.router_api import RouterApiError, Worker
 from pdboot.events import Emit
 from pdboot.transport.http import HttpFn
-from pdboot.verify.metrics import EngineFacts, engine_facts, merged, parse_exposition
+from pdboot.verify.exposition import parse_exposition
+from pdboot.verify.metrics import EngineFacts, engine_facts, merged
 from pdboot.verify.watch_canary import CanaryContext, health, run_canary
 from pdboot.verify.watch_events import WatchActionTaken, WatchPairLine, WatchRound
 from pdboot.verify.watch_metrics import WatchMetrics

@@ -148,12 +148,21 @@ class WatchOptions:
     restarts: bool = True
     rounds: int | None = None  # None: until interrupted
 
+    @classmethod
+    def parse(cls, listen: str, *, restarts: bool, rounds: int | None = None) -> WatchOptions:
+        """``--listen ADDR[:PORT]`` (an IPv6 address in brackets when it has a port)."""
+        host, sep, port = listen.rpartition(":")
+        if sep and port.isdigit() and (host.endswith("]") or ":" not in host):
+            return cls(host.strip("[]"), int(port), restarts, rounds)
+        return cls(listen.strip("[]"), None, restarts, rounds)
+
 
 def run_watch(
     inv: Inventory, opts: WatchOptions, emit: Emit, stop: threading.Event | None = None
 ) -> int:
     """Until Ctrl-C / SIGTERM (or ``opts.rounds``): exit 0, or 1 when the last round saw a
     failing pair."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     plan = build_plan(inv)
     settings = inv.watch or Watch()
     register_inventory_secrets(inv)

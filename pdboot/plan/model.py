@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Role = Literal["decode", "prefill", "router", "watch"]
-# start order; stop is reversed. watch (`pdboot watch` as a service, optional) starts last.
+# How plans and reports group services. `up` starts both engine tiers together, then the
+# router, then watch (`pdboot watch` as a service, optional); `down` stops in the reverse order.
 ROLES: tuple[Role, ...] = ("decode", "prefill", "router", "watch")
 ENGINE_ROLES: tuple[Role, ...] = ("decode", "prefill")
 
@@ -151,7 +152,9 @@ class Plan:
     model: str
     served_model_name: str
     hosts: dict[str, HostPlan]
-    stages: tuple[tuple[Service, ...], ...]  # decode engines, prefill engines, router[, watch]
+    # (decode engines, prefill engines, (router,)[, (watch,)]): read by name below, iterated
+    # in order
+    stages: tuple[tuple[Service, ...], ...]
     router: Service
     hf_token_ref: str | None = None  # where `up` reads the token (env:NAME, file:PATH)
     # What this plan had to assume without preflight's facts, in words (render says so;
@@ -165,3 +168,16 @@ class Plan:
 
     def services(self) -> list[Service]:
         return [s for stage in self.stages for s in stage]
+
+    @property
+    def decode_engines(self) -> tuple[Service, ...]:
+        return self.stages[0]
+
+    @property
+    def prefill_engines(self) -> tuple[Service, ...]:
+        return self.stages[1]
+
+    @property
+    def engines(self) -> tuple[Service, ...]:
+        """Every engine of both tiers: what `up` starts together."""
+        return self.decode_engines + self.prefill_engines

@@ -8,15 +8,19 @@ from datetime import datetime, timezone
 from rich.console import Console
 from rich.text import Text
 
-from pdboot.events import Event
+from pdboot.events import Emit, Event
 from pdboot.verify.watch_events import WatchActionTaken, WatchRound
 
 
 class WatchView:
-    def __init__(self, out: Console) -> None:
-        self.out = out
+    """Its lines, then every event to ``then`` (the general views)."""
+
+    def __init__(self, out: Console, then: Emit | None = None) -> None:
+        self.out, self.then = out, then
 
     def __call__(self, event: Event) -> None:
+        if self.then is not None:
+            self.then(event)
         stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
         if isinstance(event, WatchRound):
             bad = [p for p in event.pairs if p.fault]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pdboot.verify.metrics import parse_exposition
+from pdboot.verify.exposition import parse_exposition
 from pdboot.verify.watch_metrics import WATCH_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]

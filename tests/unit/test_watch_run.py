@@ -12,7 +12,7 @@ from pdboot.deploy.router_api import Worker
 from pdboot.deploy.watch_run import WatchDeps, Watcher
 from pdboot.events import Event
 from pdboot.transport.http import HttpAnswer
-from pdboot.verify.metrics import parse_exposition
+from pdboot.verify.exposition import parse_exposition
 from pdboot.verify.watch_events import WatchActionTaken, WatchRound
 from pdboot.verify.watch_metrics import WATCH_METRICS, WatchMetrics
 from pdboot.verify.watch_policy import WatchConfig, WatchedEngine

@@ -11,9 +11,10 @@ from rich.console import Console
 
 from pdboot import events as ev
 from pdboot.deploy.status import status
-from pdboot.deploy.up import UpOptions, render_compose, up
+from pdboot.deploy.up import UpOptions, up
 from pdboot.inventory.load import InventoryError, parse_inventory
 from pdboot.plan.build import build_plan
+from pdboot.plan.render import render_host
 from pdboot.plan.watch import WATCH_INVENTORY, WATCH_INVENTORY_IN_CONTAINER
 from pdboot.transport.http import HttpAnswer
 from pdboot.views.status import print_status, status_json
@@ -54,7 +55,7 @@ def test_the_service_runs_beside_the_router_last_with_the_shipped_inventory() ->
     assert "--no-restart" in w.command and w.command[2:4] == ("--listen", "192.0.2.12")
     assert w.mounts[0].source == f"/var/lib/pdboot/demo/{WATCH_INVENTORY}" and w.mounts[0].read_only
     assert not w.is_engine and w.restart == plan.router.restart
-    text = render_compose(plan, "r")
+    text = render_host(plan, "r")
     assert "pdboot" in text and "29111" in text and "watch:" in text
     # the engines' router registration and checks leave it out
     assert {s.key for s in plan.services() if s.is_engine} == {"prefill@p1", "decode@d1"}

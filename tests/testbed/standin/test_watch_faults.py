@@ -25,7 +25,7 @@ from pdboot.deploy.watch_run import WatchDeps, Watcher
 from pdboot.deploy.watch_service import serve
 from pdboot.events import Event
 from pdboot.transport.http import http
-from pdboot.verify.metrics import parse_exposition
+from pdboot.verify.exposition import parse_exposition
 from pdboot.verify.watch_events import WatchActionTaken, WatchRound
 from pdboot.verify.watch_metrics import WatchMetrics
 from pdboot.verify.watch_policy import WatchConfig, WatchedEngine

@@ -1,6 +1,6 @@
 # The image `up` runs `pdboot watch` from when the inventory has `watch: {image: ...}`.
 # Build from the repository root and push where the router host pulls from:
-#   docker build -f docker/watch.Dockerfile -t REGISTRY/pdboot:VERSION . && docker push REGISTRY/pdboot:VERSION
+#   docker build -f containers/watch.Dockerfile -t REGISTRY/pdboot:VERSION . && docker push REGISTRY/pdboot:VERSION
 FROM python:3.11-slim
 COPY pyproject.toml README.md /src/
 COPY pdboot /src/pdboot
