@@ -13,7 +13,7 @@ import yaml
 
 from pdboot.inventory.rules import advertised_address, router_uses_secrets
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.model import SECRETS_FILE, BindMount, Service
+from pdboot.plan.model import SECRETS_FILE, BindMount, Service, url_host
 
 WATCH_INVENTORY = "watch-inventory.yaml"  # beside compose.yaml on the router host
 WATCH_INVENTORY_IN_CONTAINER = "/etc/pdboot/inventory.yaml"
@@ -48,9 +48,7 @@ def watch_service(
             "watch",
             WATCH_INVENTORY_IN_CONTAINER,
             "--listen",
-            address,
-            "--port",
-            str(w.port),
+            f"{url_host(address)}:{w.port}",
             "--no-restart",
         ),
         entrypoint=("pdboot",),

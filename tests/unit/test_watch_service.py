@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from rich.console import Console
 
 from pdboot import events as ev
+from pdboot.cli import app
 from pdboot.deploy.status import status
 from pdboot.deploy.up import UpOptions, up
+from pdboot.deploy.watch_service import WatchOptions
 from pdboot.inventory.load import InventoryError, parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.render import render_host
@@ -20,6 +24,7 @@ from pdboot.transport.http import HttpAnswer
 from pdboot.views.status import print_status, status_json
 from tests.unit.orchestrator_fakes import INV, Recorder, World
 from tests.unit.test_orchestrator import run_down
+from tests.unit.test_render import compose_config
 
 WATCH = "watch: {image: registry.example/pdboot:0.1, interval_seconds: 5, port: 29111}\n"
 
@@ -52,13 +57,34 @@ def test_the_service_runs_beside_the_router_last_with_the_shipped_inventory() ->
     assert w is not None and plan.stages[-1] == (w,)
     assert (w.host, w.role, w.url) == ("r", "watch", "http://192.0.2.12:29111")
     assert w.entrypoint == ("pdboot",) and w.command[:2] == ("watch", WATCH_INVENTORY_IN_CONTAINER)
-    assert "--no-restart" in w.command and w.command[2:4] == ("--listen", "192.0.2.12")
+    assert "--no-restart" in w.command and w.command[2:4] == ("--listen", "192.0.2.12:29111")
     assert w.mounts[0].source == f"/var/lib/pdboot/demo/{WATCH_INVENTORY}" and w.mounts[0].read_only
     assert not w.is_engine and w.restart == plan.router.restart
     text = render_host(plan, "r")
     assert "pdboot" in text and "29111" in text and "watch:" in text
     # the engines' router registration and checks leave it out
     assert {s.key for s in plan.services() if s.is_engine} == {"prefill@p1", "decode@d1"}
+
+
+def test_the_service_command_parses_in_the_real_cli_and_compose_accepts_it(
+    tmp_path: Path,
+) -> None:
+    plan = build_plan(with_watch())
+    w = plan.watch
+    assert w is not None
+    group = typer.main.get_command(app)
+    ctx = group.make_context("pdboot", list(w.command))  # type: ignore[attr-defined]
+    sub = group.get_command(ctx, w.command[0])  # type: ignore[attr-defined]
+    params = sub.make_context("watch", list(w.command[1:])).params
+    assert params["listen"] == "192.0.2.12:29111" and params["no_restart"] is True
+    opts = WatchOptions.parse(params["listen"], restarts=False)
+    assert (opts.listen, opts.port) == ("192.0.2.12", 29111)
+    (tmp_path / "compose.yaml").write_text(render_host(plan, "r"))
+    got = compose_config(tmp_path)["services"]["watch"]
+    assert got["entrypoint"] == ["pdboot"] and got["command"] == list(w.command)
+    assert got["network_mode"] == "host" and got["restart"] == w.restart
+    (mount,) = got["volumes"]
+    assert mount["target"] == WATCH_INVENTORY_IN_CONTAINER and mount["read_only"] is True
 
 
 def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
