@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 
+from pdboot.inventory.engines import engine_rules, is_auto, tier_groups
 from pdboot.inventory.safety import (
     is_loopback_or_unspecified,
     looks_like_token,
@@ -60,8 +61,6 @@ def validate_rules(inv: Inventory) -> list[Rule]:
 
 
 def _policy_rules(inv: Inventory) -> list[Rule]:
-    from pdboot.inventory.engines import is_auto, tier_groups  # engines imports this module
-
     out: list[Rule] = []
     for tname, tier in inv.tiers():
         policy = getattr(inv.router, f"{tname}_policy")
@@ -151,8 +150,6 @@ def _address_rules(inv: Inventory) -> list[Rule]:
 
 def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
     """GPU groups, ports per engine, tiers sharing a host (engines per host)."""
-    from pdboot.inventory.engines import engine_rules  # engines builds on the models above
-
     return engine_rules(inv)
 
 

@@ -41,6 +41,7 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.plan.render import service_definition
 
 
 def project_name(inv: Inventory) -> str:
@@ -355,9 +356,6 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
 def _with_hash(svc: Service) -> Service:
     """The hash of the service's rendered definition (less the hash label), as Compose v1
     hashed its config dict: any setting that reaches the container changes it."""
-    # render imports this module for the types; the definition is render's to lay out
-    from pdboot.plan.render import service_definition
-
     material = json.dumps(service_definition(svc, with_hash=False), sort_keys=True)
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 

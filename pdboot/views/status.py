@@ -109,7 +109,7 @@ def status_json(report: StatusReport) -> str:
         "endpoint": report.endpoint,
         "healthy": report.healthy,
         "services": [asdict(r) for r in report.services],
-        "pd": asdict(report.pd) if report.pd is not None else None,
+        "pd": report.pd.as_json() if report.pd is not None else None,
     }
     return json.dumps(doc, indent=2)
 
