@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from pdboot.cpu_layout import CPU_DTYPE, engine_cores, flag_value, threads_bind
-from pdboot.inventory import Inventory, InventoryError, InventoryIssue, parse_inventory
-from pdboot.plan import Plan, Service, build_plan
-from pdboot.render import render_all, render_summary
+from pdboot.inventory.cpu_layout import CPU_DTYPE, engine_cores, flag_value, threads_bind
+from pdboot.inventory.load import InventoryError, InventoryIssue, parse_inventory
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.model import Plan, Service
+from pdboot.plan.render import render_all, render_summary
 
 CPU: dict[str, Any] = {
     "name": "rehearsal",
