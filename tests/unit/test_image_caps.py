@@ -175,3 +175,22 @@ def test_the_cpu_probe_runs_without_gpus_and_asks_for_tcp() -> None:
     argv = ic.docker_argv(CPU_IMG, "all", "cpu")
     assert "--gpus" not in argv and argv[-1] == "tcp" and argv[-2] == ic.PROBE
     assert ic.docker_argv(IMG, "all")[:5] == ["docker", "run", "--rm", "--gpus", "all"]
+
+
+def test_the_real_cpu_engine_image_passes_for_cpu_and_fails_for_cuda() -> None:
+    c = cpu_caps("vllm-cpu-0.32.0-image.txt")
+    assert c.torch == "2.13.0+cpu" and c.tcp_backend is True and c.uct_modules == ("cma",)
+    assert [r.status for r in ic.verdicts(c, CPU_IMG, rdma=False, device="cpu")] == [
+        "pass",
+        "pass",
+    ]
+    arch, nixl = ic.verdicts(c, CPU_IMG, rdma=False)
+    assert arch.status == "fail" and "CPU build" in arch.message
+    assert nixl.status == "fail" and "no CUDA transport" in nixl.message
+
+
+def test_a_ucx_without_its_tcp_transport_fails_for_cpu() -> None:
+    c = cpu_caps("vllm-cpu-0.32.0-no-sysfs.txt")
+    arch, nixl = ic.verdicts(c, CPU_IMG, rdma=False, device="cpu")
+    assert arch.status == "fail" and "/dev/urandom" in arch.message
+    assert nixl.status == "fail" and "NIXL_ERR_BACKEND" in nixl.message
