@@ -242,3 +242,17 @@ def test_cpu_needs_carry_each_engines_cores_and_dtype() -> None:
         CpuNeed("prefill@box", (0,), 1, "float32"),
     )
     assert ctx.cpu_host and not ctx.gpus_here and ctx.cpu_kv_gib == 1
+
+
+def test_tier_agreement_counts_pdboots_cpu_dtype() -> None:
+    from pdboot.preflight.checks import agreement
+
+    same = CPU_INV.replace(
+        "prefill: {hosts: [box]}", "prefill: {hosts: [box], extra_args: [--dtype, float32]}"
+    )
+    assert agreement.evaluate(parse_inventory(same, "inv.yaml")).status == "pass"
+    differ = CPU_INV.replace(
+        "prefill: {hosts: [box]}", "prefill: {hosts: [box], extra_args: [--dtype, bfloat16]}"
+    )
+    r = agreement.evaluate(parse_inventory(differ, "inv.yaml"))
+    assert r.status == "fail" and "prefill 'bfloat16', decode 'float32'" in r.message
