@@ -190,7 +190,6 @@ class Tier(Strict):
     def _cpus_distinct(cls, v: CpuCores | None) -> CpuCores | None:
         return _cores_distinct(v)
 
-
     @field_validator("gpus")
     @classmethod
     def _gpus_distinct(
@@ -412,9 +411,10 @@ class Requirements(Strict):
     @field_validator("cpu_flags")
     @classmethod
     def _flags(cls, v: list[str]) -> list[str]:
-        return [check_safe_token(f, "CPU flag (as /proc/cpuinfo names it)", r"[a-z0-9_]{1,32}")
-                for f in v]
-
+        return [
+            check_safe_token(f, "CPU flag (as /proc/cpuinfo names it)", r"[a-z0-9_]{1,32}")
+            for f in v
+        ]
 
     @field_validator("compute_capability")
     @classmethod
