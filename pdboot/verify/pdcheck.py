@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pdboot.events import GateVerdict, PairSpeedLine
@@ -60,7 +60,8 @@ def run_up_gate(plan: Plan, fetch: HttpFn, headers: Mapping[str, str]) -> GateOu
         a = fetch(url, body=body, timeout=300.0, headers=dict(headers))
         return a.status, a.body if a.status else a.error
 
-    return run_gate(post, plan.endpoint, decode.url, plan.served_model_name)
+    outcome = run_gate(post, plan.endpoint, decode.url, plan.served_model_name)
+    return replace(outcome, device=plan.device)
 
 
 def gate_event(outcome: GateOutcome, decode: str) -> GateVerdict:
