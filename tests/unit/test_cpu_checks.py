@@ -256,3 +256,21 @@ def test_tier_agreement_counts_pdboots_cpu_dtype() -> None:
     )
     r = agreement.evaluate(parse_inventory(differ, "inv.yaml"))
     assert r.status == "fail" and "prefill 'bfloat16', decode 'float32'" in r.message
+
+
+def test_tp_ranks_left_to_vllm_need_a_numa_node_each() -> None:
+    text = """\
+name: rehearsal
+model: /srv/models/tiny
+device: cpu
+image: registry.example:5000/vllm-cpu:0.32.0
+hosts:
+  box: {address: 192.0.2.30}
+  box2: {address: 192.0.2.31}
+prefill: {hosts: [box2], tensor_parallel_size: 2}
+decode: {hosts: [box], tensor_parallel_size: 2}
+router: {host: box}
+"""
+    r = by_id(evaluate_host(ctx_of(text, "box2"), this_machine())[0])["cpu.cores"]
+    assert r.status == "fail" and "prefill@box2" in r.message and "this host has 1" in r.message
+    assert "cpu.cores_per_engine" in r.fix
