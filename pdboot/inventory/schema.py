@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
 from pdboot.inventory.safety import (
     check_abs_path,
     check_address,
@@ -19,6 +20,7 @@ from pdboot.inventory.safety import (
     check_safe_path,
     check_safe_token,
 )
+from pdboot.inventory.strict import Strict
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
@@ -32,7 +34,6 @@ _IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # registry/repo:tag@digest
 _VERSION_RE = r"\d{1,4}(\.\d{1,4}){0,2}"
 MAX_TP = 64  # GPUs per engine: no node holds more; vLLM would hang waiting for the rest
 MAX_GPU_INDEX = 63
-MAX_CPU_INDEX = 4095  # the kernel's default NR_CPUS ceiling on x86_64 distributions
 DAY = 86400.0
 # Compose parses durations as Go time.Duration (int64 ns, ~292 years), and a readiness
 # wait longer than a week means a stuck load, not a slow one.
@@ -41,11 +42,6 @@ MAX_READY_SECONDS = 7 * DAY
 
 def _safe_path_or_none(v: str | None, what: str) -> str | None:
     return None if v is None else check_safe_path(v, what)
-
-
-class Strict(BaseModel):
-    # strict: `port: yes` is a YAML bool, not the integer 1; no inf/nan for any number.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class _SSHChecks(Strict):
@@ -134,24 +130,7 @@ class DataParallel(Strict):
     rpc_port: int | None = Field(default=None, ge=1, le=65535)  # None: the tier's default
 
 
-Device = Literal["cuda", "cpu"]
-CpuCores = list[int] | list[list[int]]
-
-
-def _cores_distinct(v: CpuCores | None) -> CpuCores | None:
-    if v is None:
-        return v
-    if not v:
-        raise ValueError("list of CPU cores must not be empty (or leave cpus out)")
-    groups = [g if isinstance(g, list) else [g] for g in v]
-    if isinstance(v[0], list) and any(not g for g in groups):
-        raise ValueError("a core list must not be empty")
-    flat = [i for g in groups for i in g]
-    if len(set(flat)) != len(flat):
-        raise ValueError("CPU core ids must be distinct")
-    if any(i < 0 or i > MAX_CPU_INDEX for i in flat):
-        raise ValueError(f"CPU core ids must be 0..{MAX_CPU_INDEX}")
-    return v
+TierName = Literal["prefill", "decode"]  # the two engine tiers
 
 
 class Tier(Strict):
@@ -188,7 +167,7 @@ class Tier(Strict):
     @field_validator("cpus")
     @classmethod
     def _cpus_distinct(cls, v: CpuCores | None) -> CpuCores | None:
-        return _cores_distinct(v)
+        return cores_distinct(v)
 
     @field_validator("gpus")
     @classmethod
@@ -429,18 +408,6 @@ class Requirements(Strict):
         return v
 
 
-class CpuSettings(Strict):
-    """``device: cpu`` engines (vLLM's CPU backend; see README "Rehearse on CPU machines")."""
-
-    # Each engine's KV cache, GiB: VLLM_CPU_KVCACHE_SPACE, which vLLM parses as an integer
-    # (vllm/envs.py); unset, vLLM takes 4.
-    kv_cache_gib: int = Field(default=4, ge=1, le=65536)
-    # Cores per engine, when a tier lists no `cpus`: a host's engines get consecutive
-    # blocks of this many cores from core 0 (prefill engines first, then decode), bound by
-    # VLLM_CPU_OMP_THREADS_BIND. None: vLLM's own binding, for one engine per host.
-    cores_per_engine: int | None = Field(default=None, ge=1, le=MAX_CPU_INDEX + 1)
-
-
 class Timeouts(Strict):
     ready_seconds: float = Field(default=1200.0, ge=1, le=MAX_READY_SECONDS)  # loads take minutes
     router_ready_seconds: float = Field(default=120.0, ge=1, le=DAY)
@@ -506,3 +473,10 @@ class Inventory(Strict):
                 f"host names must be lowercase letters, digits, - or _: {', '.join(bad)}"
             )
         return v
+
+    def tiers(self) -> tuple[tuple[TierName, Tier], tuple[TierName, Tier]]:
+        """(name, tier), prefill first: the order rules, checks and reports list them in."""
+        return (("prefill", self.prefill), ("decode", self.decode))
+
+    def tier(self, name: TierName) -> Tier:
+        return self.prefill if name == "prefill" else self.decode
