@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdboot.inventory.cpu_layout import ENGINE_OVERHEAD_GIB, SHM_PER_ENGINE
+from pdboot.inventory.cpu_layout import ENGINE_OVERHEAD_GIB, SHM_PER_ENGINE, describe
 from pdboot.preflight.checks import (
     MISSING,
     CheckResult,
@@ -302,8 +302,6 @@ def _cores(ctx: HostContext, f: CpuFacts) -> CheckResult:
 
 
 def _span(cores: tuple[int, ...] | list[int]) -> str:
-    from pdboot.inventory.cpu_layout import describe
-
     return describe(tuple(cores)).removeprefix("cores ")
 
 
