@@ -147,7 +147,7 @@ def _cpu_needs(inv: Inventory, services: Sequence[Service]) -> tuple[CpuNeed, ..
     for s in services:
         if s.role == "router":
             continue
-        tier = inv.prefill if s.role == "prefill" else inv.decode
+        tier = inv.tier("prefill" if s.role == "prefill" else "decode")
         out.append(CpuNeed(s.key, s.cpus, tier.tensor_parallel_size, engine_dtype(tier)))
     return tuple(out)
 
