@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 
+from pdboot.inventory.cpu_layout import cpu_rules
 from pdboot.inventory.engines import engine_rules, is_auto, tier_groups
 from pdboot.inventory.safety import (
     is_loopback_or_unspecified,
@@ -20,6 +21,12 @@ def advertised_address(host: Host) -> str:
     if host.address == LOCAL:
         return host.advertise_address or "127.0.0.1"
     return host.address
+
+
+def kv_buffer_device(inv: Inventory) -> str:
+    """Where NIXL's KV buffers live: the inventory's, else the deployment's device (vLLM's
+    NIXL utils accept only "cpu" on the CPU platform)."""
+    return inv.kv_transfer.kv_buffer_device or inv.device
 
 
 def engine_uses_secrets(inv: Inventory) -> bool:
@@ -149,8 +156,9 @@ def _address_rules(inv: Inventory) -> list[Rule]:
 
 
 def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
-    """GPU groups, ports per engine, tiers sharing a host (engines per host)."""
-    return engine_rules(inv)
+    """GPU groups (CPU cores for device: cpu), ports per engine, tiers sharing a host
+    (engines per host)."""
+    return cpu_rules(inv) + engine_rules(inv)
 
 
 def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
