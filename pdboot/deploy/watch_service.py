@@ -22,7 +22,8 @@ from pdboot.deploy.router_api import RouterWorkerApi
 from pdboot.deploy.watch_run import Restarter, WatchDeps, Watcher
 from pdboot.events import Done, Emit, Note
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pdboot.inventory.schema import Inventory, Watch
+from pdboot.inventory.schema import Inventory
+from pdboot.inventory.watch_schema import Watch
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan
 from pdboot.transport.docker_parse import EngineError

