@@ -31,6 +31,13 @@ watch: {{interval_seconds: 1, deadline_seconds: 2, readmit_after: 2, port: {b5}}
 """
 
 
+def _output(cli: subprocess.Popen[str]) -> str:
+    """What it printed, once it is stopped (a failed wait must not wait on it forever)."""
+    if cli.poll() is None:
+        cli.kill()
+    return cli.communicate()[0]
+
+
 def _rounds(events: Path) -> int:
     text = events.read_text() if events.exists() else ""
     return sum(1 for line in text.splitlines() if '"event": "watch_round"' in line)
@@ -42,16 +49,21 @@ def test_the_cli_evicts_a_corrupting_decode_through_the_router(tmp_path: Path) -
                             b5=base + 500)
     plan = build_plan(parse_inventory(text))  # where `up` would have put each engine
     env = {"decode-1": {"STANDIN_CORRUPT_PULLED_KV": "1"}}
-    procs = [Proc(tmp_path, s.name, s.role, env.get(s.name, {}), s.address, s.port,
-                  s.side_channel_port) for s in plan.services() if s.is_engine]
-    corrupt = next(p for p in procs if p.name == "decode-1")
-    healthy = next(p for p in procs if p.name == "decode")
     wport = base + 500
-    router = Router(tmp_path, procs[0].url, procs[1].url, "127.0.0.1", plan.router.port)
     inv = tmp_path / "inventory.yaml"
     inv.write_text(text)
     events = tmp_path / "events.jsonl"
+    procs: list[Proc] = []
+    router: Router | None = None
+    cli: subprocess.Popen[str] | None = None
     try:
+        for s in plan.services():
+            if s.is_engine:
+                procs.append(Proc(tmp_path, s.name, s.role, env.get(s.name, {}), s.address,
+                                  s.port, s.side_channel_port))
+        corrupt = next(p for p in procs if p.name == "decode-1")
+        healthy = next(p for p in procs if p.name == "decode")
+        router = Router(tmp_path, procs[0].url, procs[1].url, "127.0.0.1", plan.router.port)
         for p in procs:
             router.add(p.url, p.role)
         cli = subprocess.Popen(
@@ -61,20 +73,24 @@ def test_the_cli_evicts_a_corrupting_decode_through_the_router(tmp_path: Path) -
         verdicts = None
         end = time.monotonic() + DEADLINE
         while verdicts is None or not verdicts["pairs"]:  # its /verdicts while it runs
-            assert cli.poll() is None and time.monotonic() < end, cli.communicate()[0]
+            assert cli.poll() is None and time.monotonic() < end, _output(cli)
             try:
                 verdicts = json.loads(get(f"http://127.0.0.1:{wport}/verdicts")[1])
             except OSError:
                 time.sleep(0.1)
         metrics = get(f"http://127.0.0.1:{wport}/metrics")[1]
         while _rounds(events) < 4:  # then Ctrl-C, as an operator stops it
-            assert cli.poll() is None and time.monotonic() < end + 60, cli.communicate()[0]
+            assert cli.poll() is None and time.monotonic() < end + 60, _output(cli)
             time.sleep(0.1)
         cli.send_signal(signal.SIGINT)
         out, _ = cli.communicate(timeout=120)
-    finally:
         router_list = router.listed()
-        router.stop()
+    finally:
+        if cli is not None and cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        if router is not None:
+            router.stop()
         for p in procs:
             p.stop()
     assert cli.returncode == 1, out

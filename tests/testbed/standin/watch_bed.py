@@ -72,6 +72,14 @@ class Proc:
                 "--port", str(self.port)]
         with log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            self._wait_healthy(log)
+        except BaseException:
+            self.stop()  # never leave a half-started engine behind
+            raise
+
+    def _wait_healthy(self, log: Path) -> None:
+        assert self.proc is not None
         end = time.monotonic() + DEADLINE
         while True:
             assert self.proc.poll() is None, log.read_text()
@@ -117,16 +125,20 @@ class Router:
                  "--policy", "round_robin", "--host", host, "--port", str(self.port),
                  "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port)],
                 stdout=out, stderr=subprocess.STDOUT)
-        end = time.monotonic() + DEADLINE
-        while True:
-            assert self.proc.poll() is None, log.read_text()
-            try:
-                if get(self.url + "/workers")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < end, log.read_text()
-            time.sleep(0.1)
+        try:
+            end = time.monotonic() + DEADLINE
+            while True:
+                assert self.proc.poll() is None, log.read_text()
+                try:
+                    if get(self.url + "/workers")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                assert time.monotonic() < end, log.read_text()
+                time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
 
     def add(self, url: str, kind: str) -> None:
         status, body = post(self.url + "/workers", {"url": url, "worker_type": kind})
