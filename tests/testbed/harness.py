@@ -4,6 +4,7 @@
     tb.hosts["decode"].address        # 10.77.<k>.10, reachable over SSH (strict host keys)
     tb.known_hosts, tb.identity_file  # for inventories and ssh -o UserKnownHostsFile=...
     tb.registry                       # "10.77.<k>.1:5000"; tb.image / tb.router_image
+    tb.pdboot_image()                 # this checkout's pdboot as an image (built on demand)
     path = tb.inventory(tmp_path / "inv.yaml")
     tb.stop()
 
@@ -100,6 +101,12 @@ class Testbed:
     @property
     def router_image(self) -> str:
         return f"{self.registry}/{images.ROUTER_REPO}:{images.ROUTER_TAG}"
+
+    def pdboot_image(self) -> str:
+        """This checkout's pdboot as an image in the registry (built on first use, then
+        whenever pdboot's files change): what an inventory's ``watch.image`` runs."""
+        images.ensure_pushed(self, self.dir / "registry", pdboot=True)
+        return f"{self.registry}/{images.PDBOOT_REF}"
 
     @classmethod
     def start(cls, hosts: Iterable[HostSpec | str], *, images_needed: bool = True,

@@ -9,6 +9,10 @@
   dependencies (pip install --target for cp311 manylinux); like the upstream image
   (Dockerfile.router) it has no ENTRYPOINT and CMD ["vllm-router","--host","0.0.0.0",
   "--port","8080"], so a compose `command:` must start with `vllm-router`.
+- `pdboot/pdboot:testbed`: base + this checkout's pdboot package and its runtime dependencies
+  from pyproject.toml (pip install --target, cp311 manylinux), ENTRYPOINT ["pdboot"], USER
+  nobody: what containers/watch.Dockerfile builds for operators, for the watch service that
+  `up` starts beside the router (an inventory's `watch.image`).
 
 Images are built with `docker import` on a short-lived build dockerd and pushed to the
 testbed's registry; the registry's storage is then kept in CACHE_DIR and reused by every
@@ -43,6 +47,8 @@ EMULATED_SITE = Path(__file__).resolve().parent / "emulated_site"
 ENGINE_REPO, ENGINE_TAG = "vllm/vllm-openai", "v0.33.0"
 ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
 ROUTER_VERSION = "0.1.17"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PDBOOT_REPO, PDBOOT_TAG = "pdboot/pdboot", "testbed"
 BUILT_FILE = "pdboot-built.json"
 RECIPE_VERSION = "3"  # bump when the way images are built changes
 
@@ -93,6 +99,22 @@ ROUTER_CHANGES = [
     "EXPOSE 8080",
     "EXPOSE 29000",
 ]
+PDBOOT_LAUNCHER = """#!/usr/bin/python3
+# the console script of pdboot (entry point pdboot.cli:main)
+import sys
+
+from pdboot.cli import main
+
+if __name__ == "__main__":
+    sys.argv[0] = "pdboot"
+    sys.exit(main())
+"""
+PDBOOT_CHANGES = [  # as containers/watch.Dockerfile: no secrets baked in, not root
+    'ENTRYPOINT ["pdboot"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV PYTHONUNBUFFERED=1",
+    "USER nobody",
+]
 
 
 def _sha(*parts: bytes | str) -> str:
@@ -115,20 +137,44 @@ def _emulated_site_files() -> list[Path]:
     return sorted(p for p in EMULATED_SITE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def _pdboot_files() -> list[Path]:
+    pkg = REPO_ROOT / "pdboot"
+    return sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix in (".py", ".typed"))
+
+
+def pdboot_requirements() -> list[str]:
+    """pdboot's runtime dependencies, as pyproject.toml lists them."""
+    import tomllib
+
+    doc = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    return [str(r) for r in doc["project"]["dependencies"]]
+
+
 def base_key() -> str:
     return _sha(RECIPE_VERSION, *BASE_PACKAGES)
 
 
-def wanted() -> dict[str, str]:
-    """Repository:tag -> content key of what should be in the registry."""
+PDBOOT_REF = f"{PDBOOT_REPO}:{PDBOOT_TAG}"
+
+
+def wanted(*, pdboot: bool = False) -> dict[str, str]:
+    """Repository:tag -> content key of what should be in the registry. The pdboot image only
+    when asked for (``Testbed.pdboot_image()``): its key changes with every pdboot edit, and
+    only the watch service's tests run it."""
     standin = [f.name.encode() + f.read_bytes() for f in _standin_files()]
     standin += [str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes()
                 for f in _emulated_site_files()]
-    return {
+    refs = {
         f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin),
         f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES,
                                             ROUTER_VERSION),
     }
+    if pdboot:
+        pkg = [str(f.relative_to(REPO_ROOT)).encode() + f.read_bytes() for f in _pdboot_files()]
+        refs[PDBOOT_REF] = _sha(base_key(), PDBOOT_LAUNCHER, *PDBOOT_CHANGES,
+                                *pdboot_requirements(), *pkg)
+    return refs
 
 
 # ---------------------------------------------------------------------- the registry cache
@@ -180,9 +226,9 @@ def prepare_registry_data(dest: Path) -> None:
             _clone(cached, dest)
 
 
-def ensure_pushed(tb: Testbed, data: Path) -> None:
+def ensure_pushed(tb: Testbed, data: Path, *, pdboot: bool = False) -> None:
     """Build and push every image whose content key changed; then refresh the cache."""
-    want = wanted()
+    want = wanted(pdboot=pdboot)
     have = _built(data)
     stale = [ref for ref, key in want.items() if have.get(ref) != key]
     if not stale:
@@ -275,6 +321,16 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         for f in _emulated_site_files():
             (site / f.relative_to(EMULATED_SITE)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, site / f.relative_to(EMULATED_SITE))
+    elif ref.startswith(PDBOOT_REPO):
+        changes = PDBOOT_CHANGES
+        site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
+        site.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(pdboot_site(), site, symlinks=True, dirs_exist_ok=True)
+        shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's shebang
+        for f in _pdboot_files():
+            (site / f.relative_to(REPO_ROOT)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, site / f.relative_to(REPO_ROOT))
+        _write_exec(work / "usr" / "local" / "bin" / "pdboot", PDBOOT_LAUNCHER)
     else:
         changes = ROUTER_CHANGES
         site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
@@ -355,19 +411,30 @@ def _link(path: Path, target: str) -> None:
 
 def router_site() -> Path:
     """vllm-router==0.1.17 from PyPI with its dependencies, for CPython 3.11 manylinux."""
-    out = CACHE_DIR / f"router-site-{ROUTER_VERSION}"
+    return _pip_site(f"router-site-{ROUTER_VERSION}", [f"vllm-router=={ROUTER_VERSION}"])
+
+
+def pdboot_site() -> Path:
+    """pdboot's runtime dependencies from PyPI (cached by the requirement list)."""
+    reqs = pdboot_requirements()
+    return _pip_site(f"pdboot-site-{_sha(RECIPE_VERSION, *reqs)}", reqs)
+
+
+def _pip_site(name: str, requirements: list[str]) -> Path:
+    """`pip install --target` of these requirements for CPython 3.11 manylinux x86_64."""
+    out = CACHE_DIR / name
     if (out / ".done").exists():
         return out
-    tmp = CACHE_DIR / f"router-site.tmp.{os.getpid()}"
+    tmp = CACHE_DIR / f"{name}.tmp.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     res = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(tmp),
          "--python-version", "3.11", "--implementation", "cp", "--only-binary=:all:",
          "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-         "--platform", "manylinux2014_x86_64", f"vllm-router=={ROUTER_VERSION}"],
+         "--platform", "manylinux2014_x86_64", *requirements],
         capture_output=True, text=True)
     if res.returncode != 0:
-        raise RuntimeError(f"pip install vllm-router failed: {res.stderr[-3000:]}")
+        raise RuntimeError(f"pip install {' '.join(requirements)} failed: {res.stderr[-3000:]}")
     (tmp / ".done").write_text("")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
