@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from pdboot.deploy.seams import OP_DEADLINE
+from pdboot.deploy.seams import OP_DEADLINE, report_errors
 from pdboot.events import Emit, PullDone, PullProgress, ServiceStarted
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Step
@@ -97,3 +98,26 @@ def start_all(
                 emit(ServiceStarted(s.service.key, recreate))
 
     return hosts.each(start_host, OP_DEADLINE, only=todo)[1]
+
+
+def watch_after_checks(hosts: Hosts, steps: Sequence[Step], emit: Emit) -> list[Step]:
+    """The watch service's steps for after up's KV proof, gate and speed check, a running
+    watch stopped and removed for them: its canaries' decode-alone prompts, computed on the
+    decode, would count in the proof's window as KV that never arrived."""
+    running = [s.current for s in steps if s.kind == "unchanged" and s.current is not None]
+    by_host: dict[str, list[str]] = {}
+    for o in running:
+        by_host.setdefault(o.host, []).append(o.id)
+    if by_host:
+        _, errors = hosts.each(
+            lambda h, link: link.engine.stop_remove(by_host[h]), OP_DEADLINE, only=by_host
+        )
+        if errors:  # it keeps running: the proof may misread its canaries
+            report_errors(emit, "cannot stop watch for up's checks on", errors)
+            return [s for s in steps if s.kind != "unchanged"]
+    return [
+        replace(s, kind="create", reason="started after up's checks", current=None)
+        if s.kind == "unchanged"
+        else s
+        for s in steps
+    ]

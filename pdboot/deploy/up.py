@@ -1,7 +1,8 @@
 """`up`: preflight -> pull everywhere (parallel) -> ship compose + secrets -> start the
 decode and prefill tiers together -> wait for every engine's /health -> start the router
 -> wait for its /health and every engine in /workers -> one chat completion through the
-router with proof that decode pulled KV from prefill -> endpoint.
+router with proof that decode pulled KV from prefill -> the watch service, if any (after
+the checks: its canaries would count in the proof) -> endpoint.
 
 Both engine tiers start at once: vLLM 0.33's NIXL connector needs nothing from the other
 tier at start-up (decode handshakes with a prefill over the side channel lazily, at the
@@ -19,7 +20,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdboot.deploy.actions import pull_all, ship_all, start_all
+from pdboot.deploy.actions import pull_all, ship_all, start_all, watch_after_checks
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
@@ -50,7 +51,6 @@ from pdboot.events import (
     Rollback,
     ServiceAction,
     ServiceReady,
-    ServiceWait,
     StageStarted,
     TierReady,
     WaitTick,
@@ -174,14 +174,6 @@ def _preflight(
     return outcome.rdma
 
 
-def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceWait:
-    phase = prober.latest_phase.get(key)
-    line = prober.latest_line.get(key, "")
-    if phase is None:
-        return ServiceWait(key, state, detail, line)
-    return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
-
-
 @dataclass(frozen=True)
 class _Env:
     clock: Clock
@@ -257,15 +249,19 @@ class _Up:
         if restarts:  # after the prefill tier is ready, before the router registers them
             self.start(restarts)
             self.wait([s.service for s in restarts], router=False)
-        for role in ("router", "watch"):  # watch (if any) once the router serves every engine
-            if later := [s for steps in stages for s in steps if s.service.role == role]:
-                self.start(later)
-                self.wait([s.service for s in later], router=role == "router")
+        if routers := [s for steps in stages for s in steps if s.service.role == "router"]:
+            self.start(routers)
+            self.wait([s.service for s in routers], router=True)
+        watch = [s for steps in stages for s in steps if s.service.role == "watch"]
         if self.opts.prove:
+            watch = watch_after_checks(self.hosts, watch, self.emit)
             self.prove()
             self.gate()
             if self.opts.speed:
                 self.kv_speed()
+        if watch:  # once the router serves every engine and up's checks are done
+            self.start(watch)
+            self.wait([s.service for s in watch], router=False)
         self.show_endpoint()
 
     # ---- pull
@@ -388,9 +384,7 @@ class _Up:
             if p.state == "ready" and key not in announced:
                 announced.add(key)
                 self.emit(ServiceReady(key, t.elapsed))
-        rows = tuple(
-            _service_wait(key, p.state, p.detail, self.prober) for key, p in t.states.items()
-        )
+        rows = tuple(self.prober.service_wait(k, p.state, p.detail) for k, p in t.states.items())
         self.emit(WaitTick(t.elapsed, rows))
 
     def fail(self, svc: Service, e: WaitError) -> None:

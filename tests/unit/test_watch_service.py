@@ -87,6 +87,14 @@ def test_the_service_command_parses_in_the_real_cli_and_compose_accepts_it(
     assert mount["target"] == WATCH_INVENTORY_IN_CONTAINER and mount["read_only"] is True
 
 
+def _after_the_proof(events: list[ev.Event]) -> bool:
+    """watch's canaries would count in the KV proof's window: it starts after the proof."""
+    proof = next(i for i, e in enumerate(events) if isinstance(e, ev.KVVerdict))
+    start = next(i for i, e in enumerate(events)
+                 if isinstance(e, ev.ServiceStarted) and e.service == "watch@r")
+    return proof < start
+
+
 def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
     world = World(with_watch())
     rec = Recorder()
@@ -95,6 +103,15 @@ def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
     assert code == 0, [e for e in rec.events if isinstance(e, ev.Failure)]
     started = [e.service for e in rec.of(ev.ServiceStarted)]
     assert started[-2:] == ["router@r", "watch@r"]
+    assert _after_the_proof(rec.events)
+    # a re-run with watch running: removed for up's checks, started again after them
+    again = Recorder()
+    code = up(world.inv, UpOptions(skip_preflight=True), again, clock=world.clock,
+              hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
+    assert code == 0, [e for e in again.events if isinstance(e, ev.Failure)]
+    assert [e.service for e in again.of(ev.ServiceStarted)] == ["watch@r"]
+    assert _after_the_proof(again.events)
+    assert len(world.of_role("watch")) == 1
     shipped = world.shipped["r"][WATCH_INVENTORY]
     assert parse_inventory(shipped) == world.inv  # the service loads what the operator wrote
     assert WATCH_INVENTORY not in world.shipped.get("p1", {})
