@@ -173,9 +173,10 @@ class ClientLoop:
     errors: list[tuple[float, str]] = field(default_factory=list)  # (start, what went wrong)
     stop: threading.Event = field(default_factory=threading.Event)
     max_requests: int = 2000
+    model: str = MODEL  # the served model name the router routes
 
     def run(self) -> None:
-        body = {"model": MODEL, "prompt": self.prompt, "max_tokens": 16, "temperature": 0}
+        body = {"model": self.model, "prompt": self.prompt, "max_tokens": 16, "temperature": 0}
         while not self.stop.is_set() and len(self.results) < self.max_requests:
             t0 = time.monotonic()
             try:
