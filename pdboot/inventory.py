@@ -17,14 +17,18 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pdboot import yamlsafe
+from pdboot import flagnames, yamlsafe
+from pdboot.hostpaths import mount_conflicts
+from pdboot.imageref import check_image_reference
 from pdboot.safety import (
     check_abs_path,
     check_address,
     check_env_name,
+    check_extra_args,
     check_reference,
     check_safe_path,
     check_safe_token,
+    check_size,
     is_loopback_or_unspecified,
     looks_like_token,
     secret_env_name,
@@ -39,13 +43,15 @@ _USER_RE = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
 _IFACE_RE = r"[A-Za-z0-9_.:@-]{1,15}"  # IFNAMSIZ - 1
 _DEVICE_RE = r"[A-Za-z0-9_.:-]{1,64}"
 _IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # registry/repo:tag@digest
-_VERSION_RE = r"\d{1,4}(\.\d{1,4}){0,2}"
+_VERSION_RE = r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}"  # ASCII digits: \d is any script's
 MAX_TP = 64  # GPUs per engine: no node holds more; vLLM would hang waiting for the rest
 MAX_GPU_INDEX = 63
 DAY = 86400.0
 # Compose parses durations as Go time.Duration (int64 ns, ~292 years), and a readiness
 # wait longer than a week means a stuck load, not a slow one.
 MAX_READY_SECONDS = 7 * DAY
+# /dev/shm of an engine is host memory: no host has more than a few TiB.
+MAX_SHM_BYTES = 4 << 40
 
 
 def _safe_path_or_none(v: str | None, what: str) -> str | None:
@@ -159,6 +165,11 @@ class Tier(Strict):
     extra_args: list[str] = []
     env: dict[str, str] = {}
 
+    @field_validator("extra_args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_extra_args(v)
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
@@ -240,6 +251,11 @@ class Router(Strict):
     dp_aware: bool = False
     extra_args: list[str] = []
 
+    @field_validator("extra_args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_extra_args(v)
+
 
 # The fields of vLLM 0.33's KVTransferConfig that an operator may set. kv_role is set per
 # tier by pdboot; engine_id is left to vLLM (a fresh uuid per engine).
@@ -269,6 +285,10 @@ class UCXSettings(Strict):
         bad = [k for k in v if not k.startswith("UCX_")]
         if bad:
             raise ValueError(f"only UCX_* variables belong here, not {', '.join(sorted(bad))}")
+        own = {"UCX_NET_DEVICES": "net_devices", "UCX_TLS": "tls"}
+        for k in v:
+            if k in own:
+                raise ValueError(f"{k} has its own key: kv_transfer.ucx.{own[k]}")
         return v
 
 
@@ -314,9 +334,7 @@ class Container(Strict):
     @field_validator("shm_size")
     @classmethod
     def _size(cls, v: str) -> str:
-        if not re.fullmatch(r"\d{1,9}(\.\d{1,3})?[bkmgtBKMGT]?", v.strip()):
-            raise ValueError(f"{v!r} is not a size like 16g or 512m")
-        return v.strip().lower()
+        return check_size(v, "shm_size", MAX_SHM_BYTES)
 
     @field_validator("hf_cache")
     @classmethod
@@ -380,7 +398,7 @@ class Requirements(Strict):
     @field_validator("compute_capability")
     @classmethod
     def _cc(cls, v: str) -> str:
-        return check_safe_token(v, "compute capability (like 12.0)", r"\d{1,2}\.\d{1,2}")
+        return check_safe_token(v, "compute capability (like 12.0)", r"[0-9]{1,2}\.[0-9]{1,2}")
 
     @field_validator("gpu_name")
     @classmethod
@@ -435,12 +453,19 @@ class Inventory(Strict):
     def _served(cls, v: str | None) -> str | None:
         if v is not None and (not v.strip() or any(c.isspace() for c in v)):
             raise ValueError("must be a non-empty name without spaces")
+        if v is not None and v.startswith("-"):
+            # it follows --served-model-name on the engine's command line: `-rf` would be
+            # read as a flag of its own
+            raise ValueError(f"{v!r} starts with '-': vLLM would read it as a flag; rename it")
+        if v is not None and not v.isprintable():
+            raise ValueError("must hold printable characters only")
         return v
 
     @field_validator("image", "router_image")
     @classmethod
     def _image(cls, v: str) -> str:
-        return check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+        check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+        return check_image_reference(v)
 
     @field_validator("hosts")
     @classmethod
@@ -756,7 +781,15 @@ def validate_rules(inv: Inventory) -> list[Rule]:
         + secret_rules(inv)
         + _managed_rules(inv, ("router",))
         + _policy_rules(inv)
+        + _mount_rules(inv)
     )
+
+
+def _mount_rules(inv: Inventory) -> list[Rule]:
+    """Host mounts that overlap pdboot's own directories (pdboot/hostpaths.py)."""
+    model = inv.model if inv.model.startswith("/") else None
+    conflicts = mount_conflicts(inv.remote_dir, inv.name, inv.container.hf_cache, model)
+    return [(tuple(key.split(".")), msg) for key, msg in conflicts]
 
 
 def _policy_rules(inv: Inventory) -> list[Rule]:
@@ -837,6 +870,16 @@ def _address_rules(inv: Inventory) -> list[Rule]:
                         "advertise_address: it is what NIXL advertises to the peer",
                     )
                 )
+        elif host.advertise_address is not None and host.advertise_address != host.address:
+            # for an SSH host the address is what peers (and the router) use; a second one
+            # that pdboot ignored let the operator believe NIXL advertised it
+            out.append(
+                (
+                    ("hosts", name, "advertise_address"),
+                    "advertise_address is only for a `local` host; for this host peers use "
+                    f"its address {host.address!r}: remove advertise_address or set address to it",
+                )
+            )
         elif multi_host and is_loopback_or_unspecified(host.address):
             out.append(
                 (
@@ -846,6 +889,29 @@ def _address_rules(inv: Inventory) -> list[Rule]:
                     "and the other host would connect to itself",
                 )
             )
+    return out + _duplicate_address_rules(inv)
+
+
+def _duplicate_address_rules(inv: Inventory) -> list[Rule]:
+    """Two inventory hosts with one address are one machine: their ports, GPUs and
+    project directories would collide behind pdboot's back."""
+    out: list[Rule] = []
+    first: dict[str, str] = {}
+    for name, host in inv.hosts.items():
+        addr = host.address if host.address != LOCAL else f"local:{host.advertise_address}"
+        port = host.ssh.port or inv.ssh.port or 22
+        key = f"{addr}#{port}"
+        if key in first:
+            out.append(
+                (
+                    ("hosts", name, "address"),
+                    f"host {name!r} has the same address as host {first[key]!r} "
+                    f"({host.address}): one machine is one host; list it once and use "
+                    "engines_per_host or both tiers on it",
+                )
+            )
+        else:
+            first[key] = name
     return out
 
 
@@ -863,28 +929,29 @@ def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
         if tname not in sections:
             continue
         for key in tier.env:
-            if key in ("VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"):
+            why = managed_env_reason(key)
+            if why is not None:
+                out.append(((tname, "env", key), f"{key} is set by pdboot ({why}); remove it"))
+        for i, arg in enumerate(tier.extra_args):
+            hit = flagnames.find(arg, flagnames.ENGINE, _MANAGED_FLAGS)
+            if hit is not None:
                 out.append(
                     (
-                        (tname, "env", key),
-                        f"{key} is set by pdboot from the host address and side_channel_port",
+                        (tname, "extra_args", i),
+                        f"{hit.spelled(flagnames.ENGINE)} is set by pdboot "
+                        f"({_MANAGED_FLAGS[hit.flag]}); remove it",
                     )
-                )
-        for i, arg in enumerate(tier.extra_args):
-            flag = _flag_name(arg)
-            if flag in _MANAGED_FLAGS:
-                out.append(
-                    ((tname, "extra_args", i), f"{flag} is set by pdboot ({_MANAGED_FLAGS[flag]})")
                 )
     if "router" not in sections:
         return out
     for i, arg in enumerate(inv.router.extra_args):
-        flag = _flag_name(arg)
-        if flag in _ROUTER_MANAGED_FLAGS:
+        hit = flagnames.find(arg, flagnames.ROUTER, _ROUTER_MANAGED_FLAGS)
+        if hit is not None:
             out.append(
                 (
                     ("router", "extra_args", i),
-                    f"{flag} is set by pdboot ({_ROUTER_MANAGED_FLAGS[flag]})",
+                    f"{hit.spelled(flagnames.ROUTER)} is set by pdboot "
+                    f"({_ROUTER_MANAGED_FLAGS[hit.flag]}); remove it",
                 )
             )
     return out
@@ -902,21 +969,25 @@ def secret_rules(inv: Inventory) -> list[Rule]:
     """Secrets only through `secrets`: no secret flag, no secret-named variable and no
     token-looking value in extra_args or env."""
     out: list[tuple[tuple[str | int, ...], str]] = []
-    args: list[tuple[tuple[str | int, ...], str]] = []
+    args: list[tuple[tuple[str | int, ...], str, str]] = []
     args += [
-        ((t, "extra_args", i), a)
+        ((t, "extra_args", i), a, flagnames.ENGINE)
         for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
         for i, a in enumerate(tier.extra_args)
     ]
-    args += [(("router", "extra_args", i), a) for i, a in enumerate(inv.router.extra_args)]
-    for path, arg in args:
-        flag = _flag_name(arg)
-        if flag in SECRET_FLAGS:
+    args += [
+        (("router", "extra_args", i), a, flagnames.ROUTER)
+        for i, a in enumerate(inv.router.extra_args)
+    ]
+    for path, arg, program in args:
+        hit = flagnames.find(arg, program, SECRET_FLAGS)
+        if hit is not None:
             out.append(
                 (
                     path,
-                    f"{flag} would put a secret on the command line; set "
-                    f"{SECRET_FLAGS[flag]} (a reference) instead",
+                    f"{hit.spelled(program)} would put a secret on the command line "
+                    f"(compose.yaml is 0644, and `ps` shows it); set "
+                    f"{SECRET_FLAGS[hit.flag]} (a reference) instead",
                 )
             )
         elif looks_like_token(arg.split("=", 1)[-1]):
@@ -949,10 +1020,26 @@ def secret_rules(inv: Inventory) -> list[Rule]:
     return out
 
 
-def _flag_name(arg: str) -> str:
-    """``--kv_transfer_config=...`` -> ``--kv-transfer-config`` (vLLM accepts both)."""
-    flag = arg.split("=", 1)[0]
-    return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+# Engine variables pdboot sets itself (plan._engine, plan._ucx_env) or that would undo
+# what it chose: a tier's env is applied last, so it would silently win.
+_MANAGED_ENV = {
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "from the host's address",
+    "VLLM_NIXL_SIDE_CHANNEL_PORT": "from the tier's side_channel_port",
+    "HF_HOME": "the HF cache mount, from container.hf_cache",
+    "CUDA_VISIBLE_DEVICES": "from the tier's gpus (the container sees only its GPUs)",
+    "NVIDIA_VISIBLE_DEVICES": "from the tier's gpus (the GPU request)",
+}
+
+
+def managed_env_reason(key: str) -> str | None:
+    """Why a tier may not set ``key`` (None: it may)."""
+    if key in _MANAGED_ENV:
+        return _MANAGED_ENV[key]
+    if key.startswith("UCX_"):
+        return "UCX variables go under kv_transfer.ucx (net_devices, tls, env)"
+    if key.startswith("VLLM_NIXL_SIDE_CHANNEL"):
+        return "the NIXL side channel comes from the host and side_channel_port"
+    return None
 
 
 _MANAGED_FLAGS = {
