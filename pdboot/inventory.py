@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pdboot import flagnames, yamlsafe
 from pdboot.hostpaths import mount_conflicts
 from pdboot.imageref import check_image_reference
+from pdboot.localfiles import NotRegularFile, read_regular_file
 from pdboot.safety import (
     check_abs_path,
     check_address,
@@ -723,8 +724,9 @@ _TOO_BIG = f"the inventory is larger than {MAX_INVENTORY_BYTES >> 20} MiB; is th
 def load_inventory(path: str | Path) -> Inventory:
     p = Path(path)
     try:
-        with p.open("rb") as f:  # read with a limit: /dev/zero must not fill the memory
-            raw = f.read(MAX_INVENTORY_BYTES + 1)
+        raw = read_regular_file(p, MAX_INVENTORY_BYTES + 1)
+    except NotRegularFile as e:
+        raise InventoryError([InventoryIssue((), str(e), None, str(p))]) from None
     except OSError as e:
         # no line: there is no text (a missing file, a directory, no permission)
         issue = InventoryIssue((), f"cannot read: {e.strerror}", None, str(p))
