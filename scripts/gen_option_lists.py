@@ -1,11 +1,11 @@
-"""Regenerate pdboot/optionlists.py from the real option lists.
+"""Regenerate pdboot/inventory/optionlists.py from the real option lists.
 
 Sources (both real captures): ``../shared/fixtures/vllm-0.33.0/serve-args.json`` (the
 argparse actions of `vllm serve` 0.33.0) and ``tests/unit/fixtures/vllm-router-0.1.17-help.txt``
 (`vllm-router --help` of the PyPI wheel 0.1.17). tests/unit/test_flagnames.py checks that
 the module is what this script writes, so a new capture cannot be forgotten.
 
-    python3 scripts/gen_option_lists.py > pdboot/optionlists.py
+    python3 scripts/gen_option_lists.py > pdboot/inventory/optionlists.py
 """
 
 from __future__ import annotations

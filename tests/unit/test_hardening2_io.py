@@ -14,13 +14,15 @@ import pytest
 import yaml
 from fabric import Connection as FabricConnection
 
-from pdboot import sshdeadline
-from pdboot.checks import route
-from pdboot.engine import PROJECT_MARKER, Engine, ship_script
-from pdboot.inventory import InventoryError, SSHSettings, load_inventory, parse_inventory
-from pdboot.plan import build_plan
-from pdboot.remote import LocalConnection, RemoteError, SSHConnection
-from pdboot.render import render_all
+from pdboot.inventory.load import InventoryError, load_inventory, parse_inventory
+from pdboot.inventory.schema import SSHSettings
+from pdboot.plan.build import build_plan
+from pdboot.plan.render import render_all
+from pdboot.preflight.checks import route
+from pdboot.transport import sshdeadline
+from pdboot.transport.connection import LocalConnection, RemoteError
+from pdboot.transport.docker_host import PROJECT_MARKER, Engine, ship_script
+from pdboot.transport.ssh import SSHConnection
 
 GOOD = """\
 name: demo

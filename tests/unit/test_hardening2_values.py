@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pdboot import flagnames, optionlists
-from pdboot.hostpaths import sensitive_reason
-from pdboot.imageref import check_image_reference
-from pdboot.inventory import InventoryError, InventoryIssue, parse_inventory
+from pdboot.inventory import flagnames, optionlists
+from pdboot.inventory.hostpaths import sensitive_reason
+from pdboot.inventory.imageref import check_image_reference
+from pdboot.inventory.load import InventoryError, InventoryIssue, parse_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE_ARGS = ROOT / ".." / "shared" / "fixtures" / "vllm-0.33.0" / "serve-args.json"
@@ -66,7 +66,7 @@ def test_option_lists_are_generated_from_the_real_captures() -> None:
     router = gen.router_options(ROUTER_HELP.read_text())
     assert tuple(serve) == optionlists.VLLM_SERVE
     assert tuple(router) == optionlists.VLLM_ROUTER
-    assert (ROOT / "pdboot" / "optionlists.py").read_text() == gen.module_text(serve, router)
+    assert (ROOT / "pdboot" / "inventory" / "optionlists.py").read_text() == gen.module_text(serve, router)
     # the captures hold what the review used
     assert "--api-key" in router and "--prometheus-port" in router and "--api-key" in serve
     actions = json.loads(SERVE_ARGS.read_text())["actions"]

@@ -1,0 +1,408 @@
+"""Docker on one host: pull with progress, compose up per service, inspect, logs, removal.
+
+With ``docker_sdk`` the only modules that import the docker SDK. The SDK gives typed JSON
+(lenient to version drift) and the streamed per-layer pull progress that the docker CLI only
+prints to a TTY. Compose has no API, so it runs as the ``docker compose`` CLI on the host
+through the same connection, with argv lists (quoted by ``pdboot.transport.connection``).
+Parsing of what the engine returns lives in ``docker_parse``.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import shlex
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+
+from pdboot.plan.converge import Observed
+from pdboot.plan.model import LABEL_DEPLOYMENT, SECRETS_FILE
+from pdboot.transport.connection import (
+    Connection,
+    RemoteError,
+    put_text_script,
+)
+from pdboot.transport.docker_parse import (
+    EngineError,
+    EngineLost,
+    PullProgress,
+    observed_from_inspect,
+    pull_error_cause,
+    split_image,
+)
+from pdboot.transport.docker_sdk import api_for
+from pdboot.transport.masking import mask
+
+log = logging.getLogger(__name__)
+
+
+
+
+@dataclass(frozen=True)
+class PullResult:
+    image: str
+    pulled: bool  # False: already present with the registry's digest
+    digest: str | None
+    note: str = ""
+
+
+class Engine:
+    """Docker on one host, through that host's pdboot connection."""
+
+    def __init__(self, conn: Connection, api: Any) -> None:
+        self.conn = conn
+        self.host = conn.name
+        self.api = api
+
+    @classmethod
+    def open(cls, conn: Connection, timeout: int | None = 120) -> Engine:
+        """``timeout``: seconds a read may wait; None for streams that can stay quiet
+        for long (``logs -f``)."""
+        try:
+            return cls(conn, api_for(conn, timeout))
+        except EngineError:
+            raise
+        except RemoteError as e:
+            raise EngineError(conn.name, f"cannot reach Docker: {e.message}") from e
+        except Exception as e:
+            raise EngineError(conn.name, f"cannot reach Docker: {_short(e)}") from e
+
+    def _err(self, message: str) -> EngineError:
+        """The error to raise: the host's loss when its connection was lost (every call on
+        it fails then, and "cannot inspect" would hide why), else ``message``."""
+        lost = getattr(self.conn, "lost", None)
+        return EngineLost(self.host, lost) if lost else EngineError(self.host, message)
+
+    def close(self) -> None:
+        try:
+            self.api.close()
+        except Exception:  # closing must not hide the error that got us here
+            log.debug("closing the docker client of %s failed", self.host, exc_info=True)
+
+    # ---- images
+
+    def local_digests(self, image: str) -> list[str]:
+        try:
+            data = self.api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            return []
+        except Exception as e:
+            raise self._err(f"cannot inspect image {image}: {_short(e)}") from e
+        return [d.split("@", 1)[1] for d in data.get("RepoDigests") or [] if "@" in d]
+
+    def registry_digest(self, image: str) -> str | None:
+        try:
+            data = self.api.inspect_distribution(image)
+        except Exception:  # the pull that follows reports why the registry is unhappy
+            return None
+        desc = data.get("Descriptor") or {}
+        d = desc.get("digest")
+        return str(d) if d else None
+
+    def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult:
+        """Pull unless present with the registry's digest. Raises EngineError with the cause."""
+        have = self.local_digests(image)
+        remote = self.registry_digest(image)
+        if have and remote and remote in have:
+            return PullResult(image, False, remote, "already present")
+        if have and remote is None:
+            # Present but the registry cannot tell us its digest; let the pull decide.
+            pass
+        progress = PullProgress(image)
+        repo, tag = split_image(image)
+        try:
+            for event in self.api.pull(repo, tag=tag, stream=True, decode=True):
+                progress.feed(event)
+                on_progress(progress)
+                if progress.error:
+                    break
+        except docker.errors.APIError as e:
+            raise self._err(f"pull {image}: {pull_error_cause(_explain(e))}") from e
+        except Exception as e:
+            raise self._err(f"pull {image}: {pull_error_cause(_short(e))}") from e
+        if progress.error:
+            raise self._err(f"pull {image}: {pull_error_cause(progress.error)}")
+        return PullResult(image, True, progress.digest)
+
+    def remove_image(self, image: str) -> bool:
+        try:
+            self.api.remove_image(image)
+        except docker.errors.ImageNotFound:
+            return False
+        except Exception as e:
+            raise self._err(f"cannot remove image {image}: {_explain(e)}") from e
+        return True
+
+    # ---- containers
+
+    def containers(self, deployment: str) -> list[Observed]:
+        """This deployment's containers on the host (by label; running or not)."""
+        try:
+            items = self.api.containers(
+                all=True, filters={"label": [f"{LABEL_DEPLOYMENT}={deployment}"]}
+            )
+        except Exception as e:
+            raise self._err(f"cannot list containers: {_short(e)}") from e
+        out = []
+        for item in items:
+            try:
+                out.append(self.inspect(str(item["Id"])))
+            except EngineLost:
+                raise
+            except EngineError:  # removed between list and inspect
+                continue
+        return out
+
+    def inspect(self, container_id: str) -> Observed:
+        try:
+            data = self.api.inspect_container(container_id)
+        except Exception as e:
+            raise self._err(f"cannot inspect {container_id[:12]}: {_short(e)}") from e
+        return observed_from_inspect(self.host, data)
+
+    def logs(self, container_id: str, tail: int = 50) -> list[str]:
+        try:
+            raw = self.api.logs(container_id, stdout=True, stderr=True, tail=tail)
+        except Exception as e:
+            raise self._err(f"cannot read logs: {_short(e)}") from e
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        return [mask(line) for line in text.splitlines()]
+
+    def follow_logs(self, container_id: str, tail: int = 50) -> Iterator[str]:
+        try:
+            stream = self.api.logs(
+                container_id, stdout=True, stderr=True, tail=tail, stream=True, follow=True
+            )
+            buf = ""
+            for chunk in stream:
+                buf += chunk.decode(errors="replace") if isinstance(chunk, bytes) else str(chunk)
+                *lines, buf = buf.split("\n")
+                for line in lines:
+                    yield mask(line)
+            if buf:
+                yield mask(buf)
+            if getattr(self.conn, "lost", None):  # the stream just ends when the link dies
+                raise self._err("")
+        except EngineLost:
+            raise
+        except Exception as e:
+            raise self._err(f"cannot follow logs: {_short(e)}") from e
+
+    def stop_remove(self, container_ids: list[str], grace: int = 30) -> None:
+        """Stop (SIGTERM, then SIGKILL after ``grace`` s) and remove these containers."""
+        errors = []
+        for cid in container_ids:
+            try:
+                self.api.stop(cid, timeout=grace)
+            except docker.errors.NotFound:
+                continue
+            except Exception as e:
+                errors.append(f"stop {cid[:12]}: {_short(e)}")
+            try:
+                self.api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                continue
+            except Exception as e:
+                errors.append(f"remove {cid[:12]}: {_short(e)}")
+        if errors:
+            raise self._err("; ".join(errors))
+
+    # ---- compose and files (through the host's shell; argv lists are quoted by remote)
+
+    def ship(
+        self,
+        project_dir: str,
+        compose_text: str,
+        secrets_text: str | None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        """compose.yaml (0644), any ``extra`` files (0644, e.g. the RDMA record) and, if
+        given, secrets.env (0600) into a 0700 project dir, in one round trip. Every file
+        travels on stdin (see ship_script), never in the command line: the secrets stay out
+        of argument lists, and a compose file over 128 KiB does not hit E2BIG."""
+        script, stdin = ship_script(
+            project_dir, {"compose.yaml": compose_text, **(extra or {})}, secrets_text
+        )
+        try:
+            res = self.conn.run(script, stdin=stdin)
+        except RemoteError as e:
+            raise self._err(e.message) from e
+        if res.rc != 0:
+            raise self._err(f"cannot write into {project_dir}: {mask(res.stderr.strip())}")
+
+    def compose_up(
+        self,
+        project_dir: str,
+        project: str,
+        service: str | Sequence[str],
+        *,
+        recreate: bool,
+        timeout: float,
+    ) -> None:
+        """`docker compose up` of one service, or several at once (compose starts them in
+        parallel: the engines of a host)."""
+        names = [service] if isinstance(service, str) else list(service)
+        argv = [
+            "docker",
+            "compose",
+            "--project-name",
+            project,
+            "--project-directory",
+            project_dir,
+            "--file",
+            f"{project_dir}/compose.yaml",
+            "up",
+            "--detach",
+            "--no-deps",
+            "--pull",
+            "never",  # pulled (with progress) before, by digest
+        ]
+        if recreate:
+            argv.append("--force-recreate")
+        argv += names
+        what = f"start {', '.join(names)}"
+        try:
+            self._run(argv, what, timeout=timeout)
+        except EngineError as e:
+            if not is_transient_runtime_error(str(e)):
+                raise
+            # runc occasionally fails a container's init on a loaded host without a cause
+            # (seen as "error during container init: %!w(<nil>)"); compose left the
+            # container created, and a second `up` of the same service starts it.
+            self._run(argv, what, timeout=timeout)
+
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        """A short-lived `docker run --rm ...` on the host (the docker CLI, argv quoted by
+        remote): (exit code, stdout + stderr). A nonzero exit is the caller's to judge."""
+        try:
+            res = self.conn.run(argv, timeout=timeout)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot run {shlex.join(argv[:3])}: {e.message}") from e
+        return res.rc, mask(res.stdout + res.stderr)
+
+    def read_file(self, path: str) -> str | None:
+        """A small file's text, or None when it is not there (or unreadable)."""
+        try:
+            res = self.conn.run(["cat", "--", path], timeout=30)
+        except RemoteError as e:
+            raise self._err(f"cannot read {path}: {e.message}") from e
+        return res.stdout if res.rc == 0 else None
+
+    def remove_project_dir(self, project_dir: str) -> None:
+        """rm -rf, only of a directory whose marker names this deployment: `up` wrote it
+        when it created the directory, so nothing pdboot did not create is ever removed."""
+        d, m = shlex.quote(project_dir), shlex.quote(f"{project_dir}/{PROJECT_MARKER}")
+        name = shlex.quote(posixpath.basename(project_dir))
+        script = (
+            f"[ -e {d} ] || exit 0\n"
+            f'if [ "$(cat {m} 2>/dev/null)" != {name} ]; then\n'
+            f"  echo refusing to remove {d}: it has no {PROJECT_MARKER} naming deployment"
+            f" {name}, so pdboot did not create it. Remove it by hand if it is yours. >&2\n"
+            "  exit 3\nfi\n"
+            f"rm -rf --one-file-system {d}\n"
+        )
+        try:
+            res = self.conn.run(script)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot remove {project_dir}: {e.message}") from e
+        if res.rc != 0:
+            raise EngineError(self.host, mask(res.stderr.strip() or f"rm exit {res.rc}"))
+
+    def _run(self, argv: list[str], what: str, timeout: float | None = None) -> str:
+        try:
+            res = self.conn.run(argv, timeout=timeout)
+        except RemoteError as e:
+            raise self._err(f"cannot {what}: {e.message}") from e
+        if res.rc != 0:
+            detail = mask((res.stderr.strip() or res.stdout.strip())[-800:])
+            raise self._err(f"cannot {what} ({shlex.join(argv[:2])} exit {res.rc}): {detail}")
+        return res.stdout
+
+
+# Written by `up` into the project dir it creates (the deployment's name); `down --purge`
+# removes only a directory holding it.
+PROJECT_MARKER = ".pdboot-deployment"
+
+
+def _claim_project_dir(project_dir: str) -> str:
+    """Shell lines: create the 0700 project dir and write its marker at once, or accept it
+    when the marker (written at its creation) names this deployment. Anything else that
+    is already there, an empty directory or one holding a pdboot-looking compose.yaml
+    included, is refused: `down --purge` removes only what `up` created."""
+    d, m = shlex.quote(project_dir), shlex.quote(f"{project_dir}/{PROJECT_MARKER}")
+    name = shlex.quote(posixpath.basename(project_dir))
+    parent = shlex.quote(posixpath.dirname(project_dir) or "/")
+    not_ours = (
+        f"  echo {d} exists and pdboot did not create it \\(no {PROJECT_MARKER} naming "
+        f"deployment {name}\\): choose another remote_dir or name, or remove it by hand "
+        "if it is yours >&2\n  exit 3\n"
+    )
+    return (
+        f"if [ -L {d} ]; then\n{not_ours}"
+        f"elif [ -f {m} ] && [ ! -L {m} ]; then\n"
+        f'  [ "$(cat {m})" = {name} ] || {{ echo {d} belongs to another deployment >&2; '
+        "exit 3; }\n"
+        f"elif [ -e {d} ]; then\n{not_ours}"
+        "else\n"
+        f"  mkdir -p -- {parent}\n"
+        # mkdir (not -p) fails if another run created it meanwhile: never adopted
+        f"  mkdir -m 0700 -- {d} || exit 3\n"
+        f"  printf '%s\\n' {name} > {m}\n"
+        "fi\n"
+        f"chmod 0700 {d}\n"
+    )
+
+
+def ship_script(
+    project_dir: str, files: Mapping[str, str], secrets_text: str | None
+) -> tuple[str, str]:
+    """(script, stdin) writing ``files`` (0644) and secrets.env (0600) into the project dir.
+
+    The script is a few lines whatever the files hold: the contents are concatenated on
+    stdin and each file takes its exact byte count with dd (which, unlike head -c, never
+    reads past it on a pipe); secrets.env, last, takes the rest (put_text_script)."""
+    script = "set -e; umask 077\n" + _claim_project_dir(project_dir)
+    parts: list[str] = []
+    for name, text in files.items():
+        body = text if text.endswith("\n") else text + "\n"
+        script += _stdin_write(f"{project_dir}/{name}", len(body.encode("utf-8")))
+        parts.append(body)
+    if secrets_text is not None:
+        script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
+        parts.append(secrets_text)
+    else:  # a token from an earlier inventory must not linger
+        script += f"rm -f {shlex.quote(f'{project_dir}/{SECRETS_FILE}')}\n"
+    return script, "".join(parts)
+
+
+def is_transient_runtime_error(message: str) -> bool:
+    """A container start that failed inside runc with no cause given: worth one retry.
+    Failures that name a cause (a missing NVIDIA hook, a bad mount, no such file) are not."""
+    return "error during container init: %!w(<nil>)" in message
+
+
+def _stdin_write(path: str, size: int) -> str:
+    """Script lines moving the next ``size`` bytes of stdin to ``path`` (0644) atomically:
+    temp file, length check, then mv."""
+    target = shlex.quote(path)
+    return (
+        f"tmp=$(mktemp {target}.XXXXXX)\n"
+        f'dd bs=65536 iflag=fullblock,count_bytes count={size} status=none > "$tmp"\n'
+        f'[ "$(wc -c < "$tmp")" -eq {size} ] || '
+        f"{{ rm -f \"$tmp\"; echo {target}: stdin ended early >&2; exit 3; }}\n"
+        f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
+    )
+
+
+def _explain(e: Exception) -> str:
+    expl = getattr(e, "explanation", None)
+    return mask(str(expl or e))
+
+
+def _short(e: Exception) -> str:
+    text = str(e) or type(e).__name__
+    return mask(text.splitlines()[0][:300] if text else type(e).__name__)
