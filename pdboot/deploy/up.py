@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdboot.deploy.down import clean_files, stop_remove, teardown
+from pdboot.deploy.lockguard import LockLost, guarded, stopped_message
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.seams import (
@@ -135,7 +136,10 @@ def up(
         code = held or EXIT_FAILED
     else:
         try:
-            code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
+            code = _up(inv, opts, guarded(emit, held), preflight, clk, hosts_factory, fetch)
+        except LockLost as e:
+            emit(Note(stopped_message(inv.router.host, str(e), "up"), "error"))
+            code = EXIT_FAILED
         finally:
             held.release()
     took = clk.now() - t0
