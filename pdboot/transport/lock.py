@@ -302,6 +302,7 @@ class HeldLock:
         self._mu = threading.Lock()
         self._lost: str | None = None
         self.last_beat = clock()  # the last time the lock was confirmed ours
+        self.reconnects = 0
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="pdboot-lock")
         self._beat.start()
@@ -333,8 +334,9 @@ class HeldLock:
                 self._lost = why
         log.warning("the deployment lock on %s is lost: %s", self.host, why)
 
-    def beat_once(self) -> bool:
-        """One heartbeat; True when it confirmed the lock (tests call it directly)."""
+    def beat_once(self, *, retry: bool = True) -> bool:
+        """One heartbeat; True when it confirmed the lock (tests call it directly). After
+        a failure the connection is reopened and, if that worked, the beat tried again."""
         if self.lost_reason is not None:
             return False
         try:
@@ -343,8 +345,7 @@ class HeldLock:
             )
         except RemoteError as e:
             log.warning("lock heartbeat on %s failed: %s", self.host, e.message)
-            self._reopen()
-            return False
+            return self._reopen() and retry and self.beat_once(retry=False)
         if res.rc != 0:
             self._mark_lost(
                 f"{self.path} no longer names run {self.owner.run_id}: another run took it over"
@@ -356,21 +357,23 @@ class HeldLock:
                 return True
         return False
 
-    def _reopen(self) -> None:
+    def _reopen(self) -> bool:
         """A fresh connection for the next beat (the old one may have been closed by its
-        watchdog, which never reconnects)."""
+        watchdog, which never reconnects). True when one is in place."""
         if self.reconnect is None:
-            return
+            return False
         try:
             fresh = self.reconnect()
         except Exception as e:  # next beat tries again; the deadline decides
             log.warning("cannot reconnect to %s for the lock heartbeat: %s", self.host, e)
-            return
+            return False
         old, self.conn = self.conn, fresh
+        self.reconnects += 1
         try:
             old.close()
         except Exception:  # a dead connection's close may fail; the fresh one is in place
             log.debug("close of the old lock connection failed", exc_info=True)
+        return True
 
     def _heartbeat(self) -> None:
         wait = self.interval

@@ -98,9 +98,9 @@ def test_the_heartbeat_reconnects_after_a_failure(tmp_path: Path) -> None:
     held = lock.acquire(Counting(), path, "up", say=lambda _m: None, reconnect=lambda: fresh)
     held._stop.set()
     held.conn = dead
-    assert not held.beat_once()  # fails, and reopens
-    assert held.conn is fresh and dead.closed
-    assert held.beat_once() and held.lost_reason is None
+    assert held.beat_once()  # fails, reopens, and beats again on the fresh connection
+    assert held.conn is fresh and dead.closed and held.reconnects == 1
+    assert held.lost_reason is None
     held.release()
     assert not os.path.exists(path)
 
