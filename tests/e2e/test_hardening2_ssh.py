@@ -1,9 +1,10 @@
-"""Issue 18, items 1-4 on real OpenSSH: the deployment lock under a link flap (the
+"""Issue 18 on real OpenSSH. Items 1-4: the deployment lock under a link flap (the
 testbed's ``cut_link``: veth down, no reset), racing takeovers of an ownerless lock, a
-takeover that keeps failing with --no-wait, and a login shell that prints to stdout.
+takeover that keeps failing with --no-wait, a login shell that prints to stdout. Item 10:
+a compose file over 128 KiB shipped over SSH. Item 5: an existing directory is not adopted.
 
-One sshd-only host (no dockerd, no images): the lock lives on the router's host and only
-needs SSH. pdboot's own lock code runs in this process against it.
+One sshd-only host (no dockerd, no images): the lock lives on the router's host and the
+files travel over SSH; pdboot's own code runs in this process against it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import yaml
 
 from pdboot.inventory.load import load_inventory
 from pdboot.transport import lock
+from pdboot.transport.docker_host import PROJECT_MARKER, Engine
+from pdboot.transport.docker_parse import EngineError
+from pdboot.transport.ssh import connect
 from tests.testbed.harness import HostSpec
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -198,3 +202,31 @@ def test_a_noisy_login_shell_takes_and_releases_the_lock(one_host: Any) -> None:
     finally:
         held.release()
     assert host.exec(["test", "-e", LOCK_DIR]).returncode != 0
+
+
+def test_a_compose_file_over_128_kib_ships_over_ssh(one_host: Any) -> None:
+    tb = one_host
+    host = tb.hosts["ingress"]
+    inv = _inventory(tb)
+    conn = connect("ingress", inv.hosts["ingress"], inv.ssh)
+    try:
+        engine = Engine(conn, api=None)
+        big = "services: {}\n# " + "x" * (300 * 1024) + "\n"
+        d = f"/var/lib/pdboot/{NAME}"
+        engine.ship(d, big, "HF_TOKEN=t0k\n", {"rdma.json": "{}"})
+        assert host.exec(["wc", "-c", f"{d}/compose.yaml"]).stdout.split()[0] == str(len(big))
+        assert host.exec(["cat", f"{d}/secrets.env"]).stdout == "HF_TOKEN=t0k\n"
+        assert host.exec(["stat", "-c", "%a", f"{d}/secrets.env"]).stdout.strip() == "600"
+        assert host.exec(["cat", f"{d}/{PROJECT_MARKER}"]).stdout == f"{NAME}\n"
+        engine.remove_project_dir(d)
+        assert host.exec(["test", "-e", d]).returncode != 0
+        # an existing directory pdboot did not create is refused, never adopted
+        host.exec(f"mkdir -p {d}", check=True)
+        with pytest.raises(EngineError, match="pdboot did not create it"):
+            engine.ship(d, "services: {}\n", None)
+        with pytest.raises(EngineError, match="refusing to remove"):
+            engine.remove_project_dir(d)
+        assert host.exec(["test", "-d", d]).returncode == 0
+        host.exec(f"rmdir {d}", check=True)
+    finally:
+        conn.close()
