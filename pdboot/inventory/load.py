@@ -258,7 +258,9 @@ def load_inventory(path: str | Path) -> Inventory:
     try:
         raw = read_regular_file(p, MAX_INVENTORY_BYTES + 1)
     except NotRegularFile as e:
-        raise InventoryError([InventoryIssue((), str(e), None, str(p))]) from None
+        why = f"cannot read: {e}; give the inventory file's path"
+        issue = InventoryIssue((), why, None, str(p))
+        raise InventoryError([issue]) from None
     except OSError as e:
         # no line: there is no text (a missing file, a directory, no permission)
         issue = InventoryIssue((), f"cannot read: {e.strerror}", None, str(p))

@@ -14,7 +14,11 @@ from pathlib import Path
 
 
 class NotRegularFile(OSError):
-    """The path is a FIFO, a device, a socket or a directory."""
+    """The path is a FIFO, a device, a socket or a directory (``kind`` says which)."""
+
+    def __init__(self, message: str, kind: str = "not a regular file") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _kind(mode: int) -> str:
@@ -42,9 +46,7 @@ def read_regular_file(path: Path, limit: int) -> bytes:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotRegularFile(
-                f"cannot read: {_kind(mode)}, not a regular file; give an inventory file"
-            )
+            raise NotRegularFile(f"{_kind(mode)}, not a regular file", _kind(mode))
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
             return f.read(limit)

@@ -15,6 +15,7 @@ from typing import Any
 
 import paramiko
 
+from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
 from pdboot.transport.connection import ErrorKind, RemoteError
 
 log = logging.getLogger(__name__)
@@ -146,9 +147,14 @@ _KNOWN_HOSTS_LOCK = threading.Lock()
 
 def load_known_hosts(path: str) -> KnownHosts:
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        # stat first: a FIFO would block the open (and /dev/null holds no key anyway)
+        raw = read_regular_file(Path(path), 16 << 20)
     except FileNotFoundError:
         return KnownHosts()
+    except NotRegularFile:
+        log.warning("%s is not a regular file: no host key is known from it", path)
+        return KnownHosts()
+    text = raw.decode("utf-8", errors="replace")
     kh = parse_known_hosts(text)
     for lineno, why in kh.skipped:
         log.warning("%s:%d: line skipped: %s", path, lineno, why)

@@ -209,3 +209,15 @@ def test_route_script_quotes_the_peer_everywhere() -> None:
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
     assert f"peer={evil}" in out.stdout
     assert not Path("/tmp/PWNED-route").exists()
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_secret_or_known_hosts_file_does_not_block(tmp_path: Path) -> None:
+    from pdboot.transport.hosts import SecretError, read_secret
+    from pdboot.transport.known_hosts import load_known_hosts
+
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    with pytest.raises(SecretError, match="FIFO"):
+        read_secret(f"file:{fifo}", "secrets.hf_token")
+    assert load_known_hosts(str(fifo)).keys == []
