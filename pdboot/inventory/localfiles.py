@@ -39,9 +39,7 @@ def read_regular_file(path: Path, limit: int) -> bytes:
     OSError (with strerror) when it cannot be read."""
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise NotRegularFile(
-            f"cannot read: {_kind(mode)}, not a regular file; give an inventory file"
-        )
+        raise NotRegularFile(f"{_kind(mode)}, not a regular file", _kind(mode))
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     try:
         mode = os.fstat(fd).st_mode
