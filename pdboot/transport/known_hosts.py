@@ -260,24 +260,28 @@ def classify(
             "check the address, routing and that sshd runs",
         )
     if isinstance(exc, paramiko.SSHException):
-        text = str(exc)
-        if "authentication" in text.lower():
-            return RemoteError(
-                host,
-                "auth",
-                f"authentication impossible: {text}",
-                "set ssh.identity_file (or IdentityFile in ~/.ssh/config) for this host",
-            )
-        if text == "No existing session":
-            # paramiko's transport died in the handshake (a silent peer past the banner
-            # timeout) but the race left its cause unsaved: say what it means
-            return RemoteError(
-                host,
-                "timeout",
-                "the SSH handshake did not complete (no SSH banner in time, or the peer "
-                "closed the connection)",
-                "check that sshd answers on this port, or raise ssh.connect_timeout",
-            )
-        kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
-        return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")
+        return _ssh_exception(str(exc), host)
     return RemoteError(host, "error", f"{type(exc).__name__}: {exc}")
+
+
+def _ssh_exception(text: str, host: str) -> RemoteError:
+    """paramiko's SSHException, by its text (it has no finer classes for these)."""
+    if "authentication" in text.lower():
+        return RemoteError(
+            host,
+            "auth",
+            f"authentication impossible: {text}",
+            "set ssh.identity_file (or IdentityFile in ~/.ssh/config) for this host",
+        )
+    if text == "No existing session":
+        # paramiko's transport died in the handshake (a silent peer past the banner
+        # timeout) but the race left its cause unsaved: say what it means
+        return RemoteError(
+            host,
+            "timeout",
+            "the SSH handshake did not complete (no SSH banner in time, or the peer "
+            "closed the connection)",
+            "check that sshd answers on this port, or raise ssh.connect_timeout",
+        )
+    kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
+    return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")
