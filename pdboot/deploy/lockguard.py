@@ -1,6 +1,6 @@
 """Stop a run whose deployment lock is lost, before its next step.
 
-The lock's heartbeat (transport/lock.py) only records that the lock is lost; the run must
+The lock's heartbeat (transport/lock_holder.py) only records that the lock is lost; the run must
 notice. Every step of `up` and `down` emits events (a stage starting, each tick of an
 engine wait, each host's result), so the orchestrators' ``emit`` is wrapped: while the
 lock is lost, an event from the main thread or from a fan-out worker (threads named
@@ -13,10 +13,12 @@ Events from other threads pass (their exceptions would only print a traceback).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from pdboot.deploy.seams import HeldLock
-from pdboot.events import Emit, Event
-from pdboot.transport.lock import LockLost
+from pdboot.events import Emit, Event, Note
+from pdboot.exitcodes import EXIT_FAILED
+from pdboot.transport.lock_holder import LockLost
 
 
 def _may_raise() -> bool:
@@ -44,4 +46,18 @@ def stopped_message(host: str, why: str, operation: str) -> str:
     )
 
 
-__all__ = ["LockLost", "guarded", "stopped_message"]
+def under_lock(
+    emit: Emit, held: HeldLock, host: str, operation: str, run: Callable[[Emit], int]
+) -> int:
+    """``run(guarded emit)``; a lost lock ends it with an error and exit 1; the lock is
+    released (if still ours) in every case."""
+    try:
+        return run(guarded(emit, held))
+    except LockLost as e:
+        emit(Note(stopped_message(host, str(e), operation), "error"))
+        return EXIT_FAILED
+    finally:
+        held.release()
+
+
+__all__ = ["LockLost", "guarded", "stopped_message", "under_lock"]

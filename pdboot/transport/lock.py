@@ -20,11 +20,7 @@ it is removed with rmdir instead, which fails on any fresh (never empty) lock. A
 takeover obeys the wait rules of a held lock (``--no-wait``, the wait limit, the poll
 interval). Tombstones and temporary directories are swept after 10 minutes.
 
-The holder knows when it has lost the lock (``HeldLock.lost_reason``): the heartbeat found
-another run's owner file, or no heartbeat was confirmed for ``LOST_AFTER_S`` (a link flap:
-other runs may take the lock over ``STALE_AFTER_S`` after the last one). The heartbeat
-reopens its connection after a failure. The orchestrators check it before every further
-step (deploy/lockguard.py) and stop.
+The holder's side (the heartbeat, knowing when the lock is lost) is transport/lock_holder.py.
 
 Every script prints its answer after a marker line with a fresh random token, so a login
 shell that prints to stdout (a noisy ``.bashrc``) cannot be mistaken for the answer.
@@ -43,7 +39,6 @@ import re
 import secrets
 import shlex
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,17 +46,11 @@ from datetime import datetime, timezone
 
 from pdboot.inventory.schema import Inventory
 from pdboot.transport.connection import Connection, RemoteError
+from pdboot.transport.lock_holder import POLL_S, STALE_AFTER_S, HeldLock
 from pdboot.transport.ssh import connect
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 10.0
-STALE_AFTER_S = 3 * HEARTBEAT_S
-POLL_S = 2.0
-# The holder gives the lock up as lost this long after its last confirmed heartbeat: a
-# heartbeat period before anyone else may judge it stale (STALE_AFTER_S).
-LOST_AFTER_S = STALE_AFTER_S - HEARTBEAT_S
-BEAT_TIMEOUT_S = 5.0  # one heartbeat command; after a failure the next comes POLL_S later
 MARKER = "### pdboot-lock "
 WAIT_S = 900.0  # default wait for a held lock: an `up` may wait that long for its engines
 _TOMBSTONE_MINUTES = 10
@@ -69,10 +58,6 @@ _TOMBSTONE_MINUTES = 10
 
 class LockBusy(Exception):
     """The lock is held by another live run (and we do not, or no longer, wait)."""
-
-
-class LockLost(Exception):
-    """This run held the lock and no longer does (or can no longer prove it does)."""
 
 
 # --------------------------------------------------------------------------- pure
@@ -279,121 +264,6 @@ def _one_line(v: str) -> str:
 # --------------------------------------------------------------------------- remote
 
 
-class HeldLock:
-    """A lock this run holds: the heartbeat runs until ``release``; ``lost_reason`` says
-    (once and for good) when the lock can no longer be counted as this run's."""
-
-    def __init__(
-        self,
-        conn: Connection,
-        path: str,
-        owner: Owner,
-        host: str,
-        *,
-        reconnect: Callable[[], Connection] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        interval: float = HEARTBEAT_S,
-        lost_after: float = LOST_AFTER_S,
-    ) -> None:
-        self.conn, self.path, self.owner, self.host = conn, path, owner, host
-        self.close_conn = False  # set by take(): the connection is the lock's own
-        self.reconnect = reconnect
-        self.clock, self.interval, self.lost_after = clock, interval, lost_after
-        self._mu = threading.Lock()
-        self._lost: str | None = None
-        self.last_beat = clock()  # the last time the lock was confirmed ours
-        self.reconnects = 0
-        self._stop = threading.Event()
-        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="pdboot-lock")
-        self._beat.start()
-
-    @property
-    def lost(self) -> bool:
-        return self.lost_reason is not None
-
-    @property
-    def lost_reason(self) -> str | None:
-        """Why the lock is no longer this run's; None while it is."""
-        with self._mu:
-            silent = self.clock() - self.last_beat
-            if self._lost is None and silent > self.lost_after:
-                self._lost = (
-                    f"no heartbeat reached {self.host} for {silent:.0f}s (its link or sshd "
-                    f"is down?); after {STALE_AFTER_S:.0f}s another run may take the lock over"
-                )
-            return self._lost
-
-    def check(self) -> None:
-        why = self.lost_reason
-        if why is not None:
-            raise LockLost(f"the deployment lock on {self.host} ({self.path}) was lost: {why}")
-
-    def _mark_lost(self, why: str) -> None:
-        with self._mu:
-            if self._lost is None:
-                self._lost = why
-        log.warning("the deployment lock on %s is lost: %s", self.host, why)
-
-    def beat_once(self, *, retry: bool = True) -> bool:
-        """One heartbeat; True when it confirmed the lock (tests call it directly). After
-        a failure the connection is reopened and, if that worked, the beat tried again."""
-        if self.lost_reason is not None:
-            return False
-        try:
-            res = self.conn.run(
-                heartbeat_script(self.path, self.owner.run_id), timeout=BEAT_TIMEOUT_S
-            )
-        except RemoteError as e:
-            log.warning("lock heartbeat on %s failed: %s", self.host, e.message)
-            return self._reopen() and retry and self.beat_once(retry=False)
-        if res.rc != 0:
-            self._mark_lost(
-                f"{self.path} no longer names run {self.owner.run_id}: another run took it over"
-            )
-            return False
-        with self._mu:
-            if self._lost is None and self.clock() - self.last_beat <= self.lost_after:
-                self.last_beat = self.clock()
-                return True
-        return False
-
-    def _reopen(self) -> bool:
-        """A fresh connection for the next beat (the old one may have been closed by its
-        watchdog, which never reconnects). True when one is in place."""
-        if self.reconnect is None:
-            return False
-        try:
-            fresh = self.reconnect()
-        except Exception as e:  # next beat tries again; the deadline decides
-            log.warning("cannot reconnect to %s for the lock heartbeat: %s", self.host, e)
-            return False
-        old, self.conn = self.conn, fresh
-        self.reconnects += 1
-        try:
-            old.close()
-        except Exception:  # a dead connection's close may fail; the fresh one is in place
-            log.debug("close of the old lock connection failed", exc_info=True)
-        return True
-
-    def _heartbeat(self) -> None:
-        wait = self.interval
-        while not self._stop.wait(wait):
-            if self.lost_reason is not None:
-                return
-            wait = self.interval if self.beat_once() else POLL_S
-
-    def release(self) -> None:
-        """Remove the lock if it is still ours. Never raises: a failed release leaves a
-        lock that the next run sees go stale."""
-        self._stop.set()
-        try:
-            self.conn.run(release_script(self.path, self.owner.run_id), timeout=10)
-        except Exception as e:  # the run's own outcome matters more than the lock's
-            log.warning("cannot release the deployment lock on %s: %s", self.host, e)
-        if self.close_conn:
-            self.conn.close()
-
-
 def acquire(
     conn: Connection,
     path: str,
@@ -421,7 +291,15 @@ def acquire(
             raise RemoteError(conn.name, "error", f"cannot take the lock {path}: {res.stderr}")
         probe = _probe_or_fail(conn, path, owner, res.stdout, token)
         if probe.acquired:
-            return HeldLock(conn, path, owner, conn.name, reconnect=reconnect)
+            return HeldLock(
+                conn,
+                path,
+                owner,
+                conn.name,
+                beat_script=heartbeat_script(path, owner.run_id),
+                release_script=release_script(path, owner.run_id),
+                reconnect=reconnect,
+            )
         who = describe(probe, conn.name)
         if is_stale(probe):
             if takeovers == 0:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from pdboot.inventory.load import load_inventory
-from pdboot.transport import lock
+from pdboot.transport import lock, lock_holder
 from pdboot.transport.docker_host import PROJECT_MARKER, Engine
 from pdboot.transport.docker_parse import EngineError
 from pdboot.transport.ssh import connect
@@ -59,7 +59,7 @@ def _owner_run_id(host: Any) -> str:
     return owner.run_id if owner else ""
 
 
-def _after_a_beat(held: lock.HeldLock, timeout: float = 15) -> None:
+def _after_a_beat(held: lock_holder.HeldLock, timeout: float = 15) -> None:
     """Returns right after a heartbeat was confirmed (so a cut starts a full silence)."""
     seen = held.last_beat
     end = time.monotonic() + timeout
@@ -87,9 +87,9 @@ def test_a_long_flap_makes_the_holder_lost_before_anyone_can_take_over(one_host:
             host.restore_link()
         # lost once LOST_AFTER_S passed without a beat: before STALE_AFTER_S, when another
         # run may judge the lock stale
-        assert lock.LOST_AFTER_S <= lost_at < lock.STALE_AFTER_S, lost_at
+        assert lock_holder.LOST_AFTER_S <= lost_at < lock_holder.STALE_AFTER_S, lost_at
         assert "no heartbeat reached ingress" in (first.lost_reason or "")
-        with pytest.raises(lock.LockLost):
+        with pytest.raises(lock_holder.LockLost):
             first.check()
         # a second run takes it over once it is stale on the host's clock
         t0 = time.monotonic()
@@ -141,7 +141,7 @@ def test_racing_takeovers_of_an_ownerless_lock_have_one_winner(one_host: Any) ->
     for _ in range(3):
         # left by a run that died between mkdir and writing owner (an older pdboot)
         host.exec(f"mkdir -p {LOCK_DIR} && touch -d '-5 min' {LOCK_DIR}", check=True)
-        won: list[lock.HeldLock] = []
+        won: list[lock_holder.HeldLock] = []
         busy: list[str] = []
         go = threading.Event()
 

@@ -13,9 +13,10 @@ from pdboot.inventory import flagnames, optionlists
 from pdboot.inventory.hostpaths import sensitive_reason
 from pdboot.inventory.imageref import check_image_reference
 from pdboot.inventory.load import InventoryError, InventoryIssue, parse_inventory
+from tests.shared_data import SERVE_ARGS_JSON
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVE_ARGS = ROOT / ".." / "shared" / "fixtures" / "vllm-0.33.0" / "serve-args.json"
+SERVE_ARGS = SERVE_ARGS_JSON  # the copy of ../shared's capture every checkout has
 ROUTER_HELP = Path(__file__).parent / "fixtures" / "vllm-router-0.1.17-help.txt"
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
 

@@ -16,7 +16,7 @@ import pytest
 from pdboot import events as ev
 from pdboot.deploy.down import DownOptions, down
 from pdboot.deploy.up import UpOptions, up
-from pdboot.transport import lock
+from pdboot.transport import lock, lock_holder
 from pdboot.transport.connection import CommandResult, LocalConnection, RemoteError
 from tests.unit.orchestrator_fakes import Recorder, World, inventory
 
@@ -80,11 +80,11 @@ def test_the_lock_is_lost_after_silent_heartbeats_and_stays_lost(tmp_path: Path)
     held.conn = Failing()
     t[0] = 5.0
     assert not held.beat_once() and held.lost_reason is None
-    t[0] = lock.LOST_AFTER_S + 0.5
+    t[0] = lock_holder.LOST_AFTER_S + 0.5
     why = held.lost_reason
     assert why is not None and "no heartbeat reached ingress" in why
-    assert lock.LOST_AFTER_S < lock.STALE_AFTER_S  # lost before anyone may take it over
-    with pytest.raises(lock.LockLost, match="was lost"):
+    assert lock_holder.LOST_AFTER_S < lock_holder.STALE_AFTER_S  # lost before anyone may take it over
+    with pytest.raises(lock_holder.LockLost, match="was lost"):
         held.check()
     # the link comes back: a confirmed heartbeat does not make it ours again
     held.conn = conn
@@ -220,7 +220,7 @@ def test_racing_runs_on_an_ownerless_stale_lock_never_both_win(tmp_path: Path) -
     for attempt in range(5):
         path = tmp_path / f"r{attempt}" / "demo.lock"
         _stale(path, owner=None)
-        won: list[lock.HeldLock] = []
+        won: list[lock_holder.HeldLock] = []
         busy: list[str] = []
         go = threading.Event()
 
