@@ -4,7 +4,7 @@ Sources (both real captures): ``serve-args.json`` (the argparse actions of `vllm
 0.33.0; read from its copy tests/testbed/standin/serve-args.json, which
 tests/unit/test_shared_copies.py holds byte-identical to ``../shared/fixtures/vllm-0.33.0``)
 and ``tests/unit/fixtures/vllm-router-0.1.17-help.txt``
-(`vllm-router --help` of the PyPI wheel 0.1.17). tests/unit/test_flagnames.py checks that
+(`vllm-router --help` of the PyPI wheel 0.1.17). tests/unit/test_inventory_refusals.py checks that
 the module is what this script writes, so a new capture cannot be forgotten.
 
     python3 scripts/gen_option_lists.py > pdboot/inventory/optionlists.py
