@@ -16,6 +16,7 @@ from pdboot.checks.gpu import GpuFacts
 from pdboot.checks.host import HostSysFacts
 from pdboot.checks.model import ModelAreaFacts
 from pdboot.checks.network import NetworkFacts
+from pdboot.checks.owners import OwnerFacts
 from pdboot.checks.rdma import RdmaFacts
 from pdboot.checks.route import RouteFacts
 from pdboot.checks.topo import TopoFacts
@@ -32,3 +33,4 @@ class HostFacts:
     network: NetworkFacts | None = None
     model: ModelAreaFacts | None = None
     topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)
+    owners: OwnerFacts | None = None  # this deployment's containers, and each pid's container

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from pdboot.checks import ParseError, Section, gpu, host, model, network, parse_sections, rdma
+from pdboot.checks import (
+    ParseError,
+    Section,
+    gpu,
+    host,
+    model,
+    network,
+    owners,
+    parse_sections,
+    rdma,
+)
 from pdboot.checks import docker as dk
 
 FIX = Path(__file__).parent / "fixtures"
@@ -36,6 +46,8 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c.startswith("date "), network.parse_clock),
     (lambda c: c.startswith("@probe"), network.parse_probe),
     (lambda c: c == "@config", model.parse_config),
+    (lambda c: c.startswith("docker ps -a --no-trunc --filter"), lambda t: owners.parse_ps("h", t)),
+    (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
 ]
 
 
