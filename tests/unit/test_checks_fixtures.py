@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pdboot.checks import (
+from pdboot.preflight.checks import (
     ParseError,
     Section,
     gpu,
@@ -21,7 +21,7 @@ from pdboot.checks import (
     parse_sections,
     rdma,
 )
-from pdboot.checks import docker as dk
+from pdboot.preflight.checks import docker as dk
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pdboot import preflight as pf
-from pdboot.checks import CheckResult, HostContext, Section, gpu, owners, parse_sections
-from pdboot.checks import host as hostc
-from pdboot.converge import Observed
-from pdboot.inventory import Inventory, load_inventory
-from pdboot.plan import build_plan
-from pdboot.remote import Outcome
+from pdboot.inventory.load import load_inventory
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed
+from pdboot.preflight import run as pf
+from pdboot.preflight.checks import CheckResult, HostContext, Section, gpu, owners, parse_sections
+from pdboot.preflight.checks import host as hostc
+from pdboot.transport.fanout import Outcome
 
 FIX = Path(__file__).parent / "fixtures" / "owners"
 EXPECTED = json.loads((FIX / "expected.json").read_text())
