@@ -7,6 +7,8 @@ from __future__ import annotations
 import difflib
 
 from pdboot.inventory import flagnames
+from pdboot.inventory.cpu_layout import cpu_rules
+from pdboot.inventory.engines import engine_rules, is_auto, tier_groups
 from pdboot.inventory.hostpaths import mount_conflicts
 from pdboot.inventory.safety import (
     is_loopback_or_unspecified,
@@ -21,6 +23,12 @@ def advertised_address(host: Host) -> str:
     if host.address == LOCAL:
         return host.advertise_address or "127.0.0.1"
     return host.address
+
+
+def kv_buffer_device(inv: Inventory) -> str:
+    """Where NIXL's KV buffers live: the inventory's, else the deployment's device (vLLM's
+    NIXL utils accept only "cpu" on the CPU platform)."""
+    return inv.kv_transfer.kv_buffer_device or inv.device
 
 
 def engine_uses_secrets(inv: Inventory) -> bool:
@@ -70,8 +78,6 @@ def _mount_rules(inv: Inventory) -> list[Rule]:
 
 
 def _policy_rules(inv: Inventory) -> list[Rule]:
-    from pdboot.inventory.engines import is_auto, tier_groups  # engines imports this module
-
     out: list[Rule] = []
     for tname, tier in inv.tiers():
         policy = getattr(inv.router, f"{tname}_policy")
@@ -79,9 +85,13 @@ def _policy_rules(inv: Inventory) -> list[Rule]:
         # preflight counts the GPUs, so it is not refused here)
         count = len(tier.hosts) * len(tier_groups(tier))
         if policy == "power_of_two" and count < 2 and not is_auto(tier):
-            out.append(((("router", f"{tname}_policy")),
-                        f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
-                        "engines; leave it unset (pdboot picks round_robin for one engine)"))
+            out.append(
+                (
+                    (("router", f"{tname}_policy")),
+                    f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
+                    "engines; leave it unset (pdboot picks round_robin for one engine)",
+                )
+            )
     return out
 
 
@@ -189,10 +199,9 @@ def _duplicate_address_rules(inv: Inventory) -> list[Rule]:
 
 
 def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
-    """GPU groups, ports per engine, tiers sharing a host (engines per host)."""
-    from pdboot.inventory.engines import engine_rules  # engines builds on the models above
-
-    return engine_rules(inv)
+    """GPU groups (CPU cores for device: cpu), ports per engine, tiers sharing a host
+    (engines per host)."""
+    return cpu_rules(inv) + engine_rules(inv)
 
 
 def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
@@ -327,10 +336,20 @@ _MANAGED_FLAGS = {
     **{
         f: "from the tier's data_parallel section"
         for f in (
-            "--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl",
-            "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
-            "--data-parallel-start-rank", "-dpr", "--headless", "--enable-expert-parallel",
-            "-ep", "--disable-expert-parallel",
+            "--data-parallel-size",
+            "-dp",
+            "--data-parallel-size-local",
+            "-dpl",
+            "--data-parallel-address",
+            "-dpa",
+            "--data-parallel-rpc-port",
+            "-dpp",
+            "--data-parallel-start-rank",
+            "-dpr",
+            "--headless",
+            "--enable-expert-parallel",
+            "-ep",
+            "--disable-expert-parallel",
         )
     },
 }

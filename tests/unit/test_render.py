@@ -35,7 +35,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 INVENTORIES = HERE / "inventories"
 GOLDEN = HERE / "golden"
-CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp"]
+CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp", "cpu-1p1d", "cpu-shared"]
 UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 ALL_INVENTORIES = [*(INVENTORIES / f"{c}.yaml" for c in CASES), ROOT / "inventory.example.yaml"]
 
