@@ -391,7 +391,7 @@ def _stdin_write(path: str, size: int) -> str:
         f"tmp=$(mktemp {target}.XXXXXX)\n"
         f'dd bs=65536 iflag=fullblock,count_bytes count={size} status=none > "$tmp"\n'
         f'[ "$(wc -c < "$tmp")" -eq {size} ] || '
-        f"{{ rm -f \"$tmp\"; echo {target}: stdin ended early >&2; exit 3; }}\n"
+        f'{{ rm -f "$tmp"; echo {target}: stdin ended early >&2; exit 3; }}\n'
         f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
     )
 
