@@ -151,9 +151,7 @@ def _dp_engines(role: EngineRole, tier: Tier, host: str) -> list[EngineSpec]:
     gpus: Gpus = (
         tuple(x for x in g if isinstance(x, int)) if isinstance(g, list) else tuple(range(need))
     )
-    return [
-        EngineSpec(role, host, 0, 1, gpus, tier.port, tier.side_channel_port, lay.local, lay)
-    ]
+    return [EngineSpec(role, host, 0, 1, gpus, tier.port, tier.side_channel_port, lay.local, lay)]
 
 
 def engines(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> list[EngineSpec]:
@@ -320,11 +318,7 @@ def _dp_range_rules(inv: Inventory) -> list[tuple[Path, str]]:
         for h in dict.fromkeys(ta.hosts):
             if h not in tb.hosts:
                 continue
-            theirs = {
-                p
-                for e in tier_engines(b, tb, h)
-                for p in e.side_channel_ports
-            }
+            theirs = {p for e in tier_engines(b, tb, h) for p in e.side_channel_ports}
             if tb.data_parallel is not None:
                 theirs |= set(side_channel_range(tb))
             both = sorted(span & theirs)

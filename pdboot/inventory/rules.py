@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 
+from pdboot.inventory.engines import engine_rules, is_auto, tier_groups
 from pdboot.inventory.safety import (
     is_loopback_or_unspecified,
     looks_like_token,
@@ -60,8 +61,6 @@ def validate_rules(inv: Inventory) -> list[Rule]:
 
 
 def _policy_rules(inv: Inventory) -> list[Rule]:
-    from pdboot.inventory.engines import is_auto, tier_groups  # engines imports this module
-
     out: list[Rule] = []
     for tname, tier in inv.tiers():
         policy = getattr(inv.router, f"{tname}_policy")
@@ -69,9 +68,13 @@ def _policy_rules(inv: Inventory) -> list[Rule]:
         # preflight counts the GPUs, so it is not refused here)
         count = len(tier.hosts) * len(tier_groups(tier))
         if policy == "power_of_two" and count < 2 and not is_auto(tier):
-            out.append(((("router", f"{tname}_policy")),
-                        f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
-                        "engines; leave it unset (pdboot picks round_robin for one engine)"))
+            out.append(
+                (
+                    (("router", f"{tname}_policy")),
+                    f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
+                    "engines; leave it unset (pdboot picks round_robin for one engine)",
+                )
+            )
     return out
 
 
@@ -147,8 +150,6 @@ def _address_rules(inv: Inventory) -> list[Rule]:
 
 def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
     """GPU groups, ports per engine, tiers sharing a host (engines per host)."""
-    from pdboot.inventory.engines import engine_rules  # engines builds on the models above
-
     return engine_rules(inv)
 
 
@@ -200,9 +201,7 @@ def secret_rules(inv: Inventory) -> list[Rule]:
     out: list[tuple[tuple[str | int, ...], str]] = []
     args: list[tuple[tuple[str | int, ...], str]] = []
     args += [
-        ((t, "extra_args", i), a)
-        for t, tier in inv.tiers()
-        for i, a in enumerate(tier.extra_args)
+        ((t, "extra_args", i), a) for t, tier in inv.tiers() for i, a in enumerate(tier.extra_args)
     ]
     args += [(("router", "extra_args", i), a) for i, a in enumerate(inv.router.extra_args)]
     for path, arg in args:
@@ -263,10 +262,20 @@ _MANAGED_FLAGS = {
     **{
         f: "from the tier's data_parallel section"
         for f in (
-            "--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl",
-            "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
-            "--data-parallel-start-rank", "-dpr", "--headless", "--enable-expert-parallel",
-            "-ep", "--disable-expert-parallel",
+            "--data-parallel-size",
+            "-dp",
+            "--data-parallel-size-local",
+            "-dpl",
+            "--data-parallel-address",
+            "-dpa",
+            "--data-parallel-rpc-port",
+            "-dpp",
+            "--data-parallel-start-rank",
+            "-dpr",
+            "--headless",
+            "--enable-expert-parallel",
+            "-ep",
+            "--disable-expert-parallel",
         )
     },
 }

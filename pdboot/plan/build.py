@@ -41,6 +41,7 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.plan.render import service_definition
 
 
 def project_name(inv: Inventory) -> str:
@@ -124,8 +125,7 @@ HEALTH_RETRIES = 3
 # The probe runs inside the engine container, which shares the host's network; the vLLM
 # image (and the stand-in) have python3, not curl.
 _PROBE = (
-    "import urllib.request; "
-    "urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
+    "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
 )
 
 
@@ -218,9 +218,7 @@ def _engine(
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(e.side_channel_port),
         "HF_HOME": HF_CACHE_IN_CONTAINER,
     }
-    ucx, nic = _ucx_env(
-        inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces
-    )
+    ucx, nic = _ucx_env(inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces)
     if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
         nic = "RDMA auto: the nearest HCA port needs preflight's facts"
     env.update(ucx)
@@ -283,8 +281,12 @@ def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
     r = inv.router
     if "cache_aware" not in policies:
         return []
-    return ["--cache-threshold", f"{r.cache_threshold:g}",
-            "--balance-abs-threshold", str(r.balance_abs_threshold)]
+    return [
+        "--cache-threshold",
+        f"{r.cache_threshold:g}",
+        "--balance-abs-threshold",
+        str(r.balance_abs_threshold),
+    ]
 
 
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
@@ -354,9 +356,6 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
 def _with_hash(svc: Service) -> Service:
     """The hash of the service's rendered definition (less the hash label), as Compose v1
     hashed its config dict: any setting that reaches the container changes it."""
-    # render imports this module for the types; the definition is render's to lay out
-    from pdboot.plan.render import service_definition
-
     material = json.dumps(service_definition(svc, with_hash=False), sort_keys=True)
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 
@@ -390,11 +389,7 @@ def build_plan(
     nics = engine_nics or {}
     ifaces = tcp_ifaces or {}
     services = [
-        _with_hash(
-            _engine(
-                inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host)
-            )
-        )
+        _with_hash(_engine(inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host)))
         for e in engines(inv, gpu_counts)
     ]
     decodes = [s for s in services if s.role == "decode"]

@@ -55,6 +55,7 @@ DOCKERD = (
     "done; true"
 )
 
+
 def image_command(image: str) -> str:
     return f"docker image inspect --format '{{{{json .Config.Env}}}}' {shlex.quote(image)}"
 
