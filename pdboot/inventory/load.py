@@ -14,9 +14,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pdboot.inventory import yamlsafe
+from pdboot.inventory.kv_schema import KV_TRANSFER_FIELDS, KV_TRANSFER_PDBOOT_KEYS
 from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
 from pdboot.inventory.rules import suggest, validate_rules
-from pdboot.inventory.schema import KV_TRANSFER_FIELDS, KV_TRANSFER_PDBOOT_KEYS, Inventory
+from pdboot.inventory.schema import Inventory
 
 
 @dataclass(frozen=True)
