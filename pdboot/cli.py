@@ -257,9 +257,30 @@ def up(
             help="Skip the long request per prefill->decode pair that measures KV speed.",
         ),
     ] = False,
+    plan_only: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Show the steps a change takes (capacity per step, endpoint up or not); "
+            "change nothing. Exit 0: nothing to do, 1: changes.",
+        ),
+    ] = False,
+    no_rolling: Annotated[
+        bool,
+        typer.Option(
+            "--no-rolling",
+            help="Recreate every changed engine at once (and the router when its workers "
+            "change) instead of one engine at a time.",
+        ),
+    ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="Accept the outage of a tier that cannot roll."),
+    ] = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
-    answers are right (correctness gate); measure the KV path; print the endpoint."""
+    answers are right (correctness gate); measure the KV path; print the endpoint. On a
+    running deployment, changes roll through the running router one engine at a time."""
     from pdboot import up as up_mod
 
     inv = _load(inventory)
@@ -269,10 +290,22 @@ def up(
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
         no_wait=no_wait,
+        rolling=not no_rolling,
+        plan_only=plan_only,
+        yes=yes,
     )
     with _views(events) as (emit, console):
-        code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))
+        code = up_mod.up(
+            inv, opts, emit, preflight=_preflight_gate(console), confirm=_confirm_outage
+        )
     raise typer.Exit(code)
+
+
+def _confirm_outage(outages: list[str]) -> bool:
+    """Asked only on a terminal; without one the outage needs --yes."""
+    if not sys.stdin.isatty():
+        return False
+    return typer.confirm("This change takes a tier down (above). Go on?", default=False)
 
 
 @app.command()

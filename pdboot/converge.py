@@ -2,10 +2,11 @@
 
 pdboot recognises its own containers by labels (deployment, role, host, engine index,
 config hash), never by name, so it never touches a container it did not start. A service whose hash
-label equals the plan's is left alone; one whose hash differs is recreated; the router
-is recreated whenever one of its workers was (re)created, because it registered the
-old engines. Steps stay grouped by stage so `up` keeps the decode -> prefill -> router
-order.
+label equals the plan's is left alone; one whose hash differs is recreated. With static
+router lists the router is recreated whenever one of its workers was (re)created, because it
+registered the old engines; with live workers (router.live_workers) its hash leaves the
+worker lists out and `up` registers and deregisters engines instead (rolling.py orders
+it). Steps stay grouped by stage so `up` keeps the decode -> prefill -> router order.
 """
 
 from __future__ import annotations
@@ -101,8 +102,11 @@ def _index(observed: Iterable[Observed]) -> dict[tuple[str, str], list[Observed]
     return out
 
 
-def plan_up(plan: Plan, observed: Iterable[Observed]) -> list[list[Step]]:
-    """Per stage (decode, prefill, router): one step per service."""
+def plan_up(
+    plan: Plan, observed: Iterable[Observed], *, live: bool = False
+) -> list[list[Step]]:
+    """Per stage (decode, prefill, router): one step per service. ``live``: the router's
+    workers are registered at runtime, so a changed engine set leaves it running."""
     index = _index(owned(observed, plan.deployment))
     stages: list[list[Step]] = []
     workers_changed = False
@@ -110,7 +114,7 @@ def plan_up(plan: Plan, observed: Iterable[Observed]) -> list[list[Step]]:
         steps: list[Step] = []
         for svc in stage:
             found = index.get((svc.host, svc.name), [])
-            step = _step(svc, found, workers_changed and svc.role == "router")
+            step = _step(svc, found, workers_changed and svc.role == "router" and not live)
             steps.append(step)
         steps = _whole_dp_tiers(steps)
         if any(s.service.role != "router" and s.kind != "unchanged" for s in steps):
@@ -212,9 +216,10 @@ def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
 
 
 def with_restarts(stages: Sequence[Sequence[Step]],
-                  restarts: Sequence[Step]) -> list[list[Step]]:
+                  restarts: Sequence[Step], *, live: bool = False) -> list[list[Step]]:
     """The stages as `up` shows them: each restarted decode's step replaced, and the router
-    recreated when it was to stay (it registered the engines being restarted)."""
+    recreated when it was to stay (it registered the engines being restarted) unless its
+    workers are live (``live``: they are deregistered and registered again instead)."""
     by_key = {s.service.key: s for s in restarts}
     out = []
     for stage in stages:
@@ -222,7 +227,7 @@ def with_restarts(stages: Sequence[Sequence[Step]],
         for s in stage:
             if s.service.key in by_key:
                 s = by_key[s.service.key]
-            elif restarts and s.service.role == "router" and s.kind == "unchanged":
+            elif restarts and s.service.role == "router" and s.kind == "unchanged" and not live:
                 s = Step(s.service, "recreate", "its workers were (re)started", s.current)
             new.append(s)
         out.append(new)

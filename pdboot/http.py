@@ -35,9 +35,12 @@ def http(
     timeout: float = 2.0,
     body: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
+    method: str | None = None,
 ) -> HttpAnswer:
+    """GET, or POST when there is a body; ``method`` says otherwise (the router's DELETE)."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")  # noqa: S310
+    verb = method or ("POST" if data is not None else "GET")
+    req = urllib.request.Request(url, data=data, method=verb)  # noqa: S310
     if data is not None:
         req.add_header("Content-Type", "application/json")
     for k, v in (headers or {}).items():

@@ -16,6 +16,7 @@ from pdboot.plan import LABEL_HOST, Plan, Service
 from pdboot.ports import EngineOps
 from pdboot.probes import RouterWorkers
 from pdboot.remote import HostLost
+from pdboot.router_api import RouterApiError
 from pdboot.waits import READY, Clock, Probe, failed, waiting
 
 LOG_REFRESH_SECONDS = 1.0
@@ -97,7 +98,14 @@ class Prober:
 
         return probe
 
-    def router(self, svc: Service, engines: Sequence[Service]) -> Callable[[], Probe]:
+    def router(
+        self,
+        svc: Service,
+        engines: Sequence[Service],
+        register: Callable[[], None] | None = None,
+    ) -> Callable[[], Probe]:
+        """``register``: with live workers, what posts the missing engines to a router that
+        answers /health (it starts knowing none); called again while any is missing."""
         # a data-parallel tier registers as its head only
         prefills = [s.url for s in engines if s.role == "prefill" and not s.headless]
         decodes = [s.url for s in engines if s.role == "decode" and not s.headless]
@@ -110,6 +118,13 @@ class Prober:
             if not w.ok:
                 return waiting(f"/workers: {w.describe()}")
             missing = RouterWorkers.parse(w.body).missing(prefills, decodes)
+            if missing and register is not None:
+                try:
+                    register()
+                except RouterApiError as e:
+                    return waiting(f"registering: {e}")
+                w = self.fetch(f"{svc.url}/workers", timeout=2.0)
+                missing = RouterWorkers.parse(w.body).missing(prefills, decodes) if w.ok else []
             return waiting("not registered: " + ", ".join(missing)) if missing else READY
 
         return probe

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pdboot import image_probe
@@ -31,6 +31,7 @@ from pdboot.converge import (
 )
 from pdboot.diagnose import diagnose
 from pdboot.down import clean_files, stop_remove, teardown
+from pdboot.drain import DrainResult, drain
 from pdboot.engine import PullProgress as EnginePull
 from pdboot.events import (
     Diagnosis,
@@ -70,7 +71,7 @@ from pdboot.http import HttpFn, http
 from pdboot.inventory import Inventory
 from pdboot.logscan import explain, report_lines
 from pdboot.pdcheck import check_speed, first_decode, gate_event, run_up_gate
-from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan
+from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan, live_workers
 from pdboot.ports import (
     OP_DEADLINE,
     EngineOps,
@@ -94,7 +95,13 @@ from pdboot.rdma_findings import (
 )
 from pdboot.readiness import Prober, find_container
 from pdboot.render import render_host
+from pdboot.rolling import RollPlan, plan_roll
+from pdboot.rollout import Rollout, emit_plan
+from pdboot.router_api import RouterWorkerApi, plan_workers
 from pdboot.waits import Clock, MonotonicClock, Tick, WaitError, WaitFailed, wait_all
+
+# asked with the outages in words before a tier that cannot roll goes down; True: go on
+Confirm = Callable[[list[str]], bool]
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
@@ -108,6 +115,9 @@ class UpOptions:
     speed: bool = True  # the long request that measures the KV path per pair (after prove)
     prove: bool = True
     no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
+    rolling: bool = True  # False (--no-rolling): the recreate path, every change at once
+    plan_only: bool = False  # --plan: print the steps, change nothing; exit 1 when any
+    yes: bool = False  # --yes: accept the outage of a tier that cannot roll
 
 
 class _Stop(Exception):
@@ -129,11 +139,18 @@ def up(
     hosts_factory: HostsFactory = default_hosts,
     fetch: HttpFn = http,
     lock_factory: LockFactory = default_lock,
+    confirm: Confirm | None = None,
 ) -> int:
     """Run `up`, emitting events; returns the exit code (also in the final Done event).
-    The deployment lock is held from before preflight to the end (Ctrl-C included)."""
+    The deployment lock is held from before preflight to the end (Ctrl-C included);
+    `--plan` changes nothing and takes no lock. ``confirm``: asked (with the outages, in
+    words) before a tier that cannot roll is replaced without --yes; None: refuse."""
     clk = clock or MonotonicClock()
     t0 = clk.now()
+    if opts.plan_only:
+        code = _plan_only(inv, opts, emit, hosts_factory)
+        emit(Done("up", code, clk.now() - t0, "no changes" if code == EXIT_OK else "changes"))
+        return code
     held = take_lock(
         emit, lock_factory, inv, "up", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys
     )
@@ -141,7 +158,7 @@ def up(
         code = held or EXIT_FAILED
     else:
         try:
-            code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
+            code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch, confirm)
         finally:
             held.release()
     took = clk.now() - t0
@@ -157,6 +174,7 @@ def _up(
     clock: Clock,
     hosts_factory: HostsFactory,
     fetch: HttpFn,
+    confirm: Confirm | None = None,
 ) -> int:
     try:
         token = read_secrets(inv) or None  # secrets.env's variables -> values
@@ -174,7 +192,47 @@ def _up(
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
     try:
-        return _on_hosts(inv, opts, emit, hosts, findings, _Env(clock, fetch, token))
+        return _on_hosts(inv, opts, emit, hosts, findings, _Env(clock, fetch, token, confirm))
+    finally:
+        hosts.close()
+
+
+def roll_plan(
+    plan: Plan, observed: list[Observed], *, live: bool, rolling: bool
+) -> tuple[list[list[Step]], RollPlan]:
+    """Converge's steps (as `up` shows them) and the roll steps, from what runs (pure)."""
+    first = plan_up(plan, observed, live=live)
+    restarts = decode_restarts(first)
+    stages = with_restarts(first, restarts, live=live)
+    return stages, plan_roll(plan, first, restarts, orphans(plan, observed), rolling=rolling)
+
+
+def _plan_only(inv: Inventory, opts: UpOptions, emit: Emit, hosts_factory: HostsFactory) -> int:
+    """`up --plan`: what runs (config hash labels) against the inventory, as the steps `up`
+    would take; nothing is pulled, shipped, started or stopped. 0: nothing to do, 1: changes."""
+    hosts = hosts_factory(inv, list(build_plan(inv).hosts), opts.accept_new_host_keys)
+    try:
+        if hosts.errors:
+            report_errors(emit, "cannot reach", hosts.errors)
+            return EXIT_USAGE
+        plan = plan_from(inv, recorded_findings(inv, hosts))
+        values, errors = hosts.each(
+            lambda _h, link: link.engine.containers(plan.deployment), OP_DEADLINE
+        )
+        if errors:
+            report_errors(emit, "cannot list containers on", errors)
+            return EXIT_USAGE
+        observed = [o for obs in values.values() for o in obs]
+        live = live_workers(inv)
+        stages, roll = roll_plan(plan, observed, live=live, rolling=live and opts.rolling)
+        emit(StageStarted("plan"))
+        for steps in stages:
+            for s in steps:
+                emit(ServiceAction(s.service.key, s.kind, s.reason))
+        emit_plan(emit, roll)
+        for line in roll.notes:
+            emit(Note(line, "warn"))
+        return EXIT_FAILED if roll.changes else EXIT_OK
     finally:
         hosts.close()
 
@@ -205,6 +263,7 @@ class _Env:
     clock: Clock
     fetch: HttpFn
     token: dict[str, str] | None
+    confirm: Confirm | None = None
 
 
 def _on_hosts(
@@ -257,6 +316,7 @@ class _Up:
         # annotated: mypy checks here that the real Engine satisfies EngineOps
         engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
         self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
+        self.live = live_workers(inv)
 
     # ---- the sequence
 
@@ -265,10 +325,37 @@ class _Up:
         self.check_image()
         self.ship()
         observed = self.observe()
+        if self.live and self.opts.rolling:
+            self.roll(observed)
+        else:
+            self.recreate(observed)
+        if self.opts.prove:
+            self.prove()
+            self.gate()
+            if self.opts.speed:
+                self.kv_speed()
+        self.show_endpoint()
+
+    def roll(self, observed: list[Observed]) -> None:
+        """Live workers: the router stays, engines change one worker at a time
+        (rolling.py's order, rollout.py's steps)."""
+        stages, roll = roll_plan(self.plan, observed, live=True, rolling=True)
+        self.show_steps(stages)
+        emit_plan(self.emit, roll)
+        self.accept_outages(roll.outages)
+        Rollout(self.plan, roll, self, self.router_api(), self.emit).run()
+        if not any(s.action == "router" for s in roll.steps):
+            self.wait([self.plan.router], router=True)  # every engine registered, healthy
+
+    def recreate(self, observed: list[Observed]) -> None:
+        """The recreate path (static router lists, or --no-rolling): every changed engine at
+        once, then the router, recreated when its workers changed."""
         first = plan_up(self.plan, observed)
         restarts = decode_restarts(first)  # decodes holding NIXL state for an old prefill
         stages = with_restarts(first, restarts)
         self.show_steps(stages)
+        _, roll = roll_plan(self.plan, observed, live=False, rolling=False)
+        emit_plan(self.emit, roll)
         self.remove_orphans(observed)
         engines = [s for steps in first for s in steps if s.service.role != "router"]
         router = [s for steps in stages for s in steps if s.service.role == "router"]
@@ -279,12 +366,37 @@ class _Up:
             self.wait([s.service for s in restarts], router=False)
         self.start(router)
         self.wait([s.service for s in router], router=True)
-        if self.opts.prove:
-            self.prove()
-            self.gate()
-            if self.opts.speed:
-                self.kv_speed()
-        self.show_endpoint()
+
+    def accept_outages(self, outages: list[str]) -> None:
+        if not outages or self.opts.yes:
+            return
+        for line in outages:
+            self.emit(Note(f"outage: {line}", "warn"))
+        confirm = self.env.confirm
+        if confirm is None or not confirm(outages):
+            self.emit(Note("error: this change takes a tier down (above); nothing was "
+                           "changed; run again with --yes to accept it", "error"))
+            raise _Stop
+
+    def register_all(self) -> None:
+        """Live workers: the router's list made equal to the inventory's (a new router
+        knows no engine; this also removes what the inventory no longer has)."""
+        for c in self.router_api().sync(plan_workers(self.plan)):
+            self.emit(Note(f"router: {c.describe()}"))
+
+    def router_api(self) -> RouterWorkerApi:
+        return RouterWorkerApi(self.plan.router.url, self.env.fetch)
+
+    def drain(self, url: str, pullers: Sequence[str]) -> DrainResult:
+        t = self.inv.timeouts
+        return drain(url, self.env.fetch, self.env.clock, timeout=t.drain_seconds,
+                     interval=t.poll_interval_seconds, pullers=pullers)
+
+    def stop(self, gone: list[Observed]) -> None:
+        for o in gone:
+            self.emit(ServiceAction(o.key, "remove", "no longer in the inventory"))
+        if gone:
+            stop_remove(self.hosts, gone, self.emit)
 
     # ---- pull
 
@@ -418,7 +530,8 @@ class _Up:
         self.locate(services)
         if router:
             engines = [s for s in self.plan.services() if s.role != "router"]
-            probes = {s.key: self.prober.router(s, engines) for s in services}
+            register = self.register_all if self.live else None
+            probes = {s.key: self.prober.router(s, engines, register) for s in services}
             deadline = self.inv.timeouts.router_ready_seconds
             what = "/health 200 and every engine in /workers"
         else:

@@ -69,6 +69,9 @@ class TerminalView:
             ev.Interrupted: self._interrupted,
             ev.Note: lambda e: self._print(Text(e.message, style=LEVEL_STYLE[e.level])),
             ev.ImageCheck: self._image_check,
+            ev.RollPlanned: self._roll_step,
+            ev.RollProgress: lambda e: self._print(f"  step {e.number}: {e.phase} {e.detail}"),
+            ev.RollStopped: self._roll_stopped,
             ev.StatusReport: lambda e: print_status(self.out, e),
             ev.Done: self._done,
         }
@@ -171,6 +174,20 @@ class TerminalView:
                 (f"{e.service:<28}", "bold"), (f"{e.action:<10}", ACTION_STYLE[e.action]), e.reason
             )
         )
+
+    def _roll_step(self, e: ev.RollPlanned) -> None:
+        up = "endpoint up" if e.endpoint_up else "ENDPOINT DOWN"
+        head = Text.assemble((f"step {e.number} ", "bold"), (f"{e.action:<9}", "cyan"),
+                             ", ".join(e.services), f"  ({e.how})")
+        self._print(head)
+        self._print(f"    {e.reason}; serving: {', '.join(e.capacity)}; {up}")
+        if e.outage:
+            self._print(Text(f"    outage: {e.outage}", style=LEVEL_STYLE["warn"]))
+
+    def _roll_stopped(self, e: ev.RollStopped) -> None:
+        self._print(Text(f"roll stopped at step {e.number}; engines now:", style="bold red"))
+        for key, config in e.engines:
+            self._print(f"  {key:<28} {config}")
 
     def _stop_live(self) -> None:
         if self._live is not None:
