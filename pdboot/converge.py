@@ -186,7 +186,7 @@ def _newer(prefill: Observed | None, decode: Observed | None) -> bool:
     return p is not None and d is not None and (p - d).total_seconds() > STALE_AFTER_SECONDS
 
 
-def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
+def decode_restarts(stages: Sequence[Sequence[Step]], *, live: bool = False) -> list[Step]:
     """The running decode engines `up` must restart once the prefill tier is ready.
 
     A decode caches, per prefill engine id, the NIXL handshake (peer agent metadata, remote
@@ -194,10 +194,13 @@ def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
     registrations while the decode may still hold the old ones: users report decodes that
     segfault or keep pulling from the dead peer (llm-d#2187, vllm-pd-facts.md). So a decode
     left "unchanged" is restarted when any prefill is (re)created in this run, or when a
-    running prefill started well after it (restarted under it earlier)."""
+    running prefill started well after it (restarted under it earlier). ``live`` (rolling
+    through the running router): a prefill new to the deployment does not count, as no
+    decode holds state for it (it handshakes afresh at its first request)."""
     steps = [s for stage in stages for s in stage]
     prefills = [s for s in steps if s.service.role == "prefill"]
-    changed = [s.service.key for s in prefills if s.kind != "unchanged"]
+    counted = ("recreate",) if live else ("create", "recreate")
+    changed = [s.service.key for s in prefills if s.kind in counted]
     out = []
     for d in steps:
         if d.service.role != "decode" or d.kind != "unchanged":

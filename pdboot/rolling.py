@@ -272,6 +272,8 @@ def _replace(b: _Builder, tier: str, unit: tuple[Step, ...], notes: list[str]) -
         notes.append(f"the {tier} data-parallel tier restarts as a whole (vLLM needs that)")
     how = "drain, then replace in place" if serving_now else "replace (it is not serving)"
     b.add(action, tier, unit, (), how, head.reason, during, outage)
+    if not serving_now and any(_is_worker(s.service) for s in unit):
+        b.serving[tier] += 1  # one that was down (exited) serves once replaced
 
 
 def _together(

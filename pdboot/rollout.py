@@ -9,7 +9,7 @@ nothing that rolling.py did not, and only emits events."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -53,9 +53,18 @@ def emit_plan(emit: Emit, roll: RollPlan) -> None:
 
 class Rollout:
     def __init__(
-        self, plan: Plan, roll: RollPlan, ops: RollOps, api: RouterWorkerApi, emit: Emit
+        self,
+        plan: Plan,
+        roll: RollPlan,
+        ops: RollOps,
+        api: RouterWorkerApi,
+        emit: Emit,
+        addresses: Mapping[str, str],
     ) -> None:
+        """``addresses``: every inventory host's advertised address (a host that left its
+        tier is not in the plan, and its engines' router URLs start with it)."""
         self.plan, self.roll, self.ops, self.api, self.emit = plan, roll, ops, api, emit
+        self.addresses = addresses
         # a router created or recreated in this roll registers every engine when it is up;
         # until then there is no (or no lasting) router to register with
         self.router_later = any(s.action == "router" for s in roll.steps)
@@ -123,7 +132,7 @@ class Rollout:
         if svc is not None:
             w = worker_of(svc)
             return [w[0]] if w is not None else []
-        address = self.plan.hosts[o.host].address if o.host in self.plan.hosts else ""
+        address = self.addresses.get(o.host, "")
         wanted = plan_workers(self.plan)
         try:
             present: list[Worker] = self.api.workers()

@@ -68,7 +68,7 @@ from pdboot.hosts import (
     secrets_env,
 )
 from pdboot.http import HttpFn, http
-from pdboot.inventory import Inventory
+from pdboot.inventory import Inventory, advertised_address
 from pdboot.logscan import explain, report_lines
 from pdboot.pdcheck import check_speed, first_decode, gate_event, run_up_gate
 from pdboot.plan import SECRETS_FILE, Plan, Service, build_plan, live_workers
@@ -186,6 +186,7 @@ def _up(
     try:
         findings = _preflight(inv, opts, emit, preflight)
         hosts = hosts_factory(inv, list(build_plan(inv).hosts), opts.accept_new_host_keys)
+        _add_former_hosts(inv, hosts, emit, hosts_factory, opts.accept_new_host_keys)
     except _Stop:
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -202,7 +203,7 @@ def roll_plan(
 ) -> tuple[list[list[Step]], RollPlan]:
     """Converge's steps (as `up` shows them) and the roll steps, from what runs (pure)."""
     first = plan_up(plan, observed, live=live)
-    restarts = decode_restarts(first)
+    restarts = decode_restarts(first, live=live and rolling)
     stages = with_restarts(first, restarts, live=live)
     return stages, plan_roll(plan, first, restarts, orphans(plan, observed), rolling=rolling)
 
@@ -211,6 +212,7 @@ def _plan_only(inv: Inventory, opts: UpOptions, emit: Emit, hosts_factory: Hosts
     """`up --plan`: what runs (config hash labels) against the inventory, as the steps `up`
     would take; nothing is pulled, shipped, started or stopped. 0: nothing to do, 1: changes."""
     hosts = hosts_factory(inv, list(build_plan(inv).hosts), opts.accept_new_host_keys)
+    _add_former_hosts(inv, hosts, emit, hosts_factory, opts.accept_new_host_keys)
     try:
         if hosts.errors:
             report_errors(emit, "cannot reach", hosts.errors)
@@ -235,6 +237,23 @@ def _plan_only(inv: Inventory, opts: UpOptions, emit: Emit, hosts_factory: Hosts
         return EXIT_FAILED if roll.changes else EXIT_OK
     finally:
         hosts.close()
+
+
+def _add_former_hosts(
+    inv: Inventory, hosts: Hosts, emit: Emit, hosts_factory: HostsFactory, accept_new: bool
+) -> None:
+    """Hosts of the inventory that no tier uses any more (a prefill host removed from its
+    tier): visited only to find this deployment's engines left there, which `up` drains and
+    stops. One that cannot be reached is a warning, not a failure: nothing runs there that
+    the inventory wants."""
+    former = [h for h in inv.hosts if h not in hosts.links and h not in hosts.errors]
+    if not former:
+        return
+    extra = hosts_factory(inv, former, accept_new)
+    hosts.links.update(extra.links)
+    for host, why in sorted(extra.errors.items()):
+        emit(Note(f"{host} is in no tier and cannot be reached ({why}): engines pdboot "
+                  "started there earlier are left as they are", "warn"))
 
 
 def _preflight(
@@ -343,7 +362,8 @@ class _Up:
         self.show_steps(stages)
         emit_plan(self.emit, roll)
         self.accept_outages(roll.outages)
-        Rollout(self.plan, roll, self, self.router_api(), self.emit).run()
+        addresses = {h: advertised_address(spec) for h, spec in self.inv.hosts.items()}
+        Rollout(self.plan, roll, self, self.router_api(), self.emit, addresses).run()
         if not any(s.action == "router" for s in roll.steps):
             self.wait([self.plan.router], router=True)  # every engine registered, healthy
 
@@ -419,7 +439,9 @@ class _Up:
                 took = time.monotonic() - t0
                 self.emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
 
-        _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
+        _, errors = self.hosts.each(
+            pull_host, self.inv.timeouts.pull_seconds, only=list(self.plan.hosts)
+        )
         if errors:
             report_errors(self.emit, "pull failed on", errors)
             raise _Stop
@@ -451,7 +473,7 @@ class _Up:
             extra = {RECORD_FILE: self.records[host]} if host in self.records else None
             link.engine.ship(self.dir, texts[host], secrets if needs else None, extra)
 
-        _, errors = self.hosts.each(ship_host, OP_DEADLINE)
+        _, errors = self.hosts.each(ship_host, OP_DEADLINE, only=list(self.plan.hosts))
         if errors:
             report_errors(self.emit, "cannot ship the compose project to", errors)
             raise _Stop

@@ -133,6 +133,19 @@ class World:
             for c in cs
         )
 
+    def serving(self, svc: Any) -> bool:
+        """The engine container of this service runs and has loaded (by host, role, index)."""
+        cs = [
+            c
+            for c in self.of_role(svc.role)
+            if c.host == svc.host
+            and c.labels.get(LABEL_ENGINE, "0") == str(svc.engine_index)
+            and c.state == "running"
+        ]
+        return bool(cs) and svc.role not in self.never_healthy and all(
+            self.clock.now() >= c.started + self.load.get(svc.role, 0) for c in cs
+        )
+
     def fetch(
         self,
         url: str,
@@ -145,9 +158,14 @@ class World:
         if self.interrupt_on and url.endswith(self.interrupt_on):
             raise KeyboardInterrupt
         plan = build_plan(self.inv)
-        svc = next(s for s in plan.services() if url.startswith(s.url))
+        svc = next((s for s in plan.services() if url.startswith(s.url)), None)
+        if svc is None:  # an engine the inventory no longer has (being removed)
+            return self.gone_engine(url)
         path = url[len(svc.url) :]
-        if not self.healthy(svc.role) and not (svc.role == "router" and self.of_role("router")):
+        if svc.role == "router":
+            if not self.of_role("router"):
+                return HttpAnswer(0, "", "connection refused")
+        elif not self.serving(svc):
             return HttpAnswer(0, "", "connection refused")
         if path == "/health":
             return HttpAnswer(200, "")
@@ -180,9 +198,19 @@ class World:
             return self.completion(svc.role, dict(body or {}), url)
         return HttpAnswer(404, "")
 
+    def gone_engine(self, url: str) -> HttpAnswer:
+        """An orphan's /metrics while it drains: what ``in_flight`` says, counted down."""
+        base = url.removesuffix("/metrics")
+        if base not in self.in_flight:
+            return HttpAnswer(0, "", "connection refused")
+        left = self.in_flight[base]
+        self.in_flight[base] = max(0, left - 1)
+        return HttpAnswer(200, f"vllm:num_requests_running {left}\nvllm:num_requests_waiting 0\n")
+
     def router_workers(self, path: str, body: Any, method: str | None) -> HttpAnswer:
         """vllm-router 0.1.17's worker API in IGW mode: GET, POST, DELETE /workers."""
-        self.calls.append(("router", method or ("POST" if body else "GET"), path))
+        what = f"{path}/{urllib.parse.quote(str(body['url']), safe='')}" if body else path
+        self.calls.append(("router", method or ("POST" if body else "GET"), what))
         if method == "DELETE":
             url = urllib.parse.unquote(path[len("/workers/") :])
             if self.registered.pop(url, None) is None:
@@ -193,7 +221,7 @@ class World:
             self.registered[str(body["url"])] = str(body["worker_type"])
             return HttpAnswer(200, json.dumps({"success": True}))
         plan = build_plan(self.inv)
-        roles = {s.url: s.role for s in plan.services()}
+        by_url = {s.url: s for s in plan.services()}
         if "--enable-igw" not in plan.router.command:  # static lists: the plan's engines
             workers = [
                 {"url": s.url, "worker_type": s.role, "is_healthy": True}
@@ -202,7 +230,7 @@ class World:
             ]
             return HttpAnswer(200, json.dumps({"workers": workers}))
         workers = [
-            {"url": u, "worker_type": t, "is_healthy": self.healthy(roles.get(u, t))}
+            {"url": u, "worker_type": t, "is_healthy": u in by_url and self.serving(by_url[u])}
             for u, t in self.registered.items()
         ]
         return HttpAnswer(200, json.dumps({"workers": workers}))
