@@ -256,6 +256,7 @@ class Engine:
     next_block: int = 1
     counters: dict[str, float] = field(default_factory=dict)
     requests_done: int = 0
+    running: int = 0  # requests being served now: vllm:num_requests_running
     lock: threading.Lock = field(default_factory=threading.Lock)
     # latency histograms as vLLM exports them: name -> (count per bound incl. +Inf, sum)
     hists: dict[str, tuple[list[float], float]] = field(default_factory=dict)
@@ -578,7 +579,7 @@ class Api(http.server.BaseHTTPRequestHandler):
         try:
             with dp.routed(self) as relayed:
                 if not relayed:
-                    self.complete(self.read_body(), chat=path.endswith("chat/completions"))
+                    self.counted(self.read_body(), chat=path.endswith("chat/completions"))
         except ApiError as e:
             self.send_error_json(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -599,6 +600,24 @@ class Api(http.server.BaseHTTPRequestHandler):
             log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
             self.wfile.flush()
             os._exit(1)
+
+    def counted(self, body: dict[str, Any], chat: bool) -> None:
+        """One request, counted in vllm:num_requests_running while it is served (what a drain
+        waits on); STANDIN_REQUEST_SECONDS: how long a request with max_tokens > 1 takes
+        (a decode's generation; the router's prefill stage asks for 1 token and is quick)."""
+        eng = self.engine
+        with eng.lock:
+            eng.running += 1
+        try:
+            n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+            hold = float(os.environ.get("STANDIN_REQUEST_SECONDS", "0") or 0)
+            if hold > 0 and n > 1 and not body.get("kv_transfer_params", {}).get(
+                    "do_remote_decode"):
+                time.sleep(hold)
+            self.complete(body, chat)
+        finally:
+            with eng.lock:
+                eng.running -= 1
 
     def complete(self, body: dict[str, Any], chat: bool) -> None:
         eng = self.engine
@@ -784,6 +803,7 @@ def metrics_text(eng: Engine) -> str:
     with eng.lock:
         c = dict(eng.counters)
         held = len(eng.leases)
+        running = eng.running
     out: list[str] = []
     typed: set[str] = set()
     for name, doc in COUNTERS:
@@ -807,7 +827,7 @@ def metrics_text(eng: Engine) -> str:
     out += latency_lines(eng, labels)
     for base, value, doc in (
         ("standin_kv_leases_held", held, "KV block leases held for a remote decode."),
-        ("vllm:num_requests_running", 0, "Number of requests in model execution batches."),
+        ("vllm:num_requests_running", running, "Number of requests in model execution batches."),
         ("vllm:num_requests_waiting", 0, "Number of requests waiting to be processed."),
     ):
         out += [f"# HELP {base} {doc}", f"# TYPE {base} gauge",
