@@ -8,20 +8,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pdboot.converge import Observed, decode_restarts, orphans, plan_up
-from pdboot.drain import drain, parse_load
-from pdboot.http import HttpAnswer
-from pdboot.inventory import parse_inventory
-from pdboot.plan import LABEL_CONFIG_HASH, Plan, build_plan
-from pdboot.rolling import RollPlan, plan_roll
-from pdboot.router_api import (
+from pdboot.deploy.drain import drain, parse_load
+from pdboot.deploy.router_api import (
     RouterWorkerApi,
     Worker,
     parse_workers,
     plan_workers,
     reconcile,
 )
-from pdboot.waits import FakeClock
+from pdboot.deploy.waits import FakeClock
+from pdboot.inventory.load import parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed, decode_restarts, orphans, plan_up
+from pdboot.plan.model import LABEL_CONFIG_HASH, Plan
+from pdboot.plan.rolling import RollPlan, plan_roll
+from pdboot.transport.http import HttpAnswer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 METRICS = Path(__file__).parents[2].parent / "shared" / "fixtures" / "vllm-0.33.0" / "metrics.json"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import urllib.parse
 
 from pdboot import events as ev
-from pdboot.inventory import parse_inventory
-from pdboot.plan import build_plan
-from pdboot.router_api import plan_workers
-from pdboot.up import UpOptions
+from pdboot.deploy.router_api import plan_workers
+from pdboot.deploy.up import UpOptions
+from pdboot.inventory.load import parse_inventory
+from pdboot.plan.build import build_plan
 from tests.unit.orchestrator_fakes import World
 from tests.unit.test_orchestrator import run_up
 
@@ -155,7 +155,7 @@ def test_a_tier_of_one_needs_yes() -> None:
 
 
 def run_up_confirm(world: World, asked: list[list[str]]) -> int:
-    from pdboot.up import up
+    from pdboot.deploy.up import up
     from tests.unit.orchestrator_fakes import Recorder
 
     def confirm(outages: list[str]) -> bool:
