@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pdboot.deploy.changes import add_former_hosts, plan_only, roll_plan
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.logscan import explain, report_lines
@@ -69,7 +70,6 @@ from pdboot.plan.build import build_plan, live_workers
 from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
 from pdboot.plan.render import render_host
-from pdboot.plan.rolling import RollPlan, plan_roll
 from pdboot.preflight import image_probe
 from pdboot.preflight.findings import (
     RECORD_FILE,
@@ -143,7 +143,7 @@ def up(
     clk = clock or MonotonicClock()
     t0 = clk.now()
     if opts.plan_only:
-        code = _plan_only(inv, opts, emit, hosts_factory)
+        code = plan_only(inv, opts.rolling, opts.accept_new_host_keys, emit, hosts_factory)
         emit(Done("up", code, clk.now() - t0, "no changes" if code == EXIT_OK else "changes"))
         return code
     held = take_lock(
@@ -181,7 +181,7 @@ def _up(
     try:
         findings = _preflight(inv, opts, emit, preflight)
         hosts = hosts_factory(inv, list(build_plan(inv).hosts), opts.accept_new_host_keys)
-        _add_former_hosts(inv, hosts, emit, hosts_factory, opts.accept_new_host_keys)
+        add_former_hosts(inv, hosts, emit, hosts_factory, opts.accept_new_host_keys)
     except _Stop:
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -191,64 +191,6 @@ def _up(
         return _on_hosts(inv, opts, emit, hosts, findings, _Env(clock, fetch, token, confirm))
     finally:
         hosts.close()
-
-
-def roll_plan(
-    plan: Plan, observed: list[Observed], *, live: bool, rolling: bool
-) -> tuple[list[list[Step]], RollPlan]:
-    """Converge's steps (as `up` shows them) and the roll steps, from what runs (pure)."""
-    first = plan_up(plan, observed, live=live)
-    restarts = decode_restarts(first, live=live and rolling)
-    stages = with_restarts(first, restarts, live=live)
-    return stages, plan_roll(plan, first, restarts, orphans(plan, observed), rolling=rolling)
-
-
-def _plan_only(inv: Inventory, opts: UpOptions, emit: Emit, hosts_factory: HostsFactory) -> int:
-    """`up --plan`: what runs (config hash labels) against the inventory, as the steps `up`
-    would take; nothing is pulled, shipped, started or stopped. 0: nothing to do, 1: changes."""
-    hosts = hosts_factory(inv, list(build_plan(inv).hosts), opts.accept_new_host_keys)
-    _add_former_hosts(inv, hosts, emit, hosts_factory, opts.accept_new_host_keys)
-    try:
-        if hosts.errors:
-            report_errors(emit, "cannot reach", hosts.errors)
-            return EXIT_USAGE
-        plan = plan_from(inv, recorded_findings(inv, hosts))
-        values, errors = hosts.each(
-            lambda _h, link: link.engine.containers(plan.deployment), OP_DEADLINE
-        )
-        if errors:
-            report_errors(emit, "cannot list containers on", errors)
-            return EXIT_USAGE
-        observed = [o for obs in values.values() for o in obs]
-        live = live_workers(inv)
-        stages, roll = roll_plan(plan, observed, live=live, rolling=live and opts.rolling)
-        emit(StageStarted("plan"))
-        for steps in stages:
-            for s in steps:
-                emit(ServiceAction(s.service.key, s.kind, s.reason))
-        emit_plan(emit, roll)
-        for line in roll.notes:
-            emit(Note(line, "warn"))
-        return EXIT_FAILED if roll.changes else EXIT_OK
-    finally:
-        hosts.close()
-
-
-def _add_former_hosts(
-    inv: Inventory, hosts: Hosts, emit: Emit, hosts_factory: HostsFactory, accept_new: bool
-) -> None:
-    """Hosts of the inventory that no tier uses any more (a prefill host removed from its
-    tier): visited only to find this deployment's engines left there, which `up` drains and
-    stops. One that cannot be reached is a warning, not a failure: nothing runs there that
-    the inventory wants."""
-    former = [h for h in inv.hosts if h not in hosts.links and h not in hosts.errors]
-    if not former:
-        return
-    extra = hosts_factory(inv, former, accept_new)
-    hosts.links.update(extra.links)
-    for host, why in sorted(extra.errors.items()):
-        emit(Note(f"{host} is in no tier and cannot be reached ({why}): engines pdboot "
-                  "started there earlier are left as they are", "warn"))
 
 
 def _preflight(
