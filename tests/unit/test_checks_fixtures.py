@@ -17,6 +17,7 @@ from pdboot.preflight.checks import (
     host,
     model,
     network,
+    owners,
     parse_sections,
     rdma,
 )
@@ -45,6 +46,8 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c.startswith("date "), network.parse_clock),
     (lambda c: c.startswith("@probe"), network.parse_probe),
     (lambda c: c == "@config", model.parse_config),
+    (lambda c: c.startswith("docker ps -a --no-trunc --filter"), lambda t: owners.parse_ps("h", t)),
+    (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
 ]
 
 

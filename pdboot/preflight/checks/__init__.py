@@ -20,10 +20,13 @@ import secrets
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pdboot.inventory.schema import Requirements, Tier
 from pdboot.preflight.registry import Lookup
+
+if TYPE_CHECKING:
+    from pdboot.preflight.checks.owners import Fate
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
@@ -115,6 +118,10 @@ class HostContext:
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
     peers: tuple[str, ...] = ()  # the other tier's engine hosts' addresses (network.ucx_iface)
+    # this deployment's name: its containers' ports and GPU memory are not "taken" (owners)
+    deployment: str = ""
+    # what `up` does with each of them, once every host answered (owners.fates)
+    fates: tuple[Fate, ...] = ()
 
     @property
     def gpu_host(self) -> bool:

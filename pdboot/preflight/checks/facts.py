@@ -16,6 +16,7 @@ from pdboot.preflight.checks.gpu import GpuFacts
 from pdboot.preflight.checks.host import HostSysFacts
 from pdboot.preflight.checks.model import ModelAreaFacts
 from pdboot.preflight.checks.network import NetworkFacts
+from pdboot.preflight.checks.owners import OwnerFacts
 from pdboot.preflight.checks.rdma import RdmaFacts
 from pdboot.preflight.checks.route import RouteFacts
 from pdboot.preflight.checks.topo import TopoFacts
@@ -32,3 +33,4 @@ class HostFacts:
     network: NetworkFacts | None = None
     model: ModelAreaFacts | None = None
     topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)
+    owners: OwnerFacts | None = None  # this deployment's containers, and each pid's container
