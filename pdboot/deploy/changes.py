@@ -27,6 +27,16 @@ def roll_plan(
     return stages, plan_roll(plan, first, restarts, orphans(plan, observed), rolling=rolling)
 
 
+ROUTER_OUTAGE = "a short outage: the endpoint refuses connections until the new router answers"
+
+
+def action_reason(s: Step) -> str:
+    """The converge table's reason; a router recreate says what it costs."""
+    if s.service.role == "router" and s.kind == "recreate":
+        return f"{s.reason}; {ROUTER_OUTAGE}"
+    return s.reason
+
+
 def plan_only(
     inv: Inventory, rolling: bool, accept_new: bool, emit: Emit, hosts_factory: HostsFactory
 ) -> int:
@@ -51,7 +61,7 @@ def plan_only(
         emit(StageStarted("plan"))
         for steps in stages:
             for s in steps:
-                emit(ServiceAction(s.service.key, s.kind, s.reason))
+                emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
         emit_plan(emit, roll)
         for line in roll.notes:
             emit(Note(line, "warn"))

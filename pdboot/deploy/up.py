@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pdboot.deploy.changes import add_former_hosts, plan_only, roll_plan
+from pdboot.deploy.changes import action_reason, add_former_hosts, plan_only, roll_plan
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.logscan import explain, report_lines
@@ -432,7 +432,7 @@ class _Up:
         self.emit(StageStarted("converge"))
         for steps in stages:
             for s in steps:
-                self.emit(ServiceAction(s.service.key, s.kind, s.reason))
+                self.emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
 
     def remove_orphans(self, observed: list[Observed]) -> None:
         gone = orphans(self.plan, observed)

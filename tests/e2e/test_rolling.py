@@ -36,7 +36,7 @@ def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Pa
     work = tb.dir / "roll"
     work.mkdir(parents=True, exist_ok=True)
     path = inventory(tb, work / "inv.yaml")
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    res = pdboot("up", str(path), "--no-speed")
     assert res.returncode == 0, res.stdout + res.stderr
     assert plan(path)[0] == 0
     first_router = router_identity(tb)
@@ -68,7 +68,7 @@ def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Pa
     assert "old configuration" in case.output, case.output
     assert case.served > 0 and case.router_kept
     # the re-run with the good inventory finishes: nothing left to do afterwards
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    res = pdboot("up", str(path), "--no-speed")
     assert res.returncode == 0, res.stdout + res.stderr
     assert plan(path)[0] == 0
     assert pdboot("down", str(path)).returncode == 0

@@ -162,7 +162,7 @@ def change_under_load(tb: Any, name: str, mode: str, inv: Path, extra: list[str]
     t0 = time.monotonic()
     with ClientLoop(endpoint, "Qwen/Qwen3-0.6B") as loop:
         time.sleep(1.0)
-        res = pdboot("up", str(inv), "--skip-preflight", "--no-speed", *extra)
+        res = pdboot("up", str(inv), "--no-speed", *extra)
         time.sleep(1.0)
     took = time.monotonic() - t0
     c = loop.counts
@@ -176,7 +176,7 @@ def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
     extra = ["--no-rolling"] if mode == "no-rolling" else []
     path = work / f"inv-{mode}.yaml"
     inventory(tb, path)
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    res = pdboot("up", str(path), "--no-speed")
     if res.returncode != 0:
         raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
     tag = SECOND_TAG
