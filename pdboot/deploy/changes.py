@@ -22,7 +22,7 @@ def roll_plan(
 ) -> tuple[list[list[Step]], RollPlan]:
     """Converge's steps (as `up` shows them) and the roll steps, from what runs (pure)."""
     first = plan_up(plan, observed, live=live)
-    restarts = decode_restarts(first, live=live and rolling)
+    restarts = decode_restarts(first)
     stages = with_restarts(first, restarts, live=live)
     return stages, plan_roll(plan, first, restarts, orphans(plan, observed), rolling=rolling)
 

@@ -186,7 +186,7 @@ def _newer(prefill: Observed | None, decode: Observed | None) -> bool:
     return p is not None and d is not None and (p - d).total_seconds() > STALE_AFTER_SECONDS
 
 
-def decode_restarts(stages: Sequence[Sequence[Step]], *, live: bool = False) -> list[Step]:
+def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
     """The running decode engines `up` must restart once the prefill tier is ready.
 
     A decode caches, per prefill engine id, the NIXL handshake (peer agent metadata, remote
@@ -194,13 +194,12 @@ def decode_restarts(stages: Sequence[Sequence[Step]], *, live: bool = False) -> 
     registrations while the decode may still hold the old ones: users report decodes that
     segfault or keep pulling from the dead peer (llm-d#2187, vllm-pd-facts.md). So a decode
     left "unchanged" is restarted when any prefill is (re)created in this run, or when a
-    running prefill started well after it (restarted under it earlier). ``live`` (rolling
-    through the running router): a prefill new to the deployment does not count, as no
-    decode holds state for it (it handshakes afresh at its first request)."""
+    running prefill started well after it (restarted under it earlier). A created prefill
+    counts too: converge cannot tell one new to the deployment from one removed under a
+    running decode (a partial `down`, a `docker rm`), which that decode still holds state for."""
     steps = [s for stage in stages for s in stage]
     prefills = [s for s in steps if s.service.role == "prefill"]
-    counted = ("recreate",) if live else ("create", "recreate")
-    changed = [s.service.key for s in prefills if s.kind in counted]
+    changed = [s.service.key for s in prefills if s.kind != "unchanged"]
     out = []
     for d in steps:
         if d.service.role != "decode" or d.kind != "unchanged":

@@ -78,6 +78,7 @@ class RollPlan:
     steps: tuple[RollStep, ...]
     rolling: bool
     notes: tuple[str, ...] = ()  # what cannot roll, in words
+    was_up: bool = True  # both tiers had a serving worker before the change
 
     @property
     def changes(self) -> bool:
@@ -85,7 +86,10 @@ class RollPlan:
 
     @property
     def outages(self) -> list[str]:
-        """Engine-tier outages (a tier of one, a DP tier): `up` asks for --yes first."""
+        """Engine-tier outages (a tier of one, a DP tier) of an endpoint that serves now:
+        `up` asks for --yes first. Bringing back a deployment that is down causes none."""
+        if not self.was_up:
+            return []
         return [
             f"step {s.number}: {s.outage}" for s in self.steps if s.outage and s.action != "router"
         ]
@@ -181,31 +185,42 @@ def plan_roll(
     engines = [s for s in every if s.service.role != "router"]
     router = [s for s in every if s.service.role == "router"]
     b = _Builder(plan, _serving(engines, gone))
+    was_up = all(b.serving[t] > 0 for t in TIERS)
     if not rolling:
         return _together(b, engines, restarts, router, gone)
     by_key = {s.service.key: s for s in restarts}
     engines = [by_key.get(s.service.key, s) for s in engines]
     notes: list[str] = []
-    new = [s for s in engines if s.kind == "create"]
-    if new:
-        grown = {t: b.serving[t] for t in TIERS}
-        b.add(
-            "add",
-            "engines",
-            new,
-            (),
-            "start, then register once healthy (surge)",
-            "not running",
-            grown,
-        )
-        for t in TIERS:
-            b.serving[t] += len(
-                {
-                    _unit_key(s.service)
-                    for s in new
-                    if s.service.role == t and not s.service.headless
-                }
-            )
+    _adds(b, [s for s in engines if s.kind == "create"])
+    _removals(b, gone)
+    for tier in TIERS:
+        changed = [s for s in engines if s.service.role == tier and s.kind == "recreate"]
+        for unit in _units(changed):
+            _replace(b, tier, unit, notes)
+    _router_steps(b, router)
+    return RollPlan(tuple(b.out), True, tuple(notes), was_up)
+
+
+def _adds(b: _Builder, new: list[Step]) -> None:
+    if not new:
+        return
+    b.add(
+        "add",
+        "engines",
+        new,
+        (),
+        "start, then register once healthy (surge)",
+        "not running",
+        dict(b.serving),
+    )
+    for t in TIERS:
+        units = {
+            _unit_key(s.service) for s in new if s.service.role == t and not s.service.headless
+        }
+        b.serving[t] += len(units)
+
+
+def _removals(b: _Builder, gone: Sequence[Observed]) -> None:
     for tier in TIERS:
         for o in sorted((o for o in gone if o.role == tier), key=lambda o: o.key):
             during = dict(b.serving)
@@ -221,10 +236,9 @@ def plan_roll(
                 during,
             )
             b.serving = during
-    for tier in TIERS:
-        changed = [s for s in engines if s.service.role == tier and s.kind == "recreate"]
-        for unit in _units(changed):
-            _replace(b, tier, unit, notes)
+
+
+def _router_steps(b: _Builder, router: Sequence[Step]) -> None:
     for s in router:
         if s.kind == "unchanged":
             continue
@@ -246,7 +260,6 @@ def plan_roll(
             outage,
         )
         b.router_down = False
-    return RollPlan(tuple(b.out), True, tuple(notes))
 
 
 def _replace(b: _Builder, tier: str, unit: tuple[Step, ...], notes: list[str]) -> None:

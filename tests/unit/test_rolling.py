@@ -60,7 +60,7 @@ def running(p: Plan) -> list[Observed]:
 
 def roll(wanted: Plan, now: list[Observed], rolling: bool = True) -> RollPlan:
     first = plan_up(wanted, now, live=rolling)
-    return plan_roll(wanted, first, decode_restarts(first, live=rolling), orphans(wanted, now),
+    return plan_roll(wanted, first, decode_restarts(first), orphans(wanted, now),
                      rolling=rolling)
 
 
@@ -126,8 +126,12 @@ def test_a_replaced_host_serves_before_the_old_one_leaves() -> None:
         "r: {address: 192.0.2.12}", "r: {address: 192.0.2.12}\n  p3: {address: 192.0.2.16}")
     r = roll(build_plan(parse_inventory(inv)), running(plan()))
     assert [(s.action, s.keys) for s in r.steps] == [
-        ("add", ("prefill@p3",)), ("remove", ("prefill@p2",))]
+        ("add", ("prefill@p3",)), ("remove", ("prefill@p2",)),
+        # converge cannot tell a new prefill from one removed under a running decode: the
+        # decodes restart (NIXL state), rolling, one at a time
+        ("restart", ("decode@d1",)), ("restart", ("decode@d2",))]
     assert r.steps[1].capacity[0].serving == 2  # p1 + p3 serve while p2 drains
+    assert all(s.endpoint_up for s in r.steps)
 
 
 def test_a_tier_of_one_cannot_roll_and_says_so() -> None:
@@ -142,6 +146,15 @@ def test_the_router_is_recreated_only_when_its_own_settings_change() -> None:
     (step,) = r.steps
     assert step.action == "router" and not step.endpoint_up and "router restarts" in step.outage
     assert not r.outages  # a router restart is said, not asked for
+
+
+def test_bringing_back_a_deployment_that_is_down_asks_nothing() -> None:
+    # the only prefill was removed under a running decode: it is created, the decode restarts
+    now = [o for o in running(plan(prefill="p1", decode="d1")) if o.role != "prefill"]
+    r = roll(plan(prefill="p1", decode="d1"), now)
+    assert [(s.action, s.keys) for s in r.steps] == [("add", ("prefill@p1",)),
+                                                     ("restart", ("decode@d1",))]
+    assert r.steps[1].outage and not r.was_up and r.outages == []
 
 
 def test_first_up_starts_every_engine_together_then_the_router() -> None:
