@@ -191,3 +191,19 @@ def test_a_failing_replacement_stops_the_roll_and_a_rerun_finishes_it() -> None:
     hashes = {s.key: s.config_hash for s in build_plan(world.inv).services()}
     assert {c.labels["io.pdboot.config-hash"] for c in world.containers.values()} == set(
         hashes.values())
+
+
+def test_a_router_setting_recreates_it_and_says_the_short_outage() -> None:
+    world = deployed()
+    router = router_id(world)
+    world.inv = parse_inventory((INV % ("v0.33.0", "p1, p2", "d1, d2")).replace(
+        "router: {host: r}", "router: {host: r, request_timeout_secs: 600}"))
+    code, rec = run_up(world)
+    assert code == 0 and router_id(world) != router
+    (action,) = [a for a in rec.of(ev.ServiceAction) if a.service == "router@r"]
+    assert action.action == "recreate" and "short outage" in action.reason
+    (step,) = rec.of(ev.RollPlanned)
+    assert step.action == "router" and not step.endpoint_up and "router restarts" in step.outage
+    # the new router knows no engine until pdboot registers them all
+    assert world.registered == plan_workers(build_plan(world.inv))
+    assert not [c for c in world.calls if c[0] == "compose_up" and c[2] != "router"]
