@@ -4,9 +4,11 @@ On a 5-host testbed (p1 + router, p2, d1, d2, spare d3; stand-in engines loading
 each request held 0.3 s on its decode) a client loop sends a short completion through the
 real vllm-router every 50 ms while `pdboot up` applies, from a fresh 2P2D deployment:
 (a) a second tag of the engine image on every engine, (b) d3 added to the decode tier,
-(c) p2 removed from the prefill tier. Rolling (the default) and the baseline
-(`--no-rolling`: every changed engine recreated at once, and the router whenever its workers
-change) run in the same run, on the same testbed, one after the other. Printed per case:
+(c) p2 removed from the prefill tier. Rolling (the default) and the baseline, today's path
+before issue 19 (the router's static --prefill/--decode lists, `router.live_workers: false`:
+every changed engine recreated at once, and the router whenever its workers change), run in
+the same run, on the same testbed, one after the other; and `--no-rolling` with the live
+router (every changed engine at once, the router kept). Printed per case:
 served/failed requests, the `up` exit code and seconds, and whether the router container
 (id and StartedAt) stayed the same.
 
@@ -39,7 +41,7 @@ def main() -> None:
         work = tb.dir / "bench-rolling"
         work.mkdir(parents=True, exist_ok=True)
         for _ in range(args.runs):
-            for mode in ("no-rolling", "rolling"):
+            for mode in ("recreate", "no-rolling", "rolling"):
                 cases += run_cases(tb, work, mode)
                 print(f"... {mode} done", flush=True)
     table(cases)

@@ -14,6 +14,7 @@ and emits events (events.py). It never prints: views do (pdboot/views/).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import time
@@ -26,7 +27,7 @@ from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.rollout import Rollout, emit_plan
-from pdboot.deploy.router_api import RouterWorkerApi, plan_workers
+from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi, plan_workers
 from pdboot.deploy.seams import (
     OP_DEADLINE,
     EngineOps,
@@ -493,6 +494,11 @@ class _Up:
         if router:
             engines = [s for s in self.plan.services() if s.role != "router"]
             register = self.register_all if self.live else None
+            if register is not None:
+                # a running router may still list engines that are gone (removed above);
+                # a router that does not answer yet is registered by its probe below
+                with contextlib.suppress(RouterApiError):
+                    register()
             probes = {s.key: self.prober.router(s, engines, register) for s in services}
             deadline = self.inv.timeouts.router_ready_seconds
             what = "/health 200 and every engine in /workers"

@@ -99,13 +99,13 @@ class ClientLoop:
 
 def inventory(tb: Any, path: Path, *, tag: str | None = None, prefill: list[str] | None = None,
               decode: list[str] | None = None,
-              decode_env: dict[str, str] | None = None) -> Path:
+              decode_env: dict[str, str] | None = None, live: bool = True) -> Path:
     env = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_REQUEST_SECONDS": REQUEST_SECONDS}
     image = tb.image if tag is None else tb.image.rsplit(":", 1)[0] + f":{tag}"
     doc = inventory_dict(
         tb, name=NAME, prefill=prefill or ["p1", "p2"], decode=decode or ["d1", "d2"],
         router="p1",
-        overrides={"image": image, "prefill": {"env": env},
+        overrides={"image": image, "router": {"live_workers": live}, "prefill": {"env": env},
                    "decode": {"env": {**env, **(decode_env or {})}},
                    "timeouts": {"drain_seconds": 30, "poll_interval_seconds": 0.2}},
     )
@@ -171,22 +171,27 @@ def change_under_load(tb: Any, name: str, mode: str, inv: Path, extra: list[str]
 
 
 def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
-    """From a fresh 2P2D deployment: (a), (b), (c) in turn. ``mode``: "rolling" or
-    "no-rolling" (the recreate path, the baseline)."""
+    """From a fresh 2P2D deployment: (a), (b), (c) in turn. ``mode``: "rolling" (the
+    default), or "recreate" (the baseline: today's path before issue 19, the router's static
+    lists, `router.live_workers: false`: every changed engine recreated at once and the router
+    whenever its workers change), or "no-rolling" (the live router with `--no-rolling`: every
+    changed engine at once, the router kept and its workers registered afterwards)."""
+    live = mode != "recreate"
     extra = ["--no-rolling"] if mode == "no-rolling" else []
     path = work / f"inv-{mode}.yaml"
-    inventory(tb, path)
+    inventory(tb, path, live=live)
     res = pdboot("up", str(path), "--no-speed")
     if res.returncode != 0:
         raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
     tag = SECOND_TAG
-    out = [change_under_load(tb, "a: new image tag, every engine", mode,
-                             inventory(tb, path, tag=tag), extra)]
-    out.append(change_under_load(tb, "b: decode host added", mode,
-                                 inventory(tb, path, tag=tag, decode=["d1", "d2", "d3"]), extra))
-    out.append(change_under_load(tb, "c: prefill host removed", mode,
-                                 inventory(tb, path, tag=tag, prefill=["p1"],
-                                           decode=["d1", "d2", "d3"]), extra))
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("a: new image tag, every engine", {"tag": tag}),
+        ("b: decode host added", {"tag": tag, "decode": ["d1", "d2", "d3"]}),
+        ("c: prefill host removed", {"tag": tag, "prefill": ["p1"],
+                                     "decode": ["d1", "d2", "d3"]}),
+    ]
+    out = [change_under_load(tb, name, mode, inventory(tb, path, live=live, **change), extra)
+           for name, change in steps]
     down = pdboot("down", str(path))
     if down.returncode != 0:
         raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")

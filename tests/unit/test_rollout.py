@@ -207,3 +207,12 @@ def test_a_router_setting_recreates_it_and_says_the_short_outage() -> None:
     # the new router knows no engine until pdboot registers them all
     assert world.registered == plan_workers(build_plan(world.inv))
     assert not [c for c in world.calls if c[0] == "compose_up" and c[2] != "router"]
+
+
+def test_no_rolling_with_live_workers_deregisters_a_removed_engine() -> None:
+    world = deployed()
+    world.inv = inv(prefill="p1")
+    code, rec = run_up(world, UpOptions(skip_preflight=True, rolling=False))
+    assert code == 0
+    assert world.registered == plan_workers(build_plan(world.inv))
+    assert [e.action for e in rec.of(ev.RollPlanned)] == ["together"]
