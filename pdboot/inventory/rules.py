@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import difflib
 
+from pdboot.inventory.engines import engine_rules, is_auto, tier_groups
 from pdboot.inventory.safety import (
     is_loopback_or_unspecified,
     looks_like_token,
     secret_env_name,
 )
-from pdboot.inventory.schema import LOCAL, SECRET_ENV_OWNED, Host, Inventory, Tier
+from pdboot.inventory.schema import LOCAL, SECRET_ENV_OWNED, Host, Inventory
 
 
 def advertised_address(host: Host) -> str:
@@ -60,28 +61,26 @@ def validate_rules(inv: Inventory) -> list[Rule]:
 
 
 def _policy_rules(inv: Inventory) -> list[Rule]:
-    from pdboot.inventory.engines import is_auto, tier_groups  # engines imports this module
-
     out: list[Rule] = []
-    for tname, tier in _tiers(inv):
+    for tname, tier in inv.tiers():
         policy = getattr(inv.router, f"{tname}_policy")
         # engines, not hosts: one host may run several (engines_per_host: all is >= 1 until
         # preflight counts the GPUs, so it is not refused here)
         count = len(tier.hosts) * len(tier_groups(tier))
         if policy == "power_of_two" and count < 2 and not is_auto(tier):
-            out.append(((("router", f"{tname}_policy")),
-                        f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
-                        "engines; leave it unset (pdboot picks round_robin for one engine)"))
+            out.append(
+                (
+                    (("router", f"{tname}_policy")),
+                    f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
+                    "engines; leave it unset (pdboot picks round_robin for one engine)",
+                )
+            )
     return out
-
-
-def _tiers(inv: Inventory) -> tuple[tuple[str, Tier], tuple[str, Tier]]:
-    return (("prefill", inv.prefill), ("decode", inv.decode))
 
 
 def _topology_rules(inv: Inventory) -> list[Rule]:
     out: list[Rule] = []
-    for tname, tier in _tiers(inv):
+    for tname, tier in inv.tiers():
         if len(set(tier.hosts)) != len(tier.hosts):
             out.append(
                 (
@@ -151,15 +150,13 @@ def _address_rules(inv: Inventory) -> list[Rule]:
 
 def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
     """GPU groups, ports per engine, tiers sharing a host (engines per host)."""
-    from pdboot.inventory.engines import engine_rules  # engines builds on the models above
-
     return engine_rules(inv)
 
 
 def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
     """What pdboot sets itself cannot be set by hand (flags, the NIXL variables)."""
     out: list[Rule] = []
-    for tname, tier in _tiers(inv):
+    for tname, tier in inv.tiers():
         if tname not in sections:
             continue
         for key in tier.env:
@@ -204,9 +201,7 @@ def secret_rules(inv: Inventory) -> list[Rule]:
     out: list[tuple[tuple[str | int, ...], str]] = []
     args: list[tuple[tuple[str | int, ...], str]] = []
     args += [
-        ((t, "extra_args", i), a)
-        for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
-        for i, a in enumerate(tier.extra_args)
+        ((t, "extra_args", i), a) for t, tier in inv.tiers() for i, a in enumerate(tier.extra_args)
     ]
     args += [(("router", "extra_args", i), a) for i, a in enumerate(inv.router.extra_args)]
     for path, arg in args:
@@ -227,7 +222,7 @@ def secret_rules(inv: Inventory) -> list[Rule]:
                     "reference (env:NAME or file:PATH), never inline",
                 )
             )
-    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+    for t, tier in inv.tiers():
         for key, value in tier.env.items():
             if key in SECRET_ENV_OWNED:
                 out.append(
@@ -267,10 +262,20 @@ _MANAGED_FLAGS = {
     **{
         f: "from the tier's data_parallel section"
         for f in (
-            "--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl",
-            "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
-            "--data-parallel-start-rank", "-dpr", "--headless", "--enable-expert-parallel",
-            "-ep", "--disable-expert-parallel",
+            "--data-parallel-size",
+            "-dp",
+            "--data-parallel-size-local",
+            "-dpl",
+            "--data-parallel-address",
+            "-dpa",
+            "--data-parallel-rpc-port",
+            "-dpp",
+            "--data-parallel-start-rank",
+            "-dpr",
+            "--headless",
+            "--enable-expert-parallel",
+            "-ep",
+            "--disable-expert-parallel",
         )
     },
 }

@@ -23,9 +23,10 @@ from pdboot.plan.converge import Observed, decode_restarts, orphans, plan_up
 from pdboot.plan.model import LABEL_CONFIG_HASH, Plan
 from pdboot.plan.rolling import RollPlan, plan_roll
 from pdboot.transport.http import HttpAnswer
+from tests.shared_data import METRICS_JSON
 
 FIXTURES = Path(__file__).parent / "fixtures"
-METRICS = Path(__file__).parents[2].parent / "shared" / "fixtures" / "vllm-0.33.0" / "metrics.json"
+METRICS = METRICS_JSON  # the copy of ../shared/fixtures/vllm-0.33.0/metrics.json
 
 INV = """
 name: demo
