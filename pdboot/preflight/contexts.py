@@ -126,7 +126,12 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             ucx_net_devices=kv.ucx.net_devices,
             probes=tuple(_probes(inv, plan, roles) + rpc_probes),
             peers=tuple(_peer_addresses(inv, name)),
-            tiers=tuple((t, tier) for t, tier in inv.tiers() if name in tier.hosts),
+            tiers=tuple(
+                (t, tier)
+                for t, tier in inv.tiers()
+                if name in tier.hosts
+            ),
+            deployment=inv.name,
         )
     return out
 

@@ -39,6 +39,10 @@ from pdboot.preflight.checks import docker as dk
 FIX = Path(__file__).parent / "fixtures"
 
 
+def parse_ps(text: str) -> object:
+    return owners.parse_ps("h", text)  # the host name is only carried along
+
+
 def _query(cmd: str) -> Callable[[str], object]:
     fields = tuple(cmd.split("=", 1)[1].split()[0].split(","))
     return lambda text: gpu.parse_query(text, fields)
@@ -59,7 +63,7 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c.startswith("date "), network.parse_clock),
     (lambda c: c.startswith("@probe"), network.parse_probe),
     (lambda c: c == "@config", model.parse_config),
-    (lambda c: c.startswith("docker ps -a --no-trunc --filter"), lambda t: owners.parse_ps("h", t)),
+    (lambda c: c.startswith("docker ps -a --no-trunc --filter"), parse_ps),
     (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
 ]
 
