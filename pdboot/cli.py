@@ -299,6 +299,11 @@ def _preflight_gate(console: Console) -> PreflightFn:
     return gate
 
 
+PLAN_HELP = "Show each step of the change (capacity, endpoint up); change nothing. Exit 1: changes."
+NO_ROLL = "Recreate every changed engine at once (and the router when its workers change)."
+YES_HELP = "Accept the outage of a tier that cannot roll."
+
+
 @command
 def up(
     inventory: InventoryArg,
@@ -321,36 +326,19 @@ def up(
             help="Skip the long request per prefill->decode pair that measures KV speed.",
         ),
     ] = False,
-    plan_only: Annotated[
-        bool,
-        typer.Option(
-            "--plan",
-            metavar="",
-            help="Show the steps a change takes (capacity per step, endpoint up or not); "
-            "change nothing. Exit 0: nothing to do, 1: changes.",
-        ),
-    ] = False,
-    no_rolling: Annotated[
-        bool,
-        typer.Option(
-            "--no-rolling",
-            metavar="",
-            help="Recreate every changed engine at once (and the router when its workers "
-            "change) instead of one engine at a time.",
-        ),
-    ] = False,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", metavar="", help="Accept the outage of a tier that cannot roll."),
-    ] = False,
+    plan_only: Annotated[bool, typer.Option("--plan", metavar="", help=PLAN_HELP)] = False,
+    no_rolling: Annotated[bool, typer.Option("--no-rolling", metavar="", help=NO_ROLL)] = False,
+    yes: Annotated[bool, typer.Option("--yes", metavar="", help=YES_HELP)] = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
     answers are right (correctness gate); measure the KV path; print the endpoint. On a
     running deployment, changes roll through the running router one engine at a time."""
     from pdboot.deploy import up as up_mod
+    from pdboot.deploy.up_steps import UpOptions
+    from pdboot.views.terminal import confirm_outage
 
     inv = _load(inventory)
-    opts = up_mod.UpOptions(
+    opts = UpOptions(
         skip_preflight=skip_preflight,
         speed=not no_speed,
         rollback=rollback,
@@ -361,17 +349,10 @@ def up(
         yes=yes,
     )
     with _views(events) as (emit, console):
-        code = up_mod.up(
-            inv, opts, emit, preflight=_preflight_gate(console), confirm=_confirm_outage
-        )
+        gate = _preflight_gate(console)
+        code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
 
-
-def _confirm_outage(outages: list[str]) -> bool:
-    """Asked only on a terminal; without one the outage needs --yes."""
-    if not sys.stdin.isatty():
-        return False
-    return typer.confirm("This change takes a tier down (above). Go on?", default=False)
 
 
 @command

@@ -17,17 +17,14 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from pdboot.deploy.actions import pull_all, ship_all, start_all
-from pdboot.deploy.changes import action_reason, add_former_hosts, plan_only, roll_plan
+from pdboot.deploy.changes import add_former_hosts, plan_only
 from pdboot.deploy.down import clean_files, stop_remove, teardown
-from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
-from pdboot.deploy.rollout import Rollout, emit_plan
-from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi, plan_workers
+from pdboot.deploy.router_api import RouterApiError
 from pdboot.deploy.seams import (
     OP_DEADLINE,
     HostsFactory,
@@ -39,6 +36,7 @@ from pdboot.deploy.seams import (
     report_errors,
     take_lock,
 )
+from pdboot.deploy.up_steps import ChangeSteps, Confirm, UpEnv, UpOptions, UpStopped
 from pdboot.deploy.waits import Clock, MonotonicClock, Tick, WaitError, WaitFailed, wait_all
 from pdboot.events import (
     Diagnosis,
@@ -61,10 +59,9 @@ from pdboot.events import (
     WaitTick,
 )
 from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan, live_workers
-from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
+from pdboot.plan.converge import Observed, Step, orphans
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
 from pdboot.preflight import image_probe
 from pdboot.preflight.findings import (
@@ -88,28 +85,11 @@ from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
 
-# asked with the outages in words before a tier that cannot roll goes down; True: go on
-Confirm = Callable[[list[str]], bool]
-
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
 
 
-@dataclass(frozen=True)
-class UpOptions:
-    skip_preflight: bool = False
-    rollback: bool = False
-    accept_new_host_keys: bool = False
-    speed: bool = True  # the long request that measures the KV path per pair (after prove)
-    prove: bool = True
-    no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
-    rolling: bool = True  # False (--no-rolling): the recreate path, every change at once
-    plan_only: bool = False  # --plan: print the steps, change nothing; exit 1 when any
-    yes: bool = False  # --yes: accept the outage of a tier that cannot roll
-
-
-class _Stop(Exception):
-    """A step failed and was reported; `up` exits 1."""
+_Stop = UpStopped  # a step failed and was reported; `up` exits 1
 
 
 def up(
@@ -176,7 +156,7 @@ def _up(
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
     try:
-        return _on_hosts(inv, opts, emit, hosts, findings, _Env(clock, fetch, token, confirm))
+        return _on_hosts(inv, opts, emit, hosts, findings, UpEnv(clock, fetch, token, confirm))
     finally:
         hosts.close()
 
@@ -203,21 +183,13 @@ def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceW
     return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
 
-@dataclass(frozen=True)
-class _Env:
-    clock: Clock
-    fetch: HttpFn
-    token: dict[str, str] | None
-    confirm: Confirm | None = None
-
-
 def _on_hosts(
     inv: Inventory,
     opts: UpOptions,
     emit: Emit,
     hosts: Hosts,
     findings: Findings | None,
-    env: _Env,
+    env: UpEnv,
 ) -> int:
     if hosts.errors:
         report_errors(emit, "cannot reach", hosts.errors)
@@ -249,9 +221,9 @@ def _on_hosts(
     return EXIT_OK
 
 
-class _Up:
+class _Up(ChangeSteps):
     def __init__(
-        self, inv: Inventory, plan: Plan, hosts: Hosts, opts: UpOptions, emit: Emit, env: _Env
+        self, inv: Inventory, plan: Plan, hosts: Hosts, opts: UpOptions, emit: Emit, env: UpEnv
     ) -> None:
         self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
         self.emit, self.env = emit, env
@@ -279,69 +251,6 @@ class _Up:
             if self.opts.speed:
                 self.kv_speed()
         self.show_endpoint()
-
-    def roll(self, observed: list[Observed]) -> None:
-        """Live workers: the router stays, engines change one worker at a time
-        (rolling.py's order, rollout.py's steps)."""
-        stages, roll = roll_plan(self.plan, observed, live=True, rolling=True)
-        self.show_steps(stages)
-        emit_plan(self.emit, roll)
-        self.accept_outages(roll.outages)
-        addresses = {h: advertised_address(spec) for h, spec in self.inv.hosts.items()}
-        Rollout(self.plan, roll, self, self.router_api(), self.emit, addresses).run()
-        if not any(s.action == "router" for s in roll.steps):
-            self.wait([self.plan.router], router=True)  # every engine registered, healthy
-
-    def recreate(self, observed: list[Observed]) -> None:
-        """The recreate path (static router lists, or --no-rolling): every changed engine at
-        once, then the router, recreated when its workers changed."""
-        first = plan_up(self.plan, observed)
-        restarts = decode_restarts(first)  # decodes holding NIXL state for an old prefill
-        stages = with_restarts(first, restarts)
-        self.show_steps(stages)
-        _, roll = roll_plan(self.plan, observed, live=False, rolling=False)
-        emit_plan(self.emit, roll)
-        self.remove_orphans(observed)
-        engines = [s for steps in first for s in steps if s.service.role != "router"]
-        router = [s for steps in stages for s in steps if s.service.role == "router"]
-        self.start(engines)
-        self.wait([s.service for s in engines], router=False)
-        if restarts:  # after the prefill tier is ready, before the router registers them
-            self.start(restarts)
-            self.wait([s.service for s in restarts], router=False)
-        self.start(router)
-        self.wait([s.service for s in router], router=True)
-
-    def accept_outages(self, outages: list[str]) -> None:
-        if not outages or self.opts.yes:
-            return
-        for line in outages:
-            self.emit(Note(f"outage: {line}", "warn"))
-        confirm = self.env.confirm
-        if confirm is None or not confirm(outages):
-            self.emit(Note("error: this change takes a tier down (above); nothing was "
-                           "changed; run again with --yes to accept it", "error"))
-            raise _Stop
-
-    def register_all(self) -> None:
-        """Live workers: the router's list made equal to the inventory's (a new router
-        knows no engine; this also removes what the inventory no longer has)."""
-        for c in self.router_api().sync(plan_workers(self.plan)):
-            self.emit(Note(f"router: {c.describe()}"))
-
-    def router_api(self) -> RouterWorkerApi:
-        return RouterWorkerApi(self.plan.router.url, self.env.fetch)
-
-    def drain(self, url: str, pullers: Sequence[str]) -> DrainResult:
-        t = self.inv.timeouts
-        return drain(url, self.env.fetch, self.env.clock, timeout=t.drain_seconds,
-                     interval=t.poll_interval_seconds, pullers=pullers)
-
-    def stop(self, gone: list[Observed]) -> None:
-        for o in gone:
-            self.emit(ServiceAction(o.key, "remove", "no longer in the inventory"))
-        if gone:
-            stop_remove(self.hosts, gone, self.emit)
 
     # ---- pull
 
@@ -394,12 +303,6 @@ class _Up:
             report_errors(self.emit, "cannot list containers on", errors)
             raise _Stop
         return [o for obs in values.values() for o in obs]
-
-    def show_steps(self, stages: list[list[Step]]) -> None:
-        self.emit(StageStarted("converge"))
-        for steps in stages:
-            for s in steps:
-                self.emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
 
     def remove_orphans(self, observed: list[Observed]) -> None:
         gone = orphans(self.plan, observed)

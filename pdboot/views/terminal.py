@@ -7,6 +7,7 @@ the finished lines, and a plain "waiting ..." line per service every 5 s.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from rich.progress import (
     TextColumn,
     TransferSpeedColumn,
 )
+from rich.prompt import Confirm
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -306,3 +308,9 @@ def progress_cell(s: ev.ServiceWait) -> Text:
             bar = "[" + "#" * filled + "." * (10 - filled) + "] "
         return Text(bar + s.phase, style="cyan", no_wrap=True, overflow="ellipsis")
     return Text(strip_ansi(s.log_line), style="dim", no_wrap=True, overflow="ellipsis")
+
+
+def confirm_outage(outages: list[str]) -> bool:
+    """`up`'s question before a tier that cannot roll goes down (the outages were printed
+    above it); asked only on a terminal: without one the outage needs --yes."""
+    return sys.stdin.isatty() and Confirm.ask("This change takes a tier down. Go on?")
