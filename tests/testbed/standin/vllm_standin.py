@@ -257,6 +257,7 @@ class Engine:
     counters: dict[str, float] = field(default_factory=dict)
     requests_done: int = 0
     running: int = 0  # requests being served now: vllm:num_requests_running
+    kv_fetching: int = 0  # decode requests whose KV pull has not ended
     lock: threading.Lock = field(default_factory=threading.Lock)
     # latency histograms as vLLM exports them: name -> (count per bound incl. +Inf, sum)
     hists: dict[str, tuple[list[float], float]] = field(default_factory=dict)
@@ -603,21 +604,36 @@ class Api(http.server.BaseHTTPRequestHandler):
 
     def counted(self, body: dict[str, Any], chat: bool) -> None:
         """One request, counted in vllm:num_requests_running while it is served (what a drain
-        waits on); STANDIN_REQUEST_SECONDS: how long a request with max_tokens > 1 takes
-        (a decode's generation; the router's prefill stage asks for 1 token and is quick)."""
+        waits on); a decode's request that carries a prefill's KV params is also counted in
+        vllm:num_requests_kv_fetch_by_stage{stage="in_progress"} until its pull ended (what a
+        prefill's drain waits on: its blocks are read after its own request ended)."""
         eng = self.engine
+        kvp = body.get("kv_transfer_params") or {}
+        self.fetch_pending = bool(kvp.get("do_remote_prefill"))
         with eng.lock:
             eng.running += 1
+            eng.kv_fetching += int(self.fetch_pending)
         try:
-            n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
-            hold = float(os.environ.get("STANDIN_REQUEST_SECONDS", "0") or 0)
-            if hold > 0 and n > 1 and not body.get("kv_transfer_params", {}).get(
-                    "do_remote_decode"):
-                time.sleep(hold)
             self.complete(body, chat)
         finally:
+            self.fetch_done()
             with eng.lock:
                 eng.running -= 1
+
+    def fetch_done(self) -> None:
+        if getattr(self, "fetch_pending", False):
+            self.fetch_pending = False
+            with self.engine.lock:
+                self.engine.kv_fetching -= 1
+
+    def hold(self, body: dict[str, Any]) -> None:
+        """STANDIN_REQUEST_SECONDS: how long generating takes (after the KV pull, as in
+        vLLM) for a request asking for more than one token; the router's prefill stage asks
+        for one and is quick."""
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        seconds = float(os.environ.get("STANDIN_REQUEST_SECONDS", "0") or 0)
+        if seconds > 0 and n > 1:
+            time.sleep(seconds)
 
     def complete(self, body: dict[str, Any], chat: bool) -> None:
         eng = self.engine
@@ -652,7 +668,9 @@ class Api(http.server.BaseHTTPRequestHandler):
             eng.count(f'{BY_SOURCE}{{source="local_compute"}}', 1)
         else:
             eng.count(f'{BY_SOURCE}{{source="local_compute"}}', ntok)
+        self.fetch_done()  # the pull (if any) has ended
         words = generate(eng.args.model, kv_context(eng, prompt, kv), n)
+        self.hold(body)
         # TTFT: everything up to the first token (prefill or KV pull); ITL: the token knob
         eng.observe("vllm:time_to_first_token_seconds", time.monotonic() - t0)
         if n > 1:
@@ -804,6 +822,7 @@ def metrics_text(eng: Engine) -> str:
         c = dict(eng.counters)
         held = len(eng.leases)
         running = eng.running
+        fetching = eng.kv_fetching
     out: list[str] = []
     typed: set[str] = set()
     for name, doc in COUNTERS:
@@ -832,6 +851,10 @@ def metrics_text(eng: Engine) -> str:
     ):
         out += [f"# HELP {base} {doc}", f"# TYPE {base} gauge",
                 f"{base}{{{labels}}} {float(value)}"]
+    fetch = "vllm:num_requests_kv_fetch_by_stage"
+    out += [f"# HELP {fetch} Number of waiting requests by async KV load stage.",
+            f"# TYPE {fetch} gauge",
+            f'{fetch}{{{labels},stage="in_progress"}} {float(fetching)}']
     out += granted_metrics()
     return "\n".join(out) + "\n"
 
