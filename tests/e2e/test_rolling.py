@@ -36,7 +36,7 @@ def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Pa
     work = tb.dir / "roll"
     work.mkdir(parents=True, exist_ok=True)
     path = inventory(tb, work / "inv.yaml")
-    res = pdboot("up", str(path), "--no-speed")
+    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")  # setup
     assert res.returncode == 0, res.stdout + res.stderr
     assert plan(path)[0] == 0
     first_router = router_identity(tb)
