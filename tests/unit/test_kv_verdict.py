@@ -73,6 +73,11 @@ def test_concurrent_client_requests_are_not_a_recompute() -> None:
     src = {"external_kv_transfer": 35.0, "local_compute": 9.0}
     busy = EngineFacts(kv_transfers=9, requests=9, prompt_tokens_by_source=src, known=True)
     assert kv_verdict(busy, 11).ok
+    # measured on the testbed: 10 local of 38 external, 10 pulls, the requests' successes
+    # not counted yet (they finish after the window)
+    src = {"external_kv_transfer": 38.0, "local_compute": 10.0}
+    lagging = EngineFacts(kv_transfers=10, requests=0, prompt_tokens_by_source=src, known=True)
+    assert kv_verdict(lagging, 11).ok
     # ... but the test request's whole prompt recomputed among them still shows
     src = {"external_kv_transfer": 35.0, "local_compute": 9.0 + 11.0}
     bad = EngineFacts(kv_transfers=9, requests=10, prompt_tokens_by_source=src, known=True)
