@@ -37,10 +37,10 @@ def image_caps_check(
     def one(host: str, link: Link) -> list[CheckResult]:
         out: list[CheckResult] = []
         for image in sorted({s.image for s in engines[host]}):
-            argv = caps.docker_argv(image, host_gpus(engines[host]))
+            argv = caps.docker_argv(image, host_gpus(engines[host]), plan.device)
             rc, text = link.engine.run_once(argv, timeout)
             rdma = any(s.rdma for s in engines[host])
-            out += caps.verdicts(caps.parse(text, rc), image, rdma=rdma)
+            out += caps.verdicts(caps.parse(text, rc), image, rdma=rdma, device=plan.device)
         return out
 
     values, errors = hosts.each(one, timeout + 30, only=engines)

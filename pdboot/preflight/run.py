@@ -30,6 +30,7 @@ from pdboot.preflight.checks import (
     parse_sections,
     prepull,
 )
+from pdboot.preflight.checks import cpu as cpu_checks
 from pdboot.preflight.checks import docker as docker_checks
 from pdboot.preflight.checks import gdr as gdr_checks
 from pdboot.preflight.checks import gpu as gpu_checks
@@ -62,6 +63,7 @@ class Area(Protocol):
 # In the order the results are reported (and the batch runs)
 DOMAINS: tuple[tuple[str, Area], ...] = (
     ("gpu", gpu_checks),
+    ("cpu", cpu_checks),
     ("docker", docker_checks),
     ("rdma", rdma_checks),
     ("rdma", gdr_checks),
@@ -178,6 +180,7 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
 
     return HostFacts(
         gpu=parse("gpu", gpu_checks.parse),
+        cpu=parse("cpu", cpu_checks.parse),
         docker=parse("docker", docker_checks.parse),
         rdma=parse("rdma", rdma_checks.parse),
         gdr=parse("rdma", gdr_checks.parse),

@@ -43,6 +43,14 @@ MEANING_BROKEN = (
     "size, block size, kv-cache dtype, attention backend; vllm-project/vllm#52617). Do not "
     "serve traffic through this deployment."
 )
+# device: cpu: no GPUDirect path; KV moves through CPU memory over UCX/TCP.
+MEANING_BROKEN_CPU = (
+    "the decode engine produced different tokens from the KV it pulled than from KV it "
+    "computed itself: the KV path delivers wrong data while answering HTTP 200. Usual causes "
+    "on CPU engines: prefill and decode disagreeing on KV layout (tensor-parallel size, block "
+    "size, --dtype, kv-cache dtype; vllm-project/vllm#52617). Do not serve traffic through "
+    "this deployment."
+)
 MEANING_LATE = (
     "the answers agree on a long prefix and part late: usually numerics (different batch "
     "shapes and kernels on the two paths flip a near-tie between tokens), not a broken KV "
@@ -90,6 +98,7 @@ class GateOutcome:
     common: int  # pieces both answers share from the start
     pd_text: str
     direct_text: str
+    device: str = "cuda"  # the deployment's: the causes named for a broken answer differ
 
     @property
     def ok(self) -> bool:
@@ -107,7 +116,8 @@ class GateOutcome:
             what = "cannot be compared: an answer is empty"
         else:
             what = f"differs within the first {LATE_AFTER} words"
-        meaning = MEANING_LATE if self.verdict == "late_divergence" else MEANING_BROKEN
+        broken = MEANING_BROKEN_CPU if self.device == "cpu" else MEANING_BROKEN
+        meaning = MEANING_LATE if self.verdict == "late_divergence" else broken
         return (
             f"correctness gate: the P/D answer {what} (common prefix {self.common} "
             f"words)\n  through the router: {self.pd_text!r}\n"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pdboot.events import GateVerdict, PairSpeedLine
@@ -80,7 +80,8 @@ def run_up_gate(plan: Plan, fetch: HttpFn, headers: Mapping[str, str]) -> GateOu
         a = fetch(url, body=body, timeout=300.0, headers=dict(headers))
         return a.status, a.body if a.status else a.error
 
-    return run_gate(post, plan.endpoint, decode.url, plan.served_model_name)
+    outcome = run_gate(post, plan.endpoint, decode.url, plan.served_model_name)
+    return replace(outcome, device=plan.device)
 
 
 def gate_event(outcome: GateOutcome, decode: str) -> GateVerdict:
@@ -198,7 +199,8 @@ def link_rate(
     pre: Service, dec: Service, port_gbps: Mapping[str, float], declared: float | None
 ) -> float | None:
     """The slower end's RDMA port rate (preflight) when both ends use RDMA and preflight
-    read both rates, else the inventory's ``requirements.link_gbps``."""
+    read both rates, else the inventory's ``requirements.link_gbps`` (device: cpu without
+    RDMA: the TCP link's rate, never a port rate)."""
     if pre.rdma and dec.rdma:
         rates = [port_gbps[h] for h in (pre.host, dec.host) if h in port_gbps]
         if len(rates) == 2:
@@ -225,6 +227,8 @@ def check_speed(
         same = pre.host == dec.host
         rdma = bool(pre.rdma and dec.rdma)
         link = link_rate(pre, dec, port_gbps, declared)
-        v = speed_verdict(speed, link, same_host=same, rdma=rdma, connector=connector)
+        v = speed_verdict(
+            speed, link, same_host=same, rdma=rdma, connector=connector, device=pre.device
+        )
         out.append(PairResult(pre.key, dec.key, v, "", tokens, link, speed))
     return out

@@ -101,6 +101,7 @@ class World:
     # per engine URL: what its /metrics says is in flight (num_requests_running); each read
     # counts one down, so a drain sees it reach 0 after that many polls
     in_flight: dict[str, int] = field(default_factory=dict)
+    lock_lost_at: float | None = None  # fake-clock time the held lock counts as lost
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
@@ -261,6 +262,15 @@ class FakeLock:
 
     def release(self) -> None:
         self.world.locks.append(f"release {self.operation}")
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Lost from ``world.lock_lost_at`` on (the fake clock): as lock_holder.HeldLock after its
+        heartbeats stopped reaching the host."""
+        at = self.world.lock_lost_at
+        if at is not None and self.world.clock.now() >= at:
+            return "no heartbeat reached ingress for 21s (fake)"
+        return None
 
 
 @dataclass

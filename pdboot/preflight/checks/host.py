@@ -186,7 +186,7 @@ def _disk(ctx: HostContext, f: HostSysFacts) -> list[CheckResult]:
             )
         else:
             out.append(CheckResult(cid, "pass", msg))
-    if ctx.gpu_host:
+    if ctx.gpus_here:  # device: cpu: cpu.shm (free space per engine)
         if d.shm is None:
             out.append(CheckResult("host.shm", "warn", f"{SHM} not found"))
         elif d.shm.size_kib * 1024 < ctx.shm_size_bytes:
@@ -243,7 +243,7 @@ def _ports(ctx: HostContext, f: HostSysFacts, owners: OwnerFacts | None) -> Chec
         )
     busy = {p for ps in ours.values() for p in ps}
     free = [str(p) for p, what in ctx.ports if f"{p} ({what})" not in busy]
-    parts = [f"ports {', '.join(free)} free"] if free else []
+    parts = [f"ports {', '.join(free)} free"] if free or not held else []
     return CheckResult("host.ports", "pass", "; ".join(parts + ([held] if held else [])))
 
 
