@@ -354,7 +354,6 @@ def up(
     raise typer.Exit(code)
 
 
-
 @command
 def down(
     inventory: InventoryArg,

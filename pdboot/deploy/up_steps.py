@@ -43,14 +43,12 @@ class UpOptions:
     yes: bool = False  # --yes: accept the outage of a tier that cannot roll
 
 
-
 @dataclass(frozen=True)
 class UpEnv:
     clock: Clock
     fetch: HttpFn
     token: dict[str, str] | None
     confirm: Confirm | None = None
-
 
 
 class ChangeSteps:
@@ -122,8 +120,13 @@ class ChangeSteps:
             self.emit(Note(f"outage: {line}", "warn"))
         confirm = self.env.confirm
         if confirm is None or not confirm(outages):
-            self.emit(Note("error: this change takes a tier down (above); nothing was "
-                           "changed; run again with --yes to accept it", "error"))
+            self.emit(
+                Note(
+                    "error: this change takes a tier down (above); nothing was "
+                    "changed; run again with --yes to accept it",
+                    "error",
+                )
+            )
             raise UpStopped
 
     def register_all(self) -> None:
@@ -137,12 +140,17 @@ class ChangeSteps:
 
     def drain(self, url: str, pullers: Sequence[str]) -> DrainResult:
         t = self.inv.timeouts
-        return drain(url, self.env.fetch, self.env.clock, timeout=t.drain_seconds,
-                     interval=t.poll_interval_seconds, pullers=pullers)
+        return drain(
+            url,
+            self.env.fetch,
+            self.env.clock,
+            timeout=t.drain_seconds,
+            interval=t.poll_interval_seconds,
+            pullers=pullers,
+        )
 
     def stop(self, gone: list[Observed]) -> None:
         for o in gone:
             self.emit(ServiceAction(o.key, "remove", "no longer in the inventory"))
         if gone:
             stop_remove(self.hosts, gone, self.emit)
-

@@ -103,9 +103,7 @@ def _index(observed: Iterable[Observed]) -> dict[tuple[str, str], list[Observed]
     return out
 
 
-def plan_up(
-    plan: Plan, observed: Iterable[Observed], *, live: bool = False
-) -> list[list[Step]]:
+def plan_up(plan: Plan, observed: Iterable[Observed], *, live: bool = False) -> list[list[Step]]:
     """Per stage (decode, prefill, router): one step per service. ``live``: the router's
     workers are registered at runtime, so a changed engine set leaves it running."""
     index = _index(owned(observed, plan.deployment))
@@ -217,8 +215,9 @@ def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
     return out
 
 
-def with_restarts(stages: Sequence[Sequence[Step]],
-                  restarts: Sequence[Step], *, live: bool = False) -> list[list[Step]]:
+def with_restarts(
+    stages: Sequence[Sequence[Step]], restarts: Sequence[Step], *, live: bool = False
+) -> list[list[Step]]:
     """The stages as `up` shows them: each restarted decode's step replaced, and the router
     recreated when it was to stay (it registered the engines being restarted) unless its
     workers are live (``live``: they are deregistered and registered again instead)."""

@@ -175,8 +175,12 @@ class TerminalView:
 
     def _roll_step(self, e: ev.RollPlanned) -> None:
         up = "endpoint up" if e.endpoint_up else "ENDPOINT DOWN"
-        head = Text.assemble((f"step {e.number} ", "bold"), (f"{e.action:<9}", "cyan"),
-                             ", ".join(e.services), f"  ({e.how})")
+        head = Text.assemble(
+            (f"step {e.number} ", "bold"),
+            (f"{e.action:<9}", "cyan"),
+            ", ".join(e.services),
+            f"  ({e.how})",
+        )
         self._print(head)
         self._print(f"    {e.reason}; serving: {', '.join(e.capacity)}; {up}")
         if e.outage:
