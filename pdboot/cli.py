@@ -299,6 +299,11 @@ def _preflight_gate(console: Console) -> PreflightFn:
     return gate
 
 
+PLAN_HELP = "Show each step of the change (capacity, endpoint up); change nothing. Exit 1: changes."
+NO_ROLL = "Recreate every changed engine at once (and the router when its workers change)."
+YES_HELP = "Accept the outage of a tier that cannot roll."
+
+
 @command
 def up(
     inventory: InventoryArg,
@@ -321,21 +326,31 @@ def up(
             help="Skip the long request per prefill->decode pair that measures KV speed.",
         ),
     ] = False,
+    plan_only: Annotated[bool, typer.Option("--plan", metavar="", help=PLAN_HELP)] = False,
+    no_rolling: Annotated[bool, typer.Option("--no-rolling", metavar="", help=NO_ROLL)] = False,
+    yes: Annotated[bool, typer.Option("--yes", metavar="", help=YES_HELP)] = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
-    answers are right (correctness gate); measure the KV path; print the endpoint."""
+    answers are right (correctness gate); measure the KV path; print the endpoint. On a
+    running deployment, changes roll through the running router one engine at a time."""
     from pdboot.deploy import up as up_mod
+    from pdboot.deploy.up_steps import UpOptions
+    from pdboot.views.terminal import confirm_outage
 
     inv = _load(inventory)
-    opts = up_mod.UpOptions(
+    opts = UpOptions(
         skip_preflight=skip_preflight,
         speed=not no_speed,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
         no_wait=no_wait,
+        rolling=not no_rolling,
+        plan_only=plan_only,
+        yes=yes,
     )
     with _views(events) as (emit, console):
-        code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))
+        gate = _preflight_gate(console)
+        code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
 
 

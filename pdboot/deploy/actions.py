@@ -23,7 +23,9 @@ Errors = dict[str, str]
 def pull_all(
     hosts: Hosts, wanted: Mapping[str, Sequence[str]], emit: Emit, deadline: float
 ) -> Errors:
-    """Every host pulls its images (``wanted``: host -> images), streaming progress."""
+    """Every host pulls its images (``wanted``: host -> images), streaming progress. Hosts
+    not in ``wanted`` (in no tier any more; `up` visits them for what is left there) pull
+    nothing."""
 
     def pull_host(host: str, link: Link) -> None:
         for img in wanted[host]:
@@ -38,7 +40,7 @@ def pull_all(
             took = time.monotonic() - t0
             emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
 
-    return hosts.each(pull_host, deadline)[1]
+    return hosts.each(pull_host, deadline, only=list(wanted))[1]
 
 
 def ship_all(
@@ -57,7 +59,7 @@ def ship_all(
         extra = {RECORD_FILE: records[host]} if host in records else None
         link.engine.ship(project_dir, texts[host], secrets if needs else None, extra)
 
-    return hosts.each(ship_host, OP_DEADLINE)[1]
+    return hosts.each(ship_host, OP_DEADLINE, only=list(plan.hosts))[1]
 
 
 def start_all(

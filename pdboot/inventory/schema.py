@@ -253,6 +253,13 @@ class Router(Strict):
     request_timeout_secs: int = Field(default=86400, ge=1, le=31536000)  # the router's bound
     # vllm-router's DP-aware routing (--intra-node-data-parallel-size) over DP tiers' heads
     dp_aware: bool = False
+    # Workers registered at runtime (`--enable-igw` + POST/DELETE /workers, tried with
+    # vllm-router 0.1.17: vllm-pd-facts.md): `up` adds and removes engines without restarting
+    # the router and rolls changes one engine at a time. In that mode the router routes both
+    # tiers with ONE policy (it ignores --prefill-policy/--decode-policy: tried), the decode
+    # tier's. False: the static --prefill/--decode lists, the router recreated whenever its
+    # workers change (a short outage), per-tier policies. DP-aware routing needs False.
+    live_workers: bool = True
     extra_args: list[str] = []
 
     @field_validator("extra_args")
@@ -376,6 +383,9 @@ class Timeouts(Strict):
     router_ready_seconds: float = Field(default=120.0, ge=1, le=DAY)
     pull_seconds: float = Field(default=3600.0, ge=1, le=MAX_READY_SECONDS)
     poll_interval_seconds: float = Field(default=0.5, ge=0.05, le=60)
+    # an engine leaving service: deregistered, then stopped once vLLM's own
+    # num_requests_running/waiting reach 0 (a prefill: also its decodes' KV pulls), or after this
+    drain_seconds: float = Field(default=120.0, ge=0, le=DAY)
 
 
 class Inventory(Strict):

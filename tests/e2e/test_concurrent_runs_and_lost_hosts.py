@@ -90,7 +90,8 @@ def test_two_concurrent_ups_end_in_one_consistent_deployment(
     assert "held by" in output(busy) and "`pdboot up`" in output(busy)
     assert "--no-wait" in output(busy)
     # without it, it waits for the first run, then converges to its own configuration
-    b = start("up", str(second))
+    # (--yes: a decode tier of one engine cannot roll)
+    b = start("up", str(second), "--yes")
     rc_a, out_a, _ = finish(a, 240)
     rc_b, out_b, _ = finish(b, 240)
     assert rc_a == 0, out_a
