@@ -143,9 +143,9 @@ def render(
     """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
     from pdboot.plan.build import build_plan
     from pdboot.plan.render import render_all, render_summary
+    from pdboot.views.render import print_projects, print_written
 
-    inv = _load(inventory)
-    plan = build_plan(inv)
+    plan = build_plan(_load(inventory))
     texts = render_all(plan)
     if host is not None:
         if host not in texts:
@@ -157,7 +157,7 @@ def render(
             raise typer.Exit(EXIT_USAGE)
         texts = {host: texts[host]}
     if out_dir is None:
-        _print_projects(texts)
+        print_projects(_stdout(), texts)
         return
     summary = render_summary(plan)
     try:
@@ -169,22 +169,7 @@ def render(
     except OSError as e:
         _stderr().print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
         raise typer.Exit(EXIT_FAILED) from None
-    for name in texts:
-        _stdout().print(f"wrote {out_dir / name / 'compose.yaml'}", highlight=False, markup=False)
-    _stdout().print(summary, end="", highlight=False, markup=False, soft_wrap=True)
-
-
-def _print_projects(texts: dict[str, str]) -> None:
-    from rich.rule import Rule
-    from rich.syntax import Syntax
-
-    if not _stdout().is_terminal:
-        # Piped: plain text, one YAML document per host.
-        sys.stdout.write("---\n".join(texts.values()))
-        return
-    for name, text in texts.items():
-        _stdout().print(Rule(f"{name}/compose.yaml"))
-        _stdout().print(Syntax(text, "yaml", background_color="default"))
+    print_written(_stdout(), [out_dir / name / "compose.yaml" for name in texts], summary)
 
 
 AcceptNewOpt = Annotated[
@@ -299,6 +284,11 @@ def _preflight_gate(console: Console) -> PreflightFn:
     return gate
 
 
+PLAN_HELP = "Show each step of the change (capacity, endpoint up); change nothing. Exit 1: changes."
+NO_ROLL = "Recreate every changed engine at once (and the router when its workers change)."
+YES_HELP = "Accept the outage of a tier that cannot roll."
+
+
 @command
 def up(
     inventory: InventoryArg,
@@ -321,21 +311,31 @@ def up(
             help="Skip the long request per prefill->decode pair that measures KV speed.",
         ),
     ] = False,
+    plan_only: Annotated[bool, typer.Option("--plan", metavar="", help=PLAN_HELP)] = False,
+    no_rolling: Annotated[bool, typer.Option("--no-rolling", metavar="", help=NO_ROLL)] = False,
+    yes: Annotated[bool, typer.Option("--yes", metavar="", help=YES_HELP)] = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
-    answers are right (correctness gate); measure the KV path; print the endpoint."""
+    answers are right (correctness gate); measure the KV path; print the endpoint. On a
+    running deployment, changes roll through the running router one engine at a time."""
     from pdboot.deploy import up as up_mod
+    from pdboot.deploy.up_steps import UpOptions
+    from pdboot.views.terminal import confirm_outage
 
     inv = _load(inventory)
-    opts = up_mod.UpOptions(
+    opts = UpOptions(
         skip_preflight=skip_preflight,
         speed=not no_speed,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
         no_wait=no_wait,
+        rolling=not no_rolling,
+        plan_only=plan_only,
+        yes=yes,
     )
     with _views(events) as (emit, console):
-        code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))
+        gate = _preflight_gate(console)
+        code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
 
 

@@ -26,7 +26,9 @@ Errors = dict[str, str]
 def pull_all(
     hosts: Hosts, wanted: Mapping[str, Sequence[str]], emit: Emit, deadline: float
 ) -> Errors:
-    """Every host pulls its images (``wanted``: host -> images), streaming progress."""
+    """Every host pulls its images (``wanted``: host -> images), streaming progress. Hosts
+    not in ``wanted`` (in no tier any more; `up` visits them for what is left there) pull
+    nothing."""
 
     def pull_host(host: str, link: Link) -> None:
         for img in wanted[host]:
@@ -41,7 +43,7 @@ def pull_all(
             took = time.monotonic() - t0
             emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
 
-    return hosts.each(pull_host, deadline)[1]
+    return hosts.each(pull_host, deadline, only=list(wanted))[1]
 
 
 def ship_all(
@@ -65,15 +67,15 @@ def ship_all(
             extra[WATCH_INVENTORY] = watch_inventory
         link.engine.ship(project_dir, texts[host], secrets if needs else None, extra)
 
-    return hosts.each(ship_host, OP_DEADLINE)[1]
+    return hosts.each(ship_host, OP_DEADLINE, only=list(plan.hosts))[1]
 
 
 def start_all(
     hosts: Hosts, plan: Plan, project_dir: str, steps: Sequence[Step], emit: Emit
 ) -> Errors:
     """Every service of these steps at once: hosts in parallel, and a host's services in one
-    `compose up` each for new and recreated ones (compose starts them in parallel; it returns
-    once the containers run, loading happens afterwards)."""
+    `compose up` each for recreated, then new ones (compose starts them in parallel; it
+    returns once the containers run, loading happens afterwards)."""
     todo: dict[str, list[Step]] = {}
     for s in steps:
         if s.kind != "unchanged":
@@ -82,7 +84,10 @@ def start_all(
         return {}
 
     def start_host(host: str, link: Link) -> None:
-        for recreate in (False, True):
+        # Recreations first: each frees its old container's ports and GPU memory, which a
+        # service created in this run may take (a port or GPUs moved to another engine;
+        # preflight passed them as "up replaces it").
+        for recreate in (True, False):
             batch = [s for s in todo[host] if (s.kind == "recreate") == recreate]
             if not batch:
                 continue
@@ -100,11 +105,12 @@ def start_all(
     return hosts.each(start_host, OP_DEADLINE, only=todo)[1]
 
 
-def watch_after_checks(hosts: Hosts, steps: Sequence[Step], emit: Emit) -> list[Step]:
-    """The watch service's steps for after up's KV proof, gate and speed check, a running
-    watch stopped and removed for them: its canaries' decode-alone prompts, computed on the
-    decode, would count in the proof's window as KV that never arrived."""
-    running = [s.current for s in steps if s.kind == "unchanged" and s.current is not None]
+def watch_held_back(hosts: Hosts, steps: Sequence[Step], emit: Emit) -> list[Step]:
+    """The watch service's steps for the end of `up`, its running container removed now. Up's
+    changes and watch both act on the router's worker list (watch would evict an engine up is
+    replacing, and re-add it), and watch's canaries, their decode-alone prompts computed on
+    the decode, would count in the KV proof's window as KV that never arrived."""
+    running = [s.current for s in steps if s.current is not None]
     by_host: dict[str, list[str]] = {}
     for o in running:
         by_host.setdefault(o.host, []).append(o.id)
@@ -113,11 +119,7 @@ def watch_after_checks(hosts: Hosts, steps: Sequence[Step], emit: Emit) -> list[
             lambda h, link: link.engine.stop_remove(by_host[h]), OP_DEADLINE, only=by_host
         )
         if errors:  # it keeps running: the proof may misread its canaries
-            report_errors(emit, "cannot stop watch for up's checks on", errors)
-            return [s for s in steps if s.kind != "unchanged"]
-    return [
-        replace(s, kind="create", reason="started after up's checks", current=None)
-        if s.kind == "unchanged"
-        else s
-        for s in steps
-    ]
+            report_errors(emit, "cannot stop watch for up's changes and checks on", errors)
+            return [s for s in steps if s.kind == "create"]
+    why = "started after up's changes and checks"
+    return [replace(s, kind="create", reason=why, current=None) for s in steps]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pdboot.ansi import strip_ansi
+from pdboot.deploy.router_api import RouterApiError
 from pdboot.deploy.waits import READY, Clock, Probe, failed, waiting
 from pdboot.events import ServiceWait
 from pdboot.plan.converge import Observed, owned
@@ -114,7 +115,14 @@ class Prober:
 
         return probe
 
-    def router(self, svc: Service, engines: Sequence[Service]) -> Callable[[], Probe]:
+    def router(
+        self,
+        svc: Service,
+        engines: Sequence[Service],
+        register: Callable[[], None] | None = None,
+    ) -> Callable[[], Probe]:
+        """``register``: with live workers, what posts the missing engines to a router that
+        answers /health (it starts knowing none); called again while any is missing."""
         # a data-parallel tier registers as its head only
         prefills = [s.url for s in engines if s.role == "prefill" and not s.headless]
         decodes = [s.url for s in engines if s.role == "decode" and not s.headless]
@@ -127,6 +135,13 @@ class Prober:
             if not w.ok:
                 return waiting(f"/workers: {w.describe()}")
             missing = RouterWorkers.parse(w.body).missing(prefills, decodes)
+            if missing and register is not None:
+                try:
+                    register()
+                except RouterApiError as e:
+                    return waiting(f"registering: {e}")
+                w = self.fetch(f"{svc.url}/workers", timeout=2.0)
+                missing = RouterWorkers.parse(w.body).missing(prefills, decodes) if w.ok else []
             return waiting("not registered: " + ", ".join(missing)) if missing else READY
 
         return probe

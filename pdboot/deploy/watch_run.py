@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
+from pdboot.deploy.drain import drain
 from pdboot.deploy.router_api import RouterApiError, Worker
 from pdboot.events import Emit
 from pdboot.transport.http import HttpFn
-from pdboot.verify.exposition import parse_exposition
 from pdboot.verify.metrics import EngineFacts, engine_facts, merged
 from pdboot.verify.watch_canary import CanaryContext, health, run_canary
 from pdboot.verify.watch_events import WatchActionTaken, WatchPairLine, WatchRound
@@ -264,12 +264,13 @@ class Watcher:
     def _restart_one(self, e: WatchedEngine) -> tuple[bool, str]:
         if self.deps.restarter is None:
             return False, "no restarter (restarts are not enabled for this watch)"
-        self._drain(e)
+        drained = self._drain(e)
         try:
             self.deps.restarter.restart(e)
         except (OSError, RuntimeError) as err:
-            return False, str(err)
-        return self._wait_healthy(e)
+            return False, f"{drained}; {err}"
+        ok, detail = self._wait_healthy(e)
+        return ok, f"{drained}; {detail}" if detail else drained
 
     def _restart_decode_after_prefill(self, d: WatchedEngine, prefill: str) -> None:
         """One decode at a time, out of the router while it restarts; never the last one."""
@@ -303,14 +304,20 @@ class Watcher:
             if not ok:
                 self._set(d.key, in_rotation=False, good_rounds=0)
 
-    def _drain(self, e: WatchedEngine) -> None:
-        """Out of the router already; wait until its running and waiting requests are 0."""
-        end = self.deps.clock() + self.deps.drain_seconds
-        while self.deps.clock() < end:
-            a = self.deps.fetch(f"{e.url}/metrics", timeout=self.cfg.deadline_seconds)
-            if not a.ok or _in_flight(a.body) == 0:
-                return
-            self.deps.sleep(0.5)
+    def _drain(self, e: WatchedEngine) -> str:
+        """Out of the router already: until it is idle (rolling changes' drain, a prefill's
+        KV pulls by the decodes included), at most ``drain_seconds``."""
+        pullers = [x.url for x in self.engines if e.tier == "prefill" and x.tier == "decode"]
+        clock = _DepsClock(self.deps.clock, self.deps.sleep)
+        got = drain(
+            e.url,
+            self.deps.fetch,
+            clock,
+            timeout=self.deps.drain_seconds,
+            interval=0.5,
+            pullers=pullers,
+        )
+        return got.describe()
 
     def _wait_healthy(self, e: WatchedEngine) -> tuple[bool, str]:
         end = self.deps.clock() + self.deps.ready_seconds
@@ -349,9 +356,14 @@ class Watcher:
         ]
 
 
-def _in_flight(metrics_text: str) -> float:
-    return sum(
-        s.value
-        for s in parse_exposition(metrics_text)
-        if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")
-    )
+class _DepsClock:
+    """WatchDeps' clock and sleep as the Clock that drain() reads."""
+
+    def __init__(self, now: Callable[[], float], sleep: Callable[[float], None]) -> None:
+        self._now, self._sleep = now, sleep
+
+    def now(self) -> float:
+        return self._now()
+
+    def sleep(self, seconds: float) -> None:
+        self._sleep(seconds)

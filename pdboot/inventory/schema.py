@@ -7,18 +7,23 @@ Loading and error mapping are ``load``; cross-field rules are ``rules``.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
 from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
+from pdboot.inventory.imageref import check_image_reference
+from pdboot.inventory.kv_schema import KVTransfer
 from pdboot.inventory.safety import (
     check_abs_path,
     check_address,
     check_env_name,
+    check_extra_args,
     check_reference,
     check_safe_path,
     check_safe_token,
+    check_served_name,
+    check_size,
 )
 from pdboot.inventory.strict import Strict
 from pdboot.inventory.watch_schema import Watch
@@ -32,13 +37,15 @@ _USER_RE = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
 _IFACE_RE = r"[A-Za-z0-9_.:@-]{1,15}"  # IFNAMSIZ - 1
 _DEVICE_RE = r"[A-Za-z0-9_.:-]{1,64}"
 _IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # registry/repo:tag@digest
-_VERSION_RE = r"\d{1,4}(\.\d{1,4}){0,2}"
+_VERSION_RE = r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}"  # ASCII digits: \d is any script's
 MAX_TP = 64  # GPUs per engine: no node holds more; vLLM would hang waiting for the rest
 MAX_GPU_INDEX = 63
 DAY = 86400.0
 # Compose parses durations as Go time.Duration (int64 ns, ~292 years), and a readiness
 # wait longer than a week means a stuck load, not a slow one.
 MAX_READY_SECONDS = 7 * DAY
+# /dev/shm of an engine is host memory: no host has more than a few TiB.
+MAX_SHM_BYTES = 4 << 40
 
 
 def _safe_path_or_none(v: str | None, what: str) -> str | None:
@@ -158,6 +165,11 @@ class Tier(Strict):
     # tier naming another one is refused (pdboot/inventory/cpu_layout.py).
     device: Device | None = None
 
+    @field_validator("extra_args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_extra_args(v)
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
@@ -242,59 +254,19 @@ class Router(Strict):
     request_timeout_secs: int = Field(default=86400, ge=1, le=31536000)  # the router's bound
     # vllm-router's DP-aware routing (--intra-node-data-parallel-size) over DP tiers' heads
     dp_aware: bool = False
+    # Workers registered at runtime (`--enable-igw` + POST/DELETE /workers, tried with
+    # vllm-router 0.1.17: vllm-pd-facts.md): `up` adds and removes engines without restarting
+    # the router and rolls changes one engine at a time. In that mode the router routes both
+    # tiers with ONE policy (it ignores --prefill-policy/--decode-policy: tried), the decode
+    # tier's. False: the static --prefill/--decode lists, the router recreated whenever its
+    # workers change (a short outage), per-tier policies. DP-aware routing needs False.
+    live_workers: bool = True
     extra_args: list[str] = []
 
-
-# The fields of vLLM 0.33's KVTransferConfig that an operator may set. kv_role is set per
-# tier by pdboot; engine_id is left to vLLM (a fresh uuid per engine).
-KV_TRANSFER_FIELDS = (
-    "kv_connector",
-    "kv_buffer_device",
-    "kv_load_failure_policy",
-    "kv_connector_extra_config",
-    "kv_connector_module_path",
-    "enable_permute_local_kv",
-    "kv_port",
-)
-# pdboot's own keys in the same section (never passed to vLLM).
-KV_TRANSFER_PDBOOT_KEYS = ("rdma", "ucx")
-
-
-class UCXSettings(Strict):
-    net_devices: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_:,.-]+$")
-    tls: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9_:,.-]+$")  # UCX_TLS
-    env: dict[str, str] = {}  # any other UCX_* variable
-
-    @field_validator("env")
+    @field_validator("extra_args")
     @classmethod
-    def _ucx_prefix(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
-            check_env_name(k)
-        bad = [k for k in v if not k.startswith("UCX_")]
-        if bad:
-            raise ValueError(f"only UCX_* variables belong here, not {', '.join(sorted(bad))}")
-        return v
-
-
-class KVTransfer(Strict):
-    kv_connector: Literal["NixlConnector", "NixlPushConnector"] = "NixlConnector"
-    # None: the deployment's device (cuda, or cpu for `device: cpu`); see kv_buffer_device()
-    kv_buffer_device: Literal["cuda", "cpu"] | None = None
-    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
-    kv_connector_extra_config: dict[str, Any] = {}
-    kv_connector_module_path: str | None = Field(
-        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-    )
-    enable_permute_local_kv: bool | None = None
-    kv_port: int | None = Field(default=None, ge=1, le=65535)
-    rdma: Literal["auto", "on", "off"] = "auto"
-    ucx: UCXSettings = UCXSettings()
-
-    @field_validator("rdma", mode="before")
-    @classmethod
-    def _yaml_on_off(cls, v: object) -> object:
-        # YAML 1.1 reads an unquoted `on` / `off` as a boolean.
-        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_extra_args(v)
 
 
 class Ulimits(Strict):
@@ -319,9 +291,7 @@ class Container(Strict):
     @field_validator("shm_size")
     @classmethod
     def _size(cls, v: str) -> str:
-        if not re.fullmatch(r"\d{1,9}(\.\d{1,3})?[bkmgtBKMGT]?", v.strip()):
-            raise ValueError(f"{v!r} is not a size like 16g or 512m")
-        return v.strip().lower()
+        return check_size(v, "shm_size", MAX_SHM_BYTES)
 
     @field_validator("hf_cache")
     @classmethod
@@ -399,7 +369,7 @@ class Requirements(Strict):
     @field_validator("compute_capability")
     @classmethod
     def _cc(cls, v: str) -> str:
-        return check_safe_token(v, "compute capability (like 12.0)", r"\d{1,2}\.\d{1,2}")
+        return check_safe_token(v, "compute capability (like 12.0)", r"[0-9]{1,2}\.[0-9]{1,2}")
 
     @field_validator("gpu_name")
     @classmethod
@@ -414,6 +384,9 @@ class Timeouts(Strict):
     router_ready_seconds: float = Field(default=120.0, ge=1, le=DAY)
     pull_seconds: float = Field(default=3600.0, ge=1, le=MAX_READY_SECONDS)
     poll_interval_seconds: float = Field(default=0.5, ge=0.05, le=60)
+    # an engine leaving service: deregistered, then stopped once vLLM's own
+    # num_requests_running/waiting reach 0 (a prefill: also its decodes' KV pulls), or after this
+    drain_seconds: float = Field(default=120.0, ge=0, le=DAY)
 
 
 class Inventory(Strict):
@@ -457,14 +430,13 @@ class Inventory(Strict):
     @field_validator("served_model_name")
     @classmethod
     def _served(cls, v: str | None) -> str | None:
-        if v is not None and (not v.strip() or any(c.isspace() for c in v)):
-            raise ValueError("must be a non-empty name without spaces")
-        return v
+        return None if v is None else check_served_name(v)
 
     @field_validator("image", "router_image")
     @classmethod
     def _image(cls, v: str) -> str:
-        return check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+        check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+        return check_image_reference(v)
 
     @field_validator("hosts")
     @classmethod

@@ -135,6 +135,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             cpu_engines=_cpu_needs(inv, hp.services),
             cpu_kv_gib=inv.cpu.kv_cache_gib,
             ucx_tls=kv.ucx.tls,
+            deployment=inv.name,
         )
     return out
 

@@ -156,7 +156,7 @@ class LocalConnection(BaseConnection):
                 ["bash", "-c", line],
                 input=stdin if stdin is not None else "",
                 capture_output=True,
-                text=True,
+                encoding="utf-8",  # as over SSH: byte counts in scripts are UTF-8
                 errors="replace",
                 timeout=timeout,
                 check=False,

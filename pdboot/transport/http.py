@@ -62,8 +62,8 @@ def request(
 ) -> RawAnswer:
     """One exchange; never raises for a network or HTTP failure. ``bearer`` is sent only to
     ``url`` itself, not to where it redirects (a registry's blob redirects to a CDN URL that
-    rejects a second auth). ``max_bytes``: read at most one byte more than that. GET, or POST
-    when there is a body; ``method`` says otherwise (the router's DELETE /workers/<url>)."""
+    rejects a second auth). ``max_bytes``: read at most one byte more than that. ``method``:
+    GET, or POST with a body, unless given (the router's DELETE /workers/<url>)."""
     data = json.dumps(body).encode() if body is not None else None
     verb = method or ("POST" if data is not None else "GET")
     req = urllib.request.Request(url, data=data, method=verb)  # noqa: S310
@@ -98,6 +98,7 @@ def http(
     headers: Mapping[str, str] | None = None,
     method: str | None = None,
 ) -> HttpAnswer:
+    """GET, or POST when there is a body; ``method`` says otherwise (the router's DELETE)."""
     a = request(url, timeout=timeout, body=body, headers=headers, method=method)
     if a.status == 0:
         return HttpAnswer(0, "", a.error)

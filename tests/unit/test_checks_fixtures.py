@@ -30,6 +30,7 @@ from pdboot.preflight.checks import (
     host,
     model,
     network,
+    owners,
     parse_sections,
     rdma,
 )
@@ -37,6 +38,10 @@ from pdboot.preflight.checks import cuda as cu
 from pdboot.preflight.checks import docker as dk
 
 FIX = Path(__file__).parent / "fixtures"
+
+
+def parse_ps(text: str) -> object:
+    return owners.parse_ps("h", text)  # the host name is only carried along
 
 
 def _query(cmd: str) -> Callable[[str], object]:
@@ -62,6 +67,8 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c in (cpu.FLAGS, "cat /proc/cpuinfo"), cpu.parse_flags),
     (lambda c: c == cpu.LSCPU, cpu.parse_lscpu),
     (lambda c: c == cpu.FREE, cpu.parse_free),
+    (lambda c: c.startswith("docker ps -a --no-trunc --filter"), parse_ps),
+    (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
 ]
 
 

@@ -104,6 +104,9 @@ def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
     started = [e.service for e in rec.of(ev.ServiceStarted)]
     assert started[-2:] == ["router@r", "watch@r"]
     assert _after_the_proof(rec.events)
+    w = build_plan(world.inv).watch
+    assert w is not None and w.url not in world.registered  # the router's workers: engines only
+    assert set(world.registered.values()) == {"prefill", "decode"}
     # a re-run with watch running: removed for up's checks, started again after them
     again = Recorder()
     code = up(world.inv, UpOptions(skip_preflight=True), again, clock=world.clock,

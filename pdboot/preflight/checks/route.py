@@ -40,7 +40,7 @@ def script(addresses: Iterable[str]) -> str:
         parts.append(
             f"a={q}; case $a in *[!0-9a-fA-F.:]*) "
             "a=$(getent ahosts \"$a\" | awk 'NR==1{print $1}');; esac; "
-            f'echo "peer={a}"; ip -o route get "$a" 2>&1'
+            f"printf 'peer=%s\\n' {q}; ip -o route get \"$a\" 2>&1"
         )
     return "; ".join(parts) + "; true"
 
