@@ -31,6 +31,7 @@ class FakeEngine:
     failed: float = 0.0
     pulled: float = 0.0
     restarts: int = 0
+    busy_until: float = 0.0  # a request runs on it until then (the world's clock)
 
 
 @dataclass
@@ -56,7 +57,7 @@ class World:
             return HttpAnswer(200, (
                 f'vllm:nixl_num_failed_transfers_total{{engine="0"}} {e.failed}\n'
                 f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} '
-                f"{e.pulled}\nvllm:num_requests_running 0\n"))
+                f"{e.pulled}\nvllm:num_requests_running {int(self.now < e.busy_until)}\n"))
         prompt = body["prompt"]
         params = body.get("kv_transfer_params")
         if e.tier == "prefill":
@@ -167,12 +168,15 @@ def test_a_hung_decode_is_evicted_then_restarted_and_readmitted() -> None:
     w.round()
     rnd = next(e for e in events if isinstance(e, WatchRound))
     assert {(p.decode, p.result) for p in rnd.pairs if p.result != "good"} == {("d2", "hang")}
-    w.round()  # second bad round: restart (clears the hang)
+    world.engines["d2"].busy_until = world.now + 100  # a hung request stays "running"
+    w.round()  # second bad round: restart (clears the hang) after drain_seconds at most
     assert world.engines["d2"].restarts == 1
     w.round()
     w.round()
     assert [a for a in actions(events)] == [("evict", "d2", True), ("restart", "d2", True),
                                             ("readmit", "d2", True)]
+    restart = next(e for e in events if isinstance(e, WatchActionTaken) and e.action == "restart")
+    assert restart.detail.startswith("still busy after 1.0s (1 running"), restart.detail
     assert w.deps.metrics.value("pdboot_watch_restarts_total", "d2", "decode") == 1
 
 
