@@ -30,9 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pdboot.checks import batch_script  # noqa: E402
-from pdboot.inventory import load_inventory  # noqa: E402
-from pdboot.preflight import contexts, host_commands  # noqa: E402
+from pdboot.inventory.load import load_inventory  # noqa: E402
+from pdboot.preflight.checks import batch_script  # noqa: E402
+from pdboot.preflight.run import contexts, host_commands  # noqa: E402
 from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 
 DEFAULT_ANSIBLE = "/var/tmp/pdboot-bench-venv/bin/ansible-playbook"

@@ -49,8 +49,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pdboot.inventory import parse_inventory  # noqa: E402
-from pdboot.plan import build_plan  # noqa: E402
+from pdboot.inventory.load import parse_inventory  # noqa: E402
+from pdboot.plan.build import build_plan  # noqa: E402
 from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 from tests.testbed.inventory import inventory_dict  # noqa: E402
 

@@ -20,13 +20,14 @@ from rich.text import Text
 
 from pdboot import __version__
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pdboot.inventory import Inventory, InventoryError, load_inventory
-from pdboot.plan import build_plan
-from pdboot.render import render_all, render_summary
+from pdboot.inventory.load import InventoryError, load_inventory
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.render import render_all, render_summary
 
 if TYPE_CHECKING:
+    from pdboot.deploy.seams import PreflightFn, PreflightOutcome
     from pdboot.events import Emit, Event
-    from pdboot.ports import PreflightFn, PreflightOutcome
 
 app = typer.Typer(
     name="pdboot",
@@ -162,8 +163,8 @@ def preflight(
     accept_new_host_keys: AcceptNewOpt = False,
 ) -> None:
     """Check every host before anything is pulled."""
-    from pdboot import preflight as pf
-    from pdboot.checks import AREAS
+    from pdboot.preflight import run as pf
+    from pdboot.preflight.checks import AREAS
     from pdboot.views import preflight as report
 
     inv = _load(inventory)
@@ -225,9 +226,9 @@ def _preflight_gate(console: Console) -> PreflightFn:
     host, then every failure and warning with its fix), with its RDMA findings."""
 
     def gate(inv: Inventory, accept_new_host_keys: bool) -> PreflightOutcome:
-        from pdboot import preflight as pf  # heavy: only when `up` runs it
-        from pdboot.ports import PreflightOutcome
-        from pdboot.rdma_findings import from_preflight
+        from pdboot.deploy.seams import PreflightOutcome
+        from pdboot.preflight import run as pf  # heavy: only when `up` runs it
+        from pdboot.preflight.findings import from_preflight
         from pdboot.views import preflight as report
 
         result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
@@ -260,7 +261,7 @@ def up(
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
     answers are right (correctness gate); measure the KV path; print the endpoint."""
-    from pdboot import up as up_mod
+    from pdboot.deploy import up as up_mod
 
     inv = _load(inventory)
     opts = up_mod.UpOptions(
@@ -287,7 +288,7 @@ def down(
     events: EventsOpt = None,
 ) -> None:
     """Stop and remove everything pdboot started (router, prefill, decode)."""
-    from pdboot import down as down_mod
+    from pdboot.deploy import down as down_mod
 
     inv = _load(inventory)
     opts = down_mod.DownOptions(
@@ -314,7 +315,7 @@ def status(
 ) -> None:
     """Show each service's state, health and whether it matches the inventory, and per
     engine its P/D metrics (KV transfers, failures, TTFT/ITL), the spread and flags."""
-    from pdboot import status as status_mod
+    from pdboot.deploy import status as status_mod
     from pdboot.events import StatusReport
     from pdboot.views.status import status_json
     from pdboot.views.terminal import TerminalView
@@ -349,7 +350,7 @@ def bench(
     """P/D through the router vs one engine alone, measured by AIPerf (the bench extra)."""
     from rich.table import Table
 
-    from pdboot import bench as bench_mod
+    from pdboot.bench import run as bench_mod
 
     cmd = bench_mod.aiperf_command()
     if cmd is None:
@@ -388,7 +389,7 @@ def logs(
     ] = False,
 ) -> None:
     """Show one service's logs."""
-    from pdboot import status as status_mod
+    from pdboot.deploy import status as status_mod
     from pdboot.views.terminal import TerminalView
 
     inv = _load(inventory)

@@ -86,7 +86,7 @@ class ServiceWait(Event):
     state: str  # ready, waiting, failed
     detail: str  # "connection refused", "HTTP 503", ...
     log_line: str  # the container's latest log line ("" before the first read)
-    # vLLM's start-up phase read from its log (pdboot/loadphase.py): "loading weights",
+    # vLLM's start-up phase read from its log (pdboot/verify/loadphase.py): "loading weights",
     # "capturing CUDA graphs", ...; with k of n where vLLM prints it; "" when none yet
     phase: str = ""
     done: int | None = None
@@ -223,7 +223,7 @@ class Interrupted(Event):
 @dataclass(frozen=True)
 class ImageCheck(Event):
     """After the pull, before the start: one verdict of asking the engine image on an
-    engine host (docker.image_arch, docker.image_nixl; pdboot/image_probe.py)."""
+    engine host (docker.image_arch, docker.image_nixl; pdboot/preflight/image_probe.py)."""
 
     kind: ClassVar[str] = "image_check"
     host: str

@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pdboot.checks import AREAS, STATUS_ORDER, CheckResult
-from pdboot.preflight import HostReport, PreflightResult
+from pdboot.preflight.checks import AREAS, STATUS_ORDER, CheckResult
+from pdboot.preflight.run import HostReport, PreflightResult
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pdboot.deploy.status import ServiceStatus, human_seconds, short_endpoint, short_image
 from pdboot.events import StatusReport
-from pdboot.pdstatus import PDStatus
-from pdboot.status import ServiceStatus, human_seconds, short_endpoint, short_image
+from pdboot.verify.pdstatus import PDStatus
 
 
 def print_status(out: Console, report: StatusReport) -> None:

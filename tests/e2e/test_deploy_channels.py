@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from pdboot.engine import Engine
-from pdboot.inventory import Host, SSHSettings
-from pdboot.remote import connect
+from pdboot.inventory.schema import Host, SSHSettings
+from pdboot.transport.docker_host import Engine
+from pdboot.transport.ssh import connect
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 

@@ -1,6 +1,6 @@
 """Two operators at once, and hosts lost mid-run: the real CLI against testbed hosts.
 
-The deployment lock (pdboot/lock.py) serialises concurrent `up` runs; a host whose link
+The deployment lock (pdboot/transport/lock.py) serialises concurrent `up` runs; a host whose link
 goes down (tests/testbed: Host.cut_link, the veth down, no reset) is reported as lost, by
 name, and every command ends within its deadline plus a few seconds.
 """
@@ -169,8 +169,9 @@ def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_p
 def test_known_hosts_marker_lines_against_a_real_sshd(testbed: Any, tmp_path: Path) -> None:
     """@cert-authority lines are skipped (the host's own key still works); a key marked
     @revoked is refused with that reason, even though a plain line lists it too."""
-    from pdboot import remote
-    from pdboot.inventory import Host, SSHSettings
+    from pdboot.inventory.schema import Host, SSHSettings
+    from pdboot.transport.connection import RemoteError
+    from pdboot.transport.ssh import connect
 
     h = testbed.hosts["decode"]
     lines = [ln for ln in testbed.known_hosts.read_text().splitlines() if h.address in ln]
@@ -192,15 +193,15 @@ def test_known_hosts_marker_lines_against_a_real_sshd(testbed: Any, tmp_path: Pa
             command_timeout=30,
         )
 
-    c = remote.connect("decode", Host(address=h.address), settings())
+    c = connect("decode", Host(address=h.address), settings())
     try:
         assert c.run("echo ok").stdout == "ok\n"
     finally:
         c.close()
     revoked = ["@revoked * " + " ".join(ln.split()[1:3]) for ln in lines]
     kh.write_text("\n".join([ca, *lines, *revoked]) + "\n")
-    with pytest.raises(remote.RemoteError) as ei:
-        remote.connect("decode", Host(address=h.address), settings(), accept_new_host_keys=True)
+    with pytest.raises(RemoteError) as ei:
+        connect("decode", Host(address=h.address), settings(), accept_new_host_keys=True)
     assert ei.value.kind == "host_key_changed" and "@revoked" in ei.value.message
     assert "InvalidHostKey" not in str(ei.value)
 

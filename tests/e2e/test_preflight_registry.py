@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pdboot import registry
-from pdboot.checks import docker as dk
+from pdboot.preflight import registry
+from pdboot.preflight.checks import docker as dk
 from tests.testbed.harness import HostSpec, Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]

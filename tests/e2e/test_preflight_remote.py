@@ -1,4 +1,4 @@
-"""pdboot.remote against a real sshd (testbed hosts): one reused connection per host,
+"""pdboot.transport.ssh against a real sshd (testbed hosts): one reused connection per host,
 argv quoting through the remote shell, stdin, put_text modes, timeouts, fan-out with an
 unreachable host. Under CI=true a testbed that cannot start fails; elsewhere it skips."""
 
@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from pdboot import remote
-from pdboot.inventory import Host, SSHSettings
+from pdboot.inventory.schema import Host, SSHSettings
+from pdboot.transport.connection import RemoteError
+from pdboot.transport.fanout import fan_out
+from pdboot.transport.ssh import connect
 from tests.conftest import started_testbed
 from tests.testbed.harness import HostSpec
 
@@ -39,7 +41,7 @@ def settings(tb: Any, **kw: Any) -> SSHSettings:
 
 
 def test_one_connection_is_reused_for_every_command(tb: Any) -> None:
-    c = remote.connect("r1", Host(address=tb.hosts["r1"].address), settings(tb))
+    c = connect("r1", Host(address=tb.hosts["r1"].address), settings(tb))
     try:
         # SSH_CONNECTION holds the client's source port: the same for every command
         seen = {c.run("echo $SSH_CONNECTION").stdout for _ in range(3)}
@@ -49,7 +51,7 @@ def test_one_connection_is_reused_for_every_command(tb: Any) -> None:
 
 
 def test_argv_is_quoted_and_stdin_reaches_the_command(tb: Any) -> None:
-    c = remote.connect("r1", Host(address=tb.hosts["r1"].address), settings(tb))
+    c = connect("r1", Host(address=tb.hosts["r1"].address), settings(tb))
     try:
         tricky = ["it's", "$(id)", "a b", ";rm -rf /tmp/x", "*"]
         r = c.run(["printf", "%s\\n", *tricky])
@@ -63,7 +65,7 @@ def test_argv_is_quoted_and_stdin_reaches_the_command(tb: Any) -> None:
 
 
 def test_put_text_is_never_world_readable(tb: Any) -> None:
-    c = remote.connect("r1", Host(address=tb.hosts["r1"].address), settings(tb))
+    c = connect("r1", Host(address=tb.hosts["r1"].address), settings(tb))
     try:
         path = "/var/lib/pdboot/rt-test/secrets.env"
         c.put_text(path, "HF_TOKEN=hf_abc\n", 0o600)
@@ -76,9 +78,9 @@ def test_put_text_is_never_world_readable(tb: Any) -> None:
 
 
 def test_a_command_timeout_is_reported_and_the_connection_survives(tb: Any) -> None:
-    c = remote.connect("r1", Host(address=tb.hosts["r1"].address), settings(tb))
+    c = connect("r1", Host(address=tb.hosts["r1"].address), settings(tb))
     try:
-        with pytest.raises(remote.RemoteError) as e:
+        with pytest.raises(RemoteError) as e:
             c.run("sleep 10", timeout=0.5)
         assert e.value.kind == "timeout"
         assert c.run("echo alive").stdout == "alive\n"
@@ -90,7 +92,7 @@ def test_fan_out_reports_the_unreachable_host_and_runs_the_others(tb: Any) -> No
     s = settings(tb)
 
     def work(name: str, host: Host) -> str:
-        c = remote.connect(name, host, s)
+        c = connect(name, host, s)
         try:
             return c.run("hostname").stdout.strip()
         finally:
@@ -98,7 +100,7 @@ def test_fan_out_reports_the_unreachable_host_and_runs_the_others(tb: Any) -> No
 
     hosts = {n: Host(address=tb.hosts[n].address) for n in ("r1", "r2", "down")}
     t0 = time.monotonic()
-    res = remote.fan_out(hosts, work, deadline=30)
+    res = fan_out(hosts, work, deadline=30)
     assert time.monotonic() - t0 < 30
     assert res["r1"].value == "r1" and res["r2"].value == "r2"
     err = res["down"].error
@@ -110,8 +112,8 @@ def test_wrong_key_is_an_auth_error(tb: Any, tmp_path: Any) -> None:
 
     key = tmp_path / "other"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    with pytest.raises(remote.RemoteError) as e:
-        remote.connect(
+    with pytest.raises(RemoteError) as e:
+        connect(
             "r1",
             Host(address=tb.hosts["r1"].address),
             settings(tb, identity_file=str(key)),

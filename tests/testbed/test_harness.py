@@ -431,7 +431,7 @@ def test_sigterm_tears_the_testbed_down() -> None:
 
 
 def test_inventory_points_at_the_testbed(testbed: Testbed, tmp_path: Path) -> None:
-    from pdboot.inventory import load_inventory
+    from pdboot.inventory.load import load_inventory
 
     path = testbed.inventory(tmp_path / "inv.yaml")
     inv = load_inventory(path)

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import yaml
 
-from pdboot.checks.rdma import parse_devices, parse_ibv_devinfo
-from pdboot.checks.topo import NicChoice, choose
-from pdboot.checks.topo import parse_matrix as parse
+from pdboot.preflight.checks.rdma import parse_devices, parse_ibv_devinfo
+from pdboot.preflight.checks.topo import NicChoice, choose
+from pdboot.preflight.checks.topo import parse_matrix as parse
 from tests.testbed.harness import HostSpec, Testbed
 
 MakeTestbed = Callable[..., Testbed]

@@ -1,7 +1,8 @@
 """A fake world for driving `up`/`down` in milliseconds: fake hosts whose fake engine keeps
 containers in memory, a fake HTTP function answering /health, /workers, /metrics and chat
-completions from that state, and the FakeClock of pdboot.waits. The fake engine implements
-pdboot.ports.EngineOps; pulls are fed REAL docker pull events through engine.PullProgress."""
+completions from that state, and the FakeClock of pdboot.deploy.waits. The fake engine
+implements pdboot.deploy.seams.EngineOps; pulls are fed REAL docker pull events through
+transport.docker_parse.PullProgress."""
 
 from __future__ import annotations
 
@@ -13,21 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdboot.converge import Observed
-from pdboot.engine import EngineLost, PullProgress, PullResult
+from pdboot.deploy.waits import FakeClock
 from pdboot.events import Event
-from pdboot.hosts import Hosts, Link
-from pdboot.http import HttpAnswer
-from pdboot.inventory import Inventory, parse_inventory
-from pdboot.lock import LockBusy
-from pdboot.plan import (
-    LABEL_CONFIG_HASH,
-    LABEL_DEPLOYMENT,
-    LABEL_ENGINE,
-    LABEL_ROLE,
-    build_plan,
-)
-from pdboot.waits import FakeClock
+from pdboot.inventory.load import parse_inventory
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed
+from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_ROLE
+from pdboot.transport.docker_host import PullResult
+from pdboot.transport.docker_parse import EngineLost, PullProgress
+from pdboot.transport.hosts import Hosts, Link
+from pdboot.transport.http import HttpAnswer
+from pdboot.transport.lock import LockBusy
 
 INV = """
 name: demo
@@ -105,7 +103,7 @@ class World:
     def take_lock(
         self, inv: Inventory, operation: str, wait: bool, _accept: bool, say: Callable[[str], None]
     ) -> FakeLock:
-        """A pdboot.ports.LockFactory: busy while ``lock_holder`` is set (like lock.take
+        """A pdboot.deploy.seams.LockFactory: busy while ``lock_holder`` is set (like lock.take
         with --no-wait), else held at once."""
         if self.lock_holder is not None:
             raise LockBusy(f"{self.lock_holder} (--no-wait: not waiting)")
@@ -209,7 +207,7 @@ class FakeConn:
 
 @dataclass
 class FakeEngine:
-    """pdboot.ports.EngineOps over the world's containers."""
+    """pdboot.deploy.seams.EngineOps over the world's containers."""
 
     world: World
     host: str

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pdboot import bench, benchchart
+from pdboot.bench import chart as benchchart
+from pdboot.bench import run as bench
 
 FIX = Path(__file__).parent / "fixtures" / "aiperf-0.13.0"
 
@@ -134,8 +135,8 @@ INVENTORIES = Path(__file__).parent / "inventories"
 
 
 def test_targets_are_the_router_and_one_decode_engine() -> None:
-    from pdboot.inventory import load_inventory
-    from pdboot.plan import build_plan
+    from pdboot.inventory.load import load_inventory
+    from pdboot.plan.build import build_plan
 
     plan = build_plan(load_inventory(INVENTORIES / "2p2d.yaml"))
     pd, base = bench.targets(plan)

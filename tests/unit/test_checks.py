@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pdboot.checks import (
+from pdboot.inventory.schema import Requirements
+from pdboot.preflight.checks import (
     CheckResult,
     GpuNeed,
     HostContext,
@@ -25,12 +26,11 @@ from pdboot.checks import (
     parse_sections,
     rdma,
 )
-from pdboot.checks import docker as dk
-from pdboot.checks import host as hostc
-from pdboot.checks.facts import HostFacts
-from pdboot.inventory import Requirements
-from pdboot.preflight import DOMAINS, Selection, evaluate_host, rdma_usable
-from pdboot.remote import LocalConnection
+from pdboot.preflight.checks import docker as dk
+from pdboot.preflight.checks import host as hostc
+from pdboot.preflight.checks.facts import HostFacts
+from pdboot.preflight.run import DOMAINS, Selection, evaluate_host, rdma_usable
+from pdboot.transport.connection import LocalConnection
 
 FIX = Path(__file__).parent / "fixtures"
 DERIVED = FIX / "derived"
@@ -345,7 +345,7 @@ def test_clock_skew_is_judged_against_the_median() -> None:
 
 
 def test_batch_script_round_trip_through_bash() -> None:
-    from pdboot.checks import Command
+    from pdboot.preflight.checks import Command
 
     cmds = [
         Command("a", "echo hello; echo err >&2", "host"),
@@ -362,7 +362,7 @@ def test_batch_script_round_trip_through_bash() -> None:
 
 
 def test_json_shape_is_the_documented_one() -> None:
-    from pdboot.preflight import HostReport, PreflightResult
+    from pdboot.preflight.run import HostReport, PreflightResult
 
     r = PreflightResult(
         {
@@ -391,7 +391,7 @@ def test_json_shape_is_the_documented_one() -> None:
 def test_report_puts_failures_first_with_the_fix_under_them() -> None:
     from rich.console import Console
 
-    from pdboot.preflight import HostReport, PreflightResult
+    from pdboot.preflight.run import HostReport, PreflightResult
     from pdboot.views import preflight as report
 
     checks = [
@@ -418,8 +418,8 @@ def test_report_puts_failures_first_with_the_fix_under_them() -> None:
 
 
 def test_contexts_follow_the_inventory() -> None:
-    from pdboot.inventory import load_inventory
-    from pdboot.preflight import contexts, host_commands
+    from pdboot.inventory.load import load_inventory
+    from pdboot.preflight.run import contexts, host_commands
 
     inv = load_inventory(Path(__file__).parent / "inventories" / "2p2d.yaml")
     c = contexts(inv)
@@ -449,7 +449,7 @@ def test_contexts_follow_the_inventory() -> None:
 
 
 def test_probe_addresses_cannot_inject_shell() -> None:
-    from pdboot.remote import LocalConnection
+    from pdboot.transport.connection import LocalConnection
 
     bad = Probe("network.ingress", "x", "127.0.0.1/1;touch /tmp/pdboot-pwned;#", 1, "x")
     out = LocalConnection("t").run(network.probe_command(bad)).stdout

@@ -10,8 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from pdboot.checks import ParseError, Section, gpu, host, model, network, parse_sections, rdma
-from pdboot.checks import docker as dk
+from pdboot.preflight.checks import (
+    ParseError,
+    Section,
+    gpu,
+    host,
+    model,
+    network,
+    parse_sections,
+    rdma,
+)
+from pdboot.preflight.checks import docker as dk
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from pdboot.converge import (
+from pdboot.inventory.load import parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import (
     Observed,
     decode_restarts,
     orphans,
@@ -13,15 +15,13 @@ from pdboot.converge import (
     started,
     with_restarts,
 )
-from pdboot.inventory import parse_inventory
-from pdboot.plan import (
+from pdboot.plan.model import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
     LABEL_HOST,
     LABEL_ROLE,
     Plan,
     Service,
-    build_plan,
 )
 
 INV = """

@@ -1,6 +1,6 @@
 """Known failure signatures, each on real text: vLLM 0.33.0's NIXL templates filled in
 (tests/unit/fixtures/vllm/nixl-messages.json, a copy of the shared fixture) or lines quoted
-from the issue threads cited in pdboot/diagnose.py."""
+from the issue threads cited in pdboot/verify/diagnose.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pdboot.diagnose import SIGNATURES, diagnose, diagnose_lines, match_line
+from pdboot.verify.diagnose import SIGNATURES, diagnose, diagnose_lines, match_line
 
 MESSAGES = json.loads(
     (Path(__file__).parent / "fixtures" / "vllm" / "nixl-messages.json").read_text()
@@ -202,7 +202,7 @@ def test_last_matching_line_wins() -> None:
 
 
 def test_report_lines_two_per_finding_or_one_saying_none() -> None:
-    from pdboot.logscan import report_lines
+    from pdboot.deploy.logscan import report_lines
 
     found = diagnose({"decode@h2": [template("base_worker.py:1197")]})
     lines = report_lines(found)

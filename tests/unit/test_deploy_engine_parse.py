@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pdboot.engine import (
+from pdboot.transport.docker_parse import (
     PullProgress,
     observed_from_inspect,
     observed_from_list,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pdboot.engine import local_engine_kwargs
+from pdboot.transport.docker_sdk import local_engine_kwargs
 
 needs_docker_cli = pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from pdboot.checks import CheckResult
-from pdboot.preflight import HostReport, PreflightResult
+from pdboot.preflight.checks import CheckResult
+from pdboot.preflight.run import HostReport, PreflightResult
 from pdboot.views import preflight as report
 
 CHECKS = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdboot.probes import RouterWorkers, completion_text, metric_sums
+from pdboot.verify.probes import RouterWorkers, completion_text, metric_sums
 
 FIX = Path(__file__).parent / "fixtures" / "deploy"
 

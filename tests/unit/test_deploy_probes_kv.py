@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-import pdboot.probes as probes
-from pdboot.probes import KVCounters, kv_verdict, metric_sums_by
+import pdboot.verify.probes as probes
+from pdboot.verify.probes import KVCounters, kv_verdict, metric_sums_by
 
 FIX = Path(__file__).parent / "fixtures" / "vllm"
 METRICS = Path("/work/shared/fixtures/vllm-0.33.0/metrics.json")

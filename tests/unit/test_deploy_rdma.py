@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdboot.checks import HostContext, Section, parse_sections
-from pdboot.inventory import Inventory, Requirements, parse_inventory
-from pdboot.plan import Plan, Service, build_plan
-from pdboot.preflight import DOMAINS, HostReport, PreflightResult, evaluate_host, rdma_usable
-from pdboot.rdma_findings import (
+from pdboot.inventory.load import parse_inventory
+from pdboot.inventory.schema import Inventory, Requirements
+from pdboot.plan.build import build_plan
+from pdboot.plan.model import Plan, Service
+from pdboot.preflight.checks import HostContext, Section, parse_sections
+from pdboot.preflight.findings import (
     Findings,
     active_ports,
     describe,
@@ -20,6 +21,7 @@ from pdboot.rdma_findings import (
     record_text,
     records_to_ship,
 )
+from pdboot.preflight.run import DOMAINS, HostReport, PreflightResult, evaluate_host, rdma_usable
 
 FIX = Path(__file__).parent / "fixtures" / "derived"
 INVENTORIES = Path(__file__).parent / "inventories"

@@ -8,11 +8,18 @@ from typing import Any
 
 import pytest
 
-from pdboot.converge import Observed
-from pdboot.hosts import SecretError, read_hf_token, secrets_env
-from pdboot.inventory import parse_inventory
-from pdboot.plan import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ROLE, build_plan
-from pdboot.status import SelectorError, human_seconds, select_service, service_status, uptime
+from pdboot.deploy.status import (
+    SelectorError,
+    human_seconds,
+    select_service,
+    service_status,
+    uptime,
+)
+from pdboot.inventory.load import parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed
+from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ROLE
+from pdboot.transport.hosts import SecretError, read_hf_token, secrets_env
 
 INV = """
 name: demo
@@ -83,7 +90,7 @@ def test_secret_error_never_contains_the_value() -> None:
 
 
 def _row(service: str, state: str, health: str, image: str, endpoint: str, **kw: object) -> Any:
-    from pdboot.status import ServiceStatus
+    from pdboot.deploy.status import ServiceStatus
 
     role, _, host = service.partition("@")
     args: dict[str, Any] = {"uptime_seconds": 6.0, "matches_inventory": True, "planned": True}
@@ -110,7 +117,7 @@ def _render(rows: list[Any], width: int) -> list[str]:
 
 
 def test_short_image_and_endpoint() -> None:
-    from pdboot.status import short_endpoint, short_image
+    from pdboot.deploy.status import short_endpoint, short_image
 
     assert short_image(REG + "vllm-openai:v0.33.0") == "vllm-openai:v0.33.0"
     assert short_image("vllm/vllm-openai@sha256:" + "ab" * 32) == "vllm-openai@sha256:" + "ab" * 6

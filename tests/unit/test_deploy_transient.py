@@ -1,6 +1,6 @@
 """Which container-start failures `up` retries once (pure)."""
 
-from pdboot.engine import is_transient_runtime_error
+from pdboot.transport.docker_host import is_transient_runtime_error
 
 # As dockerd 20.10 / runc reported it on a loaded testbed host during `docker compose up`.
 RUNC_NO_CAUSE = (

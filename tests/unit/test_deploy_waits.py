@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdboot.waits import (
+from pdboot.deploy.waits import (
     READY,
     FakeClock,
     Probe,

@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
-from pdboot.converge import Observed, plan_up
-from pdboot.dp import layouts, local_sizes
-from pdboot.http import HttpAnswer
-from pdboot.inventory import Inventory, InventoryError, parse_inventory
-from pdboot.plan import LABEL_CONFIG_HASH, LABEL_DP_RANKS, Plan, Service, build_plan
-from pdboot.readiness import Prober
-from pdboot.status import metric_engines
+from pdboot.deploy.readiness import Prober
+from pdboot.deploy.status import metric_engines
+from pdboot.inventory.dp import layouts, local_sizes
+from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed, plan_up
+from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DP_RANKS, Plan, Service
+from pdboot.transport.http import HttpAnswer
 
 SERVE_ARGS = Path("/work/shared/fixtures/vllm-0.33.0/serve-args.json")
 LOCAL_SERVE_ARGS = Path(__file__).resolve().parents[1] / "testbed" / "standin" / "serve-args.json"
@@ -350,7 +352,7 @@ QWEN3_30B_A3B = {
 
 
 def test_preflight_contexts_of_a_dp_deployment() -> None:
-    from pdboot.preflight import contexts
+    from pdboot.preflight.run import contexts
 
     c = contexts(inv())
     a, b, cc = c["gpu-a"], c["gpu-b"], c["gpu-c"]
@@ -372,8 +374,8 @@ def test_preflight_contexts_of_a_dp_deployment() -> None:
 
 
 def test_gpu_count_covers_local_size_times_tp() -> None:
-    from pdboot.checks.gpu import Gpu, _count
-    from pdboot.preflight import contexts
+    from pdboot.preflight.checks.gpu import Gpu, _count
+    from pdboot.preflight.run import contexts
 
     ctx = contexts(inv(decode__tensor_parallel_size=2, prefill__tensor_parallel_size=2))["gpu-b"]
     gpus = [
@@ -386,8 +388,8 @@ def test_gpu_count_covers_local_size_times_tp() -> None:
 
 
 def test_moe_weights_per_rank_with_expert_parallelism() -> None:
-    from pdboot.checks import GpuNeed
-    from pdboot.checks.model import _rank_weights, moe_estimate, parse_config
+    from pdboot.preflight.checks import GpuNeed
+    from pdboot.preflight.checks.model import _rank_weights, moe_estimate, parse_config
 
     experts, params, frac = moe_estimate(QWEN3_30B_A3B)
     assert experts == 128 and 30.0e9 < params < 31.0e9 and 0.94 < frac < 0.96
@@ -408,7 +410,7 @@ def test_moe_weights_per_rank_with_expert_parallelism() -> None:
 
 
 def test_status_view_lists_the_ranks() -> None:
-    from pdboot.status import ServiceStatus
+    from pdboot.deploy.status import ServiceStatus
     from pdboot.views.status import rank_lines
 
     def row(name: str, ranks: str) -> ServiceStatus:

@@ -9,22 +9,19 @@ from typing import Any
 import pytest
 import yaml
 
-from pdboot.checks import parse_sections
-from pdboot.checks.facts import HostFacts
-from pdboot.checks.gpu import Gpu, GpuFacts
-from pdboot.checks.rdma import Port, RdmaFacts
-from pdboot.checks.topo import engine_nics, evaluate, host_engines, parse_matrix
-from pdboot.converge import Observed, orphans, plan_up
-from pdboot.engines import (
-    ENGINE_PORT_STRIDE,
-    EngineNic,
-    engine_ports,
-    tier_groups,
-)
-from pdboot.inventory import Inventory, InventoryError, parse_inventory
-from pdboot.plan import LABEL_CONFIG_HASH, LABEL_ENGINE, build_plan
-from pdboot.preflight import contexts
-from pdboot.rdma_findings import (
+from pdboot.inventory.engines import ENGINE_PORT_STRIDE, EngineNic, engine_ports, tier_groups
+from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed, orphans, plan_up
+from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_ENGINE
+from pdboot.plan.render import render_all, render_summary
+from pdboot.preflight.checks import parse_sections
+from pdboot.preflight.checks.facts import HostFacts
+from pdboot.preflight.checks.gpu import Gpu, GpuFacts
+from pdboot.preflight.checks.rdma import Port, RdmaFacts
+from pdboot.preflight.checks.topo import engine_nics, evaluate, host_engines, parse_matrix
+from pdboot.preflight.findings import (
     Findings,
     describe_nics,
     from_records,
@@ -32,7 +29,7 @@ from pdboot.rdma_findings import (
     plan_from,
     records_to_ship,
 )
-from pdboot.render import render_all, render_summary
+from pdboot.preflight.run import contexts
 
 DERIVED = Path(__file__).parent / "fixtures" / "derived"
 TOPO8 = parse_sections((DERIVED / "topo-rtx6000x8.txt").read_text())["nvidia-smi topo -m"].output
@@ -383,7 +380,7 @@ def test_the_record_keeps_each_engines_nic_and_the_gpu_count() -> None:
 
 
 def test_model_fits_and_kv_estimate_per_engine() -> None:
-    from pdboot.checks import model
+    from pdboot.preflight.checks import model
 
     ctx = contexts(inv(**FOUR_FOUR))["gpu-a"]
     mf = model.ModelFacts("/m", 64, 8, 128, 2, 32_000_000_000, 64 << 30)
@@ -410,7 +407,7 @@ def test_a_recorded_nic_for_other_gpus_is_not_used() -> None:
 
 
 def test_selectors_name_engines() -> None:
-    from pdboot.status import SelectorError, select_service
+    from pdboot.deploy.status import SelectorError, select_service
 
     i = inv(**FOUR_FOUR)
     assert select_service(i, "prefill-2@gpu-b").key == "prefill-2@gpu-b"
@@ -427,8 +424,8 @@ def test_selectors_name_engines() -> None:
 def test_status_rows_per_engine_with_their_nic() -> None:
     from datetime import datetime, timezone
 
-    from pdboot.http import HttpAnswer
-    from pdboot.status import rows_for
+    from pdboot.deploy.status import rows_for
+    from pdboot.transport.http import HttpAnswer
     from pdboot.views.status import nic_lines
 
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdboot.inventory import load_inventory
-from pdboot.plan import build_plan
-from pdboot.render import render_all, render_summary
+from pdboot.inventory.load import load_inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.render import render_all, render_summary
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pdboot import gate
+from pdboot.verify import gate
 
 REF = " Venus is the hottest planet. Earth has liquid water on its surface and one moon. Mars"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdboot.checks import HostContext, Section, gdr
-from pdboot.checks.facts import HostFacts
-from pdboot.checks.rdma import Port, RdmaFacts
-from pdboot.inventory import Requirements
+from pdboot.inventory.schema import Requirements
+from pdboot.preflight.checks import HostContext, Section, gdr
+from pdboot.preflight.checks.facts import HostFacts
+from pdboot.preflight.checks.rdma import Port, RdmaFacts
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -1,5 +1,5 @@
 """The after-pull probe's parser and verdicts on real text (fixtures/image_caps/README.md),
-and the orchestration helpers of pdboot/image_probe.py that need no host."""
+and the orchestration helpers of pdboot/preflight/image_probe.py that need no host."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pdboot import image_probe
-from pdboot.checks import image_caps as ic
-from pdboot.inventory import load_inventory
-from pdboot.plan import build_plan
+from pdboot.inventory.load import load_inventory
+from pdboot.plan.build import build_plan
+from pdboot.preflight import image_probe
+from pdboot.preflight.checks import image_caps as ic
 
 FIX = Path(__file__).parent / "fixtures" / "image_caps"
 IMG = "vllm/vllm-openai:v0.33.0"

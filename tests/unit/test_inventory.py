@@ -10,14 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pdboot.inventory import (
-    DEFAULT_ROUTER_IMAGE,
-    DEFAULT_VLLM_IMAGE,
-    InventoryError,
-    InventoryIssue,
-    load_inventory,
-    parse_inventory,
-)
+from pdboot.inventory.load import InventoryError, InventoryIssue, load_inventory, parse_inventory
+from pdboot.inventory.schema import DEFAULT_ROUTER_IMAGE, DEFAULT_VLLM_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORIES = Path(__file__).parent / "inventories"

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pdboot.inventory import (
+from pdboot.inventory.load import (
     MAX_INVENTORY_BYTES,
     InventoryError,
     InventoryIssue,
     load_inventory,
     parse_inventory,
 )
-from pdboot.safety import check_address, is_loopback_or_unspecified, looks_like_token
+from pdboot.inventory.safety import check_address, is_loopback_or_unspecified, looks_like_token
 
 FIXTURES = Path("/work/shared/fixtures/vllm-0.33.0")
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
@@ -490,7 +490,7 @@ def test_secret_flag_in_router_extra_args_is_refused() -> None:
 
 
 def test_secret_flags_are_real_vllm_options() -> None:
-    from pdboot.inventory import SECRET_FLAGS
+    from pdboot.inventory.rules import SECRET_FLAGS
 
     actions = json.loads((FIXTURES / "serve-args.json").read_text())["actions"]
     options = {o for a in actions for o in a["option_strings"]}

@@ -15,9 +15,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pdboot.inventory import InventoryError, parse_inventory
-from pdboot.plan import build_plan
-from pdboot.render import render_all, render_summary
+from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.render import render_all, render_summary
 
 
 def render(plan: Any, inv: Any) -> tuple[dict[str, str], str]:

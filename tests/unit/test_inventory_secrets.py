@@ -8,18 +8,20 @@ from typing import Any
 
 import pytest
 
-from pdboot.engine import PROJECT_MARKER, Engine, EngineError
-from pdboot.hosts import (
+from pdboot.inventory.load import parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.render import render_all, render_summary
+from pdboot.transport.connection import LocalConnection
+from pdboot.transport.docker_host import PROJECT_MARKER, Engine
+from pdboot.transport.docker_parse import EngineError
+from pdboot.transport.hosts import (
     SecretError,
     api_key_headers,
     read_secrets,
     register_inventory_secrets,
     secrets_env,
 )
-from pdboot.inventory import parse_inventory
-from pdboot.plan import build_plan
-from pdboot.remote import LocalConnection, mask
-from pdboot.render import render_all, render_summary
+from pdboot.transport.masking import mask
 
 
 def render(plan: Any, inv: Any) -> tuple[dict[str, str], str]:

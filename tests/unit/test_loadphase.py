@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdboot.loadphase import LoadPhase, load_phase, phase_of_line
+from pdboot.verify.loadphase import LoadPhase, load_phase, phase_of_line
 
 E = "(EngineCore_DP0 pid=212) INFO 10-06 12:00:31 "
 A = "(APIServer pid=1) INFO 10-06 12:00:41 "

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pdboot import lock
-from pdboot.remote import LocalConnection
+from pdboot.transport import lock
+from pdboot.transport.connection import LocalConnection
 
 OWNER = lock.Owner("ana", "laptop-1", 4242, "a1b2c3d4", "up", "2026-11-30T20:00:00+00:00")
 

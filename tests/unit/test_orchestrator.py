@@ -5,10 +5,10 @@ rollback, Ctrl-C, converge decisions and the event stream, in milliseconds."""
 from __future__ import annotations
 
 from pdboot import events as ev
-from pdboot.down import DownOptions, down
-from pdboot.inventory import Inventory
-from pdboot.ports import PreflightOutcome
-from pdboot.up import UpOptions, up
+from pdboot.deploy.down import DownOptions, down
+from pdboot.deploy.seams import PreflightOutcome
+from pdboot.deploy.up import UpOptions, up
+from pdboot.inventory.schema import Inventory
 from tests.unit.orchestrator_fakes import CAPS, Recorder, World, inventory
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"

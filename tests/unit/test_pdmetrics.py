@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pdboot import pdmetrics as pm
+from pdboot.verify import metrics as pm
 
 METRICS_JSON = Path("/work/shared/fixtures/vllm-0.33.0/metrics.json")
 MODEL = "Qwen/Qwen3-0.6B"

@@ -11,12 +11,12 @@ import pytest
 from rich.console import Console
 
 from pdboot import events as ev
-from pdboot import status as status_mod
-from pdboot.http import HttpAnswer
-from pdboot.inventory import parse_inventory
-from pdboot.pdmetrics import EngineFacts
-from pdboot.pdstatus import pd_status, scrape
-from pdboot.plan import build_plan
+from pdboot.deploy import status as status_mod
+from pdboot.inventory.load import parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.transport.http import HttpAnswer
+from pdboot.verify.metrics import EngineFacts
+from pdboot.verify.pdstatus import pd_status, scrape
 from pdboot.views.status import pd_table, print_status, status_json
 from tests.unit.orchestrator_fakes import INV, Recorder, World
 from tests.unit.test_orchestrator import run_up

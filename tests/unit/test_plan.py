@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pdboot.inventory import KV_TRANSFER_FIELDS, Inventory, load_inventory, parse_inventory
-from pdboot.plan import HF_CACHE_IN_CONTAINER, Plan, Service, build_plan, project_name
+from pdboot.inventory.load import load_inventory, parse_inventory
+from pdboot.inventory.schema import KV_TRANSFER_FIELDS, Inventory
+from pdboot.plan.build import build_plan, project_name
+from pdboot.plan.model import HF_CACHE_IN_CONTAINER, Plan, Service
 
 INVENTORIES = Path(__file__).parent / "inventories"
 
@@ -251,7 +253,7 @@ def test_config_hash_covers_every_key_of_the_rendered_definition() -> None:
 
 
 def _rehash(svc: Service) -> str:
-    from pdboot.plan import _with_hash
+    from pdboot.plan.build import _with_hash
 
     return _with_hash(svc).config_hash
 
@@ -269,7 +271,7 @@ def test_power_of_two_counts_engines_not_hosts() -> None:
     # one decode host with two engines: vllm-router 0.1.17's power_of_two has its 2 workers
     text = Path(__file__).with_name("inventories").joinpath("1p1d.yaml").read_text()
     doc = text + "\n"  # the 1p1d inventory with the decode tier on one host
-    from pdboot.inventory import InventoryError
+    from pdboot.inventory.load import InventoryError
 
     with pytest.raises(InventoryError, match="refuses power_of_two"):
         parse_inventory(doc.replace("router:\n", "router:\n  decode_policy: power_of_two\n", 1))

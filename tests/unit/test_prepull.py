@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pdboot.checks import HostContext, agreement, images, prepull
-from pdboot.inventory import Requirements, load_inventory, parse_inventory
-from pdboot.registry import ImageConfig, Lookup
+from pdboot.inventory.load import load_inventory, parse_inventory
+from pdboot.inventory.schema import Requirements
+from pdboot.preflight.checks import HostContext, agreement, images, prepull
+from pdboot.preflight.registry import ImageConfig, Lookup
 
 INV = Path(__file__).parent / "inventories" / "1p1d.yaml"
 ENGINE, ROUTER = "vllm/vllm-openai:v0.33.0", "vllm/vllm-router:v0.1.17"

@@ -1,4 +1,4 @@
-"""pdboot.registry's pure parts (references, auth challenges, manifest lists, configs) and
+"""pdboot.preflight.registry's pure parts (references, auth challenges, manifest lists, configs) and
 how docker.image_cuda ranks its sources: registry > image on the host > tag > requirements.
 
 No network: the registry documents are files under fixtures/registry/ (see its README).
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from pdboot import registry as rg
-from pdboot.checks import Section
-from pdboot.checks import docker as dk
-from pdboot.preflight import insecure_registries, with_lookup
+from pdboot.preflight import registry as rg
+from pdboot.preflight.checks import Section
+from pdboot.preflight.checks import docker as dk
+from pdboot.preflight.run import insecure_registries, with_lookup
 from tests.unit.test_checks import ctx, results
 
 REG = Path(__file__).parent / "fixtures" / "registry"

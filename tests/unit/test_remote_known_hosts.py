@@ -10,7 +10,14 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from pdboot import remote
+from pdboot.transport.known_hosts import (
+    RevokedHostKey,
+    UnknownHostKey,
+    _strict,
+    classify,
+    is_revoked,
+    parse_known_hosts,
+)
 
 
 def _key() -> paramiko.PKey:
@@ -51,10 +58,10 @@ def test_paramiko_alone_cannot_read_such_a_file(
 
 
 def test_parse_keeps_keys_skips_markers_and_records_revoked(keys: dict[str, paramiko.PKey]) -> None:
-    kh = remote.parse_known_hosts(_text(keys))
+    kh = parse_known_hosts(_text(keys))
     assert ("gpu-a", keys["good"]) in [(n, k) for n, k in kh.keys]
     assert {n for n, _ in kh.keys} == {"gpu-a", "10.0.0.1", "gpu-b"}
-    assert remote.is_revoked(kh, keys["revoked"]) and not remote.is_revoked(kh, keys["good"])
+    assert is_revoked(kh, keys["revoked"]) and not is_revoked(kh, keys["good"])
     assert kh.has_cert_authority
     assert [n for n, _ in kh.skipped] == [2, 6, 7]
     assert "host certificates are not supported" in kh.skipped[0][1]
@@ -66,15 +73,15 @@ def test_strict_client_refuses_a_revoked_key_even_when_listed(
     f = tmp_path / "kh"
     f.write_text(_text(keys))
     client = paramiko.SSHClient()
-    with caplog.at_level(logging.WARNING, logger="pdboot.remote"):
-        remote._strict(client, str(f), accept_new=True)
+    with caplog.at_level(logging.WARNING, logger="pdboot.transport.known_hosts"):
+        _strict(client, str(f), accept_new=True)
     assert f"{f}:2: line skipped: @cert-authority" in caplog.text
     hk = client.get_host_keys()
     assert hk.lookup("gpu-a") is not None and hk.lookup("gpu-b") is None
     policy = client._policy
-    with pytest.raises(remote.RevokedHostKey) as ei:
+    with pytest.raises(RevokedHostKey) as ei:
         policy.missing_host_key(client, "gpu-b", keys["revoked"])
-    e = remote.classify(ei.value, "b")
+    e = classify(ei.value, "b")
     assert e.kind == "host_key_changed" and "@revoked" in e.message
     assert keys["revoked"].fingerprint in e.message
     # accept-new never records a revoked key
@@ -87,9 +94,9 @@ def test_unknown_key_with_cert_authority_lines_explains_why(
     f = tmp_path / "kh"
     f.write_text(_text(keys))
     client = paramiko.SSHClient()
-    remote._strict(client, str(f), accept_new=False)
-    with pytest.raises(remote.UnknownHostKey) as ei:
+    _strict(client, str(f), accept_new=False)
+    with pytest.raises(UnknownHostKey) as ei:
         client._policy.missing_host_key(client, "h.example.com", keys["other"])
-    e = remote.classify(ei.value, "h")
+    e = classify(ei.value, "h")
     assert e.kind == "host_key"
     assert "@cert-authority" in e.message and "no host certificate support" in e.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from pdboot.remote import send_eof
+from pdboot.transport.ssh import send_eof
 
 
 class _Transport:

@@ -17,8 +17,10 @@ import pytest
 import yaml
 from vllm_router.launch_router import parse_router_args
 
-from pdboot.inventory import Inventory, load_inventory, parse_inventory, tier_policy
-from pdboot.plan import (
+from pdboot.inventory.load import load_inventory, parse_inventory
+from pdboot.inventory.schema import Inventory, tier_policy
+from pdboot.plan.build import build_plan
+from pdboot.plan.model import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
     LABEL_HOST,
@@ -26,15 +28,14 @@ from pdboot.plan import (
     SECRETS_FILE,
     Plan,
     Service,
-    build_plan,
 )
-from pdboot.render import UnknownHostError, render_all, render_host, render_summary
+from pdboot.plan.render import UnknownHostError, render_all, render_host, render_summary
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 INVENTORIES = HERE / "inventories"
 GOLDEN = HERE / "golden"
-CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp"]
+CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp", "cpu-1p1d", "cpu-shared"]
 UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 ALL_INVENTORIES = [*(INVENTORIES / f"{c}.yaml" for c in CASES), ROOT / "inventory.example.yaml"]
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdboot import rdma_findings
-from pdboot.checks import HostContext, Section, route
-from pdboot.checks.facts import HostFacts
-from pdboot.checks.rdma import Port, RdmaFacts
-from pdboot.checks.route import RouteFacts
-from pdboot.inventory import Requirements, load_inventory
-from pdboot.plan import build_plan
+from pdboot.inventory.load import load_inventory
+from pdboot.inventory.schema import Requirements
+from pdboot.plan.build import build_plan
+from pdboot.preflight import findings as rdma_findings
+from pdboot.preflight.checks import HostContext, Section, route
+from pdboot.preflight.checks.facts import HostFacts
+from pdboot.preflight.checks.rdma import Port, RdmaFacts
+from pdboot.preflight.checks.route import RouteFacts
 
 FIX = Path(__file__).parent / "fixtures" / "route"
 INV = Path(__file__).parent / "inventories" / "1p1d.yaml"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pdboot.inventory import InventoryError, parse_inventory
-from pdboot.plan import build_plan
+from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.plan.build import build_plan
 from tests.unit.orchestrator_fakes import INV
 
 TWO_DECODES = INV.replace("decode: {hosts: [d1]%s}", "decode: {hosts: [d1, r]%s}")

@@ -4,9 +4,9 @@ another command's section."""
 
 from __future__ import annotations
 
-from pdboot.checks import Command, Section, batch_script, gpu, model, parse_sections
-from pdboot.preflight import evaluate_host
-from pdboot.remote import LocalConnection
+from pdboot.preflight.checks import Command, Section, batch_script, gpu, model, parse_sections
+from pdboot.preflight.run import evaluate_host
+from pdboot.transport.connection import LocalConnection
 from tests.unit.test_checks import DERIVED, batch, ctx, sections
 
 

@@ -45,4 +45,4 @@ def test_functions_at_most_80_lines(name: str) -> None:
 
 
 def test_status_does_not_import_the_orchestrator() -> None:
-    assert not _imports(PKG / "status.py") & {"pdboot.up", "pdboot.down", "pdboot.deploy"}
+    assert not _imports(PKG / "deploy" / "status.py") & {"pdboot.deploy.up", "pdboot.deploy.down"}

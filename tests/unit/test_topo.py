@@ -11,19 +11,10 @@ from typing import Any
 
 import pytest
 
-from pdboot.checks import Section, parse_sections
-from pdboot.checks.rdma import Port
-from pdboot.checks.topo import (
-    NicChoice,
-    TopoFacts,
-    choose,
-    facts,
-    rank,
-    ucx_net_devices,
-)
-from pdboot.checks.topo import (
-    parse_matrix as parse,
-)
+from pdboot.preflight.checks import Section, parse_sections
+from pdboot.preflight.checks.rdma import Port
+from pdboot.preflight.checks.topo import NicChoice, TopoFacts, choose, facts, rank, ucx_net_devices
+from pdboot.preflight.checks.topo import parse_matrix as parse
 
 FIX = Path(__file__).parent / "fixtures"
 TOPO = FIX / "topo"

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pdboot import events as ev
+from pdboot.deploy.up import UpOptions
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
-from pdboot.inventory import parse_inventory
-from pdboot.pdcheck import link_rate, speed_pairs, speed_prompt
-from pdboot.plan import build_plan
-from pdboot.rdma_findings import from_preflight
-from pdboot.up import UpOptions
+from pdboot.inventory.load import parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.preflight.findings import from_preflight
+from pdboot.verify.pdcheck import link_rate, speed_pairs, speed_prompt
 from tests.unit.orchestrator_fakes import INV, Recorder, World, inventory
 from tests.unit.test_orchestrator import run_up
 
@@ -90,7 +90,7 @@ def test_too_little_kv_says_so_without_a_rate() -> None:
 
 def rec_pairs(world: World) -> tuple[ev.PairSpeedLine, ...]:
     rec = Recorder()
-    from pdboot.up import up
+    from pdboot.deploy.up import up
 
     up(world.inv, UpOptions(skip_preflight=True), rec, clock=world.clock,
        hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)

@@ -91,7 +91,7 @@ def test_terminal_view_in_a_log_prints_the_finished_lines() -> None:
 
 
 def test_terminal_view_on_a_terminal_runs_bars_and_live_table_through_a_real_up() -> None:
-    from pdboot.up import UpOptions, up
+    from pdboot.deploy.up import UpOptions, up
     from tests.unit.orchestrator_fakes import World, inventory
 
     console = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
@@ -133,7 +133,7 @@ def test_image_check_lines_carry_the_fix_under_a_failure() -> None:
 
 
 def test_wait_rows_show_the_load_phase_with_a_bar_and_cut_raw_lines_at_the_end() -> None:
-    from pdboot.loadphase import load_phase
+    from pdboot.verify.loadphase import load_phase
     from pdboot.views.terminal import progress_cell
 
     # vLLM 0.33's real shard progress line (tqdm through the logger)

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from pdboot import bench, benchchart
+from pdboot.bench import chart as benchchart
+from pdboot.bench import run as bench
 from tests.testbed.standin.test_standin import free_port, kv_config
 from tests.testbed.standin.test_standin_corrupt_kv import _router, engines
 

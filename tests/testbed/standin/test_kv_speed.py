@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdboot import pdmetrics
+from pdboot.verify import metrics as pdmetrics
 from tests.testbed.standin.test_standin import PREFILL_PARAMS, engines, get, kv_config, post
 
 __all__ = ["engines"]

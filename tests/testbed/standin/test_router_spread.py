@@ -1,6 +1,6 @@
 """How the real vllm-router 0.1.17 spreads sequential requests over 4 prefill + 4 decode
 stand-in engines (loopback), counted from each engine's vllm:request_success_total with
-pdboot.pdmetrics: the facts docs/routing.md rests on."""
+pdboot.verify.metrics: the facts docs/routing.md rests on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pdboot import pdmetrics
+from pdboot.verify import metrics as pdmetrics
 from tests.testbed.standin.test_standin import (
     DEADLINE,
     engines,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pdboot import gate
+from pdboot.verify import gate
 from tests.testbed.standin.test_standin import (
     DEADLINE,
     REQ,

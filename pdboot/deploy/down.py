@@ -1,0 +1,144 @@
+"""`down`: router, then prefill, then decode, each tier on all its hosts in parallel, only
+containers carrying this deployment's labels. Also the teardown `up --rollback` uses."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from pdboot.deploy.seams import (
+    OP_DEADLINE,
+    HostsFactory,
+    LockFactory,
+    default_hosts,
+    default_lock,
+    report_errors,
+    take_lock,
+)
+from pdboot.events import Done, Emit, Note, StageStarted, Stopped
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed, plan_down
+from pdboot.plan.model import SECRETS_FILE, Plan
+from pdboot.transport.hosts import Hosts, Link, project_dir
+
+
+@dataclass(frozen=True)
+class DownOptions:
+    purge: bool = False
+    accept_new_host_keys: bool = False
+    no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
+
+
+def down(
+    inv: Inventory,
+    opts: DownOptions,
+    emit: Emit,
+    *,
+    hosts_factory: HostsFactory = default_hosts,
+    lock_factory: LockFactory = default_lock,
+) -> int:
+    """Run `down` under the deployment lock; without it when the lock's host (the
+    router's) is unreachable: what can be reached is removed all the same."""
+    held = take_lock(
+        emit, lock_factory, inv, "down", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys
+    )
+    if isinstance(held, int):
+        emit(Done("down", held, 0.0))
+        return held
+    try:
+        return _down(inv, opts, emit, hosts_factory)
+    finally:
+        if held is not None:
+            held.release()
+
+
+def _down(inv: Inventory, opts: DownOptions, emit: Emit, hosts_factory: HostsFactory) -> int:
+    t0 = time.monotonic()
+    plan = build_plan(inv)
+    hosts = hosts_factory(inv, list(plan.hosts), opts.accept_new_host_keys)
+    try:
+        failed_any = bool(hosts.errors)
+        report_errors(emit, "cannot reach (its containers are left as they are)", hosts.errors)
+        # The token file is not needed by running containers (compose read it at
+        # creation): remove it while the tiers stop. --purge waits for the containers,
+        # since images in use cannot be removed.
+        cleaned: list[bool] = []
+        cleaner = threading.Thread(
+            target=lambda: cleaned.append(clean_files(hosts, inv, plan, False, emit)),
+            daemon=True,
+        )
+        if not opts.purge:
+            cleaner.start()
+        removed, errors = teardown(hosts, plan.deployment, emit)
+        failed_any |= errors
+        if opts.purge:
+            cleaned.append(clean_files(hosts, inv, plan, True, emit))
+        else:
+            cleaner.join(OP_DEADLINE)
+        failed_any |= not (cleaned and cleaned[0])
+        code = EXIT_FAILED if failed_any else EXIT_OK
+        if removed == 0 and not failed_any:
+            summary = "nothing of this deployment is running"
+        elif not failed_any:
+            summary = f"removed {removed} container(s)"
+        else:
+            summary = ""
+        emit(Done("down", code, time.monotonic() - t0, summary))
+        return code
+    finally:
+        hosts.close()
+
+
+def teardown(hosts: Hosts, deployment: str, emit: Emit) -> tuple[int, bool]:
+    """Remove this deployment's containers: router, prefill, decode. (count, any error)"""
+    emit(StageStarted("teardown"))
+    values, errors = hosts.each(lambda _h, link: link.engine.containers(deployment), OP_DEADLINE)
+    report_errors(emit, "cannot list containers on", errors)
+    observed = [o for obs in values.values() for o in obs]
+    removed = 0
+    any_error = bool(errors)
+    for role, batch in plan_down(deployment, observed):
+        any_error |= not stop_remove(hosts, batch, emit)
+        removed += len(batch)
+        emit(Stopped(role, tuple(o.key for o in batch)))
+    return removed, any_error
+
+
+def stop_remove(hosts: Hosts, batch: list[Observed], emit: Emit) -> bool:
+    by_host: dict[str, list[str]] = {}
+    for o in batch:
+        by_host.setdefault(o.host, []).append(o.id)
+    _, errors = hosts.each(
+        lambda h, link: link.engine.stop_remove(by_host[h]), OP_DEADLINE, only=by_host
+    )
+    report_errors(emit, "cannot remove containers on", errors)
+    return not errors
+
+
+def clean_files(hosts: Hosts, inv: Inventory, plan: Plan, purge: bool, emit: Emit) -> bool:
+    """The token file always goes with the containers; --purge also takes the project
+    directory and the images pdboot pulled."""
+    pdir = project_dir(inv)
+
+    def clean(host: str, link: Link) -> list[str]:
+        notes: list[str] = []
+        if purge:
+            link.engine.remove_project_dir(pdir)
+            for img in sorted({s.image for s in plan.hosts[host].services}):
+                if link.engine.remove_image(img):
+                    notes.append(f"{host}: removed image {img}")
+        else:
+            link.conn.run(["rm", "-f", f"{pdir}/{SECRETS_FILE}"])
+        return notes
+
+    values, errors = hosts.each(clean, OP_DEADLINE)
+    for notes in values.values():
+        for n in notes:
+            emit(Note(n))
+    if purge and not errors:
+        emit(Note(f"purged {pdir} and pulled images on {len(values)} host(s)"))
+    report_errors(emit, "cannot clean up files on", errors)
+    return not errors

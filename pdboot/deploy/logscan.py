@@ -1,0 +1,70 @@
+"""Recent logs of a deployment's services, read for diagnosis (thin I/O around diagnose).
+
+Kept apart from the orchestrator so that `up` (a failed test request, a bad KV verdict),
+`status` and `logs --diagnose` read the same logs the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pdboot.deploy.readiness import find_container
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed
+from pdboot.plan.model import Plan, Service
+from pdboot.transport.hosts import Hosts, open_hosts
+from pdboot.verify.diagnose import Finding, diagnose, strip_ansi
+
+RECENT_LINES = 300  # enough for a handshake failure's traceback after the access log lines
+
+
+def recent_logs(
+    hosts: Hosts, plan: Plan, services: Iterable[Service], tail: int = RECENT_LINES
+) -> dict[str, list[str]]:
+    """service key -> its container's last lines (a note when they cannot be read).
+    Containers are found by their labels, like everywhere else."""
+    out: dict[str, list[str]] = {}
+    listed: dict[str, list[Observed]] = {}
+    for svc in services:
+        link = hosts.links.get(svc.host)
+        if link is None:
+            continue
+        try:
+            if svc.host not in listed:
+                listed[svc.host] = link.engine.containers(plan.deployment)
+            found = find_container(listed[svc.host], plan.deployment, svc)
+            if found is None:
+                lines = [f"(no container labelled {svc.key})"]
+            else:
+                lines = link.engine.logs(found.id, tail=tail)
+        except Exception as e:  # one unreadable log must not hide the others' causes
+            lines = [f"(cannot read logs: {e})"]
+        out[svc.key] = [strip_ansi(line) for line in lines]
+    return out
+
+
+def explain(hosts: Hosts, plan: Plan, services: Iterable[Service]) -> list[Finding]:
+    """Known causes in the recent logs of these services."""
+    return diagnose(recent_logs(hosts, plan, services))
+
+
+def explain_services(inv: Inventory, keys: Iterable[str]) -> list[Finding]:
+    """Known causes in the logs of these services (``decode@gpu-b``...), on fresh links: for
+    `status`, which reads logs only for the services that are not healthy."""
+    plan = build_plan(inv)
+    wanted = set(keys)
+    services = [s for s in plan.services() if s.key in wanted]
+    if not services:
+        return []
+    hosts = open_hosts(inv, sorted({s.host for s in services}))
+    try:
+        return explain(hosts, plan, services)
+    finally:
+        hosts.close()
+
+
+def report_lines(findings: list[Finding]) -> list[str]:
+    """Two lines per finding (cause, fix); one line saying so when nothing is known."""
+    if not findings:
+        return ["no known cause in the engines' and router's recent logs (see `pdboot logs`)"]
+    return [line for f in findings for line in f.lines()]

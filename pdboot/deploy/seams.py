@@ -1,0 +1,149 @@
+"""What the orchestrator needs from the outside world, as small interfaces.
+
+`up` and `down` take these as injection points, so a unit test can drive them with fake
+hosts, a fake engine, a fake HTTP function and a fake clock (tests/unit/test_orchestrator*.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pdboot.events import Emit, HostErrors, Interrupted, Note
+from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.converge import Observed
+from pdboot.preflight.findings import RECORD_FILE, Findings, from_records
+from pdboot.transport import lock
+from pdboot.transport.connection import RemoteError
+from pdboot.transport.docker_host import PullResult
+from pdboot.transport.docker_parse import PullProgress
+from pdboot.transport.hosts import Hosts, open_hosts, project_dir
+
+OP_DEADLINE = 300.0  # compose up / stop of one host's services
+
+
+class EngineOps(Protocol):
+    """The part of pdboot.transport.docker_host.Engine the orchestrator uses."""
+
+    def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult: ...
+
+    def ship(
+        self,
+        project_dir: str,
+        compose_text: str,
+        secrets_text: str | None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None: ...
+
+    def containers(self, deployment: str) -> list[Observed]: ...
+
+    def inspect(self, container_id: str) -> Observed: ...
+
+    def logs(self, container_id: str, tail: int = 50) -> list[str]: ...
+
+    def compose_up(
+        self,
+        project_dir: str,
+        project: str,
+        service: str | Sequence[str],
+        *,
+        recreate: bool,
+        timeout: float,
+    ) -> None: ...
+
+    def stop_remove(self, container_ids: list[str], grace: int = 30) -> None: ...
+
+    def read_file(self, path: str) -> str | None: ...
+
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]: ...
+
+    def remove_project_dir(self, project_dir: str) -> None: ...
+
+    def remove_image(self, image: str) -> bool: ...
+
+
+class ConnOps(Protocol):
+    """The part of pdboot.transport.connection.Connection the orchestrator uses."""
+
+    def run(self, argv: list[str]) -> Any: ...
+
+
+# (inventory, host names, accept_new_host_keys) -> opened hosts (Hosts.links[h].engine
+# is an EngineOps, .conn a ConnOps)
+HostsFactory = Callable[[Inventory, Iterable[str], bool], Hosts]
+
+
+def default_hosts(inv: Inventory, names: Iterable[str], accept_new_host_keys: bool) -> Hosts:
+    return open_hosts(inv, names, accept_new_host_keys=accept_new_host_keys)
+
+
+@dataclass(frozen=True)
+class PreflightOutcome:
+    ok: bool
+    rdma: Findings | None = None  # per host: usable RDMA found (for kv_transfer.rdma auto)
+
+
+# (inventory, accept_new_host_keys) -> outcome; its report is shown by whoever made it
+PreflightFn = Callable[[Inventory, bool], PreflightOutcome]
+
+
+def report_errors(emit: Emit, what: str, errors: Mapping[str, str]) -> None:
+    if errors:
+        emit(HostErrors(what, tuple(sorted(errors.items()))))
+
+
+def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
+    """The RDMA findings `up` recorded on the hosts (not read for kv_transfer.rdma on,
+    where neither the RDMA choice nor the TCP interface matters; an unreadable host counts
+    as no record: the step that needs it reports the host)."""
+    if inv.kv_transfer.rdma == "on":
+        return Findings({}, {}, "recorded")
+    path = f"{project_dir(inv)}/{RECORD_FILE}"
+    texts, _ = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)
+    return from_records(texts)
+
+
+class HeldLock(Protocol):
+    """The part of pdboot.transport.lock.HeldLock the orchestrator uses."""
+
+    def release(self) -> None: ...
+
+
+# (inventory, operation, wait, accept_new_host_keys, say) -> the held deployment lock;
+# raises lock.LockBusy (another live run holds it) or RemoteError (its host is unreachable)
+LockFactory = Callable[[Inventory, str, bool, bool, Callable[[str], None]], HeldLock]
+
+
+def default_lock(
+    inv: Inventory, operation: str, wait: bool, accept_new: bool, say: Callable[[str], None]
+) -> HeldLock:
+    return lock.take(inv, operation, wait=wait, say=say, accept_new_host_keys=accept_new)
+
+
+def take_lock(
+    emit: Emit,
+    factory: LockFactory,
+    inv: Inventory,
+    operation: str,
+    *,
+    no_wait: bool,
+    accept_new: bool,
+) -> HeldLock | int | None:
+    """The deployment lock (see lock.py); the exit code when it cannot be had; None for
+    `down` when the lock's host cannot be reached (down removes what it can reach)."""
+    try:
+        return factory(inv, operation, not no_wait, accept_new, lambda m: emit(Note(m, "warn")))
+    except lock.LockBusy as e:
+        emit(Note(f"error: {e}", "error"))
+    except RemoteError as e:
+        why = f"{e} (fix: {e.fix})" if e.fix else str(e)
+        if operation == "down":
+            emit(Note(f"cannot take the deployment lock: {why}; going on without it", "warn"))
+            return None
+        emit(Note(f"error: cannot take the deployment lock: {why}", "error"))
+    except KeyboardInterrupt:
+        emit(Interrupted(started=False))
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED

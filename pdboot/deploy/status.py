@@ -1,0 +1,318 @@
+"""`status` and `logs`: what runs where, and one service's logs.
+
+status: per service of the plan (and any leftover of this deployment): host, state,
+health (its own /health over HTTP, the truth for readiness), uptime, image, whether its
+config hash label matches the inventory, endpoint. Exit 0 only when every planned service
+runs and answers /health.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from pdboot.deploy.logscan import explain_services, report_lines
+from pdboot.deploy.readiness import find_container
+from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
+from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed, owned
+from pdboot.plan.model import ROLES, Plan, Service
+from pdboot.preflight.findings import plan_from
+from pdboot.transport.docker_parse import EngineError
+from pdboot.transport.hosts import open_hosts, register_inventory_secrets
+from pdboot.transport.http import HttpFn, http
+from pdboot.verify.diagnose import diagnose as diagnose_logs
+from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    service: str
+    role: str
+    host: str
+    state: str  # running, exited, ..., absent, unreachable
+    health: str  # ok, HTTP 503, connection refused, -
+    uptime_seconds: float | None
+    image: str
+    matches_inventory: bool | None
+    endpoint: str
+    planned: bool = True
+    # an engine's UCX_NET_DEVICES and where it came from ("mlx5_0:1 (PIX, nearest GPUs 0)")
+    nic: str = ""
+    # a data-parallel engine's ranks here; the head adds the ranks its /metrics reports
+    ranks: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "running" and self.health == "ok"
+
+
+def parse_started(started_at: str) -> datetime | None:
+    """Docker's RFC 3339 with nanoseconds -> aware datetime (None for the zero time)."""
+    if not started_at or started_at.startswith("0001-"):
+        return None
+    s = started_at.replace("Z", "+00:00")
+    if "." in s:
+        head, _, rest = s.partition(".")
+        m = re.match(r"\d*", rest)
+        frac = m.group(0) if m else ""
+        tz = rest[len(frac) :]
+        s = f"{head}.{frac[:6]}{tz}"
+    try:
+        return datetime.fromisoformat(s)
+    except ValueError:
+        return None
+
+
+def uptime(started_at: str, now: datetime) -> float | None:
+    t = parse_started(started_at)
+    return None if t is None else max((now - t).total_seconds(), 0.0)
+
+
+def human_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def service_status(
+    svc: Service | None, obs: Observed | None, *, reachable: bool, now: datetime, health: str
+) -> ServiceStatus:
+    """Pure: one row from the plan's service and what was observed."""
+    role = svc.role if svc else str(obs.role if obs else "?")
+    host = svc.host if svc else (obs.host if obs else "?")
+    name = svc.name if svc else (obs.service_name if obs else role)
+    if not reachable:
+        state = "unreachable"
+    elif obs is None:
+        state = "absent"
+    else:
+        state = obs.state
+    return ServiceStatus(
+        service=f"{name}@{host}",
+        role=role,
+        host=host,
+        state=state,
+        health=health,
+        uptime_seconds=uptime(obs.started_at, now) if obs and obs.state == "running" else None,
+        image=obs.image if obs else (svc.image if svc else ""),
+        matches_inventory=(obs.config_hash == svc.config_hash) if (obs and svc) else None,
+        endpoint=svc.url if svc else "",
+        planned=svc is not None,
+        nic=svc.nic if svc else "",
+        ranks=svc.dp_ranks if svc else "",
+    )
+
+
+_ENGINE_LABEL = re.compile(r'^vllm:[A-Za-z0-9_:]+\{[^}]*\bengine="([^"]*)"', re.M)
+
+
+def metric_engines(text: str) -> list[str]:
+    """The `engine` label values of vLLM's metrics, in rank order: a DP head's /metrics
+    carries one per rank, local and remote, once they all joined."""
+    found = set(_ENGINE_LABEL.findall(text))
+    return sorted(found, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+
+
+def _ranks(svc: Service, fetch: HttpFn) -> str:
+    """The head's ranks as its /metrics reports them, after the plan's."""
+    a = fetch(f"{svc.url}/metrics", timeout=3.0)
+    seen = metric_engines(a.body) if a.ok else []
+    got = f"/metrics engines {','.join(seen)}" if seen else f"/metrics: {a.describe()}"
+    return f"{svc.dp_ranks}; {got}"
+
+
+def collect(
+    inv: Inventory,
+    accept_new_host_keys: bool = False,
+    *,
+    hosts_factory: HostsFactory = default_hosts,
+    fetch: HttpFn = http,
+) -> tuple[Plan, list[ServiceStatus]]:
+    hosts = hosts_factory(inv, list(build_plan(inv).hosts), accept_new_host_keys)
+    try:
+        # the config hash includes the RDMA choice `up` made from its preflight: rebuild
+        # the plan from that record, not from the declared devices alone
+        findings = recorded_findings(inv, hosts)
+        plan = plan_from(inv, findings)
+        values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
+    finally:
+        hosts.close()
+    unreachable = set(hosts.errors) | set(errors)
+    observed = owned([o for obs in values.values() for o in obs], plan.deployment)
+    return plan, rows_for(plan, observed, unreachable, datetime.now(timezone.utc), fetch)
+
+
+def rows_for(
+    plan: Plan, observed: list[Observed], unreachable: set[str], now: datetime, fetch: HttpFn
+) -> list[ServiceStatus]:
+    """One row per planned service, then one per leftover container of the deployment."""
+    rows = []
+    seen: set[str] = set()
+    for svc in plan.services():
+        obs = next((o for o in observed if o.host == svc.host and o.service_name == svc.name), None)
+        if obs is not None:
+            seen.add(obs.id)
+        health = "-"
+        if obs is not None and obs.state == "running":
+            # a headless DP follower has no HTTP: its head's health stands for it
+            a = fetch(svc.ready_url, timeout=3.0)
+            health = "ok" if a.ok else a.describe()
+        reachable = svc.host not in unreachable
+        row = service_status(svc, obs, reachable=reachable, now=now, health=health)
+        if svc.dp_role == "head" and health == "ok":
+            row = replace(row, ranks=_ranks(svc, fetch))
+        rows.append(row)
+    for o in observed:
+        if o.id not in seen:
+            rows.append(service_status(None, o, reachable=True, now=now, health="-"))
+    return rows
+
+
+def status(
+    inv: Inventory,
+    emit: Emit,
+    *,
+    hosts_factory: HostsFactory = default_hosts,
+    fetch: HttpFn = http,
+    watch: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Emits one StatusReport (and Done); exit 0 only when every planned service is healthy.
+    ``watch``: a report every ``watch`` seconds until Ctrl-C, its P/D metrics the deltas
+    since the previous report."""
+    t0 = time.monotonic()
+    before: Scrape | None = None
+    t_before = t0
+    code = EXIT_FAILED
+    try:
+        while True:
+            plan, rows = collect(inv, hosts_factory=hosts_factory, fetch=fetch)
+            running = {r.service for r in rows if r.state == "running"}
+            now, t_now = scrape(plan, fetch, running), time.monotonic()
+            pd = pd_status(plan, now, before, t_now - t_before)
+            code = _report(inv, plan, rows, pd, emit, diagnose=before is None)
+            if watch is None:
+                break
+            before, t_before = now, t_now
+            sleep(watch)
+    except KeyboardInterrupt:
+        pass  # --watch ends with Ctrl-C: the last report's verdict is the exit code
+    emit(Done("status", code, time.monotonic() - t0))
+    return code
+
+
+def _report(inv: Inventory, plan: Plan, rows: list[ServiceStatus], pd: PDStatus,
+            emit: Emit, *, diagnose: bool) -> int:
+    planned = [r for r in rows if r.planned]
+    healthy = bool(planned) and all(r.healthy for r in planned)
+    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd))
+    no_logs = ("absent", "unreachable")
+    sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
+    if sick and diagnose:  # known causes in the logs of what runs but is not healthy
+        emit(Diagnosis("not healthy", tuple(report_lines(explain_services(inv, sick)))))
+    return EXIT_OK if healthy else EXIT_FAILED
+
+
+def short_image(ref: str) -> str:
+    """`10.77.2.1:5000/vllm/vllm-openai:v0.33.0` -> `vllm-openai:v0.33.0` (the full
+    reference is in --json); a digest is cut to 12 hex digits."""
+    name = ref.rsplit("/", 1)[-1]
+    m = re.match(r"^(.*sha256:)([0-9a-f]{12})[0-9a-f]*$", name)
+    return m.group(1) + m.group(2) if m else name
+
+
+def short_endpoint(url: str) -> str:
+    """`http://10.77.2.10:8201` -> `10.77.2.10:8201`."""
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+# --------------------------------------------------------------------------- logs
+
+
+class SelectorError(ValueError):
+    pass
+
+
+def select_service(inv: Inventory, selector: str, plan: Plan | None = None) -> Service:
+    """``decode`` (only when one engine runs it), ``decode@gpu-b``, ``prefill-2@gpu-a``
+    (an engine by name), or ``router``."""
+    plan = plan or build_plan(inv)
+    name, _, host = selector.partition("@")
+    role = name.split("-", 1)[0] if name.split("-", 1)[-1].isdigit() else name
+    if role not in ROLES:
+        raise SelectorError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
+    same_role = [s for s in plan.services() if s.role == role]
+    matches = [s for s in same_role if s.name == name and (not host or s.host == host)]
+    if not matches and name == role and not host:
+        matches = same_role  # `prefill` alone: only when the tier has one engine in all
+    if not matches:
+        where = f" on host {host!r}" if host else ""
+        raise SelectorError(f"no {name}{where}: " + ", ".join(s.key for s in same_role))
+    if len(matches) > 1:
+        raise SelectorError(
+            f"{name} runs {len(matches)} times; pick one: " + ", ".join(s.key for s in matches)
+        )
+    return matches[0]
+
+
+def logs(
+    inv: Inventory,
+    selector: str,
+    on_line: Callable[[str], None],
+    emit: Emit,
+    *,
+    tail: int,
+    follow: bool,
+    diagnose: bool = False,
+) -> int:
+    """Hands each log line of one service (found by label) to ``on_line``."""
+    try:
+        svc = select_service(inv, selector)
+    except SelectorError as e:
+        emit(Note(f"error: {e}", "error"))
+        return EXIT_USAGE
+    plan = build_plan(inv)
+    register_inventory_secrets(inv)  # engine logs pass through the masker (Engine.logs)
+    hosts = open_hosts(inv, [svc.host], engine_timeout=None if follow else 120)
+    try:
+        if hosts.errors:
+            emit(Note(f"error: cannot reach {svc.host}: {hosts.errors[svc.host]}", "error"))
+            return EXIT_FAILED
+        engine = hosts.links[svc.host].engine
+        found = find_container(engine.containers(plan.deployment), plan.deployment, svc)
+        if found is None:
+            emit(Note(f"error: {svc.key} has no container (is it up?)", "error"))
+            return EXIT_FAILED
+        if follow:
+            try:
+                for line in engine.follow_logs(found.id, tail=tail):
+                    on_line(line)
+            except KeyboardInterrupt:
+                pass
+        else:
+            lines = engine.logs(found.id, tail=tail)
+            for line in lines:
+                on_line(line)
+            if diagnose:  # --diagnose: known causes in these lines, cause + fix each
+                known = diagnose_logs({svc.key: lines})
+                emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
+        return EXIT_OK
+    except EngineError as e:  # e.g. the host was lost mid-read (docker_parse.EngineLost)
+        emit(Note(f"error: {e}", "error"))
+        return EXIT_FAILED
+    finally:
+        hosts.close()

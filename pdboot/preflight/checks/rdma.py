@@ -1,0 +1,293 @@
+"""RDMA checks on GPU hosts: verbs devices, HCA ports ACTIVE, link layer and rate, and
+that the UCX_NET_DEVICES names exist. Without RDMA, UCX silently falls back to TCP:
+correct but about 100x slower for KV transfers, hence a warning even when optional."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pdboot.preflight.checks import (
+    MISSING,
+    CheckResult,
+    Command,
+    HostContext,
+    ParseError,
+    Section,
+    Status,
+)
+
+if TYPE_CHECKING:
+    from pdboot.preflight.checks.facts import HostFacts
+
+DEVICES = "ls /dev/infiniband"
+IBV = "ibv_devinfo"
+SYSFS = (
+    'for p in /sys/class/infiniband/*/ports/*; do [ -e "$p/state" ] || continue; '
+    'echo "$p|$(cat $p/state)|$(cat $p/rate 2>/dev/null)|$(cat $p/link_layer 2>/dev/null)"; '
+    "done; ls /sys/class/net | sed 's/^/netdev=/'"
+)
+
+
+def commands(ctx: HostContext) -> list[Command]:
+    if not ctx.gpu_host or ctx.rdma_mode == "off":
+        return []
+    return [
+        Command("devices", DEVICES, "rdma"),
+        Command("ibv", IBV, "rdma"),
+        Command("sysfs", SYSFS, "rdma"),
+    ]
+
+
+@dataclass(frozen=True)
+class Port:
+    device: str
+    port: int
+    state: str  # ACTIVE, DOWN, INIT, ... (PORT_ prefix dropped)
+    link_layer: str = ""
+    rate: str = ""  # "100 Gb/sec (4X EDR)"
+
+    @property
+    def active(self) -> bool:
+        return self.state == "ACTIVE"
+
+    @property
+    def gbps(self) -> float | None:
+        m = re.match(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec", self.rate)
+        return float(m.group(1)) if m else None
+
+
+def parse_devices(text: str) -> list[str]:
+    """Names in /dev/infiniband (uverbs0, rdma_cm, ...); [] when the folder is missing."""
+    if "No such file" in text:
+        return []
+    return [w for w in text.split() if re.fullmatch(r"[A-Za-z0-9_]+", w)]
+
+
+_HCA_RE = re.compile(r"^hca_id:\s*(\S+)")
+_PORT_RE = re.compile(r"^\s+port:\s*(\d+)")
+_STATE_RE = re.compile(r"^\s+state:\s*(?:PORT_)?(\w+)")
+_LL_RE = re.compile(r"^\s+link_layer:\s*(\S+)")
+
+
+def parse_ibv_devinfo(text: str) -> list[Port]:
+    """Ports from `ibv_devinfo` (or -v). [] for 'No IB devices found'."""
+    if "No IB devices found" in text:
+        return []
+    ports: list[Port] = []
+    dev: str | None = None
+    cur: dict[str, str] | None = None
+
+    def flush() -> None:
+        if cur is not None and dev is not None:
+            ports.append(
+                Port(dev, int(cur["port"]), cur.get("state", "UNKNOWN"), cur.get("ll", ""))
+            )
+
+    for ln in text.splitlines():
+        if m := _HCA_RE.match(ln):
+            flush()
+            dev, cur = m.group(1), None
+        elif (m := _PORT_RE.match(ln)) and dev is not None:
+            flush()
+            cur = {"port": m.group(1)}
+        elif cur is not None and (m := _STATE_RE.match(ln)):
+            cur["state"] = m.group(1)
+        elif cur is not None and (m := _LL_RE.match(ln)):
+            cur["ll"] = m.group(1)
+    flush()
+    if not ports and dev is None and text.strip():
+        raise ParseError("no hca_id blocks")
+    return ports
+
+
+def parse_sysfs(text: str) -> tuple[list[Port], list[str]]:
+    """Ports from /sys/class/infiniband (state, rate, link layer) and the net devices."""
+    ports, netdevs = [], []
+    for ln in text.splitlines():
+        if ln.startswith("netdev="):
+            netdevs.append(ln[len("netdev=") :].strip())
+            continue
+        parts = ln.split("|")
+        if len(parts) != 4:
+            continue
+        m = re.search(r"/infiniband/([^/]+)/ports/(\d+)$", parts[0])
+        if not m:
+            continue
+        state = parts[1].split(":")[-1].strip()  # "4: ACTIVE"
+        ports.append(Port(m.group(1), int(m.group(2)), state, parts[3].strip(), parts[2].strip()))
+    return ports, netdevs
+
+
+@dataclass(frozen=True)
+class RdmaFacts:
+    uverbs: list[str]  # /dev/infiniband/uverbs*: what a container needs for verbs
+    ports: list[Port]  # every HCA port, with state, link layer and rate
+    netdevs: list[str]  # /sys/class/net names (UCX_NET_DEVICES may name them)
+    dev_names: tuple[str, ...] = ()  # everything in /dev/infiniband
+    checked: bool = True  # the device listing ran to its end (not deselected, not cut off)
+    error: str | None = None  # ibv_devinfo's text did not parse: nothing above is known
+    ibv: Section = MISSING
+
+    @property
+    def usable(self) -> bool:
+        return self.error is None and bool(self.uverbs) and any(p.active for p in self.ports)
+
+    def active_ports(self) -> list[str]:
+        """``device:port`` of every ACTIVE port (what UCX_NET_DEVICES names)."""
+        return [f"{p.device}:{p.port}" for p in self.ports if p.active]
+
+    def link_gbps(self) -> float | None:
+        rates = [p.gbps for p in self.ports if p.active and p.gbps]
+        return max(rates) if rates else None
+
+
+def facts(s: Mapping[str, Section]) -> RdmaFacts:
+    devs = parse_devices(s["devices"].output) if s["devices"].rc in (0, 2) else []
+    sys_ports, netdevs = parse_sysfs(s["sysfs"].output)
+    ibv = s["ibv"]
+    ports: list[Port] = []
+    if ibv.rc == 0 or "hca_id" in ibv.output:
+        ports = parse_ibv_devinfo(ibv.output)
+    # sysfs knows the rate; ibv_devinfo (without -v) does not
+    rate = {(p.device, p.port): p for p in sys_ports}
+    if ports:
+        ports = [
+            Port(
+                p.device,
+                p.port,
+                p.state,
+                p.link_layer or rate.get((p.device, p.port), p).link_layer,
+                rate[(p.device, p.port)].rate if (p.device, p.port) in rate else "",
+            )
+            for p in ports
+        ]
+    else:
+        ports = sys_ports
+    return RdmaFacts(
+        [d for d in devs if d.startswith("uverbs")],
+        ports,
+        netdevs,
+        tuple(parse_devices(s["devices"].output)),
+        s["devices"].rc is not None,
+        ibv=ibv,
+    )
+
+
+def parse(ctx: HostContext, s: Mapping[str, Section]) -> RdmaFacts | None:
+    if not ctx.gpu_host or ctx.rdma_mode == "off":
+        return None
+    try:
+        return facts(s)
+    except ParseError as e:
+        ran = s["devices"].rc is not None
+        return RdmaFacts([], [], [], checked=ran, error=str(e), ibv=s["ibv"])
+
+
+def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
+    if not ctx.gpu_host:
+        return []
+    if ctx.rdma_mode == "off":
+        return [CheckResult("rdma.devices", "skip", "kv_transfer.rdma is off")]
+    f = facts.rdma
+    if f is None:
+        return []
+    if f.error is not None:
+        return [
+            CheckResult(
+                "rdma.ports",
+                "fail",
+                f"could not parse ibv_devinfo ({f.error}): {f.ibv.first_lines()}",
+                "run ibv_devinfo on the host",
+            )
+        ]
+    return [*_devices(ctx, f), *_ports(ctx, f), _ucx(ctx, f)]
+
+
+SLOW = "KV transfers fall back to TCP (correct but much slower)"
+
+
+def _devices(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
+    if f.uverbs:
+        return [CheckResult("rdma.devices", "pass", f"{', '.join(f.uverbs)}")]
+    seen = ", ".join(f.dev_names) or "nothing"
+    return [
+        CheckResult(
+            "rdma.devices",
+            "fail" if ctx.rdma_required else "warn",
+            f"no /dev/infiniband/uverbs* devices (found {seen}): {SLOW}",
+            "install the HCA driver (MLNX_OFED / DOCA or rdma-core + mlx5_ib) and load "
+            "ib_uverbs; or set kv_transfer.rdma: off",
+        )
+    ]
+
+
+def _ports(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
+    bad: Status = "fail" if ctx.rdma_required else "warn"
+    wanted = [d.split(":")[0] for d in ctx.rdma_devices]
+    ports = [p for p in f.ports if not wanted or p.device in wanted]
+    missing = [d for d in wanted if d not in {p.device for p in f.ports}]
+    if not (f.uverbs or ports or wanted):
+        return []
+    out: list[CheckResult] = []
+    down = [p for p in ports if not p.active]
+    active = [p for p in ports if p.active]
+    if missing:
+        out.append(
+            CheckResult(
+                "rdma.ports",
+                bad,
+                f"declared RDMA device(s) {', '.join(missing)} not found "
+                f"(present: {', '.join(sorted({p.device for p in f.ports})) or 'none'})",
+                "fix hosts.<name>.rdma_devices or the HCA driver",
+            )
+        )
+    elif down:
+        desc = ", ".join(f"{p.device} port {p.port}: PORT_{p.state}" for p in down)
+        out.append(
+            CheckResult(
+                "rdma.ports",
+                bad if not active else "warn",
+                f"{desc}" + ("" if active else f": {SLOW}"),
+                "check the cable and the switch port; `ibstat`; an IB fabric needs a "
+                "subnet manager (opensm)",
+            )
+        )
+    elif active:
+        out.append(
+            CheckResult(
+                "rdma.ports",
+                "pass",
+                ", ".join(f"{p.device} port {p.port} ACTIVE" for p in active),
+            )
+        )
+    for p in active:
+        out.append(
+            CheckResult(
+                "rdma.link",
+                "pass",
+                f"{p.device}:{p.port} {p.link_layer or 'unknown link layer'}"
+                f"{', ' + p.rate if p.rate else ''}",
+            )
+        )
+    return out
+
+
+def _ucx(ctx: HostContext, f: RdmaFacts) -> CheckResult:
+    value = ctx.ucx_net_devices
+    if not value or value == "all":
+        return CheckResult("rdma.ucx_devices", "pass", f"UCX_NET_DEVICES={value or '(unset: all)'}")
+    known = {p.device for p in f.ports} | set(f.netdevs)
+    names = [n.strip().split(":")[0] for n in value.split(",") if n.strip()]
+    missing = [n for n in names if n not in known]
+    if missing:
+        return CheckResult(
+            "rdma.ucx_devices",
+            "fail",
+            f"UCX_NET_DEVICES={value}: {', '.join(missing)} not on this host "
+            f"(has {', '.join(sorted(known)) or 'none'})",
+            "fix kv_transfer.ucx.net_devices (names as in ibv_devinfo / ip link)",
+        )
+    return CheckResult("rdma.ucx_devices", "pass", f"UCX_NET_DEVICES={value}: all present")

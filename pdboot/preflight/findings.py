@@ -1,0 +1,256 @@
+"""Where ``kv_transfer.rdma: auto`` turns RDMA on, and how that choice outlives one run.
+
+`auto` follows what preflight found on each host: usable verbs devices with an ACTIVE port
+turn on /dev/infiniband, IPC_LOCK and UCX_NET_DEVICES (those ports). The choice is part of
+each engine's config hash, so a command that runs no preflight (`status`, `up
+--skip-preflight`) must not rebuild it from the inventory's declared rdma_devices alone:
+it would report a change that is none. `up` therefore records each host's finding beside
+compose.yaml (``rdma.json``, one small JSON object) and those commands read it back. A host
+with no record (never preflighted) follows its declared rdma_devices, as a dry run does.
+
+The record also holds, per engine, the HCA port(s) nearest its GPUs (the topo choice that
+sets its UCX_NET_DEVICES) and the host's GPU count (``engines_per_host: all``), for the same
+reason: `status` and `up --skip-preflight` must plan the same engines with the same NICs.
+
+Why a file and not the running container: the record is what the last preflight saw,
+whether or not the container was (re)created from it; it survives `down`, so the next
+`up --skip-preflight` makes the same choice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from pdboot.inventory.engines import EngineNic
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.model import Plan
+from pdboot.preflight.checks.facts import HostFacts
+
+RECORD_FILE = "rdma.json"
+
+
+class _HostReport(Protocol):
+    @property
+    def rdma_present(self) -> bool | None: ...
+    @property
+    def facts(self) -> HostFacts: ...
+    @property
+    def nics(self) -> Mapping[str, EngineNic]: ...
+
+
+class _Preflight(Protocol):
+    @property
+    def hosts(self) -> Mapping[str, _HostReport]: ...
+
+
+Source = Literal["preflight", "recorded"]
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Per host: RDMA usable, the ACTIVE ``device:port`` names (for UCX), per engine name
+    the port(s) nearest its GPUs, and the number of GPUs found."""
+
+    present: dict[str, bool]
+    ports: dict[str, list[str]] = field(default_factory=dict)
+    source: Source = "preflight"
+    # per host, the interface(s) reaching the peer engines, for UCX over TCP
+    ifaces: dict[str, list[str]] = field(default_factory=dict)
+    nics: dict[str, dict[str, EngineNic]] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
+    gbps: dict[str, float] = field(default_factory=dict)  # fastest ACTIVE port (KV speed check)
+
+
+def active_ports(facts: HostFacts) -> list[str]:
+    """The ``device:port`` of every ACTIVE port preflight's RDMA facts list."""
+    return facts.rdma.active_ports() if facts.rdma is not None else []
+
+
+def tcp_ifaces(facts: HostFacts) -> list[str]:
+    """The interface(s) preflight's route facts found reaching the peer engine hosts."""
+    return facts.route.ifaces() if facts.route is not None else []
+
+
+def from_preflight(result: _Preflight) -> Findings:
+    present: dict[str, bool] = {}
+    ports: dict[str, list[str]] = {}
+    nics: dict[str, dict[str, EngineNic]] = {}
+    gpus: dict[str, int] = {}
+    gbps: dict[str, float] = {}
+    for name, rep in result.hosts.items():
+        found = rep.facts.gpu.gpus if rep.facts.gpu is not None else ()
+        if found:
+            gpus[name] = len(found)
+        if rep.nics:
+            nics[name] = dict(rep.nics)
+        if rep.rdma_present is None:  # not checked there (no GPU host, unreachable)
+            continue
+        present[name] = rep.rdma_present
+        if rep.rdma_present:
+            ports[name] = active_ports(rep.facts)
+            rate = rep.facts.rdma.link_gbps() if rep.facts.rdma is not None else None
+            if rate:
+                gbps[name] = rate
+    ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
+    return Findings(
+        present, ports, "preflight", {n: i for n, i in ifaces.items() if i}, nics, gpus, gbps
+    )
+
+
+def record_text(
+    present: bool,
+    ports: list[str],
+    ifaces: Sequence[str] = (),
+    nics: Mapping[str, EngineNic] | None = None,
+    gpu_count: int | None = None,
+) -> str:
+    doc: dict[str, object] = {"rdma": present, "ports": ports}
+    if ifaces:
+        doc["ifaces"] = list(ifaces)
+    if nics:
+        doc["engines"] = {
+            n: {"ports": list(e.ports), "link": e.link, "gpus": list(e.gpus)}
+            for n, e in sorted(nics.items())
+        }
+    if gpu_count is not None:
+        doc["gpu_count"] = gpu_count
+    return json.dumps(doc, sort_keys=True) + "\n"
+
+
+def _record_ifaces(text: str) -> list[str]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    got = doc.get("ifaces") if isinstance(doc, dict) else None
+    return [str(i) for i in got] if isinstance(got, list) else []
+
+
+def parse_record(text: str) -> tuple[bool, list[str]] | None:
+    """A record as `up` wrote it, else None (missing, truncated or foreign: ignored)."""
+    doc = _record(text)
+    if doc is None:
+        return None
+    ports = doc.get("ports")
+    if not isinstance(ports, list) or not all(isinstance(p, str) for p in ports):
+        ports = []
+    return doc["rdma"] is True, list(ports)
+
+
+def _record(text: str) -> dict[str, object] | None:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rdma"), bool):
+        return None
+    return doc
+
+
+def parse_engines(text: str) -> tuple[dict[str, EngineNic], int | None]:
+    """The per-engine NICs and the GPU count of a record; what is odd is left out."""
+    doc = _record(text) or {}
+    out: dict[str, EngineNic] = {}
+    engines = doc.get("engines")
+    for name, e in engines.items() if isinstance(engines, dict) else ():
+        if not isinstance(e, dict):
+            continue
+        ports, link, gpus = e.get("ports"), e.get("link"), e.get("gpus", [])
+        if (
+            isinstance(ports, list)
+            and ports
+            and all(isinstance(p, str) for p in ports)
+            and (link is None or isinstance(link, str))
+            and isinstance(gpus, list)
+            and all(isinstance(g, int) for g in gpus)
+        ):
+            out[str(name)] = EngineNic(tuple(ports), link, tuple(gpus))
+    count = doc.get("gpu_count")
+    return out, count if isinstance(count, int) and count > 0 else None
+
+
+def from_records(texts: Mapping[str, str | None]) -> Findings:
+    present: dict[str, bool] = {}
+    ports: dict[str, list[str]] = {}
+    ifaces: dict[str, list[str]] = {}
+    nics: dict[str, dict[str, EngineNic]] = {}
+    gpus: dict[str, int] = {}
+    for host, text in texts.items():
+        rec = parse_record(text) if text else None
+        if rec is None or not text:
+            continue
+        present[host], ports[host] = rec
+        if _record_ifaces(text):
+            ifaces[host] = _record_ifaces(text)
+        found, count = parse_engines(text)
+        if found:
+            nics[host] = found
+        if count is not None:
+            gpus[host] = count
+    return Findings(present, ports, "recorded", ifaces, nics, gpus)
+
+
+def records_to_ship(findings: Findings | None) -> dict[str, str]:
+    """host -> record text; only findings of a preflight of this run are recorded."""
+    if findings is None or findings.source != "preflight":
+        return {}
+    return {
+        h: record_text(
+            p,
+            findings.ports.get(h, []),
+            findings.ifaces.get(h, []),
+            findings.nics.get(h),
+            findings.gpus.get(h),
+        )
+        for h, p in findings.present.items()
+    }
+
+
+def plan_from(inv: Inventory, f: Findings) -> Plan:
+    """The plan built on what preflight found (or recorded): RDMA, TCP interfaces, each
+    engine's nearest NIC, the GPU count."""
+    return build_plan(inv, f.present, f.ports, f.ifaces, engine_nics=f.nics, gpu_counts=f.gpus)
+
+
+def describe_nics(plan: Plan) -> list[str]:
+    """One line per engine: its UCX_NET_DEVICES and where that came from."""
+    return [f"nic: {s.key} -> {s.nic}" for st in plan.stages[:2] for s in st if s.nic]
+
+
+def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: bool) -> list[str]:
+    """One line per engine host saying whether RDMA is on and why (only for `auto`)."""
+    if inv.kv_transfer.rdma != "auto":
+        return []
+    lines = []
+    engines = {s.host: s for stage in plan.stages[:2] for s in stage}
+    for host, svc in engines.items():
+        state = "on" if svc.rdma else "off"
+        if findings is not None and host in findings.present:
+            if findings.source == "preflight":
+                why = (
+                    "preflight found "
+                    + (", ".join(findings.ports.get(host, [])) or "a device")
+                    + " ACTIVE"
+                    if svc.rdma
+                    else "preflight found no RDMA device with an ACTIVE port"
+                )
+            else:
+                why = "as the last preflight found, recorded on the host"
+        else:
+            declared = inv.hosts[host].rdma_devices
+            why = (
+                f"inventory declares rdma_devices {', '.join(declared)}"
+                if declared
+                else "inventory declares no rdma_devices"
+            )
+            why += (
+                "; --skip-preflight and no earlier preflight finding"
+                if skipped
+                else "; no preflight finding"
+            )
+        lines.append(f"rdma (auto): {state} for {host} ({why})")
+    return lines

@@ -1,0 +1,492 @@
+"""Preflight orchestration: inventory -> per-host contexts (pure) -> one batched script per
+host, all hosts in parallel -> verdicts (pure) -> cross-host clock comparison.
+
+``run_preflight`` is what both `pdboot preflight` and `pdboot up` call; ``evaluate_host``
+is pure (script output in, results out) so every verdict is testable from captured text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Protocol, TypeVar
+
+from pdboot.inventory.dp import layouts
+from pdboot.inventory.engines import EngineNic, is_auto, tier_engines
+from pdboot.inventory.rules import advertised_address, deployment_hosts
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.model import Plan, Service
+from pdboot.preflight import registry
+from pdboot.preflight.checks import (
+    AREAS,
+    CheckResult,
+    Command,
+    GpuNeed,
+    HostContext,
+    ParseError,
+    Probe,
+    Section,
+    batch_script,
+    by_key,
+    parse_sections,
+    prepull,
+    size_bytes,
+)
+from pdboot.preflight.checks import docker as docker_checks
+from pdboot.preflight.checks import gdr as gdr_checks
+from pdboot.preflight.checks import gpu as gpu_checks
+from pdboot.preflight.checks import host as host_checks
+from pdboot.preflight.checks import model as model_checks
+from pdboot.preflight.checks import network as network_checks
+from pdboot.preflight.checks import rdma as rdma_checks
+from pdboot.preflight.checks import route as route_checks
+from pdboot.preflight.checks import topo as topo_checks
+from pdboot.preflight.checks.facts import HostFacts
+from pdboot.transport.connection import Connection, RemoteError
+from pdboot.transport.fanout import fan_out
+from pdboot.transport.ssh import connect, effective_ssh
+
+T = TypeVar("T")
+
+
+class Area(Protocol):
+    """A check area module: its commands, and its verdicts judged from the host's facts.
+    (Each also has ``parse(ctx, sections) -> <Area>Facts | None``, typed per area.)"""
+
+    def commands(self, ctx: HostContext) -> list[Command]: ...
+
+    def evaluate(self, ctx: HostContext, facts: HostFacts) -> list[CheckResult]: ...
+
+
+# In the order the results are reported (and the batch runs)
+DOMAINS: tuple[tuple[str, Area], ...] = (
+    ("gpu", gpu_checks),
+    ("docker", docker_checks),
+    ("rdma", rdma_checks),
+    ("rdma", gdr_checks),
+    ("network", route_checks),
+    ("topo", topo_checks),
+    ("host", host_checks),
+    ("network", network_checks),
+    ("model", model_checks),
+)
+
+
+# --------------------------------------------------------------------------- selection
+
+
+@dataclass(frozen=True)
+class Selection:
+    """--only / --skip: check ids (gpu.driver) or areas (gpu)."""
+
+    only: frozenset[str] = frozenset()
+    skip: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, only: Collection[str] = (), skip: Collection[str] = ()) -> Selection:
+        return cls(frozenset(only), frozenset(skip))
+
+    def unknown(self) -> list[str]:
+        """Names that are neither an area nor of the form area.name."""
+        return sorted(n for n in self.only | self.skip if n.split(".", 1)[0] not in AREAS)
+
+    def area_wanted(self, area: str) -> bool:
+        if area in self.skip:
+            return False
+        return not self.only or any(o.split(".", 1)[0] == area for o in self.only)
+
+    def command_wanted(self, c: Command) -> bool:
+        return any(self.area_wanted(a) for a in (c.area, *c.also_for))
+
+    def keep(self, r: CheckResult) -> bool:
+        if r.area == "ssh":
+            return True  # an unreachable host is always reported
+        if r.id in self.skip or r.area in self.skip:
+            return False
+        return not self.only or r.id in self.only or r.area in self.only
+
+
+# --------------------------------------------------------------------------- contexts
+
+
+def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:
+    """One need per engine; an `engines_per_host: all` tier needs at least one TP group."""
+    out: list[GpuNeed] = []
+    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+        if host not in tier.hosts:
+            continue
+        tp = tier.tensor_parallel_size
+        if is_auto(tier):
+            out.append(GpuNeed(t, tp, "all"))
+            continue
+        for e in tier_engines(t, tier, host):  # type: ignore[arg-type]
+            if e.dp is not None:  # local size x TP GPUs; per rank: TP of them
+                what = f"{t} ({e.dp.describe()}, TP {tp} each)"
+                out.append(GpuNeed(t, tp, e.gpus, what, e.dp.size, e.dp.expert_parallel))
+                continue
+            out.append(GpuNeed(t, tp, e.gpus, e.name if e.count > 1 else ""))
+    return tuple(out)
+
+
+def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
+    """From a decode host: every prefill engine's side channel; from the router's host:
+    every engine's HTTP port."""
+    probes: list[Probe] = []
+    if "decode" in roles:
+        # a DP prefill: every rank's side channel on its host (base + global rank)
+        for s in plan.stages[1]:
+            for port, what in _side_ports(inv, s):
+                probes.append(Probe("network.side_channel", s.host, s.address, port, what))
+    if "router" in roles:
+        for s in plan.services():
+            if s.role != "router" and not s.headless:
+                probes.append(Probe("network.ingress", s.host, s.address, s.port, f"{s.name} HTTP"))
+    return probes
+
+
+def _side_ports(inv: Inventory, s: Service, whose: str = "'s") -> list[tuple[int, str]]:
+    """The NIXL side-channel ports an engine listens on, with what they are."""
+    if s.side_channel_port is None:
+        return []
+    if not s.dp_role:
+        return [(s.side_channel_port, f"{s.name}{whose} NIXL side channel")]
+    tier = inv.prefill if s.role == "prefill" else inv.decode
+    e = tier_engines(s.role, tier, s.host)[0]  # type: ignore[arg-type]
+    return [
+        (p, f"{s.name}'s NIXL side channel (DP rank {p - s.side_channel_port})")
+        for p in e.side_channel_ports
+    ]
+
+
+def _dp_rpc(inv: Inventory, host: str) -> tuple[list[tuple[int, str]], list[Probe]]:
+    """A DP head binds its RPC port; each follower must reach it (vLLM's handshake, then
+    the head's other ZMQ ports, which it picks at start)."""
+    ports: list[tuple[int, str]] = []
+    probes: list[Probe] = []
+    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+        lay = layouts(t, tier).get(host)
+        if lay is None:
+            continue
+        if lay.is_head:
+            ports.append((lay.rpc_port, f"{t} DP RPC (head)"))
+        else:
+            head = advertised_address(inv.hosts[lay.head])
+            probes.append(
+                Probe("network.dp_rpc", lay.head, head, lay.rpc_port, f"{t} DP head's RPC port")
+            )
+    return ports, probes
+
+
+def contexts(inv: Inventory) -> dict[str, HostContext]:
+    """What each host is checked for, from the inventory and the plan (pure). An
+    `engines_per_host: all` tier is checked for the ports of AUTO_ASSUMED_GPUS' engines."""
+    plan = build_plan(inv)
+    kv = inv.kv_transfer
+    out: dict[str, HostContext] = {}
+    for name in deployment_hosts(inv):
+        hp = plan.hosts[name]
+        roles = tuple(dict.fromkeys(s.role for s in hp.services))
+        ports: list[tuple[int, str]] = []
+        for s in hp.services:
+            if not s.headless:
+                ports.append((s.port, f"{s.name} HTTP"))
+            ports += _side_ports(inv, s, "")
+            if s.metrics_port is not None:
+                ports.append((s.metrics_port, f"{s.role} metrics"))
+        rpc_ports, rpc_probes = _dp_rpc(inv, name)
+        ports += rpc_ports
+        try:
+            shm = size_bytes(inv.container.shm_size)
+        except ParseError:
+            shm = 0
+        out[name] = HostContext(
+            name=name,
+            roles=roles,
+            req=inv.requirements,
+            gpu_needs=_gpu_needs(inv, name),
+            ports=tuple(ports),
+            shm_size_bytes=shm,
+            memlock=inv.container.ulimits.memlock,
+            nofile=inv.container.ulimits.nofile,
+            hf_cache=inv.container.hf_cache,
+            image=inv.image,
+            model=inv.model,
+            rdma_mode=kv.rdma,
+            rdma_devices=tuple(inv.hosts[name].rdma_devices),
+            ucx_net_devices=kv.ucx.net_devices,
+            probes=tuple(_probes(inv, plan, roles) + rpc_probes),
+            peers=tuple(_peer_addresses(inv, name)),
+            tiers=tuple(
+                (t, tier)
+                for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
+                if name in tier.hosts
+            ),
+        )
+    return out
+
+
+def _peer_addresses(inv: Inventory, name: str) -> list[str]:
+    """The other tier's engine hosts (not this one): where this host's UCX sends KV."""
+    peers = (inv.prefill.hosts if name in inv.decode.hosts else []) + (
+        inv.decode.hosts if name in inv.prefill.hosts else []
+    )
+    return [advertised_address(inv.hosts[p]) for p in dict.fromkeys(peers) if p != name]
+
+
+def host_commands(ctx: HostContext, sel: Selection = Selection()) -> list[Command]:
+    cmds = [c for _, d in DOMAINS for c in d.commands(ctx)]
+    return [c for c in cmds if sel.command_wanted(c)]
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@dataclass
+class HostReport:
+    name: str
+    reachable: bool
+    checks: list[CheckResult] = field(default_factory=list)
+    facts: HostFacts = field(default_factory=HostFacts)  # what the checks found, typed
+    rdma_present: bool | None = None  # see rdma_usable
+    nics: dict[str, EngineNic] = field(default_factory=dict)  # engine name -> nearest port(s)
+    clock_offset: float | None = None  # host clock minus ours, seconds
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.reachable and not any(c.status == "fail" for c in self.checks)
+
+
+@dataclass
+class PreflightResult:
+    hosts: dict[str, HostReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(h.ok for h in self.hosts.values())
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "hosts": {
+                n: {"reachable": h.reachable, "checks": [c.as_dict() for c in h.checks]}
+                for n, h in self.hosts.items()
+            },
+        }
+
+
+def _guarded(area: str, fn: Callable[[], T], out: list[CheckResult]) -> T | None:
+    """A parser or verdict that raises is a bug; it must still not take down the others."""
+    try:
+        return fn()
+    except Exception as e:  # reported as a failed check, with the cause
+        out.append(
+            CheckResult(
+                f"{area}.evaluate",
+                "fail",
+                f"internal error while judging {area}: {type(e).__name__}: {e}",
+                "a bug in pdboot: report it with the output of the commands on that host",
+            )
+        )
+        return None
+
+
+def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResult]) -> HostFacts:
+    """Every area's typed facts; an area whose parser raised has None (and a failed
+    ``<area>.evaluate`` check in ``out``)."""
+
+    def parse(area: str, fn: Callable[[HostContext, Mapping[str, Section]], T]) -> T | None:
+        return _guarded(area, lambda: fn(ctx, s), out)
+
+    return HostFacts(
+        gpu=parse("gpu", gpu_checks.parse),
+        docker=parse("docker", docker_checks.parse),
+        rdma=parse("rdma", rdma_checks.parse),
+        gdr=parse("rdma", gdr_checks.parse),
+        route=parse("network", route_checks.parse),
+        host=parse("host", host_checks.parse),
+        network=parse("network", network_checks.parse),
+        model=parse("model", model_checks.parse),
+        topo=parse("topo", topo_checks.parse),
+    )
+
+
+def evaluate_host(
+    ctx: HostContext, output: str, sel: Selection = Selection()
+) -> tuple[list[CheckResult], HostFacts]:
+    """Batch output -> (results, the facts they were judged from). Pure."""
+    cmds = [c for _, d in DOMAINS for c in d.commands(ctx)]
+    results: list[CheckResult] = []
+    facts = parse_facts(ctx, by_key(cmds, parse_sections(output)), results)
+    for area, domain in DOMAINS:
+        results += _guarded(area, partial(domain.evaluate, ctx, facts), results) or []
+    return [r for r in results if sel.keep(r)], facts
+
+
+def rdma_usable(ctx: HostContext, facts: HostFacts) -> bool | None:
+    """For ``kv_transfer.rdma: auto``: a verbs device with an ACTIVE port found (True), not
+    found or RDMA off (False), not checked here (None: no GPU host, deselected)."""
+    r = facts.rdma
+    if r is not None and r.checked:
+        return r.usable
+    if ctx.rdma_mode == "off" and ctx.gpu_host:
+        return False
+    return None
+
+
+# --------------------------------------------------------------------------- images
+
+# A lookup is a few small GETs with TIMEOUT_S each; after the hosts have answered we wait
+# at most this much longer for it (normally it finished long before).
+LOOKUP_GRACE_S = 15.0
+# Disk a pull takes, from the compressed layer sizes: the downloads are kept while they are
+# unpacked, and gzip'd binaries unpack to about twice their size.
+PULL_DISK_FACTOR = 3
+
+
+class ImageLookups:
+    """Each distinct engine image looked up once from this machine, on a daemon thread
+    started before the hosts are connected to, so it costs no wall time."""
+
+    def __init__(self, images: Collection[str]) -> None:
+        self.results: dict[str, registry.Lookup] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        for image in sorted(set(images)):
+            t = threading.Thread(
+                target=self._one, args=(image,), daemon=True, name="pdboot-registry"
+            )
+            self._threads[image] = t
+            t.start()
+
+    def _one(self, image: str, insecure: Collection[str] = ()) -> None:
+        try:
+            self.results[image] = registry.lookup(image, insecure=insecure)
+        except Exception as e:  # a bug in the lookup must not read as a timeout
+            self.results[image] = registry.Lookup(image, error=f"{type(e).__name__}: {e}")
+
+    def wait(self, grace: float = LOOKUP_GRACE_S) -> dict[str, registry.Lookup]:
+        end = time.monotonic() + grace
+        for image, t in self._threads.items():
+            t.join(max(0.0, end - time.monotonic()))
+            if image not in self.results:
+                self.results[image] = registry.Lookup(image, error="the lookup timed out")
+        return dict(self.results)
+
+    def retry_insecure(self, insecure: Collection[str]) -> None:
+        """https failed and http was not allowed up front: the hosts' dockerd pulls this
+        registry over http ("Insecure Registries"), so may we."""
+        for image, look in list(self.results.items()):
+            ref = registry.parse_reference(image) if look.tls_failed else None
+            if ref and registry.allows_plain_http(ref.registry, insecure):
+                self._one(image, insecure)
+
+
+def insecure_registries(outputs: Collection[str]) -> set[str]:
+    """Every registry some host's `docker info` lists as insecure."""
+    out: set[str] = set()
+    for text in outputs:
+        info = parse_sections(text).get(docker_checks.INFO)
+        if info is None:
+            continue
+        try:
+            out.update(docker_checks.parse_info(info.output).insecure_registries)
+        except ParseError:
+            continue
+    return out
+
+
+def with_lookup(ctx: HostContext, look: registry.Lookup | None) -> HostContext:
+    if look is None:
+        return ctx
+    size = ctx.image_size_bytes
+    if look.config is not None and look.config.compressed_size > 0:
+        size = look.config.compressed_size * PULL_DISK_FACTOR
+    return dataclasses.replace(ctx, image_lookup=look, image_size_bytes=size)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_preflight(
+    inv: Inventory,
+    *,
+    accept_new_host_keys: bool = False,
+    selection: Selection = Selection(),
+    connections: Mapping[str, Connection] | None = None,
+) -> PreflightResult:
+    """Check every host in parallel. ``connections``: already open ones to reuse (kept
+    open); any other host gets a connection opened and closed here."""
+    ctxs = contexts(inv)
+    given = dict(connections or {})
+    wanted = selection.area_wanted("docker") or selection.area_wanted("host")
+    lookups = ImageLookups(
+        {c.image for c in ctxs.values() if c.gpu_host and c.image}
+        | {inv.router_image for c in ctxs.values() if "router" in c.roles}
+        if wanted
+        else ()
+    )
+
+    def one(name: str, ctx: HostContext) -> tuple[str, float, float]:
+        conn = given.get(name)
+        own = conn is None
+        if conn is None:
+            conn = connect(
+                name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
+            )
+        try:
+            script = batch_script(host_commands(ctx, selection))
+            t0 = time.time()
+            res = conn.run(["bash", "-s"], stdin=script)  # whatever the login shell is
+            return res.stdout, t0, res.seconds
+        finally:
+            if own:
+                conn.close()
+
+    settings = [effective_ssh(inv.ssh, inv.hosts[n]) for n in ctxs]
+    deadline = max(s.connect_timeout + s.command_timeout for s in settings) + 10
+    outcomes = fan_out(ctxs, one, deadline)
+    looked = lookups.wait()
+    if any(lk.tls_failed for lk in looked.values()):
+        lookups.retry_insecure(
+            insecure_registries([oc.value[0] for oc in outcomes.values() if oc.value])
+        )
+        looked = dict(lookups.results)
+    reports: dict[str, HostReport] = {}
+    for name, oc in outcomes.items():
+        if oc.error is not None or oc.value is None:
+            e = oc.error or RemoteError(name, "error", "no result")
+            reports[name] = HostReport(
+                name,
+                reachable=False,
+                checks=[CheckResult("ssh.connect", "fail", f"{e.kind}: {e.message}", e.fix)],
+            )
+            continue
+        stdout, t0, secs = oc.value
+        ctx = with_lookup(ctxs[name], looked.get(ctxs[name].image))
+        checks, facts = evaluate_host(ctx, stdout, selection)
+        clock = facts.network.clock if facts.network is not None else None
+        checks += [r for r in prepull.evaluate(ctx, inv, looked) if selection.keep(r)]
+        rep = HostReport(
+            name,
+            True,
+            [CheckResult("ssh.connect", "pass", "connected"), *checks],
+            facts,
+            rdma_usable(ctx, facts),
+            _guarded("topo", partial(topo_checks.engine_nics, ctx, facts), checks) or {},
+            None if clock is None else clock - t0,
+            secs,
+        )
+        reports[name] = rep
+    if selection.area_wanted("network") and "network.clock" not in selection.skip:
+        offsets = {n: r.clock_offset for n, r in reports.items() if r.clock_offset is not None}
+        for n, res in network_checks.evaluate_clocks(
+            offsets, inv.requirements.clock_skew_seconds
+        ).items():
+            if selection.keep(res):
+                reports[n].checks.append(res)
+    return PreflightResult(reports)

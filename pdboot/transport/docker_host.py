@@ -1,0 +1,384 @@
+"""Docker on one host: pull with progress, compose up per service, inspect, logs, removal.
+
+With ``docker_sdk`` the only modules that import the docker SDK. The SDK gives typed JSON
+(lenient to version drift) and the streamed per-layer pull progress that the docker CLI only
+prints to a TTY. Compose has no API, so it runs as the ``docker compose`` CLI on the host
+through the same connection, with argv lists (quoted by ``pdboot.transport.connection``).
+Parsing of what the engine returns lives in ``docker_parse``.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import shlex
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+
+from pdboot.plan.converge import Observed
+from pdboot.plan.model import LABEL_DEPLOYMENT, SECRETS_FILE
+from pdboot.transport.connection import (
+    Connection,
+    RemoteError,
+    put_text_script,
+)
+from pdboot.transport.docker_parse import (
+    EngineError,
+    EngineLost,
+    PullProgress,
+    observed_from_inspect,
+    pull_error_cause,
+    split_image,
+)
+from pdboot.transport.docker_sdk import api_for
+from pdboot.transport.masking import mask
+
+log = logging.getLogger(__name__)
+
+
+
+
+@dataclass(frozen=True)
+class PullResult:
+    image: str
+    pulled: bool  # False: already present with the registry's digest
+    digest: str | None
+    note: str = ""
+
+
+class Engine:
+    """Docker on one host, through that host's pdboot connection."""
+
+    def __init__(self, conn: Connection, api: Any) -> None:
+        self.conn = conn
+        self.host = conn.name
+        self.api = api
+
+    @classmethod
+    def open(cls, conn: Connection, timeout: int | None = 120) -> Engine:
+        """``timeout``: seconds a read may wait; None for streams that can stay quiet
+        for long (``logs -f``)."""
+        try:
+            return cls(conn, api_for(conn, timeout))
+        except EngineError:
+            raise
+        except RemoteError as e:
+            raise EngineError(conn.name, f"cannot reach Docker: {e.message}") from e
+        except Exception as e:
+            raise EngineError(conn.name, f"cannot reach Docker: {_short(e)}") from e
+
+    def _err(self, message: str) -> EngineError:
+        """The error to raise: the host's loss when its connection was lost (every call on
+        it fails then, and "cannot inspect" would hide why), else ``message``."""
+        lost = getattr(self.conn, "lost", None)
+        return EngineLost(self.host, lost) if lost else EngineError(self.host, message)
+
+    def close(self) -> None:
+        try:
+            self.api.close()
+        except Exception:  # closing must not hide the error that got us here
+            log.debug("closing the docker client of %s failed", self.host, exc_info=True)
+
+    # ---- images
+
+    def local_digests(self, image: str) -> list[str]:
+        try:
+            data = self.api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            return []
+        except Exception as e:
+            raise self._err(f"cannot inspect image {image}: {_short(e)}") from e
+        return [d.split("@", 1)[1] for d in data.get("RepoDigests") or [] if "@" in d]
+
+    def registry_digest(self, image: str) -> str | None:
+        try:
+            data = self.api.inspect_distribution(image)
+        except Exception:  # the pull that follows reports why the registry is unhappy
+            return None
+        desc = data.get("Descriptor") or {}
+        d = desc.get("digest")
+        return str(d) if d else None
+
+    def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult:
+        """Pull unless present with the registry's digest. Raises EngineError with the cause."""
+        have = self.local_digests(image)
+        remote = self.registry_digest(image)
+        if have and remote and remote in have:
+            return PullResult(image, False, remote, "already present")
+        if have and remote is None:
+            # Present but the registry cannot tell us its digest; let the pull decide.
+            pass
+        progress = PullProgress(image)
+        repo, tag = split_image(image)
+        try:
+            for event in self.api.pull(repo, tag=tag, stream=True, decode=True):
+                progress.feed(event)
+                on_progress(progress)
+                if progress.error:
+                    break
+        except docker.errors.APIError as e:
+            raise self._err(f"pull {image}: {pull_error_cause(_explain(e))}") from e
+        except Exception as e:
+            raise self._err(f"pull {image}: {pull_error_cause(_short(e))}") from e
+        if progress.error:
+            raise self._err(f"pull {image}: {pull_error_cause(progress.error)}")
+        return PullResult(image, True, progress.digest)
+
+    def remove_image(self, image: str) -> bool:
+        try:
+            self.api.remove_image(image)
+        except docker.errors.ImageNotFound:
+            return False
+        except Exception as e:
+            raise self._err(f"cannot remove image {image}: {_explain(e)}") from e
+        return True
+
+    # ---- containers
+
+    def containers(self, deployment: str) -> list[Observed]:
+        """This deployment's containers on the host (by label; running or not)."""
+        try:
+            items = self.api.containers(
+                all=True, filters={"label": [f"{LABEL_DEPLOYMENT}={deployment}"]}
+            )
+        except Exception as e:
+            raise self._err(f"cannot list containers: {_short(e)}") from e
+        out = []
+        for item in items:
+            try:
+                out.append(self.inspect(str(item["Id"])))
+            except EngineLost:
+                raise
+            except EngineError:  # removed between list and inspect
+                continue
+        return out
+
+    def inspect(self, container_id: str) -> Observed:
+        try:
+            data = self.api.inspect_container(container_id)
+        except Exception as e:
+            raise self._err(f"cannot inspect {container_id[:12]}: {_short(e)}") from e
+        return observed_from_inspect(self.host, data)
+
+    def logs(self, container_id: str, tail: int = 50) -> list[str]:
+        try:
+            raw = self.api.logs(container_id, stdout=True, stderr=True, tail=tail)
+        except Exception as e:
+            raise self._err(f"cannot read logs: {_short(e)}") from e
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        return [mask(line) for line in text.splitlines()]
+
+    def follow_logs(self, container_id: str, tail: int = 50) -> Iterator[str]:
+        try:
+            stream = self.api.logs(
+                container_id, stdout=True, stderr=True, tail=tail, stream=True, follow=True
+            )
+            buf = ""
+            for chunk in stream:
+                buf += chunk.decode(errors="replace") if isinstance(chunk, bytes) else str(chunk)
+                *lines, buf = buf.split("\n")
+                for line in lines:
+                    yield mask(line)
+            if buf:
+                yield mask(buf)
+            if getattr(self.conn, "lost", None):  # the stream just ends when the link dies
+                raise self._err("")
+        except EngineLost:
+            raise
+        except Exception as e:
+            raise self._err(f"cannot follow logs: {_short(e)}") from e
+
+    def stop_remove(self, container_ids: list[str], grace: int = 30) -> None:
+        """Stop (SIGTERM, then SIGKILL after ``grace`` s) and remove these containers."""
+        errors = []
+        for cid in container_ids:
+            try:
+                self.api.stop(cid, timeout=grace)
+            except docker.errors.NotFound:
+                continue
+            except Exception as e:
+                errors.append(f"stop {cid[:12]}: {_short(e)}")
+            try:
+                self.api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                continue
+            except Exception as e:
+                errors.append(f"remove {cid[:12]}: {_short(e)}")
+        if errors:
+            raise self._err("; ".join(errors))
+
+    # ---- compose and files (through the host's shell; argv lists are quoted by remote)
+
+    def ship(
+        self,
+        project_dir: str,
+        compose_text: str,
+        secrets_text: str | None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        """compose.yaml (0644), any ``extra`` files (0644, e.g. the RDMA record) and, if
+        given, secrets.env (0600) into a 0700 project dir, in one round trip. compose.yaml
+        and the extras (no secrets by construction) travel in the script as quoted
+        here-documents; the secrets only ever travel on stdin, never in an argument list,
+        into a temporary file that is private from its creation."""
+        script = "set -e; umask 077\n" + _claim_project_dir(project_dir)
+        for name, text in {"compose.yaml": compose_text, **(extra or {})}.items():
+            script += _here_doc_write(f"{project_dir}/{name}", text)
+        if secrets_text is not None:
+            script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
+        else:  # a token from an earlier inventory must not linger
+            script += f"rm -f {shlex.quote(f'{project_dir}/{SECRETS_FILE}')}\n"
+        try:
+            res = self.conn.run(script, stdin=secrets_text)
+        except RemoteError as e:
+            raise self._err(e.message) from e
+        if res.rc != 0:
+            raise self._err(f"cannot write into {project_dir}: {mask(res.stderr.strip())}")
+
+    def compose_up(
+        self,
+        project_dir: str,
+        project: str,
+        service: str | Sequence[str],
+        *,
+        recreate: bool,
+        timeout: float,
+    ) -> None:
+        """`docker compose up` of one service, or several at once (compose starts them in
+        parallel: the engines of a host)."""
+        names = [service] if isinstance(service, str) else list(service)
+        argv = [
+            "docker",
+            "compose",
+            "--project-name",
+            project,
+            "--project-directory",
+            project_dir,
+            "--file",
+            f"{project_dir}/compose.yaml",
+            "up",
+            "--detach",
+            "--no-deps",
+            "--pull",
+            "never",  # pulled (with progress) before, by digest
+        ]
+        if recreate:
+            argv.append("--force-recreate")
+        argv += names
+        what = f"start {', '.join(names)}"
+        try:
+            self._run(argv, what, timeout=timeout)
+        except EngineError as e:
+            if not is_transient_runtime_error(str(e)):
+                raise
+            # runc occasionally fails a container's init on a loaded host without a cause
+            # (seen as "error during container init: %!w(<nil>)"); compose left the
+            # container created, and a second `up` of the same service starts it.
+            self._run(argv, what, timeout=timeout)
+
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        """A short-lived `docker run --rm ...` on the host (the docker CLI, argv quoted by
+        remote): (exit code, stdout + stderr). A nonzero exit is the caller's to judge."""
+        try:
+            res = self.conn.run(argv, timeout=timeout)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot run {shlex.join(argv[:3])}: {e.message}") from e
+        return res.rc, mask(res.stdout + res.stderr)
+
+    def read_file(self, path: str) -> str | None:
+        """A small file's text, or None when it is not there (or unreadable)."""
+        try:
+            res = self.conn.run(["cat", "--", path], timeout=30)
+        except RemoteError as e:
+            raise self._err(f"cannot read {path}: {e.message}") from e
+        return res.stdout if res.rc == 0 else None
+
+    def remove_project_dir(self, project_dir: str) -> None:
+        """rm -rf, only of a directory whose marker names this deployment: `up` wrote it
+        when it created the directory, so nothing pdboot did not create is ever removed."""
+        d, m = shlex.quote(project_dir), shlex.quote(f"{project_dir}/{PROJECT_MARKER}")
+        name = shlex.quote(posixpath.basename(project_dir))
+        script = (
+            f"[ -e {d} ] || exit 0\n"
+            f'if [ "$(cat {m} 2>/dev/null)" != {name} ]; then\n'
+            f"  echo refusing to remove {d}: it has no {PROJECT_MARKER} naming deployment"
+            f" {name}, so pdboot did not create it. Remove it by hand if it is yours. >&2\n"
+            "  exit 3\nfi\n"
+            f"rm -rf --one-file-system {d}\n"
+        )
+        try:
+            res = self.conn.run(script)
+        except RemoteError as e:
+            raise EngineError(self.host, f"cannot remove {project_dir}: {e.message}") from e
+        if res.rc != 0:
+            raise EngineError(self.host, mask(res.stderr.strip() or f"rm exit {res.rc}"))
+
+    def _run(self, argv: list[str], what: str, timeout: float | None = None) -> str:
+        try:
+            res = self.conn.run(argv, timeout=timeout)
+        except RemoteError as e:
+            raise self._err(f"cannot {what}: {e.message}") from e
+        if res.rc != 0:
+            detail = mask((res.stderr.strip() or res.stdout.strip())[-800:])
+            raise self._err(f"cannot {what} ({shlex.join(argv[:2])} exit {res.rc}): {detail}")
+        return res.stdout
+
+
+# Written by `up` into the project dir it creates (the deployment's name); `down --purge`
+# removes only a directory holding it.
+PROJECT_MARKER = ".pdboot-deployment"
+
+
+def _claim_project_dir(project_dir: str) -> str:
+    """Shell lines: create the 0700 project dir with its marker, or accept it when the
+    marker names this deployment (or, from before markers, it holds pdboot's compose.yaml);
+    any other existing, non-empty directory is refused."""
+    d, m = shlex.quote(project_dir), shlex.quote(f"{project_dir}/{PROJECT_MARKER}")
+    name = shlex.quote(posixpath.basename(project_dir))
+    compose = shlex.quote(f"{project_dir}/compose.yaml")
+    return (
+        f"if [ -e {m} ]; then\n"
+        f'  [ "$(cat {m})" = {name} ] || {{ echo {d} belongs to another deployment >&2; '
+        "exit 3; }\n"
+        f'elif [ ! -e {d} ] || [ -z "$(ls -A {d})" ] '
+        f"|| grep -qs {LABEL_DEPLOYMENT} {compose}; then\n"
+        f"  mkdir -p -m 0700 {d}; printf '%s\\n' {name} > {m}\n"
+        "else\n"
+        f"  echo {d} exists and was not created by pdboot: choose another remote_dir or name >&2\n"
+        "  exit 3\nfi\n"
+        f"chmod 0700 {d}\n"
+    )
+
+
+def is_transient_runtime_error(message: str) -> bool:
+    """A container start that failed inside runc with no cause given: worth one retry.
+    Failures that name a cause (a missing NVIDIA hook, a bad mount, no such file) are not."""
+    return "error during container init: %!w(<nil>)" in message
+
+
+def _here_doc_write(path: str, text: str) -> str:
+    """Script lines writing ``text`` to ``path`` (0644) atomically: temp file, then mv."""
+    target = shlex.quote(path)
+    delim = "PDBOOT_FILE_EOF"
+    while delim in text:
+        delim += "_"
+    body = text if text.endswith("\n") else text + "\n"
+    return (
+        f"tmp=$(mktemp {target}.XXXXXX)\n"
+        f"cat > \"$tmp\" <<'{delim}'\n{body}{delim}\n"
+        f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
+    )
+
+
+def _explain(e: Exception) -> str:
+    expl = getattr(e, "explanation", None)
+    return mask(str(expl or e))
+
+
+def _short(e: Exception) -> str:
+    text = str(e) or type(e).__name__
+    return mask(text.splitlines()[0][:300] if text else type(e).__name__)

@@ -1,0 +1,193 @@
+"""Opening every host of a deployment at once: SSH (or local) connection + Docker engine.
+
+Shared by up, down, status and logs. Hosts are opened in parallel with a deadline; a host
+that cannot be reached is reported with its cause and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from pdboot.inventory.schema import Inventory
+from pdboot.transport.connection import Connection, RemoteError
+from pdboot.transport.docker_host import Engine
+from pdboot.transport.docker_parse import EngineError
+from pdboot.transport.fanout import fan_out
+from pdboot.transport.masking import register_secret
+from pdboot.transport.ssh import connect
+
+T = TypeVar("T")
+
+
+class SecretError(Exception):
+    """A secret reference in the inventory cannot be resolved (exit 2)."""
+
+
+Environ = Mapping[str, str]
+
+
+def read_secret(ref: str, what: str, environ: Environ | None = None) -> str:
+    """Resolve ``env:NAME`` / ``file:/path`` / a bare path to the value (at `up` time)."""
+    env = os.environ if environ is None else environ
+    if ref.startswith("env:"):
+        name = ref[4:]
+        value = env.get(name)
+        if not value:
+            raise SecretError(
+                f"{what} is {ref} but the environment variable {name} is not set "
+                "(or empty) where pdboot runs"
+            )
+    else:
+        path = os.path.expanduser(ref[5:] if ref.startswith("file:") else ref)
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = f.read(64 * 1024)  # a secret, not a data file
+        except (OSError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+            raise SecretError(f"{what} is {ref} but that file cannot be read: {why}") from None
+    value = value.strip()
+    if not value:
+        raise SecretError(f"{what} {ref} is empty")
+    # secrets.env is a compose env file: no quoting, and $ would be interpolated.
+    if any(c.isspace() for c in value) or any(c in value for c in "\"'\\$`"):
+        raise SecretError(f"{what} {ref} does not look like a token (spaces, quotes or $)")
+    return value
+
+
+def read_hf_token(ref: str | None, environ: Environ | None = None) -> str | None:
+    return None if ref is None else read_secret(ref, "secrets.hf_token", environ)
+
+
+# What each inventory secret becomes in secrets.env: the variables the HF libraries read,
+# vLLM's VLLM_API_KEY (the engines require it on /v1) and OPENAI_API_KEY, which
+# vllm-router 0.1.17 sends as "Authorization: Bearer" to the prefill and decode workers.
+HF_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+API_KEY_VARS = ("VLLM_API_KEY", "OPENAI_API_KEY")
+
+
+def read_secrets(inv: Inventory, environ: Environ | None = None) -> dict[str, str]:
+    """Every secret of the inventory as secrets.env's variables -> values (empty: none).
+    Raises SecretError naming the first reference that cannot be resolved."""
+    s = inv.secrets
+    out: dict[str, str] = {}
+    if s.hf_token is not None:
+        token = read_secret(s.hf_token, "secrets.hf_token", environ)
+        out.update(dict.fromkeys(HF_TOKEN_VARS, token))
+    if s.api_key is not None:
+        key = read_secret(s.api_key, "secrets.api_key", environ)
+        out.update(dict.fromkeys(API_KEY_VARS, key))
+    for name, ref in s.env.items():
+        out[name] = read_secret(ref, f"secrets.env.{name}", environ)
+    return out
+
+
+def register_secrets(values: Mapping[str, str]) -> None:
+    """Masked from now on in everything pdboot prints or logs (remote.register_secret)."""
+    for v in values.values():
+        register_secret(v)
+
+
+def register_inventory_secrets(inv: Inventory, environ: Environ | None = None) -> None:
+    """For commands that only read (logs, status): mask every secret that resolves on
+    this machine; one that does not is skipped, as these commands do not need it."""
+    for ref in (inv.secrets.hf_token, inv.secrets.api_key, *inv.secrets.env.values()):
+        if ref is None:
+            continue
+        try:
+            register_secret(read_secret(ref, "secret", environ))
+        except SecretError:
+            continue
+
+
+def api_key_headers(values: Mapping[str, str]) -> dict[str, str]:
+    """The header pdboot's own requests to the deployment carry when it has an API key."""
+    key = values.get("VLLM_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def secrets_env(values: str | Mapping[str, str]) -> str:
+    """The env file compose passes to the services (mode 0600 on the host). A plain
+    string is an HF token alone (both names the HF libraries read)."""
+    if isinstance(values, str):
+        values = dict.fromkeys(HF_TOKEN_VARS, values)
+    return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
+def project_dir(inv: Inventory) -> str:
+    return f"{inv.remote_dir.rstrip('/')}/{inv.name}"
+
+
+@dataclass
+class Link:
+    conn: Connection
+    engine: Engine
+
+
+@dataclass
+class Hosts:
+    links: dict[str, Link] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # host -> cause (with fix)
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.engine.close()
+            link.conn.close()
+
+    def each(
+        self, fn: Callable[[str, Link], T], deadline: float, only: Iterable[str] | None = None
+    ) -> tuple[dict[str, T], dict[str, str]]:
+        """Run ``fn`` on the reachable hosts in parallel: (values, host -> error message)."""
+        names = list(only) if only is not None else list(self.links)
+        items = [(n, self.links[n]) for n in names if n in self.links]
+
+        def call(name: str, link: Link) -> T:
+            try:
+                return fn(name, link)
+            except EngineError as e:  # already names the host; keep the message as is
+                raise RemoteError(name, "error", e.message) from e
+
+        res = fan_out(items, call, deadline)
+        values: dict[str, T] = {}
+        errors: dict[str, str] = {}
+        for name, o in res.items():
+            if o.error is not None:
+                errors[name] = o.error.message
+            else:
+                values[name] = o.value  # type: ignore[assignment]
+        return values, errors
+
+
+def open_hosts(
+    inv: Inventory,
+    names: Iterable[str],
+    *,
+    accept_new_host_keys: bool = False,
+    engine_timeout: int | None = 120,
+) -> Hosts:
+    def _open(name: str, _: object) -> Link:
+        conn = connect(
+            name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
+        )
+        try:
+            return Link(conn, Engine.open(conn, engine_timeout))
+        except EngineError as e:
+            conn.close()
+            raise RemoteError(name, "error", e.message) from e
+
+    wanted = list(dict.fromkeys(names))
+    deadline = inv.ssh.connect_timeout * 2 + 30
+    res = fan_out([(n, None) for n in wanted], _open, deadline)
+    hosts = Hosts()
+    for name, o in res.items():
+        if o.value is not None:
+            hosts.links[name] = o.value
+        else:
+            err = o.error
+            msg = err.message if err else "unknown error"
+            if err is not None and err.fix:
+                msg += f" (fix: {err.fix})"
+            hosts.errors[name] = msg
+    return hosts

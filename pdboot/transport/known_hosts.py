@@ -1,0 +1,267 @@
+"""Host keys: known_hosts parsing (hashed names, ``@revoked``, ``@cert-authority``), the strict
+host-key policy that replaces fabric's auto-accept, and the classification of connect errors
+into what an operator reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from pdboot.transport.connection import ErrorKind, RemoteError
+
+log = logging.getLogger(__name__)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    return str(key.fingerprint)  # "SHA256:..." like ssh-keygen -l
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def split_known_hosts_name(name: str) -> tuple[str, int | None]:
+    """``[10.0.0.2]:2222`` -> (``10.0.0.2``, 2222); ``gpu-a`` -> (``gpu-a``, None)."""
+    if name.startswith("[") and "]:" in name:
+        addr, _, port = name[1:].rpartition("]:")
+        if port.isdigit():
+            return addr, int(port)
+    return name, None
+
+
+class UnknownHostKey(paramiko.SSHException):  # type: ignore[misc]
+    def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: str, note: str = "") -> None:
+        self.hostname = hostname
+        self.key = key
+        self.known_hosts = known_hosts
+        self.note = note
+        super().__init__(f"host key for {hostname} is not in {known_hosts}")
+
+
+class RevokedHostKey(paramiko.SSHException):  # type: ignore[misc]
+    def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: str) -> None:
+        self.hostname = hostname
+        self.key = key
+        self.known_hosts = known_hosts
+        super().__init__(f"host key for {hostname} is marked @revoked in {known_hosts}")
+
+
+@dataclass
+class KnownHosts:
+    """A known_hosts file as pdboot reads it (paramiko's HostKeys alone raises
+    InvalidHostKey on OpenSSH's marker lines, failing every host with no hint why).
+
+    ``@revoked`` keys are refused for every host (OpenSSH matches the line's host
+    patterns; being stricter cannot let a revoked key in). ``@cert-authority`` lines are
+    skipped: pdboot (paramiko) does not verify host certificates, so such hosts need their
+    own key in the file. ``skipped`` lists (line number, why) for the operator."""
+
+    keys: list[tuple[str, paramiko.PKey]] = field(default_factory=list)  # (name, key)
+    revoked: set[tuple[str, str]] = field(default_factory=set)  # (key type, base64)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def has_cert_authority(self) -> bool:
+        return any("@cert-authority" in why for _, why in self.skipped)
+
+
+def parse_known_hosts(text: str) -> KnownHosts:
+    """known_hosts text -> KnownHosts; never raises on a bad line (it is skipped)."""
+    kh = KnownHosts()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            marker, _, rest = line.partition(" ")
+            fields = rest.split()
+            if marker == "@revoked" and len(fields) >= 3:
+                kh.revoked.add((fields[1], fields[2]))
+            elif marker == "@cert-authority":
+                kh.skipped.append((lineno, "@cert-authority: host certificates are not supported"))
+            else:
+                kh.skipped.append((lineno, f"unknown marker {marker[:40]!r}"))
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+        except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError) as e:
+            kh.skipped.append((lineno, f"unreadable key ({type(e).__name__})"))
+            continue
+        if entry is None:
+            kh.skipped.append((lineno, "unsupported key type or too few fields"))
+            continue
+        kh.keys += [(name, entry.key) for name in entry.hostnames]
+    return kh
+
+
+def is_revoked(kh: KnownHosts, key: paramiko.PKey) -> bool:
+    return (key.get_name(), key.get_base64()) in kh.revoked
+
+
+class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
+    """Unknown key: refuse (default) or, with accept_new, record it like OpenSSH accept-new.
+
+    Paramiko only consults the policy for hosts that are absent from the loaded
+    known_hosts; a changed key raises BadHostKeyException before we get here, so
+    accept_new never overrides a changed key.
+    """
+
+    def __init__(self, known_hosts: str, accept_new: bool, kh: KnownHosts | None = None) -> None:
+        self.known_hosts = known_hosts
+        self.accept_new = accept_new
+        self.kh = kh or KnownHosts()
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
+        # Revoked keys were left out of the loaded keys, so they always come here.
+        if is_revoked(self.kh, key):
+            raise RevokedHostKey(hostname, key, self.known_hosts)
+        if not self.accept_new:
+            note = ""
+            if self.kh.has_cert_authority:
+                note = (
+                    f"{self.known_hosts} vouches for hosts with @cert-authority lines, which "
+                    "pdboot cannot use (no host certificate support): add the host's own key"
+                )
+            raise UnknownHostKey(hostname, key, self.known_hosts, note)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        path = Path(self.known_hosts)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _KNOWN_HOSTS_LOCK, path.open("a", encoding="utf-8") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        log.warning(
+            "added host key %s %s for %s to %s", key.get_name(), fingerprint(key), hostname, path
+        )
+
+
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def load_known_hosts(path: str) -> KnownHosts:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return KnownHosts()
+    kh = parse_known_hosts(text)
+    for lineno, why in kh.skipped:
+        log.warning("%s:%d: line skipped: %s", path, lineno, why)
+    return kh
+
+
+def _strict(client: paramiko.SSHClient, known_hosts: str, accept_new: bool) -> None:
+    kh = load_known_hosts(known_hosts)
+    # Into the client's host keys (not load_host_keys: nothing is remembered to save
+    # back, so accept-new appends a line instead of rewriting the operator's file).
+    # A revoked key is left out even if a plain line lists it too, so the policy sees it.
+    keys = client.get_host_keys()
+    for name, key in kh.keys:
+        if not is_revoked(kh, key):
+            keys.add(name, key.get_name(), key)
+    client.set_missing_host_key_policy(_StrictPolicy(known_hosts, accept_new, kh))
+
+
+def connect_failures(errors: Mapping[tuple[Any, ...], BaseException]) -> str:
+    """paramiko's per-address connect errors -> ``10.0.0.2:22 (No route to host)``; its
+    own text ("[Errno None] Unable to connect to port 22 on ...") drops every cause."""
+    parts = []
+    for addr, err in errors.items():
+        where = f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"
+        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        parts.append(f"{where} ({why})")
+    return ", ".join(parts) or "any address"
+
+
+def _revoked(exc: RevokedHostKey, host: str) -> RemoteError:
+    return RemoteError(
+        host,
+        "host_key_changed",
+        f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is "
+        f"marked @revoked in {exc.known_hosts}",
+        "the host offers a key its operators revoked: do not connect; get the host's "
+        "current key from its administrators",
+    )
+
+
+def classify(
+    exc: BaseException, host: str, *, known_hosts: str = "", kh_name: str = ""
+) -> RemoteError:
+    """Turn whatever paramiko/socket raised into a RemoteError with a cause and a fix."""
+    if isinstance(exc, RemoteError):
+        return exc
+    if isinstance(exc, RevokedHostKey):
+        return _revoked(exc, host)
+    if isinstance(exc, UnknownHostKey):
+        addr, port = split_known_hosts_name(exc.hostname)
+        kt = exc.key.get_name()
+        scan = f"ssh-keyscan -t {kt}{f' -p {port}' if port else ''} {addr}"
+        return RemoteError(
+            host,
+            "host_key",
+            f"unknown host key for {exc.hostname} ({kt} {fingerprint(exc.key)}); "
+            f"not in {exc.known_hosts}" + (f" ({exc.note})" if exc.note else ""),
+            f"check the fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
+            f"then: {scan} >> {exc.known_hosts}   (or rerun with --accept-new-host-keys)",
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        name = kh_name or exc.hostname
+        return RemoteError(
+            host,
+            "host_key_changed",
+            f"HOST KEY CHANGED for {name}: offered {exc.key.get_name()} "
+            f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}",
+            "if the host was really reinstalled, remove the old line "
+            f"(ssh-keygen -R '{name}'{' -f ' + known_hosts if known_hosts else ''}) "
+            "and trust the new key; otherwise treat this as an attack",
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        return RemoteError(
+            host,
+            "auth",
+            f"authentication refused: {exc}",
+            "check ssh.user and ssh.identity_file (and that the public key is in the "
+            "host's authorized_keys)",
+        )
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return RemoteError(
+            host,
+            "timeout",
+            f"connection timed out: {exc or 'no answer'}",
+            "check the address, routing and firewalls, or raise ssh.connect_timeout",
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return RemoteError(
+            host,
+            "unreachable",
+            f"cannot connect to {connect_failures(exc.errors)}",
+            "is the host up, the address right and sshd running on that port?",
+        )
+    if isinstance(exc, socket.gaierror):
+        return RemoteError(
+            host, "unreachable", f"cannot resolve address: {exc}", "check the host's address"
+        )
+    if isinstance(exc, OSError):
+        return RemoteError(
+            host,
+            "unreachable",
+            f"cannot connect: {exc.strerror or exc}",
+            "check the address, routing and that sshd runs",
+        )
+    if isinstance(exc, paramiko.SSHException):
+        text = str(exc)
+        if "authentication" in text.lower():
+            return RemoteError(
+                host,
+                "auth",
+                f"authentication impossible: {text}",
+                "set ssh.identity_file (or IdentityFile in ~/.ssh/config) for this host",
+            )
+        kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
+        return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")
+    return RemoteError(host, "error", f"{type(exc).__name__}: {exc}")

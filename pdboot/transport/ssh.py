@@ -1,0 +1,273 @@
+"""SSH connections: the only module that imports fabric.
+
+One connection per host, opened once and reused for every command. SSH hosts go through
+fabric (so ``~/.ssh/config`` is honoured) with strict host-key checking
+(``pdboot.transport.known_hosts``); keepalives that sshd must answer notice a silent peer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+from typing import Any
+
+import paramiko
+from fabric import Config as FabricConfig
+from fabric import Connection as FabricConnection
+
+from pdboot.inventory.schema import LOCAL, Host, SSHSettings
+from pdboot.transport.connection import (
+    BaseConnection,
+    CommandResult,
+    Connection,
+    HostLost,
+    LocalConnection,
+    RemoteError,
+)
+from pdboot.transport.known_hosts import _strict, classify, known_hosts_name
+from pdboot.transport.masking import SECRETS, Masker
+
+log = logging.getLogger(__name__)
+
+
+# A silent peer (link down: no reset, packets just stop) is noticed by unanswered
+# keepalives. paramiko's own Transport.set_keepalive sends requests without wanting a
+# reply, so it can never notice silence; TCP alone notices only after its retransmissions
+# give up (minutes). These are requests that sshd must answer (with a failure: it does not
+# know the name), so an answer proves the peer and the path are alive.
+KEEPALIVE_INTERVAL = 3.0
+LOST_AFTER = 12.0
+CHANNEL_OPEN_TIMEOUT = 20.0
+
+
+class _Watchdog:
+    """Keepalives on one transport; closes it when the peer has been silent for
+    ``lost_after`` seconds, so every call blocked on it (channel opens, reads, the
+    docker SDK's tunnel) fails at once, and records why in ``lost``."""
+
+    def __init__(
+        self, name: str, transport: paramiko.Transport, interval: float, lost_after: float
+    ) -> None:
+        self.name, self.transport = name, transport
+        self.interval, self.lost_after = interval, lost_after
+        self.lost: str | None = None
+        self.last_answer = time.monotonic()
+        self.stopped = threading.Event()
+        for target, what in ((self._ping, "ping"), (self._watch, "watch")):
+            threading.Thread(target=target, daemon=True, name=f"pdboot-{what}-{name}").start()
+
+    def _ping(self) -> None:
+        while not self.stopped.is_set() and self.transport.is_active():
+            try:
+                self.transport.global_request("keepalive@openssh.com", wait=True)
+            except Exception:  # the transport died: _watch or the caller sees it
+                return
+            self.last_answer = time.monotonic()
+            self.stopped.wait(self.interval)
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(1.0):
+            if not self.transport.is_active():
+                return
+            silent = time.monotonic() - self.last_answer
+            if silent > self.lost_after:
+                self.lost = (
+                    f"no answer for {silent:.0f}s (SSH keepalives unanswered: "
+                    "network link down, or the host hung or off)"
+                )
+                log.info("%s: %s", self.name, self.lost)
+                self.transport.close()
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+class SSHConnection(BaseConnection):
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        settings: SSHSettings,
+        *,
+        accept_new_host_keys: bool = False,
+        masker: Masker = SECRETS,
+    ) -> None:
+        self.name = name
+        self.masker = masker
+        self.command_timeout = settings.command_timeout
+        overrides: dict[str, Any] = {"load_ssh_configs": settings.use_ssh_config}
+        cfg = FabricConfig(overrides=overrides)
+        connect_kwargs: dict[str, Any] = {}
+        if settings.identity_file:
+            connect_kwargs["key_filename"] = [os.path.expanduser(settings.identity_file)]
+        self._conn = FabricConnection(
+            address,
+            user=settings.user,
+            port=settings.port,
+            config=cfg,
+            connect_timeout=int(max(1, settings.connect_timeout)),
+            connect_kwargs=connect_kwargs,
+        )
+        ssh_cfg_known = self._conn.ssh_config.get("userknownhostsfile")
+        known = settings.known_hosts or (ssh_cfg_known.split()[0] if ssh_cfg_known else None)
+        self.known_hosts = os.path.expanduser(known or "~/.ssh/known_hosts")
+        # The target and every ProxyJump hop fabric built from ~/.ssh/config: each hop's
+        # client would otherwise keep fabric's AutoAddPolicy.
+        hop: Any = self._conn
+        while isinstance(hop, FabricConnection):
+            _strict(hop.client, self.known_hosts, accept_new_host_keys)
+            hop = hop.gateway
+        self.connect_timeout = settings.connect_timeout
+        self.keepalive_interval = KEEPALIVE_INTERVAL
+        self.lost_after = LOST_AFTER
+        self._watchdog: _Watchdog | None = None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the host counts as lost mid-run (None while it answers)."""
+        return self._watchdog.lost if self._watchdog else None
+
+    def check_lost(self) -> None:
+        if self.lost:
+            raise HostLost(self.name, self.lost)
+
+    def open(self) -> None:
+        # A lost host is not reconnected behind the caller's back: its connect would wait
+        # for the connect timeout again on every call.
+        self.check_lost()
+        try:
+            self._conn.open()
+        except Exception as e:  # classified: every cause becomes a reported RemoteError
+            self.close()
+            kh_name = known_hosts_name(self._conn.host, self._conn.port)
+            raise classify(e, self.name, known_hosts=self.known_hosts, kh_name=kh_name) from e
+        transport = self._conn.client.get_transport()
+        if transport is not None and (
+            self._watchdog is None or self._watchdog.transport is not transport
+        ):
+            transport.channel_timeout = CHANNEL_OPEN_TIMEOUT
+            self._watchdog = _Watchdog(
+                self.name, transport, self.keepalive_interval, self.lost_after
+            )
+
+    def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
+        self.open()
+        try:
+            return self._exec_open(line, timeout, stdin)
+        except RemoteError as e:
+            if self.lost and not isinstance(e, HostLost):
+                raise HostLost(self.name, self.lost) from e
+            raise
+
+    def _exec_open(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            self.check_lost()
+            raise RemoteError(self.name, "unreachable", "the SSH connection was closed")
+        try:
+            chan = transport.open_session(timeout=min(self.connect_timeout, timeout) + 5)
+        except Exception as e:
+            raise classify(e, self.name) from e
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            chan.exec_command(line)
+            if stdin:
+                chan.sendall(stdin.encode())
+            send_eof(chan)  # so `cat` and friends finish
+            while True:
+                while chan.recv_ready():
+                    out.append(chan.recv(65536))
+                while chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(65536))
+                # Data arrives before the exit status on the same channel, so once the
+                # status is in and the buffers are drained, we have everything.
+                if (
+                    chan.exit_status_ready()
+                    and not chan.recv_ready()
+                    and not chan.recv_stderr_ready()
+                ):
+                    break
+                if chan.closed and not chan.exit_status_ready():
+                    # the transport died (e.g. closed by the watchdog): no status will come
+                    raise RemoteError(
+                        self.name, "unreachable", "the SSH connection closed during the command"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RemoteError(
+                        self.name, "timeout", f"command did not finish within {timeout:g}s"
+                    )
+                select.select([chan], [], [], min(left, 0.2))
+            rc = chan.recv_exit_status()
+        except RemoteError:
+            raise
+        except Exception as e:
+            raise classify(e, self.name) from e
+        finally:
+            chan.close()
+        return CommandResult(
+            rc,
+            b"".join(out).decode(errors="replace"),
+            b"".join(err).decode(errors="replace"),
+            time.monotonic() - t0,
+        )
+
+    def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        try:
+            self._conn.close()
+        except Exception:  # closing a half-open connection must not mask the real error
+            log.debug("close of %s failed", self.name, exc_info=True)
+
+
+def send_eof(chan: paramiko.Channel) -> None:
+    """``chan.shutdown_write()`` without its race, which costs the whole SSH connection.
+
+    Paramiko marks EOF as sent under the channel's lock but puts it on the wire after
+    releasing it. A command that exits meanwhile (``rm -f``, ``true``: it does not wait
+    for our EOF) makes sshd send its CLOSE; paramiko's transport thread answers with
+    CLOSE alone (EOF counts as sent), sshd frees the channel, and our late EOF then
+    names a channel that no longer exists: sshd disconnects ("ieof packet referred to
+    nonexistent channel") and every other channel on the connection dies, among them
+    the docker SDK's ``dial-stdio`` channels ("Connection aborted",
+    RemoteDisconnected). Likely when threads contend for the GIL on a busy machine,
+    e.g. `down` removing the token file while it stops containers. Holding the lock
+    until the EOF is sent keeps it ahead of our CLOSE. (During a key re-exchange the
+    send waits, at most paramiko's clear_to_send_timeout, with the lock held.)"""
+    with chan.lock:
+        msg = chan._send_eof()
+        if msg is not None:
+            chan.transport._send_user_message(msg)
+
+
+def effective_ssh(defaults: SSHSettings, host: Host) -> SSHSettings:
+    """The inventory's SSH defaults with the host's overrides applied."""
+    over = {k: v for k, v in host.ssh.model_dump().items() if v is not None}
+    return defaults.model_copy(update=over)
+
+
+def connect(
+    name: str,
+    host: Host,
+    defaults: SSHSettings,
+    *,
+    accept_new_host_keys: bool = False,
+    masker: Masker = SECRETS,
+) -> Connection:
+    """An open connection to one inventory host. Raises RemoteError with the cause."""
+    settings = effective_ssh(defaults, host)
+    if host.address == LOCAL:
+        return LocalConnection(name, settings.command_timeout, masker)
+    conn = SSHConnection(
+        name, host.address, settings, accept_new_host_keys=accept_new_host_keys, masker=masker
+    )
+    conn.open()
+    return conn
