@@ -39,7 +39,8 @@ def real_engine_settings(tb: Testbed, engines_per_host: int = 1) -> dict[str, An
     n = engines_per_host
     prefill = [[i % REAL_CORES] for i in range(n)]
     decode = [[(REAL_CORES - 1 - i) % REAL_CORES] for i in range(n)]
-    tier: dict[str, Any] = {"extra_args": ["--dtype", "float32", "--max-model-len", "1024"]}
+    # float32 is pdboot's `device: cpu` default (README); a short context keeps start-up short
+    tier: dict[str, Any] = {"extra_args": ["--max-model-len", "1024"]}
     if n > 1:
         tier["engines_per_host"] = n
     return {
@@ -50,7 +51,7 @@ def real_engine_settings(tb: Testbed, engines_per_host: int = 1) -> dict[str, An
         "cpu": {"kv_cache_gib": 1},
         "prefill": {**tier, "cpus": prefill if n > 1 else prefill[0]},
         "decode": {**tier, "cpus": decode if n > 1 else decode[0]},
-        "kv_transfer": {"kv_buffer_device": "cpu"},
+        "kv_transfer": {"rdma": "off"},  # KV over UCX/TCP: no RDMA NIC in a cpu-only host
         "timeouts": {"ready_seconds": 420, "router_ready_seconds": 120, "pull_seconds": 600,
                      "poll_interval_seconds": 0.5},
     }

@@ -28,14 +28,14 @@ WORDS = (
     "the a prefill decode engine router cache block token transfer node host model layer "
     "request reply hello world nixl ucx memory core thread queue batch prompt answer fast slow "
     "one two three four five six seven eight nine ten zero kv pd vllm cpu gpu"
-).split()
+)
 
 
 def corpus(n: int) -> list[str]:
     rnd = random.Random(SEED)
     lines = []
     for _ in range(n):
-        words = [rnd.choice(WORDS) for _ in range(rnd.randint(3, 16))]
+        words = [rnd.choice(WORDS.split()) for _ in range(rnd.randint(3, 16))]
         lines.append(" ".join(words) + rnd.choice([".", "!", "?", ","]))
     lines += [f"<|user|>\n{x}\n<|assistant|>\n" for x in lines[:200]]
     return lines

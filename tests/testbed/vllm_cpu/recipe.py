@@ -70,7 +70,7 @@ if __name__ == "__main__":
     sys.exit(main())
 """
 
-SITECUSTOMIZE = '''"""pdboot testbed (CPU only): two workarounds for vLLM's NIXL on CPU, with their evidence.
+SITECUSTOMIZE = '''"""pdboot testbed (CPU only): two workarounds for NIXL in vLLM on CPU.
 
 1. NIXL's agent progress thread gets a 100 us delay.
 
