@@ -5,6 +5,7 @@
     python -m tests.testbed status
     python -m tests.testbed down [--dir .testbed | --k K | --all]
     python -m tests.testbed profiles
+    python -m tests.testbed images [--real-vllm]     # build the test images into the cache
 
 `up` starts a detached testbed (default hosts: decode, prefill, ingress; profile rtx6000x2)
 that outlives the command, and writes into --dir: inventory.yaml (a pdboot inventory for it),
@@ -52,6 +53,23 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  {h.name:<10} {h.address:<14} {h.profile['profile']:<22} "
               f"root@{h.address} (ssh: $PDT_SSH root@{h.address})")
     print(f"inventory: {inv}\nenv:       {out / 'env'}  (source it)")
+    return 0
+
+
+def _images(args: argparse.Namespace) -> int:
+    """Build (or find cached) every test image, on a throw-away one-host testbed: set-up
+    runs this so that the first test run does not pay for the builds."""
+    import time
+
+    t0 = time.monotonic()
+    try:
+        tb = Testbed.start([HostSpec("builder", profile="cpu-only")], real_vllm=args.real_vllm)
+    except TestbedError as e:
+        print(f"testbed: {e}", file=sys.stderr)
+        return 1
+    tb.stop()
+    print(f"testbed images ready in {time.monotonic() - t0:.0f}s"
+          f"{' (with the real vLLM CPU image and model)' if args.real_vllm else ''}")
     return 0
 
 
@@ -113,10 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--k", type=int)
     down.add_argument("--all", action="store_true", help="every testbed on this machine")
     sub.add_parser("status", help="list testbeds on this machine")
+    img = sub.add_parser("images", help="build the test images into the cache (set-up)")
+    img.add_argument("--real-vllm", action="store_true",
+                     help="also the real vLLM CPU image and its tiny model (minutes, once)")
     prof = sub.add_parser("profiles", help="list host profiles")
     prof.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    return {"up": _up, "down": _down, "status": _status, "profiles": _profiles}[args.cmd](args)
+    return {"up": _up, "down": _down, "status": _status, "profiles": _profiles,
+            "images": _images}[args.cmd](args)
 
 
 if __name__ == "__main__":

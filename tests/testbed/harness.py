@@ -110,7 +110,7 @@ class Testbed:
     @property
     def cpu_model(self) -> Path:
         """The tiny model's directory (real_vllm=True), readable by every host and engine."""
-        return self.dir / "models" / images.vllm_cpu.MODEL_NAME
+        return self.dir / "models" / images.CPU_MODEL_NAME
 
     @classmethod
     def start(cls, hosts: Iterable[HostSpec | str], *, images_needed: bool = True,
@@ -261,10 +261,11 @@ class Testbed:
         self._save()
         self._wait_registry(deadline)
         if images_needed or real_vllm:
-            images.ensure_pushed(self, registry_data, real_vllm)
+            keys = images.ensure_pushed(self, registry_data, real_vllm)
             deadline = max(deadline, time.monotonic() + 30)  # a build is not a slow host
         if real_vllm:
-            shutil.copytree(images.cpu_model_dir(), self.cpu_model)
+            cpu_ref = f"{images.CPU_REPO}:{images.CPU_TAG}"
+            shutil.copytree(images.cpu_model_dir(keys[cpu_ref]), self.cpu_model)
         for spec in specs:
             h = self.hosts[spec.name]
             if spec.sshd:

@@ -46,6 +46,7 @@ ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
 ROUTER_VERSION = "0.1.17"
 # the REAL vLLM engine (CPU build): only for testbeds started with real_vllm=True
 CPU_REPO, CPU_TAG = vllm_cpu.REPO, vllm_cpu.TAG
+CPU_MODEL_NAME = vllm_cpu.MODEL_NAME
 BUILT_FILE = "pdboot-built.json"
 RECIPE_VERSION = "3"  # bump when the way images are built changes
 
@@ -126,9 +127,9 @@ def cpu_key() -> str:
     return _sha(base_key(), *vllm_cpu.key_parts())
 
 
-def cpu_model_dir() -> Path:
+def cpu_model_dir(key: str | None = None) -> Path:
     """The tiny model made inside the real vLLM image (kept with the image: same key)."""
-    return CACHE_DIR / f"model-{vllm_cpu.MODEL_NAME}-{cpu_key()}"
+    return CACHE_DIR / f"model-{vllm_cpu.MODEL_NAME}-{key or cpu_key()}"
 
 
 def wanted(real_vllm: bool = False) -> dict[str, str]:
@@ -196,23 +197,25 @@ def prepare_registry_data(dest: Path) -> None:
             _clone(cached, dest)
 
 
-def ensure_pushed(tb: Testbed, data: Path, real_vllm: bool = False) -> None:
-    """Build and push every image whose content key changed; then refresh the cache."""
+def ensure_pushed(tb: Testbed, data: Path, real_vllm: bool = False) -> dict[str, str]:
+    """Build and push every image whose content key changed; then refresh the cache.
+    Returns the content keys (read once: a file edited meanwhile changes nothing here)."""
     want = wanted(real_vllm)
     have = _built(data)
     stale = [ref for ref, key in want.items() if have.get(ref) != key]
     cpu_ref = f"{CPU_REPO}:{CPU_TAG}"
-    if real_vllm and cpu_ref not in stale and not (cpu_model_dir() / ".done").exists():
+    if real_vllm and cpu_ref not in stale and not (cpu_model_dir(want[cpu_ref]) /
+                                                    ".done").exists():
         stale.append(cpu_ref)  # the model is made inside the image: build both again
     if not stale:
-        return
+        return want
     with _cache_lock():
         builder = _BuildEngine(tb)
         try:
             builder.start()
             for ref in stale:
                 t0 = time.monotonic()
-                _build_one(builder, ref, tb.registry)
+                _build_one(builder, ref, tb.registry, want[ref])
                 have[ref] = want[ref]
                 print(f"[testbed] built and pushed {ref} in {time.monotonic() - t0:.1f}s",
                       file=sys.stderr)
@@ -234,6 +237,7 @@ def ensure_pushed(tb: Testbed, data: Path, real_vllm: bool = False) -> None:
             cached.rename(old)
         tmp.rename(cached)
         shutil.rmtree(old, ignore_errors=True)
+    return want
 
 
 # ---------------------------------------------------------------------- building
@@ -281,7 +285,7 @@ class _BuildEngine:
         self.tb.save()
 
 
-def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
+def _build_one(builder: _BuildEngine, ref: str, registry: str, key: str) -> None:
     base = base_rootfs()
     work = builder.dir / "rootfs"
     shutil.rmtree(work, ignore_errors=True)
@@ -335,12 +339,11 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
     builder.docker("push", "-q", target)
     if big:
         vllm_cpu.say(f"pushed in {time.monotonic() - t0:.0f}s; making the tiny model inside it")
-        _make_cpu_model(builder, target)
+        _make_cpu_model(builder, target, cpu_model_dir(key))
 
 
-def _make_cpu_model(builder: _BuildEngine, image: str) -> None:
+def _make_cpu_model(builder: _BuildEngine, image: str, out: Path) -> None:
     """Run make_model.py with the image's own torch/transformers/tokenizers, no network."""
-    out = cpu_model_dir()
     tmp = CACHE_DIR / f"model.tmp.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
