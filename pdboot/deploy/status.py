@@ -19,6 +19,7 @@ from pdboot.deploy.readiness import find_container
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.cpu_layout import describe
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, owned
@@ -47,6 +48,8 @@ class ServiceStatus:
     nic: str = ""
     # a data-parallel engine's ranks here; the head adds the ranks its /metrics reports
     ranks: str = ""
+    # device: cpu engines: the cores their threads are bound to ("cores 0-1")
+    cores: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -114,6 +117,7 @@ def service_status(
         planned=svc is not None,
         nic=svc.nic if svc else "",
         ranks=svc.dp_ranks if svc else "",
+        cores=describe(svc.cpus) if svc and svc.device == "cpu" else "",
     )
 
 

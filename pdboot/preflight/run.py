@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol, TypeVar
 
+from pdboot.inventory.cpu_layout import engine_dtype
 from pdboot.inventory.dp import layouts
 from pdboot.inventory.engines import EngineNic, is_auto, tier_engines
 from pdboot.inventory.rules import advertised_address, deployment_hosts
@@ -26,6 +27,7 @@ from pdboot.preflight.checks import (
     AREAS,
     CheckResult,
     Command,
+    CpuNeed,
     GpuNeed,
     HostContext,
     ParseError,
@@ -37,6 +39,7 @@ from pdboot.preflight.checks import (
     prepull,
     size_bytes,
 )
+from pdboot.preflight.checks import cpu as cpu_checks
 from pdboot.preflight.checks import docker as docker_checks
 from pdboot.preflight.checks import gdr as gdr_checks
 from pdboot.preflight.checks import gpu as gpu_checks
@@ -66,6 +69,7 @@ class Area(Protocol):
 # In the order the results are reported (and the batch runs)
 DOMAINS: tuple[tuple[str, Area], ...] = (
     ("gpu", gpu_checks),
+    ("cpu", cpu_checks),
     ("docker", docker_checks),
     ("rdma", rdma_checks),
     ("rdma", gdr_checks),
@@ -208,7 +212,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             name=name,
             roles=roles,
             req=inv.requirements,
-            gpu_needs=_gpu_needs(inv, name),
+            gpu_needs=_gpu_needs(inv, name) if inv.device != "cpu" else (),
             ports=tuple(ports),
             shm_size_bytes=shm,
             memlock=inv.container.ulimits.memlock,
@@ -226,8 +230,25 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
                 for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
                 if name in tier.hosts
             ),
+            device=inv.device,
+            cpu_engines=_cpu_needs(inv, hp.services),
+            cpu_kv_gib=inv.cpu.kv_cache_gib,
+            ucx_tls=kv.ucx.tls,
         )
     return out
+
+
+def _cpu_needs(inv: Inventory, services: Sequence[Service]) -> tuple[CpuNeed, ...]:
+    """device: cpu: each engine on the host, with its cores and dtype."""
+    if inv.device != "cpu":
+        return ()
+    out = []
+    for s in services:
+        if s.role == "router":
+            continue
+        tier = inv.prefill if s.role == "prefill" else inv.decode
+        out.append(CpuNeed(s.key, s.cpus, tier.tensor_parallel_size, engine_dtype(tier)))
+    return tuple(out)
 
 
 def _peer_addresses(inv: Inventory, name: str) -> list[str]:
@@ -305,6 +326,7 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
 
     return HostFacts(
         gpu=parse("gpu", gpu_checks.parse),
+        cpu=parse("cpu", cpu_checks.parse),
         docker=parse("docker", docker_checks.parse),
         rdma=parse("rdma", rdma_checks.parse),
         gdr=parse("rdma", gdr_checks.parse),

@@ -299,10 +299,13 @@ class SpeedVerdict:
 
 
 def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool = False,
-                  rdma: bool = True, connector: str = "NixlConnector") -> SpeedVerdict:
+                  rdma: bool = True, connector: str = "NixlConnector",
+                  device: str = "cuda") -> SpeedVerdict:
     """Measured KV throughput of a pair next to what its link should give.
 
     ``link_gbps``: the RDMA port's rate from preflight, else the inventory's ``link_gbps``.
+    ``device`` cpu without RDMA: KV moves over UCX/TCP by design, so a low share is judged
+    as a slow TCP path (cpu_tcp_flag), never as a fallback from RDMA.
     """
     pair = f"{speed.prefill} -> {speed.decode}"
     gbps = speed.gbps
@@ -316,12 +319,34 @@ def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool 
     if link_gbps is None:
         return SpeedVerdict(line + " (no link rate known: set link_gbps to compare)", None)
     line += f" of a {link_gbps:g} Gbit/s link ({gbps / link_gbps:.0%})"
+    if device == "cpu" and not rdma:
+        line += " over UCX/TCP"
+        return SpeedVerdict(line, None if gbps >= CPU_TCP_SHARE * link_gbps
+                            else _cpu_tcp_flag(pair, gbps / link_gbps))
     if gbps >= TCP_FALLBACK_SHARE * link_gbps:
         return SpeedVerdict(line, None)
     return SpeedVerdict(line, Flag(
         "kv_tcp_fallback", "warn",
         f"{pair}: KV moves at {gbps / link_gbps:.0%} of the link: this looks like UCX falling "
         "back to TCP. Usual causes: " + "; ".join(TCP_CAUSES)))
+
+
+# device: cpu: under this share of the link, UCX over TCP is slower than a TCP link allows
+# (vLLM copies KV blocks on the CPU; a single TCP stream fills a few Gbit/s at most).
+CPU_TCP_SHARE = 0.05
+CPU_TCP_CAUSES = (
+    "NIXL's progress thread busy-polling the engines' cores (nixl-cu12 1.5.1 sets its delay "
+    "to 0: ../shared/docs/real-vllm-cpu.md problem 2)",
+    "the engines' threads and NIXL's pinned core shared with other engines on the host",
+    "UCX_NET_DEVICES not the interface link_gbps describes",
+)
+
+
+def _cpu_tcp_flag(pair: str, share: float) -> Flag:
+    return Flag(
+        "kv_cpu_tcp_slow", "warn",
+        f"{pair}: KV moves at {share:.0%} of the link over UCX/TCP (device: cpu). Usual "
+        "causes: " + "; ".join(CPU_TCP_CAUSES))
 
 
 def _same_host_flag(pair: str, connector: str) -> Flag | None:

@@ -147,7 +147,8 @@ def measure_pair(plan: Plan, fetch: HttpFn, headers: Mapping[str, str],
 def link_rate(pre: Service, dec: Service, port_gbps: Mapping[str, float],
               declared: float | None) -> float | None:
     """The slower end's RDMA port rate (preflight) when both ends use RDMA and preflight
-    read both rates, else the inventory's ``requirements.link_gbps``."""
+    read both rates, else the inventory's ``requirements.link_gbps`` (device: cpu without
+    RDMA: the TCP link's rate, never a port rate)."""
     if pre.rdma and dec.rdma:
         rates = [port_gbps[h] for h in (pre.host, dec.host) if h in port_gbps]
         if len(rates) == 2:
@@ -169,6 +170,7 @@ def check_speed(plan: Plan, fetch: HttpFn, headers: Mapping[str, str],
         same = pre.host == dec.host
         rdma = bool(pre.rdma and dec.rdma)
         link = link_rate(pre, dec, port_gbps, declared)
-        v = speed_verdict(speed, link, same_host=same, rdma=rdma, connector=connector)
+        v = speed_verdict(speed, link, same_host=same, rdma=rdma, connector=connector,
+                          device=pre.device)
         out.append(PairResult(pre.key, dec.key, v, "", tokens, link, speed))
     return out

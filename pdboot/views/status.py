@@ -22,7 +22,7 @@ def print_status(out: Console, report: StatusReport) -> None:
     if pd is not None and pd.window_seconds is not None and out.is_terminal:
         out.clear()  # --watch: each report replaces the last
     out.print(status_table(rows, report.deployment, out.width))
-    for line in nic_lines(rows) + rank_lines(rows):
+    for line in nic_lines(rows) + core_lines(rows) + rank_lines(rows):
         out.print(line, highlight=False, markup=False)
     out.print("healthy" if report.healthy else "[red]not healthy[/red]")
     if pd is not None and pd.engines:
@@ -80,6 +80,15 @@ def nic_lines(rows: list[ServiceStatus]) -> list[str]:
         return []
     width = max(len(r.service) for r in nics)
     return ["UCX_NET_DEVICES per engine:"] + [f"  {r.service:<{width}}  {r.nic}" for r in nics]
+
+
+def core_lines(rows: list[ServiceStatus]) -> list[str]:
+    """device: cpu: the cores each engine's threads are bound to."""
+    cpu = [r for r in rows if r.cores]
+    if not cpu:
+        return []
+    width = max(len(r.service) for r in cpu)
+    return ["CPU cores per engine:"] + [f"  {r.service:<{width}}  {r.cores}" for r in cpu]
 
 
 def rank_lines(rows: list[ServiceStatus]) -> list[str]:

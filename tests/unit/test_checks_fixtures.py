@@ -13,6 +13,7 @@ import pytest
 from pdboot.preflight.checks import (
     ParseError,
     Section,
+    cpu,
     gpu,
     host,
     model,
@@ -45,6 +46,9 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c.startswith("date "), network.parse_clock),
     (lambda c: c.startswith("@probe"), network.parse_probe),
     (lambda c: c == "@config", model.parse_config),
+    (lambda c: c in (cpu.FLAGS, "cat /proc/cpuinfo"), cpu.parse_flags),
+    (lambda c: c == cpu.LSCPU, cpu.parse_lscpu),
+    (lambda c: c == cpu.FREE, cpu.parse_free),
 ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdboot.preflight.checks.cpu import CpuFacts
 from pdboot.preflight.checks.docker import DockerFacts
 from pdboot.preflight.checks.gdr import GdrFacts
 from pdboot.preflight.checks.gpu import GpuFacts
@@ -32,3 +33,4 @@ class HostFacts:
     network: NetworkFacts | None = None
     model: ModelAreaFacts | None = None
     topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)
+    cpu: CpuFacts | None = None  # device: cpu hosts (lscpu, /proc/cpuinfo, free)

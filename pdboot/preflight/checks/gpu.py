@@ -50,7 +50,7 @@ KMOD = "cat /proc/driver/nvidia/version"
 
 
 def commands(ctx: HostContext) -> list[Command]:
-    if not ctx.gpu_host:
+    if not ctx.gpus_here:
         return []
     return [
         Command("kmod", KMOD, "gpu", also_for=("docker",)),
@@ -198,7 +198,7 @@ class GpuFacts:
 
 
 def parse(ctx: HostContext, s: Mapping[str, Section]) -> GpuFacts | None:
-    if not ctx.gpu_host:
+    if not ctx.gpus_here:
         return None
     q = s["query"]
     gpus: list[Gpu] = []

@@ -180,7 +180,7 @@ def _disk(ctx: HostContext, f: HostSysFacts) -> list[CheckResult]:
             )
         else:
             out.append(CheckResult(cid, "pass", msg))
-    if ctx.gpu_host:
+    if ctx.gpus_here:  # device: cpu: cpu.shm (free space per engine)
         if d.shm is None:
             out.append(CheckResult("host.shm", "warn", f"{SHM} not found"))
         elif d.shm.size_kib * 1024 < ctx.shm_size_bytes:
