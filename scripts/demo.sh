@@ -18,9 +18,6 @@ case "$ENGINE" in
   vllm | standin) ;;
   *) echo "demo: ENGINE must be vllm or standin, not $ENGINE" >&2; exit 2 ;;
 esac
-# up again without --skip-preflight needs preflight to know its own deployment's ports
-# (branch w22-rerun); until then the second up skips preflight.
-SECOND_UP_FLAGS=${SECOND_UP_FLAGS:---skip-preflight}
 
 T0=$SECONDS
 step() { printf '\n\033[1m== [%4ss] %s\033[0m\n' "$((SECONDS - T0))" "$*"; }
@@ -60,8 +57,7 @@ step "pdboot status $INV"
 $PY -m pdboot status "$INV"
 
 step "pdboot up again: nothing changes"
-# shellcheck disable=SC2086
-$PY -m pdboot up "$INV" $SECOND_UP_FLAGS
+$PY -m pdboot up "$INV"
 
 step "pdboot down $INV"
 $PY -m pdboot down "$INV"

@@ -380,7 +380,10 @@ class _Up:
             return
 
         def start_host(host: str, link: Link) -> None:
-            for recreate in (False, True):
+            # Recreations first: each frees its old container's ports and GPU memory,
+            # which a service created in this run may take (a port or GPUs moved to
+            # another engine; preflight passed them as "up replaces it").
+            for recreate in (True, False):
                 batch = [s for s in todo[host] if (s.kind == "recreate") == recreate]
                 if not batch:
                     continue

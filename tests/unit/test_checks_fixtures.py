@@ -18,6 +18,7 @@ from pdboot.preflight.checks import (
     host,
     model,
     network,
+    owners,
     parse_sections,
     rdma,
 )
@@ -49,6 +50,8 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c in (cpu.FLAGS, "cat /proc/cpuinfo"), cpu.parse_flags),
     (lambda c: c == cpu.LSCPU, cpu.parse_lscpu),
     (lambda c: c == cpu.FREE, cpu.parse_free),
+    (lambda c: c.startswith("docker ps -a --no-trunc --filter"), lambda t: owners.parse_ps("h", t)),
+    (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
 ]
 
 

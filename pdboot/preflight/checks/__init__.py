@@ -20,10 +20,13 @@ import secrets
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pdboot.inventory.schema import Requirements, Tier
 from pdboot.preflight.registry import Lookup
+
+if TYPE_CHECKING:
+    from pdboot.preflight.checks.owners import Fate
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
@@ -129,6 +132,10 @@ class HostContext:
     cpu_engines: tuple[CpuNeed, ...] = ()  # device: cpu: the engines here
     cpu_kv_gib: int = 0  # device: cpu: each engine's KV cache
     ucx_tls: str | None = None  # kv_transfer.ucx.tls
+    # this deployment's name: its containers' ports and GPU memory are not "taken" (owners)
+    deployment: str = ""
+    # what `up` does with each of them, once every host answered (owners.fates)
+    fates: tuple[Fate, ...] = ()
 
     @property
     def gpu_host(self) -> bool:

@@ -17,6 +17,7 @@ from pdboot.preflight.checks.gpu import GpuFacts
 from pdboot.preflight.checks.host import HostSysFacts
 from pdboot.preflight.checks.model import ModelAreaFacts
 from pdboot.preflight.checks.network import NetworkFacts
+from pdboot.preflight.checks.owners import OwnerFacts
 from pdboot.preflight.checks.rdma import RdmaFacts
 from pdboot.preflight.checks.route import RouteFacts
 from pdboot.preflight.checks.topo import TopoFacts
@@ -34,3 +35,4 @@ class HostFacts:
     model: ModelAreaFacts | None = None
     topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)
     cpu: CpuFacts | None = None  # device: cpu hosts (lscpu, /proc/cpuinfo, free)
+    owners: OwnerFacts | None = None  # this deployment's containers, and each pid's container

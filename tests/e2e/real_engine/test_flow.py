@@ -109,8 +109,7 @@ def test_up_again_changes_nothing(deployed: Deployed) -> None:
     tb = deployed.tb
     before = {r: container(tb, h, NAME, r) for h, r in
               (("prefill", "prefill"), ("decode", "decode"), ("ingress", "router"))}
-    # TODO(w22-rerun): without --skip-preflight once preflight knows its own ports
-    again = pdboot("up", str(deployed.inv), "--skip-preflight", "--no-speed")
+    again = pdboot("up", str(deployed.inv), "--no-speed")  # preflight knows its own ports
     assert again.returncode == 0, output(again)[-4000:]
     for key in ("decode@decode", "prefill@prefill", "router@ingress"):
         assert any(key in ln and "unchanged" in ln for ln in again.stdout.splitlines()), key
