@@ -264,8 +264,7 @@ class Testbed:
             keys = images.ensure_pushed(self, registry_data, real_vllm)
             deadline = max(deadline, time.monotonic() + 30)  # a build is not a slow host
         if real_vllm:
-            cpu_ref = f"{images.CPU_REPO}:{images.CPU_TAG}"
-            shutil.copytree(images.cpu_model_dir(keys[cpu_ref]), self.cpu_model)
+            shutil.copytree(images.cpu_model_dir(keys[images.MODEL_KEY]), self.cpu_model)
         for spec in specs:
             h = self.hosts[spec.name]
             if spec.sshd:

@@ -127,9 +127,16 @@ def cpu_key() -> str:
     return _sha(base_key(), *vllm_cpu.key_parts())
 
 
-def cpu_model_dir(key: str | None = None) -> Path:
-    """The tiny model made inside the real vLLM image (kept with the image: same key)."""
-    return CACHE_DIR / f"model-{vllm_cpu.MODEL_NAME}-{key or cpu_key()}"
+MODEL_KEY = "model"  # ensure_pushed's answer: the tiny model's content key under this name
+
+
+def cpu_model_key() -> str:
+    return _sha(cpu_key(), vllm_cpu.MAKE_MODEL.read_bytes())
+
+
+def cpu_model_dir(key: str) -> Path:
+    """The tiny model made inside the real vLLM image (keyed by the image and the script)."""
+    return CACHE_DIR / f"model-{vllm_cpu.MODEL_NAME}-{key}"
 
 
 def wanted(real_vllm: bool = False) -> dict[str, str]:
@@ -199,28 +206,37 @@ def prepare_registry_data(dest: Path) -> None:
 
 def ensure_pushed(tb: Testbed, data: Path, real_vllm: bool = False) -> dict[str, str]:
     """Build and push every image whose content key changed; then refresh the cache.
-    Returns the content keys (read once: a file edited meanwhile changes nothing here)."""
+    Returns the content keys, the model's under MODEL_KEY (read once: a file edited
+    meanwhile changes nothing here)."""
     want = wanted(real_vllm)
     have = _built(data)
     stale = [ref for ref, key in want.items() if have.get(ref) != key]
     cpu_ref = f"{CPU_REPO}:{CPU_TAG}"
-    if real_vllm and cpu_ref not in stale and not (cpu_model_dir(want[cpu_ref]) /
-                                                    ".done").exists():
-        stale.append(cpu_ref)  # the model is made inside the image: build both again
-    if not stale:
-        return want
+    model_key = cpu_model_key() if real_vllm else ""
+    need_model = real_vllm and not (cpu_model_dir(model_key) / ".done").exists()
+    keys = {**want, MODEL_KEY: model_key}
+    if not stale and not need_model:
+        return keys
     with _cache_lock():
         builder = _BuildEngine(tb)
         try:
             builder.start()
             for ref in stale:
                 t0 = time.monotonic()
-                _build_one(builder, ref, tb.registry, want[ref])
+                _build_one(builder, ref, tb.registry)
                 have[ref] = want[ref]
                 print(f"[testbed] built and pushed {ref} in {time.monotonic() - t0:.1f}s",
                       file=sys.stderr)
+            if need_model:  # made inside the image, which the build engine may not hold yet
+                target = f"{tb.registry}/{cpu_ref}"
+                if cpu_ref not in stale:
+                    vllm_cpu.say("pulling the cached image onto the build engine for the model")
+                    builder.docker("pull", "-q", target)
+                _make_cpu_model(builder, target, cpu_model_dir(model_key))
         finally:
             builder.stop()
+        if not stale:
+            return keys
         (data / BUILT_FILE).write_text(json.dumps(have, indent=1))
         cached = CACHE_DIR / "registry"
         tmp = CACHE_DIR / f"registry.new.{os.getpid()}"
@@ -237,7 +253,7 @@ def ensure_pushed(tb: Testbed, data: Path, real_vllm: bool = False) -> dict[str,
             cached.rename(old)
         tmp.rename(cached)
         shutil.rmtree(old, ignore_errors=True)
-    return want
+    return keys
 
 
 # ---------------------------------------------------------------------- building
@@ -285,7 +301,7 @@ class _BuildEngine:
         self.tb.save()
 
 
-def _build_one(builder: _BuildEngine, ref: str, registry: str, key: str) -> None:
+def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
     base = base_rootfs()
     work = builder.dir / "rootfs"
     shutil.rmtree(work, ignore_errors=True)
@@ -338,8 +354,7 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str, key: str) -> None
     t0 = time.monotonic()
     builder.docker("push", "-q", target)
     if big:
-        vllm_cpu.say(f"pushed in {time.monotonic() - t0:.0f}s; making the tiny model inside it")
-        _make_cpu_model(builder, target, cpu_model_dir(key))
+        vllm_cpu.say(f"pushed in {time.monotonic() - t0:.0f}s")
 
 
 def _make_cpu_model(builder: _BuildEngine, image: str, out: Path) -> None:
@@ -348,6 +363,7 @@ def _make_cpu_model(builder: _BuildEngine, image: str, out: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     t0 = time.monotonic()
+    vllm_cpu.say("making the tiny model inside the image (seeded weights, local tokenizer)")
     builder.docker("run", "--rm", "--network", "none", "--entrypoint", "python3",
                    "-v", f"{vllm_cpu.MAKE_MODEL}:/make_model.py:ro", "-v", f"{tmp}:/out",
                    image, "/make_model.py", "/out")

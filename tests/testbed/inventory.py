@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 TEST_MODEL = "Qwen/Qwen3-0.6B"
 REAL_SERVED_NAME = "tiny-llama"
-REAL_TIER_ARGS = ("--max-model-len", "4096", "--enforce-eager")  # real_engine_settings: why
+REAL_TIER_ARGS = ("--max-model-len", "8192", "--enforce-eager")  # real_engine_settings: why
 # Engines of one testbed share this machine's cores; 2 here. A tier's engines per host.
 REAL_CORES = os.cpu_count() or 2
 
@@ -42,8 +42,8 @@ def real_engine_settings(tb: Testbed, engines_per_host: int = 1) -> dict[str, An
     decode = [[(REAL_CORES - 1 - i) % REAL_CORES] for i in range(n)]
     # float32 is pdboot's `device: cpu` default (README). --enforce-eager: the test image has
     # no C++ compiler, and torch.compile on CPU (inductor) needs one ("InvalidCxxCompiler: No
-    # working C++ compiler found"); eager also starts faster on 2 cores. 4096 tokens: pdboot's
-    # KV speed prompt (900 words) is ~3000 tokens with the tiny model's small vocabulary.
+    # working C++ compiler found"); eager also starts faster on 2 cores. 8192 tokens: pdboot's
+    # KV speed prompt (900 words) is ~5000 tokens with the tiny model's small vocabulary.
     tier: dict[str, Any] = {"extra_args": list(REAL_TIER_ARGS)}
     if n > 1:
         tier["engines_per_host"] = n

@@ -35,7 +35,7 @@ def deployed(real_deployment: Deployed) -> Deployed:
 
 
 def _of(evs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [e for e in evs if e.get("kind") == kind]
+    return [e for e in evs if e.get("event") == kind]
 
 
 def chat(d: Deployed, url: str, text: str, tokens: int = 8) -> dict[str, Any]:

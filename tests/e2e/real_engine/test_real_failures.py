@@ -73,7 +73,7 @@ def test_engine_refusing_an_argument_is_diagnosed(tb: Testbed) -> None:
         assert res.returncode == 1, output(res)[-3000:]
         out = output(res)
         assert "unrecognized arguments: --no-such-flag" in out, out[-3000:]
-        failed = [e for e in evs if e["kind"] == "failure"]
+        failed = [e for e in evs if e["event"] == "failure"]
         assert failed and failed[0]["service"] == "decode@decode", failed
         assert any("unrecognized" in line or "argument" in line
                    for line in failed[0]["diagnosis"]), failed[0]
@@ -87,7 +87,7 @@ def test_tiers_disagreeing_on_dtype_fail_the_handshake(tb: Testbed) -> None:
     res, evs = up(tb, "dtype", prefill={"extra_args": [*TIER_ARGS, "--dtype", "bfloat16"]})
     try:
         assert res.returncode == 1, output(res)[-3000:]
-        kv = [e for e in evs if e["kind"] == "kv_verdict"]
+        kv = [e for e in evs if e["event"] == "kv_verdict"]
         assert kv and not kv[-1]["ok"], kv
         assert "nixl_compat_hash" in findings(tb, "dtype")
         assert "compatibility" in output(res).lower(), output(res)[-3000:]
@@ -137,7 +137,7 @@ def test_unreachable_side_channel_is_diagnosed(tb: Testbed) -> None:
     try:
         res, evs = up(tb, "sidech")
         assert res.returncode == 1, output(res)[-3000:]
-        kv = [e for e in evs if e["kind"] == "kv_verdict"]
+        kv = [e for e in evs if e["event"] == "kv_verdict"]
         assert kv and not kv[-1]["ok"], kv
         assert "side_channel_unreachable" in findings(tb, "sidech"), output(res)[-3000:]
     finally:

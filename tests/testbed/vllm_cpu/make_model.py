@@ -55,7 +55,7 @@ def tokenizer(out: Path) -> dict[str, int]:
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-        "pad_token": PAD, "add_bos_token": False, "model_max_length": 4096,
+        "pad_token": PAD, "add_bos_token": False, "model_max_length": 16384,
         "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE,
     }, indent=1, sort_keys=True) + "\n")
     (out / "special_tokens_map.json").write_text(json.dumps(
@@ -71,7 +71,7 @@ def model(out: Path, ids: dict[str, int]) -> None:
     torch.manual_seed(SEED)
     cfg = LlamaConfig(vocab_size=ids["vocab"], hidden_size=256, intermediate_size=512,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=64, max_position_embeddings=4096, bos_token_id=ids["bos"],
+                      head_dim=64, max_position_embeddings=16384, bos_token_id=ids["bos"],
                       eos_token_id=ids["eos"], pad_token_id=ids["pad"],
                       tie_word_embeddings=False, torch_dtype="float32")
     m = LlamaForCausalLM(cfg)

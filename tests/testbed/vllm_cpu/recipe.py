@@ -180,9 +180,10 @@ def requirements() -> list[str]:
 
 
 def key_parts() -> list[str | bytes]:
-    """Everything that goes into the image and the model (images.py hashes it)."""
+    """Everything that goes into the image (images.py hashes it; the model's key is this
+    image's key and make_model.py: a changed model script does not rebuild the image)."""
     return [RECIPE_VERSION, REQUIREMENTS.read_bytes(), LAUNCHER, SITECUSTOMIZE, *EXTRA_DEBS,
-            *TRIM_GLOBS, *CHANGES, MAKE_MODEL.read_bytes()]
+            *TRIM_GLOBS, *CHANGES]
 
 
 def say(msg: str) -> None:
