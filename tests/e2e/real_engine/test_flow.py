@@ -8,6 +8,8 @@ state), down. One deployment for the module; the tests run in file order on it.
 
 from __future__ import annotations
 
+import time
+import urllib.error
 from typing import Any
 
 import pytest
@@ -128,7 +130,16 @@ def test_prefill_restart_then_decode_restart_keeps_pd(deployed: Deployed) -> Non
     wait_health(deployed.prefill, 420)
     wait_health(deployed.decode, 420)
     m = f"{deployed.decode}/metrics"
-    reply = chat(deployed, deployed.router, "after the restarts, five six seven eight")
+    # the router answers 503 until its own health check sees the restarted workers again
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            reply = chat(deployed, deployed.router, "after the restarts, five six seven eight")
+            break
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
     assert reply["usage"]["completion_tokens"] == 8
     assert metric(m, "vllm:nixl_xfer_time_seconds_count") == 1  # a fresh decode's first pull
     assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0
