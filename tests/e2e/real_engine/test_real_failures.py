@@ -3,8 +3,9 @@ own text: an engine that refuses an argument at start; tiers that disagree on a
 compatibility-hash input (--dtype); a prefill killed between its answer and the decode's pull,
 under kv_load_failure_policy `fail` and then `recompute`. (An unreachable side channel, the
 prefill's port 5600 silently dropped, made `up` exit 1 with no diagnosis at all in the one run
-seen: not a test yet, see docs/real-vllm-vs-standin.md.) Runs after test_flow.py took the shared deployment down (file names sort so);
-each test starts what it breaks and takes it down again.
+seen: not a test yet, see docs/real-vllm-vs-standin.md.) Runs after test_flow.py took the
+shared deployment down (file names sort so); each test starts what it breaks and takes it
+down again.
 """
 
 from __future__ import annotations
