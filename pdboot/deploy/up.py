@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pdboot.deploy.actions import pull_all, ship_all, start_all
 from pdboot.deploy.down import clean_files, stop_remove, teardown
+from pdboot.deploy.lockguard import under_lock
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.seams import (
     OP_DEADLINE,
-    EngineOps,
     HostsFactory,
     LockFactory,
     PreflightFn,
@@ -48,12 +48,9 @@ from pdboot.events import (
     KVVerdict,
     Note,
     PreflightDone,
-    PullDone,
-    PullProgress,
     Rollback,
     ServiceAction,
     ServiceReady,
-    ServiceStarted,
     ServiceWait,
     StageStarted,
     TierReady,
@@ -64,20 +61,16 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
-from pdboot.plan.render import render_host
 from pdboot.preflight import image_probe
 from pdboot.preflight.findings import (
-    RECORD_FILE,
     Findings,
     describe,
     describe_nics,
     plan_from,
     records_to_ship,
 )
-from pdboot.transport.docker_parse import PullProgress as EnginePull
 from pdboot.transport.hosts import (
     Hosts,
-    Link,
     SecretError,
     api_key_headers,
     project_dir,
@@ -87,8 +80,8 @@ from pdboot.transport.hosts import (
 )
 from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
+from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
-from pdboot.verify.probes import KVCounters, completion_text, kv_verdict, prompt_tokens
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
@@ -106,11 +99,6 @@ class UpOptions:
 
 class _Stop(Exception):
     """A step failed and was reported; `up` exits 1."""
-
-
-def render_compose(plan: Plan, host: str) -> str:
-    """The one call into render: a pure function of the plan."""
-    return render_host(plan, host)
 
 
 def up(
@@ -134,10 +122,8 @@ def up(
     if isinstance(held, int) or held is None:  # None is only for `down`
         code = held or EXIT_FAILED
     else:
-        try:
-            code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
-        finally:
-            held.release()
+        code = under_lock(emit, held, inv.router.host, "up", lambda checked: _up(
+            inv, opts, checked, preflight, clk, hosts_factory, fetch))  # fmt: skip
     took = clk.now() - t0
     emit(Done("up", code, took, f"deployed in {took:.1f}s" if code == EXIT_OK else ""))
     return code
@@ -194,6 +180,7 @@ def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceW
         return ServiceWait(key, state, detail, line)
     return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
+
 @dataclass(frozen=True)
 class _Env:
     clock: Clock
@@ -248,8 +235,7 @@ class _Up:
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
-        # annotated: mypy checks here that the real Engine satisfies EngineOps
-        engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
+        engines = {h: link.engine for h, link in hosts.links.items()}
         self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
 
     # ---- the sequence
@@ -287,21 +273,7 @@ class _Up:
         self.emit(
             StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
         )
-
-        def pull_host(host: str, link: Link) -> None:
-            for img in wanted[host]:
-                done = [0]
-                t0 = time.monotonic()
-
-                def on_progress(p: EnginePull, img: str = img, done: list[int] = done) -> None:
-                    done[0] = p.done
-                    self.emit(PullProgress(host, img, p.done, p.total, p.status))
-
-                r = link.engine.pull(img, on_progress)
-                took = time.monotonic() - t0
-                self.emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
-
-        _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
+        errors = pull_all(self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds)
         if errors:
             report_errors(self.emit, "pull failed on", errors)
             raise _Stop
@@ -324,21 +296,16 @@ class _Up:
 
     def ship(self) -> None:
         self.emit(StageStarted("ship"))
-        texts = {h: render_compose(self.plan, h) for h in self.plan.hosts}
         token = self.env.token
         secrets = secrets_env(token) if token is not None else None
-
-        def ship_host(host: str, link: Link) -> None:
-            needs = any(s.uses_secrets for s in self.plan.hosts[host].services)
-            extra = {RECORD_FILE: self.records[host]} if host in self.records else None
-            link.engine.ship(self.dir, texts[host], secrets if needs else None, extra)
-
-        _, errors = self.hosts.each(ship_host, OP_DEADLINE)
+        errors = ship_all(self.hosts, self.plan, self.dir, secrets, self.records)
         if errors:
             report_errors(self.emit, "cannot ship the compose project to", errors)
             raise _Stop
         extra = f" and {SECRETS_FILE} (0600)" if secrets is not None else ""
-        self.emit(Note(f"shipped compose.yaml{extra} to {self.dir} on {len(texts)} host(s)"))
+        self.emit(
+            Note(f"shipped compose.yaml{extra} to {self.dir} on {len(self.plan.hosts)} host(s)")
+        )
 
     # ---- observe / converge
 
@@ -368,37 +335,8 @@ class _Up:
     # ---- start and wait
 
     def start(self, steps: list[Step]) -> None:
-        """Every service of these steps at once: hosts in parallel, and a host's services
-        in one `compose up` each for new and recreated ones (compose starts them in
-        parallel; it returns once the containers run, loading happens afterwards)."""
-        todo: dict[str, list[Step]] = {}
-        for s in steps:
-            if s.kind != "unchanged":
-                todo.setdefault(s.service.host, []).append(s)
         self.emit(StageStarted("start", tuple(s.service.key for s in steps)))
-        if not todo:
-            return
-
-        def start_host(host: str, link: Link) -> None:
-            # Recreations first: each frees its old container's ports and GPU memory,
-            # which a service created in this run may take (a port or GPUs moved to
-            # another engine; preflight passed them as "up replaces it").
-            for recreate in (True, False):
-                batch = [s for s in todo[host] if (s.kind == "recreate") == recreate]
-                if not batch:
-                    continue
-                names = [s.service.name for s in batch]
-                link.engine.compose_up(
-                    self.dir,
-                    self.plan.hosts[host].project,
-                    names[0] if len(names) == 1 else names,
-                    recreate=recreate,
-                    timeout=OP_DEADLINE,
-                )
-                for s in batch:
-                    self.emit(ServiceStarted(s.service.key, recreate))
-
-        _, errors = self.hosts.each(start_host, OP_DEADLINE, only=todo)
+        errors = start_all(self.hosts, self.plan, self.dir, steps, self.emit)
         if errors:
             report_errors(self.emit, "cannot start services on", errors)
             raise _Stop
@@ -449,8 +387,7 @@ class _Up:
                 announced.add(key)
                 self.emit(ServiceReady(key, t.elapsed))
         rows = tuple(
-            _service_wait(key, p.state, p.detail, self.prober)
-            for key, p in t.states.items()
+            _service_wait(key, p.state, p.detail, self.prober) for key, p in t.states.items()
         )
         self.emit(WaitTick(t.elapsed, rows))
 
@@ -478,7 +415,7 @@ class _Up:
             clean_files(self.hosts, self.inv, self.plan, False, self.emit)
         else:
             kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
-            if e.probe.detail.startswith(f"host {svc.host} lost"):
+            if e.probe.host_lost:
                 kind = "is out of reach (its host was lost)"
             self.emit(
                 Note(
@@ -491,37 +428,18 @@ class _Up:
 
     def prove(self) -> None:
         self.emit(StageStarted("prove"))
-        fetch = self.env.fetch
-        # a DP head's /metrics carries every rank's counters (engine="<rank>")
-        decodes = [s for s in self.plan.services() if s.role == "decode" and not s.headless]
-        before = [KVCounters.parse(fetch(f"{d.url}/metrics").body) for d in decodes]
-        body = {
-            "model": self.plan.served_model_name,
-            "messages": [{"role": "user", "content": "Say hello in five words."}],
-            "max_tokens": 8,
-            "temperature": 0,
-        }
-        a = fetch(
-            f"{self.plan.endpoint}/v1/chat/completions",
-            body=body,
-            timeout=300.0,
-            headers=api_key_headers(self.env.token or {}),
-        )
-        text = completion_text(a.body) if a.ok else ""
-        if not a.ok or not text:
+        proof = prove_kv(self.plan, self.env.fetch, api_key_headers(self.env.token or {}))
+        if proof.verdict is None:
             self.emit(
                 Note(
-                    "error: test chat completion through the router failed: "
-                    f"{a.describe()} {a.body[:500]}",
+                    f"error: test chat completion through the router failed: {proof.failure}",
                     "error",
                 )
             )
             self.explain("the test request failed")
             raise _Stop
-        after = [KVCounters.parse(fetch(f"{d.url}/metrics").body) for d in decodes]
-        total = KVCounters.total([a2 - b for a2, b in zip(after, before, strict=True)])
-        v = kv_verdict(total, prompt_tokens(a.body))
-        self.emit(KVVerdict(v.ok, v.confirmed, v.message, text.strip(), v.cause))
+        v = proof.verdict
+        self.emit(KVVerdict(v.ok, v.confirmed, v.message, proof.text.strip(), v.cause))
         if not v.ok:
             self.explain("the KV path failed")
             raise _Stop

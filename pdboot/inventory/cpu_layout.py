@@ -94,7 +94,7 @@ def engine_cores(inv: Inventory) -> dict[str, dict[tuple[str, int], Cores | None
     """host -> (role, engine index) -> its cores (None: vLLM's own binding). Prefill
     engines are laid out before decode engines on a host, each tier in engine order."""
     out: dict[str, dict[tuple[str, int], Cores | None]] = {}
-    tiers = (("prefill", inv.prefill), ("decode", inv.decode))
+    tiers = inv.tiers()
     for host in dict.fromkeys(inv.prefill.hosts + inv.decode.hosts):
         claimed = {
             x for _, t in tiers if host in t.hosts for grp in (_explicit(t) or []) for x in grp
@@ -153,7 +153,7 @@ def cpu_rules(inv: Inventory) -> list[Rule]:
     """The device rules: one device for both tiers; `cpus` only on CPU; on CPU no GPUs,
     no DP, cores that split and do not overlap, block sizes vLLM's CPU attention takes."""
     out: list[Rule] = []
-    tiers = (("prefill", inv.prefill), ("decode", inv.decode))
+    tiers = inv.tiers()
     for tname, tier in tiers:
         if tier.device is not None and tier.device != inv.device:
             out.append(
@@ -284,7 +284,7 @@ def _core_shape_rules(tname: str, tier: Tier) -> list[Rule]:
 
 def _host_rules(inv: Inventory) -> list[Rule]:
     out: list[Rule] = []
-    tiers = (("prefill", inv.prefill), ("decode", inv.decode))
+    tiers = inv.tiers()
     for host, engines in engine_cores(inv).items():
         unbound = [k for k, v in engines.items() if v is None]
         if len(engines) > 1 and unbound:

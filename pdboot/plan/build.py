@@ -1,9 +1,9 @@
 """Inventory -> what runs where, in which order (pure; no I/O).
 
 One compose project per host (``pdboot-<deployment>``) holding that host's services:
-``decode``, ``prefill`` and/or ``router``. Start order: every decode engine, then every
-prefill engine, then the router (decode must be serving before prefill hands it work,
-and the router only starts once it has workers to register).
+``decode``, ``prefill`` and/or ``router``. Start order: every engine of both tiers together
+(vLLM's NIXL connector needs nothing from the other tier at start-up), then the router once
+they answer /health (it registers both tiers as workers).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.plan.render import service_definition
 
 
 def project_name(inv: Inventory) -> str:
@@ -126,8 +127,7 @@ HEALTH_RETRIES = 3
 # The probe runs inside the engine container, which shares the host's network; the vLLM
 # image (and the stand-in) have python3, not curl.
 _PROBE = (
-    "import urllib.request; "
-    "urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
+    "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
 )
 
 
@@ -185,7 +185,7 @@ def _dp_args(inv: Inventory, e: EngineSpec) -> list[str]:
 
 
 def _engine_command(inv: Inventory, e: EngineSpec) -> list[str]:
-    tier = inv.prefill if e.role == "prefill" else inv.decode
+    tier = inv.tier(e.role)
     # a headless follower serves no HTTP: no --port
     port = [] if e.dp is not None and not e.dp.is_head else ["--port", str(e.port)]
     return [
@@ -232,7 +232,7 @@ def _engine(
     cores: tuple[int, ...] | None = None,
 ) -> Service:
     host, role = e.host, e.role
-    tier = inv.prefill if role == "prefill" else inv.decode
+    tier = inv.tier(role)
     address = advertised_address(inv.hosts[host])
     rdma = rdma_enabled(inv, host, rdma_present)
     env: dict[str, str] = {
@@ -242,9 +242,7 @@ def _engine(
         "HF_HOME": HF_CACHE_IN_CONTAINER,
         **_cpu_env(inv, tier, cores),
     }
-    ucx, nic = _ucx_env(
-        inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces
-    )
+    ucx, nic = _ucx_env(inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces)
     if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
         nic = "RDMA auto: the nearest HCA port needs preflight's facts"
         if inv.device == "cpu":  # no GPUs to be near
@@ -311,8 +309,12 @@ def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
     r = inv.router
     if "cache_aware" not in policies:
         return []
-    return ["--cache-threshold", f"{r.cache_threshold:g}",
-            "--balance-abs-threshold", str(r.balance_abs_threshold)]
+    return [
+        "--cache-threshold",
+        f"{r.cache_threshold:g}",
+        "--balance-abs-threshold",
+        str(r.balance_abs_threshold),
+    ]
 
 
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
@@ -382,9 +384,6 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
 def _with_hash(svc: Service) -> Service:
     """The hash of the service's rendered definition (less the hash label), as Compose v1
     hashed its config dict: any setting that reaches the container changes it."""
-    # render imports this module for the types; the definition is render's to lay out
-    from pdboot.plan.render import service_definition
-
     material = json.dumps(service_definition(svc, with_hash=False), sort_keys=True)
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 
@@ -421,7 +420,12 @@ def build_plan(
     services = [
         _with_hash(
             _engine(
-                inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host),
+                inv,
+                e,
+                rdma_present,
+                rdma_ports,
+                _nic_for(e, nics),
+                ifaces.get(e.host),
                 cores.get(e.host, {}).get((e.role, e.index)),
             )
         )

@@ -23,6 +23,21 @@ class _Dumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
 
+# Characters YAML reads as line breaks (NEL, LS, PS) or drops (BOM) that PyYAML, with
+# allow_unicode, writes raw into plain and single-quoted scalars: the reader folds them
+# into spaces, so the container would get another argv than the inventory says. In a
+# double-quoted scalar PyYAML escapes them (\N \L \P \uFEFF; Compose's yaml.v3 reads them).
+_BREAKS = frozenset("\x85\u2028\u2029\ufeff")
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = '"' if any(c in _BREAKS for c in value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
 class UnknownHostError(ValueError):
     """The host runs nothing in this plan (or is not in the inventory)."""
 
@@ -71,9 +86,7 @@ def _header(plan: Plan, hp: HostPlan) -> str:
 def several_engines(plan: Plan) -> bool:
     """Does some tier run several engines on a host? (Only then are the per-engine notes
     written, so single-engine deployments render as they always did.)"""
-    return bool(plan.unresolved) or any(
-        s.engine_index > 0 or s.dp_role for s in plan.services()
-    )
+    return bool(plan.unresolved) or any(s.engine_index > 0 or s.dp_role for s in plan.services())
 
 
 def _gpus(s: Service) -> str:
@@ -137,7 +150,9 @@ def service_definition(s: Service, *, with_hash: bool = True) -> dict[str, Any]:
         svc["environment"] = dict(s.environment)
     if s.env_file is not None:
         # Only the reference: the file holds the value and is written by `up`, mode 0600.
-        svc["env_file"] = [{"path": s.env_file, "required": False}]
+        # Required: a missing secrets.env must fail the start loudly, not start engines
+        # without their token (Compose refuses "env file ... not found").
+        svc["env_file"] = [{"path": s.env_file, "required": True}]
     # Host networking: NIXL's side channel and UCX bind host interfaces and ephemeral
     # ports, and the router must reach engines by the hosts' addresses.
     svc["network_mode"] = s.network_mode

@@ -64,8 +64,6 @@ class HostLost(RemoteError):
         )
 
 
-
-
 def command_line(cmd: Sequence[str] | str) -> str:
     """An argv list becomes a shell-quoted line; a string is a script, passed as is."""
     if isinstance(cmd, str):
@@ -92,7 +90,17 @@ def put_text_script(path: str, mode: int) -> str:
 
 
 class Connection(Protocol):
-    name: str
+    """A host's connection as callers use it (``LocalConnection``, ``ssh.SSHConnection``, and
+    the unit tests' fakes)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def lost(self) -> str | None:
+        """Why the host counts as lost mid-run (None while it answers, and always for
+        hosts that cannot be lost: local ones)."""
+        ...
 
     def run(
         self, cmd: Sequence[str] | str, timeout: float | None = None, stdin: str | None = None
@@ -125,6 +133,10 @@ class BaseConnection:
                 self.name, "error", f"cannot write {path}: {self.masker.mask(res.stderr.strip())}"
             )
 
+    @property
+    def lost(self) -> str | None:
+        return None
+
     def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
         raise NotImplementedError
 
@@ -144,7 +156,7 @@ class LocalConnection(BaseConnection):
                 ["bash", "-c", line],
                 input=stdin if stdin is not None else "",
                 capture_output=True,
-                text=True,
+                encoding="utf-8",  # as over SSH: byte counts in scripts are UTF-8
                 errors="replace",
                 timeout=timeout,
                 check=False,

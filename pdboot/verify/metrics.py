@@ -1,17 +1,19 @@
 """P/D facts from one vLLM engine's ``/metrics`` text, and the verdicts drawn from them.
 
-Pure: text in, values out. Metric names are vLLM 0.33.0's, as prometheus_client exposes them
-(``/work/shared/fixtures/vllm-0.33.0/metrics.json``): counters end in ``_total``, histograms
+``EngineFacts`` is pdboot's one record of what an engine's metrics say: the KV proof of `up`,
+the KV speed per pair, `status` and its flags all read it. Pure: text in, values out (parsed
+by ``exposition``). Metric names are vLLM 0.33.0's, as prometheus_client exposes them
+(the shared fixture ``vllm-0.33.0/metrics.json``): counters end in ``_total``, histograms
 come as ``_bucket{le=...}`` / ``_count`` / ``_sum``; every sample carries ``model_name`` and
 ``engine`` labels (one scrape may hold several engines: data-parallel ranks).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from pdboot.verify.exposition import Histogram, Sample, histogram, histogram_sum, parse_exposition
 
 XFER_TIME = "vllm:nixl_xfer_time_seconds"
 XFER_BYTES = "vllm:nixl_bytes_transferred"
@@ -23,69 +25,8 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 QUANTILES = (0.5, 0.9, 0.99)
-
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-Labels = tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-def parse_exposition(text: str) -> list[Sample]:
-    """Every sample line of a Prometheus text exposition; comments and junk lines skipped."""
-    out: list[Sample] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\")
-                  for k, v in _LABEL.findall(m.group(2) or "")}
-        out.append(Sample(m.group(1), labels, value))
-    return out
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """Cumulative buckets as exported: (upper bound, count <= bound), +Inf last."""
-
-    buckets: tuple[tuple[float, float], ...] = ()
-    count: float = 0.0
-    total: float = 0.0
-
-    def __sub__(self, other: Histogram) -> Histogram:
-        theirs = dict(other.buckets)
-        return Histogram(tuple((le, c - theirs.get(le, 0.0)) for le, c in self.buckets),
-                         self.count - other.count, self.total - other.total)
-
-    def quantile(self, q: float) -> float | None:
-        """Prometheus ``histogram_quantile``: linear inside the bucket holding rank q*count;
-        the lowest bucket starts at 0; a rank in +Inf answers the highest finite bound."""
-        if not self.buckets or self.buckets[-1][1] <= 0 or math.isinf(self.buckets[0][0]):
-            return None  # nothing observed, or only a +Inf bucket: no bound to report
-        rank = q * self.buckets[-1][1]
-        lower, below = 0.0, 0.0
-        for le, cum in self.buckets:
-            if cum >= rank:
-                if math.isinf(le):
-                    return lower
-                if cum == below:
-                    return le
-                return lower + (le - lower) * (rank - below) / (cum - below)
-            lower, below = le, cum
-        return lower
+# An engine that exports none of these cannot confirm or refute a KV pull.
+KV_EVIDENCE = (f"{XFER_TIME}_count", f"{XFER_BYTES}_sum", FAILED_XFERS, PROMPT_BY_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -102,20 +43,31 @@ class EngineFacts:
     requests: float = 0.0
     generation_tokens: float = 0.0
     prompt_tokens_by_source: dict[str, float] = field(default_factory=dict)
-    ttft: Histogram = Histogram()
-    itl: Histogram = Histogram()
+    ttft: Histogram = field(default_factory=Histogram)
+    itl: Histogram = field(default_factory=Histogram)
+    known: bool = False  # it exports the KV evidence (KV_EVIDENCE) at all
 
     def __sub__(self, before: EngineFacts) -> EngineFacts:
         """What happened between two scrapes (``after - before``)."""
-        src = {k: v - before.prompt_tokens_by_source.get(k, 0.0)
-               for k, v in self.prompt_tokens_by_source.items()}
+        src = {
+            k: v - before.prompt_tokens_by_source.get(k, 0.0)
+            for k, v in self.prompt_tokens_by_source.items()
+        }
         return EngineFacts(
-            self.engine, self.model_name, self.kv_transfers - before.kv_transfers,
-            self.kv_bytes - before.kv_bytes, self.kv_seconds - before.kv_seconds,
+            self.engine,
+            self.model_name,
+            self.kv_transfers - before.kv_transfers,
+            self.kv_bytes - before.kv_bytes,
+            self.kv_seconds - before.kv_seconds,
             self.failed_transfers - before.failed_transfers,
-            self.expired_leases - before.expired_leases, self.requests - before.requests,
-            self.generation_tokens - before.generation_tokens, src,
-            self.ttft - before.ttft, self.itl - before.itl)
+            self.expired_leases - before.expired_leases,
+            self.requests - before.requests,
+            self.generation_tokens - before.generation_tokens,
+            src,
+            self.ttft - before.ttft,
+            self.itl - before.itl,
+            self.known and before.known,
+        )
 
     @property
     def local_compute_tokens(self) -> float:
@@ -125,24 +77,14 @@ class EngineFacts:
     def external_tokens(self) -> float:
         return self.prompt_tokens_by_source.get("external_kv_transfer", 0.0)
 
+    @property
+    def cached_tokens(self) -> float:
+        return self.prompt_tokens_by_source.get("local_cache_hit", 0.0)
+
     def percentiles(self, which: str) -> dict[str, float | None]:
         """``{"p50": s, "p90": s, "p99": s}`` of "ttft" or "itl" (None: no observation)."""
         h = self.ttft if which == "ttft" else self.itl
         return {f"p{round(q * 100)}": h.quantile(q) for q in QUANTILES}
-
-
-def _histogram(samples: Iterable[Sample], base: str) -> Histogram:
-    buckets: dict[float, float] = {}
-    count = total = 0.0
-    for s in samples:
-        if s.name == f"{base}_bucket" and "le" in s.labels:
-            le = float(s.labels["le"])
-            buckets[le] = buckets.get(le, 0.0) + s.value
-        elif s.name == f"{base}_count":
-            count += s.value
-        elif s.name == f"{base}_sum":
-            total += s.value
-    return Histogram(tuple(sorted(buckets.items())), count, total)
 
 
 def _facts(engine: str, samples: list[Sample]) -> EngineFacts:
@@ -155,10 +97,20 @@ def _facts(engine: str, samples: list[Sample]) -> EngineFacts:
             by_source[s.labels["source"]] = by_source.get(s.labels["source"], 0.0) + s.value
     model = next((s.labels["model_name"] for s in samples if "model_name" in s.labels), "")
     return EngineFacts(
-        engine, model, total(f"{XFER_TIME}_count"), total(f"{XFER_BYTES}_sum"),
-        total(f"{XFER_TIME}_sum"), total(FAILED_XFERS), total(EXPIRED_LEASES),
-        total(REQUEST_SUCCESS), total(GENERATION_TOKENS), by_source,
-        _histogram(samples, TTFT), _histogram(samples, ITL))
+        engine,
+        model,
+        total(f"{XFER_TIME}_count"),
+        total(f"{XFER_BYTES}_sum"),
+        total(f"{XFER_TIME}_sum"),
+        total(FAILED_XFERS),
+        total(EXPIRED_LEASES),
+        total(REQUEST_SUCCESS),
+        total(GENERATION_TOKENS),
+        by_source,
+        histogram(samples, TTFT),
+        histogram(samples, ITL),
+        any(s.name in KV_EVIDENCE for s in samples),
+    )
 
 
 def engine_facts(text: str) -> dict[str, EngineFacts]:
@@ -172,10 +124,20 @@ def engine_facts(text: str) -> dict[str, EngineFacts]:
 
 def merged(facts: Mapping[str, EngineFacts]) -> EngineFacts:
     """All engines of one server summed, as one (what a status line per container shows)."""
+    return total(facts.values())
+
+
+def total(facts: Iterable[EngineFacts]) -> EngineFacts:
+    """Engines summed (a tier's decode engines, one server's ranks); ``known`` if any is."""
     out = EngineFacts()
-    for f in facts.values():
+    for f in facts:
         out = _add(out, f)
     return out
+
+
+def server_facts(text: str) -> EngineFacts:
+    """One server's ``/metrics`` text, every engine (data-parallel rank) in it summed."""
+    return merged(engine_facts(text))
 
 
 def _add(a: EngineFacts, b: EngineFacts) -> EngineFacts:
@@ -183,18 +145,20 @@ def _add(a: EngineFacts, b: EngineFacts) -> EngineFacts:
     for k, v in b.prompt_tokens_by_source.items():
         src[k] = src.get(k, 0.0) + v
     return EngineFacts(
-        b.engine if not a.model_name else a.engine, a.model_name or b.model_name,
-        a.kv_transfers + b.kv_transfers, a.kv_bytes + b.kv_bytes, a.kv_seconds + b.kv_seconds,
-        a.failed_transfers + b.failed_transfers, a.expired_leases + b.expired_leases,
-        a.requests + b.requests, a.generation_tokens + b.generation_tokens, src,
-        _hadd(a.ttft, b.ttft), _hadd(a.itl, b.itl))
-
-
-def _hadd(a: Histogram, b: Histogram) -> Histogram:
-    sums: dict[float, float] = dict(a.buckets)
-    for le, c in b.buckets:
-        sums[le] = sums.get(le, 0.0) + c
-    return Histogram(tuple(sorted(sums.items())), a.count + b.count, a.total + b.total)
+        b.engine if not a.model_name else a.engine,
+        a.model_name or b.model_name,
+        a.kv_transfers + b.kv_transfers,
+        a.kv_bytes + b.kv_bytes,
+        a.kv_seconds + b.kv_seconds,
+        a.failed_transfers + b.failed_transfers,
+        a.expired_leases + b.expired_leases,
+        a.requests + b.requests,
+        a.generation_tokens + b.generation_tokens,
+        src,
+        histogram_sum(a.ttft, b.ttft),
+        histogram_sum(a.itl, b.itl),
+        a.known or b.known,
+    )
 
 
 # ---------------------------------------------------------------- verdicts
@@ -232,40 +196,53 @@ def decode_recomputes(name: str, delta: EngineFacts) -> Flag | None:
     local, ext = delta.local_compute_tokens, delta.external_tokens
     if delta.requests <= 0 or local <= 0 or local < RECOMPUTE_SHARE * (local + ext):
         return None
-    return Flag("decode_recomputes", "fail",
-                f"decode {name} computed {local:.0f} of {local + ext:.0f} prompt tokens "
-                "locally: it is recomputing prefills instead of pulling KV (requests sent "
-                "straight to it, or failed pulls with kv_load_failure_policy=recompute)")
+    return Flag(
+        "decode_recomputes",
+        "fail",
+        f"decode {name} computed {local:.0f} of {local + ext:.0f} prompt tokens "
+        "locally: it is recomputing prefills instead of pulling KV (requests sent "
+        "straight to it, or failed pulls with kv_load_failure_policy=recompute)",
+    )
 
 
-def idle_prefill_pool(prefills: Mapping[str, EngineFacts],
-                      decodes: Mapping[str, EngineFacts]) -> Flag | None:
+def idle_prefill_pool(
+    prefills: Mapping[str, EngineFacts], decodes: Mapping[str, EngineFacts]
+) -> Flag | None:
     """Deltas per engine name: decode served requests while no prefill received any."""
     served = sum(d.requests for d in decodes.values())
     if not prefills or served <= 0 or any(p.requests > 0 for p in prefills.values()):
         return None
-    return Flag("prefill_idle", "fail",
-                f"decode engines served {served:.0f} requests while the prefill pool "
-                f"({', '.join(sorted(prefills))}) received none: traffic bypasses P/D "
-                "(clients hit decode directly, or the router runs without --pd-disaggregation)")
+    return Flag(
+        "prefill_idle",
+        "fail",
+        f"decode engines served {served:.0f} requests while the prefill pool "
+        f"({', '.join(sorted(prefills))}) received none: traffic bypasses P/D "
+        "(clients hit decode directly, or the router runs without --pd-disaggregation)",
+    )
 
 
 def failing_transfers(name: str, delta: EngineFacts) -> Flag | None:
     if delta.failed_transfers <= 0:
         return None
-    return Flag("kv_transfer_failed", "fail",
-                f"decode {name}: {delta.failed_transfers:.0f} failed NIXL transfers "
-                f"(of {delta.failed_transfers + delta.kv_transfers:.0f}); `pdboot logs` shows "
-                "the handshake/transfer errors")
+    return Flag(
+        "kv_transfer_failed",
+        "fail",
+        f"decode {name}: {delta.failed_transfers:.0f} failed NIXL transfers "
+        f"(of {delta.failed_transfers + delta.kv_transfers:.0f}); `pdboot logs` shows "
+        "the handshake/transfer errors",
+    )
 
 
 def expired_leases(name: str, delta: EngineFacts) -> Flag | None:
     if delta.expired_leases <= 0:
         return None
-    return Flag("kv_lease_expired", "warn",
-                f"prefill {name}: {delta.expired_leases:.0f} requests' KV expired before any "
-                "decode pulled it (decode unreachable, crashed, or slower than "
-                "kv_lease_duration)")
+    return Flag(
+        "kv_lease_expired",
+        "warn",
+        f"prefill {name}: {delta.expired_leases:.0f} requests' KV expired before any "
+        "decode pulled it (decode unreachable, crashed, or slower than "
+        "kv_lease_duration)",
+    )
 
 
 @dataclass(frozen=True)
@@ -296,11 +273,18 @@ class SpeedVerdict:
 
     line: str
     flag: Flag | None
+    judged: bool = True  # False: too few bytes moved to say anything about the path
 
 
-def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool = False,
-                  rdma: bool = True, connector: str = "NixlConnector",
-                  device: str = "cuda") -> SpeedVerdict:
+def speed_verdict(
+    speed: PairSpeed,
+    link_gbps: float | None,
+    *,
+    same_host: bool = False,
+    rdma: bool = True,
+    connector: str = "NixlConnector",
+    device: str = "cuda",
+) -> SpeedVerdict:
     """Measured KV throughput of a pair next to what its link should give.
 
     ``link_gbps``: the RDMA port's rate from preflight, else the inventory's ``link_gbps``.
@@ -310,9 +294,13 @@ def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool 
     pair = f"{speed.prefill} -> {speed.decode}"
     gbps = speed.gbps
     if gbps is None or speed.nbytes < MIN_BYTES_TO_JUDGE:
-        return SpeedVerdict(f"{pair}: {speed.nbytes / 1e6:.1f} MB moved: too little to judge "
-                            f"the KV path (send a longer prompt, >= "
-                            f"{MIN_BYTES_TO_JUDGE / 1e6:.0f} MB of KV)", None)
+        return SpeedVerdict(
+            f"{pair}: {speed.nbytes / 1e6:.1f} MB moved: too little to judge "
+            f"the KV path (send a longer prompt, >= "
+            f"{MIN_BYTES_TO_JUDGE / 1e6:.0f} MB of KV)",
+            None,
+            judged=False,
+        )
     line = f"{pair}: {speed.nbytes / 1e6:.1f} MB in {speed.seconds:.3f} s = {gbps:.2f} Gbit/s"
     if same_host and not rdma:
         return SpeedVerdict(line + " (same host, no RDMA)", _same_host_flag(pair, connector))
@@ -321,14 +309,21 @@ def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool 
     line += f" of a {link_gbps:g} Gbit/s link ({gbps / link_gbps:.0%})"
     if device == "cpu" and not rdma:
         line += " over UCX/TCP"
-        return SpeedVerdict(line, None if gbps >= CPU_TCP_SHARE * link_gbps
-                            else _cpu_tcp_flag(pair, gbps / link_gbps))
+        return SpeedVerdict(
+            line,
+            None if gbps >= CPU_TCP_SHARE * link_gbps else _cpu_tcp_flag(pair, gbps / link_gbps),
+        )
     if gbps >= TCP_FALLBACK_SHARE * link_gbps:
         return SpeedVerdict(line, None)
-    return SpeedVerdict(line, Flag(
-        "kv_tcp_fallback", "warn",
-        f"{pair}: KV moves at {gbps / link_gbps:.0%} of the link: this looks like UCX falling "
-        "back to TCP. Usual causes: " + "; ".join(TCP_CAUSES)))
+    return SpeedVerdict(
+        line,
+        Flag(
+            "kv_tcp_fallback",
+            "warn",
+            f"{pair}: KV moves at {gbps / link_gbps:.0%} of the link: this looks like UCX falling "
+            "back to TCP. Usual causes: " + "; ".join(TCP_CAUSES),
+        ),
+    )
 
 
 # device: cpu: under this share of the link, UCX over TCP is slower than a TCP link allows
@@ -344,19 +339,23 @@ CPU_TCP_CAUSES = (
 
 def _cpu_tcp_flag(pair: str, share: float) -> Flag:
     return Flag(
-        "kv_cpu_tcp_slow", "warn",
+        "kv_cpu_tcp_slow",
+        "warn",
         f"{pair}: KV moves at {share:.0%} of the link over UCX/TCP (device: cpu). Usual "
-        "causes: " + "; ".join(CPU_TCP_CAUSES))
+        "causes: " + "; ".join(CPU_TCP_CAUSES),
+    )
 
 
 def _same_host_flag(pair: str, connector: str) -> Flag | None:
     if connector == "NixlPushConnector":
         return None
     return Flag(
-        "kv_pull_same_host", "warn",
+        "kv_pull_same_host",
+        "warn",
         f"{pair}: prefill and decode share a host without RDMA and use {connector} (pull): "
         "users report pull mode far slower than NixlPushConnector on such hosts "
-        "(vllm-project/vllm#52607); consider kv_connector: NixlPushConnector on both tiers")
+        "(vllm-project/vllm#52607); consider kv_connector: NixlPushConnector on both tiers",
+    )
 
 
 # A tier whose busiest engine took this share of at least 2 requests per engine is "pinned".
@@ -385,10 +384,13 @@ class Spread:
         name, top = max(self.requests.items(), key=lambda kv: kv[1])
         if top < PINNED_SHARE * self.total:
             return None
-        return Flag("tier_pinned", "warn",
-                    f"{self.tier}: {name} took {top:.0f} of {self.total:.0f} requests; the "
-                    f"router's {self.tier}_policy sends everything to one engine (cache_aware "
-                    "at low concurrency or with a shared prompt prefix: see docs/routing.md)")
+        return Flag(
+            "tier_pinned",
+            "warn",
+            f"{self.tier}: {name} took {top:.0f} of {self.total:.0f} requests; the "
+            f"router's {self.tier}_policy sends everything to one engine (cache_aware "
+            "at low concurrency or with a shared prompt prefix: see docs/routing.md)",
+        )
 
 
 def spread(tier: str, deltas: Mapping[str, EngineFacts]) -> Spread:

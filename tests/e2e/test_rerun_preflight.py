@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_deploy import ROOT, http_json, ids, output, pdboot, write_inventory
+from tests.e2e.test_up_status_down import ROOT, http_json, ids, output, pdboot, write_inventory
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 

@@ -1,15 +1,11 @@
-"""device: cpu preflight: the parsers on real captures (the expected facts stored beside
-each capture, tests/unit/fixtures/cpu/), and the verdicts from facts: each failure with
-its fix; the GPU checks skipped with the reason.
-
-Regenerate the expected facts after an intended parser change with
-``PDBOOT_UPDATE_GOLDEN=1 pytest tests/unit/test_cpu_checks.py`` and review the diff."""
+"""device: cpu preflight: the parsers on real captures (tests/unit/fixtures/cpu/; the facts
+stored beside each capture are compared by test_checks_fixtures.py), what the verdicts
+decide on in them, and the verdicts from facts: each failure with its fix; the GPU checks
+skipped with the reason."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,37 +19,6 @@ from pdboot.preflight.checks.host import DiskFacts, HostSysFacts, Mount
 from pdboot.preflight.run import contexts, evaluate_host, host_commands
 
 FIX = Path(__file__).parent / "fixtures" / "cpu"
-UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
-PARSERS: dict[str, Callable[[str], Any]] = {
-    "cat /proc/cpuinfo": cpu.parse_flags,
-    cpu.FLAGS: cpu.parse_flags,
-    cpu.LSCPU: cpu.parse_lscpu,
-    cpu.FREE: cpu.parse_free,
-}
-
-
-def as_json(value: Any) -> Any:
-    if isinstance(value, frozenset):
-        return sorted(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple):
-        return [as_json(v) for v in value]
-    return value
-
-
-CAPTURES = sorted(FIX.glob("*.txt"))
-
-
-@pytest.mark.parametrize("capture", CAPTURES, ids=[p.name for p in CAPTURES])
-def test_parsers_read_the_facts_stored_beside_each_capture(capture: Path) -> None:
-    sections = parse_sections(capture.read_text(encoding="utf-8"))
-    got = {cmd: as_json(PARSERS[cmd](s.output)) for cmd, s in sections.items() if cmd in PARSERS}
-    assert got, f"{capture.name}: no section pdboot parses"
-    expected = capture.with_suffix(".expected.json")
-    if UPDATE:
-        expected.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    assert got == json.loads(expected.read_text(encoding="utf-8"))
 
 
 def test_the_captures_hold_what_the_checks_decide_on() -> None:
@@ -242,3 +207,35 @@ def test_cpu_needs_carry_each_engines_cores_and_dtype() -> None:
         CpuNeed("prefill@box", (0,), 1, "float32"),
     )
     assert ctx.cpu_host and not ctx.gpus_here and ctx.cpu_kv_gib == 1
+
+
+def test_tier_agreement_counts_pdboots_cpu_dtype() -> None:
+    from pdboot.preflight.checks import agreement
+
+    same = CPU_INV.replace(
+        "prefill: {hosts: [box]}", "prefill: {hosts: [box], extra_args: [--dtype, float32]}"
+    )
+    assert agreement.evaluate(parse_inventory(same, "inv.yaml")).status == "pass"
+    differ = CPU_INV.replace(
+        "prefill: {hosts: [box]}", "prefill: {hosts: [box], extra_args: [--dtype, bfloat16]}"
+    )
+    r = agreement.evaluate(parse_inventory(differ, "inv.yaml"))
+    assert r.status == "fail" and "prefill 'bfloat16', decode 'float32'" in r.message
+
+
+def test_tp_ranks_left_to_vllm_need_a_numa_node_each() -> None:
+    text = """\
+name: rehearsal
+model: /srv/models/tiny
+device: cpu
+image: registry.example:5000/vllm-cpu:0.32.0
+hosts:
+  box: {address: 192.0.2.30}
+  box2: {address: 192.0.2.31}
+prefill: {hosts: [box2], tensor_parallel_size: 2}
+decode: {hosts: [box], tensor_parallel_size: 2}
+router: {host: box}
+"""
+    r = by_id(evaluate_host(ctx_of(text, "box2"), this_machine())[0])["cpu.cores"]
+    assert r.status == "fail" and "prefill@box2" in r.message and "this host has 1" in r.message
+    assert "cpu.cores_per_engine" in r.fix

@@ -71,3 +71,14 @@ def test_status_shows_each_cpu_engines_cores() -> None:
     assert "  prefill@cpu-a   cores 0" in lines
     assert not any("GPU" in ln for ln in nic_lines(rows) + lines)
     assert next(r for r in rows if r.role == "router").cores == ""
+
+
+def test_a_broken_gate_on_cpu_names_cpu_causes_not_gpudirect() -> None:
+    from dataclasses import replace
+
+    from pdboot.verify.gate import classify
+
+    broken = classify("alpha beta gamma", "delta epsilon")
+    assert "GPUDirect" in broken.message()
+    cpu = replace(broken, device="cpu").message()
+    assert "GPUDirect" not in cpu and "CPU engines" in cpu and "--dtype" in cpu

@@ -18,8 +18,8 @@ from pdboot.inventory.load import (
     parse_inventory,
 )
 from pdboot.inventory.safety import check_address, is_loopback_or_unspecified, looks_like_token
+from tests.shared_data import SERVE_ARGS_JSON
 
-FIXTURES = Path("/work/shared/fixtures/vllm-0.33.0")
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
 
 GOOD = """\
@@ -99,7 +99,6 @@ def test_the_injection_address_is_refused_with_its_line() -> None:
         ("10.0.0.5", "10.0.0.5"),
         ("2001:DB8::0:1", "2001:db8::1"),
         ("[2001:db8::1]", "2001:db8::1"),
-        ("fe80::1%eth0", "fe80::1%eth0"),
         ("local", "local"),
         ("i-0abc", "i-0abc"),
     ],
@@ -259,7 +258,8 @@ def test_alias_bomb_inside_kv_connector_extra_config_is_refused() -> None:
 def test_plain_aliases_and_merge_keys_still_work() -> None:
     text = GOOD.replace(
         "  gpu-a: {address: 192.0.2.10}",
-        "  gpu-a: &h {address: 192.0.2.10, rdma_devices: [mlx5_0]}\n  gpu-c: {<<: *h}",
+        "  gpu-a: {address: 192.0.2.10, <<: &h {rdma_devices: [mlx5_0]}}\n"
+        "  gpu-c: {<<: *h, address: 192.0.2.12}",
     )
     assert parse_inventory(text).hosts["gpu-c"].rdma_devices == ["mlx5_0"]
 
@@ -331,7 +331,7 @@ def test_oversized_text_is_refused() -> None:
 
 
 def test_reading_dev_zero_is_bounded() -> None:
-    with pytest.raises(InventoryError, match="larger than 1 MiB"):
+    with pytest.raises(InventoryError, match="character device, not a regular file"):
         load_inventory("/dev/zero")
 
 
@@ -492,7 +492,7 @@ def test_secret_flag_in_router_extra_args_is_refused() -> None:
 def test_secret_flags_are_real_vllm_options() -> None:
     from pdboot.inventory.rules import SECRET_FLAGS
 
-    actions = json.loads((FIXTURES / "serve-args.json").read_text())["actions"]
+    actions = json.loads(SERVE_ARGS_JSON.read_text())["actions"]
     options = {o for a in actions for o in a["option_strings"]}
     assert set(SECRET_FLAGS) <= options
 

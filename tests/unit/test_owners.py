@@ -17,6 +17,7 @@ from pdboot.plan.converge import Observed
 from pdboot.preflight import run as pf
 from pdboot.preflight.checks import CheckResult, HostContext, Section, gpu, owners, parse_sections
 from pdboot.preflight.checks import host as hostc
+from pdboot.preflight.contexts import contexts
 from pdboot.transport.fanout import Outcome
 
 FIX = Path(__file__).parent / "fixtures" / "owners"
@@ -38,7 +39,7 @@ def section(name: str, prefix: str) -> Section:
 
 def preflight_offline(inv: Inventory, prefix: str) -> pf.PreflightResult:
     """run_preflight's two halves over the captured batch outputs instead of SSH."""
-    ctxs = pf.contexts(inv)
+    ctxs = contexts(inv)
     outcomes = {h: Outcome(value=(capture(f"{prefix}-{h}"), 0.0, 0.5)) for h in HOSTS}
     reports, read = pf.read_reports(outcomes, ctxs, {})
     pf.judge_reports(inv, reports, read, {})
@@ -59,7 +60,7 @@ def test_captures_give_the_expected_facts(name: str) -> None:
         "inventory-regrouped.yaml" if name.startswith("regrouped") else "inventory.yaml"
     )
     host = name.split("-", 1)[1]
-    facts, parsed = pf.read_host(pf.contexts(inv)[host], capture(name))
+    facts, parsed = pf.read_host(contexts(inv)[host], capture(name))
     assert parsed == []
     own = facts.owners
     assert own is not None and own.listed
@@ -132,7 +133,7 @@ def test_a_foreign_listener_still_fails_beside_the_deployments_own() -> None:
 
 
 def _decode_ctx() -> HostContext:
-    return pf.contexts(inventory())["decode"]
+    return contexts(inventory())["decode"]
 
 
 def _with(name: str, prefix: str, output: str, rc: int | None = None) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdboot.inventory.cpu_layout import ENGINE_OVERHEAD_GIB, SHM_PER_ENGINE
+from pdboot.inventory.cpu_layout import ENGINE_OVERHEAD_GIB, SHM_PER_ENGINE, describe
 from pdboot.preflight.checks import (
     MISSING,
     CheckResult,
@@ -268,6 +268,19 @@ def _cores(ctx: HostContext, f: CpuFacts) -> CheckResult:
             f"not online here ({_span(f.info.online)} are): " + "; ".join(bad),
             "give the engines cores this host has (the tiers' cpus or cpu.cores_per_engine)",
         )
+    nodes = len(f.info.numa) or 1
+    auto_tp = [
+        n.engine for n in ctx.cpu_engines if n.cores is None and n.tensor_parallel_size > nodes
+    ]
+    if auto_tp:
+        return CheckResult(
+            "cpu.cores",
+            "fail",
+            f"{', '.join(auto_tp)}: vLLM's own binding puts each TP rank on its own NUMA node "
+            f'and this host has {nodes} ("Not enough allowed NUMA nodes to bind threads")',
+            "give the engines cores (cpu.cores_per_engine or the tiers' cpus): pdboot then "
+            "splits them over the TP ranks",
+        )
     need = sum(len(n.cores) if n.cores is not None else 1 for n in ctx.cpu_engines)
     if need > len(online):
         return CheckResult(
@@ -289,8 +302,6 @@ def _cores(ctx: HostContext, f: CpuFacts) -> CheckResult:
 
 
 def _span(cores: tuple[int, ...] | list[int]) -> str:
-    from pdboot.inventory.cpu_layout import describe
-
     return describe(tuple(cores)).removeprefix("cores ")
 
 

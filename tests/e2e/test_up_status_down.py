@@ -1,0 +1,515 @@
+"""`pdboot up/status/logs/down` end to end: the real CLI (a subprocess) against testbed hosts
+with real sshd, dockerd, Compose v2, registry and vllm-router; stand-in vLLM engines.
+
+Under CI=true a testbed that cannot start fails these tests; elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "hf_e2eSECRETtoken0123456789abcdef"  # a fake token the tests hunt for
+TOKEN_ENV = "PDBOOT_E2E_HF_TOKEN"
+
+
+@pytest.fixture
+def tb3(testbed_clean: Any) -> Any:
+    """The session's shared 3-host testbed (decode, prefill, ingress), cleaned around each
+    test (conftest: fails under CI=true when it cannot start, skips elsewhere)."""
+    return testbed_clean
+
+
+def write_inventory(
+    tb: Any,
+    path: Path,
+    *,
+    name: str,
+    prefill: list[str] | None = None,
+    decode: list[str] | None = None,
+    router: str = "ingress",
+    image: str | None = None,
+    prefill_env: dict[str, str] | None = None,
+    decode_env: dict[str, str] | None = None,
+    decode_args: list[str] | None = None,
+    ready_seconds: float = 60,
+    hf_token: bool = True,
+) -> Path:
+    prefill = prefill or ["prefill"]
+    decode = decode or ["decode"]
+    used = list(dict.fromkeys(prefill + decode + [router]))
+    inv: dict[str, Any] = {
+        "name": name,
+        "model": "Qwen/Qwen3-0.6B",
+        "image": image or tb.image,
+        "router_image": tb.router_image,
+        "ssh": {
+            "user": "root",
+            "identity_file": str(tb.identity_file),
+            "known_hosts": str(tb.known_hosts),
+            "use_ssh_config": False,
+            "connect_timeout": 5,
+        },
+        "hosts": {h: {"address": tb.hosts[h].address} for h in used},
+        "prefill": {
+            "hosts": prefill,
+            "env": {"STANDIN_LOAD_SECONDS": "0.5", **(prefill_env or {})},
+        },
+        "decode": {
+            "hosts": decode,
+            "env": {"STANDIN_LOAD_SECONDS": "0.5", **(decode_env or {})},
+            "extra_args": decode_args or [],
+        },
+        "router": {"host": router},
+        # the testbed's root lacks CAP_SYS_RESOURCE: lowered limits (testbed recipe)
+        "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
+        "requirements": {"min_free_disk_gb": 1},  # the machine's disk is shared by all hosts
+        "timeouts": {
+            "ready_seconds": ready_seconds,
+            "router_ready_seconds": 60,
+            "poll_interval_seconds": 0.2,
+            "pull_seconds": 300,
+        },
+    }
+    if hf_token:
+        inv["secrets"] = {"hf_token": f"env:{TOKEN_ENV}"}
+    path.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return path
+
+
+def pdboot(
+    *args: str, timeout: float = 300, preflight: bool = False
+) -> subprocess.CompletedProcess[str]:
+    # preflight has its own e2e tests; here it runs where a test asks (the 1P1D test, to show
+    # `up` gates on it, and re-runs of `up` on a live deployment, which must pass their own
+    # preflight: issue 22), and is skipped elsewhere to keep the suite short on 2 cores
+    if args[0] == "up" and not preflight:
+        args = (*args, "--skip-preflight")
+    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200", TERM="dumb")
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def output(res: subprocess.CompletedProcess[str]) -> str:
+    return res.stdout + res.stderr
+
+
+def containers(tb: Any, host: str, deployment: str | None = None) -> list[dict[str, Any]]:
+    args = ["ps", "-a", "--no-trunc", "--format", "{{json .}}"]
+    if deployment:
+        args += ["--filter", f"label=io.pdboot.deployment={deployment}"]
+    res = tb.hosts[host].docker(*args)
+    return [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+
+
+def ids(tb: Any, deployment: str) -> dict[str, str]:
+    """service key -> container id, over all hosts."""
+    out = {}
+    for h in tb.hosts:
+        for c in containers(tb, h, deployment):
+            labels = dict(kv.split("=", 1) for kv in c["Labels"].split(",") if "=" in kv)
+            out[f"{labels['io.pdboot.role']}@{labels['io.pdboot.host']}"] = c["ID"]
+    return out
+
+
+def started_at(tb: Any, deployment: str, role: str) -> str:
+    """The State.StartedAt of this deployment's one container of ``role``."""
+    for h in tb.hosts:
+        for c in containers(tb, h, deployment):
+            if f"io.pdboot.role={role}" in c["Labels"]:
+                res = tb.hosts[h].docker("inspect", "--format", "{{.State.StartedAt}}", c["ID"])
+                return str(res.stdout.strip())
+    raise AssertionError(f"no {role} container of {deployment}")
+
+
+def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+def down_clean(tb: Any, inv: Path, deployment: str) -> None:
+    res = pdboot("down", str(inv))
+    assert res.returncode == 0, output(res)
+    for h in tb.hosts:
+        assert containers(tb, h, deployment) == [], h
+
+
+# --------------------------------------------------------------------------- happy paths
+
+
+def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2e1",
+    )
+    res = pdboot("up", str(inv), preflight=True)
+    out = output(res)
+    assert res.returncode == 0, out
+    assert "preflight skipped" not in out and "PASS: 3 host(s)" in out  # the gate ran ...
+    for h in ("decode", "prefill", "ingress"):  # ... compactly: a line per host, no tables
+        assert re.search(rf"^{h}: \d+ passed", out, re.M), h
+    assert "docker.compose" not in out
+    router = f"http://{tb3.hosts['ingress'].address}:8000"
+    assert f"{router}/v1" in out and "curl " in out
+    assert "decode pulled the KV cache from a prefill engine" in out
+
+    # a chat completion through the router, decoded after a cross-host KV pull
+    decode_metrics = f"http://{tb3.hosts['decode'].address}:8201/metrics"
+    pulls = metric(decode_metrics, "vllm:nixl_xfer_time_seconds_count")
+    reply = http_json(
+        f"{router}/v1/chat/completions",
+        {
+            "model": "Qwen/Qwen3-0.6B",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4,
+        },
+    )
+    assert reply["choices"][0]["message"]["content"].strip()
+    assert reply["usage"]["completion_tokens"] == 4
+    assert metric(decode_metrics, "vllm:nixl_xfer_time_seconds_count") == pulls + 1
+    # one local prefill: the correctness gate's request sent straight to the decode; every
+    # request through the router pulled its KV
+    assert metric(decode_metrics, "standin_local_prefills_total") == 1
+
+    st = pdboot("status", str(inv), "--json")
+    assert st.returncode == 0, output(st)
+    doc = json.loads(st.stdout)
+    assert doc["healthy"] is True
+    assert {s["service"] for s in doc["services"]} == {
+        "decode@decode",
+        "prefill@prefill",
+        "router@ingress",
+    }
+    assert all(s["matches_inventory"] and s["health"] == "ok" for s in doc["services"])
+
+    before = ids(tb3, "e2e1")
+    again = pdboot("up", str(inv), preflight=True)  # its own ports and GPUs pass (issue 22)
+    assert again.returncode == 0, output(again)
+    for key in ("decode@decode", "prefill@prefill", "router@ingress"):
+        assert any(key in line and "unchanged" in line for line in again.stdout.splitlines()), key
+    assert ids(tb3, "e2e1") == before
+
+    lg = pdboot("logs", str(inv), "decode@decode", "--tail", "5")
+    assert lg.returncode == 0 and len(lg.stdout.strip().splitlines()) == 5, output(lg)
+    bad = pdboot("logs", str(inv), "proxy")
+    assert bad.returncode == 2 and "unknown role" in output(bad)
+
+    # secrets: the token file is 0600 in a 0700 dir, and the value is nowhere else
+    for h in ("decode", "prefill"):
+        st_ = tb3.hosts[h].exec(
+            "stat -c '%a' /var/lib/pdboot/e2e1 /var/lib/pdboot/e2e1/secrets.env"
+        )
+        assert st_.stdout.split() == ["700", "600"], st_
+        compose = tb3.hosts[h].exec("cat /var/lib/pdboot/e2e1/compose.yaml").stdout
+        assert "secrets.env" in compose and TOKEN not in compose
+        ps = tb3.hosts[h].exec("ps -eo args").stdout
+        assert TOKEN not in ps
+        cid = ids(tb3, "e2e1")[f"{'decode' if h == 'decode' else 'prefill'}@{h}"]
+        assert TOKEN not in tb3.hosts[h].docker("logs", cid).stdout
+        assert TOKEN not in tb3.hosts[h].docker("inspect", "--format", "{{json .Args}}", cid).stdout
+    for r in (res, st, again, lg):
+        assert TOKEN not in output(r)
+
+    # a container pdboot did not start, even one labelled like another deployment's
+    foreign = (
+        tb3.hosts["decode"]
+        .docker(
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--label",
+            "io.pdboot.deployment=someone-else",
+            "--entrypoint",
+            "python3",
+            tb3.image,
+            "-c",
+            "import time; time.sleep(600)",
+        )
+        .stdout.strip()
+    )
+    down_clean(tb3, inv, "e2e1")
+    assert [c["ID"] for c in containers(tb3, "decode")] == [foreign]
+    tb3.hosts["decode"].docker("rm", "-f", foreign)
+    # the token file went with the containers; the project and preflight's RDMA record stay
+    left = tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2e1").stdout.split()
+    assert left == ["compose.yaml", "rdma.json"]
+    nothing = pdboot("down", str(inv))
+    assert nothing.returncode == 0 and "nothing" in output(nothing)
+    st2 = pdboot("status", str(inv))
+    assert st2.returncode == 1
+
+
+def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> None:
+    tb = make_testbed(["decode", "d2", "prefill", "p2", "ingress"])
+    inv = write_inventory(
+        tb,
+        tmp_path / "inv.yaml",
+        name="e2e2",
+        prefill=["prefill", "p2"],
+        decode=["decode", "d2"],
+        router="ingress",
+    )
+    res = pdboot("up", str(inv))
+    assert res.returncode == 0, output(res)
+    # fresh hosts: every host pulled its image, with a progress line of its own
+    for h in tb.hosts:
+        img = tb.router_image if h == "ingress" else tb.image
+        assert f"{h}: {img}" in res.stdout, h
+    workers = http_json(f"http://{tb.hosts['ingress'].address}:8000/workers")
+    got = {(w["worker_type"], w["url"]) for w in workers["workers"]}
+    want = {("prefill", f"http://{tb.hosts[h].address}:8200") for h in ("prefill", "p2")}
+    want |= {("decode", f"http://{tb.hosts[h].address}:8201") for h in ("decode", "d2")}
+    assert got == want
+    assert all(w["is_healthy"] for w in workers["workers"])
+    st = pdboot("status", str(inv), "--json")
+    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 5
+    # --purge: containers, shipped files and pulled images go
+    res = pdboot("down", str(inv), "--purge")
+    assert res.returncode == 0, output(res)
+    for h in tb.hosts:
+        assert containers(tb, h, "e2e2") == []
+        # the project dir goes; the model cache (hf-cache) stays: weights are costly
+        assert "e2e2" not in tb.hosts[h].exec("ls /var/lib/pdboot").stdout.split(), h
+        images = tb.hosts[h].docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout
+        assert tb.image not in images and tb.router_image not in images, h
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2ecrash",
+        prefill_env={"STANDIN_CRASH_AT_START": "oom"},
+    )
+    t0 = time.monotonic()
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "CUDA out of memory" in out  # the engine's own log lines are shown
+    assert "cause (prefill@prefill): the GPU ran out of memory" in out
+    assert time.monotonic() - t0 < 60  # stopped on the exit, not at ready_seconds (60)
+    left = ids(tb3, "e2ecrash")
+    assert "decode@decode" in left and "router@ingress" not in left  # decode left as is
+    state = tb3.hosts["decode"].docker(
+        "inspect", "--format", "{{.State.Status}}", left["decode@decode"]
+    )
+    assert state.stdout.strip() == "running"
+
+    rb = pdboot("up", str(inv), "--rollback")
+    assert rb.returncode == 1, output(rb)
+    assert ids(tb3, "e2ecrash") == {}
+    assert "secrets.env" not in tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2ecrash").stdout
+    down_clean(tb3, inv, "e2ecrash")
+
+
+def test_never_healthy_honours_the_deadline(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2enever",
+        ready_seconds=4,
+        decode_env={"STANDIN_NEVER_HEALTHY": "1"},
+    )
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "decode@decode: no /health 200 within 4s" in out
+    # both engine tiers start together (README: start order); the router never started
+    assert set(ids(tb3, "e2enever")) == {"decode@decode", "prefill@prefill"}
+    down_clean(tb3, inv, "e2enever")
+
+
+def test_nonexistent_image_tag(tb3: Any, tmp_path: Path) -> None:
+    bad = tb3.image.rsplit(":", 1)[0] + ":v0.0.0-nope"
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2etag",
+        image=bad,
+    )
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "pull failed on decode" in out and "no such image or tag" in out and bad in out
+    assert ids(tb3, "e2etag") == {}
+
+
+def test_host_unreachable_during_down(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2eunreach",
+    )
+    assert pdboot("up", str(inv)).returncode == 0
+    tb3.hosts["prefill"].stop_sshd()
+    try:
+        res = pdboot("down", str(inv))
+        out = output(res)
+        assert res.returncode == 1, out
+        assert "cannot reach" in out and "prefill" in out
+        assert containers(tb3, "decode", "e2eunreach") == []
+        assert containers(tb3, "ingress", "e2eunreach") == []
+        assert len(containers(tb3, "prefill", "e2eunreach")) == 1  # untouched, unreachable
+        st = pdboot("status", str(inv), "--json")
+        assert st.returncode == 1
+        rows = {r["service"]: r["state"] for r in json.loads(st.stdout)["services"]}
+        assert rows["prefill@prefill"] == "unreachable" and rows["decode@decode"] == "absent"
+    finally:
+        tb3.hosts["prefill"].start_sshd()
+        tb3.hosts["prefill"].wait_sshd(time.monotonic() + 20)
+        tb3.save()
+    down_clean(tb3, inv, "e2eunreach")
+
+
+def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    inv = write_inventory(tb3, path, name="e2echange")
+    # with preflight like the re-runs below: its findings (RDMA auto) are part of the hashes
+    assert pdboot("up", str(inv), preflight=True).returncode == 0
+    before = ids(tb3, "e2echange")
+    write_inventory(
+        tb3,
+        path,
+        name="e2echange",
+        decode_args=["--max-model-len", "4096"],
+    )
+    res = pdboot("up", str(path), preflight=True)
+    out = res.stdout
+    assert res.returncode == 0, output(res)
+    lines = out.splitlines()
+    assert any("decode@decode" in ln and "recreate" in ln for ln in lines), out
+    assert any("prefill@prefill" in ln and "unchanged" in ln for ln in lines), out
+    assert any("router@ingress" in ln and "recreate" in ln for ln in lines), out
+    after = ids(tb3, "e2echange")
+    assert after["prefill@prefill"] == before["prefill@prefill"]
+    assert after["decode@decode"] != before["decode@decode"]
+    assert out.index("decode@decode") < out.index("router@ingress")
+    # now only prefill changes: the decode that held NIXL state for it is restarted after
+    # the prefill is ready (its StartedAt changes), then the router; a request still flows
+    started_before = started_at(tb3, "e2echange", "decode")
+    write_inventory(
+        tb3,
+        path,
+        name="e2echange",
+        decode_args=["--max-model-len", "4096"],
+        prefill_env={"PDBOOT_E2E": "1"},
+    )
+    res = pdboot("up", str(path), preflight=True)
+    assert res.returncode == 0, output(res)
+    lines = res.stdout.splitlines()
+    decode_line = next(ln for ln in lines if "decode@decode" in ln and "recreate" in ln)
+    assert "prefill@prefill" in decode_line and "NIXL" in decode_line, res.stdout
+    assert any("prefill@prefill" in ln and "recreate" in ln for ln in lines), res.stdout
+    assert ids(tb3, "e2echange")["decode@decode"] != after["decode@decode"]
+    assert started_at(tb3, "e2echange", "decode") != started_before
+    assert "correctness gate: the P/D answer equals" in res.stdout, res.stdout
+    down_clean(tb3, path, "e2echange")
+
+
+def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(
+        tb3,
+        tmp_path / "inv.yaml",
+        name="e2eint",
+        decode_env={"STANDIN_LOAD_SECONDS": "120"},
+    )
+    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pdboot", "up", str(inv), "--skip-preflight"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not containers(tb3, "decode", "e2eint"):
+            assert p.poll() is None, p.communicate()[0]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(1.0)  # now it is waiting for /health
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, out
+    assert "interrupted" in out and "decode@decode" in out
+    down_clean(tb3, inv, "e2eint")
+
+
+def test_registry_unreachable_names_host_and_cause(tb3: Any, tmp_path: Path) -> None:
+    repo_path = tb3.image.split("/", 1)[1]
+    gone = f"{tb3.registry.rsplit(':', 1)[0]}:5999/{repo_path}"  # nothing listens there
+    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2ereg", image=gone)
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "pull failed on decode" in out and "registry unreachable" in out
+    assert ids(tb3, "e2ereg") == {}
+
+
+def test_disk_full_during_pull(make_testbed: Any, tmp_path: Path) -> None:
+    from tests.testbed.harness import HostSpec
+
+    tb = make_testbed([HostSpec("decode", overrides={"disk_mb": 24}), "prefill", "ingress"])
+    inv = write_inventory(tb, tmp_path / "inv.yaml", name="e2edisk")
+    res = pdboot("up", str(inv))
+    out = output(res)
+    assert res.returncode == 1, out
+    assert "pull failed on decode" in out and "disk full" in out
+    assert "pull failed on prefill" not in out
+
+
+def test_missing_token_source_is_a_usage_error(tb3: Any, tmp_path: Path) -> None:
+    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2etok")
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    res = subprocess.run(
+        [sys.executable, "-m", "pdboot", "up", str(inv), "--skip-preflight"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 2, output(res)
+    assert TOKEN_ENV in output(res) and "not set" in output(res)
+    assert ids(tb3, "e2etok") == {}
