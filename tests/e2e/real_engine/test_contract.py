@@ -34,7 +34,8 @@ READ = {
     pm.XFER_TIME: set(), pm.XFER_BYTES: set(), pm.FAILED_XFERS: set(),
     pm.EXPIRED_LEASES: set(), pm.REQUEST_SUCCESS: set(), pm.GENERATION_TOKENS: set(),
     pm.TTFT: set(), pm.ITL: set(), pm.PROMPT_BY_SOURCE: {"source"},
-    probes.KV_XFERS: set(), probes.KV_BYTES: set(), probes.KV_FAILED: set(),
+    probes.KV_XFERS: set(), probes.KV_FAILED: set(),
+    **{name: set() for name in pm.KV_EVIDENCE if name != pm.PROMPT_BY_SOURCE},
 }
 # The phases both engines must show in their start-up log (CUDA graphs: GPU only).
 SHARED_PHASES = {"starting", "loading weights", "allocating KV cache", "starting API server",
