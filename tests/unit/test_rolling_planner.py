@@ -289,3 +289,16 @@ def test_an_engine_that_does_not_answer_has_nothing_in_flight() -> None:
     r = drain("http://x:1", lambda *_a, **_k: HttpAnswer(0, "", "connection refused"),
               FakeClock(), timeout=10, interval=1)
     assert r.drained and r.seconds == 0
+
+
+def test_an_api_key_keeps_the_static_worker_lists() -> None:
+    """An IGW-mode router 0.1.17 forwards no Authorization header to workers it could not
+    ask for their model (401 without the key): with secrets.api_key, static lists."""
+    from pdboot.plan.build import live_workers
+
+    base = INV % ("v0.33.0", "p1", "d1", "")
+    assert live_workers(parse_inventory(base))
+    keyed = parse_inventory(base + "secrets: {api_key: 'env:PDBOOT_KEY'}\n")
+    assert not live_workers(keyed)
+    router = next(s for s in build_plan(keyed).services() if s.role == "router")
+    assert "--enable-igw" not in router.command
