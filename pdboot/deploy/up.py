@@ -89,6 +89,8 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
 from pdboot.verify.probes import KVCounters, completion_text, kv_verdict, prompt_tokens
+from pdboot.weights.pin import PIN_FILE
+from pdboot.weights.stage import Pinned, Stager, engine_hosts, hf_token, in_thread, pin_weights
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
@@ -102,6 +104,7 @@ class UpOptions:
     speed: bool = True  # the long request that measures the KV path per pair (after prove)
     prove: bool = True
     no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
+    refresh_weights: bool = False  # move to the commit model_revision names now (weights/pin.py)
 
 
 class _Stop(Exception):
@@ -219,6 +222,11 @@ def _on_hosts(
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
+    pinned = pin_weights(inv, hosts, env.fetch, hf_token(env.token), emit,
+                         refresh=opts.refresh_weights)
+    if pinned is None:
+        return EXIT_FAILED
+    inv = pinned.inventory  # model_revision: the commit every engine loads
     plan = plan_from(inv, findings)
     if plan.unresolved:
         for line in plan.unresolved:
@@ -227,6 +235,7 @@ def _on_hosts(
     for line in describe(inv, plan, findings, skipped=opts.skip_preflight) + describe_nics(plan):
         emit(Note(line))
     run = _Up(inv, plan, hosts, opts, emit, env)
+    run.pinned = pinned
     run.records = records_to_ship(findings)
     run.port_gbps = findings.gbps
     try:
@@ -248,6 +257,7 @@ class _Up:
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
+        self.pinned: Pinned | None = None  # the weights' commit, staged during the pull
         # annotated: mypy checks here that the real Engine satisfies EngineOps
         engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
         self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
@@ -288,8 +298,11 @@ class _Up:
             StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
         )
 
+        stager = self.stager()
+
         def pull_host(host: str, link: Link) -> None:
-            for img in wanted[host]:
+            staging = None
+            for img in sorted(wanted[host], key=lambda i: i != self.inv.image):
                 done = [0]
                 t0 = time.monotonic()
 
@@ -300,11 +313,22 @@ class _Up:
                 r = link.engine.pull(img, on_progress)
                 took = time.monotonic() - t0
                 self.emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
+                if img == self.inv.image and stager is not None:  # the rest pull meanwhile
+                    staging = in_thread(lambda: stager.stage_host(host, link.engine))
+            if staging is not None:
+                staging()
 
         _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
         if errors:
             report_errors(self.emit, "pull failed on", errors)
             raise _Stop
+
+    def stager(self) -> Stager | None:
+        res = self.pinned.resolution if self.pinned is not None else None
+        if res is None:
+            return None
+        self.emit(StageStarted("weights", tuple(engine_hosts(self.inv))))
+        return Stager(self.inv, res, hf_token(self.env.token), self.emit)
 
     def check_image(self) -> None:
         """After the pull, before the start: the image asked on each engine host
@@ -330,8 +354,11 @@ class _Up:
 
         def ship_host(host: str, link: Link) -> None:
             needs = any(s.uses_secrets for s in self.plan.hosts[host].services)
-            extra = {RECORD_FILE: self.records[host]} if host in self.records else None
-            link.engine.ship(self.dir, texts[host], secrets if needs else None, extra)
+            extra = {RECORD_FILE: self.records[host]} if host in self.records else {}
+            pin = self.pinned.pin_text if self.pinned is not None else None
+            if pin is not None and host in engine_hosts(self.inv):
+                extra[PIN_FILE] = pin
+            link.engine.ship(self.dir, texts[host], secrets if needs else None, extra or None)
 
         _, errors = self.hosts.each(ship_host, OP_DEADLINE)
         if errors:

@@ -380,6 +380,22 @@ class Requirements(Strict):
         return v
 
 
+_REVISION_RE = r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}"  # a branch, tag or commit (no "..")
+
+
+class Weights(Strict):
+    """How the model's files reach the engine hosts (pdboot/weights/): staged once per host
+    at the pinned commit before any engine starts (stage), or fetched by each engine itself
+    at start-up (stage: false, vLLM's own download). seed first_host: download on the
+    first engine host only and copy from it to the others over the hosts' own network."""
+
+    stage: bool = True
+    seed: Literal["none", "first_host"] = "none"
+    seed_port: int = Field(default=8765, ge=1024, le=65535)  # the first host serves here
+    # the hub (or a mirror); None: $HF_ENDPOINT on the operator's machine, else huggingface.co
+    endpoint: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9.:\[\]_-]+(/\S*)?$")
+
+
 class Timeouts(Strict):
     ready_seconds: float = Field(default=1200.0, ge=1, le=MAX_READY_SECONDS)  # loads take minutes
     router_ready_seconds: float = Field(default=120.0, ge=1, le=DAY)
@@ -403,6 +419,9 @@ class Inventory(Strict):
     secrets: Secrets = Secrets()
     requirements: Requirements = Requirements()
     timeouts: Timeouts = Timeouts()
+    # a branch, tag or commit of a hub model; pdboot pins it to one commit (pdboot/weights/)
+    model_revision: str = Field(default="main", pattern=f"^{_REVISION_RE}$")
+    weights: Weights = Weights()
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host
 
     @field_validator("remote_dir")

@@ -41,6 +41,7 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.weights.engine_args import engine_hub_env, revision_args
 
 
 def project_name(inv: Inventory) -> str:
@@ -196,6 +197,7 @@ def _engine_command(inv: Inventory, e: EngineSpec) -> list[str]:
         "--kv-transfer-config",
         json.dumps(kv_transfer_config(inv, e.role), separators=(",", ":"), sort_keys=True),
         *_dp_args(inv, e),
+        *revision_args(inv.model, inv.model_revision),
         *tier.extra_args,
     ]
 
@@ -224,6 +226,7 @@ def _engine(
     if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
         nic = "RDMA auto: the nearest HCA port needs preflight's facts"
     env.update(ucx)
+    env.update(engine_hub_env(inv.model, inv.model_revision, inv.weights))
     env.update(tier.env)
     dp = _dp_fields(inv, e)
     return Service(

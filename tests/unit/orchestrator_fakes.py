@@ -38,6 +38,7 @@ prefill: {hosts: [p1]}
 decode: {hosts: [d1]%s}
 router: {host: r}
 timeouts: {ready_seconds: 60, router_ready_seconds: 30, poll_interval_seconds: 0.5}
+weights: {stage: false}  # test_up_weights.py covers staging
 """
 
 # the daemon's own events for one small layer (docker pull ... stream=True, decode=True)
