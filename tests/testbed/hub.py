@@ -11,6 +11,7 @@ Routes (what huggingface_hub 2.x calls for snapshot_download / model_info):
 - errors as the hub sends them: 401 (gated, no token; X-Error-Code: GatedRepo), 403 (a token
   without access), 404 (X-Error-Code: RepoNotFound / RevisionNotFound / EntryNotFound)
 - POST /_pdt/move?repo=&branch=&commit=   the test moves a branch (not a hub route)
+- POST /_pdt/rate?bps=N                   the test sets the per-client cap (0: none)
 
 Every request is appended to the access log (JSON lines: client address, method, path,
 status, body bytes sent, Range). --rate-bps caps each client address's download rate (a
@@ -33,14 +34,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-TOKEN = "hf_testbed_token_0123456789"  # noqa: S105 - the testbed hub's only valid token
+TOKEN = "hf_testbed_token_0123456789"
 SHARD_BYTES = 3 * 1024 * 1024
 PUBLIC_REPO = "pdt/tiny-model"
 GATED_REPO = "pdt/gated-model"
 
 
 def git_oid(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git's id
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def _bytes(seed: str, n: int) -> bytes:
@@ -99,7 +100,7 @@ class Repo:
     upcoming: dict[str, bytes] | None = None  # what `/_pdt/move ... commit=new` uploads
 
     def add_commit(self, files: dict[str, bytes], branch: str = "main") -> str:
-        h = hashlib.sha1()  # noqa: S324 - a commit id, as git's
+        h = hashlib.sha1()
         for k in sorted(files):
             h.update(k.encode() + b"\0" + git_oid(files[k]).encode())
         commit = h.hexdigest()
@@ -248,10 +249,10 @@ class Handler(BaseHTTPRequestHandler):
         return repo, commit
 
     # ------------------------------------------------------------------ routes
-    def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+    def do_HEAD(self) -> None:
         self.do_GET()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         u = urllib.parse.urlsplit(self.path)
         q = dict(urllib.parse.parse_qsl(u.query))
         if u.path == "/_pdt/move" and q.get("repo") in self.hub.repos:
@@ -264,9 +265,15 @@ class Handler(BaseHTTPRequestHandler):
                 repo.refs[q.get("branch", "main")] = commit
             self._send(200, json.dumps({"commit": commit}).encode())
             return
+        if u.path == "/_pdt/rate":
+            self.hub.rate = float(q.get("bps", "0"))
+            with self.hub.lock:
+                self.hub.buckets.clear()
+            self._send(200, json.dumps({"bps": self.hub.rate}).encode())
+            return
         self._error(404, "EntryNotFound", "no such route")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         u = urllib.parse.urlsplit(self.path)
         path = u.path
         if m := API_REV.match(path):

