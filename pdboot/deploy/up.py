@@ -197,6 +197,7 @@ def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceW
         return ServiceWait(key, state, detail, line)
     return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
+
 @dataclass(frozen=True)
 class _Env:
     clock: Clock
@@ -222,8 +223,9 @@ def _on_hosts(
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
-    pinned = pin_weights(inv, hosts, env.fetch, hf_token(env.token), emit,
-                         refresh=opts.refresh_weights)
+    pinned = pin_weights(
+        inv, hosts, env.fetch, hf_token(env.token), emit, refresh=opts.refresh_weights
+    )
     if pinned is None:
         return EXIT_FAILED
     inv = pinned.inventory  # model_revision: the commit every engine loads
@@ -473,8 +475,7 @@ class _Up:
                 announced.add(key)
                 self.emit(ServiceReady(key, t.elapsed))
         rows = tuple(
-            _service_wait(key, p.state, p.detail, self.prober)
-            for key, p in t.states.items()
+            _service_wait(key, p.state, p.detail, self.prober) for key, p in t.states.items()
         )
         self.emit(WaitTick(t.elapsed, rows))
 

@@ -41,8 +41,6 @@ from pdboot.transport.masking import mask
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True)
 class PullResult:
     image: str
@@ -308,8 +306,13 @@ class Engine:
         try:
             hc = api.create_host_config(binds=list(binds), network_mode="host")
             c = api.create_container(
-                image, command=list(argv[1:]), entrypoint=[argv[0]], environment=dict(env),
-                host_config=hc, name=name, labels={"pdboot.oneshot": name},
+                image,
+                command=list(argv[1:]),
+                entrypoint=[argv[0]],
+                environment=dict(env),
+                host_config=hc,
+                name=name,
+                labels={"pdboot.oneshot": name},
             )
             api.start(c["Id"])
             buf = ""

@@ -134,3 +134,24 @@ def resolve(
         headers=auth_headers(token),
     )
     return parse_revision(answer, repo, revision, endpoint, token is not None)
+
+
+@dataclass(frozen=True)
+class WeightsAsk:
+    """What preflight checks about the weights on one engine host (plain values)."""
+
+    model: str
+    revision: str
+    endpoint: str
+    stage: bool
+    lookup: Resolution | HubProblem | None = None  # the hub's answer, asked from here
+    report_lookup: bool = False  # the first engine host carries the lookup's verdict
+
+    @property
+    def local(self) -> bool:
+        return not is_hub_model(self.model)
+
+
+def host_port(endpoint: str) -> tuple[str, int]:
+    u = urllib.parse.urlsplit(endpoint)
+    return u.hostname or "", u.port or (443 if u.scheme == "https" else 80)

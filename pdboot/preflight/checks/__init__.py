@@ -24,10 +24,11 @@ from typing import Literal
 
 from pdboot.inventory.schema import Requirements, Tier
 from pdboot.preflight.registry import Lookup
+from pdboot.weights.hub import WeightsAsk
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
-AREAS = ("ssh", "gpu", "docker", "rdma", "host", "network", "model")
+AREAS = ("ssh", "gpu", "docker", "rdma", "host", "network", "model", "weights")
 
 # A hung nvidia-smi (a GPU fallen off the bus) must not hold the whole batch.
 SECTION_TIMEOUT_S = 20
@@ -115,6 +116,7 @@ class HostContext:
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
     peers: tuple[str, ...] = ()  # the other tier's engine hosts' addresses (network.ucx_iface)
+    weights: WeightsAsk | None = None  # the model's files (checks/weights.py)
 
     @property
     def gpu_host(self) -> bool:

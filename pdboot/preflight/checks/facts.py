@@ -19,6 +19,7 @@ from pdboot.preflight.checks.network import NetworkFacts
 from pdboot.preflight.checks.rdma import RdmaFacts
 from pdboot.preflight.checks.route import RouteFacts
 from pdboot.preflight.checks.topo import TopoFacts
+from pdboot.preflight.checks.weights import WeightsFacts
 
 
 @dataclass(frozen=True)
@@ -32,3 +33,4 @@ class HostFacts:
     network: NetworkFacts | None = None
     model: ModelAreaFacts | None = None
     topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)
+    weights: WeightsFacts | None = None  # hub reach, a local model path's listing
