@@ -238,6 +238,40 @@ def _preflight_gate(console: Console) -> PreflightFn:
     return gate
 
 
+RefreshWeightsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--refresh-weights",
+        help="Move to the commit model_revision names on the hub now (default: keep the "
+        "commit this deployment was staged at).",
+    ),
+]
+
+
+@app.command()
+def stage(
+    inventory: InventoryArg,
+    refresh_weights: RefreshWeightsOpt = False,
+    accept_new_host_keys: AcceptNewOpt = False,
+    no_wait: NoWaitOpt = False,
+    events: EventsOpt = None,
+) -> None:
+    """Fetch the model's pinned commit into every engine host's HF cache (once per host),
+    without starting anything."""
+    from pdboot.weights import command
+
+    inv = _load(inventory)
+    with _views(events) as (emit, _):
+        code = command.stage(
+            inv,
+            emit,
+            refresh=refresh_weights,
+            accept_new_host_keys=accept_new_host_keys,
+            no_wait=no_wait,
+        )
+    raise typer.Exit(code)
+
+
 @app.command()
 def up(
     inventory: InventoryArg,
@@ -258,6 +292,7 @@ def up(
             help="Skip the long request per prefill->decode pair that measures KV speed.",
         ),
     ] = False,
+    refresh_weights: RefreshWeightsOpt = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
     answers are right (correctness gate); measure the KV path; print the endpoint."""
@@ -270,6 +305,7 @@ def up(
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
         no_wait=no_wait,
+        refresh_weights=refresh_weights,
     )
     with _views(events) as (emit, console):
         code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))

@@ -278,6 +278,7 @@ class StatusReport(Event):
     healthy: bool
     services: tuple[Any, ...]  # status.ServiceStatus rows
     pd: Any = None  # pdstatus.PDStatus: per-engine P/D metrics, spread, flags (None: not read)
+    revision: str = ""  # the --revision every engine is planned with ("": vLLM's default)
 
 
 @dataclass(frozen=True)

@@ -329,7 +329,6 @@ class _Up:
         res = self.pinned.resolution if self.pinned is not None else None
         if res is None:
             return None
-        self.emit(StageStarted("weights", tuple(engine_hosts(self.inv))))
         return Stager(self.inv, res, hf_token(self.env.token), self.emit)
 
     def check_image(self) -> None:

@@ -7,6 +7,7 @@ the host's cache, so the engine starts with HF_HUB_OFFLINE=1 and never asks the 
 from __future__ import annotations
 
 from pdboot.inventory.schema import Weights
+from pdboot.plan.model import Plan
 from pdboot.weights.hub import is_commit, is_hub_model
 
 
@@ -14,6 +15,15 @@ def revision_args(model: str, revision: str) -> list[str]:
     if not is_hub_model(model) or revision == "main":
         return []  # vLLM's own default: no flag, the command stays as before
     return ["--revision", revision, "--tokenizer-revision", revision]
+
+
+def revision_of(plan: Plan) -> str:
+    """The --revision the plan's engines get ("" when none: vLLM's default branch)."""
+    for s in plan.services():
+        args = list(s.command)
+        if s.role != "router" and "--revision" in args[:-1]:
+            return args[args.index("--revision") + 1]
+    return ""
 
 
 def engine_hub_env(model: str, revision: str, weights: Weights) -> dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Protocol
 from pdboot.events import Emit, Note, WeightsDone, WeightsPinned, WeightsProgress
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
-from pdboot.transport.hosts import Hosts, project_dir
+from pdboot.transport.hosts import Hosts, Link, project_dir
 from pdboot.transport.http import HttpFn
 from pdboot.weights.hub import HubProblem, Resolution, hub_endpoint, is_hub_model, resolve
 from pdboot.weights.pin import PIN_FILE, Pin, choose
@@ -85,10 +85,7 @@ def pin_weights(
     if not is_hub_model(inv.model) or not inv.weights.stage:
         return Pinned(inv, None)
     endpoint = hub_endpoint(inv.weights.endpoint)
-    recorded: dict[str, str | None] = {}
-    for h in engine_hosts(inv):
-        link = hosts.links.get(h)
-        recorded[h] = link.engine.read_file(f"{project_dir(inv)}/{PIN_FILE}") if link else None
+    recorded = recorded_pins(inv, hosts)
     now = resolve(fetch, endpoint, inv.model, inv.model_revision, token)
     choice = choose(
         recorded,
@@ -111,10 +108,37 @@ def pin_weights(
             emit(Note(f"error: weights: {again.message} ({again.fix})", "error"))
             return None
         res = Resolution(again.repo, inv.model_revision, again.commit, again.files, again.gated)
-    weights = inv.weights.model_copy(update={"endpoint": endpoint})
-    pinned = inv.model_copy(update={"model_revision": res.commit, "weights": weights})
     emit(WeightsPinned(inv.model, inv.model_revision, res.commit, res.size))
-    return Pinned(pinned, res)
+    return Pinned(pinned_inventory(inv, res.commit), res)
+
+
+def pinned_inventory(inv: Inventory, commit: str) -> Inventory:
+    """The inventory as `up` plans it once pinned: model_revision the commit, the hub
+    endpoint spelled out (the engines get it as HF_ENDPOINT)."""
+    weights = inv.weights.model_copy(update={"endpoint": hub_endpoint(inv.weights.endpoint)})
+    return inv.model_copy(update={"model_revision": commit, "weights": weights})
+
+
+def recorded_pins(inv: Inventory, hosts: Hosts) -> dict[str, str | None]:
+    """Engine host -> its weights.pin text (None: none, or the host is not open)."""
+
+    def read(_h: str, link: Link) -> str | None:
+        return link.engine.read_file(f"{project_dir(inv)}/{PIN_FILE}")
+
+    wanted = [h for h in engine_hosts(inv) if h in hosts.links]
+    values, _ = hosts.each(read, 60.0, only=wanted)
+    return {h: values.get(h) for h in engine_hosts(inv)}
+
+
+def as_recorded(inv: Inventory, hosts: Hosts) -> tuple[Inventory, str]:
+    """For `status`: the inventory pinned to the commit the hosts record (no hub request),
+    and that commit ("" when nothing is recorded)."""
+    if not is_hub_model(inv.model) or not inv.weights.stage:
+        return inv, ""
+    choice = choose(recorded_pins(inv, hosts), inv.model, inv.model_revision, None)
+    if choice.commit is None:
+        return inv, ""
+    return pinned_inventory(inv, choice.commit), choice.commit
 
 
 class Stager:

@@ -1,0 +1,107 @@
+"""`pdboot stage INVENTORY`: the weights step of `up` on its own (pin, pull the engine
+image, stage on every engine host), under the deployment lock; nothing is started. The
+pin is recorded only by `up` (beside the compose project it ships): a later `up` of a
+moved branch asks the hub again unless an earlier `up` pinned it."""
+
+from __future__ import annotations
+
+import time
+
+from pdboot.deploy.seams import (
+    HostsFactory,
+    LockFactory,
+    default_hosts,
+    default_lock,
+    report_errors,
+    take_lock,
+)
+from pdboot.events import Done, Emit, Note, PullDone, PullProgress, StageStarted
+from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.schema import Inventory
+from pdboot.transport.docker_parse import PullProgress as EnginePull
+from pdboot.transport.hosts import Hosts, Link, SecretError, read_secrets, register_secrets
+from pdboot.transport.http import HttpFn, http
+from pdboot.weights.stage import Stager, engine_hosts, hf_token, pin_weights
+
+
+def stage(
+    inv: Inventory,
+    emit: Emit,
+    *,
+    refresh: bool = False,
+    accept_new_host_keys: bool = False,
+    no_wait: bool = False,
+    hosts_factory: HostsFactory = default_hosts,
+    fetch: HttpFn = http,
+    lock_factory: LockFactory = default_lock,
+) -> int:
+    t0 = time.monotonic()
+    held = take_lock(
+        emit, lock_factory, inv, "stage", no_wait=no_wait, accept_new=accept_new_host_keys
+    )
+    if isinstance(held, int) or held is None:
+        code = held or EXIT_FAILED
+    else:
+        try:
+            code = _stage(inv, emit, refresh, accept_new_host_keys, hosts_factory, fetch)
+        except KeyboardInterrupt:
+            code = EXIT_INTERRUPTED
+        finally:
+            held.release()
+    took = time.monotonic() - t0
+    emit(Done("stage", code, took, f"staged in {took:.1f}s" if code == EXIT_OK else ""))
+    return code
+
+
+def _stage(
+    inv: Inventory,
+    emit: Emit,
+    refresh: bool,
+    accept_new: bool,
+    hosts_factory: HostsFactory,
+    fetch: HttpFn,
+) -> int:
+    try:
+        secrets = read_secrets(inv) or None
+    except SecretError as e:
+        emit(Note(f"error: {e}", "error"))
+        return EXIT_USAGE
+    if secrets:
+        register_secrets(secrets)
+    hosts = hosts_factory(inv, engine_hosts(inv), accept_new)
+    try:
+        return _on_hosts(inv, emit, refresh, hosts, fetch, hf_token(secrets))
+    finally:
+        hosts.close()
+
+
+def _on_hosts(
+    inv: Inventory, emit: Emit, refresh: bool, hosts: Hosts, fetch: HttpFn, token: str | None
+) -> int:
+    if hosts.errors:
+        report_errors(emit, "cannot reach", hosts.errors)
+        return EXIT_FAILED
+    pinned = pin_weights(inv, hosts, fetch, token, emit, refresh=refresh)
+    if pinned is None:
+        return EXIT_FAILED
+    if pinned.resolution is None:
+        emit(Note("nothing to stage: a local model path, or weights.stage is false"))
+        return EXIT_OK
+    stager = Stager(pinned.inventory, pinned.resolution, token, emit)
+    emit(StageStarted("pull", tuple(f"{h}: {inv.image}" for h in engine_hosts(inv))))
+
+    def one(host: str, link: Link) -> None:
+        t0 = time.monotonic()
+
+        def on_progress(p: EnginePull) -> None:
+            emit(PullProgress(host, inv.image, p.done, p.total, p.status))
+
+        r = link.engine.pull(inv.image, on_progress)
+        emit(PullDone(host, inv.image, r.pulled, r.digest, 0, time.monotonic() - t0))
+        stager.stage_host(host, link.engine)
+
+    _, errors = hosts.each(one, inv.timeouts.pull_seconds)
+    if errors:
+        report_errors(emit, "staging failed on", errors)
+        return EXIT_FAILED
+    return EXIT_OK
