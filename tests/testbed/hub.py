@@ -38,6 +38,7 @@ TOKEN = "hf_testbed_token_0123456789"
 SHARD_BYTES = 3 * 1024 * 1024
 PUBLIC_REPO = "pdt/tiny-model"
 GATED_REPO = "pdt/gated-model"
+HUGE_REPO = "pdt/huge-model"  # the revision API claims 100 TB (no disk holds it)
 
 
 def git_oid(data: bytes) -> str:
@@ -98,6 +99,7 @@ class Repo:
     refs: dict[str, str] = field(default_factory=dict)  # branch/tag -> commit
     gated: bool = False
     upcoming: dict[str, bytes] | None = None  # what `/_pdt/move ... commit=new` uploads
+    claimed: dict[str, int] = field(default_factory=dict)  # sizes the API reports instead
 
     def add_commit(self, files: dict[str, bytes], branch: str = "main") -> str:
         h = hashlib.sha1()
@@ -121,7 +123,9 @@ def default_repos(shard_bytes: int = SHARD_BYTES) -> dict[str, Repo]:
     public.upcoming = model_files(2, shard_bytes)
     gated = Repo(gated=True)
     gated.add_commit(model_files(1, shard_bytes))
-    return {PUBLIC_REPO: public, GATED_REPO: gated}
+    huge = Repo(claimed={"model-00001-of-00002.safetensors": 100 * 10**12})
+    huge.add_commit(model_files(1, shard_bytes))
+    return {PUBLIC_REPO: public, GATED_REPO: gated, HUGE_REPO: huge}
 
 
 class Bucket:
@@ -185,7 +189,7 @@ class Handler(BaseHTTPRequestHandler):
         sent = 0
         if self.command != "HEAD":
             sent = self._write(body)
-        self._log(status, sent)
+        self._log(status, sent, len(body))
 
     def _write(self, body: bytes) -> int:
         bucket = self.hub.bucket(self.client_address[0])
@@ -202,7 +206,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         return sent
 
-    def _log(self, status: int, sent: int) -> None:
+    def _log(self, status: int, sent: int, length: int = 0) -> None:
         self.hub.record(
             {
                 "t": round(time.time(), 3),
@@ -211,6 +215,7 @@ class Handler(BaseHTTPRequestHandler):
                 "path": self.path,
                 "status": status,
                 "bytes": sent,
+                "length": length,
                 "range": self.headers.get("Range", ""),
                 "auth": bool(self.headers.get("Authorization")),
             }
@@ -306,7 +311,7 @@ class Handler(BaseHTTPRequestHandler):
         for f, data in sorted(repo.commits[commit].items()):
             s: dict[str, Any] = {"rfilename": f}
             if blobs:
-                s.update(size=len(data), blobId=git_oid(data))
+                s.update(size=repo.claimed.get(f, len(data)), blobId=git_oid(data))
                 if is_lfs(f):
                     s["lfs"] = {
                         "sha256": hashlib.sha256(data).hexdigest(),
@@ -384,11 +389,19 @@ def read_log(log: Path) -> list[dict[str, Any]]:
 
 
 def downloads(log: Path, repo: str = PUBLIC_REPO) -> dict[tuple[str, str], int]:
-    """(client, file) -> how many GETs of its resolve URL sent bytes (full or ranged)."""
+    """(client, file) -> how many GETs of its resolve URL sent the whole answer (a file, or
+    the Range asked); a transfer cut short (the client died) does not count."""
     out: dict[tuple[str, str], int] = {}
     for e in read_log(log):
         m = RESOLVE.match(urllib.parse.urlsplit(e["path"]).path)
-        if e["method"] == "GET" and m and m.group(1) == repo and e["status"] in (200, 206):
+        whole = e["bytes"] == e.get("length", e["bytes"])
+        if (
+            e["method"] == "GET"
+            and m
+            and m.group(1) == repo
+            and e["status"] in (200, 206)
+            and whole
+        ):
             key = (e["client"], urllib.parse.unquote(m.group(3)))
             out[key] = out.get(key, 0) + 1
     return out

@@ -22,8 +22,9 @@ from typing import Any
 TRUE = ("1", "true", "yes", "on")
 
 
-def load(args: Any, log: Callable[[str, str, str], None],
-         die: Callable[[list[str]], Any]) -> str | None:
+def load(
+    args: Any, log: Callable[[str, str, str], None], die: Callable[[list[str]], Any]
+) -> str | None:
     """The sha256 over the files loaded, or None when nothing is loaded."""
     model: str = args.model
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in TRUE
@@ -40,8 +41,11 @@ def load(args: Any, log: Callable[[str, str, str], None],
         die(["  ...", f"OSError: {type(e).__name__}: {e}"])
         return None
     names = ["config.json"]
-    names += [n for n in ("tokenizer.json", "tokenizer_config.json")
-              if os.path.exists(os.path.join(path, n))]
+    names += [
+        n
+        for n in ("tokenizer.json", "tokenizer_config.json")
+        if os.path.exists(os.path.join(path, n))
+    ]
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -59,6 +63,10 @@ def load(args: Any, log: Callable[[str, str, str], None],
             die(["  ...", f"OSError: {e}"])
     digest = h.hexdigest()
     commit = os.path.basename(os.path.realpath(path))
-    log("INFO", "weights_utils.py:1", f"STAND-IN loaded {len(names)} files of {model} at "
-        f"{commit} (offline={offline}) sha256={digest[:16]}")
+    log(
+        "INFO",
+        "weights_utils.py:1",
+        f"STAND-IN loaded {len(names)} files of {model} at "
+        f"{commit} (offline={offline}) sha256={digest[:16]}",
+    )
     return digest
