@@ -373,19 +373,14 @@ def status(
 @app.command()
 def bench(
     inventory: InventoryArg,
-    tokenizer: Annotated[
-        str,
-        typer.Option(
-            help="Local tokenizer directory (or a name in the local HF cache) for AIPerf."
-        ),
-    ],
+    tokenizer: Annotated[str, typer.Option(
+        help="Local tokenizer directory (or a name in the local HF cache) for AIPerf.")],
     concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,4,16",
     isl: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 512,
     osl: Annotated[int, typer.Option(help="Output tokens per request.")] = 128,
     requests: Annotated[int, typer.Option(help="Requests per level (0: AIPerf's).")] = 0,
-    baseline_url: Annotated[
-        str | None, typer.Option(help="Engine serving alone (default: the first decode engine).")
-    ] = None,
+    baseline_url: Annotated[str | None, typer.Option(
+        help="Engine serving alone (default: the first decode engine).")] = None,
     out_dir: Annotated[Path, typer.Option(help="Where results go.")] = Path("pdboot-bench"),
 ) -> None:
     """P/D through the router vs one engine alone, measured by AIPerf (the bench extra)."""
@@ -404,19 +399,16 @@ def bench(
         raise typer.Exit(EXIT_USAGE) from None
     plan = build_plan(_load(inventory))
     shape = bench_mod.LoadShape(isl=isl, osl=osl, requests_per_level=requests)
-    rep = bench_mod.bench(plan, tokenizer, levels, out_dir, shape, cmd, baseline_url=baseline_url)
+    rep = bench_mod.bench(plan, tokenizer, levels, out_dir, shape, cmd,
+                          baseline_url=baseline_url)
     table = Table(*bench_mod.TABLE_HEADER)
     for row in bench_mod.table_rows(rep.cells):
         table.add_row(*row)
     out.print(table)
     out.print(f"raw results: {rep.results}\nchart: {rep.chart}")
     for c in rep.refused:
-        err.print(
-            Text(
-                f"refused {c.role} at concurrency {c.concurrency}: {c.refused} ({c.artifacts})",
-                style="red",
-            )
-        )
+        err.print(Text(f"refused {c.role} at concurrency {c.concurrency}: {c.refused} "
+                       f"({c.artifacts})", style="red"))
     raise typer.Exit(EXIT_FAILED if rep.refused else EXIT_OK)
 
 

@@ -218,15 +218,8 @@ def status(
     return code
 
 
-def _report(
-    inv: Inventory,
-    plan: Plan,
-    rows: list[ServiceStatus],
-    pd: PDStatus,
-    emit: Emit,
-    *,
-    diagnose: bool,
-) -> int:
+def _report(inv: Inventory, plan: Plan, rows: list[ServiceStatus], pd: PDStatus,
+            emit: Emit, *, diagnose: bool) -> int:
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
     emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, revision_of(plan)))

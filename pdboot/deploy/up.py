@@ -197,7 +197,6 @@ def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceW
         return ServiceWait(key, state, detail, line)
     return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
-
 @dataclass(frozen=True)
 class _Env:
     clock: Clock
@@ -474,7 +473,8 @@ class _Up:
                 announced.add(key)
                 self.emit(ServiceReady(key, t.elapsed))
         rows = tuple(
-            _service_wait(key, p.state, p.detail, self.prober) for key, p in t.states.items()
+            _service_wait(key, p.state, p.detail, self.prober)
+            for key, p in t.states.items()
         )
         self.emit(WaitTick(t.elapsed, rows))
 

@@ -102,12 +102,7 @@ def layouts(role: str, tier: Tier) -> dict[str, DPLayout]:
     hosts = list(sizes)
     for h in hosts:
         out[h] = DPLayout(
-            dp.size,
-            sizes[h],
-            start,
-            hosts[0],
-            rpc_port(role, tier),
-            dp.expert_parallel,
+            dp.size, sizes[h], start, hosts[0], rpc_port(role, tier), dp.expert_parallel,
             h == hosts[0],
         )
         start += sizes[h]
@@ -199,7 +194,9 @@ def dp_rules(inv: Inventory) -> list[tuple[Path, str]]:
     out += _range_rules(inv)
     no_dp = inv.prefill.data_parallel is None and inv.decode.data_parallel is None
     if inv.router.dp_aware and no_dp:
-        out.append((("router", "dp_aware"), "DP-aware routing needs a tier with data_parallel"))
+        out.append(
+            (("router", "dp_aware"), "DP-aware routing needs a tier with data_parallel")
+        )
     return out
 
 

@@ -145,7 +145,9 @@ def _dp_engines(role: EngineRole, tier: Tier, host: str) -> list[EngineSpec]:
     gpus: Gpus = (
         tuple(x for x in g if isinstance(x, int)) if isinstance(g, list) else tuple(range(need))
     )
-    return [EngineSpec(role, host, 0, 1, gpus, tier.port, tier.side_channel_port, lay.local, lay)]
+    return [
+        EngineSpec(role, host, 0, 1, gpus, tier.port, tier.side_channel_port, lay.local, lay)
+    ]
 
 
 def engines(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> list[EngineSpec]:

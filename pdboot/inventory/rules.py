@@ -69,13 +69,9 @@ def _policy_rules(inv: Inventory) -> list[Rule]:
         # preflight counts the GPUs, so it is not refused here)
         count = len(tier.hosts) * len(tier_groups(tier))
         if policy == "power_of_two" and count < 2 and not is_auto(tier):
-            out.append(
-                (
-                    (("router", f"{tname}_policy")),
-                    f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
-                    "engines; leave it unset (pdboot picks round_robin for one engine)",
-                )
-            )
+            out.append(((("router", f"{tname}_policy")),
+                        f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
+                        "engines; leave it unset (pdboot picks round_robin for one engine)"))
     return out
 
 
@@ -271,20 +267,10 @@ _MANAGED_FLAGS = {
     **{
         f: "from the tier's data_parallel section"
         for f in (
-            "--data-parallel-size",
-            "-dp",
-            "--data-parallel-size-local",
-            "-dpl",
-            "--data-parallel-address",
-            "-dpa",
-            "--data-parallel-rpc-port",
-            "-dpp",
-            "--data-parallel-start-rank",
-            "-dpr",
-            "--headless",
-            "--enable-expert-parallel",
-            "-ep",
-            "--disable-expert-parallel",
+            "--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl",
+            "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
+            "--data-parallel-start-rank", "-dpr", "--headless", "--enable-expert-parallel",
+            "-ep", "--disable-expert-parallel",
         )
     },
 }

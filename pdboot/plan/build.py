@@ -125,7 +125,8 @@ HEALTH_RETRIES = 3
 # The probe runs inside the engine container, which shares the host's network; the vLLM
 # image (and the stand-in) have python3, not curl.
 _PROBE = (
-    "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
+    "import urllib.request; "
+    "urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
 )
 
 
@@ -219,7 +220,9 @@ def _engine(
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(e.side_channel_port),
         "HF_HOME": HF_CACHE_IN_CONTAINER,
     }
-    ucx, nic = _ucx_env(inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces)
+    ucx, nic = _ucx_env(
+        inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces
+    )
     if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
         nic = "RDMA auto: the nearest HCA port needs preflight's facts"
     env.update(ucx)
@@ -283,12 +286,8 @@ def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
     r = inv.router
     if "cache_aware" not in policies:
         return []
-    return [
-        "--cache-threshold",
-        f"{r.cache_threshold:g}",
-        "--balance-abs-threshold",
-        str(r.balance_abs_threshold),
-    ]
+    return ["--cache-threshold", f"{r.cache_threshold:g}",
+            "--balance-abs-threshold", str(r.balance_abs_threshold)]
 
 
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
@@ -394,7 +393,11 @@ def build_plan(
     nics = engine_nics or {}
     ifaces = tcp_ifaces or {}
     services = [
-        _with_hash(_engine(inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host)))
+        _with_hash(
+            _engine(
+                inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host)
+            )
+        )
         for e in engines(inv, gpu_counts)
     ]
     decodes = [s for s in services if s.role == "decode"]

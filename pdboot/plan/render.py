@@ -70,7 +70,9 @@ def _header(plan: Plan, hp: HostPlan) -> str:
 def several_engines(plan: Plan) -> bool:
     """Does some tier run several engines on a host? (Only then are the per-engine notes
     written, so single-engine deployments render as they always did.)"""
-    return bool(plan.unresolved) or any(s.engine_index > 0 or s.dp_role for s in plan.services())
+    return bool(plan.unresolved) or any(
+        s.engine_index > 0 or s.dp_role for s in plan.services()
+    )
 
 
 def _gpus(s: Service) -> str:

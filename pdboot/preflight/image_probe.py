@@ -31,7 +31,9 @@ def image_caps_check(
 ) -> dict[str, list[CheckResult]]:
     """host -> results (docker.image_arch, docker.image_nixl) for every engine host; a host
     where the probe could not be run gets one failed docker.image_arch with the cause."""
-    engines = {h: [s for s in hp.services if s.role != "router"] for h, hp in plan.hosts.items()}
+    engines = {
+        h: [s for s in hp.services if s.role != "router"] for h, hp in plan.hosts.items()
+    }
     engines = {h: svcs for h, svcs in engines.items() if svcs}
 
     def one(host: str, link: Link) -> list[CheckResult]:

@@ -64,6 +64,8 @@ class HostLost(RemoteError):
         )
 
 
+
+
 def command_line(cmd: Sequence[str] | str) -> str:
     """An argv list becomes a shell-quoted line; a string is a script, passed as is."""
     if isinstance(cmd, str):

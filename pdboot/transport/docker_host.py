@@ -41,6 +41,8 @@ from pdboot.transport.masking import mask
 log = logging.getLogger(__name__)
 
 
+
+
 @dataclass(frozen=True)
 class PullResult:
     image: str

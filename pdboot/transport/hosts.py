@@ -168,7 +168,9 @@ def open_hosts(
     engine_timeout: int | None = 120,
 ) -> Hosts:
     def _open(name: str, _: object) -> Link:
-        conn = connect(name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys)
+        conn = connect(
+            name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
+        )
         try:
             return Link(conn, Engine.open(conn, engine_timeout))
         except EngineError as e:

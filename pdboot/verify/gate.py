@@ -52,15 +52,8 @@ MEANING_LATE = (
 
 def gate_request(model: str) -> dict[str, Any]:
     """The body of the greedy request sent both ways (``POST /v1/completions``)."""
-    return {
-        "model": model,
-        "prompt": GATE_PROMPT,
-        "max_tokens": GATE_MAX_TOKENS,
-        "temperature": 0,
-        "top_p": 1,
-        "seed": GATE_SEED,
-        "stream": False,
-    }
+    return {"model": model, "prompt": GATE_PROMPT, "max_tokens": GATE_MAX_TOKENS,
+            "temperature": 0, "top_p": 1, "seed": GATE_SEED, "stream": False}
 
 
 def answer_text(body: str) -> str | None:
@@ -97,10 +90,8 @@ class GateOutcome:
 
     def message(self) -> str:
         if self.verdict == "identical":
-            return (
-                f"correctness gate: the P/D answer equals the single-engine answer "
-                f"({len(pieces(self.pd_text))} words)"
-            )
+            return (f"correctness gate: the P/D answer equals the single-engine answer "
+                    f"({len(pieces(self.pd_text))} words)")
         if self.verdict == "late_divergence":
             what = "diverges late"
         elif not self.pd_text.strip() or not self.direct_text.strip():
@@ -108,11 +99,9 @@ class GateOutcome:
         else:
             what = f"differs within the first {LATE_AFTER} words"
         meaning = MEANING_LATE if self.verdict == "late_divergence" else MEANING_BROKEN
-        return (
-            f"correctness gate: the P/D answer {what} (common prefix {self.common} "
-            f"words)\n  through the router: {self.pd_text!r}\n"
-            f"  decode alone:      {self.direct_text!r}\n  {meaning}"
-        )
+        return (f"correctness gate: the P/D answer {what} (common prefix {self.common} "
+                f"words)\n  through the router: {self.pd_text!r}\n"
+                f"  decode alone:      {self.direct_text!r}\n  {meaning}")
 
 
 def _common_prefix(a: list[str], b: list[str]) -> int:
@@ -152,7 +141,8 @@ def run_gate(post: Post, router_url: str, decode_url: str, model: str) -> GateOu
         text = answer_text(raw) if status == 200 else None
         texts.append(text if text is not None else "")
         if text is None:
-            return GateOutcome("broken", "fail", 0, *_error_texts(base == router_url, status, raw))
+            return GateOutcome("broken", "fail", 0, *_error_texts(base == router_url,
+                                                                  status, raw))
     return classify(texts[0], texts[1])
 
 

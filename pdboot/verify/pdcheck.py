@@ -37,31 +37,11 @@ from pdboot.verify.metrics import (
 # a 0.5B model (~12 KB/token) still moves ~12 MB. Short enough for any max_model_len >= 2048.
 SPEED_WORDS = 900
 PREFILL_PARAMS: dict[str, Any] = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
+    "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+    "remote_block_ids": None, "remote_host": None, "remote_port": None,
 }
-_VOCAB = (
-    "amber",
-    "basalt",
-    "cedar",
-    "delta",
-    "ember",
-    "fjord",
-    "granite",
-    "harbor",
-    "island",
-    "juniper",
-    "kelp",
-    "lagoon",
-    "meadow",
-    "nectar",
-    "orchard",
-    "prairie",
-)
+_VOCAB = ("amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor",
+          "island", "juniper", "kelp", "lagoon", "meadow", "nectar", "orchard", "prairie")
 
 
 def speed_prompt(words: int = SPEED_WORDS) -> str:
@@ -85,17 +65,9 @@ def run_up_gate(plan: Plan, fetch: HttpFn, headers: Mapping[str, str]) -> GateOu
 
 def gate_event(outcome: GateOutcome, decode: str) -> GateVerdict:
     level: Literal["ok", "warn", "fail"] = (
-        "ok" if outcome.level == "ok" else "warn" if outcome.level == "warn" else "fail"
-    )
-    return GateVerdict(
-        level,
-        outcome.verdict,
-        outcome.common,
-        outcome.pd_text,
-        outcome.direct_text,
-        decode,
-        outcome.message(),
-    )
+        "ok" if outcome.level == "ok" else "warn" if outcome.level == "warn" else "fail")
+    return GateVerdict(level, outcome.verdict, outcome.common, outcome.pd_text,
+                       outcome.direct_text, decode, outcome.message())
 
 
 def first_decode(plan: Plan) -> Service:
@@ -128,16 +100,8 @@ class PairResult:
         gbps = sp.gbps if sp is not None and v is not None and "too little" not in v.line else None
         line = v.line if v is not None else f"{self.prefill} -> {self.decode}: {self.error}"
         flag = v.flag if v is not None else None
-        return PairSpeedLine(
-            self.prefill,
-            self.decode,
-            gbps,
-            self.link_gbps,
-            mb,
-            line,
-            flag.code if flag else "",
-            flag.message if flag else "",
-        )
+        return PairSpeedLine(self.prefill, self.decode, gbps, self.link_gbps, mb, line,
+                             flag.code if flag else "", flag.message if flag else "")
 
 
 def _facts(fetch: HttpFn, svc: Service) -> Any:
@@ -157,46 +121,31 @@ def _kv_params(raw: str) -> tuple[dict[str, Any] | None, int]:
     return (params if isinstance(params, dict) else None), tokens
 
 
-def measure_pair(
-    plan: Plan, fetch: HttpFn, headers: Mapping[str, str], pair: tuple[Service, Service]
-) -> tuple[PairSpeed, int]:
+def measure_pair(plan: Plan, fetch: HttpFn, headers: Mapping[str, str],
+                 pair: tuple[Service, Service]) -> tuple[PairSpeed, int]:
     """One long request over this pair; the decode's KV bytes/seconds delta. Raises OSError
     with the reason when a step fails."""
     pre, dec = pair
     rid = f"pdboot-speed-{uuid.uuid4().hex}"
     hdrs = {**headers, "X-Request-Id": rid}
-    req = {
-        "model": plan.served_model_name,
-        "prompt": speed_prompt(),
-        "max_tokens": 2,
-        "temperature": 0,
-        "stream": False,
-    }
+    req = {"model": plan.served_model_name, "prompt": speed_prompt(), "max_tokens": 2,
+           "temperature": 0, "stream": False}
     before = _facts(fetch, dec)
-    a = fetch(
-        f"{pre.url}/v1/completions",
-        timeout=300.0,
-        headers=hdrs,
-        body={**req, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
-    )
+    a = fetch(f"{pre.url}/v1/completions", timeout=300.0, headers=hdrs,
+              body={**req, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS})
     params, tokens = _kv_params(a.body) if a.ok else (None, 0)
     if params is None:
         raise OSError(f"prefill {pre.key} gave no kv_transfer_params ({a.describe()})")
-    b = fetch(
-        f"{dec.url}/v1/completions",
-        timeout=300.0,
-        headers=hdrs,
-        body={**req, "kv_transfer_params": params},
-    )
+    b = fetch(f"{dec.url}/v1/completions", timeout=300.0, headers=hdrs,
+              body={**req, "kv_transfer_params": params})
     if not b.ok:
         raise OSError(f"decode {dec.key}: {b.describe()} {b.body[:200]}")
     delta = _facts(fetch, dec) - before
     return pair_speed(pre.key, dec.key, delta), tokens
 
 
-def link_rate(
-    pre: Service, dec: Service, port_gbps: Mapping[str, float], declared: float | None
-) -> float | None:
+def link_rate(pre: Service, dec: Service, port_gbps: Mapping[str, float],
+              declared: float | None) -> float | None:
     """The slower end's RDMA port rate (preflight) when both ends use RDMA and preflight
     read both rates, else the inventory's ``requirements.link_gbps``."""
     if pre.rdma and dec.rdma:
@@ -206,14 +155,9 @@ def link_rate(
     return declared
 
 
-def check_speed(
-    plan: Plan,
-    fetch: HttpFn,
-    headers: Mapping[str, str],
-    port_gbps: Mapping[str, float],
-    declared: float | None,
-    connector: str,
-) -> list[PairResult]:
+def check_speed(plan: Plan, fetch: HttpFn, headers: Mapping[str, str],
+                port_gbps: Mapping[str, float], declared: float | None,
+                connector: str) -> list[PairResult]:
     """Measure every pair of speed_pairs; a pair that fails is reported, not raised."""
     out: list[PairResult] = []
     for pre, dec in speed_pairs(plan):

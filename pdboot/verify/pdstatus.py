@@ -88,20 +88,9 @@ def _row(key: str, role: str, f: EngineFacts | str) -> EngineMetrics:
     if isinstance(f, str):
         return EngineMetrics(key, role, False, f)
     return EngineMetrics(
-        key,
-        role,
-        True,
-        "",
-        f.requests,
-        f.kv_transfers,
-        f.kv_bytes / 1e6,
-        f.failed_transfers,
-        f.expired_leases,
-        f.local_compute_tokens,
-        f.external_tokens,
-        f.percentiles("ttft"),
-        f.percentiles("itl"),
-    )
+        key, role, True, "", f.requests, f.kv_transfers, f.kv_bytes / 1e6, f.failed_transfers,
+        f.expired_leases, f.local_compute_tokens, f.external_tokens,
+        f.percentiles("ttft"), f.percentiles("itl"))
 
 
 def window(now: Scrape, before: Scrape | None) -> Scrape:
@@ -132,17 +121,14 @@ def _flags(roles: Mapping[str, str], facts: Mapping[str, EngineFacts]) -> list[F
     return [f for f in found if f is not None]
 
 
-def pd_status(
-    plan: Plan, now: Scrape, before: Scrape | None = None, seconds: float | None = None
-) -> PDStatus:
+def pd_status(plan: Plan, now: Scrape, before: Scrape | None = None,
+              seconds: float | None = None) -> PDStatus:
     """Pure: the rows, spread and flags from one scrape (totals) or two (a window)."""
     roles = {s.key: s.role for s in plan.services()}
     data = window(now, before)
     rows = tuple(_row(k, roles[k], f) for k, f in data.items())
     facts = {k: f for k, f in data.items() if isinstance(f, EngineFacts)}
-    spreads = tuple(
-        TierSpread(t, {k: f.requests for k, f in facts.items() if roles[k] == t})
-        for t in ("prefill", "decode")
-    )
+    spreads = tuple(TierSpread(t, {k: f.requests for k, f in facts.items() if roles[k] == t})
+                    for t in ("prefill", "decode"))
     flags = tuple(FlagRow(f.code, f.level, f.message) for f in _flags(roles, facts))
     return PDStatus(rows, spreads, flags, seconds if before is not None else None)

@@ -48,34 +48,22 @@ def _n(x: float) -> str:
 
 def pd_table(pd: PDStatus) -> Table:
     """One line per engine; fits 80 columns for names up to ~20 characters."""
-    what = "totals since start" if pd.window_seconds is None else f"last {pd.window_seconds:.0f}s"
-    table = Table(
-        title=f"P/D metrics, {what} (TTFT, ITL: p50/p90/p99 ms)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),
-        pad_edge=False,
-        show_edge=False,
-    )
+    what = ("totals since start" if pd.window_seconds is None
+            else f"last {pd.window_seconds:.0f}s")
+    table = Table(title=f"P/D metrics, {what} (TTFT, ITL: p50/p90/p99 ms)",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
+                  pad_edge=False, show_edge=False)
     for col in ("engine", "reqs", "xfers", "KV MB", "fail", "exp", "TTFT", "ITL"):
-        table.add_column(
-            col, no_wrap=True, overflow="fold", justify="left" if col == "engine" else "right"
-        )
+        table.add_column(col, no_wrap=True, overflow="fold",
+                         justify="left" if col == "engine" else "right")
     for e in pd.engines:
         if not e.scraped:
             table.add_row(Text(e.service, style="bold"), Text(e.error, style="red"))
             continue
         failed = Text(_n(e.failed_transfers), style="red" if e.failed_transfers else "")
-        table.add_row(
-            Text(e.service, style="bold"),
-            _n(e.requests),
-            _n(e.kv_transfers),
-            f"{e.kv_megabytes:.0f}",
-            failed,
-            _n(e.expired_leases),
-            _ms(e.ttft),
-            _ms(e.itl),
-        )
+        table.add_row(Text(e.service, style="bold"), _n(e.requests), _n(e.kv_transfers),
+                      f"{e.kv_megabytes:.0f}", failed, _n(e.expired_leases), _ms(e.ttft),
+                      _ms(e.itl))
     return table
 
 
@@ -87,7 +75,8 @@ def print_pd(out: Console, pd: PDStatus) -> None:
             out.print(f"{sp.tier} spread: {parts}")
     for f in pd.flags:
         style = "red" if f.level == "fail" else "yellow"
-        out.print(Text(f"{'error' if f.level == 'fail' else 'warning'}: {f.message}", style=style))
+        out.print(Text(f"{'error' if f.level == 'fail' else 'warning'}: {f.message}",
+                       style=style))
 
 
 def nic_lines(rows: list[ServiceStatus]) -> list[str]:
