@@ -1,12 +1,15 @@
 """Benchmark: wall time of `pdboot preflight` against the same commands sent by
 (a) plain `ssh` to every host in parallel, one connection per host (the floor), and
-(b) an Ansible playbook, one task per command (what operators would otherwise write).
+(b) an Ansible playbook, one task per command (what operators would otherwise write);
+and first the start-up cost every command pays: `pdboot --version` (a fresh process each
+time) against a bare `python -c pass`, in the same run.
 
 All three run the exact same command lines (pdboot's batch for each host), in the same
 testbed, interleaved run by run; the medians and their ratios are printed. On a small
 machine every test host shares the CPU, so compare ratios, not absolute times.
 
     python bench/preflight.py [--hosts 2 8] [--runs 5] [--ansible PATH/TO/ansible-playbook]
+    python bench/preflight.py --hosts --runs 20     # only the start-up figures (no root)
 
 Ansible is a benchmark-only dependency: `python -m venv /var/tmp/pdboot-bench-venv &&
 /var/tmp/pdboot-bench-venv/bin/pip install ansible-core` (the default path used here).
@@ -32,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from pdboot.inventory.load import load_inventory  # noqa: E402
 from pdboot.preflight.checks import batch_script  # noqa: E402
-from pdboot.preflight.run import contexts, host_commands  # noqa: E402
+from pdboot.preflight.contexts import contexts  # noqa: E402
+from pdboot.preflight.run import host_commands  # noqa: E402
 from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 
 DEFAULT_ANSIBLE = "/var/tmp/pdboot-bench-venv/bin/ansible-playbook"
@@ -150,6 +154,22 @@ def time_ansible(playbook_bin: str, inv: Path, pb: Path, n: int) -> float:
     return dt
 
 
+def time_process(argv: list[str]) -> float:
+    t0 = time.monotonic()
+    subprocess.run(argv, capture_output=True, check=True, cwd=ROOT, timeout=60)
+    return time.monotonic() - t0
+
+
+def startup(runs: int) -> dict[str, float]:
+    """Medians of `python -m pdboot --version` and of a bare interpreter, interleaved."""
+    times: dict[str, list[float]] = {"version": [], "python": []}
+    time_process([sys.executable, "-m", "pdboot", "--version"])  # warm the page cache
+    for _ in range(runs):
+        times["version"].append(time_process([sys.executable, "-m", "pdboot", "--version"]))
+        times["python"].append(time_process([sys.executable, "-c", "pass"]))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def bench(n: int, runs: int, playbook_bin: str | None) -> dict[str, float]:
     tb = Testbed.start([HostSpec(f"h{i}") for i in range(n)], images_needed=False)
     try:
@@ -175,7 +195,7 @@ def bench(n: int, runs: int, playbook_bin: str | None) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hosts", type=int, nargs="+", default=[2, 8])
+    ap.add_argument("--hosts", type=int, nargs="*", default=[2, 8])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument(
         "--ansible",
@@ -186,10 +206,18 @@ def main() -> None:
     playbook_bin = args.ansible if args.ansible and Path(args.ansible).exists() else None
     if args.ansible and not playbook_bin:
         print(f"(no {args.ansible}: Ansible left out)")
+    s = startup(max(args.runs, 5))
+    print(
+        f"start-up ({max(args.runs, 5)} runs, medians): `python -m pdboot --version` "
+        f"{s['version']:.3f} s, bare `python -c pass` {s['python']:.3f} s; pdboot's own "
+        f"share {s['version'] - s['python']:.3f} s ({s['version'] / s['python']:.2f}x)"
+    )
     rows = []
     for n in args.hosts:
         med = bench(n, args.runs, playbook_bin)
         rows.append((n, med))
+    if not rows:
+        return
     print()
     print(
         "| hosts | pdboot preflight | plain ssh (floor) | Ansible, task per command "

@@ -1,42 +1,88 @@
 """The command line: arguments in, calls into the core, rich output out. No logic here.
 
-Exit codes: 0 success, 1 a check or deployment step failed, 2 bad usage or inventory.
+Exit codes (pdboot/exitcodes.py): 0 success, 1 a check or deployment step failed, 2 bad usage
+or inventory, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.rule import Rule
-from rich.syntax import Syntax
-from rich.text import Text
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from pdboot import __version__
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pdboot.inventory.load import InventoryError, load_inventory
-from pdboot.inventory.schema import Inventory
-from pdboot.plan.build import build_plan
-from pdboot.plan.render import render_all, render_summary
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # each command imports what it uses: `pdboot --version` loads none of it
+    from rich.console import Console
+
     from pdboot.deploy.seams import PreflightFn, PreflightOutcome
     from pdboot.events import Emit, Event
+    from pdboot.inventory.schema import Inventory
+
+
+def _without_flag_types(params: list[Any]) -> list[Any]:
+    """typer's help prints a value type after every option, ``<bool>`` for flags too, which
+    take no value: flags get an empty metavar."""
+    for p in params:
+        if isinstance(p, TyperOption) and p.is_flag and p.metavar is None:
+            p.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
 
 app = typer.Typer(
+    cls=_Group,
     name="pdboot",
     help="Stand up a disaggregated prefill/decode vLLM deployment over SSH and Docker.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+out: Console | None = None  # rich consoles, made on first use (tests may set their own)
+err: Console | None = None
+
+
+def _stdout() -> Console:
+    global out
+    if out is None:
+        from rich.console import Console
+
+        out = Console()
+    return out
+
+
+def _stderr() -> Console:
+    global err
+    if err is None:
+        from rich.console import Console
+
+        err = Console(stderr=True)
+    return err
+
+
+def command(fn: Callable[..., None]) -> Callable[..., None]:
+    """``app.command()``, with the docstring's hard line breaks joined: --help rewraps each
+    paragraph to the terminal instead of breaking summaries mid-sentence."""
+    doc = inspect.getdoc(fn) or ""
+    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
+    return app.command(help="\n\n".join(paragraphs), cls=_Command)(fn)
+
 
 InventoryArg = Annotated[
     Path, typer.Argument(help="The inventory YAML file.", metavar="INVENTORY", show_default=False)
@@ -46,33 +92,38 @@ InventoryArg = Annotated[
 def _load(path: Path) -> Inventory:
     """The validated inventory, or every problem printed as ``file:line: key: message``
     and exit 2."""
+    from rich.text import Text
+
+    from pdboot.inventory.load import InventoryError, load_inventory
+
     try:
         return load_inventory(path)
     except InventoryError as e:
         for issue in e.issues:
             # Text, not markup: messages quote user input and key paths like [0].
-            err.print(Text(str(issue), style="red"), highlight=False, soft_wrap=True)
+            _stderr().print(Text(str(issue), style="red"), highlight=False, soft_wrap=True)
         n = len(e.issues)
-        err.print(f"{n} problem{'s' if n != 1 else ''} in the inventory; nothing was done.")
+        _stderr().print(f"{n} problem{'s' if n != 1 else ''} in the inventory; nothing was done.")
         raise typer.Exit(EXIT_USAGE) from None
 
 
 def _version(value: bool) -> None:
     if value:
-        out.print(f"pdboot {__version__}")
+        typer.echo(f"pdboot {__version__}")  # plain: the one command that loads no rich
         raise typer.Exit(EXIT_OK)
 
 
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
     ] = False,
 ) -> None:
     """pdboot: preflight, render, up, status, logs, down."""
 
 
-@app.command()
+@command
 def render(
     inventory: InventoryArg,
     out_dir: Annotated[
@@ -90,12 +141,15 @@ def render(
     ] = None,
 ) -> None:
     """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
+    from pdboot.plan.build import build_plan
+    from pdboot.plan.render import render_all, render_summary
+
     inv = _load(inventory)
     plan = build_plan(inv)
     texts = render_all(plan)
     if host is not None:
         if host not in texts:
-            err.print(
+            _stderr().print(
                 f"host {host!r} runs nothing in this deployment; hosts that do: {', '.join(texts)}",
                 highlight=False,
                 markup=False,
@@ -113,27 +167,31 @@ def render(
             target.write_text(text, encoding="utf-8")
         (out_dir / "summary.txt").write_text(summary, encoding="utf-8")
     except OSError as e:
-        err.print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
+        _stderr().print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
         raise typer.Exit(EXIT_FAILED) from None
     for name in texts:
-        out.print(f"wrote {out_dir / name / 'compose.yaml'}", highlight=False, markup=False)
-    out.print(summary, end="", highlight=False, markup=False, soft_wrap=True)
+        _stdout().print(f"wrote {out_dir / name / 'compose.yaml'}", highlight=False, markup=False)
+    _stdout().print(summary, end="", highlight=False, markup=False, soft_wrap=True)
 
 
 def _print_projects(texts: dict[str, str]) -> None:
-    if not out.is_terminal:
+    from rich.rule import Rule
+    from rich.syntax import Syntax
+
+    if not _stdout().is_terminal:
         # Piped: plain text, one YAML document per host.
         sys.stdout.write("---\n".join(texts.values()))
         return
     for name, text in texts.items():
-        out.print(Rule(f"{name}/compose.yaml"))
-        out.print(Syntax(text, "yaml", background_color="default"))
+        _stdout().print(Rule(f"{name}/compose.yaml"))
+        _stdout().print(Syntax(text, "yaml", background_color="default"))
 
 
 AcceptNewOpt = Annotated[
     bool,
     typer.Option(
         "--accept-new-host-keys",
+        metavar="",
         help="Record unknown SSH host keys (like OpenSSH accept-new); changed keys still fail.",
     ),
 ]
@@ -141,12 +199,13 @@ NoWaitOpt = Annotated[
     bool,
     typer.Option(
         "--no-wait",
+        metavar="",
         help="If another run holds this deployment's lock, exit 1 at once instead of waiting.",
     ),
 ]
 
 
-@app.command()
+@command
 def preflight(
     inventory: InventoryArg,
     json_out: Annotated[
@@ -173,13 +232,15 @@ def preflight(
         [x for v in skip or [] for x in v.split(",") if x],
     )
     if sel.unknown():
-        err.print(f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})")
+        _stderr().print(
+            f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})"
+        )
         raise typer.Exit(EXIT_USAGE)
     result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys, selection=sel)
     if json_out:
         sys.stdout.write(report.to_json(result) + "\n")
     else:
-        report.print_report(result, out)
+        report.print_report(result, _stdout())
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
 
 
@@ -202,7 +263,7 @@ def _views(events: str | None) -> Iterator[tuple[Emit, Console]]:
     from pdboot.views.jsonl import JsonLinesView
     from pdboot.views.terminal import TerminalView
 
-    console = err if events == "-" else out
+    console = _stderr() if events == "-" else _stdout()
     terminal = TerminalView(console)
     stream: IO[str] | None = None
     try:
@@ -212,7 +273,7 @@ def _views(events: str | None) -> Iterator[tuple[Emit, Console]]:
         try:
             stream = sys.stdout if events == "-" else open(events, "w", encoding="utf-8")  # noqa: SIM115
         except OSError as e:
-            err.print(f"cannot write {events}: {e.strerror}", highlight=False, markup=False)
+            _stderr().print(f"cannot write {events}: {e.strerror}", highlight=False, markup=False)
             raise typer.Exit(EXIT_USAGE) from None
         yield fan(terminal, JsonLinesView(stream)), console
     finally:
@@ -238,45 +299,27 @@ def _preflight_gate(console: Console) -> PreflightFn:
     return gate
 
 
-RefreshWeightsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--refresh-weights",
-        help="Move to the commit model_revision names on the hub now (default: keep the "
-        "commit this deployment was staged at).",
-    ),
-]
+RefreshWeightsOpt = Annotated[bool, typer.Option("--refresh-weights", help="Move to the "
+                              "commit model_revision names now (default: the staged one).")]
 
 
-@app.command()
-def stage(
-    inventory: InventoryArg,
-    refresh_weights: RefreshWeightsOpt = False,
-    accept_new_host_keys: AcceptNewOpt = False,
-    no_wait: NoWaitOpt = False,
-    events: EventsOpt = None,
-) -> None:
-    """Fetch the model's pinned commit into every engine host's HF cache (once per host),
-    without starting anything."""
-    from pdboot.weights import command
+@command
+def stage(inventory: InventoryArg, refresh_weights: RefreshWeightsOpt = False,
+          accept_new_host_keys: AcceptNewOpt = False, events: EventsOpt = None) -> None:
+    """Fetch the model's pinned commit into each engine host's HF cache; start nothing."""
+    from pdboot.weights.command import stage as stage_weights
 
-    inv = _load(inventory)
     with _views(events) as (emit, _):
-        code = command.stage(
-            inv,
-            emit,
-            refresh=refresh_weights,
-            accept_new_host_keys=accept_new_host_keys,
-            no_wait=no_wait,
-        )
-    raise typer.Exit(code)
+        raise typer.Exit(stage_weights(_load(inventory), emit, refresh=refresh_weights,
+                                       accept_new_host_keys=accept_new_host_keys))
 
 
-@app.command()
+@command
 def up(
     inventory: InventoryArg,
     skip_preflight: Annotated[
-        bool, typer.Option("--skip-preflight", help="Do not run the preflight checks first.")
+        bool,
+        typer.Option("--skip-preflight", help="Do not run the preflight checks first."),
     ] = False,
     rollback: Annotated[
         bool,
@@ -289,6 +332,7 @@ def up(
         bool,
         typer.Option(
             "--no-speed",
+            metavar="",
             help="Skip the long request per prefill->decode pair that measures KV speed.",
         ),
     ] = False,
@@ -304,15 +348,14 @@ def up(
         speed=not no_speed,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
-        no_wait=no_wait,
-        refresh_weights=refresh_weights,
+        no_wait=no_wait, refresh_weights=refresh_weights,
     )
     with _views(events) as (emit, console):
         code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))
     raise typer.Exit(code)
 
 
-@app.command()
+@command
 def down(
     inventory: InventoryArg,
     purge: Annotated[
@@ -335,7 +378,7 @@ def down(
     raise typer.Exit(code)
 
 
-@app.command()
+@command
 def status(
     inventory: InventoryArg,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
@@ -357,7 +400,7 @@ def status(
     from pdboot.views.terminal import TerminalView
 
     inv = _load(inventory)
-    view = TerminalView(out)
+    view = TerminalView(_stdout())
 
     def emit(event: Event) -> None:
         if not as_json:
@@ -370,49 +413,60 @@ def status(
     raise typer.Exit(status_mod.status(inv, emit, watch=watch))
 
 
-@app.command()
+@command
 def bench(
     inventory: InventoryArg,
-    tokenizer: Annotated[str, typer.Option(
-        help="Local tokenizer directory (or a name in the local HF cache) for AIPerf.")],
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            help="Local tokenizer directory (or a name in the local HF cache) for AIPerf."
+        ),
+    ],
     concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,4,16",
     isl: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 512,
     osl: Annotated[int, typer.Option(help="Output tokens per request.")] = 128,
     requests: Annotated[int, typer.Option(help="Requests per level (0: AIPerf's).")] = 0,
-    baseline_url: Annotated[str | None, typer.Option(
-        help="Engine serving alone (default: the first decode engine).")] = None,
+    baseline_url: Annotated[
+        str | None, typer.Option(help="Engine serving alone (default: the first decode engine).")
+    ] = None,
     out_dir: Annotated[Path, typer.Option(help="Where results go.")] = Path("pdboot-bench"),
 ) -> None:
     """P/D through the router vs one engine alone, measured by AIPerf (the bench extra)."""
     from rich.table import Table
+    from rich.text import Text
 
+    from pdboot.bench import results as bench_results
     from pdboot.bench import run as bench_mod
+    from pdboot.plan.build import build_plan
 
     cmd = bench_mod.aiperf_command()
     if cmd is None:
-        err.print(Text("AIPerf is not installed: pip install 'pdboot[bench]'"))
+        _stderr().print(Text("AIPerf is not installed: pip install 'pdboot[bench]'"))
         raise typer.Exit(EXIT_USAGE)
     try:
         levels = [int(x) for x in concurrency.split(",") if x.strip()]
     except ValueError:
-        err.print(f"--concurrency: not a list of integers: {concurrency}")
+        _stderr().print(f"--concurrency: not a list of integers: {concurrency}")
         raise typer.Exit(EXIT_USAGE) from None
     plan = build_plan(_load(inventory))
     shape = bench_mod.LoadShape(isl=isl, osl=osl, requests_per_level=requests)
-    rep = bench_mod.bench(plan, tokenizer, levels, out_dir, shape, cmd,
-                          baseline_url=baseline_url)
-    table = Table(*bench_mod.TABLE_HEADER)
-    for row in bench_mod.table_rows(rep.cells):
+    rep = bench_mod.bench(plan, tokenizer, levels, out_dir, shape, cmd, baseline_url=baseline_url)
+    table = Table(*bench_results.TABLE_HEADER)
+    for row in bench_results.table_rows(rep.cells):
         table.add_row(*row)
-    out.print(table)
-    out.print(f"raw results: {rep.results}\nchart: {rep.chart}")
+    _stdout().print(table)
+    _stdout().print(f"raw results: {rep.results}\nchart: {rep.chart}")
     for c in rep.refused:
-        err.print(Text(f"refused {c.role} at concurrency {c.concurrency}: {c.refused} "
-                       f"({c.artifacts})", style="red"))
+        _stderr().print(
+            Text(
+                f"refused {c.role} at concurrency {c.concurrency}: {c.refused} ({c.artifacts})",
+                style="red",
+            )
+        )
     raise typer.Exit(EXIT_FAILED if rep.refused else EXIT_OK)
 
 
-@app.command()
+@command
 def logs(
     inventory: InventoryArg,
     service: Annotated[
@@ -421,20 +475,23 @@ def logs(
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines from the end.")] = 100,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
     diagnose: Annotated[
-        bool, typer.Option("--diagnose", help="Then print known causes and fixes in them.")
+        bool,
+        typer.Option("--diagnose", help="Then print known causes and fixes in them."),
     ] = False,
 ) -> None:
     """Show one service's logs."""
+    from rich.text import Text
+
     from pdboot.deploy import status as status_mod
     from pdboot.views.terminal import TerminalView
 
     inv = _load(inventory)
 
     def on_line(line: str) -> None:
-        out.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
+        _stdout().print(Text.from_ansi(line), highlight=False, soft_wrap=True)
 
     code = status_mod.logs(
-        inv, service, on_line, TerminalView(out), tail=tail, follow=follow, diagnose=diagnose
+        inv, service, on_line, TerminalView(_stdout()), tail=tail, follow=follow, diagnose=diagnose
     )
     raise typer.Exit(code)
 

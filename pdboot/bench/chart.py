@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from html import escape
 
-from pdboot.bench.run import Cell, RunResult
+from pdboot.bench.results import Cell, RunResult
 
 W, H, PAD = 300, 220, 44
 COLORS = {"pd": "#1f77b4", "baseline": "#d62728"}

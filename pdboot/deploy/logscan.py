@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pdboot.ansi import strip_ansi
 from pdboot.deploy.readiness import find_container
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
 from pdboot.plan.model import Plan, Service
 from pdboot.transport.hosts import Hosts, open_hosts
-from pdboot.verify.diagnose import Finding, diagnose, strip_ansi
+from pdboot.verify.diagnose import Finding, diagnose
 
 RECENT_LINES = 300  # enough for a handshake failure's traceback after the access log lines
 

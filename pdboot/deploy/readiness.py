@@ -5,16 +5,16 @@ latest log line kept for the views. Containers are found by label, never by name
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from pdboot.deploy.seams import EngineOps
+from pdboot.ansi import strip_ansi
 from pdboot.deploy.waits import READY, Clock, Probe, failed, waiting
 from pdboot.plan.converge import Observed, owned
 from pdboot.plan.model import LABEL_HOST, Plan, Service
 from pdboot.transport.connection import HostLost
 from pdboot.transport.http import HttpFn
-from pdboot.verify.diagnose import strip_ansi
 from pdboot.verify.loadphase import LoadPhase, load_phase
 from pdboot.verify.probes import RouterWorkers
 
@@ -31,12 +31,20 @@ def find_container(observed: Iterable[Observed], deployment: str, svc: Service) 
     return None
 
 
+class ContainerWatch(Protocol):
+    """What a probe reads of a host's engine while it waits (a hosts.EngineOps has it)."""
+
+    def inspect(self, container_id: str) -> Observed: ...
+
+    def logs(self, container_id: str, tail: int = 50) -> list[str]: ...
+
+
 @dataclass
 class Prober:
     """Builds one probe per service; remembers each container's latest log line."""
 
     plan: Plan
-    engines: dict[str, EngineOps]  # host -> engine
+    engines: Mapping[str, ContainerWatch]  # host -> engine
     container_ids: dict[str, str]  # service key -> container id
     fetch: HttpFn
     clock: Clock
@@ -51,7 +59,7 @@ class Prober:
         try:
             return self._inspect(svc, cid, detail)
         except HostLost as e:  # not a slow engine: waiting longer cannot help
-            return failed(e.message)
+            return failed(e.message, host_lost=True)
 
     def _inspect(self, svc: Service, cid: str, detail: str) -> Probe:
         engine = self.engines[svc.host]

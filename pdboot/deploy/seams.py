@@ -6,72 +6,23 @@ hosts, a fake engine, a fake HTTP function and a fake clock (tests/unit/test_orc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from pdboot.events import Emit, HostErrors, Interrupted, Note
 from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.converge import Observed
 from pdboot.preflight.findings import RECORD_FILE, Findings, from_records
 from pdboot.transport import lock
 from pdboot.transport.connection import RemoteError
-from pdboot.transport.docker_host import PullResult
-from pdboot.transport.docker_parse import PullProgress
 from pdboot.transport.hosts import Hosts, open_hosts, project_dir
 
 OP_DEADLINE = 300.0  # compose up / stop of one host's services
 
 
-class EngineOps(Protocol):
-    """The part of pdboot.transport.docker_host.Engine the orchestrator uses."""
-
-    def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult: ...
-
-    def ship(
-        self,
-        project_dir: str,
-        compose_text: str,
-        secrets_text: str | None,
-        extra: Mapping[str, str] | None = None,
-    ) -> None: ...
-
-    def containers(self, deployment: str) -> list[Observed]: ...
-
-    def inspect(self, container_id: str) -> Observed: ...
-
-    def logs(self, container_id: str, tail: int = 50) -> list[str]: ...
-
-    def compose_up(
-        self,
-        project_dir: str,
-        project: str,
-        service: str | Sequence[str],
-        *,
-        recreate: bool,
-        timeout: float,
-    ) -> None: ...
-
-    def stop_remove(self, container_ids: list[str], grace: int = 30) -> None: ...
-
-    def read_file(self, path: str) -> str | None: ...
-
-    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]: ...
-
-    def remove_project_dir(self, project_dir: str) -> None: ...
-
-    def remove_image(self, image: str) -> bool: ...
-
-
-class ConnOps(Protocol):
-    """The part of pdboot.transport.connection.Connection the orchestrator uses."""
-
-    def run(self, argv: list[str]) -> Any: ...
-
-
 # (inventory, host names, accept_new_host_keys) -> opened hosts (Hosts.links[h].engine
-# is an EngineOps, .conn a ConnOps)
+# is a transport.hosts.EngineOps, .conn a transport.connection.Connection)
 HostsFactory = Callable[[Inventory, Iterable[str], bool], Hosts]
 
 

@@ -24,6 +24,7 @@ from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, owned
 from pdboot.plan.model import ROLES, Plan, Service
 from pdboot.preflight.findings import plan_from
+from pdboot.timestamps import parse_rfc3339
 from pdboot.transport.docker_parse import EngineError
 from pdboot.transport.hosts import open_hosts, register_inventory_secrets
 from pdboot.transport.http import HttpFn, http
@@ -55,25 +56,8 @@ class ServiceStatus:
         return self.state == "running" and self.health == "ok"
 
 
-def parse_started(started_at: str) -> datetime | None:
-    """Docker's RFC 3339 with nanoseconds -> aware datetime (None for the zero time)."""
-    if not started_at or started_at.startswith("0001-"):
-        return None
-    s = started_at.replace("Z", "+00:00")
-    if "." in s:
-        head, _, rest = s.partition(".")
-        m = re.match(r"\d*", rest)
-        frac = m.group(0) if m else ""
-        tz = rest[len(frac) :]
-        s = f"{head}.{frac[:6]}{tz}"
-    try:
-        return datetime.fromisoformat(s)
-    except ValueError:
-        return None
-
-
 def uptime(started_at: str, now: datetime) -> float | None:
-    t = parse_started(started_at)
+    t = parse_rfc3339(started_at)
     return None if t is None else max((now - t).total_seconds(), 0.0)
 
 

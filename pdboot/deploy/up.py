@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from pdboot.deploy.actions import pull_all, ship_all, start_all
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.seams import (
     OP_DEADLINE,
-    EngineOps,
     HostsFactory,
     LockFactory,
     PreflightFn,
@@ -48,12 +47,9 @@ from pdboot.events import (
     KVVerdict,
     Note,
     PreflightDone,
-    PullDone,
-    PullProgress,
     Rollback,
     ServiceAction,
     ServiceReady,
-    ServiceStarted,
     ServiceWait,
     StageStarted,
     TierReady,
@@ -64,20 +60,16 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
-from pdboot.plan.render import render_host
 from pdboot.preflight import image_probe
 from pdboot.preflight.findings import (
-    RECORD_FILE,
     Findings,
     describe,
     describe_nics,
     plan_from,
     records_to_ship,
 )
-from pdboot.transport.docker_parse import PullProgress as EnginePull
 from pdboot.transport.hosts import (
     Hosts,
-    Link,
     SecretError,
     api_key_headers,
     project_dir,
@@ -87,10 +79,9 @@ from pdboot.transport.hosts import (
 )
 from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
+from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
-from pdboot.verify.probes import KVCounters, completion_text, kv_verdict, prompt_tokens
-from pdboot.weights.pin import PIN_FILE
-from pdboot.weights.stage import Pinned, Stager, engine_hosts, hf_token, in_thread, pin_weights
+from pdboot.weights.stage import NOTHING_STAGED, Staging, pin_weights
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
@@ -109,11 +100,6 @@ class UpOptions:
 
 class _Stop(Exception):
     """A step failed and was reported; `up` exits 1."""
-
-
-def render_compose(plan: Plan, host: str) -> str:
-    """The one call into render: a pure function of the plan."""
-    return render_host(plan, host)
 
 
 def up(
@@ -197,11 +183,13 @@ def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceW
         return ServiceWait(key, state, detail, line)
     return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
+
 @dataclass(frozen=True)
 class _Env:
     clock: Clock
     fetch: HttpFn
     token: dict[str, str] | None
+    weights: Staging = NOTHING_STAGED  # the commit the engines load, staged during the pull
 
 
 def _on_hosts(
@@ -222,12 +210,10 @@ def _on_hosts(
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
-    pinned = pin_weights(
-        inv, hosts, env.fetch, hf_token(env.token), emit, refresh=opts.refresh_weights
-    )
+    pinned = pin_weights(inv, hosts, env.fetch, env.token, emit, opts.refresh_weights)
     if pinned is None:
         return EXIT_FAILED
-    inv = pinned.inventory  # model_revision: the commit every engine loads
+    inv, env = pinned.inventory, replace(env, weights=pinned)  # model_revision: the commit
     plan = plan_from(inv, findings)
     if plan.unresolved:
         for line in plan.unresolved:
@@ -236,7 +222,6 @@ def _on_hosts(
     for line in describe(inv, plan, findings, skipped=opts.skip_preflight) + describe_nics(plan):
         emit(Note(line))
     run = _Up(inv, plan, hosts, opts, emit, env)
-    run.pinned = pinned
     run.records = records_to_ship(findings)
     run.port_gbps = findings.gbps
     try:
@@ -258,9 +243,7 @@ class _Up:
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
-        self.pinned: Pinned | None = None  # the weights' commit, staged during the pull
-        # annotated: mypy checks here that the real Engine satisfies EngineOps
-        engines: dict[str, EngineOps] = {h: link.engine for h, link in hosts.links.items()}
+        engines = {h: link.engine for h, link in hosts.links.items()}
         self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
 
     # ---- the sequence
@@ -298,37 +281,11 @@ class _Up:
         self.emit(
             StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
         )
-
-        stager = self.stager()
-
-        def pull_host(host: str, link: Link) -> None:
-            staging = None
-            for img in sorted(wanted[host], key=lambda i: i != self.inv.image):
-                done = [0]
-                t0 = time.monotonic()
-
-                def on_progress(p: EnginePull, img: str = img, done: list[int] = done) -> None:
-                    done[0] = p.done
-                    self.emit(PullProgress(host, img, p.done, p.total, p.status))
-
-                r = link.engine.pull(img, on_progress)
-                took = time.monotonic() - t0
-                self.emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
-                if img == self.inv.image and stager is not None:  # the rest pull meanwhile
-                    staging = in_thread(lambda: stager.stage_host(host, link.engine))
-            if staging is not None:
-                staging()
-
-        _, errors = self.hosts.each(pull_host, self.inv.timeouts.pull_seconds)
+        stage = self.env.weights.after_pull(self.env.token, self.emit)  # the engine image's
+        errors = pull_all(self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds, stage)
         if errors:
             report_errors(self.emit, "pull failed on", errors)
             raise _Stop
-
-    def stager(self) -> Stager | None:
-        res = self.pinned.resolution if self.pinned is not None else None
-        if res is None:
-            return None
-        return Stager(self.inv, res, hf_token(self.env.token), self.emit)
 
     def check_image(self) -> None:
         """After the pull, before the start: the image asked on each engine host
@@ -348,24 +305,17 @@ class _Up:
 
     def ship(self) -> None:
         self.emit(StageStarted("ship"))
-        texts = {h: render_compose(self.plan, h) for h in self.plan.hosts}
         token = self.env.token
         secrets = secrets_env(token) if token is not None else None
-
-        def ship_host(host: str, link: Link) -> None:
-            needs = any(s.uses_secrets for s in self.plan.hosts[host].services)
-            extra = {RECORD_FILE: self.records[host]} if host in self.records else {}
-            pin = self.pinned.pin_text if self.pinned is not None else None
-            if pin is not None and host in engine_hosts(self.inv):
-                extra[PIN_FILE] = pin
-            link.engine.ship(self.dir, texts[host], secrets if needs else None, extra or None)
-
-        _, errors = self.hosts.each(ship_host, OP_DEADLINE)
+        pins = self.env.weights.pin_files()
+        errors = ship_all(self.hosts, self.plan, self.dir, secrets, self.records, pins)
         if errors:
             report_errors(self.emit, "cannot ship the compose project to", errors)
             raise _Stop
         extra = f" and {SECRETS_FILE} (0600)" if secrets is not None else ""
-        self.emit(Note(f"shipped compose.yaml{extra} to {self.dir} on {len(texts)} host(s)"))
+        self.emit(
+            Note(f"shipped compose.yaml{extra} to {self.dir} on {len(self.plan.hosts)} host(s)")
+        )
 
     # ---- observe / converge
 
@@ -395,34 +345,8 @@ class _Up:
     # ---- start and wait
 
     def start(self, steps: list[Step]) -> None:
-        """Every service of these steps at once: hosts in parallel, and a host's services
-        in one `compose up` each for new and recreated ones (compose starts them in
-        parallel; it returns once the containers run, loading happens afterwards)."""
-        todo: dict[str, list[Step]] = {}
-        for s in steps:
-            if s.kind != "unchanged":
-                todo.setdefault(s.service.host, []).append(s)
         self.emit(StageStarted("start", tuple(s.service.key for s in steps)))
-        if not todo:
-            return
-
-        def start_host(host: str, link: Link) -> None:
-            for recreate in (False, True):
-                batch = [s for s in todo[host] if (s.kind == "recreate") == recreate]
-                if not batch:
-                    continue
-                names = [s.service.name for s in batch]
-                link.engine.compose_up(
-                    self.dir,
-                    self.plan.hosts[host].project,
-                    names[0] if len(names) == 1 else names,
-                    recreate=recreate,
-                    timeout=OP_DEADLINE,
-                )
-                for s in batch:
-                    self.emit(ServiceStarted(s.service.key, recreate))
-
-        _, errors = self.hosts.each(start_host, OP_DEADLINE, only=todo)
+        errors = start_all(self.hosts, self.plan, self.dir, steps, self.emit)
         if errors:
             report_errors(self.emit, "cannot start services on", errors)
             raise _Stop
@@ -473,8 +397,7 @@ class _Up:
                 announced.add(key)
                 self.emit(ServiceReady(key, t.elapsed))
         rows = tuple(
-            _service_wait(key, p.state, p.detail, self.prober)
-            for key, p in t.states.items()
+            _service_wait(key, p.state, p.detail, self.prober) for key, p in t.states.items()
         )
         self.emit(WaitTick(t.elapsed, rows))
 
@@ -502,7 +425,7 @@ class _Up:
             clean_files(self.hosts, self.inv, self.plan, False, self.emit)
         else:
             kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
-            if e.probe.detail.startswith(f"host {svc.host} lost"):
+            if e.probe.host_lost:
                 kind = "is out of reach (its host was lost)"
             self.emit(
                 Note(
@@ -515,37 +438,18 @@ class _Up:
 
     def prove(self) -> None:
         self.emit(StageStarted("prove"))
-        fetch = self.env.fetch
-        # a DP head's /metrics carries every rank's counters (engine="<rank>")
-        decodes = [s for s in self.plan.services() if s.role == "decode" and not s.headless]
-        before = [KVCounters.parse(fetch(f"{d.url}/metrics").body) for d in decodes]
-        body = {
-            "model": self.plan.served_model_name,
-            "messages": [{"role": "user", "content": "Say hello in five words."}],
-            "max_tokens": 8,
-            "temperature": 0,
-        }
-        a = fetch(
-            f"{self.plan.endpoint}/v1/chat/completions",
-            body=body,
-            timeout=300.0,
-            headers=api_key_headers(self.env.token or {}),
-        )
-        text = completion_text(a.body) if a.ok else ""
-        if not a.ok or not text:
+        proof = prove_kv(self.plan, self.env.fetch, api_key_headers(self.env.token or {}))
+        if proof.verdict is None:
             self.emit(
                 Note(
-                    "error: test chat completion through the router failed: "
-                    f"{a.describe()} {a.body[:500]}",
+                    f"error: test chat completion through the router failed: {proof.failure}",
                     "error",
                 )
             )
             self.explain("the test request failed")
             raise _Stop
-        after = [KVCounters.parse(fetch(f"{d.url}/metrics").body) for d in decodes]
-        total = KVCounters.total([a2 - b for a2, b in zip(after, before, strict=True)])
-        v = kv_verdict(total, prompt_tokens(a.body))
-        self.emit(KVVerdict(v.ok, v.confirmed, v.message, text.strip(), v.cause))
+        v = proof.verdict
+        self.emit(KVVerdict(v.ok, v.confirmed, v.message, proof.text.strip(), v.cause))
         if not v.ok:
             self.explain("the KV path failed")
             raise _Stop
@@ -579,17 +483,10 @@ class _Up:
         self.emit(Diagnosis(context, tuple(lines)))
 
     def show_endpoint(self) -> None:
-        example = json.dumps(
-            {
-                "model": self.plan.served_model_name,
-                "messages": [{"role": "user", "content": "Hello!"}],
-                "max_tokens": 64,
-            }
-        )
-        curl = (
-            f"curl {self.plan.endpoint}/v1/chat/completions "
-            f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
-        )
+        hello = {"model": self.plan.served_model_name,
+                 "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 64}
+        curl = (f"curl {self.plan.endpoint}/v1/chat/completions "
+                f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(hello))}")
         self.emit(Endpoint(f"{self.plan.endpoint}/v1", self.plan.served_model_name, curl))
 
     def interrupted(self) -> None:

@@ -20,6 +20,7 @@ ProbeState = Literal["ready", "waiting", "failed"]
 class Probe:
     state: ProbeState
     detail: str = ""  # e.g. "connection refused", "HTTP 503", "container exited (code 1)"
+    host_lost: bool = False  # failed because the service's host stopped answering
 
 
 READY = Probe("ready")
@@ -29,8 +30,8 @@ def waiting(detail: str) -> Probe:
     return Probe("waiting", detail)
 
 
-def failed(detail: str) -> Probe:
-    return Probe("failed", detail)
+def failed(detail: str, *, host_lost: bool = False) -> Probe:
+    return Probe("failed", detail, host_lost)
 
 
 class Clock(Protocol):

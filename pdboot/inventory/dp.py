@@ -152,52 +152,21 @@ def _tier_rules(tname: str, tier: Tier) -> list[tuple[Path, str]]:
     return out
 
 
-def _range_rules(inv: Inventory) -> list[tuple[Path, str]]:
-    """Tiers sharing a host: a DP tier's whole side-channel range (base .. base + size - 1,
-    global ranks) must miss the other tier's side channels there."""
-    from pdboot.inventory.engines import tier_engines  # engines imports this module
-
+def dp_tier_rules(inv: Inventory) -> list[tuple[Path, str]]:
+    """Load-time rules of each data-parallel tier (vLLM's: local sizes add up to the size;
+    one RPC port per tier). Side-channel ranges on shared hosts: engines.engine_rules."""
     out: list[tuple[Path, str]] = []
-    tiers = (("prefill", inv.prefill), ("decode", inv.decode))
-    for (a, ta), (b, tb) in (tiers, tiers[::-1]):
-        if ta.data_parallel is None:
-            continue
-        span = set(side_channel_range(ta))
-        for h in dict.fromkeys(ta.hosts):
-            if h not in tb.hosts:
-                continue
-            theirs = {
-                p
-                for e in tier_engines(b, tb, h)  # type: ignore[arg-type]
-                for p in e.side_channel_ports
-            }
-            if tb.data_parallel is not None:
-                theirs |= set(side_channel_range(tb))
-            both = sorted(span & theirs)
-            if both and (a == "decode" or tb.data_parallel is None):
-                out.append(
-                    (
-                        (a, "side_channel_port"),
-                        f"{a} side channels {min(span)}-{max(span)} (one per DP rank) overlap "
-                        f"{b}'s on shared host {h!r} at port(s) {both[:4]}",
-                    )
-                )
+    for tname, tier in inv.tiers():
+        out += _tier_rules(tname, tier)
     return out
 
 
-def dp_rules(inv: Inventory) -> list[tuple[Path, str]]:
-    """Load-time rules of data-parallel tiers (vLLM's: local sizes add up to the size; one
-    RPC port per tier; side-channel ranges disjoint on shared hosts)."""
-    out: list[tuple[Path, str]] = []
-    for tname, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
-        out += _tier_rules(tname, tier)
-    out += _range_rules(inv)
+def dp_router_rules(inv: Inventory) -> list[tuple[Path, str]]:
+    """DP-aware routing needs a data-parallel tier."""
     no_dp = inv.prefill.data_parallel is None and inv.decode.data_parallel is None
     if inv.router.dp_aware and no_dp:
-        out.append(
-            (("router", "dp_aware"), "DP-aware routing needs a tier with data_parallel")
-        )
-    return out
+        return [(("router", "dp_aware"), "DP-aware routing needs a tier with data_parallel")]
+    return []
 
 
 def router_dp_size(inv: Inventory) -> int:

@@ -30,10 +30,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from pdboot.inventory.dp import DPLayout, dp_rules, layouts
-from pdboot.inventory.schema import Inventory, Tier
+from pdboot.inventory.dp import (
+    DPLayout,
+    dp_router_rules,
+    dp_tier_rules,
+    layouts,
+    side_channel_range,
+)
+from pdboot.inventory.schema import Inventory, Tier, TierName
 
-EngineRole = Literal["prefill", "decode"]
+EngineRole = TierName
 ENGINE_PORT_STRIDE = 10
 AUTO_ASSUMED_GPUS = 8  # an `engines_per_host: all` host before preflight counted its GPUs
 
@@ -151,12 +157,13 @@ def _dp_engines(role: EngineRole, tier: Tier, host: str) -> list[EngineSpec]:
 
 
 def engines(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> list[EngineSpec]:
-    """Every engine: decode engines first (their start order), host by host."""
+    """Every engine: the decode tier's, then the prefill tier's (the plan's grouping), host
+    by host."""
     counts = gpu_counts or {}
     out: list[EngineSpec] = []
-    for role, tier in (("decode", inv.decode), ("prefill", inv.prefill)):
+    for role, tier in inv.tiers()[::-1]:
         for h in tier.hosts:
-            out += tier_engines(role, tier, h, counts.get(h))  # type: ignore[arg-type]
+            out += tier_engines(role, tier, h, counts.get(h))
     return out
 
 
@@ -164,7 +171,7 @@ def unresolved(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> l
     """Hosts whose engine count needs preflight's GPU count, in words (empty: none)."""
     counts = gpu_counts or {}
     out = []
-    for role, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+    for role, tier in inv.tiers():
         if is_auto(tier):
             out += [
                 f"{role} on {h}: engines_per_host: all needs preflight's GPU count "
@@ -236,9 +243,9 @@ def _group_rules(tname: str, tier: Tier) -> list[tuple[Path, str]]:
 
 def _gpu_sets(inv: Inventory) -> dict[str, list[tuple[str, Literal["all"] | set[int]]]]:
     out: dict[str, list[tuple[str, Literal["all"] | set[int]]]] = {}
-    for tname, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+    for tname, tier in inv.tiers():
         for h in dict.fromkeys(tier.hosts):
-            groups = [e.gpus for e in tier_engines(tname, tier, h)]  # type: ignore[arg-type]
+            groups = [e.gpus for e in tier_engines(tname, tier, h)]
             used: Literal["all"] | set[int] = (
                 "all"
                 if any(grp == "all" for grp in groups) or is_auto(tier)
@@ -286,9 +293,9 @@ def _port_rules(inv: Inventory) -> list[tuple[Path, str]]:
         else:
             mine[port] = what
 
-    for tname, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+    for tname, tier in inv.tiers():
         for h in dict.fromkeys(tier.hosts):  # a host listed twice is reported elsewhere
-            for e in tier_engines(tname, tier, h):  # type: ignore[arg-type]
+            for e in tier_engines(tname, tier, h):
                 if e.dp is None or e.dp.is_head:  # headless ranks serve no HTTP
                     claim(h, e.port, f"{e.name} HTTP", (tname, "port"))
                 if e.dp is not None and e.dp.is_head:
@@ -301,11 +308,43 @@ def _port_rules(inv: Inventory) -> list[tuple[Path, str]]:
     return out
 
 
+def _dp_range_rules(inv: Inventory) -> list[tuple[Path, str]]:
+    """Tiers sharing a host: a DP tier's whole side-channel range (base .. base + size - 1,
+    global ranks) must miss the other tier's side channels there."""
+    out: list[tuple[Path, str]] = []
+    tiers = inv.tiers()
+    for (a, ta), (b, tb) in (tiers, tiers[::-1]):
+        if ta.data_parallel is None:
+            continue
+        span = set(side_channel_range(ta))
+        for h in dict.fromkeys(ta.hosts):
+            if h not in tb.hosts:
+                continue
+            theirs = {
+                p
+                for e in tier_engines(b, tb, h)
+                for p in e.side_channel_ports
+            }
+            if tb.data_parallel is not None:
+                theirs |= set(side_channel_range(tb))
+            both = sorted(span & theirs)
+            if both and (a == "decode" or tb.data_parallel is None):
+                out.append(
+                    (
+                        (a, "side_channel_port"),
+                        f"{a} side channels {min(span)}-{max(span)} (one per DP rank) overlap "
+                        f"{b}'s on shared host {h!r} at port(s) {both[:4]}",
+                    )
+                )
+    return out
+
+
 def engine_rules(inv: Inventory) -> list[tuple[Path, str]]:
     """Load-time rules of engines per host: groups TP-sized and disjoint, tiers sharing a
     host share no GPU, no two listeners on one port of a host (router included)."""
     out: list[tuple[Path, str]] = []
-    for tname, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+    for tname, tier in inv.tiers():
         if tier.data_parallel is None:
             out += _group_rules(tname, tier)
-    return out + dp_rules(inv) + _shared_gpu_rules(inv) + _port_rules(inv)
+    out += dp_tier_rules(inv) + _dp_range_rules(inv) + dp_router_rules(inv)
+    return out + _shared_gpu_rules(inv) + _port_rules(inv)

@@ -11,7 +11,7 @@ from pdboot.inventory.safety import (
     looks_like_token,
     secret_env_name,
 )
-from pdboot.inventory.schema import LOCAL, SECRET_ENV_OWNED, Host, Inventory, Tier
+from pdboot.inventory.schema import LOCAL, SECRET_ENV_OWNED, Host, Inventory
 
 
 def advertised_address(host: Host) -> str:
@@ -63,7 +63,7 @@ def _policy_rules(inv: Inventory) -> list[Rule]:
     from pdboot.inventory.engines import is_auto, tier_groups  # engines imports this module
 
     out: list[Rule] = []
-    for tname, tier in _tiers(inv):
+    for tname, tier in inv.tiers():
         policy = getattr(inv.router, f"{tname}_policy")
         # engines, not hosts: one host may run several (engines_per_host: all is >= 1 until
         # preflight counts the GPUs, so it is not refused here)
@@ -75,13 +75,9 @@ def _policy_rules(inv: Inventory) -> list[Rule]:
     return out
 
 
-def _tiers(inv: Inventory) -> tuple[tuple[str, Tier], tuple[str, Tier]]:
-    return (("prefill", inv.prefill), ("decode", inv.decode))
-
-
 def _topology_rules(inv: Inventory) -> list[Rule]:
     out: list[Rule] = []
-    for tname, tier in _tiers(inv):
+    for tname, tier in inv.tiers():
         if len(set(tier.hosts)) != len(tier.hosts):
             out.append(
                 (
@@ -159,7 +155,7 @@ def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
 def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
     """What pdboot sets itself cannot be set by hand (flags, the NIXL variables)."""
     out: list[Rule] = []
-    for tname, tier in _tiers(inv):
+    for tname, tier in inv.tiers():
         if tname not in sections:
             continue
         for key in tier.env:
@@ -205,7 +201,7 @@ def secret_rules(inv: Inventory) -> list[Rule]:
     args: list[tuple[tuple[str | int, ...], str]] = []
     args += [
         ((t, "extra_args", i), a)
-        for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
+        for t, tier in inv.tiers()
         for i, a in enumerate(tier.extra_args)
     ]
     args += [(("router", "extra_args", i), a) for i, a in enumerate(inv.router.extra_args)]
@@ -227,7 +223,7 @@ def secret_rules(inv: Inventory) -> list[Rule]:
                     "reference (env:NAME or file:PATH), never inline",
                 )
             )
-    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
+    for t, tier in inv.tiers():
         for key, value in tier.env.items():
             if key in SECRET_ENV_OWNED:
                 out.append(

@@ -133,6 +133,9 @@ class DataParallel(Strict):
     rpc_port: int | None = Field(default=None, ge=1, le=65535)  # None: the tier's default
 
 
+TierName = Literal["prefill", "decode"]  # the two engine tiers
+
+
 class Tier(Strict):
     hosts: list[str] = Field(min_length=1)
     port: int = Field(ge=1, le=65535)
@@ -460,3 +463,10 @@ class Inventory(Strict):
                 f"host names must be lowercase letters, digits, - or _: {', '.join(bad)}"
             )
         return v
+
+    def tiers(self) -> tuple[tuple[TierName, Tier], tuple[TierName, Tier]]:
+        """(name, tier), prefill first: the order rules, checks and reports list them in."""
+        return (("prefill", self.prefill), ("decode", self.decode))
+
+    def tier(self, name: TierName) -> Tier:
+        return self.prefill if name == "prefill" else self.decode

@@ -1,9 +1,9 @@
 """Inventory -> what runs where, in which order (pure; no I/O).
 
 One compose project per host (``pdboot-<deployment>``) holding that host's services:
-``decode``, ``prefill`` and/or ``router``. Start order: every decode engine, then every
-prefill engine, then the router (decode must be serving before prefill hands it work,
-and the router only starts once it has workers to register).
+``decode``, ``prefill`` and/or ``router``. Start order: every engine of both tiers together
+(vLLM's NIXL connector needs nothing from the other tier at start-up), then the router once
+they answer /health (it registers both tiers as workers).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _dp_args(inv: Inventory, e: EngineSpec) -> list[str]:
 
 
 def _engine_command(inv: Inventory, e: EngineSpec) -> list[str]:
-    tier = inv.prefill if e.role == "prefill" else inv.decode
+    tier = inv.tier(e.role)
     # a headless follower serves no HTTP: no --port
     port = [] if e.dp is not None and not e.dp.is_head else ["--port", str(e.port)]
     return [
@@ -211,7 +211,7 @@ def _engine(
     tcp_ifaces: Sequence[str] | None = None,
 ) -> Service:
     host, role = e.host, e.role
-    tier = inv.prefill if role == "prefill" else inv.decode
+    tier = inv.tier(role)
     address = advertised_address(inv.hosts[host])
     rdma = rdma_enabled(inv, host, rdma_present)
     env: dict[str, str] = {

@@ -4,13 +4,12 @@ pdboot recognises its own containers by labels (deployment, role, host, engine i
 config hash), never by name, so it never touches a container it did not start. A service whose hash
 label equals the plan's is left alone; one whose hash differs is recreated; the router
 is recreated whenever one of its workers was (re)created, because it registered the
-old engines. Steps stay grouped by stage so `up` keeps the decode -> prefill -> router
-order.
+old engines. Steps stay grouped by tier (decode, prefill, router): `up` starts both engine
+tiers together and the router after them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +27,7 @@ from pdboot.plan.model import (
     Role,
     Service,
 )
+from pdboot.timestamps import parse_rfc3339
 
 StepKind = Literal["create", "recreate", "unchanged"]
 
@@ -163,18 +163,8 @@ STALE_AFTER_SECONDS = 30.0
 
 
 def started(o: Observed | None) -> datetime | None:
-    """Docker's RFC 3339 StartedAt (nanoseconds) as an aware datetime; None when unknown."""
-    if o is None or not o.started_at or o.started_at.startswith("0001-"):
-        return None
-    m = re.match(r"^(.*?T[0-9:]+)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$", o.started_at)
-    if m is None:
-        return None
-    frac = (m.group(2) or "0")[:6]
-    tz = m.group(3) or "Z"
-    try:
-        return datetime.fromisoformat(f"{m.group(1)}.{frac}{'+00:00' if tz == 'Z' else tz}")
-    except ValueError:
-        return None
+    """Docker's StartedAt as an aware datetime; None when unknown."""
+    return None if o is None else parse_rfc3339(o.started_at)
 
 
 def _newer(prefill: Observed | None, decode: Observed | None) -> bool:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 Role = Literal["decode", "prefill", "router"]
-ROLES: tuple[Role, ...] = ("decode", "prefill", "router")  # start order; stop is reversed
+# How plans and reports group services. `up` starts both engine tiers together, then the
+# router; `down` stops in the reverse order.
+ROLES: tuple[Role, ...] = ("decode", "prefill", "router")
 
 LABEL_DEPLOYMENT = "io.pdboot.deployment"
 LABEL_ROLE = "io.pdboot.role"
@@ -144,7 +146,8 @@ class Plan:
     model: str
     served_model_name: str
     hosts: dict[str, HostPlan]
-    stages: tuple[tuple[Service, ...], ...]  # decode engines, prefill engines, router
+    # (decode engines, prefill engines, (router,)): read by name below, iterated in order
+    stages: tuple[tuple[Service, ...], ...]
     router: Service
     hf_token_ref: str | None = None  # where `up` reads the token (env:NAME, file:PATH)
     # What this plan had to assume without preflight's facts, in words (render says so;
@@ -157,3 +160,16 @@ class Plan:
 
     def services(self) -> list[Service]:
         return [s for stage in self.stages for s in stage]
+
+    @property
+    def decode_engines(self) -> tuple[Service, ...]:
+        return self.stages[0]
+
+    @property
+    def prefill_engines(self) -> tuple[Service, ...]:
+        return self.stages[1]
+
+    @property
+    def engines(self) -> tuple[Service, ...]:
+        """Every engine of both tiers: what `up` starts together."""
+        return self.decode_engines + self.prefill_engines

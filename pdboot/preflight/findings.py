@@ -218,7 +218,7 @@ def plan_from(inv: Inventory, f: Findings) -> Plan:
 
 def describe_nics(plan: Plan) -> list[str]:
     """One line per engine: its UCX_NET_DEVICES and where that came from."""
-    return [f"nic: {s.key} -> {s.nic}" for st in plan.stages[:2] for s in st if s.nic]
+    return [f"nic: {s.key} -> {s.nic}" for s in plan.engines if s.nic]
 
 
 def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: bool) -> list[str]:
@@ -226,7 +226,7 @@ def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: boo
     if inv.kv_transfer.rdma != "auto":
         return []
     lines = []
-    engines = {s.host: s for stage in plan.stages[:2] for s in stage}
+    engines = {s.host: s for s in plan.engines}
     for host, svc in engines.items():
         state = "on" if svc.rdma else "off"
         if findings is not None and host in findings.present:

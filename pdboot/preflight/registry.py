@@ -5,26 +5,23 @@ A CUDA image carries its CUDA version in its config (``CUDA_VERSION``,
 GETs of the Registry HTTP API v2 (the manifest, then the config blob) -- long before a
 20 GB pull would end in "CUDA driver version is insufficient".
 
-Stdlib only (urllib). The pure parts -- reference parsing, ``WWW-Authenticate`` parsing,
-platform selection in a manifest list / OCI index, env extraction -- are plain functions;
-``lookup`` does the I/O and turns every failure into a reason string, never an exception.
+HTTP goes through transport/http.py's ``request``. The pure parts -- reference parsing,
+``WWW-Authenticate`` parsing, platform selection in a manifest list / OCI index, env
+extraction -- are plain functions; ``lookup`` does the I/O and turns every failure into a
+reason string, never an exception.
 """
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
 import json
 import re
-import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdboot.transport.http import reason
+from pdboot.transport.http import RawAnswer, request
 
 DOCKER_HUB = "registry-1.docker.io"
 _HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io")
@@ -259,6 +256,14 @@ def allows_plain_http(registry: str, insecure: Collection[str] = ()) -> bool:
 # --------------------------------------------------------------------------- I/O
 
 
+class _Refused(Exception):
+    """The registry answered with an HTTP error (``status`` >= 400)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
 class _Client:
     def __init__(self, ref: ImageRef, plain_http_ok: bool, timeout: float) -> None:
         self.ref = ref
@@ -268,46 +273,53 @@ class _Client:
         self.token: str | None = None
         self.tls_failed = False
 
-    def _open(self, url: str, accept: str, token: str | None) -> tuple[bytes, Mapping[str, str]]:
+    def _open(self, url: str, accept: str, token: str | None) -> RawAnswer:
         # url: always http(s), built here or from a realm checked by token_url
-        req = urllib.request.Request(url, headers={"Accept": accept})  # noqa: S310
-        if token:
-            # unredirected: blobs redirect to a CDN/S3 URL that rejects a second auth
-            req.add_unredirected_header("Authorization", f"Bearer {token}")
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
-            body = resp.read(MAX_DOC_BYTES + 1)
-            if len(body) > MAX_DOC_BYTES:
-                raise RegistryError(f"{url}: response larger than {MAX_DOC_BYTES} bytes")
-            return body, {k.lower(): v for k, v in resp.headers.items()}
+        a = request(
+            url, timeout=self.timeout, headers={"Accept": accept}, bearer=token,
+            max_bytes=MAX_DOC_BYTES,
+        )
+        if a.no_answer == "io":
+            raise RegistryError(f"{self.ref.registry}: {a.error}")
+        if len(a.body) > MAX_DOC_BYTES:
+            raise RegistryError(f"{url}: response larger than {MAX_DOC_BYTES} bytes")
+        return a
+
+    def _ok(self, a: RawAnswer) -> tuple[bytes, Mapping[str, str]]:
+        if a.status >= 400:
+            raise _Refused(a.status)
+        return a.body, a.headers
 
     def get(self, path: str, accept: str) -> tuple[bytes, Mapping[str, str]]:
         url = f"{self.scheme}://{self.ref.registry}/v2/{self.ref.repository}/{path}"
-        try:
-            return self._open(url, accept, self.token)
-        except urllib.error.HTTPError as e:
-            if e.code != 401 or self.token is not None:
-                raise
-            challenge = e.headers.get("WWW-Authenticate", "")
-        except (urllib.error.URLError, ssl.SSLError, ConnectionError) as e:
+        a = self._open(url, accept, self.token)
+        if a.no_answer == "connect":
             if self.scheme == "https" and self.plain_http_ok:
                 self.scheme = "http"
                 return self.get(path, accept)
             if self.scheme == "https":
                 self.tls_failed = True
-            raise RegistryError(f"cannot reach {url}: {reason(e)}") from None
-        scheme, params = parse_www_authenticate(challenge)
+            raise RegistryError(f"cannot reach {url}: {a.error}")
+        if a.status != 401 or self.token is not None:
+            return self._ok(a)
+        scheme, params = parse_www_authenticate(a.headers.get("www-authenticate", ""))
         if scheme != "bearer":
             raise RegistryError(
                 f"{self.ref.registry} asks for {scheme or 'unknown'} credentials "
                 "(a private repository?)"
             )
-        body, _ = self._open(token_url(params, self.ref.repository), "application/json", None)
-        doc = _json(body, "token response")
+        tok = self._open(token_url(params, self.ref.repository), "application/json", None)
+        if tok.no_answer:
+            raise RegistryError(f"{self.ref.registry}: {tok.error}")
+        doc = _json(self._ok(tok)[0], "token response")
         token = doc.get("token") or doc.get("access_token")
         if not isinstance(token, str) or not token:
             raise RegistryError("the registry's token endpoint returned no token")
         self.token = token
-        return self._open(url, accept, token)
+        a = self._open(url, accept, token)
+        if a.no_answer:
+            raise RegistryError(f"{self.ref.registry}: {a.error}")
+        return self._ok(a)
 
 
 def _json(body: bytes, what: str) -> dict[str, Any]:
@@ -320,14 +332,14 @@ def _json(body: bytes, what: str) -> dict[str, Any]:
     return doc
 
 
-def _http_reason(e: urllib.error.HTTPError, ref: ImageRef, what: str) -> str:
-    if e.code == 404:
+def _http_reason(code: int, ref: ImageRef, what: str) -> str:
+    if code == 404:
         return f"{what} not found in {ref.registry}/{ref.repository} (no such tag or repository)"
-    if e.code in (401, 403):
-        return f"{ref.registry} refused anonymous access to {ref.repository} (HTTP {e.code})"
-    if e.code == 429:
+    if code in (401, 403):
+        return f"{ref.registry} refused anonymous access to {ref.repository} (HTTP {code})"
+    if code == 429:
         return f"{ref.registry} rate-limited the lookup (HTTP 429)"
-    return f"{ref.registry} answered HTTP {e.code} for the {what}"
+    return f"{ref.registry} answered HTTP {code} for the {what}"
 
 
 def lookup(
@@ -364,13 +376,11 @@ def lookup(
         cfg = _json(body, "image config")
     except RegistryError as e:
         return Lookup(image, error=str(e), tls_failed=client.tls_failed)
-    except urllib.error.HTTPError as e:
+    except _Refused as e:
         # 404 MANIFEST_UNKNOWN / NAME_UNKNOWN (distribution spec); a blob 404 is the
         # registry's own trouble, not a missing tag
-        missing = e.code == 404 and not what.startswith("config blob")
-        return Lookup(image, error=_http_reason(e, ref, what), missing=missing)
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
-        return Lookup(image, error=f"{ref.registry}: {reason(e)}")
+        missing = e.status == 404 and not what.startswith("config blob")
+        return Lookup(image, error=_http_reason(e.status, ref, what), missing=missing)
     return Lookup(
         image,
         ImageConfig(

@@ -1,5 +1,5 @@
-"""Preflight orchestration: inventory -> per-host contexts (pure) -> one batched script per
-host, all hosts in parallel -> verdicts (pure) -> cross-host clock comparison.
+"""Preflight orchestration: inventory -> per-host contexts (``contexts``, pure) -> one batched
+script per host, all hosts in parallel -> verdicts (pure) -> cross-host clock comparison.
 
 ``run_preflight`` is what both `pdboot preflight` and `pdboot up` call; ``evaluate_host``
 is pure (script output in, results out) so every verdict is testable from captured text.
@@ -15,27 +15,20 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol, TypeVar
 
-from pdboot.inventory.dp import layouts
-from pdboot.inventory.engines import EngineNic, is_auto, tier_engines
-from pdboot.inventory.rules import advertised_address, deployment_hosts
+from pdboot.inventory.engines import EngineNic
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.build import build_plan
-from pdboot.plan.model import Plan, Service
 from pdboot.preflight import registry
 from pdboot.preflight.checks import (
     AREAS,
     CheckResult,
     Command,
-    GpuNeed,
     HostContext,
     ParseError,
-    Probe,
     Section,
     batch_script,
     by_key,
     parse_sections,
     prepull,
-    size_bytes,
 )
 from pdboot.preflight.checks import docker as docker_checks
 from pdboot.preflight.checks import gdr as gdr_checks
@@ -48,6 +41,7 @@ from pdboot.preflight.checks import route as route_checks
 from pdboot.preflight.checks import topo as topo_checks
 from pdboot.preflight.checks import weights as weights_checks
 from pdboot.preflight.checks.facts import HostFacts
+from pdboot.preflight.contexts import contexts
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.fanout import fan_out
 from pdboot.transport.hosts import SecretError, read_hf_token
@@ -58,7 +52,6 @@ from pdboot.weights.hub import (
     RESOLVE_TIMEOUT,
     HubProblem,
     Resolution,
-    WeightsAsk,
     hub_endpoint,
     is_hub_model,
     resolve,
@@ -127,131 +120,6 @@ class Selection:
 
 
 # --------------------------------------------------------------------------- contexts
-
-
-def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:
-    """One need per engine; an `engines_per_host: all` tier needs at least one TP group."""
-    out: list[GpuNeed] = []
-    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
-        if host not in tier.hosts:
-            continue
-        tp = tier.tensor_parallel_size
-        if is_auto(tier):
-            out.append(GpuNeed(t, tp, "all"))
-            continue
-        for e in tier_engines(t, tier, host):  # type: ignore[arg-type]
-            if e.dp is not None:  # local size x TP GPUs; per rank: TP of them
-                what = f"{t} ({e.dp.describe()}, TP {tp} each)"
-                out.append(GpuNeed(t, tp, e.gpus, what, e.dp.size, e.dp.expert_parallel))
-                continue
-            out.append(GpuNeed(t, tp, e.gpus, e.name if e.count > 1 else ""))
-    return tuple(out)
-
-
-def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
-    """From a decode host: every prefill engine's side channel; from the router's host:
-    every engine's HTTP port."""
-    probes: list[Probe] = []
-    if "decode" in roles:
-        # a DP prefill: every rank's side channel on its host (base + global rank)
-        for s in plan.stages[1]:
-            for port, what in _side_ports(inv, s):
-                probes.append(Probe("network.side_channel", s.host, s.address, port, what))
-    if "router" in roles:
-        for s in plan.services():
-            if s.role != "router" and not s.headless:
-                probes.append(Probe("network.ingress", s.host, s.address, s.port, f"{s.name} HTTP"))
-    return probes
-
-
-def _side_ports(inv: Inventory, s: Service, whose: str = "'s") -> list[tuple[int, str]]:
-    """The NIXL side-channel ports an engine listens on, with what they are."""
-    if s.side_channel_port is None:
-        return []
-    if not s.dp_role:
-        return [(s.side_channel_port, f"{s.name}{whose} NIXL side channel")]
-    tier = inv.prefill if s.role == "prefill" else inv.decode
-    e = tier_engines(s.role, tier, s.host)[0]  # type: ignore[arg-type]
-    return [
-        (p, f"{s.name}'s NIXL side channel (DP rank {p - s.side_channel_port})")
-        for p in e.side_channel_ports
-    ]
-
-
-def _dp_rpc(inv: Inventory, host: str) -> tuple[list[tuple[int, str]], list[Probe]]:
-    """A DP head binds its RPC port; each follower must reach it (vLLM's handshake, then
-    the head's other ZMQ ports, which it picks at start)."""
-    ports: list[tuple[int, str]] = []
-    probes: list[Probe] = []
-    for t, tier in (("prefill", inv.prefill), ("decode", inv.decode)):
-        lay = layouts(t, tier).get(host)
-        if lay is None:
-            continue
-        if lay.is_head:
-            ports.append((lay.rpc_port, f"{t} DP RPC (head)"))
-        else:
-            head = advertised_address(inv.hosts[lay.head])
-            probes.append(
-                Probe("network.dp_rpc", lay.head, head, lay.rpc_port, f"{t} DP head's RPC port")
-            )
-    return ports, probes
-
-
-def contexts(inv: Inventory) -> dict[str, HostContext]:
-    """What each host is checked for, from the inventory and the plan (pure). An
-    `engines_per_host: all` tier is checked for the ports of AUTO_ASSUMED_GPUS' engines."""
-    plan = build_plan(inv)
-    kv = inv.kv_transfer
-    out: dict[str, HostContext] = {}
-    for name in deployment_hosts(inv):
-        hp = plan.hosts[name]
-        roles = tuple(dict.fromkeys(s.role for s in hp.services))
-        ports: list[tuple[int, str]] = []
-        for s in hp.services:
-            if not s.headless:
-                ports.append((s.port, f"{s.name} HTTP"))
-            ports += _side_ports(inv, s, "")
-            if s.metrics_port is not None:
-                ports.append((s.metrics_port, f"{s.role} metrics"))
-        rpc_ports, rpc_probes = _dp_rpc(inv, name)
-        ports += rpc_ports
-        try:
-            shm = size_bytes(inv.container.shm_size)
-        except ParseError:
-            shm = 0
-        out[name] = HostContext(
-            name=name,
-            roles=roles,
-            req=inv.requirements,
-            gpu_needs=_gpu_needs(inv, name),
-            ports=tuple(ports),
-            shm_size_bytes=shm,
-            memlock=inv.container.ulimits.memlock,
-            nofile=inv.container.ulimits.nofile,
-            hf_cache=inv.container.hf_cache,
-            image=inv.image,
-            model=inv.model,
-            rdma_mode=kv.rdma,
-            rdma_devices=tuple(inv.hosts[name].rdma_devices),
-            ucx_net_devices=kv.ucx.net_devices,
-            probes=tuple(_probes(inv, plan, roles) + rpc_probes),
-            peers=tuple(_peer_addresses(inv, name)),
-            tiers=tuple(
-                (t, tier)
-                for t, tier in (("prefill", inv.prefill), ("decode", inv.decode))
-                if name in tier.hosts
-            ),
-            weights=weights_ask(inv, name),
-        )
-    return out
-
-
-def _peer_addresses(inv: Inventory, name: str) -> list[str]:
-    """The other tier's engine hosts (not this one): where this host's UCX sends KV."""
-    peers = (inv.prefill.hosts if name in inv.decode.hosts else []) + (
-        inv.decode.hosts if name in inv.prefill.hosts else []
-    )
-    return [advertised_address(inv.hosts[p]) for p in dict.fromkeys(peers) if p != name]
 
 
 def host_commands(ctx: HostContext, sel: Selection = Selection()) -> list[Command]:
@@ -531,20 +399,6 @@ def run_preflight(
 
 
 # --------------------------------------------------------------------------- weights
-
-
-def weights_ask(inv: Inventory, host: str) -> WeightsAsk | None:
-    """What an engine host's weights checks ask (the hub's answer is added later)."""
-    engine_hosts = list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
-    if host not in engine_hosts:
-        return None
-    return WeightsAsk(
-        model=inv.model,
-        revision=inv.model_revision,
-        endpoint=hub_endpoint(inv.weights.endpoint),
-        stage=inv.weights.stage,
-        report_lookup=host == engine_hosts[0],
-    )
 
 
 class HubLookup:

@@ -92,7 +92,17 @@ def put_text_script(path: str, mode: int) -> str:
 
 
 class Connection(Protocol):
-    name: str
+    """A host's connection as callers use it (``LocalConnection``, ``ssh.SSHConnection``, and
+    the unit tests' fakes)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def lost(self) -> str | None:
+        """Why the host counts as lost mid-run (None while it answers, and always for
+        hosts that cannot be lost: local ones)."""
+        ...
 
     def run(
         self, cmd: Sequence[str] | str, timeout: float | None = None, stdin: str | None = None
@@ -124,6 +134,10 @@ class BaseConnection:
             raise RemoteError(
                 self.name, "error", f"cannot write {path}: {self.masker.mask(res.stderr.strip())}"
             )
+
+    @property
+    def lost(self) -> str | None:
+        return None
 
     def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
         raise NotImplementedError

@@ -75,7 +75,7 @@ class Engine:
     def _err(self, message: str) -> EngineError:
         """The error to raise: the host's loss when its connection was lost (every call on
         it fails then, and "cannot inspect" would hide why), else ``message``."""
-        lost = getattr(self.conn, "lost", None)
+        lost = self.conn.lost
         return EngineLost(self.host, lost) if lost else EngineError(self.host, message)
 
     def close(self) -> None:
@@ -186,7 +186,7 @@ class Engine:
                     yield mask(line)
             if buf:
                 yield mask(buf)
-            if getattr(self.conn, "lost", None):  # the stream just ends when the link dies
+            if self.conn.lost:  # the stream just ends when the link dies
                 raise self._err("")
         except EngineLost:
             raise

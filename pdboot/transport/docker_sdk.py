@@ -21,7 +21,8 @@ from typing import Any
 import docker
 import docker.errors
 from docker.tls import TLSConfig
-from docker.transport.sshconn import SSHConnection, SSHConnectionPool, SSHHTTPAdapter
+from docker.transport.sshconn import SSHConnection as DockerSSHConnection
+from docker.transport.sshconn import SSHConnectionPool, SSHHTTPAdapter
 from docker.utils import kwargs_from_env
 
 from pdboot.transport.connection import (
@@ -30,10 +31,10 @@ from pdboot.transport.connection import (
     RemoteError,
 )
 from pdboot.transport.docker_parse import EngineError
-from pdboot.transport.ssh import CHANNEL_OPEN_TIMEOUT
+from pdboot.transport.ssh import CHANNEL_OPEN_TIMEOUT, SSHConnection
 
 
-class _ChannelHTTPConnection(SSHConnection):  # type: ignore[misc]
+class _ChannelHTTPConnection(DockerSSHConnection):  # type: ignore[misc]
     """The SDK's connection opens its channel with no timeout (paramiko's default is an
     hour): bounded here, so a stuck open fails instead of hanging the caller."""
 
@@ -122,19 +123,29 @@ def local_engine_kwargs(environ: Mapping[str, str] | None = None) -> dict[str, A
 
 
 def api_for(conn: Connection, timeout: int | None) -> Any:
+    """A docker SDK client for the host of ``conn``: the local engine for a local host, else
+    one whose HTTP connections are channels on the connection's verified SSH client."""
     if isinstance(conn, LocalConnection):
         return docker.APIClient(version="auto", timeout=timeout, **local_engine_kwargs())
-    fabric_conn = getattr(conn, "_conn", None)
-    client = getattr(fabric_conn, "client", None)
-    if client is None or client.get_transport() is None:
+    client = conn.ssh_client() if isinstance(conn, SSHConnection) else None
+    if client is None:
         raise EngineError(conn.name, "no open SSH connection to reach Docker through")
-    api = docker.APIClient(
-        base_url="ssh://pdboot", version="1.41", timeout=timeout, use_ssh_client=True
-    )
     adapter = _ChannelAdapter(client, timeout)
-    api._custom_adapter = adapter
-    api.mount("http+docker://ssh", adapter)
-    # The placeholder version above only avoids a connection at construction; talk the
-    # engine's own API version (new engines refuse old versions).
-    api._version = api._retrieve_server_version()
+    # The engine's own API version (new engines refuse old ones), asked through the tunnel by
+    # a client with a placeholder version (it makes no connection when it is built).
+    probe = _tunnelled(adapter, "1.41", timeout)
+    try:
+        version = str(probe.version(api_version=False)["ApiVersion"])
+    except Exception as e:  # the words the SDK's own version lookup uses
+        raise docker.errors.DockerException(
+            f"Error while fetching server API version: {e}"
+        ) from e
+    return _tunnelled(adapter, version, timeout)
+
+
+def _tunnelled(adapter: _ChannelAdapter, version: str, timeout: int | None) -> Any:
+    api = docker.APIClient(
+        base_url="ssh://pdboot", version=version, timeout=timeout, use_ssh_client=True
+    )
+    api.mount("http+docker://ssh", adapter)  # replaces the SDK's own ssh adapter (requests)
     return api

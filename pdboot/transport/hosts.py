@@ -7,14 +7,15 @@ that cannot be reached is reported with its cause and does not stop the others.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pdboot.inventory.schema import Inventory
+from pdboot.plan.converge import Observed
 from pdboot.transport.connection import Connection, RemoteError
-from pdboot.transport.docker_host import Engine
-from pdboot.transport.docker_parse import EngineError
+from pdboot.transport.docker_host import Engine, PullResult
+from pdboot.transport.docker_parse import EngineError, PullProgress
 from pdboot.transport.fanout import fan_out
 from pdboot.transport.masking import register_secret
 from pdboot.transport.ssh import connect
@@ -120,10 +121,67 @@ def project_dir(inv: Inventory) -> str:
     return f"{inv.remote_dir.rstrip('/')}/{inv.name}"
 
 
+class EngineOps(Protocol):
+    """What callers use of a host's Docker engine (``docker_host.Engine``; the unit tests' fake
+    engine implements it too)."""
+
+    def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult: ...
+
+    def ship(
+        self,
+        project_dir: str,
+        compose_text: str,
+        secrets_text: str | None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None: ...
+
+    def containers(self, deployment: str) -> list[Observed]: ...
+
+    def inspect(self, container_id: str) -> Observed: ...
+
+    def logs(self, container_id: str, tail: int = 50) -> list[str]: ...
+
+    def follow_logs(self, container_id: str, tail: int = 50) -> Iterator[str]: ...
+
+    def compose_up(
+        self,
+        project_dir: str,
+        project: str,
+        service: str | Sequence[str],
+        *,
+        recreate: bool,
+        timeout: float,
+    ) -> None: ...
+
+    def stop_remove(self, container_ids: list[str], grace: int = 30) -> None: ...
+
+    def read_file(self, path: str) -> str | None: ...
+
+    def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]: ...
+
+    def run_streamed(
+        self,
+        name: str,
+        image: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        binds: Sequence[str],
+        on_line: Callable[[str], None],
+    ) -> int: ...
+
+    def remove_project_dir(self, project_dir: str) -> None: ...
+
+    def remove_image(self, image: str) -> bool: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Link:
+    """One open host: its connection and its Docker engine, as the protocols callers use."""
+
     conn: Connection
-    engine: Engine
+    engine: EngineOps
 
 
 @dataclass

@@ -1,14 +1,22 @@
-"""HTTP requests to engines, the router and registries, with ONE way of turning a failed
-request into the short reason an operator reads ("connection refused", "timed out", ...)."""
+"""HTTP requests to engines, the router and registries: the one module that talks HTTP, with
+ONE way of turning a failed request into the short reason an operator reads ("connection
+refused", "timed out", ...).
+
+``request`` is the exchange at the byte level (status, headers, a size cap, a bearer token
+kept off redirects) that the registry client needs; ``http`` is the text form every other
+caller uses, and the signature of the ``HttpFn`` unit tests hand in.
+"""
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from http.client import HTTPException
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,56 @@ class HttpAnswer:
 # what the orchestrator calls; a unit test hands in a fake with this signature
 HttpFn = Callable[..., HttpAnswer]
 
+# Why no HTTP answer came: "connect" the server could not be reached (refused, DNS, TLS
+# handshake: worth another scheme), "io" the exchange broke after that or was malformed.
+NoAnswer = Literal["", "connect", "io"]
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    status: int  # 0: no HTTP answer (see no_answer); >= 400: the server's error answer
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
+    error: str = ""  # the reason, when status is 0
+    no_answer: NoAnswer = ""
+
+
+def request(
+    url: str,
+    *,
+    timeout: float,
+    body: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+    bearer: str | None = None,
+    max_bytes: int | None = None,
+) -> RawAnswer:
+    """One exchange; never raises for a network or HTTP failure. ``bearer`` is sent only to
+    ``url`` itself, not to where it redirects (a registry's blob redirects to a CDN URL that
+    rejects a second auth). ``max_bytes``: read at most one byte more than that."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")  # noqa: S310
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    if bearer:
+        req.add_unredirected_header("Authorization", f"Bearer {bearer}")
+    limit = -1 if max_bytes is None else max_bytes + 1
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - http(s) we built
+            return RawAnswer(r.status, r.read(limit), _lower(r.headers.items()))
+    except urllib.error.HTTPError as e:
+        text = e.read(limit) if e.fp else b""
+        return RawAnswer(e.code, text, _lower(e.headers.items() if e.headers else ()))
+    except (urllib.error.URLError, ssl.SSLError, ConnectionError) as e:
+        return RawAnswer(0, error=reason(e), no_answer="connect")
+    except (OSError, ValueError, HTTPException) as e:
+        return RawAnswer(0, error=reason(e), no_answer="io")
+
+
+def _lower(items: Any) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in items}
+
 
 def http(
     url: str,
@@ -36,19 +94,10 @@ def http(
     body: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> HttpAnswer:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")  # noqa: S310
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    for k, v in (headers or {}).items():
-        req.add_header(k, v)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - http(s) we built
-            return HttpAnswer(r.status, r.read().decode(errors="replace"))
-    except urllib.error.HTTPError as e:
-        return HttpAnswer(e.code, e.read().decode(errors="replace") if e.fp else "")
-    except (OSError, ValueError) as e:
-        return HttpAnswer(0, "", reason(e))
+    a = request(url, timeout=timeout, body=body, headers=headers)
+    if a.status == 0:
+        return HttpAnswer(0, "", a.error)
+    return HttpAnswer(a.status, a.body.decode(errors="replace"))
 
 
 def reason(e: BaseException) -> str:

@@ -67,10 +67,11 @@ class KnownHosts:
     keys: list[tuple[str, paramiko.PKey]] = field(default_factory=list)  # (name, key)
     revoked: set[tuple[str, str]] = field(default_factory=set)  # (key type, base64)
     skipped: list[tuple[int, str]] = field(default_factory=list)
+    cert_authority_lines: list[int] = field(default_factory=list)  # also in skipped
 
     @property
     def has_cert_authority(self) -> bool:
-        return any("@cert-authority" in why for _, why in self.skipped)
+        return bool(self.cert_authority_lines)
 
 
 def parse_known_hosts(text: str) -> KnownHosts:
@@ -86,6 +87,7 @@ def parse_known_hosts(text: str) -> KnownHosts:
             if marker == "@revoked" and len(fields) >= 3:
                 kh.revoked.add((fields[1], fields[2]))
             elif marker == "@cert-authority":
+                kh.cert_authority_lines.append(lineno)
                 kh.skipped.append((lineno, "@cert-authority: host certificates are not supported"))
             else:
                 kh.skipped.append((lineno, f"unknown marker {marker[:40]!r}"))

@@ -131,6 +131,12 @@ class SSHConnection(BaseConnection):
         """Why the host counts as lost mid-run (None while it answers)."""
         return self._watchdog.lost if self._watchdog else None
 
+    def ssh_client(self) -> paramiko.SSHClient | None:
+        """The verified paramiko client, for tunnels that open their own channels on it
+        (the docker SDK's, docker_sdk.py); None while it has no live transport."""
+        client = self._conn.client
+        return client if client.get_transport() is not None else None
+
     def check_lost(self) -> None:
         if self.lost:
             raise HostLost(self.name, self.lost)

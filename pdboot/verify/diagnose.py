@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pdboot.ansi import strip_ansi
+
 _SIDE_CHANNEL_FIX = (
     "set VLLM_NIXL_SIDE_CHANNEL_HOST to each prefill host's routable address, give every "
     "engine its own side-channel port, and let the decode hosts reach those ports"
@@ -257,14 +259,6 @@ def match_line(line: str) -> Signature | None:
         if sig.pattern.search(line):
             return sig
     return None
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def strip_ansi(line: str) -> str:
-    """A log line without terminal colour codes (vLLM colours its log level)."""
-    return _ANSI.sub("", line)
 
 
 def _scan(source: str, raw: Sequence[str]) -> list[Finding]:

@@ -1,17 +1,19 @@
 """P/D facts from one vLLM engine's ``/metrics`` text, and the verdicts drawn from them.
 
-Pure: text in, values out. Metric names are vLLM 0.33.0's, as prometheus_client exposes them
-(``/work/shared/fixtures/vllm-0.33.0/metrics.json``): counters end in ``_total``, histograms
+``EngineFacts`` is pdboot's one record of what an engine's metrics say: the KV proof of `up`,
+the KV speed per pair, `status` and its flags all read it. Pure: text in, values out (parsed
+by ``exposition``). Metric names are vLLM 0.33.0's, as prometheus_client exposes them
+(the shared fixture ``vllm-0.33.0/metrics.json``): counters end in ``_total``, histograms
 come as ``_bucket{le=...}`` / ``_count`` / ``_sum``; every sample carries ``model_name`` and
 ``engine`` labels (one scrape may hold several engines: data-parallel ranks).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from pdboot.verify.exposition import Histogram, Sample, histogram, histogram_sum, parse_exposition
 
 XFER_TIME = "vllm:nixl_xfer_time_seconds"
 XFER_BYTES = "vllm:nixl_bytes_transferred"
@@ -23,69 +25,8 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 QUANTILES = (0.5, 0.9, 0.99)
-
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-Labels = tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-def parse_exposition(text: str) -> list[Sample]:
-    """Every sample line of a Prometheus text exposition; comments and junk lines skipped."""
-    out: list[Sample] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\")
-                  for k, v in _LABEL.findall(m.group(2) or "")}
-        out.append(Sample(m.group(1), labels, value))
-    return out
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """Cumulative buckets as exported: (upper bound, count <= bound), +Inf last."""
-
-    buckets: tuple[tuple[float, float], ...] = ()
-    count: float = 0.0
-    total: float = 0.0
-
-    def __sub__(self, other: Histogram) -> Histogram:
-        theirs = dict(other.buckets)
-        return Histogram(tuple((le, c - theirs.get(le, 0.0)) for le, c in self.buckets),
-                         self.count - other.count, self.total - other.total)
-
-    def quantile(self, q: float) -> float | None:
-        """Prometheus ``histogram_quantile``: linear inside the bucket holding rank q*count;
-        the lowest bucket starts at 0; a rank in +Inf answers the highest finite bound."""
-        if not self.buckets or self.buckets[-1][1] <= 0 or math.isinf(self.buckets[0][0]):
-            return None  # nothing observed, or only a +Inf bucket: no bound to report
-        rank = q * self.buckets[-1][1]
-        lower, below = 0.0, 0.0
-        for le, cum in self.buckets:
-            if cum >= rank:
-                if math.isinf(le):
-                    return lower
-                if cum == below:
-                    return le
-                return lower + (le - lower) * (rank - below) / (cum - below)
-            lower, below = le, cum
-        return lower
+# An engine that exports none of these cannot confirm or refute a KV pull.
+KV_EVIDENCE = (f"{XFER_TIME}_count", f"{XFER_BYTES}_sum", FAILED_XFERS, PROMPT_BY_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -102,8 +43,9 @@ class EngineFacts:
     requests: float = 0.0
     generation_tokens: float = 0.0
     prompt_tokens_by_source: dict[str, float] = field(default_factory=dict)
-    ttft: Histogram = Histogram()
-    itl: Histogram = Histogram()
+    ttft: Histogram = field(default_factory=Histogram)
+    itl: Histogram = field(default_factory=Histogram)
+    known: bool = False  # it exports the KV evidence (KV_EVIDENCE) at all
 
     def __sub__(self, before: EngineFacts) -> EngineFacts:
         """What happened between two scrapes (``after - before``)."""
@@ -115,7 +57,7 @@ class EngineFacts:
             self.failed_transfers - before.failed_transfers,
             self.expired_leases - before.expired_leases, self.requests - before.requests,
             self.generation_tokens - before.generation_tokens, src,
-            self.ttft - before.ttft, self.itl - before.itl)
+            self.ttft - before.ttft, self.itl - before.itl, self.known and before.known)
 
     @property
     def local_compute_tokens(self) -> float:
@@ -125,24 +67,14 @@ class EngineFacts:
     def external_tokens(self) -> float:
         return self.prompt_tokens_by_source.get("external_kv_transfer", 0.0)
 
+    @property
+    def cached_tokens(self) -> float:
+        return self.prompt_tokens_by_source.get("local_cache_hit", 0.0)
+
     def percentiles(self, which: str) -> dict[str, float | None]:
         """``{"p50": s, "p90": s, "p99": s}`` of "ttft" or "itl" (None: no observation)."""
         h = self.ttft if which == "ttft" else self.itl
         return {f"p{round(q * 100)}": h.quantile(q) for q in QUANTILES}
-
-
-def _histogram(samples: Iterable[Sample], base: str) -> Histogram:
-    buckets: dict[float, float] = {}
-    count = total = 0.0
-    for s in samples:
-        if s.name == f"{base}_bucket" and "le" in s.labels:
-            le = float(s.labels["le"])
-            buckets[le] = buckets.get(le, 0.0) + s.value
-        elif s.name == f"{base}_count":
-            count += s.value
-        elif s.name == f"{base}_sum":
-            total += s.value
-    return Histogram(tuple(sorted(buckets.items())), count, total)
 
 
 def _facts(engine: str, samples: list[Sample]) -> EngineFacts:
@@ -158,7 +90,8 @@ def _facts(engine: str, samples: list[Sample]) -> EngineFacts:
         engine, model, total(f"{XFER_TIME}_count"), total(f"{XFER_BYTES}_sum"),
         total(f"{XFER_TIME}_sum"), total(FAILED_XFERS), total(EXPIRED_LEASES),
         total(REQUEST_SUCCESS), total(GENERATION_TOKENS), by_source,
-        _histogram(samples, TTFT), _histogram(samples, ITL))
+        histogram(samples, TTFT), histogram(samples, ITL),
+        any(s.name in KV_EVIDENCE for s in samples))
 
 
 def engine_facts(text: str) -> dict[str, EngineFacts]:
@@ -172,10 +105,20 @@ def engine_facts(text: str) -> dict[str, EngineFacts]:
 
 def merged(facts: Mapping[str, EngineFacts]) -> EngineFacts:
     """All engines of one server summed, as one (what a status line per container shows)."""
+    return total(facts.values())
+
+
+def total(facts: Iterable[EngineFacts]) -> EngineFacts:
+    """Engines summed (a tier's decode engines, one server's ranks); ``known`` if any is."""
     out = EngineFacts()
-    for f in facts.values():
+    for f in facts:
         out = _add(out, f)
     return out
+
+
+def server_facts(text: str) -> EngineFacts:
+    """One server's ``/metrics`` text, every engine (data-parallel rank) in it summed."""
+    return merged(engine_facts(text))
 
 
 def _add(a: EngineFacts, b: EngineFacts) -> EngineFacts:
@@ -187,14 +130,7 @@ def _add(a: EngineFacts, b: EngineFacts) -> EngineFacts:
         a.kv_transfers + b.kv_transfers, a.kv_bytes + b.kv_bytes, a.kv_seconds + b.kv_seconds,
         a.failed_transfers + b.failed_transfers, a.expired_leases + b.expired_leases,
         a.requests + b.requests, a.generation_tokens + b.generation_tokens, src,
-        _hadd(a.ttft, b.ttft), _hadd(a.itl, b.itl))
-
-
-def _hadd(a: Histogram, b: Histogram) -> Histogram:
-    sums: dict[float, float] = dict(a.buckets)
-    for le, c in b.buckets:
-        sums[le] = sums.get(le, 0.0) + c
-    return Histogram(tuple(sorted(sums.items())), a.count + b.count, a.total + b.total)
+        histogram_sum(a.ttft, b.ttft), histogram_sum(a.itl, b.itl), a.known or b.known)
 
 
 # ---------------------------------------------------------------- verdicts
@@ -296,6 +232,7 @@ class SpeedVerdict:
 
     line: str
     flag: Flag | None
+    judged: bool = True  # False: too few bytes moved to say anything about the path
 
 
 def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool = False,
@@ -309,7 +246,7 @@ def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool 
     if gbps is None or speed.nbytes < MIN_BYTES_TO_JUDGE:
         return SpeedVerdict(f"{pair}: {speed.nbytes / 1e6:.1f} MB moved: too little to judge "
                             f"the KV path (send a longer prompt, >= "
-                            f"{MIN_BYTES_TO_JUDGE / 1e6:.0f} MB of KV)", None)
+                            f"{MIN_BYTES_TO_JUDGE / 1e6:.0f} MB of KV)", None, judged=False)
     line = f"{pair}: {speed.nbytes / 1e6:.1f} MB in {speed.seconds:.3f} s = {gbps:.2f} Gbit/s"
     if same_host and not rdma:
         return SpeedVerdict(line + " (same host, no RDMA)", _same_host_flag(pair, connector))

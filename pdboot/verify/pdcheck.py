@@ -97,7 +97,7 @@ class PairResult:
     def event(self) -> PairSpeedLine:
         v, sp = self.verdict, self.speed
         mb = sp.nbytes / 1e6 if sp is not None else 0.0
-        gbps = sp.gbps if sp is not None and v is not None and "too little" not in v.line else None
+        gbps = sp.gbps if sp is not None and v is not None and v.judged else None
         line = v.line if v is not None else f"{self.prefill} -> {self.decode}: {self.error}"
         flag = v.flag if v is not None else None
         return PairSpeedLine(self.prefill, self.decode, gbps, self.link_gbps, mb, line,

@@ -4,13 +4,14 @@ each failure or warning) and a one-line verdict; or the JSON of design.md."""
 from __future__ import annotations
 
 import json
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from pdboot.preflight.checks import AREAS, STATUS_ORDER, CheckResult
 from pdboot.preflight.run import HostReport, PreflightResult
+
+if TYPE_CHECKING:  # rich loads with the tables: `preflight --json` prints without it
+    from rich.console import Console
+    from rich.table import Table
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
@@ -33,6 +34,9 @@ def ordered(checks: list[CheckResult]) -> list[CheckResult]:
 
 
 def host_table(h: HostReport) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     state = "reachable" if h.reachable else "[bold red]UNREACHABLE[/]"
     t = Table(
         title=f"[bold]{h.name}[/] ({state}{f', {h.seconds:.1f}s' if h.seconds else ''})",
@@ -76,6 +80,8 @@ def verdict(result: PreflightResult) -> str:
 
 
 def print_report(result: PreflightResult, console: Console) -> None:
+    from rich.text import Text
+
     for h in result.hosts.values():
         console.print(host_table(h))
         console.print()
@@ -107,6 +113,9 @@ def host_summary(h: HostReport) -> str:
 def print_compact(result: PreflightResult, console: Console) -> None:
     """What `up` shows: a line per host, then only the failures and warnings with their
     fixes (the full tables are `pdboot preflight`'s)."""
+    from rich.table import Table
+    from rich.text import Text
+
     for h in result.hosts.values():
         style = "" if h.ok else "bold red"
         console.print(Text(host_summary(h), style=style), highlight=False)

@@ -26,16 +26,12 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from pdboot import events as ev
+from pdboot.ansi import strip_ansi
 from pdboot.views.status import print_status
 
 PLAIN_WAIT_EVERY = 5.0
 ACTION_STYLE = {"unchanged": "dim", "create": "green", "recreate": "yellow", "remove": ""}
 LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "red"}
-
-
-def plain(line: str) -> str:
-    """A log line without its ANSI colours."""
-    return Text.from_ansi(line).plain
 
 
 # the pull's progress display stays up through these (weights stage during the pull)
@@ -223,7 +219,7 @@ class TerminalView:
             self._last_plain = e.elapsed
             for s in e.services:
                 if s.state != "ready" and e.elapsed > 0:
-                    line = s.phase or plain(s.log_line)[:120]
+                    line = s.phase or strip_ansi(s.log_line)[:120]
                     self._console().print(
                         Text(f"waiting {s.service} {e.elapsed:.0f}s: {s.detail} | {line}")
                     )
@@ -323,4 +319,4 @@ def progress_cell(s: ev.ServiceWait) -> Text:
             filled = round(10 * min(s.done, s.total) / s.total)
             bar = "[" + "#" * filled + "." * (10 - filled) + "] "
         return Text(bar + s.phase, style="cyan", no_wrap=True, overflow="ellipsis")
-    return Text(plain(s.log_line), style="dim", no_wrap=True, overflow="ellipsis")
+    return Text(strip_ansi(s.log_line), style="dim", no_wrap=True, overflow="ellipsis")

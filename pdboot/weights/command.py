@@ -6,6 +6,7 @@ moved branch asks the hub again unless an earlier `up` pinned it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from pdboot.deploy.seams import (
     HostsFactory,
@@ -70,24 +71,29 @@ def _stage(
         register_secrets(secrets)
     hosts = hosts_factory(inv, engine_hosts(inv), accept_new)
     try:
-        return _on_hosts(inv, emit, refresh, hosts, fetch, hf_token(secrets))
+        return _on_hosts(inv, emit, refresh, hosts, fetch, secrets)
     finally:
         hosts.close()
 
 
 def _on_hosts(
-    inv: Inventory, emit: Emit, refresh: bool, hosts: Hosts, fetch: HttpFn, token: str | None
+    inv: Inventory,
+    emit: Emit,
+    refresh: bool,
+    hosts: Hosts,
+    fetch: HttpFn,
+    secrets: Mapping[str, str] | None,
 ) -> int:
     if hosts.errors:
         report_errors(emit, "cannot reach", hosts.errors)
         return EXIT_FAILED
-    pinned = pin_weights(inv, hosts, fetch, token, emit, refresh=refresh)
+    pinned = pin_weights(inv, hosts, fetch, secrets, emit, refresh)
     if pinned is None:
         return EXIT_FAILED
     if pinned.resolution is None:
         emit(Note("nothing to stage: a local model path, or weights.stage is false"))
         return EXIT_OK
-    stager = Stager(pinned.inventory, pinned.resolution, token, emit)
+    stager = Stager(pinned.inventory, pinned.resolution, hf_token(secrets), emit)
     emit(StageStarted("pull", tuple(f"{h}: {inv.image}" for h in engine_hosts(inv))))
 
     def one(host: str, link: Link) -> None:

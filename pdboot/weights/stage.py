@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from pdboot.events import Emit, Note, WeightsDone, WeightsPinned, WeightsProgress
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
-from pdboot.transport.hosts import Hosts, Link, project_dir
+from pdboot.transport.hosts import EngineOps, Hosts, Link, project_dir
 from pdboot.transport.http import HttpFn
 from pdboot.weights.hub import HubProblem, Resolution, hub_endpoint, is_hub_model, resolve
 from pdboot.weights.pin import PIN_FILE, Pin, choose
@@ -29,31 +28,48 @@ from pdboot.weights.script import STAGE_SCRIPT
 PROGRESS_EVERY_S = 0.5
 
 
-class StageOps(Protocol):
-    """The one engine call staging needs (transport/docker_host.Engine has it)."""
-
-    def run_streamed(
-        self,
-        name: str,
-        image: str,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        binds: Sequence[str],
-        on_line: Callable[[str], None],
-    ) -> int: ...
-
-
 class StageError(Exception):
     """Staging failed on a host (the message says why, without secrets)."""
 
 
+class Staging:
+    """What `up` asks of the weights during the pull and the ship: here, nothing."""
+
+    def after_pull(
+        self, secrets: Mapping[str, str] | None, emit: Emit
+    ) -> tuple[str, Callable[[str, Link], None]] | None:
+        """(image, fn): fn(host, link) runs once that host has the image (deploy/actions)."""
+        return None
+
+    def pin_files(self) -> dict[str, dict[str, str]]:
+        """Engine host -> files to ship beside compose.yaml."""
+        return {}
+
+
+NOTHING_STAGED = Staging()
+
+
 @dataclass(frozen=True)
-class Pinned:
+class Pinned(Staging):
     """The deployment's weights for this run: the inventory with model_revision set to the
     commit (what the plan renders), and what staging fetches."""
 
     inventory: Inventory
     resolution: Resolution | None  # None: nothing to stage (a local path, or stage: false)
+
+    def after_pull(
+        self, secrets: Mapping[str, str] | None, emit: Emit
+    ) -> tuple[str, Callable[[str, Link], None]] | None:
+        if self.resolution is None:
+            return None
+        stager = Stager(self.inventory, self.resolution, hf_token(secrets), emit)
+        return self.inventory.image, stager.on_host
+
+    def pin_files(self) -> dict[str, dict[str, str]]:
+        text = self.pin_text
+        if text is None:
+            return {}
+        return {h: {PIN_FILE: text} for h in engine_hosts(self.inventory)}
 
     @property
     def pin_text(self) -> str | None:
@@ -75,13 +91,14 @@ def pin_weights(
     inv: Inventory,
     hosts: Hosts,
     fetch: HttpFn,
-    token: str | None,
+    secrets: Mapping[str, str] | None,
     emit: Emit,
-    *,
     refresh: bool = False,
 ) -> Pinned | None:
-    """Resolve the inventory's revision once (from here), keep a recorded pin unless asked
-    (pin.py), and return the inventory pinned to that commit; None after an error event."""
+    """Resolve the inventory's revision once (from here, with the secrets' HF token), keep a
+    recorded pin unless asked (pin.py), and return the inventory pinned to that commit;
+    None after an error event."""
+    token = hf_token(secrets)
     if not is_hub_model(inv.model) or not inv.weights.stage:
         return Pinned(inv, None)
     endpoint = hub_endpoint(inv.weights.endpoint)
@@ -162,7 +179,10 @@ class Stager:
             env["HF_TOKEN"] = self.token
         return env
 
-    def stage_host(self, host: str, engine: StageOps) -> None:
+    def on_host(self, host: str, link: Link) -> None:
+        self.stage_host(host, link.engine)
+
+    def stage_host(self, host: str, engine: EngineOps) -> None:
         t0 = time.monotonic()
         state = StageState(total=self.res.size)
         tail: list[str] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_ROLE
+from pdboot.transport.connection import CommandResult
 from pdboot.transport.docker_host import PullResult
 from pdboot.transport.docker_parse import EngineLost, PullProgress
 from pdboot.transport.hosts import Hosts, Link
@@ -42,7 +43,7 @@ weights: {stage: false}  # test_up_weights.py covers staging
 """
 
 # the daemon's own events for one small layer (docker pull ... stream=True, decode=True)
-PULL_EVENTS = [
+PULL_EVENTS: list[dict[str, Any]] = [
     {"status": "Pulling from vllm/vllm-openai", "id": "v0.33.0"},
     {"status": "Pulling fs layer", "progressDetail": {}, "id": "a1b2c3"},
     {"status": "Downloading", "progressDetail": {"current": 512, "total": 1024}, "id": "a1b2c3"},
@@ -99,7 +100,7 @@ class World:
 
     def hosts(self, inv: Inventory, names: Iterable[str], _accept: bool) -> Hosts:
         self.calls.append(("open", ",".join(names), ""))
-        return Hosts(links={h: Link(FakeConn(self, h), FakeEngine(self, h)) for h in names})  # type: ignore[arg-type]
+        return Hosts(links={h: Link(FakeConn(self, h), FakeEngine(self, h)) for h in names})
 
     def take_lock(
         self, inv: Inventory, operation: str, wait: bool, _accept: bool, say: Callable[[str], None]
@@ -196,11 +197,27 @@ class FakeLock:
 
 @dataclass
 class FakeConn:
+    """A transport.connection.Connection that records what `up` runs on the host."""
+
     world: World
     host: str
 
-    def run(self, argv: list[str]) -> Any:
-        self.world.calls.append(("run", self.host, " ".join(argv)))
+    @property
+    def name(self) -> str:
+        return self.host
+
+    @property
+    def lost(self) -> str | None:
+        return None
+
+    def run(
+        self, cmd: Sequence[str] | str, timeout: float | None = None, stdin: str | None = None
+    ) -> CommandResult:
+        self.world.calls.append(("run", self.host, cmd if isinstance(cmd, str) else " ".join(cmd)))
+        return CommandResult(0, "", "", 0.0)
+
+    def put_text(self, path: str, text: str, mode: int = 0o644) -> None:
+        self.world.calls.append(("put_text", self.host, path))
 
     def close(self) -> None:
         pass
@@ -252,6 +269,9 @@ class FakeEngine:
         self._reach()
         return self.world.containers[container_id].logs[-tail:]
 
+    def follow_logs(self, container_id: str, tail: int = 50) -> Iterator[str]:
+        yield from self.logs(container_id, tail)
+
     def compose_up(
         self,
         project_dir: str,
@@ -277,7 +297,7 @@ class FakeEngine:
                 if c.host == self.host and c.labels.get(LABEL_ENGINE, "0") == str(svc.engine_index)
             ]:
                 del self.world.containers[cid]
-            cid = f"c{next(iter(self.world._ids))}"  # type: ignore[call-overload]
+            cid = f"c{next(iter(self.world._ids))}"
             labels = {**dict(svc.labels), LABEL_CONFIG_HASH: svc.config_hash}
             c = Container(
                 cid, self.host, labels, self.world.clock.now(), logs=[f"{role} loading"]

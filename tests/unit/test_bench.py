@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 
 from pdboot.bench import chart as benchchart
+from pdboot.bench import results as bench_results
 from pdboot.bench import run as bench
 
 FIX = Path(__file__).parent / "fixtures" / "aiperf-0.13.0"
 
 
-def _load(name: str) -> bench.RunResult:
+def _load(name: str) -> bench_results.RunResult:
     d = FIX / name
-    summary = d / bench.SUMMARY_FILE
-    return bench.parse_aiperf(summary.read_text() if summary.exists() else None,
-                              (d / bench.RECORDS_FILE).read_text())
+    summary = d / bench_results.SUMMARY_FILE
+    return bench_results.parse_aiperf(summary.read_text() if summary.exists() else None,
+                              (d / bench_results.RECORDS_FILE).read_text())
 
 
 def test_argv_is_streaming_offline_friendly_and_sized() -> None:
@@ -44,13 +45,13 @@ def test_healthy_run_parsed_from_real_output() -> None:
     assert r.output_tokens > 0 and r.output_tok_s > 0 and r.request_s > 0
     assert set(r.ttft_ms) == {"p50", "p90", "p99"} and set(r.itl_ms) == {"p50", "p90", "p99"}
     assert r.ttft_ms["p50"] <= r.ttft_ms["p99"]
-    assert bench.refusal(r) is None
+    assert bench_results.refusal(r) is None
 
 
 def test_partial_failure_is_refused_although_aiperf_exited_0() -> None:
     r = _load("partial-failure")
     assert (r.ok_requests, r.failed_requests) == (4, 4)
-    why = bench.refusal(r)
+    why = bench_results.refusal(r)
     assert why is not None and why.startswith("4 of 8 requests failed")
     assert "ClientConnectorError" in why
 
@@ -58,26 +59,27 @@ def test_partial_failure_is_refused_although_aiperf_exited_0() -> None:
 def test_all_failed_run_has_no_summary_and_is_refused() -> None:
     r = _load("all-failed")
     assert not r.has_summary and (r.ok_requests, r.failed_requests) == (0, 6)
-    why = bench.refusal(r)
+    why = bench_results.refusal(r)
     assert why is not None and "6 of 6 requests failed" in why
     assert "does not exist" in why
 
 
 def test_zero_tokens_is_refused() -> None:
     # the healthy capture with its token totals zeroed: what a run of empty answers reports
-    s = json.loads((FIX / "pd-c4" / bench.SUMMARY_FILE).read_text())
+    s = json.loads((FIX / "pd-c4" / bench_results.SUMMARY_FILE).read_text())
     s["total_output_tokens"]["avg"] = 0.0
-    why = bench.refusal(bench.parse_aiperf(json.dumps(s), None))
+    why = bench_results.refusal(bench_results.parse_aiperf(json.dumps(s), None))
     assert why is not None and "no tokens" in why and "srt-slurm#429" in why
 
 
 def test_missing_latencies_are_refused() -> None:
-    s = json.loads((FIX / "pd-c4" / bench.SUMMARY_FILE).read_text())
+    s = json.loads((FIX / "pd-c4" / bench_results.SUMMARY_FILE).read_text())
     del s["inter_token_latency"]
-    assert "TTFT/ITL" in (bench.refusal(bench.parse_aiperf(json.dumps(s), None)) or "")
+    refused = bench_results.refusal(bench_results.parse_aiperf(json.dumps(s), None))
+    assert "TTFT/ITL" in (refused or "")
 
 
-def _cells(tmp: Path, failing_rc: int = 0) -> list[bench.Cell]:
+def _cells(tmp: Path, failing_rc: int = 0) -> list[bench_results.Cell]:
     """run_bench with a runner that lays down the captured files instead of running aiperf
     (the files are real; only the process is replaced)."""
     def runner(argv: list[str]) -> tuple[int, str]:
@@ -98,13 +100,13 @@ def test_run_bench_lays_out_artifacts_and_refuses_per_cell(tmp_path: Path) -> No
     cells = _cells(tmp_path)
     assert [(c.role, c.concurrency) for c in cells] == [
         ("pd", 1), ("baseline", 1), ("pd", 16), ("baseline", 16)]
-    assert (tmp_path / "baseline-c16" / bench.SUMMARY_FILE).exists()
+    assert (tmp_path / "baseline-c16" / bench_results.SUMMARY_FILE).exists()
     assert [c.refused is None for c in cells] == [True, True, True, False]
-    rows = bench.table_rows(cells)
+    rows = bench_results.table_rows(cells)
     assert [r[0] for r in rows] == ["1", "16"]
     assert rows[1][4] == "REFUSED" and "requests failed" in rows[1][5]
-    assert len(rows[0]) == len(bench.TABLE_HEADER)
-    saved = json.loads(bench.results_json(cells, {"model": "m"}))
+    assert len(rows[0]) == len(bench_results.TABLE_HEADER)
+    saved = json.loads(bench_results.results_json(cells, {"model": "m"}))
     assert saved["meta"]["model"] == "m" and len(saved["runs"]) == 4
 
 

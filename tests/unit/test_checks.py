@@ -26,6 +26,7 @@ from pdboot.preflight.checks import (
     parse_sections,
     rdma,
 )
+from pdboot.preflight.checks import cuda as cu
 from pdboot.preflight.checks import docker as dk
 from pdboot.preflight.checks import host as hostc
 from pdboot.preflight.checks.facts import HostFacts
@@ -322,11 +323,11 @@ def test_dockerd_scan_picks_the_engine_behind_docker_host() -> None:
 
 def test_image_cuda_from_env_or_tag() -> None:
     env = sections(DERIVED / "rtx6000x2-r580-healthy.txt")["@image"].output
-    assert dk.parse_image_env(env) == "13.0"
-    assert dk.cuda_from_tag("vllm/vllm-openai:cu128-nightly", "13.0")[0] == "12.8"
-    assert dk.cuda_from_tag("10.77.0.1:5000/vllm/vllm-openai:v0.33.0", "13.0")[0] == "13.0"
-    assert dk.driver_floor("12.4") == ("550.54.14", True)
-    assert dk.driver_floor("13.0") == ("580.65.06", True)
+    assert cu.parse_image_env(env) == "13.0"
+    assert cu.cuda_from_tag("vllm/vllm-openai:cu128-nightly", "13.0")[0] == "12.8"
+    assert cu.cuda_from_tag("10.77.0.1:5000/vllm/vllm-openai:v0.33.0", "13.0")[0] == "13.0"
+    assert cu.driver_floor("12.4") == ("550.54.14", True)
+    assert cu.driver_floor("13.0") == ("580.65.06", True)
 
 
 def test_kv_estimate_matches_the_facts_sheet() -> None:
@@ -419,7 +420,8 @@ def test_report_puts_failures_first_with_the_fix_under_them() -> None:
 
 def test_contexts_follow_the_inventory() -> None:
     from pdboot.inventory.load import load_inventory
-    from pdboot.preflight.run import contexts, host_commands
+    from pdboot.preflight.contexts import contexts
+    from pdboot.preflight.run import host_commands
 
     inv = load_inventory(Path(__file__).parent / "inventories" / "2p2d.yaml")
     c = contexts(inv)

@@ -178,3 +178,37 @@ def test_the_installed_entry_point_exits_2_without_a_traceback(tmp_path: Path) -
     assert "Traceback" not in proc.stderr
     assert f"{bad}:2: prefill.hosts: " in proc.stderr
     assert proc.stdout == ""
+
+
+def test_help_summaries_are_whole_sentences_and_flags_show_no_type() -> None:
+    code, out, _ = run("--help")
+    assert code == 0
+    # the `up` summary wraps to the width instead of breaking where its docstring does
+    words = " ".join(line.strip(" │") for line in out.splitlines())
+    assert "prove a request flows and the answers are right" in " ".join(words.split())
+    code, out, _ = run("up", "--help")
+    assert code == 0 and "--rollback" in out and "--events" in out
+    assert "<bool>" not in out
+
+
+def test_version_imports_no_command_dependencies() -> None:
+    """`pdboot --version` loads typer and nothing a command needs (rich, pydantic, yaml, the
+    SSH and Docker libraries, pdboot's core): each command imports only what it uses."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from pdboot.cli import main\n"
+        "sys.argv = ['pdboot', '--version']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = ('rich', 'pydantic', 'yaml', 'fabric', 'paramiko', 'docker',\n"
+        "         'pdboot.inventory', 'pdboot.plan', 'pdboot.preflight', 'pdboot.deploy')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy\n"
+        "             or any(m.startswith(h + '.') for h in heavy)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.stdout.splitlines() == [f"pdboot {__version__}", "[]"], proc.stdout

@@ -21,6 +21,7 @@ from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.gpu import Gpu, GpuFacts
 from pdboot.preflight.checks.rdma import Port, RdmaFacts
 from pdboot.preflight.checks.topo import engine_nics, evaluate, host_engines, parse_matrix
+from pdboot.preflight.contexts import contexts
 from pdboot.preflight.findings import (
     Findings,
     describe_nics,
@@ -29,7 +30,6 @@ from pdboot.preflight.findings import (
     plan_from,
     records_to_ship,
 )
-from pdboot.preflight.run import contexts
 
 DERIVED = Path(__file__).parent / "fixtures" / "derived"
 TOPO8 = parse_sections((DERIVED / "topo-rtx6000x8.txt").read_text())["nvidia-smi topo -m"].output
@@ -190,7 +190,7 @@ def test_render_shows_the_engines_and_what_needs_preflight() -> None:
     assert auto.unresolved and "gpu-a" in auto.unresolved[0]
     assert "Needs preflight's facts: prefill on gpu-a" in render_summary(auto)
     counted = build_plan(inv(prefill__engines_per_host="all"), gpu_counts={"gpu-a": 4})
-    assert counted.unresolved == () and len(counted.stages[1]) == 4
+    assert counted.unresolved == () and len(counted.prefill_engines) == 4
 
 
 def test_nearest_nic_sets_each_engines_ucx_devices_and_explicit_wins() -> None:
@@ -208,7 +208,7 @@ def test_nearest_nic_sets_each_engines_ucx_devices_and_explicit_wins() -> None:
         update={"kv_transfer": i.kv_transfer.model_validate(doc["kv_transfer"])}
     )
     plan = build_plan(explicit, {"gpu-b": True}, engine_nics=nics)
-    assert {dict(s.environment).get("UCX_NET_DEVICES") for s in plan.stages[0]} == {"mlx5_9:1"}
+    assert {dict(s.environment).get("UCX_NET_DEVICES") for s in plan.decode_engines} == {"mlx5_9:1"}
 
 
 # --------------------------------------------------------------------------- converge

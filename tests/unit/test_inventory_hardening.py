@@ -18,8 +18,8 @@ from pdboot.inventory.load import (
     parse_inventory,
 )
 from pdboot.inventory.safety import check_address, is_loopback_or_unspecified, looks_like_token
+from tests.shared_data import SERVE_ARGS_JSON
 
-FIXTURES = Path("/work/shared/fixtures/vllm-0.33.0")
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
 
 GOOD = """\
@@ -492,7 +492,7 @@ def test_secret_flag_in_router_extra_args_is_refused() -> None:
 def test_secret_flags_are_real_vllm_options() -> None:
     from pdboot.inventory.rules import SECRET_FLAGS
 
-    actions = json.loads((FIXTURES / "serve-args.json").read_text())["actions"]
+    actions = json.loads(SERVE_ARGS_JSON.read_text())["actions"]
     options = {o for a in actions for o in a["option_strings"]}
     assert set(SECRET_FLAGS) <= options
 

@@ -108,7 +108,7 @@ def test_router_gets_no_env_file_without_an_api_key() -> None:
     i = parse_inventory(BASE + "secrets: {hf_token: env:T}\n")
     plan = build_plan(i)
     assert not plan.router.uses_secrets
-    assert all(s.uses_secrets for s in plan.stages[0] + plan.stages[1])
+    assert all(s.uses_secrets for s in plan.engines)
 
 
 # --------------------------------------------------------------------------- marker

@@ -37,7 +37,7 @@ def env(svc: Service) -> dict[str, str]:
     return dict(svc.environment)
 
 
-def test_start_order_is_decodes_then_prefills_then_router() -> None:
+def test_plan_groups_decode_engines_prefill_engines_then_the_router() -> None:
     plan = build_plan(inv("2p2d"))
     assert [[s.key for s in stage] for stage in plan.stages] == [
         ["decode@d1", "decode@d2"],
@@ -235,7 +235,7 @@ ALL = ENGINES | {"router@gpu-a"}
 def test_config_hash_covers_every_key_of_the_rendered_definition() -> None:
     from dataclasses import replace
 
-    svc = build_plan(inv("1p1d")).stages[0][0]
+    svc = build_plan(inv("1p1d")).decode_engines[0]
     assert svc.container_name == "pdboot-demo-decode"
     for change in (
         {"devices": ()},

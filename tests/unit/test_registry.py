@@ -14,6 +14,7 @@ import pytest
 
 from pdboot.preflight import registry as rg
 from pdboot.preflight.checks import Section
+from pdboot.preflight.checks import cuda as cu
 from pdboot.preflight.checks import docker as dk
 from pdboot.preflight.run import insecure_registries, with_lookup
 from tests.unit.test_checks import ctx, results
@@ -229,9 +230,9 @@ def test_require_cuda_when_the_config_has_no_cuda_version() -> None:
 def test_a_cuda_minor_newer_than_the_table_is_a_warning_not_a_pass() -> None:
     st, msg = image_cuda(found("13.2.0"))
     assert st == "warn" and "CUDA 13.x needs driver >= 580.65.06" in msg
-    assert dk.driver_floor("13.2") == ("580.65.06", False)
-    assert dk.driver_floor("12.8.1") == ("570.26", True)
-    assert dk.driver_floor("14.0") is None and dk.driver_floor("x") is None
+    assert cu.driver_floor("13.2") == ("580.65.06", False)
+    assert cu.driver_floor("12.8.1") == ("570.26", True)
+    assert cu.driver_floor("14.0") is None and cu.driver_floor("x") is None
 
 
 def test_the_registry_size_feeds_the_disk_check() -> None:

@@ -278,8 +278,8 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
     args._validate_router_args()
     assert args.vllm_pd_disaggregation
     # a data-parallel tier is one worker: its head
-    heads_p = [s.url for s in plan.stages[1] if not s.headless]
-    heads_d = [s.url for s in plan.stages[0] if not s.headless]
+    heads_p = [s.url for s in plan.prefill_engines if not s.headless]
+    heads_d = [s.url for s in plan.decode_engines if not s.headless]
     assert [u for u, _ in args.prefill_urls] == heads_p
     assert args.decode_urls == heads_d
     if inv.router.dp_aware:

@@ -46,3 +46,63 @@ def test_functions_at_most_80_lines(name: str) -> None:
 
 def test_status_does_not_import_the_orchestrator() -> None:
     assert not _imports(PKG / "deploy" / "status.py") & {"pdboot.deploy.up", "pdboot.deploy.down"}
+
+
+MAX_MODULE_LINES = 500
+
+
+def _module(rel: str) -> str:
+    parts = rel.removesuffix(".py").split("/")
+    return ".".join(["pdboot", *parts[:-1]] + ([] if parts[-1] == "__init__" else [parts[-1]]))
+
+
+def _pdboot_imports(rel: str) -> set[str]:
+    """Modules of pdboot that ``rel`` imports, anywhere in it (lazy imports count too). Names
+    imported only for annotations (``if TYPE_CHECKING:``) are no import at run time and are
+    left out: the check areas annotate with ``HostFacts``, whose fields are their facts."""
+    known = {_module(m) for m in MODULES}
+    out: set[str] = set()
+    tree = ast.parse((PKG / rel).read_text())
+    typing_only = {
+        id(x)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.If)
+        and ast.unparse(n.test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+        for x in ast.walk(n)
+    }
+    for n in ast.walk(tree):
+        if id(n) in typing_only:
+            continue
+        if isinstance(n, ast.Import):
+            out |= {a.name for a in n.names if a.name in known}
+        elif isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pdboot"):
+            for a in n.names:  # `from pdboot.x import y`: y may be a module itself
+                sub = f"{n.module}.{a.name}"
+                out.add(sub if sub in known else n.module)
+    return out & known - {_module(rel)}
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = {_module(m): _pdboot_imports(m) for m in MODULES}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycles.append([*path[path.index(d) :], d])
+            elif d not in state:
+                visit(d, [*path, d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert [" -> ".join(c) for c in cycles] == []
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_at_most_500_lines(name: str) -> None:
+    lines = len((PKG / name).read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{name}: {lines} lines"

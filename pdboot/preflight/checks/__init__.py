@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from pdboot.inventory.schema import Requirements, Tier
+from pdboot.inventory.schema import Requirements, Tier, TierName
 from pdboot.preflight.registry import Lookup
 from pdboot.weights.hub import WeightsAsk
 
@@ -112,7 +112,7 @@ class HostContext:
     ucx_net_devices: str | None = None
     probes: tuple[Probe, ...] = ()
     # the tiers with engines here, for the per-engine checks (GPU groups, nearest NIC)
-    tiers: tuple[tuple[str, Tier], ...] = ()
+    tiers: tuple[tuple[TierName, Tier], ...] = ()
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
     peers: tuple[str, ...] = ()  # the other tier's engine hosts' addresses (network.ucx_iface)

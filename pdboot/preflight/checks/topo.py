@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pdboot.ansi import strip_ansi
 from pdboot.inventory.engines import EngineNic, EngineSpec, tier_engines
 from pdboot.preflight.checks import CheckResult, Command, HostContext, Section
 from pdboot.preflight.checks.rdma import Port
@@ -32,7 +33,6 @@ COMMAND = "nvidia-smi topo -m"
 RANK: dict[str, int] = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4, "SOC": 4}
 FAR = "SYS"
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _HEAD_TOKEN_RE = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID|\S+")
 _LINK_RE = re.compile(r"X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d+|N/A")
 _GPU_RE = re.compile(r"GPU(\d+)")
@@ -98,7 +98,7 @@ def rank(link: str | None) -> int | None:
 
 def parse_matrix(text: str) -> TopoFacts:
     """Facts from the text of ``nvidia-smi topo -m``. Never raises."""
-    lines = [_ANSI_RE.sub("", ln).rstrip("\r\n") for ln in text.splitlines()]
+    lines = [strip_ansi(ln).rstrip("\r\n") for ln in text.splitlines()]
     head_at = next((i for i, ln in enumerate(lines) if _is_header(ln)), None)
     if head_at is None:
         first = next((ln.strip() for ln in lines if ln.strip()), "")
@@ -324,7 +324,7 @@ def gpu_count(f: HostFacts) -> int | None:
 def host_engines(ctx: HostContext, f: HostFacts) -> list[EngineSpec]:
     """The engines of the host, with ``engines_per_host: all`` resolved from the facts."""
     count = gpu_count(f)
-    return [e for role, t in ctx.tiers for e in tier_engines(role, t, ctx.name, count)]  # type: ignore[arg-type]
+    return [e for role, t in ctx.tiers for e in tier_engines(role, t, ctx.name, count)]
 
 
 def _candidates(ctx: HostContext, f: HostFacts) -> list[Port | str] | None:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.shared_data import SHARED_VLLM
+
 STANDIN = Path(__file__).with_name("vllm_standin.py")
 DEADLINE = 30.0  # generous bound for "it came up"; nothing asserts on durations
 
@@ -486,7 +488,7 @@ SERVE_ARGS = json.loads(STANDIN.with_name("serve-args.json").read_text())["actio
 
 def test_parser_accepts_exactly_the_options_of_vllm_serve() -> None:
     # the stand-in's copy is the shared fixture, and its parser is built from it
-    shared = Path("/work/shared/fixtures/vllm-0.33.0/serve-args.json")
+    shared = SHARED_VLLM / "serve-args.json"
     if shared.exists():
         assert json.loads(shared.read_text())["actions"] == SERVE_ARGS
     sys.path.insert(0, str(STANDIN.parent))

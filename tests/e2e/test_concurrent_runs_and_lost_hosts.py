@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_deploy import (
+from tests.e2e.test_up_status_down import (
     ROOT,
     TOKEN,
     TOKEN_ENV,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdboot.verify.probes import RouterWorkers, completion_text, metric_sums
+from pdboot.verify.metrics import server_facts
+from pdboot.verify.probes import RouterWorkers, completion_text
 
 FIX = Path(__file__).parent / "fixtures" / "deploy"
 
@@ -24,9 +25,9 @@ def test_router_workers_from_real_router() -> None:
     ]
 
 
-def test_metric_sums_over_label_sets() -> None:
-    s = metric_sums(_read("standin-decode-metrics-after.txt"))
-    assert s["vllm:request_success_total"] == 1.0
+def test_metrics_sum_over_label_sets() -> None:
+    s = server_facts(_read("standin-decode-metrics-after.txt"))
+    assert s.requests == 1.0
 
 
 def test_completion_text() -> None:

@@ -121,7 +121,7 @@ def test_down_order_router_prefill_decode() -> None:
 
 def test_partial_deployment_down_only_has_what_exists() -> None:
     plan = _plan()
-    obs = [_obs(plan.stages[0][0])]
+    obs = [_obs(plan.decode_engines[0])]
     assert [(r, [o.id for o in b]) for r, b in plan_down("demo", obs)] == [
         ("decode", ["id-decode@d1"])
     ]

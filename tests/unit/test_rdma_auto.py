@@ -70,8 +70,7 @@ def preflight_result() -> PreflightResult:
 def engines(plan: Plan) -> dict[str, tuple[bool, str | None]]:
     return {
         s.key: (s.rdma, dict(s.environment).get("UCX_NET_DEVICES"))
-        for stage in plan.stages[:2]
-        for s in stage
+        for s in plan.engines
     }
 
 

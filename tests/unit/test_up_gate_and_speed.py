@@ -131,7 +131,7 @@ def test_prefill_change_restarts_decode_after_prefill_is_ready() -> None:
 
 
 def test_link_rate_from_preflight_ports_else_declared() -> None:
-    from tests.unit.test_deploy_rdma import preflight_result
+    from tests.unit.test_rdma_auto import preflight_result
 
     f = from_preflight(preflight_result())
     assert set(f.gbps) == {"gpu-a"} and f.gbps["gpu-a"] > 0  # the real sysfs rate

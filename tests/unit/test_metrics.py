@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
 from pdboot.verify import metrics as pm
+from tests.shared_data import METRICS_JSON
 
-METRICS_JSON = Path("/work/shared/fixtures/vllm-0.33.0/metrics.json")
 MODEL = "Qwen/Qwen3-0.6B"
 # vLLM 0.33.0 v1/metrics/loggers.py bucket bounds
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -22,8 +21,6 @@ ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
 
 
 def _real_names() -> set[str]:
-    if not METRICS_JSON.exists():
-        pytest.skip("shared vLLM fixtures not present")
     data = json.loads(METRICS_JSON.read_text())
     return {n for m in data["metrics"] for n in m["exposed_as"]}
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_deploy import (
+from tests.e2e.test_up_status_down import (
     down_clean,
     http_json,
     ids,

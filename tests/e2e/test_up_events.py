@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_deploy import down_clean, output, pdboot, write_inventory
+from tests.e2e.test_up_status_down import down_clean, output, pdboot, write_inventory
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 

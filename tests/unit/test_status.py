@@ -43,7 +43,7 @@ def test_uptime_from_docker_nanoseconds() -> None:
 
 def test_service_status_rows() -> None:
     inv = parse_inventory(INV)
-    svc = build_plan(inv).stages[0][0]
+    svc = build_plan(inv).decode_engines[0]
     obs = Observed(
         host="b",
         id="x",

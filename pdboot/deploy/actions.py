@@ -1,0 +1,108 @@
+"""What `up` does on every host of the plan at once: pull the images, ship the compose
+project, start services. Each runs the hosts in parallel with a deadline, emits what happened
+per host and returns the hosts that failed (host -> message); `up` decides what follows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from pdboot.deploy.seams import OP_DEADLINE
+from pdboot.events import Emit, PullDone, PullProgress, ServiceStarted
+from pdboot.plan.converge import Step
+from pdboot.plan.model import Plan
+from pdboot.plan.render import render_host
+from pdboot.preflight.findings import RECORD_FILE
+from pdboot.transport.docker_parse import PullProgress as EnginePull
+from pdboot.transport.hosts import Hosts, Link
+from pdboot.weights.stage import in_thread
+
+Errors = dict[str, str]
+
+
+def pull_all(
+    hosts: Hosts,
+    wanted: Mapping[str, Sequence[str]],
+    emit: Emit,
+    deadline: float,
+    then: tuple[str, Callable[[str, Link], None]] | None = None,
+) -> Errors:
+    """Every host pulls its images (``wanted``: host -> images), streaming progress.
+    ``then`` (image, fn): that image first, then fn(host, link) in a thread while the host's
+    other images pull (the weights staging, which runs in the engine image); its failure is
+    the host's."""
+
+    def pull_host(host: str, link: Link) -> None:
+        after = None
+        first = then[0] if then is not None else None
+        for img in sorted(wanted[host], key=lambda i: i != first):
+            done = [0]
+            t0 = time.monotonic()
+
+            def on_progress(p: EnginePull, img: str = img, done: list[int] = done) -> None:
+                done[0] = p.done
+                emit(PullProgress(host, img, p.done, p.total, p.status))
+
+            r = link.engine.pull(img, on_progress)
+            took = time.monotonic() - t0
+            emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
+            if then is not None and img == first:
+                after = in_thread(lambda: then[1](host, link))
+        if after is not None:
+            after()
+
+    return hosts.each(pull_host, deadline)[1]
+
+
+def ship_all(
+    hosts: Hosts,
+    plan: Plan,
+    project_dir: str,
+    secrets: str | None,
+    records: Mapping[str, str],
+    extra_files: Mapping[str, Mapping[str, str]] | None = None,
+) -> Errors:
+    """compose.yaml (the plan rendered, a pure function of it) to every host; the secrets file
+    only where a service uses secrets; the preflight record where there is one."""
+    texts = {h: render_host(plan, h) for h in plan.hosts}
+
+    def ship_host(host: str, link: Link) -> None:
+        needs = any(s.uses_secrets for s in plan.hosts[host].services)
+        extra = {RECORD_FILE: records[host]} if host in records else {}
+        extra.update((extra_files or {}).get(host, {}))  # e.g. the weights pin
+        link.engine.ship(project_dir, texts[host], secrets if needs else None, extra or None)
+
+    return hosts.each(ship_host, OP_DEADLINE)[1]
+
+
+def start_all(
+    hosts: Hosts, plan: Plan, project_dir: str, steps: Sequence[Step], emit: Emit
+) -> Errors:
+    """Every service of these steps at once: hosts in parallel, and a host's services in one
+    `compose up` each for new and recreated ones (compose starts them in parallel; it returns
+    once the containers run, loading happens afterwards)."""
+    todo: dict[str, list[Step]] = {}
+    for s in steps:
+        if s.kind != "unchanged":
+            todo.setdefault(s.service.host, []).append(s)
+    if not todo:
+        return {}
+
+    def start_host(host: str, link: Link) -> None:
+        for recreate in (False, True):
+            batch = [s for s in todo[host] if (s.kind == "recreate") == recreate]
+            if not batch:
+                continue
+            names = [s.service.name for s in batch]
+            link.engine.compose_up(
+                project_dir,
+                plan.hosts[host].project,
+                names[0] if len(names) == 1 else names,
+                recreate=recreate,
+                timeout=OP_DEADLINE,
+            )
+            for s in batch:
+                emit(ServiceStarted(s.service.key, recreate))
+
+    return hosts.each(start_host, OP_DEADLINE, only=todo)[1]

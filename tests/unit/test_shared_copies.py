@@ -1,0 +1,17 @@
+"""The copies of the shared vLLM 0.33.0 dumps under tests/ are the originals in ../shared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.shared_data import COPIES, SHARED_VLLM
+
+
+@pytest.mark.parametrize("copy", sorted(COPIES), ids=lambda p: p.name)
+def test_copy_is_the_shared_original(copy: Path) -> None:
+    original = SHARED_VLLM / COPIES[copy]
+    if not original.exists():
+        pytest.skip(f"no ../shared beside this checkout ({original}): the copy cannot be compared")
+    assert copy.read_bytes() == original.read_bytes()
