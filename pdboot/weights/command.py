@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from pdboot.deploy.actions import pull_all
 from pdboot.deploy.seams import (
     HostsFactory,
     LockFactory,
@@ -16,13 +17,12 @@ from pdboot.deploy.seams import (
     report_errors,
     take_lock,
 )
-from pdboot.events import Done, Emit, Note, PullDone, PullProgress, StageStarted
+from pdboot.events import Done, Emit, Note, StageStarted
 from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.schema import Inventory
-from pdboot.transport.docker_parse import PullProgress as EnginePull
-from pdboot.transport.hosts import Hosts, Link, SecretError, read_secrets, register_secrets
+from pdboot.transport.hosts import Hosts, SecretError, read_secrets, register_secrets
 from pdboot.transport.http import HttpFn, http
-from pdboot.weights.stage import Stager, engine_hosts, hf_token, pin_weights
+from pdboot.weights.stage import engine_hosts, pin_weights
 
 
 def stage(
@@ -93,20 +93,10 @@ def _on_hosts(
     if pinned.resolution is None:
         emit(Note("nothing to stage: a local model path, or weights.stage is false"))
         return EXIT_OK
-    stager = Stager(pinned.inventory, pinned.resolution, hf_token(secrets), emit)
-    emit(StageStarted("pull", tuple(f"{h}: {inv.image}" for h in engine_hosts(inv))))
-
-    def one(host: str, link: Link) -> None:
-        t0 = time.monotonic()
-
-        def on_progress(p: EnginePull) -> None:
-            emit(PullProgress(host, inv.image, p.done, p.total, p.status))
-
-        r = link.engine.pull(inv.image, on_progress)
-        emit(PullDone(host, inv.image, r.pulled, r.digest, 0, time.monotonic() - t0))
-        stager.stage_host(host, link.engine)
-
-    _, errors = hosts.each(one, inv.timeouts.pull_seconds)
+    then = pinned.after_pull(secrets, emit)  # staging, or seeding from the first host
+    wanted = {h: [inv.image] for h in engine_hosts(inv)}
+    emit(StageStarted("pull", tuple(f"{h}: {inv.image}" for h in wanted)))
+    errors = pull_all(hosts, wanted, emit, inv.timeouts.pull_seconds, then)
     if errors:
         report_errors(emit, "staging failed on", errors)
         return EXIT_FAILED

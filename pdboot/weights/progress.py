@@ -53,6 +53,7 @@ class StageState:
     cached: bool = False
     finished: bool = False
     error: str = ""
+    digest: str = ""  # sha256 of config.json + the index as staged (the sameness check)
 
     def update(self, s: StageLine) -> None:
         if s.kind == "plan":
@@ -64,7 +65,9 @@ class StageState:
         elif s.kind == "cached":
             self.cached = self.finished = True
             self.done = self.total = s.total or self.total
+            self.digest = s.message
         elif s.kind == "done":
             self.finished = True
+            self.digest = s.message
         elif s.kind == "error":
             self.error = s.message or "staging failed"

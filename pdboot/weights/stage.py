@@ -24,6 +24,7 @@ from pdboot.weights.hub import HubProblem, Resolution, hub_endpoint, is_hub_mode
 from pdboot.weights.pin import PIN_FILE, Pin, choose
 from pdboot.weights.progress import StageState, parse_line
 from pdboot.weights.script import STAGE_SCRIPT
+from pdboot.weights.seed import Seeder
 
 PROGRESS_EVERY_S = 0.5
 
@@ -63,6 +64,9 @@ class Pinned(Staging):
         if self.resolution is None:
             return None
         stager = Stager(self.inventory, self.resolution, hf_token(secrets), emit)
+        hosts = engine_hosts(self.inventory)
+        if self.inventory.weights.seed == "first_host" and len(hosts) > 1:
+            return self.inventory.image, Seeder(stager, hosts).on_host
         return self.inventory.image, stager.on_host
 
     def pin_files(self) -> dict[str, dict[str, str]]:
@@ -182,7 +186,15 @@ class Stager:
     def on_host(self, host: str, link: Link) -> None:
         self.stage_host(host, link.engine)
 
-    def stage_host(self, host: str, engine: EngineOps) -> None:
+    def stage_host(self, host: str, engine: EngineOps) -> str:
+        """From the hub; returns the digest of config.json + the index as staged."""
+        return self._run(host, engine, {})
+
+    def seed_host(self, host: str, engine: EngineOps, url: str) -> str:
+        """From another host's seed server (weights/seed.py) instead of the hub."""
+        return self._run(host, engine, {"PDBOOT_SEED_URL": url})
+
+    def _run(self, host: str, engine: EngineOps, extra_env: Mapping[str, str]) -> str:
         t0 = time.monotonic()
         state = StageState(total=self.res.size)
         tail: list[str] = []
@@ -204,8 +216,8 @@ class Stager:
             self.container_name(),
             self.inv.image,
             ["python3", "-c", STAGE_SCRIPT, self.inv.model, self.res.commit],
-            self.env(),
-            [f"{self.inv.container.hf_cache}:{HF_CACHE_IN_CONTAINER}:rw"],
+            {**self.env(), **extra_env},
+            [self.bind()],
             on_line,
         )
         if rc != 0 or not state.finished:
@@ -221,6 +233,10 @@ class Stager:
                 state.client,
             )
         )
+        return state.digest
+
+    def bind(self) -> str:
+        return f"{self.inv.container.hf_cache}:{HF_CACHE_IN_CONTAINER}:rw"
 
 
 def in_thread(fn: Callable[[], None]) -> Callable[[], None]:

@@ -284,3 +284,31 @@ def test_an_interrupted_staging_resumes(tb: Testbed, tmp_path: Path) -> None:
     assert ran.returncode == 0, out(ran)
     done = [e for e in events(tmp_path / "ev.jsonl") if e["event"] == "weights_done"]
     assert len(done) == 2 and all(e["cached"] for e in done)  # nothing left to fetch
+
+
+# ---------------------------------------------------------------------- seed
+
+
+def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Path) -> None:
+    inv = write(tb, tmp_path / "inv.yaml", name="pdws",
+                container={"hf_cache": "/var/lib/pdboot/hf-cache-seed",
+                           "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
+    doc = yaml.safe_load(inv.read_text())
+    doc["weights"] = {"stage": True, "endpoint": tb.hub, "seed": "first_host"}
+    inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+    before = hub.downloads(tb.hub_log)
+    ev_file = tmp_path / "ev.jsonl"
+    res = pdboot("stage", str(inv), "--events", str(ev_file), timeout=300)
+    assert res.returncode == 0, out(res)
+    after = hub.downloads(tb.hub_log)
+    new = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    # the first engine host (prefill's gpu-a) from the hub, once per file; gpu-b never
+    assert new == {(addr(tb, "gpu-a"), f): 1 for f in FILES}, new
+    done = {e["host"]: e for e in events(ev_file) if e["event"] == "weights_done"}
+    assert set(done) == {"gpu-a", "gpu-b"} and not done["gpu-b"]["cached"]
+    seed = tb.hosts["gpu-a"].docker("ps", "-aq", "--filter", "name=pdboot-seed-pdws")
+    assert seed.stdout.split() == []  # the seed server is gone
+    again = pdboot("stage", str(inv), "--events", str(tmp_path / "ev2.jsonl"))
+    assert again.returncode == 0, out(again)
+    done2 = [e for e in events(tmp_path / "ev2.jsonl") if e["event"] == "weights_done"]
+    assert len(done2) == 2 and all(e["cached"] for e in done2)  # gpu-b's copy is complete
