@@ -299,3 +299,12 @@ def test_preflight_fails_disk_reach_and_gated() -> None:
     got = by_id(wchecks.evaluate(ctx(gated), facts(100)))
     assert got["weights.revision"].status == "fail" and "weights.disk" not in got
     assert "weights.revision" not in by_id(wchecks.evaluate(ctx(gated, report=False), facts(100)))
+
+
+def test_the_seed_port_is_checked_on_the_first_engine_host_only() -> None:
+    from pdboot.preflight.contexts import seed_ports
+
+    inv = parse_inventory(INV + "weights: {seed: first_host, seed_port: 9100}\n")
+    assert seed_ports(inv, "p1") == [(9100, "weights seed server")]
+    assert seed_ports(inv, "d1") == []
+    assert seed_ports(parse_inventory(INV), "p1") == []
