@@ -36,7 +36,8 @@ from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 from tests.testbed.inventory import inventory_dict  # noqa: E402
 
 
-def write(tb: Testbed, path: Path, name: str, staged: bool, engines: int) -> Path:
+def write(tb: Testbed, path: Path, name: str, staged: bool, engines: int,
+          seed: bool = False) -> Path:
     inv = inventory_dict(tb, name=name, prefill=["g1"], decode=["g2"], router="g1")
     env = {"STANDIN_LOAD_SECONDS": "0.5"}
     inv["model"] = hub.PUBLIC_REPO
@@ -45,7 +46,8 @@ def write(tb: Testbed, path: Path, name: str, staged: bool, engines: int) -> Pat
     inv["router"] = {"host": "g1", "prefill_policy": "round_robin",
                      "decode_policy": "round_robin"}
     inv["kv_transfer"] = {"rdma": "auto"}
-    inv["weights"] = {"stage": staged, "endpoint": tb.hub}
+    inv["weights"] = {"stage": staged, "endpoint": tb.hub,
+                      "seed": "first_host" if seed else "none"}
     inv["container"]["hf_cache"] = f"/var/lib/pdboot/hf-bench-{name}"
     inv["timeouts"]["ready_seconds"] = 900
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
@@ -61,8 +63,9 @@ def hub_bytes(tb: Testbed) -> int:
     return sum(e["bytes"] for e in hub.read_log(tb.hub_log) if "/resolve/" in e["path"])
 
 
-def one_run(tb: Testbed, work: Path, name: str, staged: bool, engines: int) -> dict[str, Any]:
-    inv = write(tb, work / f"{name}.yaml", name, staged, engines)
+def one_run(tb: Testbed, work: Path, name: str, staged: bool, engines: int,
+            seed: bool = False) -> dict[str, Any]:
+    inv = write(tb, work / f"{name}.yaml", name, staged, engines, seed)
     ev = work / f"{name}.jsonl"
     sent0 = hub_bytes(tb)
     # --skip-preflight in both variants: the same steps, the difference is the weights
@@ -82,6 +85,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2, help="runs per variant")
     ap.add_argument("--mbps", type=float, default=2.0, help="hub cap per host, MB/s")
     ap.add_argument("--engines", type=int, default=4, help="decode engines on g2 (<= 8)")
+    ap.add_argument("--seed", action="store_true",
+                    help="also time weights.seed: first_host (g2 copies from g1)")
     args = ap.parse_args()
     tb = Testbed.start([HostSpec("g1", profile="rtx6000x8"),
                         HostSpec("g2", profile="rtx6000x8")])
@@ -108,6 +113,13 @@ def main() -> None:
             sent = statistics.median(r["hub_bytes"] for r in results[k])
             print(f"  {label:<25} median up {med[k]:6.1f} s, hub sent {sent / 1e6:5.1f} MB")
         print(f"ratio download-at-start / staged: {med[False] / med[True]:.2f}x")
+        if args.seed:  # after the others: g2 fetches from g1, the hub sends to g1 only
+            seeded = [one_run(tb, work, f"bwe{i}", True, args.engines, seed=True)
+                      for i in range(args.runs)]
+            m = statistics.median(r["seconds"] for r in seeded)
+            sent = statistics.median(r["hub_bytes"] for r in seeded)
+            print(f"  {'seeded from g1':<25} median up {m:6.1f} s, hub sent {sent / 1e6:5.1f} MB")
+            print(f"ratio staged / seeded: {med[True] / m:.2f}x")
     finally:
         tb.stop()
 
