@@ -20,6 +20,7 @@ demo: $(SETUP_STAMP)
 
 lint: $(SETUP_STAMP)
 	$(PY) -m ruff check pdboot
+	$(PY) -m ruff format --check pdboot
 	$(PY) -m mypy pdboot
 
 # pytest exit 5 means it collected nothing: that is a failure here, not a pass.

@@ -45,7 +45,7 @@ step "pdboot status $INV"
 $PY -m pdboot status "$INV"
 
 step "pdboot up again: nothing changes"
-$PY -m pdboot up "$INV" --skip-preflight
+$PY -m pdboot up "$INV"
 
 step "pdboot down $INV"
 $PY -m pdboot down "$INV"

@@ -15,6 +15,8 @@ from typing import Any
 SUMMARY_FILE = "profile_export_aiperf.json"
 RECORDS_FILE = "profile_export.jsonl"
 PCTS = ("p50", "p90", "p99")
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One AIPerf run, from its files. Latencies in ms, throughput in tokens/s."""
@@ -70,15 +72,18 @@ def parse_aiperf(summary_text: str | None, records_text: str | None) -> RunResul
     errors = []
     for e in s.get("error_summary") or []:
         d = e.get("error_details") or {}
-        errors.append(f"{e.get('count')} x {d.get('code') or d.get('type')}: "
-                      f"{d.get('message')}")
+        errors.append(f"{e.get('count')} x {d.get('code') or d.get('type')}: {d.get('message')}")
     return RunResult(
         ok_requests=int(_avg(s, "request_count")),
         failed_requests=int(_avg(s, "error_request_count")),
         output_tokens=_avg(s, "total_output_tokens"),
-        ttft_ms=_pcts(s, "time_to_first_token"), itl_ms=_pcts(s, "inter_token_latency"),
+        ttft_ms=_pcts(s, "time_to_first_token"),
+        itl_ms=_pcts(s, "inter_token_latency"),
         output_tok_s=_avg(s, "output_token_throughput"),
-        request_s=_avg(s, "request_throughput"), errors=tuple(errors), has_summary=True)
+        request_s=_avg(s, "request_throughput"),
+        errors=tuple(errors),
+        has_summary=True,
+    )
 
 
 def refusal(r: RunResult) -> str | None:
@@ -118,8 +123,15 @@ def table_rows(cells: Sequence[Cell]) -> list[list[str]]:
     return rows
 
 
-TABLE_HEADER = ["conc", "P/D TTFT p50/p99 ms", "P/D ITL p50/p99 ms", "P/D out tok/s",
-                "alone TTFT p50/p99 ms", "alone ITL p50/p99 ms", "alone out tok/s"]
+TABLE_HEADER = [
+    "conc",
+    "P/D TTFT p50/p99 ms",
+    "P/D ITL p50/p99 ms",
+    "P/D out tok/s",
+    "alone TTFT p50/p99 ms",
+    "alone ITL p50/p99 ms",
+    "alone out tok/s",
+]
 
 
 def _cell_text(cell: Cell | None) -> list[str]:
@@ -128,9 +140,11 @@ def _cell_text(cell: Cell | None) -> list[str]:
     if cell.refused:
         return ["REFUSED", cell.refused, ""]
     r = cell.result
-    return [f"{r.ttft_ms.get('p50', 0):.1f} / {r.ttft_ms.get('p99', 0):.1f}",
-            f"{r.itl_ms.get('p50', 0):.2f} / {r.itl_ms.get('p99', 0):.2f}",
-            f"{r.output_tok_s:.0f}"]
+    return [
+        f"{r.ttft_ms.get('p50', 0):.1f} / {r.ttft_ms.get('p99', 0):.1f}",
+        f"{r.itl_ms.get('p50', 0):.2f} / {r.itl_ms.get('p99', 0):.2f}",
+        f"{r.output_tok_s:.0f}",
+    ]
 
 
 def results_json(cells: Sequence[Cell], meta: dict[str, Any]) -> str:

@@ -59,8 +59,15 @@ def aiperf_command() -> list[str] | None:
     return None
 
 
-def aiperf_argv(cmd: Sequence[str], target: Target, model: str, concurrency: int,
-                tokenizer: str, out_dir: Path, shape: LoadShape) -> list[str]:
+def aiperf_argv(
+    cmd: Sequence[str],
+    target: Target,
+    model: str,
+    concurrency: int,
+    tokenizer: str,
+    out_dir: Path,
+    shape: LoadShape,
+) -> list[str]:
     """One ``aiperf profile`` run: streaming completions (TTFT and ITL need streaming),
     ``ignore_eos`` so every request produces ``osl`` tokens, no UI, no GPU telemetry or
     server-metrics scraping (pdboot reads /metrics itself).
@@ -69,13 +76,37 @@ def aiperf_argv(cmd: Sequence[str], target: Target, model: str, concurrency: int
     one to size prompts. Do not set HF_HUB_OFFLINE with a local path: AIPerf 0.13.0 then
     looks the path up in the hub cache and fails (HFValidationError).
     """
-    argv = [*cmd, "profile", "--model", model, "--url", target.url,
-            "--endpoint-type", "completions", "--streaming", "--tokenizer", tokenizer,
-            "--concurrency", str(concurrency), "--isl", str(shape.isl),
-            "--osl", str(shape.osl), "--extra-inputs", "ignore_eos:true",
-            "--random-seed", str(shape.seed), "--ui", "none", "--artifact-dir", str(out_dir),
-            "--no-server-metrics", "--no-gpu-telemetry",
-            "--workers-max", str(max(1, min(concurrency, 8)))]
+    argv = [
+        *cmd,
+        "profile",
+        "--model",
+        model,
+        "--url",
+        target.url,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--tokenizer",
+        tokenizer,
+        "--concurrency",
+        str(concurrency),
+        "--isl",
+        str(shape.isl),
+        "--osl",
+        str(shape.osl),
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--random-seed",
+        str(shape.seed),
+        "--ui",
+        "none",
+        "--artifact-dir",
+        str(out_dir),
+        "--no-server-metrics",
+        "--no-gpu-telemetry",
+        "--workers-max",
+        str(max(1, min(concurrency, 8))),
+    ]
     if shape.requests_per_level:
         argv += ["--request-count", str(shape.requests_per_level)]
     return argv
@@ -84,14 +115,17 @@ def aiperf_argv(cmd: Sequence[str], target: Target, model: str, concurrency: int
 Runner = Callable[[list[str]], tuple[int, str]]
 
 
-def run_cell(runner: Runner, argv: list[str], target: Target, concurrency: int,
-             out_dir: Path) -> Cell:
+def run_cell(
+    runner: Runner, argv: list[str], target: Target, concurrency: int, out_dir: Path
+) -> Cell:
     """Run AIPerf once and judge its files (the generator's exit code alone says nothing:
     it is 0 with half the requests failed, 1 with all)."""
     rc, log = runner(argv)
     summary, records = out_dir / SUMMARY_FILE, out_dir / RECORDS_FILE
-    result = parse_aiperf(summary.read_text() if summary.exists() else None,
-                          records.read_text() if records.exists() else None)
+    result = parse_aiperf(
+        summary.read_text() if summary.exists() else None,
+        records.read_text() if records.exists() else None,
+    )
     why = refusal(result)
     if why is None and rc != 0:
         why = f"aiperf exited {rc}: {log.strip().splitlines()[-1] if log.strip() else ''}"
@@ -101,17 +135,24 @@ def run_cell(runner: Runner, argv: list[str], target: Target, concurrency: int,
 def subprocess_runner(timeout_s: float) -> Runner:
     def run(argv: list[str]) -> tuple[int, str]:
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                               check=False)
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
             return 124, f"timed out after {timeout_s:.0f} s"
         return p.returncode, p.stdout + p.stderr
+
     return run
 
 
-def run_bench(targets: Sequence[Target], model: str, tokenizer: str, levels: Sequence[int],
-              out_root: Path, shape: LoadShape, runner: Runner,
-              cmd: Sequence[str]) -> list[Cell]:
+def run_bench(
+    targets: Sequence[Target],
+    model: str,
+    tokenizer: str,
+    levels: Sequence[int],
+    out_root: Path,
+    shape: LoadShape,
+    runner: Runner,
+    cmd: Sequence[str],
+) -> list[Cell]:
     """Every target at every level, artifacts under ``out_root/<role>-c<N>/``."""
     cells = []
     for level in levels:
@@ -146,20 +187,41 @@ class BenchReport:
         return [c for c in self.cells if c.refused]
 
 
-def bench(plan: Plan, tokenizer: str, levels: Sequence[int], out_root: Path,
-          shape: LoadShape, cmd: Sequence[str], timeout_s: float = 900,
-          baseline_url: str | None = None) -> BenchReport:
+def bench(
+    plan: Plan,
+    tokenizer: str,
+    levels: Sequence[int],
+    out_root: Path,
+    shape: LoadShape,
+    cmd: Sequence[str],
+    timeout_s: float = 900,
+    baseline_url: str | None = None,
+) -> BenchReport:
     """Run the whole comparison; save ``results.json`` and ``chart.svg`` under out_root."""
 
     tgts = targets(plan, baseline_url)
-    cells = run_bench(tgts, plan.served_model_name, tokenizer, levels, out_root, shape,
-                      subprocess_runner(timeout_s), cmd)
-    meta = {"model": plan.served_model_name, "deployment": plan.deployment,
-            "targets": [asdict(t) for t in tgts], "load": asdict(shape),
-            "levels": list(levels), "generator": "aiperf"}
+    cells = run_bench(
+        tgts,
+        plan.served_model_name,
+        tokenizer,
+        levels,
+        out_root,
+        shape,
+        subprocess_runner(timeout_s),
+        cmd,
+    )
+    meta = {
+        "model": plan.served_model_name,
+        "deployment": plan.deployment,
+        "targets": [asdict(t) for t in tgts],
+        "load": asdict(shape),
+        "levels": list(levels),
+        "generator": "aiperf",
+    }
     results = out_root / "results.json"
     results.write_text(results_json(cells, meta))
     chart = out_root / "chart.svg"
-    chart.write_text(svg_chart(cells, f"pdboot bench: {plan.deployment} "
-                                      f"({plan.served_model_name})"))
+    chart.write_text(
+        svg_chart(cells, f"pdboot bench: {plan.deployment} ({plan.served_model_name})")
+    )
     return BenchReport(cells, results, chart)

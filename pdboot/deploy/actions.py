@@ -80,8 +80,8 @@ def start_all(
     hosts: Hosts, plan: Plan, project_dir: str, steps: Sequence[Step], emit: Emit
 ) -> Errors:
     """Every service of these steps at once: hosts in parallel, and a host's services in one
-    `compose up` each for new and recreated ones (compose starts them in parallel; it returns
-    once the containers run, loading happens afterwards)."""
+    `compose up` each for recreated, then new ones (compose starts them in parallel; it
+    returns once the containers run, loading happens afterwards)."""
     todo: dict[str, list[Step]] = {}
     for s in steps:
         if s.kind != "unchanged":
@@ -90,7 +90,10 @@ def start_all(
         return {}
 
     def start_host(host: str, link: Link) -> None:
-        for recreate in (False, True):
+        # Recreations first: each frees its old container's ports and GPU memory, which a
+        # service created in this run may take (a port or GPUs moved to another engine;
+        # preflight passed them as "up replaces it").
+        for recreate in (True, False):
             batch = [s for s in todo[host] if (s.kind == "recreate") == recreate]
             if not batch:
                 continue

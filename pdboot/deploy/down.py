@@ -7,6 +7,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from pdboot.deploy.lockguard import LockLost, guarded, stopped_message
 from pdboot.deploy.seams import (
     OP_DEADLINE,
     HostsFactory,
@@ -49,7 +50,11 @@ def down(
         emit(Done("down", held, 0.0))
         return held
     try:
-        return _down(inv, opts, emit, hosts_factory)
+        return _down(inv, opts, emit if held is None else guarded(emit, held), hosts_factory)
+    except LockLost as e:
+        emit(Note(stopped_message(inv.router.host, str(e), "down"), "error"))
+        emit(Done("down", EXIT_FAILED, 0.0))
+        return EXIT_FAILED
     finally:
         if held is not None:
             held.release()

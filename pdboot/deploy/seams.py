@@ -61,6 +61,9 @@ class HeldLock(Protocol):
 
     def release(self) -> None: ...
 
+    @property
+    def lost_reason(self) -> str | None: ...
+
 
 # (inventory, operation, wait, accept_new_host_keys, say) -> the held deployment lock;
 # raises lock.LockBusy (another live run holds it) or RemoteError (its host is unreachable)

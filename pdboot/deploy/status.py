@@ -19,6 +19,7 @@ from pdboot.deploy.readiness import find_container
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.cpu_layout import describe
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, owned
@@ -50,6 +51,8 @@ class ServiceStatus:
     nic: str = ""
     # a data-parallel engine's ranks here; the head adds the ranks its /metrics reports
     ranks: str = ""
+    # device: cpu engines: the cores their threads are bound to ("cores 0-1")
+    cores: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -100,6 +103,7 @@ def service_status(
         planned=svc is not None,
         nic=svc.nic if svc else "",
         ranks=svc.dp_ranks if svc else "",
+        cores=describe(svc.cpus) if svc and svc.device == "cpu" else "",
     )
 
 
@@ -202,8 +206,15 @@ def status(
     return code
 
 
-def _report(inv: Inventory, plan: Plan, rows: list[ServiceStatus], pd: PDStatus,
-            emit: Emit, *, diagnose: bool) -> int:
+def _report(
+    inv: Inventory,
+    plan: Plan,
+    rows: list[ServiceStatus],
+    pd: PDStatus,
+    emit: Emit,
+    *,
+    diagnose: bool,
+) -> int:
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
     emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, revision_of(plan)))

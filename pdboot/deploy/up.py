@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from pdboot.deploy.actions import pull_all, ship_all, start_all
 from pdboot.deploy.down import clean_files, stop_remove, teardown
+from pdboot.deploy.lockguard import under_lock
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.seams import (
@@ -123,10 +124,8 @@ def up(
     if isinstance(held, int) or held is None:  # None is only for `down`
         code = held or EXIT_FAILED
     else:
-        try:
-            code = _up(inv, opts, emit, preflight, clk, hosts_factory, fetch)
-        finally:
-            held.release()
+        code = under_lock(emit, held, inv.router.host, "up", lambda checked: _up(
+            inv, opts, checked, preflight, clk, hosts_factory, fetch))  # fmt: skip
     took = clk.now() - t0
     emit(Done("up", code, took, f"deployed in {took:.1f}s" if code == EXIT_OK else ""))
     return code

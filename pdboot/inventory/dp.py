@@ -102,7 +102,12 @@ def layouts(role: str, tier: Tier) -> dict[str, DPLayout]:
     hosts = list(sizes)
     for h in hosts:
         out[h] = DPLayout(
-            dp.size, sizes[h], start, hosts[0], rpc_port(role, tier), dp.expert_parallel,
+            dp.size,
+            sizes[h],
+            start,
+            hosts[0],
+            rpc_port(role, tier),
+            dp.expert_parallel,
             h == hosts[0],
         )
         start += sizes[h]

@@ -116,6 +116,9 @@ def tier_groups(tier: Tier, gpu_count: int | None = None) -> list[Gpus]:
     tp, g, n = tier.tensor_parallel_size, tier.gpus, tier.engines_per_host
     if isinstance(g, list) and g and isinstance(g[0], list):
         return [tuple(grp) for grp in g if isinstance(grp, list)]
+    c = tier.cpus  # device: cpu; one engine per core list (pdboot/inventory/cpu_layout.py)
+    if isinstance(c, list) and c and isinstance(c[0], list):
+        return [() for _ in c]
     flat = [x for x in g if isinstance(x, int)] if isinstance(g, list) else None
     if n is None:
         return ["all"] if flat is None else [tuple(flat)]
@@ -151,9 +154,7 @@ def _dp_engines(role: EngineRole, tier: Tier, host: str) -> list[EngineSpec]:
     gpus: Gpus = (
         tuple(x for x in g if isinstance(x, int)) if isinstance(g, list) else tuple(range(need))
     )
-    return [
-        EngineSpec(role, host, 0, 1, gpus, tier.port, tier.side_channel_port, lay.local, lay)
-    ]
+    return [EngineSpec(role, host, 0, 1, gpus, tier.port, tier.side_channel_port, lay.local, lay)]
 
 
 def engines(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> list[EngineSpec]:
@@ -320,11 +321,7 @@ def _dp_range_rules(inv: Inventory) -> list[tuple[Path, str]]:
         for h in dict.fromkeys(ta.hosts):
             if h not in tb.hosts:
                 continue
-            theirs = {
-                p
-                for e in tier_engines(b, tb, h)
-                for p in e.side_channel_ports
-            }
+            theirs = {p for e in tier_engines(b, tb, h) for p in e.side_channel_ports}
             if tb.data_parallel is not None:
                 theirs |= set(side_channel_range(tb))
             both = sorted(span & theirs)
@@ -342,6 +339,9 @@ def _dp_range_rules(inv: Inventory) -> list[tuple[Path, str]]:
 def engine_rules(inv: Inventory) -> list[tuple[Path, str]]:
     """Load-time rules of engines per host: groups TP-sized and disjoint, tiers sharing a
     host share no GPU, no two listeners on one port of a host (router included)."""
+    if inv.device == "cpu":  # no GPUs: cores are cpu_layout.py's (which refuses DP)
+        dp = inv.prefill.data_parallel or inv.decode.data_parallel
+        return [] if dp is not None else _port_rules(inv)
     out: list[tuple[Path, str]] = []
     for tname, tier in inv.tiers():
         if tier.data_parallel is None:

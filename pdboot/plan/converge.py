@@ -188,21 +188,29 @@ def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
     for d in steps:
         if d.service.role != "decode" or d.kind != "unchanged":
             continue
-        newer = [p.service.key for p in prefills
-                 if p.kind == "unchanged" and _newer(p.current, d.current)]
+        newer = [
+            p.service.key
+            for p in prefills
+            if p.kind == "unchanged" and _newer(p.current, d.current)
+        ]
         if changed:
             why = f"{', '.join(changed)} is (re)created in this run"
         elif newer:
             why = f"{', '.join(newer)} restarted after it"
         else:
             continue
-        out.append(Step(d.service, "recreate",
-                        f"{why}: drops NIXL state held for the old prefill", d.current))
+        out.append(
+            Step(
+                d.service,
+                "recreate",
+                f"{why}: drops NIXL state held for the old prefill",
+                d.current,
+            )
+        )
     return out
 
 
-def with_restarts(stages: Sequence[Sequence[Step]],
-                  restarts: Sequence[Step]) -> list[list[Step]]:
+def with_restarts(stages: Sequence[Sequence[Step]], restarts: Sequence[Step]) -> list[list[Step]]:
     """The stages as `up` shows them: each restarted decode's step replaced, and the router
     recreated when it was to stay (it registered the engines being restarted)."""
     by_key = {s.service.key: s for s in restarts}

@@ -99,6 +99,10 @@ class Service:
     dp_role: str = ""
     dp_ranks: str = ""
     head_url: str = ""
+    # device: cpu engines (not rendered; their environment carries it): the cores its
+    # threads are bound to, None where vLLM binds them itself (pdboot/inventory/cpu_layout.py)
+    device: str = "cuda"
+    cpus: tuple[int, ...] | None = None
 
     @property
     def headless(self) -> bool:
@@ -153,6 +157,8 @@ class Plan:
     # What this plan had to assume without preflight's facts, in words (render says so;
     # `up` must not deploy an `engines_per_host: all` tier from an assumed GPU count).
     unresolved: tuple[str, ...] = ()
+    device: str = "cuda"  # the inventory's: cuda, or cpu (render writes its notes)
+    kv_cache_gib: int = 0  # device: cpu: VLLM_CPU_KVCACHE_SPACE of each engine
 
     @property
     def endpoint(self) -> str:

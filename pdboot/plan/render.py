@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from pdboot.inventory.cpu_layout import describe
 from pdboot.plan.model import LABEL_CONFIG_HASH, SECRETS_FILE, BindMount, HostPlan, Plan, Service
 
 
@@ -20,6 +21,21 @@ class _Dumper(yaml.SafeDumper):
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
+
+
+# Characters YAML reads as line breaks (NEL, LS, PS) or drops (BOM) that PyYAML, with
+# allow_unicode, writes raw into plain and single-quoted scalars: the reader folds them
+# into spaces, so the container would get another argv than the inventory says. In a
+# double-quoted scalar PyYAML escapes them (\N \L \P \uFEFF; Compose's yaml.v3 reads them).
+_BREAKS = frozenset("\x85\u2028\u2029\ufeff")
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = '"' if any(c in _BREAKS for c in value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
 
 
 class UnknownHostError(ValueError):
@@ -62,7 +78,7 @@ def _header(plan: Plan, hp: HostPlan) -> str:
         f"# Start order across hosts: {engines} together, then {plan.router.key}.",
         "# pdboot starts the router once every engine answers /health;",
         "# this file therefore has no depends_on.",
-        *_engine_lines(plan, hp),
+        *(_cpu_lines(plan, hp) if plan.device == "cpu" else _engine_lines(plan, hp)),
     ]
     return "\n".join(lines) + "\n"
 
@@ -70,9 +86,7 @@ def _header(plan: Plan, hp: HostPlan) -> str:
 def several_engines(plan: Plan) -> bool:
     """Does some tier run several engines on a host? (Only then are the per-engine notes
     written, so single-engine deployments render as they always did.)"""
-    return bool(plan.unresolved) or any(
-        s.engine_index > 0 or s.dp_role for s in plan.services()
-    )
+    return bool(plan.unresolved) or any(s.engine_index > 0 or s.dp_role for s in plan.services())
 
 
 def _gpus(s: Service) -> str:
@@ -96,6 +110,29 @@ def _engine_lines(plan: Plan, hp: HostPlan) -> list[str]:
     return lines if len(lines) > 1 else []
 
 
+def _cpu_lines(plan: Plan, hp: HostPlan) -> list[str]:
+    """device: cpu: what the engines here run on (always written: a CPU file must say so)."""
+    engines = [s for s in hp.services if s.role != "router"]
+    if not engines:
+        return []
+    lines = [
+        "# device: cpu: no GPU reservation; KV in CPU memory (kv_buffer_device cpu),",
+        f"# VLLM_CPU_KVCACHE_SPACE {plan.kv_cache_gib} GiB per engine; threads bound with",
+        "# VLLM_CPU_OMP_THREADS_BIND, not a cpuset (NIXL pins a core outside it):",
+    ]
+    for s in engines:
+        lines.append(
+            f"#   {s.name:<10} {describe(s.cpus):<20} :{s.port}  side channel "
+            f":{s.side_channel_port}  {s.nic or 'no RDMA'}"
+        )
+    return lines
+
+
+def _where(s: Service) -> str:
+    """An engine's GPUs, or a CPU engine's cores."""
+    return describe(s.cpus) if s.device == "cpu" else f"GPUs {_gpus(s)}"
+
+
 def _dp_note(s: Service) -> str:
     if s.headless:
         return f"{s.dp_ranks}, no HTTP; side channels base + global rank; head {s.head_url}"
@@ -113,7 +150,9 @@ def service_definition(s: Service, *, with_hash: bool = True) -> dict[str, Any]:
         svc["environment"] = dict(s.environment)
     if s.env_file is not None:
         # Only the reference: the file holds the value and is written by `up`, mode 0600.
-        svc["env_file"] = [{"path": s.env_file, "required": False}]
+        # Required: a missing secrets.env must fail the start loudly, not start engines
+        # without their token (Compose refuses "env file ... not found").
+        svc["env_file"] = [{"path": s.env_file, "required": True}]
     # Host networking: NIXL's side channel and UCX bind host interfaces and ephemeral
     # ports, and the router must reach engines by the hosts' addresses.
     svc["network_mode"] = s.network_mode
@@ -195,8 +234,8 @@ def render_summary(plan: Plan) -> str:
                 extra = f"  metrics {s.url.rsplit(':', 1)[0]}:{s.metrics_port}/metrics"
             url = "(headless: no HTTP)" if s.headless else s.url
             lines.append(f"  {n}. {s.key:<24} {url}{extra}")
-            if several_engines(plan) and s.role != "router":
-                lines.append(f"     {'':<24} GPUs {_gpus(s)}; UCX_NET_DEVICES {s.nic or 'n/a'}")
+            if (several_engines(plan) or plan.device == "cpu") and s.role != "router":
+                lines.append(f"     {'':<24} {_where(s)}; UCX_NET_DEVICES {s.nic or 'n/a'}")
             if s.dp_ranks:
                 lines.append(f"     {'':<24} data parallel: {_dp_note(s)}")
     lines += [f"Needs preflight's facts: {u}" for u in plan.unresolved]

@@ -1,10 +1,13 @@
 """Inventory -> what preflight must check on each host (pure): its roles, the GPUs each tier
-needs there, the ports pdboot binds, the probes it sends to its peers (NIXL side channels,
-DP RPC ports), the engine image and model.
+needs there (device: cpu: each engine's cores and dtype), the ports pdboot binds, the probes
+it sends to its peers (NIXL side channels, DP RPC ports), the engine image and model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from pdboot.inventory.cpu_layout import engine_dtype
 from pdboot.inventory.dp import layouts
 from pdboot.inventory.engines import is_auto, tier_engines
 from pdboot.inventory.rules import advertised_address, deployment_hosts
@@ -12,6 +15,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan, Service
 from pdboot.preflight.checks import (
+    CpuNeed,
     GpuNeed,
     HostContext,
     ParseError,
@@ -115,7 +119,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             name=name,
             roles=roles,
             req=inv.requirements,
-            gpu_needs=_gpu_needs(inv, name),
+            gpu_needs=_gpu_needs(inv, name) if inv.device != "cpu" else (),
             ports=tuple(ports),
             shm_size_bytes=shm,
             memlock=inv.container.ulimits.memlock,
@@ -128,14 +132,28 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             ucx_net_devices=kv.ucx.net_devices,
             probes=tuple(_probes(inv, plan, roles) + rpc_probes),
             peers=tuple(_peer_addresses(inv, name)),
-            tiers=tuple(
-                (t, tier)
-                for t, tier in inv.tiers()
-                if name in tier.hosts
-            ),
+            tiers=tuple((t, tier) for t, tier in inv.tiers() if name in tier.hosts),
+            device=inv.device,
+            cpu_engines=_cpu_needs(inv, hp.services),
+            cpu_kv_gib=inv.cpu.kv_cache_gib,
+            ucx_tls=kv.ucx.tls,
+            deployment=inv.name,
             weights=weights_ask(inv, name),
         )
     return out
+
+
+def _cpu_needs(inv: Inventory, services: Sequence[Service]) -> tuple[CpuNeed, ...]:
+    """device: cpu: each engine on the host, with its cores and dtype."""
+    if inv.device != "cpu":
+        return ()
+    out = []
+    for s in services:
+        if s.role == "router":
+            continue
+        tier = inv.tier("prefill" if s.role == "prefill" else "decode")
+        out.append(CpuNeed(s.key, s.cpus, tier.tensor_parallel_size, engine_dtype(tier)))
+    return tuple(out)
 
 
 def _peer_addresses(inv: Inventory, name: str) -> list[str]:

@@ -1,9 +1,11 @@
-"""Where ``kv_transfer.rdma: auto`` turns RDMA on, and how that choice outlives one run.
+"""What preflight found that the plan depends on, and how it outlives one run: per host
+whether RDMA is usable and on which ports, the interface UCX's TCP takes, each engine's
+nearest NIC, the GPU count and the fastest port's rate (``Findings``).
 
-`auto` follows what preflight found on each host: usable verbs devices with an ACTIVE port
-turn on /dev/infiniband, IPC_LOCK and UCX_NET_DEVICES (those ports). The choice is part of
-each engine's config hash, so a command that runs no preflight (`status`, `up
---skip-preflight`) must not rebuild it from the inventory's declared rdma_devices alone:
+The first decides where ``kv_transfer.rdma: auto`` turns RDMA on: usable verbs devices with
+an ACTIVE port turn on /dev/infiniband, IPC_LOCK and UCX_NET_DEVICES (those ports). The
+choice is part of each engine's config hash, so a command that runs no preflight (`status`,
+`up --skip-preflight`) must not rebuild it from the inventory's declared rdma_devices alone:
 it would report a change that is none. `up` therefore records each host's finding beside
 compose.yaml (``rdma.json``, one small JSON object) and those commands read it back. A host
 with no record (never preflighted) follows its declared rdma_devices, as a dry run does.
@@ -52,8 +54,9 @@ Source = Literal["preflight", "recorded"]
 
 @dataclass(frozen=True)
 class Findings:
-    """Per host: RDMA usable, the ACTIVE ``device:port`` names (for UCX), per engine name
-    the port(s) nearest its GPUs, and the number of GPUs found."""
+    """Per host: RDMA usable, the ACTIVE ``device:port`` names (for UCX), the interfaces
+    reaching the peers, per engine name the port(s) nearest its GPUs, the number of GPUs
+    found and the fastest ACTIVE port's rate."""
 
     present: dict[str, bool]
     ports: dict[str, list[str]] = field(default_factory=dict)

@@ -31,18 +31,16 @@ def image_caps_check(
 ) -> dict[str, list[CheckResult]]:
     """host -> results (docker.image_arch, docker.image_nixl) for every engine host; a host
     where the probe could not be run gets one failed docker.image_arch with the cause."""
-    engines = {
-        h: [s for s in hp.services if s.role != "router"] for h, hp in plan.hosts.items()
-    }
+    engines = {h: [s for s in hp.services if s.role != "router"] for h, hp in plan.hosts.items()}
     engines = {h: svcs for h, svcs in engines.items() if svcs}
 
     def one(host: str, link: Link) -> list[CheckResult]:
         out: list[CheckResult] = []
         for image in sorted({s.image for s in engines[host]}):
-            argv = caps.docker_argv(image, host_gpus(engines[host]))
+            argv = caps.docker_argv(image, host_gpus(engines[host]), plan.device)
             rc, text = link.engine.run_once(argv, timeout)
             rdma = any(s.rdma for s in engines[host])
-            out += caps.verdicts(caps.parse(text, rc), image, rdma=rdma)
+            out += caps.verdicts(caps.parse(text, rc), image, rdma=rdma, device=plan.device)
         return out
 
     values, errors = hosts.each(one, timeout + 30, only=engines)

@@ -276,7 +276,10 @@ class _Client:
     def _open(self, url: str, accept: str, token: str | None) -> RawAnswer:
         # url: always http(s), built here or from a realm checked by token_url
         a = request(
-            url, timeout=self.timeout, headers={"Accept": accept}, bearer=token,
+            url,
+            timeout=self.timeout,
+            headers={"Accept": accept},
+            bearer=token,
             max_bytes=MAX_DOC_BYTES,
         )
         if a.no_answer == "io":

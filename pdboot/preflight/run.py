@@ -30,20 +30,23 @@ from pdboot.preflight.checks import (
     parse_sections,
     prepull,
 )
+from pdboot.preflight.checks import cpu as cpu_checks
 from pdboot.preflight.checks import docker as docker_checks
 from pdboot.preflight.checks import gdr as gdr_checks
 from pdboot.preflight.checks import gpu as gpu_checks
 from pdboot.preflight.checks import host as host_checks
 from pdboot.preflight.checks import model as model_checks
 from pdboot.preflight.checks import network as network_checks
+from pdboot.preflight.checks import owners as owners_checks
 from pdboot.preflight.checks import rdma as rdma_checks
 from pdboot.preflight.checks import route as route_checks
 from pdboot.preflight.checks import topo as topo_checks
 from pdboot.preflight.checks import weights as weights_checks
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.contexts import contexts
+from pdboot.preflight.findings import from_preflight, plan_from
 from pdboot.transport.connection import Connection, RemoteError
-from pdboot.transport.fanout import fan_out
+from pdboot.transport.fanout import Outcome, fan_out
 from pdboot.transport.hosts import SecretError, read_hf_token
 from pdboot.transport.http import http
 from pdboot.transport.masking import register_secret
@@ -73,11 +76,13 @@ class Area(Protocol):
 # In the order the results are reported (and the batch runs)
 DOMAINS: tuple[tuple[str, Area], ...] = (
     ("gpu", gpu_checks),
+    ("cpu", cpu_checks),
     ("docker", docker_checks),
     ("rdma", rdma_checks),
     ("rdma", gdr_checks),
     ("network", route_checks),
     ("topo", topo_checks),
+    ("host", owners_checks),
     ("host", host_checks),
     ("network", network_checks),
     ("model", model_checks),
@@ -189,6 +194,7 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
 
     return HostFacts(
         gpu=parse("gpu", gpu_checks.parse),
+        cpu=parse("cpu", cpu_checks.parse),
         docker=parse("docker", docker_checks.parse),
         rdma=parse("rdma", rdma_checks.parse),
         gdr=parse("rdma", gdr_checks.parse),
@@ -198,19 +204,46 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
         model=parse("model", model_checks.parse),
         topo=parse("topo", topo_checks.parse),
         weights=parse("weights", weights_checks.parse),
+        owners=parse("host", owners_checks.parse),
     )
+
+
+def read_host(ctx: HostContext, output: str) -> tuple[HostFacts, list[CheckResult]]:
+    """Batch output -> (the host's facts, a failed check per parser that raised). Pure."""
+    cmds = [c for _, d in DOMAINS for c in d.commands(ctx)]
+    results: list[CheckResult] = []
+    return parse_facts(ctx, by_key(cmds, parse_sections(output)), results), results
+
+
+def judge_host(
+    ctx: HostContext, facts: HostFacts, parsed: list[CheckResult], sel: Selection = Selection()
+) -> list[CheckResult]:
+    """Every area's verdicts from the facts (after ``parsed``, read_host's). Pure."""
+    results = list(parsed)
+    for area, domain in DOMAINS:
+        results += _guarded(area, partial(domain.evaluate, ctx, facts), results) or []
+    return [r for r in results if sel.keep(r)]
 
 
 def evaluate_host(
     ctx: HostContext, output: str, sel: Selection = Selection()
 ) -> tuple[list[CheckResult], HostFacts]:
     """Batch output -> (results, the facts they were judged from). Pure."""
-    cmds = [c for _, d in DOMAINS for c in d.commands(ctx)]
-    results: list[CheckResult] = []
-    facts = parse_facts(ctx, by_key(cmds, parse_sections(output)), results)
-    for area, domain in DOMAINS:
-        results += _guarded(area, partial(domain.evaluate, ctx, facts), results) or []
-    return [r for r in results if sel.keep(r)], facts
+    facts, parsed = read_host(ctx, output)
+    return judge_host(ctx, facts, parsed, sel), facts
+
+
+def deployment_fates(
+    inv: Inventory, reports: Mapping[str, HostReport]
+) -> dict[str, owners_checks.Fate]:
+    """What `up` will do with each of this deployment's containers the hosts listed: the
+    converge plan over the plan `up` builds from these very findings (RDMA, NICs, GPU
+    count), so a kept engine is the one `up` will find unchanged. Pure."""
+    observed = [c for r in reports.values() if r.facts.owners for c in r.facts.owners.containers]
+    if not observed:
+        return {}
+    plan = plan_from(inv, from_preflight(PreflightResult(dict(reports))))
+    return owners_checks.fates(plan, observed)
 
 
 def rdma_usable(ctx: HostContext, facts: HostFacts) -> bool | None:
@@ -297,32 +330,64 @@ def with_lookup(ctx: HostContext, look: registry.Lookup | None) -> HostContext:
 # --------------------------------------------------------------------------- running
 
 
-def host_report(
-    ctx: HostContext,
-    inv: Inventory,
-    stdout: str,
-    t0: float,
-    secs: float,
-    selection: Selection,
+_Batch = tuple[str, float, float]  # a host's batch output, when it started, seconds
+
+
+def read_reports(
+    outcomes: Mapping[str, Outcome[_Batch]],
+    ctxs: Mapping[str, HostContext],
     looked: Mapping[str, registry.Lookup],
-) -> HostReport:
-    """One reachable host's report from its batch output. Every guarded area runs before the
-    check list is copied into the report, so an area that raises shows as a failed check."""
-    checks, facts = evaluate_host(ctx, stdout, selection)
-    checks += [r for r in prepull.evaluate(ctx, inv, looked) if selection.keep(r)]
-    nics = _guarded("topo", partial(topo_checks.engine_nics, ctx, facts), checks) or {}
-    usable = _guarded("rdma", partial(rdma_usable, ctx, facts), checks)
-    clock = facts.network.clock if facts.network is not None else None
-    return HostReport(
-        ctx.name,
-        True,
-        [CheckResult("ssh.connect", "pass", "connected"), *checks],
-        facts,
-        usable,
-        nics,
-        None if clock is None else clock - t0,
-        secs,
-    )
+) -> tuple[dict[str, HostReport], dict[str, tuple[HostContext, list[CheckResult]]]]:
+    """Each host's report with its facts (not judged yet), and per reachable host the
+    context it is judged in with the checks its parsers already failed."""
+    reports: dict[str, HostReport] = {}
+    read: dict[str, tuple[HostContext, list[CheckResult]]] = {}
+    for name, oc in outcomes.items():
+        if oc.error is not None or oc.value is None:
+            e = oc.error or RemoteError(name, "error", "no result")
+            reports[name] = HostReport(
+                name,
+                reachable=False,
+                checks=[CheckResult("ssh.connect", "fail", f"{e.kind}: {e.message}", e.fix)],
+            )
+            continue
+        stdout, t0, secs = oc.value
+        ctx = with_lookup(ctxs[name], looked.get(ctxs[name].image))
+        facts, parsed = read_host(ctx, stdout)
+        clock = facts.network.clock if facts.network is not None else None
+        # an area that raises shows as a failed check (``parsed`` goes into the report)
+        nics = _guarded("topo", partial(topo_checks.engine_nics, ctx, facts), parsed) or {}
+        usable = _guarded("rdma", partial(rdma_usable, ctx, facts), parsed)
+        reports[name] = HostReport(
+            name,
+            True,
+            [CheckResult("ssh.connect", "pass", "connected")],
+            facts,
+            usable,
+            nics,
+            None if clock is None else clock - t0,
+            secs,
+        )
+        read[name] = (ctx, parsed)
+    return reports, read
+
+
+def judge_reports(
+    inv: Inventory,
+    reports: Mapping[str, HostReport],
+    read: Mapping[str, tuple[HostContext, list[CheckResult]]],
+    looked: Mapping[str, registry.Lookup],
+    selection: Selection = Selection(),
+) -> None:
+    """Each reachable host's verdicts (read_reports' second half), added to its report."""
+    # Every host's containers are known now: the converge plan says which of them `up`
+    # keeps, replaces or removes (a router's fate hangs on engines elsewhere).
+    fates = tuple(deployment_fates(inv, reports).values())
+    for name, (ctx, parsed) in read.items():
+        rep = reports[name]
+        judged = dataclasses.replace(ctx, fates=fates)  # for the notes naming them
+        rep.checks += judge_host(judged, rep.facts, parsed, selection)
+        rep.checks += [r for r in prepull.evaluate(ctx, inv, looked) if selection.keep(r)]
 
 
 def run_preflight(
@@ -344,7 +409,7 @@ def run_preflight(
         else ()
     )
 
-    def one(name: str, ctx: HostContext) -> tuple[str, float, float]:
+    def one(name: str, ctx: HostContext) -> _Batch:
         conn = given.get(name)
         own = conn is None
         if conn is None:
@@ -371,19 +436,9 @@ def run_preflight(
             insecure_registries([oc.value[0] for oc in outcomes.values() if oc.value])
         )
         looked = dict(lookups.results)
-    reports: dict[str, HostReport] = {}
-    for name, oc in outcomes.items():
-        if oc.error is not None or oc.value is None:
-            e = oc.error or RemoteError(name, "error", "no result")
-            reports[name] = HostReport(
-                name,
-                reachable=False,
-                checks=[CheckResult("ssh.connect", "fail", f"{e.kind}: {e.message}", e.fix)],
-            )
-            continue
-        stdout, t0, secs = oc.value
-        ctx = with_hub_answer(with_lookup(ctxs[name], looked.get(ctxs[name].image)), hub_answer)
-        reports[name] = host_report(ctx, inv, stdout, t0, secs, selection, looked)
+    ctxs = {n: with_hub_answer(c, hub_answer) for n, c in ctxs.items()}
+    reports, read = read_reports(outcomes, ctxs, looked)
+    judge_reports(inv, reports, read, looked, selection)
     if selection.area_wanted("network") and "network.clock" not in selection.skip:
         offsets = {n: r.clock_offset for n, r in reports.items() if r.clock_offset is not None}
         for n, res in network_checks.evaluate_clocks(

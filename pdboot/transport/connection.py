@@ -64,8 +64,6 @@ class HostLost(RemoteError):
         )
 
 
-
-
 def command_line(cmd: Sequence[str] | str) -> str:
     """An argv list becomes a shell-quoted line; a string is a script, passed as is."""
     if isinstance(cmd, str):
@@ -158,7 +156,7 @@ class LocalConnection(BaseConnection):
                 ["bash", "-c", line],
                 input=stdin if stdin is not None else "",
                 capture_output=True,
-                text=True,
+                encoding="utf-8",  # as over SSH: byte counts in scripts are UTF-8
                 errors="replace",
                 timeout=timeout,
                 check=False,

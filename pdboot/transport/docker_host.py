@@ -41,8 +41,6 @@ from pdboot.transport.masking import mask
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True)
 class PullResult:
     image: str
@@ -222,19 +220,14 @@ class Engine:
         extra: Mapping[str, str] | None = None,
     ) -> None:
         """compose.yaml (0644), any ``extra`` files (0644, e.g. the RDMA record) and, if
-        given, secrets.env (0600) into a 0700 project dir, in one round trip. compose.yaml
-        and the extras (no secrets by construction) travel in the script as quoted
-        here-documents; the secrets only ever travel on stdin, never in an argument list,
-        into a temporary file that is private from its creation."""
-        script = "set -e; umask 077\n" + _claim_project_dir(project_dir)
-        for name, text in {"compose.yaml": compose_text, **(extra or {})}.items():
-            script += _here_doc_write(f"{project_dir}/{name}", text)
-        if secrets_text is not None:
-            script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
-        else:  # a token from an earlier inventory must not linger
-            script += f"rm -f {shlex.quote(f'{project_dir}/{SECRETS_FILE}')}\n"
+        given, secrets.env (0600) into a 0700 project dir, in one round trip. Every file
+        travels on stdin (see ship_script), never in the command line: the secrets stay out
+        of argument lists, and a compose file over 128 KiB does not hit E2BIG."""
+        script, stdin = ship_script(
+            project_dir, {"compose.yaml": compose_text, **(extra or {})}, secrets_text
+        )
         try:
-            res = self.conn.run(script, stdin=secrets_text)
+            res = self.conn.run(script, stdin=stdin)
         except RemoteError as e:
             raise self._err(e.message) from e
         if res.rc != 0:
@@ -379,24 +372,54 @@ PROJECT_MARKER = ".pdboot-deployment"
 
 
 def _claim_project_dir(project_dir: str) -> str:
-    """Shell lines: create the 0700 project dir with its marker, or accept it when the
-    marker names this deployment (or, from before markers, it holds pdboot's compose.yaml);
-    any other existing, non-empty directory is refused."""
+    """Shell lines: create the 0700 project dir and write its marker at once, or accept it
+    when the marker (written at its creation) names this deployment. Anything else that
+    is already there, an empty directory or one holding a pdboot-looking compose.yaml
+    included, is refused: `down --purge` removes only what `up` created."""
     d, m = shlex.quote(project_dir), shlex.quote(f"{project_dir}/{PROJECT_MARKER}")
     name = shlex.quote(posixpath.basename(project_dir))
-    compose = shlex.quote(f"{project_dir}/compose.yaml")
+    parent = shlex.quote(posixpath.dirname(project_dir) or "/")
+    not_ours = (
+        f"  echo {d} exists and pdboot did not create it \\(no {PROJECT_MARKER} naming "
+        f"deployment {name}\\): choose another remote_dir or name, or remove it by hand "
+        "if it is yours >&2\n  exit 3\n"
+    )
     return (
-        f"if [ -e {m} ]; then\n"
+        f"if [ -L {d} ]; then\n{not_ours}"
+        f"elif [ -f {m} ] && [ ! -L {m} ]; then\n"
         f'  [ "$(cat {m})" = {name} ] || {{ echo {d} belongs to another deployment >&2; '
         "exit 3; }\n"
-        f'elif [ ! -e {d} ] || [ -z "$(ls -A {d})" ] '
-        f"|| grep -qs {LABEL_DEPLOYMENT} {compose}; then\n"
-        f"  mkdir -p -m 0700 {d}; printf '%s\\n' {name} > {m}\n"
+        f"elif [ -e {d} ]; then\n{not_ours}"
         "else\n"
-        f"  echo {d} exists and was not created by pdboot: choose another remote_dir or name >&2\n"
-        "  exit 3\nfi\n"
+        f"  mkdir -p -- {parent}\n"
+        # mkdir (not -p) fails if another run created it meanwhile: never adopted
+        f"  mkdir -m 0700 -- {d} || exit 3\n"
+        f"  printf '%s\\n' {name} > {m}\n"
+        "fi\n"
         f"chmod 0700 {d}\n"
     )
+
+
+def ship_script(
+    project_dir: str, files: Mapping[str, str], secrets_text: str | None
+) -> tuple[str, str]:
+    """(script, stdin) writing ``files`` (0644) and secrets.env (0600) into the project dir.
+
+    The script is a few lines whatever the files hold: the contents are concatenated on
+    stdin and each file takes its exact byte count with dd (which, unlike head -c, never
+    reads past it on a pipe); secrets.env, last, takes the rest (put_text_script)."""
+    script = "set -e; umask 077\n" + _claim_project_dir(project_dir)
+    parts: list[str] = []
+    for name, text in files.items():
+        body = text if text.endswith("\n") else text + "\n"
+        script += _stdin_write(f"{project_dir}/{name}", len(body.encode("utf-8")))
+        parts.append(body)
+    if secrets_text is not None:
+        script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
+        parts.append(secrets_text)
+    else:  # a token from an earlier inventory must not linger
+        script += f"rm -f {shlex.quote(f'{project_dir}/{SECRETS_FILE}')}\n"
+    return script, "".join(parts)
 
 
 def is_transient_runtime_error(message: str) -> bool:
@@ -405,16 +428,15 @@ def is_transient_runtime_error(message: str) -> bool:
     return "error during container init: %!w(<nil>)" in message
 
 
-def _here_doc_write(path: str, text: str) -> str:
-    """Script lines writing ``text`` to ``path`` (0644) atomically: temp file, then mv."""
+def _stdin_write(path: str, size: int) -> str:
+    """Script lines moving the next ``size`` bytes of stdin to ``path`` (0644) atomically:
+    temp file, length check, then mv."""
     target = shlex.quote(path)
-    delim = "PDBOOT_FILE_EOF"
-    while delim in text:
-        delim += "_"
-    body = text if text.endswith("\n") else text + "\n"
     return (
         f"tmp=$(mktemp {target}.XXXXXX)\n"
-        f"cat > \"$tmp\" <<'{delim}'\n{body}{delim}\n"
+        f'dd bs=65536 iflag=fullblock,count_bytes count={size} status=none > "$tmp"\n'
+        f'[ "$(wc -c < "$tmp")" -eq {size} ] || '
+        f'{{ rm -f "$tmp"; echo {target}: stdin ended early >&2; exit 3; }}\n'
         f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
     )
 

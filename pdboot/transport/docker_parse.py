@@ -36,8 +36,6 @@ class EngineLost(HostLost, EngineError):
         Exception.__init__(self, f"{host}: {model.message}")
 
 
-
-
 def pull_error_cause(message: str) -> str:
     """Docker's pull error text -> a short cause an operator can act on."""
     m = message.lower()

@@ -137,9 +137,7 @@ def api_for(conn: Connection, timeout: int | None) -> Any:
     try:
         version = str(probe.version(api_version=False)["ApiVersion"])
     except Exception as e:  # the words the SDK's own version lookup uses
-        raise docker.errors.DockerException(
-            f"Error while fetching server API version: {e}"
-        ) from e
+        raise docker.errors.DockerException(f"Error while fetching server API version: {e}") from e
     return _tunnelled(adapter, version, timeout)
 
 

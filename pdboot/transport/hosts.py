@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, TypeVar
 
+from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed
 from pdboot.transport.connection import Connection, RemoteError
@@ -44,8 +46,10 @@ def read_secret(ref: str, what: str, environ: Environ | None = None) -> str:
     else:
         path = os.path.expanduser(ref[5:] if ref.startswith("file:") else ref)
         try:
-            with open(path, encoding="utf-8") as f:
-                value = f.read(64 * 1024)  # a secret, not a data file
+            # a secret, not a data file; stat first: a FIFO would block the open
+            value = read_regular_file(Path(path), 64 * 1024).decode("utf-8")
+        except NotRegularFile as e:
+            raise SecretError(f"{what} is {ref} but that is {e.kind}, not a regular file") from None
         except (OSError, UnicodeDecodeError) as e:
             why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
             raise SecretError(f"{what} is {ref} but that file cannot be read: {why}") from None
@@ -226,9 +230,7 @@ def open_hosts(
     engine_timeout: int | None = 120,
 ) -> Hosts:
     def _open(name: str, _: object) -> Link:
-        conn = connect(
-            name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
-        )
+        conn = connect(name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys)
         try:
             return Link(conn, Engine.open(conn, engine_timeout))
         except EngineError as e:

@@ -15,6 +15,7 @@ from typing import Any
 
 import paramiko
 
+from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
 from pdboot.transport.connection import ErrorKind, RemoteError
 
 log = logging.getLogger(__name__)
@@ -148,9 +149,14 @@ _KNOWN_HOSTS_LOCK = threading.Lock()
 
 def load_known_hosts(path: str) -> KnownHosts:
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        # stat first: a FIFO would block the open (and /dev/null holds no key anyway)
+        raw = read_regular_file(Path(path), 16 << 20)
     except FileNotFoundError:
         return KnownHosts()
+    except NotRegularFile:
+        log.warning("%s is not a regular file: no host key is known from it", path)
+        return KnownHosts()
+    text = raw.decode("utf-8", errors="replace")
     kh = parse_known_hosts(text)
     for lineno, why in kh.skipped:
         log.warning("%s:%d: line skipped: %s", path, lineno, why)
@@ -256,14 +262,28 @@ def classify(
             "check the address, routing and that sshd runs",
         )
     if isinstance(exc, paramiko.SSHException):
-        text = str(exc)
-        if "authentication" in text.lower():
-            return RemoteError(
-                host,
-                "auth",
-                f"authentication impossible: {text}",
-                "set ssh.identity_file (or IdentityFile in ~/.ssh/config) for this host",
-            )
-        kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
-        return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")
+        return _ssh_exception(str(exc), host)
     return RemoteError(host, "error", f"{type(exc).__name__}: {exc}")
+
+
+def _ssh_exception(text: str, host: str) -> RemoteError:
+    """paramiko's SSHException, by its text (it has no finer classes for these)."""
+    if "authentication" in text.lower():
+        return RemoteError(
+            host,
+            "auth",
+            f"authentication impossible: {text}",
+            "set ssh.identity_file (or IdentityFile in ~/.ssh/config) for this host",
+        )
+    if text == "No existing session":
+        # paramiko's transport died in the handshake (a silent peer past the banner
+        # timeout) but the race left its cause unsaved: say what it means
+        return RemoteError(
+            host,
+            "timeout",
+            "the SSH handshake did not complete (no SSH banner in time, or the peer "
+            "closed the connection)",
+            "check that sshd answers on this port, or raise ssh.connect_timeout",
+        )
+    kind: ErrorKind = "timeout" if "banner" in text.lower() else "error"
+    return RemoteError(host, kind, f"SSH error: {text}", "check that sshd answers on this port")

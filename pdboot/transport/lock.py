@@ -2,18 +2,28 @@
 
 It lives on a host, not on the operator's machine, so two operators (two laptops) see the
 same lock: the directory ``<remote_dir>/<name>.lock`` on the router's host (every
-deployment has exactly one router, so the place is known without looking). ``mkdir`` is
-atomic: whoever creates the directory holds the lock and writes an ``owner`` file into it
-(operator user@machine, pid, a random run id, the operation, when it started). While the
-lock is held a heartbeat thread touches that file every ``HEARTBEAT_S`` seconds; its
-modification time, compared with the host's own clock (so the operators' clocks do not
-matter), tells a waiting run whether the holder is alive.
+deployment has exactly one router, so the place is known without looking). A run writes
+its ``owner`` file (operator user@machine, pid, a random run id, the operation, when it
+started) into a fresh temporary directory and renames that onto the lock's name: rename(2)
+refuses a non-empty target, so exactly one run wins, and a lock directory never exists
+without its owner. While the lock is held a heartbeat thread touches that file every
+``HEARTBEAT_S`` seconds; its modification time, compared with the host's own clock (so the
+operators' clocks do not matter), tells a waiting run whether the holder is alive.
 
 A lock whose heartbeat is older than ``STALE_AFTER_S`` (three periods) was left by a killed
 run and is taken over by renaming the directory to a tombstone named after the stale run
-id. rename(2) is atomic and refuses a non-empty target, so when two runs judge the same
-lock stale, one rename wins and the other fails on the tombstone it finds in place, even
-if the winner has created a fresh lock meanwhile. Tombstones are swept after 10 minutes.
+id. The tombstone holds the stale owner file, so when two runs judge the same lock stale,
+one rename wins and the other fails on the tombstone it finds in place, even if the winner
+has created a fresh lock meanwhile. An ownerless lock (left by an older pdboot that died
+between mkdir and writing ``owner``) would make an empty tombstone, which rename replaces:
+it is removed with rmdir instead, which fails on any fresh (never empty) lock. A failed
+takeover obeys the wait rules of a held lock (``--no-wait``, the wait limit, the poll
+interval). Tombstones and temporary directories are swept after 10 minutes.
+
+The holder's side (the heartbeat, knowing when the lock is lost) is transport/lock_holder.py.
+
+Every script prints its answer after a marker line with a fresh random token, so a login
+shell that prints to stdout (a noisy ``.bashrc``) cannot be mistaken for the answer.
 
 Pure decisions (parsing the owner and the probe, staleness, the message) are functions of
 plain values; the remote part is scripts whose every value is quoted, run through a
@@ -29,7 +39,6 @@ import re
 import secrets
 import shlex
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,13 +46,12 @@ from datetime import datetime, timezone
 
 from pdboot.inventory.schema import Inventory
 from pdboot.transport.connection import Connection, RemoteError
+from pdboot.transport.lock_holder import POLL_S, STALE_AFTER_S, HeldLock
 from pdboot.transport.ssh import connect
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 10.0
-STALE_AFTER_S = 3 * HEARTBEAT_S
-POLL_S = 2.0
+MARKER = "### pdboot-lock "
 WAIT_S = 900.0  # default wait for a held lock: an `up` may wait that long for its engines
 _TOMBSTONE_MINUTES = 10
 
@@ -110,9 +118,27 @@ class Probe:
     raw_owner: str = ""
 
 
-def parse_probe(stdout: str) -> Probe:
+def new_token() -> str:
+    return secrets.token_hex(8)
+
+
+def answer(stdout: str, token: str) -> str:
+    """What a script printed after its marker line (a login shell's chatter comes before
+    it). Without a token (tests of the bare scripts) the whole output. ValueError when the
+    marker is missing."""
+    if not token:
+        return stdout
+    mark = f"{MARKER}{token}"
+    lines = stdout.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.rstrip("\n").endswith(mark):
+            return "".join(lines[i + 1 :])
+    raise ValueError(f"no lock answer in the output: {stdout[:200]!r}")
+
+
+def parse_probe(stdout: str, token: str = "") -> Probe:
     """Output of ``acquire_script`` -> Probe. Raises ValueError on anything else."""
-    lines = stdout.splitlines()
+    lines = answer(stdout, token).splitlines()
     if lines and lines[0] == "acquired":
         return Probe(True)
     if not lines or lines[0] != "held":
@@ -131,7 +157,8 @@ def is_stale(probe: Probe, stale_after: float = STALE_AFTER_S) -> bool:
 
 
 def tombstone_tag(probe: Probe) -> str:
-    """The stale lock's identity in its tombstone's name (letters and digits only)."""
+    """The stale lock's identity in its tombstone's name (letters and digits only);
+    ``noowner`` for a lock without a readable owner (taken over by rmdir)."""
     rid = probe.owner.run_id if probe.owner else ""
     tag = re.sub(r"[^0-9A-Za-z]", "", rid)[:32]
     return tag or "noowner"
@@ -156,36 +183,62 @@ def lock_dir(remote_dir: str, name: str) -> str:
     return f"{remote_dir.rstrip('/') or ''}/{name}.lock"
 
 
-def acquire_script(path: str) -> str:
-    """mkdir the lock; on success the owner text (stdin) goes in. Prints ``acquired`` or
-    ``held`` + the host's clock + the heartbeat time + the owner file."""
+def _marker(token: str) -> str:
+    return f"printf '%s\\n' {shlex.quote(MARKER + token)}\n" if token else ""
+
+
+def acquire_script(path: str, token: str = "") -> str:
+    """The owner text (stdin) into a fresh temporary directory, renamed onto the lock's
+    name (fails when a lock is there). Prints ``acquired`` or ``held`` + the host's clock +
+    the heartbeat time + the owner file, after the marker line."""
     d, parent = shlex.quote(path), shlex.quote(os.path.dirname(path) or "/")
     return (
         f"set -u; d={d}; mkdir -p -- {parent} || exit 3\n"
-        'if mkdir -m 0755 -- "$d" 2>/dev/null; then\n'
-        '  cat > "$d/owner.tmp" && mv -f -- "$d/owner.tmp" "$d/owner" && echo acquired\n'
-        "  exit $?\n"
-        "fi\n"
+        f'{_marker(token)}t=$(mktemp -d -- "$d.new-XXXXXX") || exit 3\n'
+        'chmod 0755 -- "$t"; cat > "$t/owner" || { rm -rf -- "$t"; exit 3; }\n'
+        # an existing lock (never empty) makes the rename fail: someone else holds it
+        'if [ ! -e "$d" ] && mv -T -- "$t" "$d" 2>/dev/null; then echo acquired; exit 0; fi\n'
+        'rm -rf -- "$t"\n'
         'echo held; echo "now=$(date +%s)"\n'
         'if [ -f "$d/owner" ]; then echo "beat=$(stat -c %Y -- "$d/owner")"; cat -- "$d/owner"\n'
         'else echo "beat=$(stat -c %Y -- "$d" 2>/dev/null || date +%s)"; fi\n'
     )
 
 
-def takeover_script(path: str, tag: str) -> str:
-    """Rename the stale lock to its tombstone; prints ``taken`` or ``lost``."""
+NO_OWNER = "noowner"
+
+
+def takeover_script(path: str, tag: str, token: str = "") -> str:
+    """Take the stale lock away: rename it to its tombstone (``tag``: the stale run id),
+    or for an ownerless lock (``NO_OWNER``) rmdir it, which only an empty directory
+    allows. Prints ``taken`` or ``lost: <why>`` after the marker line."""
     if not re.fullmatch(r"[0-9A-Za-z]+", tag):
         raise ValueError("a tombstone tag is letters and digits only")
     d = shlex.quote(path)
     t = shlex.quote(f"{path}.stale-{tag}")
     parent = shlex.quote(os.path.dirname(path) or "/")
-    pattern = shlex.quote(f"{os.path.basename(path)}.stale-*")
+    base = os.path.basename(path)
+    if tag == NO_OWNER:
+        take = f"rm -f -- {shlex.quote(f'{path}/owner.tmp')} 2>/dev/null; why=$(rmdir -- {d} 2>&1)"
+    else:
+        take = f"why=$(mv -T -- {d} {t} 2>&1) && touch -- {t}"
+    sweep = " ".join(f"{shlex.quote(f'{base}.{kind}-*')}" for kind in ("stale", "new"))
     return (
-        f"set -u\n"
-        f"if mv -T -- {d} {t} 2>/dev/null; then touch -- {t}; echo taken; else echo lost; fi\n"
-        f"find {parent} -maxdepth 1 -name {pattern} -mmin +{_TOMBSTONE_MINUTES} "
-        "-exec rm -rf -- {} + 2>/dev/null; true\n"
+        f"set -u\n{_marker(token)}"
+        f"if {take}; then echo taken; else printf 'lost: %s\\n' \"$why\" | head -c 300; fi\n"
+        f'for p in {sweep}; do find {parent} -maxdepth 1 -name "$p" -mmin '
+        f"+{_TOMBSTONE_MINUTES} -exec rm -rf -- {{}} + 2>/dev/null; done; true\n"
     )
+
+
+def parse_takeover(stdout: str, token: str = "") -> tuple[bool, str]:
+    """(taken, why not) from ``takeover_script``'s output; ValueError when unreadable."""
+    text = answer(stdout, token).strip()
+    if text == "taken":
+        return True, ""
+    if text.startswith("lost"):
+        return False, text.partition(":")[2].strip().splitlines()[0] if ":" in text else ""
+    raise ValueError(f"unexpected takeover answer: {text[:200]!r}")
 
 
 def _is_ours(path: str, run_id: str) -> str:
@@ -211,40 +264,6 @@ def _one_line(v: str) -> str:
 # --------------------------------------------------------------------------- remote
 
 
-class HeldLock:
-    """A lock this run holds: the heartbeat runs until ``release``."""
-
-    def __init__(self, conn: Connection, path: str, owner: Owner, host: str) -> None:
-        self.conn, self.path, self.owner, self.host = conn, path, owner, host
-        self.close_conn = False  # set by take(): the connection is the lock's own
-        self._stop = threading.Event()
-        self.lost = False
-        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="pdboot-lock")
-        self._beat.start()
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
-            try:
-                res = self.conn.run(heartbeat_script(self.path, self.owner.run_id), timeout=10)
-            except RemoteError as e:
-                log.warning("lock heartbeat on %s failed: %s", self.host, e.message)
-                continue
-            if res.rc != 0 and not self.lost:
-                self.lost = True
-                log.warning("the deployment lock on %s is no longer ours", self.host)
-
-    def release(self) -> None:
-        """Remove the lock if it is still ours. Never raises: a failed release leaves a
-        lock that the next run sees go stale."""
-        self._stop.set()
-        try:
-            self.conn.run(release_script(self.path, self.owner.run_id), timeout=10)
-        except Exception as e:  # the run's own outcome matters more than the lock's
-            log.warning("cannot release the deployment lock on %s: %s", self.host, e)
-        if self.close_conn:
-            self.conn.close()
-
-
 def acquire(
     conn: Connection,
     path: str,
@@ -255,33 +274,81 @@ def acquire(
     say: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    reconnect: Callable[[], Connection] | None = None,
 ) -> HeldLock:
     """Take the lock at ``path`` on ``conn``'s host, waiting up to ``wait_s`` seconds for
     a live holder (saying once who it is), taking over a stale one. Raises LockBusy (with
-    who holds it) when not waiting or when the wait is over; RemoteError if the host fails."""
+    who holds it) when not waiting or when the wait is over, a failed takeover included;
+    RemoteError if the host fails or answers nonsense."""
     owner = new_owner(operation)
     end = clock() + wait_s
     announced = ""
+    takeovers = 0
     while True:
-        res = conn.run(acquire_script(path), stdin=owner.text(), timeout=30)
+        token = new_token()
+        res = conn.run(acquire_script(path, token), stdin=owner.text(), timeout=30)
         if res.rc != 0:
             raise RemoteError(conn.name, "error", f"cannot take the lock {path}: {res.stderr}")
-        probe = parse_probe(res.stdout)
+        probe = _probe_or_fail(conn, path, owner, res.stdout, token)
         if probe.acquired:
-            return HeldLock(conn, path, owner, conn.name)
-        if is_stale(probe):
-            say(f"{describe(probe, conn.name)}: stale (its run is gone), taking it over")
-            conn.run(takeover_script(path, tombstone_tag(probe)), timeout=30)
-            continue
+            return HeldLock(
+                conn,
+                path,
+                owner,
+                conn.name,
+                beat_script=heartbeat_script(path, owner.run_id),
+                release_script=release_script(path, owner.run_id),
+                reconnect=reconnect,
+            )
         who = describe(probe, conn.name)
+        if is_stale(probe):
+            if takeovers == 0:
+                say(f"{who}: stale (its run is gone), taking it over")
+            takeovers += 1
+            taken, why = _take_over(conn, path, probe)
+            if taken and takeovers <= 3:
+                continue  # try for the lock at once (more than 3 in a row: wait as below)
+            who = (
+                f"{who}: stale, but taking it over failed"
+                + (f" ({why})" if why else " (another run took it over first)")
+                + f"; check that {os.path.dirname(path) or '/'} is writable by this user"
+            )
         if not wait:
             raise LockBusy(f"{who} (--no-wait: not waiting)")
         if clock() >= end:
             raise LockBusy(f"{who}; gave up after waiting {wait_s:g}s")
-        if probe.raw_owner != announced:
+        if probe.raw_owner != announced or takeovers == 1:
             announced = probe.raw_owner
             say(f"{who}; waiting up to {wait_s:g}s for it (Ctrl-C to stop, --no-wait to fail)")
         sleep(POLL_S)
+
+
+def _probe_or_fail(conn: Connection, path: str, owner: Owner, stdout: str, token: str) -> Probe:
+    """The probe, or RemoteError (never a bare ValueError) after removing a lock this run
+    may have created before its answer became unreadable."""
+    try:
+        return parse_probe(stdout, token)
+    except ValueError as e:
+        try:
+            conn.run(release_script(path, owner.run_id), timeout=10)
+        except RemoteError:
+            log.warning("cannot remove a possibly half-taken lock %s", path)
+        raise RemoteError(
+            conn.name,
+            "error",
+            f"the deployment lock script on {conn.name} gave no readable answer ({e})",
+            "something on the host rewrites command output; run `ssh HOST true` and check "
+            "that it prints nothing",
+        ) from None
+
+
+def _take_over(conn: Connection, path: str, probe: Probe) -> tuple[bool, str]:
+    token = new_token()
+    try:
+        res = conn.run(takeover_script(path, tombstone_tag(probe), token), timeout=30)
+        return parse_takeover(res.stdout, token)
+    except ValueError as e:
+        return False, str(e)
 
 
 def take(
@@ -296,9 +363,20 @@ def take(
     heartbeat must not queue behind a long command). Raises LockBusy, or RemoteError when
     that host cannot be reached."""
     host = inv.router.host
-    conn = connect(host, inv.hosts[host], inv.ssh, accept_new_host_keys=accept_new_host_keys)
+
+    def open_conn() -> Connection:
+        return connect(host, inv.hosts[host], inv.ssh, accept_new_host_keys=accept_new_host_keys)
+
+    conn = open_conn()
     try:
-        held = acquire(conn, lock_dir(inv.remote_dir, inv.name), operation, wait=wait, say=say)
+        held = acquire(
+            conn,
+            lock_dir(inv.remote_dir, inv.name),
+            operation,
+            wait=wait,
+            say=say,
+            reconnect=open_conn,
+        )
     except BaseException:
         conn.close()
         raise

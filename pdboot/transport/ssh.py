@@ -19,6 +19,7 @@ from fabric import Config as FabricConfig
 from fabric import Connection as FabricConnection
 
 from pdboot.inventory.schema import LOCAL, Host, SSHSettings
+from pdboot.transport import sshdeadline
 from pdboot.transport.connection import (
     BaseConnection,
     CommandResult,
@@ -115,6 +116,19 @@ class SSHConnection(BaseConnection):
         ssh_cfg_known = self._conn.ssh_config.get("userknownhostsfile")
         known = settings.known_hosts or (ssh_cfg_known.split()[0] if ssh_cfg_known else None)
         self.known_hosts = os.path.expanduser(known or "~/.ssh/known_hosts")
+        if accept_new_host_keys and sshdeadline.discarding_known_hosts(self.known_hosts):
+            # every run would see every key as new and trust it: no host key check at all
+            where = "ssh.known_hosts" if settings.known_hosts else "UserKnownHostsFile (ssh_config)"
+            raise RemoteError(
+                name,
+                "host_key",
+                f"--accept-new-host-keys with {where} {self.known_hosts}: keys written there "
+                "are forgotten, so any key would be trusted on every run",
+                "point ssh.known_hosts (or UserKnownHostsFile) at a real file, e.g. "
+                "~/.ssh/known_hosts, or drop --accept-new-host-keys",
+            )
+        # every ProxyJump hop gets the target's connect, banner, auth and channel timeouts
+        sshdeadline.apply_timeouts(self._conn, settings.connect_timeout)
         # The target and every ProxyJump hop fabric built from ~/.ssh/config: each hop's
         # client would otherwise keep fabric's AutoAddPolicy.
         hop: Any = self._conn
@@ -145,8 +159,10 @@ class SSHConnection(BaseConnection):
         # A lost host is not reconnected behind the caller's back: its connect would wait
         # for the connect timeout again on every call.
         self.check_lost()
+        hops = len(sshdeadline.hop_chain(self._conn))
+        deadline = sshdeadline.overall_deadline(self.connect_timeout, hops)
         try:
-            self._conn.open()
+            sshdeadline.open_with_deadline(self._conn, deadline, self.name)
         except Exception as e:  # classified: every cause becomes a reported RemoteError
             self.close()
             kh_name = known_hosts_name(self._conn.host, self._conn.port)

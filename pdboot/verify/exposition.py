@@ -16,6 +16,7 @@ from dataclasses import dataclass
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
+
 @dataclass(frozen=True)
 class Sample:
     name: str
@@ -37,8 +38,10 @@ def parse_exposition(text: str) -> list[Sample]:
             value = float(m.group(3))
         except ValueError:
             continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\")
-                  for k, v in _LABEL.findall(m.group(2) or "")}
+        labels = {
+            k: v.replace('\\"', '"').replace("\\\\", "\\")
+            for k, v in _LABEL.findall(m.group(2) or "")
+        }
         out.append(Sample(m.group(1), labels, value))
     return out
 
@@ -53,8 +56,11 @@ class Histogram:
 
     def __sub__(self, other: Histogram) -> Histogram:
         theirs = dict(other.buckets)
-        return Histogram(tuple((le, c - theirs.get(le, 0.0)) for le, c in self.buckets),
-                         self.count - other.count, self.total - other.total)
+        return Histogram(
+            tuple((le, c - theirs.get(le, 0.0)) for le, c in self.buckets),
+            self.count - other.count,
+            self.total - other.total,
+        )
 
     def quantile(self, q: float) -> float | None:
         """Prometheus ``histogram_quantile``: linear inside the bucket holding rank q*count;

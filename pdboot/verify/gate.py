@@ -43,6 +43,14 @@ MEANING_BROKEN = (
     "size, block size, kv-cache dtype, attention backend; vllm-project/vllm#52617). Do not "
     "serve traffic through this deployment."
 )
+# device: cpu: no GPUDirect path; KV moves through CPU memory over UCX/TCP.
+MEANING_BROKEN_CPU = (
+    "the decode engine produced different tokens from the KV it pulled than from KV it "
+    "computed itself: the KV path delivers wrong data while answering HTTP 200. Usual causes "
+    "on CPU engines: prefill and decode disagreeing on KV layout (tensor-parallel size, block "
+    "size, --dtype, kv-cache dtype; vllm-project/vllm#52617). Do not serve traffic through "
+    "this deployment."
+)
 MEANING_LATE = (
     "the answers agree on a long prefix and part late: usually numerics (different batch "
     "shapes and kernels on the two paths flip a near-tie between tokens), not a broken KV "
@@ -52,8 +60,15 @@ MEANING_LATE = (
 
 def gate_request(model: str) -> dict[str, Any]:
     """The body of the greedy request sent both ways (``POST /v1/completions``)."""
-    return {"model": model, "prompt": GATE_PROMPT, "max_tokens": GATE_MAX_TOKENS,
-            "temperature": 0, "top_p": 1, "seed": GATE_SEED, "stream": False}
+    return {
+        "model": model,
+        "prompt": GATE_PROMPT,
+        "max_tokens": GATE_MAX_TOKENS,
+        "temperature": 0,
+        "top_p": 1,
+        "seed": GATE_SEED,
+        "stream": False,
+    }
 
 
 def answer_text(body: str) -> str | None:
@@ -83,6 +98,7 @@ class GateOutcome:
     common: int  # pieces both answers share from the start
     pd_text: str
     direct_text: str
+    device: str = "cuda"  # the deployment's: the causes named for a broken answer differ
 
     @property
     def ok(self) -> bool:
@@ -90,18 +106,23 @@ class GateOutcome:
 
     def message(self) -> str:
         if self.verdict == "identical":
-            return (f"correctness gate: the P/D answer equals the single-engine answer "
-                    f"({len(pieces(self.pd_text))} words)")
+            return (
+                f"correctness gate: the P/D answer equals the single-engine answer "
+                f"({len(pieces(self.pd_text))} words)"
+            )
         if self.verdict == "late_divergence":
             what = "diverges late"
         elif not self.pd_text.strip() or not self.direct_text.strip():
             what = "cannot be compared: an answer is empty"
         else:
             what = f"differs within the first {LATE_AFTER} words"
-        meaning = MEANING_LATE if self.verdict == "late_divergence" else MEANING_BROKEN
-        return (f"correctness gate: the P/D answer {what} (common prefix {self.common} "
-                f"words)\n  through the router: {self.pd_text!r}\n"
-                f"  decode alone:      {self.direct_text!r}\n  {meaning}")
+        broken = MEANING_BROKEN_CPU if self.device == "cpu" else MEANING_BROKEN
+        meaning = MEANING_LATE if self.verdict == "late_divergence" else broken
+        return (
+            f"correctness gate: the P/D answer {what} (common prefix {self.common} "
+            f"words)\n  through the router: {self.pd_text!r}\n"
+            f"  decode alone:      {self.direct_text!r}\n  {meaning}"
+        )
 
 
 def _common_prefix(a: list[str], b: list[str]) -> int:
@@ -141,8 +162,7 @@ def run_gate(post: Post, router_url: str, decode_url: str, model: str) -> GateOu
         text = answer_text(raw) if status == 200 else None
         texts.append(text if text is not None else "")
         if text is None:
-            return GateOutcome("broken", "fail", 0, *_error_texts(base == router_url,
-                                                                  status, raw))
+            return GateOutcome("broken", "fail", 0, *_error_texts(base == router_url, status, raw))
     return classify(texts[0], texts[1])
 
 

@@ -49,15 +49,25 @@ class EngineFacts:
 
     def __sub__(self, before: EngineFacts) -> EngineFacts:
         """What happened between two scrapes (``after - before``)."""
-        src = {k: v - before.prompt_tokens_by_source.get(k, 0.0)
-               for k, v in self.prompt_tokens_by_source.items()}
+        src = {
+            k: v - before.prompt_tokens_by_source.get(k, 0.0)
+            for k, v in self.prompt_tokens_by_source.items()
+        }
         return EngineFacts(
-            self.engine, self.model_name, self.kv_transfers - before.kv_transfers,
-            self.kv_bytes - before.kv_bytes, self.kv_seconds - before.kv_seconds,
+            self.engine,
+            self.model_name,
+            self.kv_transfers - before.kv_transfers,
+            self.kv_bytes - before.kv_bytes,
+            self.kv_seconds - before.kv_seconds,
             self.failed_transfers - before.failed_transfers,
-            self.expired_leases - before.expired_leases, self.requests - before.requests,
-            self.generation_tokens - before.generation_tokens, src,
-            self.ttft - before.ttft, self.itl - before.itl, self.known and before.known)
+            self.expired_leases - before.expired_leases,
+            self.requests - before.requests,
+            self.generation_tokens - before.generation_tokens,
+            src,
+            self.ttft - before.ttft,
+            self.itl - before.itl,
+            self.known and before.known,
+        )
 
     @property
     def local_compute_tokens(self) -> float:
@@ -87,11 +97,20 @@ def _facts(engine: str, samples: list[Sample]) -> EngineFacts:
             by_source[s.labels["source"]] = by_source.get(s.labels["source"], 0.0) + s.value
     model = next((s.labels["model_name"] for s in samples if "model_name" in s.labels), "")
     return EngineFacts(
-        engine, model, total(f"{XFER_TIME}_count"), total(f"{XFER_BYTES}_sum"),
-        total(f"{XFER_TIME}_sum"), total(FAILED_XFERS), total(EXPIRED_LEASES),
-        total(REQUEST_SUCCESS), total(GENERATION_TOKENS), by_source,
-        histogram(samples, TTFT), histogram(samples, ITL),
-        any(s.name in KV_EVIDENCE for s in samples))
+        engine,
+        model,
+        total(f"{XFER_TIME}_count"),
+        total(f"{XFER_BYTES}_sum"),
+        total(f"{XFER_TIME}_sum"),
+        total(FAILED_XFERS),
+        total(EXPIRED_LEASES),
+        total(REQUEST_SUCCESS),
+        total(GENERATION_TOKENS),
+        by_source,
+        histogram(samples, TTFT),
+        histogram(samples, ITL),
+        any(s.name in KV_EVIDENCE for s in samples),
+    )
 
 
 def engine_facts(text: str) -> dict[str, EngineFacts]:
@@ -126,11 +145,20 @@ def _add(a: EngineFacts, b: EngineFacts) -> EngineFacts:
     for k, v in b.prompt_tokens_by_source.items():
         src[k] = src.get(k, 0.0) + v
     return EngineFacts(
-        b.engine if not a.model_name else a.engine, a.model_name or b.model_name,
-        a.kv_transfers + b.kv_transfers, a.kv_bytes + b.kv_bytes, a.kv_seconds + b.kv_seconds,
-        a.failed_transfers + b.failed_transfers, a.expired_leases + b.expired_leases,
-        a.requests + b.requests, a.generation_tokens + b.generation_tokens, src,
-        histogram_sum(a.ttft, b.ttft), histogram_sum(a.itl, b.itl), a.known or b.known)
+        b.engine if not a.model_name else a.engine,
+        a.model_name or b.model_name,
+        a.kv_transfers + b.kv_transfers,
+        a.kv_bytes + b.kv_bytes,
+        a.kv_seconds + b.kv_seconds,
+        a.failed_transfers + b.failed_transfers,
+        a.expired_leases + b.expired_leases,
+        a.requests + b.requests,
+        a.generation_tokens + b.generation_tokens,
+        src,
+        histogram_sum(a.ttft, b.ttft),
+        histogram_sum(a.itl, b.itl),
+        a.known or b.known,
+    )
 
 
 # ---------------------------------------------------------------- verdicts
@@ -168,40 +196,53 @@ def decode_recomputes(name: str, delta: EngineFacts) -> Flag | None:
     local, ext = delta.local_compute_tokens, delta.external_tokens
     if delta.requests <= 0 or local <= 0 or local < RECOMPUTE_SHARE * (local + ext):
         return None
-    return Flag("decode_recomputes", "fail",
-                f"decode {name} computed {local:.0f} of {local + ext:.0f} prompt tokens "
-                "locally: it is recomputing prefills instead of pulling KV (requests sent "
-                "straight to it, or failed pulls with kv_load_failure_policy=recompute)")
+    return Flag(
+        "decode_recomputes",
+        "fail",
+        f"decode {name} computed {local:.0f} of {local + ext:.0f} prompt tokens "
+        "locally: it is recomputing prefills instead of pulling KV (requests sent "
+        "straight to it, or failed pulls with kv_load_failure_policy=recompute)",
+    )
 
 
-def idle_prefill_pool(prefills: Mapping[str, EngineFacts],
-                      decodes: Mapping[str, EngineFacts]) -> Flag | None:
+def idle_prefill_pool(
+    prefills: Mapping[str, EngineFacts], decodes: Mapping[str, EngineFacts]
+) -> Flag | None:
     """Deltas per engine name: decode served requests while no prefill received any."""
     served = sum(d.requests for d in decodes.values())
     if not prefills or served <= 0 or any(p.requests > 0 for p in prefills.values()):
         return None
-    return Flag("prefill_idle", "fail",
-                f"decode engines served {served:.0f} requests while the prefill pool "
-                f"({', '.join(sorted(prefills))}) received none: traffic bypasses P/D "
-                "(clients hit decode directly, or the router runs without --pd-disaggregation)")
+    return Flag(
+        "prefill_idle",
+        "fail",
+        f"decode engines served {served:.0f} requests while the prefill pool "
+        f"({', '.join(sorted(prefills))}) received none: traffic bypasses P/D "
+        "(clients hit decode directly, or the router runs without --pd-disaggregation)",
+    )
 
 
 def failing_transfers(name: str, delta: EngineFacts) -> Flag | None:
     if delta.failed_transfers <= 0:
         return None
-    return Flag("kv_transfer_failed", "fail",
-                f"decode {name}: {delta.failed_transfers:.0f} failed NIXL transfers "
-                f"(of {delta.failed_transfers + delta.kv_transfers:.0f}); `pdboot logs` shows "
-                "the handshake/transfer errors")
+    return Flag(
+        "kv_transfer_failed",
+        "fail",
+        f"decode {name}: {delta.failed_transfers:.0f} failed NIXL transfers "
+        f"(of {delta.failed_transfers + delta.kv_transfers:.0f}); `pdboot logs` shows "
+        "the handshake/transfer errors",
+    )
 
 
 def expired_leases(name: str, delta: EngineFacts) -> Flag | None:
     if delta.expired_leases <= 0:
         return None
-    return Flag("kv_lease_expired", "warn",
-                f"prefill {name}: {delta.expired_leases:.0f} requests' KV expired before any "
-                "decode pulled it (decode unreachable, crashed, or slower than "
-                "kv_lease_duration)")
+    return Flag(
+        "kv_lease_expired",
+        "warn",
+        f"prefill {name}: {delta.expired_leases:.0f} requests' KV expired before any "
+        "decode pulled it (decode unreachable, crashed, or slower than "
+        "kv_lease_duration)",
+    )
 
 
 @dataclass(frozen=True)
@@ -235,40 +276,86 @@ class SpeedVerdict:
     judged: bool = True  # False: too few bytes moved to say anything about the path
 
 
-def speed_verdict(speed: PairSpeed, link_gbps: float | None, *, same_host: bool = False,
-                  rdma: bool = True, connector: str = "NixlConnector") -> SpeedVerdict:
+def speed_verdict(
+    speed: PairSpeed,
+    link_gbps: float | None,
+    *,
+    same_host: bool = False,
+    rdma: bool = True,
+    connector: str = "NixlConnector",
+    device: str = "cuda",
+) -> SpeedVerdict:
     """Measured KV throughput of a pair next to what its link should give.
 
     ``link_gbps``: the RDMA port's rate from preflight, else the inventory's ``link_gbps``.
+    ``device`` cpu without RDMA: KV moves over UCX/TCP by design, so a low share is judged
+    as a slow TCP path (cpu_tcp_flag), never as a fallback from RDMA.
     """
     pair = f"{speed.prefill} -> {speed.decode}"
     gbps = speed.gbps
     if gbps is None or speed.nbytes < MIN_BYTES_TO_JUDGE:
-        return SpeedVerdict(f"{pair}: {speed.nbytes / 1e6:.1f} MB moved: too little to judge "
-                            f"the KV path (send a longer prompt, >= "
-                            f"{MIN_BYTES_TO_JUDGE / 1e6:.0f} MB of KV)", None, judged=False)
+        return SpeedVerdict(
+            f"{pair}: {speed.nbytes / 1e6:.1f} MB moved: too little to judge "
+            f"the KV path (send a longer prompt, >= "
+            f"{MIN_BYTES_TO_JUDGE / 1e6:.0f} MB of KV)",
+            None,
+            judged=False,
+        )
     line = f"{pair}: {speed.nbytes / 1e6:.1f} MB in {speed.seconds:.3f} s = {gbps:.2f} Gbit/s"
     if same_host and not rdma:
         return SpeedVerdict(line + " (same host, no RDMA)", _same_host_flag(pair, connector))
     if link_gbps is None:
         return SpeedVerdict(line + " (no link rate known: set link_gbps to compare)", None)
     line += f" of a {link_gbps:g} Gbit/s link ({gbps / link_gbps:.0%})"
+    if device == "cpu" and not rdma:
+        line += " over UCX/TCP"
+        return SpeedVerdict(
+            line,
+            None if gbps >= CPU_TCP_SHARE * link_gbps else _cpu_tcp_flag(pair, gbps / link_gbps),
+        )
     if gbps >= TCP_FALLBACK_SHARE * link_gbps:
         return SpeedVerdict(line, None)
-    return SpeedVerdict(line, Flag(
-        "kv_tcp_fallback", "warn",
-        f"{pair}: KV moves at {gbps / link_gbps:.0%} of the link: this looks like UCX falling "
-        "back to TCP. Usual causes: " + "; ".join(TCP_CAUSES)))
+    return SpeedVerdict(
+        line,
+        Flag(
+            "kv_tcp_fallback",
+            "warn",
+            f"{pair}: KV moves at {gbps / link_gbps:.0%} of the link: this looks like UCX falling "
+            "back to TCP. Usual causes: " + "; ".join(TCP_CAUSES),
+        ),
+    )
+
+
+# device: cpu: under this share of the link, UCX over TCP is slower than a TCP link allows
+# (vLLM copies KV blocks on the CPU; a single TCP stream fills a few Gbit/s at most).
+CPU_TCP_SHARE = 0.05
+CPU_TCP_CAUSES = (
+    "NIXL's progress thread busy-polling the engines' cores (nixl-cu12 1.5.1 sets its delay "
+    "to 0: ../shared/docs/real-vllm-cpu.md problem 2)",
+    "the engines' threads and NIXL's pinned core shared with other engines on the host",
+    "UCX_NET_DEVICES not the interface link_gbps describes",
+)
+
+
+def _cpu_tcp_flag(pair: str, share: float) -> Flag:
+    return Flag(
+        "kv_cpu_tcp_slow",
+        "warn",
+        f"{pair}: KV moves at {share:.0%} of the link over UCX/TCP (device: cpu). Usual "
+        "causes: " + "; ".join(CPU_TCP_CAUSES),
+    )
 
 
 def _same_host_flag(pair: str, connector: str) -> Flag | None:
     if connector == "NixlPushConnector":
         return None
     return Flag(
-        "kv_pull_same_host", "warn",
+        "kv_pull_same_host",
+        "warn",
         f"{pair}: prefill and decode share a host without RDMA and use {connector} (pull): "
         "users report pull mode far slower than NixlPushConnector on such hosts "
-        "(vllm-project/vllm#52607); consider kv_connector: NixlPushConnector on both tiers")
+        "(vllm-project/vllm#52607); consider kv_connector: NixlPushConnector on both tiers",
+    )
 
 
 # A tier whose busiest engine took this share of at least 2 requests per engine is "pinned".
@@ -297,10 +384,13 @@ class Spread:
         name, top = max(self.requests.items(), key=lambda kv: kv[1])
         if top < PINNED_SHARE * self.total:
             return None
-        return Flag("tier_pinned", "warn",
-                    f"{self.tier}: {name} took {top:.0f} of {self.total:.0f} requests; the "
-                    f"router's {self.tier}_policy sends everything to one engine (cache_aware "
-                    "at low concurrency or with a shared prompt prefix: see docs/routing.md)")
+        return Flag(
+            "tier_pinned",
+            "warn",
+            f"{self.tier}: {name} took {top:.0f} of {self.total:.0f} requests; the "
+            f"router's {self.tier}_policy sends everything to one engine (cache_aware "
+            "at low concurrency or with a shared prompt prefix: see docs/routing.md)",
+        )
 
 
 def spread(tier: str, deltas: Mapping[str, EngineFacts]) -> Spread:

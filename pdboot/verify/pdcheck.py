@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pdboot.events import GateVerdict, PairSpeedLine
@@ -37,11 +37,31 @@ from pdboot.verify.metrics import (
 # a 0.5B model (~12 KB/token) still moves ~12 MB. Short enough for any max_model_len >= 2048.
 SPEED_WORDS = 900
 PREFILL_PARAMS: dict[str, Any] = {
-    "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-    "remote_block_ids": None, "remote_host": None, "remote_port": None,
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
 }
-_VOCAB = ("amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor",
-          "island", "juniper", "kelp", "lagoon", "meadow", "nectar", "orchard", "prairie")
+_VOCAB = (
+    "amber",
+    "basalt",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "granite",
+    "harbor",
+    "island",
+    "juniper",
+    "kelp",
+    "lagoon",
+    "meadow",
+    "nectar",
+    "orchard",
+    "prairie",
+)
 
 
 def speed_prompt(words: int = SPEED_WORDS) -> str:
@@ -60,14 +80,23 @@ def run_up_gate(plan: Plan, fetch: HttpFn, headers: Mapping[str, str]) -> GateOu
         a = fetch(url, body=body, timeout=300.0, headers=dict(headers))
         return a.status, a.body if a.status else a.error
 
-    return run_gate(post, plan.endpoint, decode.url, plan.served_model_name)
+    outcome = run_gate(post, plan.endpoint, decode.url, plan.served_model_name)
+    return replace(outcome, device=plan.device)
 
 
 def gate_event(outcome: GateOutcome, decode: str) -> GateVerdict:
     level: Literal["ok", "warn", "fail"] = (
-        "ok" if outcome.level == "ok" else "warn" if outcome.level == "warn" else "fail")
-    return GateVerdict(level, outcome.verdict, outcome.common, outcome.pd_text,
-                       outcome.direct_text, decode, outcome.message())
+        "ok" if outcome.level == "ok" else "warn" if outcome.level == "warn" else "fail"
+    )
+    return GateVerdict(
+        level,
+        outcome.verdict,
+        outcome.common,
+        outcome.pd_text,
+        outcome.direct_text,
+        decode,
+        outcome.message(),
+    )
 
 
 def first_decode(plan: Plan) -> Service:
@@ -100,8 +129,16 @@ class PairResult:
         gbps = sp.gbps if sp is not None and v is not None and v.judged else None
         line = v.line if v is not None else f"{self.prefill} -> {self.decode}: {self.error}"
         flag = v.flag if v is not None else None
-        return PairSpeedLine(self.prefill, self.decode, gbps, self.link_gbps, mb, line,
-                             flag.code if flag else "", flag.message if flag else "")
+        return PairSpeedLine(
+            self.prefill,
+            self.decode,
+            gbps,
+            self.link_gbps,
+            mb,
+            line,
+            flag.code if flag else "",
+            flag.message if flag else "",
+        )
 
 
 def _facts(fetch: HttpFn, svc: Service) -> Any:
@@ -121,33 +158,49 @@ def _kv_params(raw: str) -> tuple[dict[str, Any] | None, int]:
     return (params if isinstance(params, dict) else None), tokens
 
 
-def measure_pair(plan: Plan, fetch: HttpFn, headers: Mapping[str, str],
-                 pair: tuple[Service, Service]) -> tuple[PairSpeed, int]:
+def measure_pair(
+    plan: Plan, fetch: HttpFn, headers: Mapping[str, str], pair: tuple[Service, Service]
+) -> tuple[PairSpeed, int]:
     """One long request over this pair; the decode's KV bytes/seconds delta. Raises OSError
     with the reason when a step fails."""
     pre, dec = pair
     rid = f"pdboot-speed-{uuid.uuid4().hex}"
     hdrs = {**headers, "X-Request-Id": rid}
-    req = {"model": plan.served_model_name, "prompt": speed_prompt(), "max_tokens": 2,
-           "temperature": 0, "stream": False}
+    req = {
+        "model": plan.served_model_name,
+        "prompt": speed_prompt(),
+        "max_tokens": 2,
+        "temperature": 0,
+        "stream": False,
+    }
     before = _facts(fetch, dec)
-    a = fetch(f"{pre.url}/v1/completions", timeout=300.0, headers=hdrs,
-              body={**req, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS})
+    a = fetch(
+        f"{pre.url}/v1/completions",
+        timeout=300.0,
+        headers=hdrs,
+        body={**req, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
+    )
     params, tokens = _kv_params(a.body) if a.ok else (None, 0)
     if params is None:
         raise OSError(f"prefill {pre.key} gave no kv_transfer_params ({a.describe()})")
-    b = fetch(f"{dec.url}/v1/completions", timeout=300.0, headers=hdrs,
-              body={**req, "kv_transfer_params": params})
+    b = fetch(
+        f"{dec.url}/v1/completions",
+        timeout=300.0,
+        headers=hdrs,
+        body={**req, "kv_transfer_params": params},
+    )
     if not b.ok:
         raise OSError(f"decode {dec.key}: {b.describe()} {b.body[:200]}")
     delta = _facts(fetch, dec) - before
     return pair_speed(pre.key, dec.key, delta), tokens
 
 
-def link_rate(pre: Service, dec: Service, port_gbps: Mapping[str, float],
-              declared: float | None) -> float | None:
+def link_rate(
+    pre: Service, dec: Service, port_gbps: Mapping[str, float], declared: float | None
+) -> float | None:
     """The slower end's RDMA port rate (preflight) when both ends use RDMA and preflight
-    read both rates, else the inventory's ``requirements.link_gbps``."""
+    read both rates, else the inventory's ``requirements.link_gbps`` (device: cpu without
+    RDMA: the TCP link's rate, never a port rate)."""
     if pre.rdma and dec.rdma:
         rates = [port_gbps[h] for h in (pre.host, dec.host) if h in port_gbps]
         if len(rates) == 2:
@@ -155,9 +208,14 @@ def link_rate(pre: Service, dec: Service, port_gbps: Mapping[str, float],
     return declared
 
 
-def check_speed(plan: Plan, fetch: HttpFn, headers: Mapping[str, str],
-                port_gbps: Mapping[str, float], declared: float | None,
-                connector: str) -> list[PairResult]:
+def check_speed(
+    plan: Plan,
+    fetch: HttpFn,
+    headers: Mapping[str, str],
+    port_gbps: Mapping[str, float],
+    declared: float | None,
+    connector: str,
+) -> list[PairResult]:
     """Measure every pair of speed_pairs; a pair that fails is reported, not raised."""
     out: list[PairResult] = []
     for pre, dec in speed_pairs(plan):
@@ -169,6 +227,8 @@ def check_speed(plan: Plan, fetch: HttpFn, headers: Mapping[str, str],
         same = pre.host == dec.host
         rdma = bool(pre.rdma and dec.rdma)
         link = link_rate(pre, dec, port_gbps, declared)
-        v = speed_verdict(speed, link, same_host=same, rdma=rdma, connector=connector)
+        v = speed_verdict(
+            speed, link, same_host=same, rdma=rdma, connector=connector, device=pre.device
+        )
         out.append(PairResult(pre.key, dec.key, v, "", tokens, link, speed))
     return out

@@ -10,7 +10,7 @@ deployment. Pure except ``scrape``, which goes through the caller's HttpFn.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from pdboot.plan.model import Plan
 from pdboot.transport.http import HttpFn
@@ -31,19 +31,74 @@ Quantiles = dict[str, float | None]  # {"p50": s, "p90": s, "p99": s}
 
 @dataclass(frozen=True)
 class EngineMetrics:
+    """One engine's row of `status`: its ``metrics.EngineFacts`` (None when its /metrics
+    could not be read, ``error`` says why), read under the names `status --json` uses."""
+
     service: str
     role: str
-    scraped: bool
-    error: str = ""  # why /metrics could not be read
-    requests: float = 0.0
-    kv_transfers: float = 0.0
-    kv_megabytes: float = 0.0
-    failed_transfers: float = 0.0
-    expired_leases: float = 0.0
-    local_prompt_tokens: float = 0.0
-    external_prompt_tokens: float = 0.0
-    ttft: Quantiles | None = None  # seconds
-    itl: Quantiles | None = None  # seconds
+    facts: EngineFacts | None = None
+    error: str = ""
+
+    @property
+    def scraped(self) -> bool:
+        return self.facts is not None
+
+    def _get(self, name: str) -> float:
+        return float(getattr(self.facts, name)) if self.facts is not None else 0.0
+
+    @property
+    def requests(self) -> float:
+        return self._get("requests")
+
+    @property
+    def kv_transfers(self) -> float:
+        return self._get("kv_transfers")
+
+    @property
+    def kv_megabytes(self) -> float:
+        return self._get("kv_bytes") / 1e6
+
+    @property
+    def failed_transfers(self) -> float:
+        return self._get("failed_transfers")
+
+    @property
+    def expired_leases(self) -> float:
+        return self._get("expired_leases")
+
+    @property
+    def local_prompt_tokens(self) -> float:
+        return self._get("local_compute_tokens")
+
+    @property
+    def external_prompt_tokens(self) -> float:
+        return self._get("external_tokens")
+
+    @property
+    def ttft(self) -> Quantiles | None:  # seconds
+        return self.facts.percentiles("ttft") if self.facts is not None else None
+
+    @property
+    def itl(self) -> Quantiles | None:  # seconds
+        return self.facts.percentiles("itl") if self.facts is not None else None
+
+    def as_json(self) -> dict[str, object]:
+        """The row in `status --json` (its keys are a stable interface)."""
+        return {
+            "service": self.service,
+            "role": self.role,
+            "scraped": self.scraped,
+            "error": self.error,
+            "requests": self.requests,
+            "kv_transfers": self.kv_transfers,
+            "kv_megabytes": self.kv_megabytes,
+            "failed_transfers": self.failed_transfers,
+            "expired_leases": self.expired_leases,
+            "local_prompt_tokens": self.local_prompt_tokens,
+            "external_prompt_tokens": self.external_prompt_tokens,
+            "ttft": self.ttft,
+            "itl": self.itl,
+        }
 
 
 @dataclass(frozen=True)
@@ -53,18 +108,20 @@ class TierSpread:
 
 
 @dataclass(frozen=True)
-class FlagRow:
-    code: str
-    level: str  # fail, warn
-    message: str
-
-
-@dataclass(frozen=True)
 class PDStatus:
     engines: tuple[EngineMetrics, ...]
     spread: tuple[TierSpread, ...]
-    flags: tuple[FlagRow, ...]
+    flags: tuple[Flag, ...]
     window_seconds: float | None = None  # None: totals since start; else a --watch window
+
+    def as_json(self) -> dict[str, object]:
+        """`status --json`'s "pd" object."""
+        return {
+            "engines": [e.as_json() for e in self.engines],
+            "spread": [asdict(s) for s in self.spread],
+            "flags": [asdict(f) for f in self.flags],
+            "window_seconds": self.window_seconds,
+        }
 
 
 Scrape = dict[str, EngineFacts | str]  # service key -> facts, or why it could not be read
@@ -86,11 +143,8 @@ def scrape(plan: Plan, fetch: HttpFn, running: set[str] | None = None) -> Scrape
 
 def _row(key: str, role: str, f: EngineFacts | str) -> EngineMetrics:
     if isinstance(f, str):
-        return EngineMetrics(key, role, False, f)
-    return EngineMetrics(
-        key, role, True, "", f.requests, f.kv_transfers, f.kv_bytes / 1e6, f.failed_transfers,
-        f.expired_leases, f.local_compute_tokens, f.external_tokens,
-        f.percentiles("ttft"), f.percentiles("itl"))
+        return EngineMetrics(key, role, None, f)
+    return EngineMetrics(key, role, f)
 
 
 def window(now: Scrape, before: Scrape | None) -> Scrape:
@@ -121,14 +175,17 @@ def _flags(roles: Mapping[str, str], facts: Mapping[str, EngineFacts]) -> list[F
     return [f for f in found if f is not None]
 
 
-def pd_status(plan: Plan, now: Scrape, before: Scrape | None = None,
-              seconds: float | None = None) -> PDStatus:
+def pd_status(
+    plan: Plan, now: Scrape, before: Scrape | None = None, seconds: float | None = None
+) -> PDStatus:
     """Pure: the rows, spread and flags from one scrape (totals) or two (a window)."""
     roles = {s.key: s.role for s in plan.services()}
     data = window(now, before)
     rows = tuple(_row(k, roles[k], f) for k, f in data.items())
     facts = {k: f for k, f in data.items() if isinstance(f, EngineFacts)}
-    spreads = tuple(TierSpread(t, {k: f.requests for k, f in facts.items() if roles[k] == t})
-                    for t in ("prefill", "decode"))
-    flags = tuple(FlagRow(f.code, f.level, f.message) for f in _flags(roles, facts))
+    spreads = tuple(
+        TierSpread(t, {k: f.requests for k, f in facts.items() if roles[k] == t})
+        for t in ("prefill", "decode")
+    )
+    flags = tuple(_flags(roles, facts))
     return PDStatus(rows, spreads, flags, seconds if before is not None else None)

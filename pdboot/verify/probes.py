@@ -26,6 +26,7 @@ BY_SOURCE = PROMPT_BY_SOURCE
 # (the model needs at least one input token), so a healthy remote prefill leaves 1 local token.
 LOCAL_TOKENS_ALLOWED = 2
 
+
 @dataclass(frozen=True)
 class KVVerdict:
     ok: bool

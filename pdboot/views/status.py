@@ -22,7 +22,7 @@ def print_status(out: Console, report: StatusReport) -> None:
     if pd is not None and pd.window_seconds is not None and out.is_terminal:
         out.clear()  # --watch: each report replaces the last
     out.print(status_table(rows, report.deployment, out.width))
-    for line in nic_lines(rows) + rank_lines(rows):
+    for line in nic_lines(rows) + core_lines(rows) + rank_lines(rows):
         out.print(line, highlight=False, markup=False)
     if report.revision:
         out.print(
@@ -48,22 +48,34 @@ def _n(x: float) -> str:
 
 def pd_table(pd: PDStatus) -> Table:
     """One line per engine; fits 80 columns for names up to ~20 characters."""
-    what = ("totals since start" if pd.window_seconds is None
-            else f"last {pd.window_seconds:.0f}s")
-    table = Table(title=f"P/D metrics, {what} (TTFT, ITL: p50/p90/p99 ms)",
-                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
-                  pad_edge=False, show_edge=False)
+    what = "totals since start" if pd.window_seconds is None else f"last {pd.window_seconds:.0f}s"
+    table = Table(
+        title=f"P/D metrics, {what} (TTFT, ITL: p50/p90/p99 ms)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        show_edge=False,
+    )
     for col in ("engine", "reqs", "xfers", "KV MB", "fail", "exp", "TTFT", "ITL"):
-        table.add_column(col, no_wrap=True, overflow="fold",
-                         justify="left" if col == "engine" else "right")
+        table.add_column(
+            col, no_wrap=True, overflow="fold", justify="left" if col == "engine" else "right"
+        )
     for e in pd.engines:
         if not e.scraped:
             table.add_row(Text(e.service, style="bold"), Text(e.error, style="red"))
             continue
         failed = Text(_n(e.failed_transfers), style="red" if e.failed_transfers else "")
-        table.add_row(Text(e.service, style="bold"), _n(e.requests), _n(e.kv_transfers),
-                      f"{e.kv_megabytes:.0f}", failed, _n(e.expired_leases), _ms(e.ttft),
-                      _ms(e.itl))
+        table.add_row(
+            Text(e.service, style="bold"),
+            _n(e.requests),
+            _n(e.kv_transfers),
+            f"{e.kv_megabytes:.0f}",
+            failed,
+            _n(e.expired_leases),
+            _ms(e.ttft),
+            _ms(e.itl),
+        )
     return table
 
 
@@ -75,8 +87,7 @@ def print_pd(out: Console, pd: PDStatus) -> None:
             out.print(f"{sp.tier} spread: {parts}")
     for f in pd.flags:
         style = "red" if f.level == "fail" else "yellow"
-        out.print(Text(f"{'error' if f.level == 'fail' else 'warning'}: {f.message}",
-                       style=style))
+        out.print(Text(f"{'error' if f.level == 'fail' else 'warning'}: {f.message}", style=style))
 
 
 def nic_lines(rows: list[ServiceStatus]) -> list[str]:
@@ -86,6 +97,15 @@ def nic_lines(rows: list[ServiceStatus]) -> list[str]:
         return []
     width = max(len(r.service) for r in nics)
     return ["UCX_NET_DEVICES per engine:"] + [f"  {r.service:<{width}}  {r.nic}" for r in nics]
+
+
+def core_lines(rows: list[ServiceStatus]) -> list[str]:
+    """device: cpu: the cores each engine's threads are bound to."""
+    cpu = [r for r in rows if r.cores]
+    if not cpu:
+        return []
+    width = max(len(r.service) for r in cpu)
+    return ["CPU cores per engine:"] + [f"  {r.service:<{width}}  {r.cores}" for r in cpu]
 
 
 def rank_lines(rows: list[ServiceStatus]) -> list[str]:
@@ -104,7 +124,7 @@ def status_json(report: StatusReport) -> str:
         "endpoint": report.endpoint,
         "healthy": report.healthy,
         "services": [asdict(r) for r in report.services],
-        "pd": asdict(report.pd) if report.pd is not None else None,
+        "pd": report.pd.as_json() if report.pd is not None else None,
     }
     return json.dumps(doc, indent=2)
 

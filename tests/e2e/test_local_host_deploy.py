@@ -136,7 +136,7 @@ def test_local_host_up_status_down_inside_a_testbed_host(
         "prefill@me": True,
         "router@me": True,
     }
-    again = pdboot_on(solo, "up", str(inv), "--skip-preflight")
+    again = pdboot_on(solo, "up", str(inv))  # its preflight passes its own ports
     assert again.returncode == 0, out(again)
     assert sum("unchanged" in ln for ln in again.stdout.splitlines()) == 3, again.stdout
 

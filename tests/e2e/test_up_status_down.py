@@ -95,8 +95,9 @@ def write_inventory(
 def pdboot(
     *args: str, timeout: float = 300, preflight: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    # preflight has its own e2e tests; here it runs once (the 1P1D test) to show `up` gates
-    # on it, and is skipped elsewhere to keep the suite short on a 2-core machine
+    # preflight has its own e2e tests; here it runs where a test asks (the 1P1D test, to show
+    # `up` gates on it, and re-runs of `up` on a live deployment, which must pass their own
+    # preflight: issue 22), and is skipped elsewhere to keep the suite short on 2 cores
     if args[0] == "up" and not preflight:
         args = (*args, "--skip-preflight")
     env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200", TERM="dumb")
@@ -216,7 +217,7 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     assert all(s["matches_inventory"] and s["health"] == "ok" for s in doc["services"])
 
     before = ids(tb3, "e2e1")
-    again = pdboot("up", str(inv))
+    again = pdboot("up", str(inv), preflight=True)  # its own ports and GPUs pass (issue 22)
     assert again.returncode == 0, output(again)
     for key in ("decode@decode", "prefill@prefill", "router@ingress"):
         assert any(key in line and "unchanged" in line for line in again.stdout.splitlines()), key
@@ -401,7 +402,8 @@ def test_host_unreachable_during_down(tb3: Any, tmp_path: Path) -> None:
 def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
     inv = write_inventory(tb3, path, name="e2echange")
-    assert pdboot("up", str(inv)).returncode == 0
+    # with preflight like the re-runs below: its findings (RDMA auto) are part of the hashes
+    assert pdboot("up", str(inv), preflight=True).returncode == 0
     before = ids(tb3, "e2echange")
     write_inventory(
         tb3,
@@ -409,7 +411,7 @@ def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None
         name="e2echange",
         decode_args=["--max-model-len", "4096"],
     )
-    res = pdboot("up", str(path))
+    res = pdboot("up", str(path), preflight=True)
     out = res.stdout
     assert res.returncode == 0, output(res)
     lines = out.splitlines()
@@ -430,7 +432,7 @@ def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None
         decode_args=["--max-model-len", "4096"],
         prefill_env={"PDBOOT_E2E": "1"},
     )
-    res = pdboot("up", str(path))
+    res = pdboot("up", str(path), preflight=True)
     assert res.returncode == 0, output(res)
     lines = res.stdout.splitlines()
     decode_line = next(ln for ln in lines if "decode@decode" in ln and "recreate" in ln)

@@ -487,7 +487,12 @@ def sweep_stale() -> list[int]:
         state = read_state(d)
         if state is None:
             # a claim that never wrote its state, or a half-removed folder: old ones only
-            if time.time() - d.stat().st_mtime > 120:
+            # (another harness may remove it meanwhile: gone is fine)
+            try:
+                old = time.time() - d.stat().st_mtime > 120
+            except FileNotFoundError:
+                continue
+            if old:
                 shutil.rmtree(d, ignore_errors=True)
             continue
         if state.get("detached") or _owner_alive(state):

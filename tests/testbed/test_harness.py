@@ -164,6 +164,28 @@ def test_gpu_requests_need_the_container_runtime(make_testbed: MakeTestbed) -> N
                                                     "'{{json .Runtimes}}'").stdout)
 
 
+def test_gpu_containers_hold_memory_the_hosts_nvidia_smi_shows(
+    make_testbed: MakeTestbed,
+) -> None:
+    """EMULATED: a container granted GPU 1 holds --gpu-memory-utilization of its memory for
+    as long as its process lives, in the host's nvidia-smi (preflight's gpu.memory_free)."""
+    tb = make_testbed([HostSpec("gpu")])
+    tb.hosts["gpu"].pull(tb.image)
+    apps = "nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits"
+    used = "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits"
+    assert tb.ssh("gpu", apps).stdout == ""
+    cid = tb.ssh("gpu", f"docker run -d --gpus '\"device=1\"' --entrypoint python3 {tb.image} "
+                        "-c 'import time; time.sleep(600)' --gpu-memory-utilization 0.5"
+                 ).stdout.strip()
+    pid = tb.ssh("gpu", f"docker inspect -f '{{{{.State.Pid}}}}' {cid}").stdout.strip()
+    uuid1 = tb.ssh("gpu", "nvidia-smi -i 1 --query-gpu=uuid --format=csv,noheader").stdout.strip()
+    assert tb.ssh("gpu", apps).stdout == f"{uuid1}, {pid}, {97887 // 2}\n"
+    assert tb.ssh("gpu", used).stdout == f"0, 0\n1, {97887 // 2}\n"
+    assert cid in tb.ssh("gpu", f"cat /proc/{pid}/cgroup").stdout  # what preflight reads
+    tb.ssh("gpu", f"docker rm -f {cid}")
+    assert tb.ssh("gpu", apps).stdout == "" and tb.ssh("gpu", used).stdout == "0, 0\n1, 0\n"
+
+
 def test_knobs_stop_sshd_and_occupy_port(make_testbed: MakeTestbed) -> None:
     tb = make_testbed([HostSpec("a", busy_ports=(8200,), overrides={"disk_mb": 64}),
                        HostSpec("b", sshd=False)], images_needed=False)

@@ -95,6 +95,7 @@ class World:
     lost_at: dict[str, float] = field(default_factory=dict)  # host -> when its link goes
     lock_holder: str | None = None  # another run's holder text: the deployment lock is busy
     locks: list[str] = field(default_factory=list)  # "take up", "release up", ...
+    lock_lost_at: float | None = None  # fake-clock time the held lock counts as lost
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
@@ -193,6 +194,15 @@ class FakeLock:
 
     def release(self) -> None:
         self.world.locks.append(f"release {self.operation}")
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Lost from ``world.lock_lost_at`` on (the fake clock): as lock_holder.HeldLock after its
+        heartbeats stopped reaching the host."""
+        at = self.world.lock_lost_at
+        if at is not None and self.world.clock.now() >= at:
+            return "no heartbeat reached ingress for 21s (fake)"
+        return None
 
 
 @dataclass

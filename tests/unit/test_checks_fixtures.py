@@ -25,10 +25,12 @@ import pytest
 from pdboot.preflight.checks import (
     ParseError,
     Section,
+    cpu,
     gpu,
     host,
     model,
     network,
+    owners,
     parse_sections,
     rdma,
 )
@@ -36,6 +38,10 @@ from pdboot.preflight.checks import cuda as cu
 from pdboot.preflight.checks import docker as dk
 
 FIX = Path(__file__).parent / "fixtures"
+
+
+def parse_ps(text: str) -> object:
+    return owners.parse_ps("h", text)  # the host name is only carried along
 
 
 def _query(cmd: str) -> Callable[[str], object]:
@@ -58,6 +64,11 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c.startswith("date "), network.parse_clock),
     (lambda c: c.startswith("@probe"), network.parse_probe),
     (lambda c: c == "@config", model.parse_config),
+    (lambda c: c in (cpu.FLAGS, "cat /proc/cpuinfo"), cpu.parse_flags),
+    (lambda c: c == cpu.LSCPU, cpu.parse_lscpu),
+    (lambda c: c == cpu.FREE, cpu.parse_free),
+    (lambda c: c.startswith("docker ps -a --no-trunc --filter"), parse_ps),
+    (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
 ]
 
 

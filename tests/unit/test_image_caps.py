@@ -75,7 +75,7 @@ def test_ucx_without_cuda_fails_without_ib_fails_only_with_rdma() -> None:
 
 def test_no_answer_is_a_failure_with_the_containers_last_lines() -> None:
     text = (
-        "docker: Error response from daemon: could not select device driver \"\" with "
+        'docker: Error response from daemon: could not select device driver "" with '
         "capabilities: [[gpu]].\n"
     )
     c = ic.parse(text, 125)
@@ -85,8 +85,16 @@ def test_no_answer_is_a_failure_with_the_containers_last_lines() -> None:
 
 def test_the_command_is_one_docker_run_with_the_hosts_gpus() -> None:
     argv = ic.docker_argv(IMG, (0, 1))
-    assert argv[:8] == ["docker", "run", "--rm", "--gpus", '"device=0,1"', "--entrypoint",
-                        "python3", IMG]
+    assert argv[:8] == [
+        "docker",
+        "run",
+        "--rm",
+        "--gpus",
+        '"device=0,1"',
+        "--entrypoint",
+        "python3",
+        IMG,
+    ]
     assert argv[8] == "-c" and argv[9] == ic.PROBE
     assert shlex.split(shlex.join(argv)) == argv
     compile(ic.PROBE, "probe", "exec")
@@ -102,3 +110,87 @@ def test_the_probe_gets_the_gpus_of_the_hosts_engines() -> None:
     assert res["box"][0].id == ic.ARCH_ID and res["box"][0].status == "pass"
     bad = {"box": ic.verdicts(dataclasses.replace(standin(), arch_list=CU126), IMG, rdma=False)}
     assert image_probe.failed(bad) and bad["box"][0].fix
+
+
+# --------------------------------------------------------------------------- device: cpu
+
+
+def cpu_caps(name: str = "cpu-venv-tcp.txt") -> ic.ImageCaps:
+    return ic.parse((FIX / name).read_text())
+
+
+CPU_IMG = "registry.example:5000/vllm-cpu:0.32.0"
+
+
+def test_a_cpu_torch_with_nixl_over_tcp_passes_for_device_cpu() -> None:
+    c = cpu_caps()
+    assert c.torch == "2.13.0+cpu" and c.torch_cuda == "" and c.tcp_backend is True
+    assert c.backends == ("UCX",) and c.devices == () and c.arch_list == ()
+    arch, nixl = ic.verdicts(c, CPU_IMG, rdma=False, device="cpu")
+    assert arch.status == "pass" and "CPU build of PyTorch (2.13.0+cpu)" in arch.message
+    assert nixl.status == "pass" and "UCX_TLS=tcp" in nixl.message
+
+
+def test_a_cpu_torch_is_refused_for_cuda() -> None:
+    arch, _ = ic.verdicts(cpu_caps(), IMG, rdma=False, expected=("12.0",))
+    assert arch.status == "fail" and "is a CPU build (no CUDA)" in arch.message
+    assert "device: cpu" in arch.message
+
+
+def test_a_cuda_torch_is_refused_for_cpu() -> None:
+    c = standin()  # 2.11.0+cu128, captured before the probe asked torch.version.cuda
+    assert c.torch_cuda is None
+    arch, _ = ic.verdicts(c, CPU_IMG, rdma=False, device="cpu")
+    assert arch.status == "fail" and "is a CUDA build" in arch.message
+    cuda = dataclasses.replace(c, torch_cuda="12.8")
+    assert ic.verdicts(cuda, CPU_IMG, rdma=False, device="cpu")[0].status == "fail"
+
+
+def test_no_tcp_transport_fails_for_cpu_with_nixls_own_error() -> None:
+    c = cpu_caps("cpu-venv-no-tcp.txt")
+    assert c.tcp_backend is False and "NIXL_ERR_BACKEND" in c.tcp_error
+    _, nixl = ic.verdicts(c, CPU_IMG, rdma=False, device="cpu")
+    assert nixl.status == "fail" and "UCX_TLS=tcp" in nixl.message and "TCP" in nixl.fix
+    # a probe that never asked (an older pdboot) is not taken for a pass
+    _, unasked = ic.verdicts(
+        dataclasses.replace(c, tcp_backend=None, tcp_error=""), CPU_IMG, rdma=False, device="cpu"
+    )
+    assert unasked.status == "fail" and "not asked" in unasked.message
+
+
+def test_cpu_images_without_torch_or_nixl_fail_both() -> None:
+    c = ic.parse((FIX / "no-torch-no-nixl.txt").read_text())
+    arch, nixl = ic.verdicts(c, CPU_IMG, rdma=False, device="cpu")
+    assert arch.status == "fail" and "No module named 'torch'" in arch.message
+    assert nixl.status == "fail" and "nixl-cu12" in nixl.fix
+
+
+def test_cpu_rdma_still_needs_an_ib_transport() -> None:
+    c = dataclasses.replace(cpu_caps(), uct_modules=("cma",))
+    assert ic.verdicts(c, CPU_IMG, rdma=True, device="cpu")[1].status == "fail"
+    assert ic.verdicts(cpu_caps(), CPU_IMG, rdma=True, device="cpu")[1].status == "pass"
+
+
+def test_the_cpu_probe_runs_without_gpus_and_asks_for_tcp() -> None:
+    argv = ic.docker_argv(CPU_IMG, "all", "cpu")
+    assert "--gpus" not in argv and argv[-1] == "tcp" and argv[-2] == ic.PROBE
+    assert ic.docker_argv(IMG, "all")[:5] == ["docker", "run", "--rm", "--gpus", "all"]
+
+
+def test_the_real_cpu_engine_image_passes_for_cpu_and_fails_for_cuda() -> None:
+    c = cpu_caps("vllm-cpu-0.32.0-image.txt")
+    assert c.torch == "2.13.0+cpu" and c.tcp_backend is True and c.uct_modules == ("cma",)
+    assert [r.status for r in ic.verdicts(c, CPU_IMG, rdma=False, device="cpu")] == [
+        "pass",
+        "pass",
+    ]
+    arch, nixl = ic.verdicts(c, CPU_IMG, rdma=False)
+    assert arch.status == "fail" and "CPU build" in arch.message
+    assert nixl.status == "fail" and "no CUDA transport" in nixl.message
+
+
+def test_a_ucx_without_its_tcp_transport_fails_for_cpu() -> None:
+    c = cpu_caps("vllm-cpu-0.32.0-no-sysfs.txt")
+    arch, nixl = ic.verdicts(c, CPU_IMG, rdma=False, device="cpu")
+    assert arch.status == "fail" and "/dev/urandom" in arch.message
+    assert nixl.status == "fail" and "NIXL_ERR_BACKEND" in nixl.message

@@ -99,7 +99,6 @@ def test_the_injection_address_is_refused_with_its_line() -> None:
         ("10.0.0.5", "10.0.0.5"),
         ("2001:DB8::0:1", "2001:db8::1"),
         ("[2001:db8::1]", "2001:db8::1"),
-        ("fe80::1%eth0", "fe80::1%eth0"),
         ("local", "local"),
         ("i-0abc", "i-0abc"),
     ],
@@ -259,7 +258,8 @@ def test_alias_bomb_inside_kv_connector_extra_config_is_refused() -> None:
 def test_plain_aliases_and_merge_keys_still_work() -> None:
     text = GOOD.replace(
         "  gpu-a: {address: 192.0.2.10}",
-        "  gpu-a: &h {address: 192.0.2.10, rdma_devices: [mlx5_0]}\n  gpu-c: {<<: *h}",
+        "  gpu-a: {address: 192.0.2.10, <<: &h {rdma_devices: [mlx5_0]}}\n"
+        "  gpu-c: {<<: *h, address: 192.0.2.12}",
     )
     assert parse_inventory(text).hosts["gpu-c"].rdma_devices == ["mlx5_0"]
 
@@ -331,7 +331,7 @@ def test_oversized_text_is_refused() -> None:
 
 
 def test_reading_dev_zero_is_bounded() -> None:
-    with pytest.raises(InventoryError, match="larger than 1 MiB"):
+    with pytest.raises(InventoryError, match="character device, not a regular file"):
         load_inventory("/dev/zero")
 
 

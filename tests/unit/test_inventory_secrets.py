@@ -147,14 +147,29 @@ def test_up_refuses_to_write_into_a_foreign_dir(tmp_path: Path) -> None:
     d = tmp_path / "ssh"
     d.mkdir()
     (d / "sshd_config").write_text("keep me\n")
-    with pytest.raises(EngineError, match="not created by pdboot"):
+    with pytest.raises(EngineError, match="pdboot did not create it"):
         engine().ship(str(d), "services: {}\n", None)
     assert sorted(p.name for p in d.iterdir()) == ["sshd_config"]
 
 
-def test_up_adopts_its_own_dir_from_before_markers(tmp_path: Path) -> None:
-    d = tmp_path / "demo"
-    d.mkdir()
-    (d / "compose.yaml").write_text("labels: {io.pdboot.deployment: demo}\n")
-    engine().ship(str(d), "services: {}\n", None)
-    assert (d / PROJECT_MARKER).read_text() == "demo\n"
+def test_up_never_adopts_an_existing_dir(tmp_path: Path) -> None:
+    """Issue 18 item 5: an empty directory, or one whose compose.yaml merely mentions
+    io.pdboot.deployment, is not pdboot's: refused, left as it was, and purge refuses it."""
+    empty = tmp_path / "demo"
+    empty.mkdir(mode=0o755)
+    with pytest.raises(EngineError, match="pdboot did not create it"):
+        engine().ship(str(empty), "services: {}\n", None)
+    assert list(empty.iterdir()) == [] and (empty.stat().st_mode & 0o777) == 0o755
+    look = tmp_path / "look"
+    look.mkdir()
+    (look / "compose.yaml").write_text("labels: {io.pdboot.deployment: look}\n")
+    with pytest.raises(EngineError, match="pdboot did not create it"):
+        engine().ship(str(look), "services: {}\n", None)
+    assert sorted(p.name for p in look.iterdir()) == ["compose.yaml"]
+    with pytest.raises(EngineError, match="refusing to remove"):
+        engine().remove_project_dir(str(look))
+    assert (look / "compose.yaml").exists()
+    # a symlink at the project path is refused too (its target is not pdboot's)
+    (tmp_path / "link").symlink_to(look)
+    with pytest.raises(EngineError, match="pdboot did not create it"):
+        engine().ship(str(tmp_path / "link"), "services: {}\n", None)

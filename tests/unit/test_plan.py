@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pdboot.inventory.kv_schema import KV_TRANSFER_FIELDS
 from pdboot.inventory.load import load_inventory, parse_inventory
-from pdboot.inventory.schema import KV_TRANSFER_FIELDS, Inventory
+from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan, project_name
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER, Plan, Service
 

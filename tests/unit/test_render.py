@@ -35,7 +35,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 INVENTORIES = HERE / "inventories"
 GOLDEN = HERE / "golden"
-CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp"]
+CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp", "cpu-1p1d", "cpu-shared"]
 UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 ALL_INVENTORIES = [*(INVENTORIES / f"{c}.yaml" for c in CASES), ROOT / "inventory.example.yaml"]
 
@@ -155,7 +155,7 @@ def test_router_service_shape() -> None:
 
 def test_env_file_only_when_a_secret_is_referenced() -> None:
     one = services(rendered(load("1p1d"))["gpu-b"])["decode"]
-    assert one["env_file"] == [{"path": SECRETS_FILE, "required": False}]
+    assert one["env_file"] == [{"path": SECRETS_FILE, "required": True}]
     solo = services(rendered(load("colocated"))["box"])
     assert all("env_file" not in s for s in solo.values())
 
@@ -235,6 +235,8 @@ def test_docker_compose_accepts_every_rendered_file(path: Path, tmp_path: Path) 
         folder = tmp_path / host
         folder.mkdir()
         (folder / "compose.yaml").write_text(text)
+        if any(s.env_file for s in plan.hosts[host].services):
+            (folder / SECRETS_FILE).write_text("")  # `up` ships it beside compose.yaml
         cfg = compose_config(folder)
         assert cfg["name"] == plan.hosts[host].project
         assert sorted(cfg["services"]) == sorted(s.name for s in plan.hosts[host].services)
@@ -258,6 +260,13 @@ def test_dollar_signs_reach_the_container_literally(tmp_path: Path) -> None:
 def test_secrets_env_is_read_when_present(tmp_path: Path) -> None:
     inv = load("1p1d")
     (tmp_path / "compose.yaml").write_text(render_host(build_plan(inv), "gpu-b"))
+    # issue 18 item 13: a missing secrets.env fails loudly (required: true), real Compose
+    proc = subprocess.run(
+        [*_compose(), "-f", str(tmp_path / "compose.yaml"), "config"],
+        capture_output=True, text=True, check=False, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "secrets.env" in proc.stderr and "not found" in proc.stderr
+    (tmp_path / SECRETS_FILE).write_text("")
     assert "HF_TOKEN" not in compose_config(tmp_path)["services"]["decode"]["environment"]
     (tmp_path / SECRETS_FILE).write_text("HF_TOKEN=dummy-for-test\n")
     env = compose_config(tmp_path)["services"]["decode"]["environment"]

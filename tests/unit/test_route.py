@@ -8,7 +8,7 @@ from pathlib import Path
 from pdboot.inventory.load import load_inventory
 from pdboot.inventory.schema import Requirements
 from pdboot.plan.build import build_plan
-from pdboot.preflight import findings as rdma_findings
+from pdboot.preflight import findings
 from pdboot.preflight.checks import HostContext, Section, route
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.rdma import Port, RdmaFacts
@@ -94,11 +94,11 @@ def test_findings_carry_the_interface_and_survive_the_record() -> None:
     class Res:
         hosts = {"gpu-b": Rep()}
 
-    f = rdma_findings.from_preflight(Res())
+    f = findings.from_preflight(Res())
     assert f.ifaces == {"gpu-b": ["eth0"]}
-    shipped = rdma_findings.records_to_ship(f)
-    back = rdma_findings.from_records(shipped)
+    shipped = findings.records_to_ship(f)
+    back = findings.from_records(shipped)
     assert back.ifaces == {"gpu-b": ["eth0"]} and back.present == {"gpu-b": False}
     # a record without interfaces reads as before
-    plain = rdma_findings.record_text(True, ["mlx5_0:1"])
+    plain = findings.record_text(True, ["mlx5_0:1"])
     assert plain == '{"ports": ["mlx5_0:1"], "rdma": true}\n'

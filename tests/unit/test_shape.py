@@ -1,10 +1,12 @@
-"""The shape issue 8 asks for: the orchestrator and the pure core never import rich (only
-views/ (the preflight report among them) and cli.py do), and every function of the package
-stays within 80 lines."""
+"""The package's shape: the orchestrator and the pure core never import rich (only views/
+(the preflight report among them) and cli.py do), every function stays within 80 lines
+(issue 8); no import cycle between modules, no module over 500 lines, and README's
+Development table names every module (issue 16)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,37 @@ def test_no_import_cycle_between_modules() -> None:
 def test_module_at_most_500_lines(name: str) -> None:
     lines = len((PKG / name).read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{name}: {lines} lines"
+
+
+def _readme_modules() -> set[str]:
+    """Module paths named in the first cell of README's Development table rows; a name
+    without a folder is in the folder of the first one of its cell."""
+    text = (PKG.parent / "README.md").read_text()
+    section = text[text.index("## Development") :]
+    section = section[: section.index("\n## ", 1)]
+    found: set[str] = set()
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        folder = ""
+        for name in re.findall(r"`([^`]+\.py)`", line.split(" | ")[0]):
+            if "/" in name:
+                folder = name.rsplit("/", 1)[0] + "/"
+                found.add(name)
+            else:
+                found.add(folder + name)
+    return found
+
+
+def test_readme_lists_every_module() -> None:
+    """Package __init__ files holding only a docstring are the folders themselves."""
+
+    def has_code(m: str) -> bool:
+        body = ast.parse((PKG / m).read_text()).body
+        return any(
+            not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body
+        )
+
+    modules = {m for m in MODULES if not m.endswith("__init__.py") or has_code(m)}
+    listed = _readme_modules()
+    assert sorted(modules - listed) == [] and sorted(listed - modules) == []

@@ -20,15 +20,18 @@ import secrets
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pdboot.inventory.schema import Requirements, Tier, TierName
 from pdboot.preflight.registry import Lookup
 from pdboot.weights.hub import WeightsAsk
 
+if TYPE_CHECKING:
+    from pdboot.preflight.checks.owners import Fate
+
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
-AREAS = ("ssh", "gpu", "docker", "rdma", "host", "network", "model", "weights")
+AREAS = ("ssh", "gpu", "cpu", "docker", "rdma", "host", "network", "model", "weights")
 
 # A hung nvidia-smi (a GPU fallen off the bus) must not hold the whole batch.
 SECTION_TIMEOUT_S = 20
@@ -82,6 +85,16 @@ class GpuNeed:
 
 
 @dataclass(frozen=True)
+class CpuNeed:
+    """A device: cpu engine on this host: its cores (None: vLLM binds) and dtype."""
+
+    engine: str  # prefill@cpu-a
+    cores: tuple[int, ...] | None
+    tensor_parallel_size: int = 1
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
 class Probe:
     """A TCP reachability test run from this host (the NIXL side channel, an engine port)."""
 
@@ -117,10 +130,29 @@ class HostContext:
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
     peers: tuple[str, ...] = ()  # the other tier's engine hosts' addresses (network.ucx_iface)
     weights: WeightsAsk | None = None  # the model's files (checks/weights.py)
+    device: str = "cuda"  # the inventory's: cuda, or cpu
+    cpu_engines: tuple[CpuNeed, ...] = ()  # device: cpu: the engines here
+    cpu_kv_gib: int = 0  # device: cpu: each engine's KV cache
+    ucx_tls: str | None = None  # kv_transfer.ucx.tls
+    # this deployment's name: its containers' ports and GPU memory are not "taken" (owners)
+    deployment: str = ""
+    # what `up` does with each of them, once every host answered (owners.fates)
+    fates: tuple[Fate, ...] = ()
 
     @property
     def gpu_host(self) -> bool:
+        """Runs engines (GPU ones, or CPU ones for device: cpu)."""
         return "prefill" in self.roles or "decode" in self.roles
+
+    @property
+    def gpus_here(self) -> bool:
+        """Runs engines on GPUs: the GPU, topology and GPUDirect checks apply."""
+        return self.gpu_host and self.device != "cpu"
+
+    @property
+    def cpu_host(self) -> bool:
+        """Runs device: cpu engines: the cpu checks apply."""
+        return self.gpu_host and self.device == "cpu"
 
     @property
     def rdma_required(self) -> bool:

@@ -22,6 +22,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pdboot.inventory.cpu_layout import CPU_DTYPE
 from pdboot.inventory.schema import Inventory, Tier
 from pdboot.preflight.checks import CheckResult
 
@@ -83,11 +84,13 @@ def _attention_backend(opts: dict[str, str]) -> str | None:
     return None
 
 
-def tier_facts(tier: Tier) -> TierFacts:
+def tier_facts(tier: Tier, dtype_default: str = "auto") -> TierFacts:
+    """``dtype_default``: what an unset --dtype runs as (device: cpu: pdboot's float32)."""
     opts = _options(tier.extra_args)
     values: dict[str, str] = {}
     for fact, names, default in HASHED:
-        values[fact] = next((opts[n] for n in names if n in opts), default)
+        unset = dtype_default if fact == "dtype" else default
+        values[fact] = next((opts[n] for n in names if n in opts), unset)
     values["attention_backend"] = _attention_backend(opts) or "auto"
     hybrid = "default"
     if HYBRID[0] in opts:
@@ -156,4 +159,5 @@ def verdict(p: TierFacts, d: TierFacts, enforced: bool = True) -> CheckResult:
 def evaluate(inv: Inventory) -> CheckResult:
     extra = inv.kv_transfer.kv_connector_extra_config
     enforced = extra.get("enforce_handshake_compat", True) is not False
-    return verdict(tier_facts(inv.prefill), tier_facts(inv.decode), enforced)
+    dtype = CPU_DTYPE if inv.device == "cpu" else "auto"  # pdboot adds it on CPU engines
+    return verdict(tier_facts(inv.prefill, dtype), tier_facts(inv.decode, dtype), enforced)

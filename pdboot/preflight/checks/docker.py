@@ -55,6 +55,7 @@ DOCKERD = (
     "done; true"
 )
 
+
 def image_command(image: str) -> str:
     return f"docker image inspect --format '{{{{json .Config.Env}}}}' {shlex.quote(image)}"
 
@@ -65,7 +66,7 @@ def commands(ctx: HostContext) -> list[Command]:
         Command("compose", COMPOSE, "docker"),
         Command("dockerd", DOCKERD, "docker", also_for=("host",)),
     ]
-    if ctx.gpu_host and ctx.image:
+    if ctx.gpus_here and ctx.image:
         out.append(Command("image", image_command(ctx.image), "docker"))
     return out
 
@@ -345,7 +346,7 @@ def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
         _version(info.server_version),
         _compose(f.compose),
     ]
-    if ctx.gpu_host:
+    if ctx.gpus_here:  # device: cpu: cpu.py says why these are skipped
         out.append(_runtime(info, f.dockerd))
         if ctx.image:
             gpu = facts.gpu

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdboot.preflight.checks.cpu import CpuFacts
 from pdboot.preflight.checks.docker import DockerFacts
 from pdboot.preflight.checks.gdr import GdrFacts
 from pdboot.preflight.checks.gpu import GpuFacts
 from pdboot.preflight.checks.host import HostSysFacts
 from pdboot.preflight.checks.model import ModelAreaFacts
 from pdboot.preflight.checks.network import NetworkFacts
+from pdboot.preflight.checks.owners import OwnerFacts
 from pdboot.preflight.checks.rdma import RdmaFacts
 from pdboot.preflight.checks.route import RouteFacts
 from pdboot.preflight.checks.topo import TopoFacts
@@ -34,3 +36,5 @@ class HostFacts:
     model: ModelAreaFacts | None = None
     topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)
     weights: WeightsFacts | None = None  # hub reach, a local model path's listing
+    cpu: CpuFacts | None = None  # device: cpu hosts (lscpu, /proc/cpuinfo, free)
+    owners: OwnerFacts | None = None  # this deployment's containers, and each pid's container

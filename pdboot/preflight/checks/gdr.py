@@ -33,7 +33,7 @@ DMABUF_KERNEL = (5, 12)
 
 
 def commands(ctx: HostContext) -> list[Command]:
-    if not ctx.gpu_host or ctx.rdma_mode == "off":
+    if not ctx.gpus_here or ctx.rdma_mode == "off":
         return []
     return [Command("gdr", SCRIPT, "rdma")]
 

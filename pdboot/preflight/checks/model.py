@@ -19,6 +19,7 @@ from pdboot.preflight.checks import (
     ParseError,
     Section,
     human_bytes,
+    topo,
 )
 from pdboot.preflight.checks.gpu import Gpu
 
@@ -202,9 +203,6 @@ def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
 def _kv_per_engine(ctx: HostContext, facts: HostFacts, f: ModelFacts) -> list[CheckResult]:
     """With several engines on the host: each engine's estimate at its nearest NIC's rate,
     saying which engines share it (they share its bandwidth too)."""
-    # topo builds on the rdma facts; imported here as the area modules import each other
-    from pdboot.preflight.checks import topo
-
     choices = [(e, c) for e, c in topo.engine_choices(ctx, facts) if c.ports]
     if not any(e.count > 1 for e, _ in choices):
         return []

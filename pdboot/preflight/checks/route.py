@@ -6,7 +6,7 @@ peer host (UCX endpoint timeouts at the first request). The kernel says which in
 reaches each peer engine host: ``ip -o route get ADDRESS``. That interface must not be
 ``docker0`` or ``lo``; pdboot then sets ``UCX_NET_DEVICES`` to it (an explicit
 ``kv_transfer.ucx.net_devices`` wins). Pure parser and verdict; the interfaces found stay
-on the host's facts (``RouteFacts.ifaces``), which rdma_findings reads for the plan.
+on the host's facts (``RouteFacts.ifaces``), which preflight/findings.py reads for the plan.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def script(addresses: Iterable[str]) -> str:
         parts.append(
             f"a={q}; case $a in *[!0-9a-fA-F.:]*) "
             "a=$(getent ahosts \"$a\" | awk 'NR==1{print $1}');; esac; "
-            f'echo "peer={a}"; ip -o route get "$a" 2>&1'
+            f"printf 'peer=%s\\n' {q}; ip -o route get \"$a\" 2>&1"
         )
     return "; ".join(parts) + "; true"
 

@@ -43,7 +43,7 @@ AFFINITY = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
 
 def commands(ctx: HostContext) -> list[Command]:
-    if not ctx.gpu_host:
+    if not ctx.gpus_here:
         return []
     return [Command("topo", COMMAND, "rdma", also_for=("gpu",))]
 
@@ -312,7 +312,7 @@ def ucx_net_devices(choice: NicChoice, explicit: str | None) -> str | None:
 
 
 def parse(ctx: HostContext, s: Mapping[str, Section]) -> TopoFacts | None:
-    return facts(s) if ctx.gpu_host else None
+    return facts(s) if ctx.gpus_here else None
 
 
 def gpu_count(f: HostFacts) -> int | None:

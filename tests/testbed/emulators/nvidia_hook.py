@@ -7,6 +7,13 @@ emulated nvidia-smi into the container's root filesystem, answering for the GPUs
 NVIDIA_VISIBLE_DEVICES (renumbered from 0, as a container sees them), so
 `docker run --gpus ... IMAGE nvidia-smi` works the way it does on a GPU host. It needs
 /usr/bin/python3 and /bin/sh in the image (the testbed's images have both). No GPU involved.
+
+It also records, beside the host's profile (gpu-procs/<container id>.json), that the
+container's process holds memory on its GPUs: as much as a vLLM engine takes at start,
+--gpu-memory-utilization (vLLM's default 0.9) of each GPU's total. The host's emulated
+nvidia-smi lists that process and counts that memory as used for as long as the process
+lives in that container (nvidia_smi.engine_processes), the way a real engine's CUDA
+context shows on the host until it exits.
 """
 
 from __future__ import annotations
@@ -38,6 +45,38 @@ def visible(profile: dict[str, Any], spec: str) -> list[dict[str, Any]]:
     return [g for g in gpus if str(g["index"]) in wanted or g["uuid"] in wanted]
 
 
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's
+
+
+def memory_utilization(args: list[str]) -> float:
+    """--gpu-memory-utilization from the container's command line (vLLM's spellings)."""
+    for i, a in enumerate(args):
+        name, eq, val = a.partition("=")
+        if name in ("--gpu-memory-utilization", "--gpu_memory_utilization"):
+            raw = val if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                return float(raw)
+            except ValueError:
+                return DEFAULT_GPU_MEMORY_UTILIZATION
+    return DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+def record_holder(profile_path: Path, state: dict[str, Any], args: list[str],
+                  gpus: list[dict[str, Any]]) -> None:
+    """The container's first process (state["pid"], the engine once runc execs it) holds
+    its share of each granted GPU's memory: written for the host's nvidia-smi to read."""
+    pid = state.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return
+    util = memory_utilization(args)
+    held = {str(g["index"]): int(g["memory_total"] * util) for g in gpus}
+    procs = profile_path.parent / "gpu-procs"
+    procs.mkdir(exist_ok=True)
+    tmp = procs / f".{state['id']}.tmp"
+    tmp.write_text(json.dumps({"id": state["id"], "pid": pid, "memory_mib": held}))
+    tmp.replace(procs / f"{state['id']}.json")
+
+
 def prestart(state: dict[str, Any]) -> None:
     bundle = Path(state["bundle"])
     config = json.loads((bundle / "config.json").read_text())
@@ -48,8 +87,11 @@ def prestart(state: dict[str, Any]) -> None:
     spec = env.get("NVIDIA_VISIBLE_DEVICES", "")
     if spec in ("void", "none") or config["root"].get("readonly"):
         return
-    profile = json.loads(Path(os.environ["PDT_PROFILE"]).read_text())
+    profile_path = Path(os.environ["PDT_PROFILE"])
+    profile = json.loads(profile_path.read_text())
     gpus = visible(profile, spec)
+    record_holder(profile_path, state, list(config.get("process", {}).get("args", [])), gpus)
+    gpus = [dict(g) for g in gpus]
     for i, g in enumerate(gpus):
         g["index"] = i
     view = dict(profile, gpus=gpus, processes=[], mig_devices=[])

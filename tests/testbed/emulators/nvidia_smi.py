@@ -24,7 +24,42 @@ class Exit(Exception):
 
 
 def load_profile() -> dict[str, Any]:
-    return dict(json.loads(Path(os.environ["PDT_PROFILE"]).read_text()))
+    path = Path(os.environ["PDT_PROFILE"])
+    return with_engines(dict(json.loads(path.read_text())), engine_processes(path))
+
+
+def engine_processes(profile_path: Path) -> list[dict[str, Any]]:
+    """The processes the toolkit hook recorded as holding GPU memory (nvidia_hook.py) that
+    still live in their container: the pid exists and its cgroup names the container (a
+    stopped container's pid is gone or reused by another process)."""
+    out: list[dict[str, Any]] = []
+    for rec in sorted((profile_path.parent / "gpu-procs").glob("*.json")):
+        try:
+            r = json.loads(rec.read_text())
+            cgroup = Path(f"/proc/{int(r['pid'])}/cgroup").read_text()
+            comm = Path(f"/proc/{int(r['pid'])}/comm").read_text().strip()
+        except (OSError, ValueError, KeyError):
+            continue
+        if str(r["id"]) not in cgroup:
+            continue
+        for index, mib in r["memory_mib"].items():
+            out.append({"gpu": int(index), "pid": int(r["pid"]), "type": "C", "name": comm,
+                        "used_memory": int(mib)})
+    return out
+
+
+def with_engines(p: dict[str, Any], engines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The profile with the engines' processes listed and their memory counted as used."""
+    if not engines:
+        return p
+    gpus = []
+    for g in p["gpus"]:
+        held = sum(e["used_memory"] for e in engines if e["gpu"] == g["index"])
+        g = dict(g, memory_used=g["memory_used"] + held)
+        if "memory_free" in g:
+            g["memory_free"] = max(0, g["memory_free"] - held)
+        gpus.append(g)
+    return dict(p, gpus=gpus, processes=[*p.get("processes", []), *engines])
 
 
 def driver_major(p: dict[str, Any]) -> int:

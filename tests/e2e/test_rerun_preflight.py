@@ -1,0 +1,202 @@
+"""Re-running `pdboot up` on a live deployment with its preflight (issue 22): the ports and
+GPU memory its own engines and router hold pass, with a note naming them; anything else on
+the same hosts still fails. The real CLI against testbed hosts (real sshd, dockerd, Compose
+v2, registry and vllm-router; stand-in engines; GPUs emulated, with the memory the engines'
+containers hold shown by the host's nvidia-smi).
+
+Under CI=true a testbed that cannot start fails these tests; elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.test_up_status_down import ROOT, http_json, ids, output, pdboot, write_inventory
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+
+NAME = "rerun"
+
+
+def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def up(inv: Path) -> subprocess.CompletedProcess[str]:
+    """`pdboot up` with no flags, as an operator re-runs it."""
+    return pdboot("up", str(inv), preflight=True)
+
+
+def steps(res: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    """service key -> converge step (unchanged / create / recreate / remove) as `up` shows it."""
+    out = {}
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if (
+            len(parts) >= 2
+            and "@" in parts[0]
+            and parts[1] in ("unchanged", "create", "recreate", "remove")
+        ):
+            out[parts[0]] = parts[1]
+    return out
+
+
+def preflight_json(inv: Path) -> tuple[int, dict[str, Any]]:
+    p = subprocess.run(
+        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=180,
+    )
+    try:
+        return p.returncode, json.loads(p.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"not JSON (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
+
+
+def check(doc: dict[str, Any], host: str, cid: str) -> dict[str, str]:
+    return next(c for c in doc["hosts"][host]["checks"] if c["id"] == cid)
+
+
+def workers(tb: Any) -> set[tuple[str, str]]:
+    got = http_json(f"http://{tb.hosts['ingress'].address}:8000/workers")
+    return {(w["worker_type"], w["url"]) for w in got["workers"]}
+
+
+def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path: Path) -> None:
+    tb = make_testbed(["decode", "d2", "prefill", "ingress"])
+    path = tmp_path / "inv.yaml"
+    inv = write_inventory(tb, path, name=NAME)
+    first = up(inv)
+    assert first.returncode == 0, output(first)
+
+    # `pdboot preflight` on the live deployment: passes, naming what holds each resource
+    rc, doc = preflight_json(inv)
+    assert rc == 0 and doc["ok"], json.dumps(doc, indent=1)
+    for host, key, ports in (
+        ("decode", "decode@decode", "8201 (decode HTTP), 5601 (decode NIXL side channel)"),
+        ("prefill", "prefill@prefill", "8200 (prefill HTTP), 5600 (prefill NIXL side channel)"),
+        ("ingress", "router@ingress", "8000 (router HTTP), 29000 (router metrics)"),
+    ):
+        c = check(doc, host, "host.ports")
+        assert c["status"] == "pass", c
+        assert c["message"] == f"{ports} held by this deployment: {key} (up keeps it)", c
+        assert check(doc, host, "host.deployment")["message"].endswith(f"{key} (up keeps it)")
+    for host, key in (("decode", "decode@decode"), ("prefill", "prefill@prefill")):
+        mem = check(doc, host, "gpu.memory_free")
+        # the emulated engine holds --gpu-memory-utilization (0.9) of each GPU's 97887 MiB
+        assert mem["status"] == "pass", mem
+        assert f"held by this deployment: {key} (up keeps it) (GPU 0: 88098 MiB" in mem["message"]
+
+    # the same inventory again, no flags: every service unchanged, nothing restarted
+    before = ids(tb, NAME)
+    again = up(inv)
+    assert again.returncode == 0, output(again)
+    assert "preflight skipped" not in again.stdout and "PASS: 3 host(s)" in again.stdout
+    assert steps(again) == dict.fromkeys(
+        ("decode@decode", "prefill@prefill", "router@ingress"), "unchanged"
+    ), again.stdout
+    assert ids(tb, NAME) == before
+
+    # a host added to the decode tier: it is created, the router re-registers the workers
+    edit(
+        path,
+        lambda d: (
+            d["decode"]["hosts"].append("d2"),
+            d["hosts"].update(d2={"address": tb.hosts["d2"].address}),
+        ),
+    )
+    grown = up(path)
+    assert grown.returncode == 0, output(grown)
+    assert steps(grown) == {
+        "decode@decode": "unchanged",
+        "decode@d2": "create",
+        "prefill@prefill": "unchanged",
+        "router@ingress": "recreate",
+    }, grown.stdout
+    assert ("decode", f"http://{tb.hosts['d2'].address}:8201") in workers(tb)
+    assert ids(tb, NAME)["decode@decode"] == before["decode@decode"]
+
+    # and removed again: the rest stays, the router forgets it
+    edit(path, lambda d: (d["decode"]["hosts"].remove("d2"), d["hosts"].pop("d2")))
+    shrunk = up(path)
+    assert shrunk.returncode == 0, output(shrunk)
+    assert steps(shrunk) == {
+        "decode@decode": "unchanged",
+        "prefill@prefill": "unchanged",
+        "router@ingress": "recreate",
+    }, shrunk.stdout
+    assert ("decode", f"http://{tb.hosts['d2'].address}:8201") not in workers(tb)
+
+    # GPUs regrouped on a host: a prefill engine joins decode's host on GPU 1, which the
+    # running decode (all GPUs) holds; decode moves to GPU 0 and is replaced first
+    def regroup(d: dict[str, Any]) -> None:
+        d["prefill"]["hosts"].append("decode")
+        d["prefill"]["gpus"] = [1]
+        d["decode"]["gpus"] = [0]
+
+    edit(path, regroup)
+    rc, doc = preflight_json(path)
+    mem = check(doc, "decode", "gpu.memory_free")
+    assert rc == 0 and mem["status"] == "pass", json.dumps(doc["hosts"]["decode"], indent=1)
+    assert (
+        "decode@decode (up replaces it: configuration changed) (GPU 0: 88098 MiB, GPU 1"
+        in (mem["message"])
+    )
+    moved = up(path)
+    assert moved.returncode == 0, output(moved)
+    assert steps(moved) == {
+        "decode@decode": "recreate",
+        "prefill@prefill": "recreate",
+        "prefill@decode": "create",
+        "router@ingress": "recreate",
+    }, moved.stdout
+    res = pdboot("down", str(path))
+    assert res.returncode == 0, output(res)
+
+
+def test_a_foreign_port_on_a_host_of_the_deployment_still_fails(
+    make_testbed: Any, tmp_path: Path
+) -> None:
+    tb = make_testbed(["decode", "prefill", "ingress"])
+    path = tmp_path / "inv.yaml"
+    inv = write_inventory(tb, path, name=NAME)
+    first = up(inv)
+    assert first.returncode == 0, output(first)
+    before = ids(tb, NAME)
+    # decode's HTTP port moves to one a process outside any container listens on
+    squatter = tb.hosts["decode"].occupy_port(8301)
+    try:
+        edit(path, lambda d: d["decode"].update(port=8301))
+        res = up(path)
+        out = output(res)
+        assert res.returncode == 1, out
+        assert f"8301 (decode HTTP) is taken by python3 (pid {squatter.pid})" in out, out
+        assert "preflight failed: nothing was pulled or started" in out, out
+        assert ids(tb, NAME) == before  # nothing touched
+        rc, doc = preflight_json(path)
+        c = check(doc, "decode", "host.ports")
+        assert rc == 1 and c["status"] == "fail", c
+        # the deployment's own side channel on the same host is still told apart
+        assert c["message"] == (
+            f"8301 (decode HTTP) is taken by python3 (pid {squatter.pid}); 5601 (decode NIXL "
+            "side channel) held by this deployment: decode@decode (up replaces it: "
+            "configuration changed)"
+        ), c
+        assert check(doc, "prefill", "host.ports")["status"] == "pass"
+    finally:
+        tb.hosts["decode"].release_port(8301)
+    res = pdboot("down", str(path))
+    assert res.returncode == 0, output(res)
