@@ -243,7 +243,7 @@ def _ports(ctx: HostContext, f: HostSysFacts, owners: OwnerFacts | None) -> Chec
         )
     busy = {p for ps in ours.values() for p in ps}
     free = [str(p) for p, what in ctx.ports if f"{p} ({what})" not in busy]
-    parts = [f"ports {', '.join(free)} free"] if free else []
+    parts = [f"ports {', '.join(free)} free"] if free or not held else []
     return CheckResult("host.ports", "pass", "; ".join(parts + ([held] if held else [])))
 
 
