@@ -299,19 +299,17 @@ def _preflight_gate(console: Console) -> PreflightFn:
     return gate
 
 
-RefreshWeightsOpt = Annotated[bool, typer.Option("--refresh-weights", help="Move to the "
-                              "commit model_revision names now (default: the staged one).")]
+REFRESH_HELP = "Move to the commit model_revision names now (default: the staged one)."
+RefreshOpt = Annotated[bool, typer.Option("--refresh-weights", help=REFRESH_HELP)]
 
 
 @command
-def stage(inventory: InventoryArg, refresh_weights: RefreshWeightsOpt = False,
-          accept_new_host_keys: AcceptNewOpt = False, events: EventsOpt = None) -> None:
+def stage(inventory: InventoryArg, refresh: RefreshOpt = False, events: EventsOpt = None) -> None:
     """Fetch the model's pinned commit into each engine host's HF cache; start nothing."""
     from pdboot.weights.command import stage as stage_weights
 
     with _views(events) as (emit, _):
-        raise typer.Exit(stage_weights(_load(inventory), emit, refresh=refresh_weights,
-                                       accept_new_host_keys=accept_new_host_keys))
+        raise typer.Exit(stage_weights(_load(inventory), emit, refresh=refresh))
 
 
 @command
@@ -336,7 +334,7 @@ def up(
             help="Skip the long request per prefill->decode pair that measures KV speed.",
         ),
     ] = False,
-    refresh_weights: RefreshWeightsOpt = False,
+    refresh_weights: RefreshOpt = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
     answers are right (correctness gate); measure the KV path; print the endpoint."""
@@ -348,7 +346,8 @@ def up(
         speed=not no_speed,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
-        no_wait=no_wait, refresh_weights=refresh_weights,
+        no_wait=no_wait,
+        refresh_weights=refresh_weights,
     )
     with _views(events) as (emit, console):
         code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from pdboot.ansi import strip_ansi
 from pdboot.deploy.waits import READY, Clock, Probe, failed, waiting
+from pdboot.events import ServiceWait
 from pdboot.plan.converge import Observed, owned
 from pdboot.plan.model import LABEL_HOST, Plan, Service
 from pdboot.transport.connection import HostLost
@@ -51,6 +52,14 @@ class Prober:
     latest_line: dict[str, str] = field(default_factory=dict)
     latest_phase: dict[str, LoadPhase] = field(default_factory=dict)
     _last_fetch: dict[str, float] = field(default_factory=dict)
+
+    def wait_row(self, key: str, state: str, detail: str) -> ServiceWait:
+        """A service's row of `up`'s wait display: its state, last log line, load phase."""
+        phase = self.latest_phase.get(key)
+        line = self.latest_line.get(key, "")
+        if phase is None:
+            return ServiceWait(key, state, detail, line)
+        return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
     def check_container(self, svc: Service, detail: str) -> Probe:
         cid = self.container_ids.get(svc.key)

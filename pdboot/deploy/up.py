@@ -51,7 +51,6 @@ from pdboot.events import (
     Rollback,
     ServiceAction,
     ServiceReady,
-    ServiceWait,
     StageStarted,
     TierReady,
     WaitTick,
@@ -173,14 +172,6 @@ def _preflight(
     if not outcome.ok:
         raise _Stop
     return outcome.rdma
-
-
-def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceWait:
-    phase = prober.latest_phase.get(key)
-    line = prober.latest_line.get(key, "")
-    if phase is None:
-        return ServiceWait(key, state, detail, line)
-    return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
 
 @dataclass(frozen=True)
@@ -395,9 +386,7 @@ class _Up:
             if p.state == "ready" and key not in announced:
                 announced.add(key)
                 self.emit(ServiceReady(key, t.elapsed))
-        rows = tuple(
-            _service_wait(key, p.state, p.detail, self.prober) for key, p in t.states.items()
-        )
+        rows = tuple(self.prober.wait_row(key, p.state, p.detail) for key, p in t.states.items())
         self.emit(WaitTick(t.elapsed, rows))
 
     def fail(self, svc: Service, e: WaitError) -> None:
@@ -482,10 +471,15 @@ class _Up:
         self.emit(Diagnosis(context, tuple(lines)))
 
     def show_endpoint(self) -> None:
-        hello = {"model": self.plan.served_model_name,
-                 "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 64}
-        curl = (f"curl {self.plan.endpoint}/v1/chat/completions "
-                f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(hello))}")
+        hello = {
+            "model": self.plan.served_model_name,
+            "messages": [{"role": "user", "content": "Hello!"}],
+            "max_tokens": 64,
+        }
+        curl = (
+            f"curl {self.plan.endpoint}/v1/chat/completions "
+            f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(hello))}"
+        )
         self.emit(Endpoint(f"{self.plan.endpoint}/v1", self.plan.served_model_name, curl))
 
     def interrupted(self) -> None:
