@@ -23,7 +23,6 @@ from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 if TYPE_CHECKING:  # each command imports what it uses: `pdboot --version` loads none of it
     from rich.console import Console
 
-    from pdboot.deploy.seams import PreflightFn, PreflightOutcome
     from pdboot.events import Emit, Event
     from pdboot.inventory.schema import Inventory
 
@@ -282,23 +281,9 @@ def _views(events: str | None) -> Iterator[tuple[Emit, Console]]:
             stream.close()
 
 
-def _preflight_gate(console: Console) -> PreflightFn:
-    """The preflight `up` runs first: the full preflight, printed compactly (a line per
-    host, then every failure and warning with its fix), with its RDMA findings."""
-
-    def gate(inv: Inventory, accept_new_host_keys: bool) -> PreflightOutcome:
-        from pdboot.deploy.seams import PreflightOutcome
-        from pdboot.preflight import run as pf  # heavy: only when `up` runs it
-        from pdboot.preflight.findings import from_preflight
-        from pdboot.views import preflight as report
-
-        result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
-        report.print_compact(result, console)
-        return PreflightOutcome(result.ok, from_preflight(result))
-
-    return gate
-
-
+PLAN_HELP = "Show each step of the change (capacity, endpoint up); change nothing. Exit 1: changes."
+NO_ROLL = "Recreate every changed engine at once (and the router when its workers change)."
+YES_HELP = "Accept the outage of a tier that cannot roll."
 REFRESH_HELP = "Move to the commit model_revision names now (default: the staged one)."
 RefreshOpt = Annotated[bool, typer.Option("--refresh-weights", help=REFRESH_HELP)]
 
@@ -334,23 +319,35 @@ def up(
             help="Skip the long request per prefill->decode pair that measures KV speed.",
         ),
     ] = False,
+    plan_only: Annotated[bool, typer.Option("--plan", metavar="", help=PLAN_HELP)] = False,
+    no_rolling: Annotated[bool, typer.Option("--no-rolling", metavar="", help=NO_ROLL)] = False,
+    yes: Annotated[bool, typer.Option("--yes", metavar="", help=YES_HELP)] = False,
     refresh_weights: RefreshOpt = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
-    answers are right (correctness gate); measure the KV path; print the endpoint."""
+    answers are right (correctness gate); measure the KV path; print the endpoint. On a
+    running deployment, changes roll through the running router one engine at a time."""
     from pdboot.deploy import up as up_mod
+    from pdboot.deploy.up_steps import UpOptions
+    from pdboot.views.terminal import confirm_outage
 
     inv = _load(inventory)
-    opts = up_mod.UpOptions(
+    opts = UpOptions(
         skip_preflight=skip_preflight,
         speed=not no_speed,
         rollback=rollback,
         accept_new_host_keys=accept_new_host_keys,
         no_wait=no_wait,
+        rolling=not no_rolling,
+        plan_only=plan_only,
+        yes=yes,
         refresh_weights=refresh_weights,
     )
     with _views(events) as (emit, console):
-        code = up_mod.up(inv, opts, emit, preflight=_preflight_gate(console))
+        from pdboot.views.preflight import up_gate
+
+        gate = up_gate(console)
+        code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
 
 

@@ -264,6 +264,42 @@ class ImageCheck(Event):
 
 
 @dataclass(frozen=True)
+class RollPlanned(Event):
+    """One step of the change `up` makes (also what `up --plan` prints): which engines, how,
+    each tier's workers serving during it ("prefill 1/2"), and whether the endpoint stays up."""
+
+    kind: ClassVar[str] = "roll_step"
+    number: int
+    action: str  # add, remove, replace, restart, router, together
+    tier: str
+    services: tuple[str, ...]
+    how: str
+    reason: str
+    capacity: tuple[str, ...]
+    endpoint_up: bool
+    outage: str = ""
+
+
+@dataclass(frozen=True)
+class RollProgress(Event):
+    """A roll step's phase as it runs: deregister, drain, start, register, done."""
+
+    kind: ClassVar[str] = "roll"
+    number: int
+    phase: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class RollStopped(Event):
+    """A roll stopped by a failure: which engine runs which configuration now."""
+
+    kind: ClassVar[str] = "roll_stopped"
+    number: int
+    engines: tuple[tuple[str, str], ...]  # (key, "new configuration" | "old ..." | "not running")
+
+
+@dataclass(frozen=True)
 class Note(Event):
     kind: ClassVar[str] = "note"
     message: str

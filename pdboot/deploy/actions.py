@@ -28,10 +28,11 @@ def pull_all(
     deadline: float,
     then: tuple[str, Callable[[str, Link], None]] | None = None,
 ) -> Errors:
-    """Every host pulls its images (``wanted``: host -> images), streaming progress.
-    ``then`` (image, fn): that image first, then fn(host, link) in a thread while the host's
-    other images pull (the weights staging, which runs in the engine image); its failure is
-    the host's."""
+    """Every host pulls its images (``wanted``: host -> images), streaming progress. Hosts
+    not in ``wanted`` (in no tier any more; `up` visits them for what is left there) pull
+    nothing. ``then`` (image, fn): that image first, then fn(host, link) in a thread while
+    the host's other images pull (the weights staging, which runs in the engine image); its
+    failure is the host's."""
 
     def pull_host(host: str, link: Link) -> None:
         after = None
@@ -52,7 +53,7 @@ def pull_all(
         if after is not None:
             after()
 
-    return hosts.each(pull_host, deadline)[1]
+    return hosts.each(pull_host, deadline, only=list(wanted))[1]
 
 
 def ship_all(
@@ -73,7 +74,7 @@ def ship_all(
         extra.update((extra_files or {}).get(host, {}))  # e.g. the weights pin
         link.engine.ship(project_dir, texts[host], secrets if needs else None, extra or None)
 
-    return hosts.each(ship_host, OP_DEADLINE)[1]
+    return hosts.each(ship_host, OP_DEADLINE, only=list(plan.hosts))[1]
 
 
 def start_all(

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pdboot.ansi import strip_ansi
+from pdboot.deploy.router_api import RouterApiError
 from pdboot.deploy.waits import READY, Clock, Probe, failed, waiting
-from pdboot.events import ServiceWait
 from pdboot.plan.converge import Observed, owned
 from pdboot.plan.model import LABEL_HOST, Plan, Service
 from pdboot.transport.connection import HostLost
@@ -52,14 +52,6 @@ class Prober:
     latest_line: dict[str, str] = field(default_factory=dict)
     latest_phase: dict[str, LoadPhase] = field(default_factory=dict)
     _last_fetch: dict[str, float] = field(default_factory=dict)
-
-    def wait_row(self, key: str, state: str, detail: str) -> ServiceWait:
-        """A service's row of `up`'s wait display: its state, last log line, load phase."""
-        phase = self.latest_phase.get(key)
-        line = self.latest_line.get(key, "")
-        if phase is None:
-            return ServiceWait(key, state, detail, line)
-        return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
     def check_container(self, svc: Service, detail: str) -> Probe:
         cid = self.container_ids.get(svc.key)
@@ -114,7 +106,14 @@ class Prober:
 
         return probe
 
-    def router(self, svc: Service, engines: Sequence[Service]) -> Callable[[], Probe]:
+    def router(
+        self,
+        svc: Service,
+        engines: Sequence[Service],
+        register: Callable[[], None] | None = None,
+    ) -> Callable[[], Probe]:
+        """``register``: with live workers, what posts the missing engines to a router that
+        answers /health (it starts knowing none); called again while any is missing."""
         # a data-parallel tier registers as its head only
         prefills = [s.url for s in engines if s.role == "prefill" and not s.headless]
         decodes = [s.url for s in engines if s.role == "decode" and not s.headless]
@@ -127,6 +126,13 @@ class Prober:
             if not w.ok:
                 return waiting(f"/workers: {w.describe()}")
             missing = RouterWorkers.parse(w.body).missing(prefills, decodes)
+            if missing and register is not None:
+                try:
+                    register()
+                except RouterApiError as e:
+                    return waiting(f"registering: {e}")
+                w = self.fetch(f"{svc.url}/workers", timeout=2.0)
+                missing = RouterWorkers.parse(w.body).missing(prefills, decodes) if w.ok else []
             return waiting("not registered: " + ", ".join(missing)) if missing else READY
 
         return probe

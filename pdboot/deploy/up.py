@@ -14,16 +14,19 @@ and emits events (events.py). It never prints: views do (pdboot/views/).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from pdboot.deploy.actions import pull_all, ship_all, start_all
+from pdboot.deploy.changes import add_former_hosts, plan_only
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.lockguard import under_lock
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.readiness import Prober, find_container
+from pdboot.deploy.router_api import RouterApiError
 from pdboot.deploy.seams import (
     OP_DEADLINE,
     HostsFactory,
@@ -35,6 +38,7 @@ from pdboot.deploy.seams import (
     report_errors,
     take_lock,
 )
+from pdboot.deploy.up_steps import ChangeSteps, Confirm, UpEnv, UpOptions, UpStopped
 from pdboot.deploy.waits import Clock, MonotonicClock, Tick, WaitError, WaitFailed, wait_all
 from pdboot.events import (
     Diagnosis,
@@ -51,14 +55,15 @@ from pdboot.events import (
     Rollback,
     ServiceAction,
     ServiceReady,
+    ServiceWait,
     StageStarted,
     TierReady,
     WaitTick,
 )
 from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.build import build_plan
-from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
+from pdboot.plan.build import build_plan, live_workers
+from pdboot.plan.converge import Observed, Step, orphans
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
 from pdboot.preflight import image_probe
 from pdboot.preflight.findings import (
@@ -81,25 +86,13 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
-from pdboot.weights.stage import NOTHING_STAGED, Staging, pin_weights
+from pdboot.weights.stage import pin_weights
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
 
 
-@dataclass(frozen=True)
-class UpOptions:
-    skip_preflight: bool = False
-    rollback: bool = False
-    accept_new_host_keys: bool = False
-    speed: bool = True  # the long request that measures the KV path per pair (after prove)
-    prove: bool = True
-    no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
-    refresh_weights: bool = False  # move to the commit model_revision names now (weights/pin.py)
-
-
-class _Stop(Exception):
-    """A step failed and was reported; `up` exits 1."""
+_Stop = UpStopped  # a step failed and was reported; `up` exits 1
 
 
 def up(
@@ -112,11 +105,18 @@ def up(
     hosts_factory: HostsFactory = default_hosts,
     fetch: HttpFn = http,
     lock_factory: LockFactory = default_lock,
+    confirm: Confirm | None = None,
 ) -> int:
     """Run `up`, emitting events; returns the exit code (also in the final Done event).
-    The deployment lock is held from before preflight to the end (Ctrl-C included)."""
+    The deployment lock is held from before preflight to the end (Ctrl-C included);
+    `--plan` changes nothing and takes no lock. ``confirm``: asked (with the outages, in
+    words) before a tier that cannot roll is replaced without --yes; None: refuse."""
     clk = clock or MonotonicClock()
     t0 = clk.now()
+    if opts.plan_only:
+        code = plan_only(inv, opts.rolling, opts.accept_new_host_keys, emit, hosts_factory)
+        emit(Done("up", code, clk.now() - t0, "no changes" if code == EXIT_OK else "changes"))
+        return code
     held = take_lock(
         emit, lock_factory, inv, "up", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys
     )
@@ -124,7 +124,7 @@ def up(
         code = held or EXIT_FAILED
     else:
         code = under_lock(emit, held, inv.router.host, "up", lambda checked: _up(
-            inv, opts, checked, preflight, clk, hosts_factory, fetch))  # fmt: skip
+            inv, opts, checked, preflight, clk, hosts_factory, fetch, confirm))  # fmt: skip
     took = clk.now() - t0
     emit(Done("up", code, took, f"deployed in {took:.1f}s" if code == EXIT_OK else ""))
     return code
@@ -138,6 +138,7 @@ def _up(
     clock: Clock,
     hosts_factory: HostsFactory,
     fetch: HttpFn,
+    confirm: Confirm | None = None,
 ) -> int:
     try:
         token = read_secrets(inv) or None  # secrets.env's variables -> values
@@ -149,13 +150,14 @@ def _up(
     try:
         findings = _preflight(inv, opts, emit, preflight)
         hosts = hosts_factory(inv, list(build_plan(inv).hosts), opts.accept_new_host_keys)
+        add_former_hosts(inv, hosts, emit, hosts_factory, opts.accept_new_host_keys)
     except _Stop:
         return EXIT_FAILED
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
     try:
-        return _on_hosts(inv, opts, emit, hosts, findings, _Env(clock, fetch, token))
+        return _on_hosts(inv, opts, emit, hosts, findings, UpEnv(clock, fetch, token, confirm))
     finally:
         hosts.close()
 
@@ -174,12 +176,12 @@ def _preflight(
     return outcome.rdma
 
 
-@dataclass(frozen=True)
-class _Env:
-    clock: Clock
-    fetch: HttpFn
-    token: dict[str, str] | None
-    weights: Staging = NOTHING_STAGED  # the commit the engines load, staged during the pull
+def _service_wait(key: str, state: str, detail: str, prober: Prober) -> ServiceWait:
+    phase = prober.latest_phase.get(key)
+    line = prober.latest_line.get(key, "")
+    if phase is None:
+        return ServiceWait(key, state, detail, line)
+    return ServiceWait(key, state, detail, line, phase.text(), phase.done, phase.total)
 
 
 def _on_hosts(
@@ -188,7 +190,7 @@ def _on_hosts(
     emit: Emit,
     hosts: Hosts,
     findings: Findings | None,
-    env: _Env,
+    env: UpEnv,
 ) -> int:
     if hosts.errors:
         report_errors(emit, "cannot reach", hosts.errors)
@@ -224,9 +226,9 @@ def _on_hosts(
     return EXIT_OK
 
 
-class _Up:
+class _Up(ChangeSteps):
     def __init__(
-        self, inv: Inventory, plan: Plan, hosts: Hosts, opts: UpOptions, emit: Emit, env: _Env
+        self, inv: Inventory, plan: Plan, hosts: Hosts, opts: UpOptions, emit: Emit, env: UpEnv
     ) -> None:
         self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
         self.emit, self.env = emit, env
@@ -235,6 +237,7 @@ class _Up:
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
         engines = {h: link.engine for h, link in hosts.links.items()}
         self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
+        self.live = live_workers(inv)
 
     # ---- the sequence
 
@@ -243,20 +246,10 @@ class _Up:
         self.check_image()
         self.ship()
         observed = self.observe()
-        first = plan_up(self.plan, observed)
-        restarts = decode_restarts(first)  # decodes holding NIXL state for an old prefill
-        stages = with_restarts(first, restarts)
-        self.show_steps(stages)
-        self.remove_orphans(observed)
-        engines = [s for steps in first for s in steps if s.service.role != "router"]
-        router = [s for steps in stages for s in steps if s.service.role == "router"]
-        self.start(engines)
-        self.wait([s.service for s in engines], router=False)
-        if restarts:  # after the prefill tier is ready, before the router registers them
-            self.start(restarts)
-            self.wait([s.service for s in restarts], router=False)
-        self.start(router)
-        self.wait([s.service for s in router], router=True)
+        if self.live and self.opts.rolling:
+            self.roll(observed)
+        else:
+            self.recreate(observed)
         if self.opts.prove:
             self.prove()
             self.gate()
@@ -318,12 +311,6 @@ class _Up:
             raise _Stop
         return [o for obs in values.values() for o in obs]
 
-    def show_steps(self, stages: list[list[Step]]) -> None:
-        self.emit(StageStarted("converge"))
-        for steps in stages:
-            for s in steps:
-                self.emit(ServiceAction(s.service.key, s.kind, s.reason))
-
     def remove_orphans(self, observed: list[Observed]) -> None:
         gone = orphans(self.plan, observed)
         if not gone:
@@ -353,7 +340,13 @@ class _Up:
         self.locate(services)
         if router:
             engines = [s for s in self.plan.services() if s.role != "router"]
-            probes = {s.key: self.prober.router(s, engines) for s in services}
+            register = self.register_all if self.live else None
+            if register is not None:
+                # a running router may still list engines that are gone (removed above);
+                # a router that does not answer yet is registered by its probe below
+                with contextlib.suppress(RouterApiError):
+                    register()
+            probes = {s.key: self.prober.router(s, engines, register) for s in services}
             deadline = self.inv.timeouts.router_ready_seconds
             what = "/health 200 and every engine in /workers"
         else:
@@ -386,7 +379,9 @@ class _Up:
             if p.state == "ready" and key not in announced:
                 announced.add(key)
                 self.emit(ServiceReady(key, t.elapsed))
-        rows = tuple(self.prober.wait_row(key, p.state, p.detail) for key, p in t.states.items())
+        rows = tuple(
+            _service_wait(key, p.state, p.detail, self.prober) for key, p in t.states.items()
+        )
         self.emit(WaitTick(t.elapsed, rows))
 
     def fail(self, svc: Service, e: WaitError) -> None:
@@ -471,14 +466,16 @@ class _Up:
         self.emit(Diagnosis(context, tuple(lines)))
 
     def show_endpoint(self) -> None:
-        hello = {
-            "model": self.plan.served_model_name,
-            "messages": [{"role": "user", "content": "Hello!"}],
-            "max_tokens": 64,
-        }
+        example = json.dumps(
+            {
+                "model": self.plan.served_model_name,
+                "messages": [{"role": "user", "content": "Hello!"}],
+                "max_tokens": 64,
+            }
+        )
         curl = (
             f"curl {self.plan.endpoint}/v1/chat/completions "
-            f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(hello))}"
+            f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
         )
         self.emit(Endpoint(f"{self.plan.endpoint}/v1", self.plan.served_model_name, curl))
 

@@ -368,4 +368,6 @@ _ROUTER_MANAGED_FLAGS = {
     "--prometheus-port": "from router.metrics_port",
     "--request-timeout-secs": "from router.request_timeout_secs",
     "--intra-node-data-parallel-size": "from router.dp_aware and the tiers' data_parallel",
+    "--enable-igw": "from router.live_workers",
+    "--policy": "the decode tier's policy (router.live_workers routes both tiers with one)",
 }

@@ -199,6 +199,18 @@ def check_size(value: str, what: str, max_bytes: int) -> str:
     return v
 
 
+def check_served_name(v: str) -> str:
+    """The name clients use: no spaces, printable, and not a flag (it follows
+    --served-model-name on the engine's command line: `-rf` would be read as a flag)."""
+    if not v.strip() or any(c.isspace() for c in v):
+        raise ValueError("must be a non-empty name without spaces")
+    if v.startswith("-"):
+        raise ValueError(f"{v!r} starts with '-': vLLM would read it as a flag; rename it")
+    if not v.isprintable():
+        raise ValueError("must hold printable characters only")
+    return v
+
+
 def check_extra_args(args: list[str]) -> list[str]:
     """Items of a command line: non-empty (vllm-router refuses an empty argument at start,
     argparse reads it as a positional), printable, no NUL (execve would cut it)."""
@@ -307,9 +319,12 @@ __all__ = [
     "check_abs_path",
     "check_address",
     "check_env_name",
+    "check_extra_args",
     "check_reference",
     "check_safe_path",
     "check_safe_token",
+    "check_served_name",
+    "check_size",
     "is_loopback_or_unspecified",
     "looks_like_token",
     "looks_random",

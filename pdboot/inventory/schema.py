@@ -22,6 +22,7 @@ from pdboot.inventory.safety import (
     check_reference,
     check_safe_path,
     check_safe_token,
+    check_served_name,
     check_size,
 )
 from pdboot.inventory.strict import Strict
@@ -252,6 +253,13 @@ class Router(Strict):
     request_timeout_secs: int = Field(default=86400, ge=1, le=31536000)  # the router's bound
     # vllm-router's DP-aware routing (--intra-node-data-parallel-size) over DP tiers' heads
     dp_aware: bool = False
+    # Workers registered at runtime (`--enable-igw` + POST/DELETE /workers, tried with
+    # vllm-router 0.1.17: vllm-pd-facts.md): `up` adds and removes engines without restarting
+    # the router and rolls changes one engine at a time. In that mode the router routes both
+    # tiers with ONE policy (it ignores --prefill-policy/--decode-policy: tried), the decode
+    # tier's. False: the static --prefill/--decode lists, the router recreated whenever its
+    # workers change (a short outage), per-tier policies. DP-aware routing needs False.
+    live_workers: bool = True
     extra_args: list[str] = []
 
     @field_validator("extra_args")
@@ -391,6 +399,9 @@ class Timeouts(Strict):
     router_ready_seconds: float = Field(default=120.0, ge=1, le=DAY)
     pull_seconds: float = Field(default=3600.0, ge=1, le=MAX_READY_SECONDS)
     poll_interval_seconds: float = Field(default=0.5, ge=0.05, le=60)
+    # an engine leaving service: deregistered, then stopped once vLLM's own
+    # num_requests_running/waiting reach 0 (a prefill: also its decodes' KV pulls), or after this
+    drain_seconds: float = Field(default=120.0, ge=0, le=DAY)
 
 
 class Inventory(Strict):
@@ -436,15 +447,7 @@ class Inventory(Strict):
     @field_validator("served_model_name")
     @classmethod
     def _served(cls, v: str | None) -> str | None:
-        if v is not None and (not v.strip() or any(c.isspace() for c in v)):
-            raise ValueError("must be a non-empty name without spaces")
-        if v is not None and v.startswith("-"):
-            # it follows --served-model-name on the engine's command line: `-rf` would be
-            # read as a flag of its own
-            raise ValueError(f"{v!r} starts with '-': vLLM would read it as a flag; rename it")
-        if v is not None and not v.isprintable():
-            raise ValueError("must hold printable characters only")
-        return v
+        return None if v is None else check_served_name(v)
 
     @field_validator("image", "router_image")
     @classmethod

@@ -320,9 +320,23 @@ def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
     ]
 
 
+def live_workers(inv: Inventory) -> bool:
+    """Does `up` register the workers at runtime (router.live_workers)? Not with DP-aware
+    routing: its rank expansion was tried only with the static lists."""
+    return inv.router.live_workers and not inv.router.dp_aware
+
+
+# The router flags that list its workers. With live workers the router ignores them (IGW mode
+# starts in "direct URL mode with 0 prefill, 0 decode"; pdboot POSTs every engine), but its
+# argument check refuses P/D mode without them; they are kept out of the config hash so a
+# change of the engine set alone never recreates the router.
+WORKER_FLAGS = ("--prefill", "--decode")
+
+
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
     r = inv.router
-    cmd: list[str] = ["--vllm-pd-disaggregation"]
+    live = live_workers(inv)
+    cmd: list[str] = ["--vllm-pd-disaggregation"] + (["--enable-igw"] if live else [])
     # a data-parallel tier is one worker: its head (followers serve no HTTP)
     for p in prefills:
         if not p.headless:
@@ -339,12 +353,16 @@ def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Servi
         tier_policy(r.prefill_policy, "prefill", len([p for p in prefills if not p.headless])),
         tier_policy(r.decode_policy, "decode", len([d for d in decodes if not d.headless])),
     )
+    if live:
+        # vllm-router 0.1.17 in IGW mode routes every tier with --policy (tried: the per-tier
+        # flags are ignored there); the decode tier's spreads the load that dominates
+        policies = (policies[1], policies[1])
+        chosen = ["--policy", policies[1]]
+    else:
+        chosen = ["--prefill-policy", policies[0], "--decode-policy", policies[1]]
     return [
         *cmd,
-        "--prefill-policy",
-        policies[0],
-        "--decode-policy",
-        policies[1],
+        *chosen,
         *_cache_aware_flags(inv, policies),
         "--host",
         "0.0.0.0",  # noqa: S104 - the router is the deployment's ingress
@@ -358,6 +376,20 @@ def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Servi
         str(r.request_timeout_secs),
         *r.extra_args,
     ]
+
+
+def without_workers(command: Sequence[str]) -> list[str]:
+    """The router command less its worker lists (what its hash covers with live workers)."""
+    out: list[str] = []
+    skip = False
+    for arg in command:
+        if skip:
+            skip = False
+        elif arg in WORKER_FLAGS:
+            skip = True
+        else:
+            out.append(arg)
+    return out
 
 
 def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> Service:
@@ -387,7 +419,10 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
 def _with_hash(svc: Service) -> Service:
     """The hash of the service's rendered definition (less the hash label), as Compose v1
     hashed its config dict: any setting that reaches the container changes it."""
-    material = json.dumps(service_definition(svc, with_hash=False), sort_keys=True)
+    definition = service_definition(svc, with_hash=False)
+    if svc.role == "router" and "--enable-igw" in svc.command:
+        definition["command"] = without_workers(svc.command)
+    material = json.dumps(definition, sort_keys=True)
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 
 

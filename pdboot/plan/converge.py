@@ -2,10 +2,12 @@
 
 pdboot recognises its own containers by labels (deployment, role, host, engine index,
 config hash), never by name, so it never touches a container it did not start. A service whose hash
-label equals the plan's is left alone; one whose hash differs is recreated; the router
-is recreated whenever one of its workers was (re)created, because it registered the
-old engines. Steps stay grouped by tier (decode, prefill, router): `up` starts both engine
-tiers together and the router after them.
+label equals the plan's is left alone; one whose hash differs is recreated. With static
+router lists the router is recreated whenever one of its workers was (re)created, because it
+registered the old engines; with live workers (router.live_workers) its hash leaves the
+worker lists out and `up` registers and deregisters engines instead (rolling.py orders
+it). Steps stay grouped by tier (decode, prefill, router): `up` starts both engine tiers
+together and the router after them.
 """
 
 from __future__ import annotations
@@ -101,8 +103,9 @@ def _index(observed: Iterable[Observed]) -> dict[tuple[str, str], list[Observed]
     return out
 
 
-def plan_up(plan: Plan, observed: Iterable[Observed]) -> list[list[Step]]:
-    """Per stage (decode, prefill, router): one step per service."""
+def plan_up(plan: Plan, observed: Iterable[Observed], *, live: bool = False) -> list[list[Step]]:
+    """Per stage (decode, prefill, router): one step per service. ``live``: the router's
+    workers are registered at runtime, so a changed engine set leaves it running."""
     index = _index(owned(observed, plan.deployment))
     stages: list[list[Step]] = []
     workers_changed = False
@@ -110,7 +113,7 @@ def plan_up(plan: Plan, observed: Iterable[Observed]) -> list[list[Step]]:
         steps: list[Step] = []
         for svc in stage:
             found = index.get((svc.host, svc.name), [])
-            step = _step(svc, found, workers_changed and svc.role == "router")
+            step = _step(svc, found, workers_changed and svc.role == "router" and not live)
             steps.append(step)
         steps = _whole_dp_tiers(steps)
         if any(s.service.role != "router" and s.kind != "unchanged" for s in steps):
@@ -180,7 +183,9 @@ def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
     registrations while the decode may still hold the old ones: users report decodes that
     segfault or keep pulling from the dead peer (llm-d#2187, vllm-pd-facts.md). So a decode
     left "unchanged" is restarted when any prefill is (re)created in this run, or when a
-    running prefill started well after it (restarted under it earlier)."""
+    running prefill started well after it (restarted under it earlier). A created prefill
+    counts too: converge cannot tell one new to the deployment from one removed under a
+    running decode (a partial `down`, a `docker rm`), which that decode still holds state for."""
     steps = [s for stage in stages for s in stage]
     prefills = [s for s in steps if s.service.role == "prefill"]
     changed = [s.service.key for s in prefills if s.kind != "unchanged"]
@@ -210,9 +215,12 @@ def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
     return out
 
 
-def with_restarts(stages: Sequence[Sequence[Step]], restarts: Sequence[Step]) -> list[list[Step]]:
+def with_restarts(
+    stages: Sequence[Sequence[Step]], restarts: Sequence[Step], *, live: bool = False
+) -> list[list[Step]]:
     """The stages as `up` shows them: each restarted decode's step replaced, and the router
-    recreated when it was to stay (it registered the engines being restarted)."""
+    recreated when it was to stay (it registered the engines being restarted) unless its
+    workers are live (``live``: they are deregistered and registered again instead)."""
     by_key = {s.service.key: s for s in restarts}
     out = []
     for stage in stages:
@@ -220,7 +228,7 @@ def with_restarts(stages: Sequence[Sequence[Step]], restarts: Sequence[Step]) ->
         for s in stage:
             if s.service.key in by_key:
                 s = by_key[s.service.key]
-            elif restarts and s.service.role == "router" and s.kind == "unchanged":
+            elif restarts and s.service.role == "router" and s.kind == "unchanged" and not live:
                 s = Step(s.service, "recreate", "its workers were (re)started", s.current)
             new.append(s)
         out.append(new)

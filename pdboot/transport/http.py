@@ -58,12 +58,15 @@ def request(
     headers: Mapping[str, str] | None = None,
     bearer: str | None = None,
     max_bytes: int | None = None,
+    method: str | None = None,
 ) -> RawAnswer:
     """One exchange; never raises for a network or HTTP failure. ``bearer`` is sent only to
     ``url`` itself, not to where it redirects (a registry's blob redirects to a CDN URL that
-    rejects a second auth). ``max_bytes``: read at most one byte more than that."""
+    rejects a second auth). ``max_bytes``: read at most one byte more than that. ``method``:
+    GET, or POST with a body, unless given (the router's DELETE /workers/<url>)."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")  # noqa: S310
+    verb = method or ("POST" if data is not None else "GET")
+    req = urllib.request.Request(url, data=data, method=verb)  # noqa: S310
     if data is not None:
         req.add_header("Content-Type", "application/json")
     for k, v in (headers or {}).items():
@@ -93,8 +96,10 @@ def http(
     timeout: float = 2.0,
     body: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
+    method: str | None = None,
 ) -> HttpAnswer:
-    a = request(url, timeout=timeout, body=body, headers=headers)
+    """GET, or POST when there is a body; ``method`` says otherwise (the router's DELETE)."""
+    a = request(url, timeout=timeout, body=body, headers=headers, method=method)
     if a.status == 0:
         return HttpAnswer(0, "", a.error)
     return HttpAnswer(a.status, a.body.decode(errors="replace"))

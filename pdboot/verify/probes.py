@@ -36,7 +36,12 @@ class KVVerdict:
 
 
 def _recomputed(delta: EngineFacts, prompt_tokens: int | None) -> bool:
-    if delta.local_compute_tokens <= LOCAL_TOKENS_ALLOWED:
+    # `up` on a deployment that serves clients (a rolling change) reads other requests in
+    # the same window: each pulled one computes its last prompt token locally too. Counted
+    # by pulls as well as by finished requests: a request counts its prompt tokens when
+    # its first step runs and its success only when it ends, after the window maybe.
+    others = max(0.0, max(delta.requests, delta.kv_transfers) - 1)
+    if delta.local_compute_tokens <= LOCAL_TOKENS_ALLOWED + others:
         return False
     # more than "the last token": nearly the whole prompt was computed on the decode
     whole = prompt_tokens if prompt_tokens else delta.local_compute_tokens + delta.external_tokens

@@ -7,6 +7,7 @@ the finished lines, and a plain "waiting ..." line per service every 5 s.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from rich.progress import (
     TextColumn,
     TransferSpeedColumn,
 )
+from rich.prompt import Confirm
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -73,6 +75,9 @@ class TerminalView:
             ev.Interrupted: self._interrupted,
             ev.Note: lambda e: self._print(Text(e.message, style=LEVEL_STYLE[e.level])),
             ev.ImageCheck: self._image_check,
+            ev.RollPlanned: self._roll_step,
+            ev.RollProgress: lambda e: self._print(f"  step {e.number}: {e.phase} {e.detail}"),
+            ev.RollStopped: self._roll_stopped,
             ev.StatusReport: lambda e: print_status(self.out, e),
             ev.Done: self._done,
         }
@@ -199,6 +204,24 @@ class TerminalView:
             )
         )
 
+    def _roll_step(self, e: ev.RollPlanned) -> None:
+        up = "endpoint up" if e.endpoint_up else "ENDPOINT DOWN"
+        head = Text.assemble(
+            (f"step {e.number} ", "bold"),
+            (f"{e.action:<9}", "cyan"),
+            ", ".join(e.services),
+            f"  ({e.how})",
+        )
+        self._print(head)
+        self._print(f"    {e.reason}; serving: {', '.join(e.capacity)}; {up}")
+        if e.outage:
+            self._print(Text(f"    outage: {e.outage}", style=LEVEL_STYLE["warn"]))
+
+    def _roll_stopped(self, e: ev.RollStopped) -> None:
+        self._print(Text(f"roll stopped at step {e.number}; engines now:", style="bold red"))
+        for key, config in e.engines:
+            self._print(f"  {key:<28} {config}")
+
     def _stop_live(self) -> None:
         if self._live is not None:
             self._live.stop()
@@ -320,3 +343,9 @@ def progress_cell(s: ev.ServiceWait) -> Text:
             bar = "[" + "#" * filled + "." * (10 - filled) + "] "
         return Text(bar + s.phase, style="cyan", no_wrap=True, overflow="ellipsis")
     return Text(strip_ansi(s.log_line), style="dim", no_wrap=True, overflow="ellipsis")
+
+
+def confirm_outage(outages: list[str]) -> bool:
+    """`up`'s question before a tier that cannot roll goes down (the outages were printed
+    above it); asked only on a terminal: without one the outage needs --yes."""
+    return sys.stdin.isatty() and Confirm.ask("This change takes a tier down. Go on?")

@@ -90,7 +90,8 @@ def test_two_concurrent_ups_end_in_one_consistent_deployment(
     assert "held by" in output(busy) and "`pdboot up`" in output(busy)
     assert "--no-wait" in output(busy)
     # without it, it waits for the first run, then converges to its own configuration
-    b = start("up", str(second))
+    # (--yes: a decode tier of one engine cannot roll)
+    b = start("up", str(second), "--yes")
     rc_a, out_a, _ = finish(a, 240)
     rc_b, out_b, _ = finish(b, 240)
     assert rc_a == 0, out_a
@@ -146,12 +147,16 @@ def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_p
 
         # a follow of a host that drops off mid-stream ends, naming it
         follow = start("logs", str(inv), "decode", "--follow")
-        time.sleep(4)
+        # cut once it streams (its first line), not after a fixed sleep: on a loaded
+        # machine the CLI's start-up alone can take longer than a few seconds
+        assert follow.stdout is not None
+        first = follow.stdout.readline()
         decode.cut_link()
         try:
             rc, out, took = finish(follow, 40)
         finally:
             decode.restore_link()
+        out = first + out
         assert rc == 1 and "host decode lost" in out, out
 
         # down removes what it can reach and names what it cannot

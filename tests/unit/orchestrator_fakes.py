@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,12 @@ class World:
     lost_at: dict[str, float] = field(default_factory=dict)  # host -> when its link goes
     lock_holder: str | None = None  # another run's holder text: the deployment lock is busy
     locks: list[str] = field(default_factory=list)  # "take up", "release up", ...
+    # the router's live worker list (vllm-router --enable-igw): url -> worker_type; a
+    # (re)started router starts empty, as the real one does in IGW mode
+    registered: dict[str, str] = field(default_factory=dict)
+    # per engine URL: what its /metrics says is in flight (num_requests_running); each read
+    # counts one down, so a drain sees it reach 0 after that many polls
+    in_flight: dict[str, int] = field(default_factory=dict)
     lock_lost_at: float | None = None  # fake-clock time the held lock counts as lost
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
@@ -127,29 +134,54 @@ class World:
             for c in cs
         )
 
-    def fetch(self, url: str, *, timeout: float = 2.0, body: Any = None, **_: Any) -> HttpAnswer:
+    def serving(self, svc: Any) -> bool:
+        """The engine container of this service runs and has loaded (by host, role, index)."""
+        cs = [
+            c
+            for c in self.of_role(svc.role)
+            if c.host == svc.host
+            and c.labels.get(LABEL_ENGINE, "0") == str(svc.engine_index)
+            and c.state == "running"
+        ]
+        return bool(cs) and svc.role not in self.never_healthy and all(
+            self.clock.now() >= c.started + self.load.get(svc.role, 0) for c in cs
+        )
+
+    def fetch(
+        self,
+        url: str,
+        *,
+        timeout: float = 2.0,
+        body: Any = None,
+        method: str | None = None,
+        **_: Any,
+    ) -> HttpAnswer:
         if self.interrupt_on and url.endswith(self.interrupt_on):
             raise KeyboardInterrupt
         plan = build_plan(self.inv)
-        svc = next(s for s in plan.services() if url.startswith(s.url))
+        svc = next((s for s in plan.services() if url.startswith(s.url)), None)
+        if svc is None:  # an engine the inventory no longer has (being removed)
+            return self.gone_engine(url)
         path = url[len(svc.url) :]
-        if not self.healthy(svc.role) and not (svc.role == "router" and self.of_role("router")):
+        if svc.role == "router":
+            if not self.of_role("router"):
+                return HttpAnswer(0, "", "connection refused")
+        elif not self.serving(svc):
             return HttpAnswer(0, "", "connection refused")
         if path == "/health":
             return HttpAnswer(200, "")
-        if path == "/workers":
-            workers = [
-                {"url": s.url, "worker_type": s.role, "is_healthy": True}
-                for s in plan.services()
-                if s.role != "router" and self.healthy(s.role)
-            ]
-            return HttpAnswer(200, json.dumps({"workers": workers}))
+        if svc.role == "router" and path.startswith("/workers"):
+            return self.router_workers(path, body, method)
         if path == "/metrics":
             # vLLM 0.33's real names: a pull per request, all but the last prompt token
             # from the prefill (the decode computes that one itself)
             n = self.kv_pulls
+            left = self.in_flight.get(svc.url, 0)
+            self.in_flight[svc.url] = max(0, left - 1)
             return HttpAnswer(
                 200,
+                f"vllm:num_requests_running {left}\n"
+                "vllm:num_requests_waiting 0\n"
                 f"vllm:nixl_xfer_time_seconds_count {n}\n"
                 f"vllm:nixl_xfer_time_seconds_sum {n * self.pull_seconds}\n"
                 f"vllm:nixl_bytes_transferred_sum {n * self.pull_bytes}\n"
@@ -166,6 +198,43 @@ class World:
         if path == "/v1/completions":
             return self.completion(svc.role, dict(body or {}), url)
         return HttpAnswer(404, "")
+
+    def gone_engine(self, url: str) -> HttpAnswer:
+        """An orphan's /metrics while it drains: what ``in_flight`` says, counted down."""
+        base = url.removesuffix("/metrics")
+        if base not in self.in_flight:
+            return HttpAnswer(0, "", "connection refused")
+        left = self.in_flight[base]
+        self.in_flight[base] = max(0, left - 1)
+        return HttpAnswer(200, f"vllm:num_requests_running {left}\nvllm:num_requests_waiting 0\n")
+
+    def router_workers(self, path: str, body: Any, method: str | None) -> HttpAnswer:
+        """vllm-router 0.1.17's worker API in IGW mode: GET, POST, DELETE /workers."""
+        what = f"{path}/{urllib.parse.quote(str(body['url']), safe='')}" if body else path
+        self.calls.append(("router", method or ("POST" if body else "GET"), what))
+        if method == "DELETE":
+            url = urllib.parse.unquote(path[len("/workers/") :])
+            if self.registered.pop(url, None) is None:
+                err = {"error": f"Worker with URL {url} not found", "code": "WORKER_NOT_FOUND"}
+                return HttpAnswer(400, json.dumps(err))
+            return HttpAnswer(200, json.dumps({"success": True}))
+        if body is not None:
+            self.registered[str(body["url"])] = str(body["worker_type"])
+            return HttpAnswer(200, json.dumps({"success": True}))
+        plan = build_plan(self.inv)
+        by_url = {s.url: s for s in plan.services()}
+        if "--enable-igw" not in plan.router.command:  # static lists: the plan's engines
+            workers = [
+                {"url": s.url, "worker_type": s.role, "is_healthy": True}
+                for s in plan.services()
+                if s.role != "router" and self.healthy(s.role)
+            ]
+            return HttpAnswer(200, json.dumps({"workers": workers}))
+        workers = [
+            {"url": u, "worker_type": t, "is_healthy": u in by_url and self.serving(by_url[u])}
+            for u, t in self.registered.items()
+        ]
+        return HttpAnswer(200, json.dumps({"workers": workers}))
 
     GATE_ANSWER = " Venus is the hottest planet. Earth has liquid water. Mars is red and cold."
 
@@ -307,6 +376,8 @@ class FakeEngine:
                 if c.host == self.host and c.labels.get(LABEL_ENGINE, "0") == str(svc.engine_index)
             ]:
                 del self.world.containers[cid]
+            if role == "router":
+                self.world.registered.clear()  # IGW mode: a new router knows no workers
             cid = f"c{next(iter(self.world._ids))}"
             labels = {**dict(svc.labels), LABEL_CONFIG_HASH: svc.config_hash}
             c = Container(

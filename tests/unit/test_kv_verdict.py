@@ -67,6 +67,23 @@ def test_the_last_token_computed_locally_is_normal() -> None:
     assert v.ok and v.confirmed
 
 
+def test_concurrent_client_requests_are_not_a_recompute() -> None:
+    # `up` rolling a change while clients are served (bench/rolling.py, case c): 9 other
+    # pulled requests finished in the proof's window, each computing its last token locally
+    src = {"external_kv_transfer": 35.0, "local_compute": 9.0}
+    busy = EngineFacts(kv_transfers=9, requests=9, prompt_tokens_by_source=src, known=True)
+    assert kv_verdict(busy, 11).ok
+    # measured on the testbed: 10 local of 38 external, 10 pulls, the requests' successes
+    # not counted yet (they finish after the window)
+    src = {"external_kv_transfer": 38.0, "local_compute": 10.0}
+    lagging = EngineFacts(kv_transfers=10, requests=0, prompt_tokens_by_source=src, known=True)
+    assert kv_verdict(lagging, 11).ok
+    # ... but the test request's whole prompt recomputed among them still shows
+    src = {"external_kv_transfer": 35.0, "local_compute": 9.0 + 11.0}
+    bad = EngineFacts(kv_transfers=9, requests=10, prompt_tokens_by_source=src, known=True)
+    assert not kv_verdict(bad, 11).ok
+
+
 def test_no_transfer_at_all() -> None:
     v = kv_verdict(EngineFacts(known=True))
     assert not v.ok and "no KV transfer" in v.message

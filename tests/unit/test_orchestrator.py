@@ -7,9 +7,11 @@ from __future__ import annotations
 from pdboot import events as ev
 from pdboot.deploy.down import DownOptions, down
 from pdboot.deploy.seams import PreflightOutcome
-from pdboot.deploy.up import UpOptions, up
+from pdboot.deploy.up import up
+from pdboot.deploy.up_steps import UpOptions
+from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory
-from tests.unit.orchestrator_fakes import CAPS, Recorder, World, inventory
+from tests.unit.orchestrator_fakes import CAPS, INV, Recorder, World, inventory
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
@@ -129,17 +131,32 @@ def test_second_up_leaves_everything_unchanged() -> None:
     assert rec.of(ev.ServiceStarted) == []
 
 
-def test_decode_change_recreates_decode_and_router_only() -> None:
+def test_decode_change_recreates_decode_only() -> None:
     world = World(inventory())
     assert run_up(world)[0] == 0
-    prefill = world.of_role("prefill")[0].id
+    prefill, router = world.of_role("prefill")[0].id, world.of_role("router")[0].id
     world.inv = inventory(", extra_args: [--max-model-len, '4096']")
+    code, rec = run_up(world, UpOptions(skip_preflight=True, yes=True))  # a tier of one
+    assert code == 0
+    actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
+    # live workers: the router stays; the decode is deregistered, drained, registered again
+    assert actions == {"decode@d1": "recreate", "prefill@p1": "unchanged", "router@r": "unchanged"}
+    assert world.of_role("prefill")[0].id == prefill and world.of_role("router")[0].id == router
+    assert not [n for n in rec.of(ev.Note) if "needing a restart" in n.message]
+
+
+def test_decode_change_with_static_router_lists_recreates_the_router() -> None:
+    static = ", live_workers: false}"
+    world = World(parse_inventory((INV % "").replace("router: {host: r}",
+                                                     "router: {host: r" + static)))
+    assert run_up(world)[0] == 0
+    world.inv = parse_inventory(
+        (INV % ", extra_args: [--max-model-len, '4096']").replace(
+            "router: {host: r}", "router: {host: r" + static))
     code, rec = run_up(world)
     assert code == 0
     actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
     assert actions == {"decode@d1": "recreate", "prefill@p1": "unchanged", "router@r": "recreate"}
-    assert world.of_role("prefill")[0].id == prefill
-    assert not [n for n in rec.of(ev.Note) if "needing a restart" in n.message]
 
 
 def test_failed_preflight_opens_no_host() -> None:
@@ -272,9 +289,9 @@ def test_a_hosts_engines_start_in_one_compose_up_and_converge_per_engine() -> No
     code, rec = run_up(world)
     assert code == 0
     changed = {e.service: e.action for e in rec.of(ev.ServiceAction) if e.action != "unchanged"}
-    assert changed == {"decode-1@d1": "recreate", "router@r": "recreate"}
+    assert changed == {"decode-1@d1": "recreate"}  # rolled: the router stays
     ups = [(h, what) for op, h, what in world.calls if op == "compose_up"]
-    assert ups == [("d1", "decode-1"), ("r", "router")]
+    assert ups == [("d1", "decode-1")]
     assert len(world.of_role("decode")) == 3
 
 

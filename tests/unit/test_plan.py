@@ -128,8 +128,8 @@ def test_router_command_lists_every_engine_by_address() -> None:
     decodes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--decode"]
     assert prefills == ["http://10.0.0.11:8200", "http://10.0.0.12:8200"]
     assert decodes == ["http://10.0.0.21:8201", "http://10.0.0.22:8201"]
-    assert arg(plan.router, "--prefill-policy") == "round_robin"
-    assert arg(plan.router, "--decode-policy") == "power_of_two"
+    # live workers (IGW mode): one policy for both tiers, the decode tier's
+    assert "--enable-igw" in cmd and arg(plan.router, "--policy") == "power_of_two"
     assert arg(plan.router, "--host") == "0.0.0.0"
     assert arg(plan.router, "--port") == "80"
     assert arg(plan.router, "--request-timeout-secs") == "3600"
@@ -279,5 +279,5 @@ def test_power_of_two_counts_engines_not_hosts() -> None:
     two = doc.replace("decode:\n", "decode:\n  engines_per_host: 2\n  tensor_parallel_size: 1\n", 1)
     two = two.replace("router:\n", "router:\n  decode_policy: power_of_two\n", 1)
     plan = build_plan(parse_inventory(two))
-    assert arg(plan.router, "--decode-policy") == "power_of_two"
+    assert arg(plan.router, "--policy") == "power_of_two"
     assert len([a for a in plan.router.command if a == "--decode"]) == 2

@@ -19,7 +19,7 @@ from vllm_router.launch_router import parse_router_args
 
 from pdboot.inventory.load import load_inventory, parse_inventory
 from pdboot.inventory.schema import Inventory, tier_policy
-from pdboot.plan.build import build_plan
+from pdboot.plan.build import build_plan, live_workers
 from pdboot.plan.model import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
@@ -293,8 +293,17 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
     assert args.decode_urls == heads_d
     if inv.router.dp_aware:
         assert args.intra_node_data_parallel_size == 4
-    assert args.prefill_policy == tier_policy(inv.router.prefill_policy, "prefill", len(heads_p))
-    assert args.decode_policy == tier_policy(inv.router.decode_policy, "decode", len(heads_d))
+    decode_policy = tier_policy(inv.router.decode_policy, "decode", len(heads_d))
+    if live_workers(inv):
+        # IGW mode: one --policy for both tiers (the per-tier flags are ignored there)
+        assert args.enable_igw and args.policy == decode_policy
+        assert args.prefill_policy is None and args.decode_policy is None
+    else:
+        assert not args.enable_igw
+        assert args.prefill_policy == tier_policy(
+            inv.router.prefill_policy, "prefill", len(heads_p)
+        )
+        assert args.decode_policy == decode_policy
     assert (args.host, args.port) == ("0.0.0.0", inv.router.port)
     assert args.prometheus_port == inv.router.metrics_port
     assert args.prometheus_host == "0.0.0.0"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pdboot import events as ev
-from pdboot.deploy.up import UpOptions
+from pdboot.deploy.up_steps import UpOptions
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
@@ -116,14 +116,14 @@ def test_prefill_change_restarts_decode_after_prefill_is_ready() -> None:
     world.inv = parse_inventory(INV.replace("prefill: {hosts: [p1]}",
                                             "prefill: {hosts: [p1], env: {X: '1'}}") % "")
     world.calls.clear()
-    code, rec = run_up(world)
+    code, rec = run_up(world, UpOptions(skip_preflight=True, yes=True))  # tiers of one
     assert code == EXIT_OK
     actions = {e.service: (e.action, e.reason) for e in rec.of(ev.ServiceAction)}
     assert actions["decode@d1"][0] == "recreate" and "NIXL" in actions["decode@d1"][1]
-    assert actions["router@r"][0] == "recreate"
+    assert actions["router@r"][0] == "unchanged"  # live workers: re-registered instead
     assert world.of_role("decode")[0].id != decode
     ups = [what for op, _, what in world.calls if op == "compose_up"]
-    assert ups == ["prefill", "decode", "router"]
+    assert ups == ["prefill", "decode"]
     # the decode was restarted only once the prefill answered /health
     ready = [e.service for e in rec.of(ev.ServiceReady)]
     assert ready.index("prefill@p1") < ready.index("decode@d1", ready.index("prefill@p1"))

@@ -257,6 +257,8 @@ class Engine:
     next_block: int = 1
     counters: dict[str, float] = field(default_factory=dict)
     requests_done: int = 0
+    running: int = 0  # requests being served now: vllm:num_requests_running
+    kv_fetching: int = 0  # decode requests whose KV pull has not ended
     lock: threading.Lock = field(default_factory=threading.Lock)
     # latency histograms as vLLM exports them: name -> (count per bound incl. +Inf, sum)
     hists: dict[str, tuple[list[float], float]] = field(default_factory=dict)
@@ -579,7 +581,7 @@ class Api(http.server.BaseHTTPRequestHandler):
         try:
             with dp.routed(self) as relayed:
                 if not relayed:
-                    self.complete(self.read_body(), chat=path.endswith("chat/completions"))
+                    self.counted(self.read_body(), chat=path.endswith("chat/completions"))
         except ApiError as e:
             self.send_error_json(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -600,6 +602,39 @@ class Api(http.server.BaseHTTPRequestHandler):
             log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
             self.wfile.flush()
             os._exit(1)
+
+    def counted(self, body: dict[str, Any], chat: bool) -> None:
+        """One request, counted in vllm:num_requests_running while it is served (what a drain
+        waits on); a decode's request that carries a prefill's KV params is also counted in
+        vllm:num_requests_kv_fetch_by_stage{stage="in_progress"} until its pull ended (what a
+        prefill's drain waits on: its blocks are read after its own request ended)."""
+        eng = self.engine
+        kvp = body.get("kv_transfer_params") or {}
+        self.fetch_pending = bool(kvp.get("do_remote_prefill"))
+        with eng.lock:
+            eng.running += 1
+            eng.kv_fetching += int(self.fetch_pending)
+        try:
+            self.complete(body, chat)
+        finally:
+            self.fetch_done()
+            with eng.lock:
+                eng.running -= 1
+
+    def fetch_done(self) -> None:
+        if getattr(self, "fetch_pending", False):
+            self.fetch_pending = False
+            with self.engine.lock:
+                self.engine.kv_fetching -= 1
+
+    def hold(self, body: dict[str, Any]) -> None:
+        """STANDIN_REQUEST_SECONDS: how long generating takes (after the KV pull, as in
+        vLLM) for a request asking for more than one token; the router's prefill stage asks
+        for one and is quick."""
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        seconds = float(os.environ.get("STANDIN_REQUEST_SECONDS", "0") or 0)
+        if seconds > 0 and n > 1:
+            time.sleep(seconds)
 
     def complete(self, body: dict[str, Any], chat: bool) -> None:
         eng = self.engine
@@ -634,7 +669,9 @@ class Api(http.server.BaseHTTPRequestHandler):
             eng.count(f'{BY_SOURCE}{{source="local_compute"}}', 1)
         else:
             eng.count(f'{BY_SOURCE}{{source="local_compute"}}', ntok)
+        self.fetch_done()  # the pull (if any) has ended
         words = generate(eng.args.model, kv_context(eng, prompt, kv), n)
+        self.hold(body)
         # TTFT: everything up to the first token (prefill or KV pull); ITL: the token knob
         eng.observe("vllm:time_to_first_token_seconds", time.monotonic() - t0)
         if n > 1:
@@ -785,6 +822,8 @@ def metrics_text(eng: Engine) -> str:
     with eng.lock:
         c = dict(eng.counters)
         held = len(eng.leases)
+        running = eng.running
+        fetching = eng.kv_fetching
     out: list[str] = []
     typed: set[str] = set()
     for name, doc in COUNTERS:
@@ -808,11 +847,15 @@ def metrics_text(eng: Engine) -> str:
     out += latency_lines(eng, labels)
     for base, value, doc in (
         ("standin_kv_leases_held", held, "KV block leases held for a remote decode."),
-        ("vllm:num_requests_running", 0, "Number of requests in model execution batches."),
+        ("vllm:num_requests_running", running, "Number of requests in model execution batches."),
         ("vllm:num_requests_waiting", 0, "Number of requests waiting to be processed."),
     ):
         out += [f"# HELP {base} {doc}", f"# TYPE {base} gauge",
                 f"{base}{{{labels}}} {float(value)}"]
+    fetch = "vllm:num_requests_kv_fetch_by_stage"
+    out += [f"# HELP {fetch} Number of waiting requests by async KV load stage.",
+            f"# TYPE {fetch} gauge",
+            f'{fetch}{{{labels},stage="in_progress"}} {float(fetching)}']
     out += granted_metrics()
     return "\n".join(out) + "\n"
 

@@ -1,0 +1,66 @@
+"""Benchmark: day-two changes under load, rolling vs the recreate path (issue 19).
+
+On a 5-host testbed (p1 + router, p2, d1, d2, spare d3; stand-in engines loading in 0.5 s,
+each request held 0.3 s on its decode) a client loop sends a short completion through the
+real vllm-router every 50 ms while `pdboot up` applies, from a fresh 2P2D deployment:
+(a) a second tag of the engine image on every engine, (b) d3 added to the decode tier,
+(c) p2 removed from the prefill tier. Rolling (the default) and the baseline, today's path
+before issue 19 (the router's static --prefill/--decode lists, `router.live_workers: false`:
+every changed engine recreated at once, and the router whenever its workers change), run in
+the same run, on the same testbed, one after the other; and `--no-rolling` with the live
+router (every changed engine at once, the router kept). Printed per case:
+served/failed requests, the `up` exit code and seconds, and whether the router container
+(id and StartedAt) stayed the same.
+
+    python bench/rolling.py [--runs 1] [--json FILE]   (root; starts and stops its own testbed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.testbed.harness import Testbed  # noqa: E402
+from tests.testbed.rolling_load import HOSTS, Case, push_second_tag, run_cases  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None, help="write every case here")
+    args = ap.parse_args()
+    cases: list[Case] = []
+    with Testbed.start(HOSTS) as tb:
+        push_second_tag(tb)
+        work = tb.dir / "bench-rolling"
+        work.mkdir(parents=True, exist_ok=True)
+        for _ in range(args.runs):
+            for mode in ("recreate", "no-rolling", "rolling"):
+                cases += run_cases(tb, work, mode)
+                print(f"... {mode} done", flush=True)
+    table(cases)
+    if args.json is not None:
+        args.json.write_text(json.dumps([{k: v for k, v in asdict(c).items() if k != "output"}
+                                         for c in cases], indent=2))
+    for c in cases:
+        if c.rc != 0:
+            print(f"\n--- {c.mode} {c.name}: up exited {c.rc}\n{c.output[-3000:]}")
+
+
+def table(cases: list[Case]) -> None:
+    print(f"\n{'case':<32} {'mode':<11} {'failed/served':>14} {'up s':>6} {'rc':>3} "
+          f"{'router kept':>11}  errors")
+    for c in cases:
+        print(f"{c.name:<32} {c.mode:<11} {f'{c.failed}/{c.failed + c.served}':>14} "
+              f"{c.seconds:6.1f} {c.rc:>3} {'yes' if c.router_kept else 'no':>11}  "
+              f"{c.errors or ''}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The running router's worker API (vllm-router 0.1.17 started with `--enable-igw`): list,
+add and remove prefill/decode workers without restarting it.
+
+Tried with the real router against engines on loopback (vllm-pd-facts.md, last section):
+`POST /workers {"url", "worker_type": "prefill"|"decode"}` answers 200 with the worker (the
+router reads the model id from the engine first), posting a URL already registered answers
+200 and keeps one entry, `DELETE /workers/<url, percent-encoded>` answers 200 or 400
+`WORKER_NOT_FOUND`, `GET /workers` lists `{"workers": [{"url", "worker_type", "is_healthy",
+...}]}`. `up` uses it to register engines once healthy and deregister them before they stop;
+`reconcile` (pure) says what makes the router's list equal the inventory's.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pdboot.plan.model import Plan, Service
+from pdboot.transport.http import HttpFn
+
+WorkerType = Literal["prefill", "decode"]
+WORKER_TYPES: tuple[WorkerType, ...] = ("prefill", "decode")
+
+
+class RouterApiError(Exception):
+    """The router refused or did not answer a worker change."""
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One entry of the router's GET /workers."""
+
+    url: str  # without a trailing slash
+    worker_type: str  # prefill, decode, regular
+    healthy: bool
+
+
+@dataclass(frozen=True)
+class WorkerChange:
+    action: Literal["add", "remove"]
+    url: str
+    worker_type: str
+
+    def describe(self) -> str:
+        verb = "register" if self.action == "add" else "deregister"
+        return f"{verb} {self.worker_type} {self.url}"
+
+
+def parse_workers(text: str) -> list[Worker]:
+    """GET /workers' body -> its workers (anything unexpected is skipped, never guessed)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    items = data.get("workers", []) if isinstance(data, dict) else data
+    out: list[Worker] = []
+    for w in items if isinstance(items, list) else []:
+        if isinstance(w, dict) and isinstance(w.get("url"), str):
+            kind = str(w.get("worker_type", "regular")).lower()
+            out.append(Worker(w["url"].rstrip("/"), kind, bool(w.get("is_healthy", True))))
+    return out
+
+
+def worker_of(svc: Service) -> tuple[str, WorkerType] | None:
+    """The router worker an engine is (a DP tier registers its head only)."""
+    if svc.role == "router" or svc.headless:
+        return None
+    kind: WorkerType = "prefill" if svc.role == "prefill" else "decode"
+    return svc.url.rstrip("/"), kind
+
+
+def wanted_workers(services: Iterable[Service]) -> dict[str, WorkerType]:
+    """URL -> worker type, for the engines among ``services``."""
+    out: dict[str, WorkerType] = {}
+    for s in services:
+        w = worker_of(s)
+        if w is not None:
+            out[w[0]] = w[1]
+    return out
+
+
+def plan_workers(plan: Plan) -> dict[str, WorkerType]:
+    """What the inventory says the router serves: every engine of the plan."""
+    return wanted_workers(plan.services())
+
+
+def reconcile(wanted: Mapping[str, str], present: Sequence[Worker]) -> list[WorkerChange]:
+    """Removals first (a worker registered with the wrong type is removed and added again),
+    then additions, each in URL order so the same lists give the same steps."""
+    have = {w.url: w.worker_type for w in present}
+    out = [
+        WorkerChange("remove", url, kind)
+        for url, kind in sorted(have.items())
+        if wanted.get(url) != kind
+    ]
+    out += [
+        WorkerChange("add", url, kind)
+        for url, kind in sorted(wanted.items())
+        if have.get(url) != kind
+    ]
+    return out
+
+
+class RouterWorkerApi:
+    """The calls, over pdboot's one HTTP function (a test hands in its own)."""
+
+    def __init__(
+        self,
+        router_url: str,
+        fetch: HttpFn,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.base = router_url.rstrip("/")
+        self.fetch = fetch
+        self.headers = dict(headers or {})
+        self.timeout = timeout
+
+    def workers(self) -> list[Worker]:
+        a = self.fetch(f"{self.base}/workers", timeout=self.timeout, headers=self.headers)
+        if not a.ok:
+            raise RouterApiError(f"GET /workers: {a.describe()} {a.body[:200]}".strip())
+        return parse_workers(a.body)
+
+    def add(self, url: str, worker_type: WorkerType | str) -> None:
+        a = self.fetch(
+            f"{self.base}/workers",
+            body={"url": url, "worker_type": worker_type},
+            timeout=self.timeout,
+            headers=self.headers,
+        )
+        if not a.ok:
+            raise RouterApiError(f"register {url}: {a.describe()} {a.body[:200]}".strip())
+
+    def remove(self, url: str) -> bool:
+        """True when it was registered; False when the router did not have it."""
+        quoted = urllib.parse.quote(url, safe="")
+        a = self.fetch(
+            f"{self.base}/workers/{quoted}",
+            method="DELETE",
+            timeout=self.timeout,
+            headers=self.headers,
+        )
+        if a.ok:
+            return True
+        if a.status in (400, 404) and "NOT_FOUND" in a.body:
+            return False
+        raise RouterApiError(f"deregister {url}: {a.describe()} {a.body[:200]}".strip())
+
+    def apply(self, changes: Iterable[WorkerChange]) -> None:
+        for c in changes:
+            if c.action == "remove":
+                self.remove(c.url)
+            else:
+                self.add(c.url, c.worker_type)
+
+    def sync(self, wanted: Mapping[str, str]) -> list[WorkerChange]:
+        """Make the router's workers equal ``wanted``; returns what was changed."""
+        changes = reconcile(wanted, self.workers())
+        self.apply(changes)
+        return changes

@@ -1,0 +1,74 @@
+"""Day-two changes roll through the running real vllm-router (issue 19), on a 5-host testbed
+with stand-in engines: a client loop sends a completion every ~50 ms while `pdboot up` applies
+(a) a new image tag to every engine of a 2P2D deployment, (b) an added decode host, (c) a
+removed prefill host. Each finishes with no failed request; the router container is the
+same one throughout; `up --plan` shows the steps first and exits 0 once nothing is left.
+A roll stopped by a replacement that crashes leaves the old engines serving; a re-run
+finishes it. (The recreate path's figures, the baseline, are bench/rolling.py's.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.testbed.rolling_load import (
+    HOSTS,
+    change_under_load,
+    inventory,
+    pdboot,
+    push_second_tag,
+    router_identity,
+)
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+
+
+def plan(inv: Path) -> tuple[int, str]:
+    res = pdboot("up", str(inv), "--plan")
+    return res.returncode, res.stdout + res.stderr
+
+
+def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Path) -> None:
+    tb = make_testbed(HOSTS)
+    tag = push_second_tag(tb)
+    work = tb.dir / "roll"
+    work.mkdir(parents=True, exist_ok=True)
+    path = inventory(tb, work / "inv.yaml")
+    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")  # setup
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert plan(path)[0] == 0
+    first_router = router_identity(tb)
+
+    cases = [
+        ("a", dict(tag=tag), ["replace", "prefill@p1", "decode@d2"]),
+        ("b", dict(tag=tag, decode=["d1", "d2", "d3"]), ["add", "decode@d3"]),
+        ("c", dict(tag=tag, prefill=["p1"], decode=["d1", "d2", "d3"]), ["remove",
+                                                                         "prefill@p2"]),
+    ]
+    for name, change, words in cases:
+        inventory(tb, path, **change)  # type: ignore[arg-type]
+        code, text = plan(path)
+        assert code == 1 and all(w in text for w in words), text
+        assert "endpoint up" in text and "ENDPOINT DOWN" not in text, text
+        case = change_under_load(tb, name, "rolling", path, [])
+        assert case.rc == 0, case.output
+        assert case.failed == 0 and case.served >= 20, (case.errors, case.output)
+        assert case.router_kept, case.output
+        assert plan(path)[0] == 0, plan(path)[1]
+    assert router_identity(tb) == first_router
+
+    # a replacement that crashes stops the roll; the old decodes keep serving
+    broken = inventory(tb, path.with_name("broken.yaml"), tag=tag, prefill=["p1"],
+                       decode=["d1", "d2", "d3"], decode_env={"STANDIN_CRASH_AT_START": "oom"})
+    case = change_under_load(tb, "crash", "rolling", broken, [])
+    assert case.rc == 1, case.output
+    assert "roll stopped at step" in case.output, case.output
+    assert "old configuration" in case.output, case.output
+    assert case.served > 0 and case.router_kept
+    # the re-run with the good inventory finishes: nothing left to do afterwards
+    res = pdboot("up", str(path), "--no-speed")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert plan(path)[0] == 0
+    assert pdboot("down", str(path)).returncode == 0

@@ -1,0 +1,200 @@
+"""A day-two change under load, on a testbed (bench/rolling.py and tests/e2e/test_rolling.py):
+a bounded client loop sends a short completion through the router every ~50 ms while
+`pdboot up` applies a change, and counts what was served and what failed.
+
+The deployment: 2 prefill hosts (p1, p2), 2 decode hosts (d1, d2) and a spare (d3), the router
+on p1; stand-in engines that load in 0.5 s and take STANDIN_REQUEST_SECONDS per request (so a
+request is in flight when an engine is taken out of service). The three changes of issue 19:
+(a) a new image tag on every engine, (b) d3 added to the decode tier, (c) p2 removed from the
+prefill tier. Router container id and start time are read before and after each change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.testbed.inventory import inventory_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTS = ["p1", "p2", "d1", "d2", "d3"]
+NAME = "roll"
+REQUEST_SECONDS = "0.3"  # each request holds its decode this long
+EVERY = 0.05  # a new request every 50 ms
+SECOND_TAG = "v0.33.0-rebuild"
+
+
+@dataclass
+class Counts:
+    served: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, ok: bool, why: str = "") -> None:
+        with self.lock:
+            if ok:
+                self.served += 1
+            else:
+                self.failed += 1
+                self.errors[why] = self.errors.get(why, 0) + 1
+
+
+def _one(url: str, model: str, counts: Counts) -> None:
+    body = json.dumps({"model": model, "prompt": "Say hello.", "max_tokens": 4}).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = json.loads(r.read())["choices"][0].get("text", "")
+            counts.add(bool(text), "" if text else "empty answer")
+    except urllib.error.HTTPError as e:
+        counts.add(False, f"HTTP {e.code}")
+    except (OSError, ValueError, KeyError) as e:
+        counts.add(False, type(e).__name__ if not str(e) else str(e)[:60])
+
+
+class ClientLoop:
+    """Requests at a fixed cadence (each in its own thread, so a slow one does not stall
+    the cadence); stops when told or after ``limit`` seconds, whichever comes first."""
+
+    def __init__(self, endpoint: str, model: str, limit: float = 600.0) -> None:
+        self.url = f"{endpoint}/v1/completions"
+        self.model = model
+        self.limit = limit
+        self.counts = Counts()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._runner = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ClientLoop:
+        self._runner.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._runner.join()
+        for t in self._threads:
+            t.join(timeout=35)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self._stop.is_set() and time.monotonic() - t0 < self.limit:
+            t = threading.Thread(target=_one, args=(self.url, self.model, self.counts),
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+            self._stop.wait(EVERY)
+
+
+def inventory(tb: Any, path: Path, *, tag: str | None = None, prefill: list[str] | None = None,
+              decode: list[str] | None = None,
+              decode_env: dict[str, str] | None = None, live: bool = True) -> Path:
+    env = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_REQUEST_SECONDS": REQUEST_SECONDS}
+    image = tb.image if tag is None else tb.image.rsplit(":", 1)[0] + f":{tag}"
+    doc = inventory_dict(
+        tb, name=NAME, prefill=prefill or ["p1", "p2"], decode=decode or ["d1", "d2"],
+        router="p1",
+        overrides={"image": image, "router": {"live_workers": live}, "prefill": {"env": env},
+                   "decode": {"env": {**env, **(decode_env or {})}},
+                   "timeouts": {"drain_seconds": 30, "poll_interval_seconds": 0.2}},
+    )
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def push_second_tag(tb: Any) -> str:
+    """The testbed engine image under a second tag in the registry (a "new release")."""
+    host = tb.hosts["p1"]
+    host.pull(tb.image)
+    new = tb.image.rsplit(":", 1)[0] + f":{SECOND_TAG}"
+    host.docker("tag", tb.image, new)
+    host.docker("push", new, timeout=300)
+    return SECOND_TAG
+
+
+def pdboot(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="200", TERM="dumb")
+    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def router_identity(tb: Any) -> tuple[str, str]:
+    """(container id, State.StartedAt) of the deployment's router."""
+    res = tb.hosts["p1"].docker("ps", "-q", "--no-trunc", "--filter",
+                                f"label=io.pdboot.deployment={NAME}", "--filter",
+                                "label=io.pdboot.role=router")
+    cid = res.stdout.strip()
+    if not cid:
+        return "", ""
+    started = tb.hosts["p1"].docker("inspect", "--format", "{{.State.StartedAt}}", cid)
+    return cid, started.stdout.strip()
+
+
+@dataclass
+class Case:
+    name: str
+    mode: str
+    rc: int
+    seconds: float
+    served: int
+    failed: int
+    errors: dict[str, int]
+    router_kept: bool
+    output: str
+
+
+def change_under_load(tb: Any, name: str, mode: str, inv: Path, extra: list[str]) -> Case:
+    """`pdboot up INV` (plus ``extra``) while the client loop runs; the loop starts 1 s
+    before and stops 1 s after."""
+    before = router_identity(tb)
+    endpoint = f"http://{tb.hosts['p1'].address}:8000"
+    t0 = time.monotonic()
+    with ClientLoop(endpoint, "Qwen/Qwen3-0.6B") as loop:
+        time.sleep(1.0)
+        res = pdboot("up", str(inv), "--no-speed", *extra)
+        time.sleep(1.0)
+    took = time.monotonic() - t0
+    c = loop.counts
+    return Case(name, mode, res.returncode, took, c.served, c.failed, dict(c.errors),
+                router_identity(tb) == before, res.stdout + res.stderr)
+
+
+def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
+    """From a fresh 2P2D deployment: (a), (b), (c) in turn. ``mode``: "rolling" (the
+    default), or "recreate" (the baseline: today's path before issue 19, the router's static
+    lists, `router.live_workers: false`: every changed engine recreated at once and the router
+    whenever its workers change), or "no-rolling" (the live router with `--no-rolling`: every
+    changed engine at once, the router kept and its workers registered afterwards)."""
+    live = mode != "recreate"
+    extra = ["--no-rolling"] if mode == "no-rolling" else []
+    path = work / f"inv-{mode}.yaml"
+    inventory(tb, path, live=live)
+    # the base deployment is setup, not what is measured: no preflight (its probes time
+    # out on a loaded 2-core machine); each change runs `up` with preflight (issue 22)
+    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    if res.returncode != 0:
+        raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
+    tag = SECOND_TAG
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("a: new image tag, every engine", {"tag": tag}),
+        ("b: decode host added", {"tag": tag, "decode": ["d1", "d2", "d3"]}),
+        ("c: prefill host removed", {"tag": tag, "prefill": ["p1"],
+                                     "decode": ["d1", "d2", "d3"]}),
+    ]
+    out = [change_under_load(tb, name, mode, inventory(tb, path, live=live, **change), extra)
+           for name, change in steps]
+    down = pdboot("down", str(path))
+    if down.returncode != 0:
+        raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
+    return out
