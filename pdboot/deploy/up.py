@@ -206,6 +206,9 @@ def _on_hosts(
     if pinned is None:
         return EXIT_FAILED
     inv, env = pinned.inventory, replace(env, weights=pinned)  # model_revision: the commit
+    if pinned.moved and opts.rolling:  # one commit on both tiers, at every moment
+        emit(Note("a new weights commit is not rolled: the changed engines restart at once"))
+        opts = replace(opts, rolling=False)
     plan = plan_from(inv, findings)
     if plan.unresolved:
         for line in plan.unresolved:

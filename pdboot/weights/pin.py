@@ -45,6 +45,7 @@ class PinChoice:
     commit: str | None  # None: no commit can be chosen (error says why)
     notes: tuple[str, ...] = ()
     error: str = ""
+    moved: bool = False  # a recorded commit is left for another: the engines change weights
 
 
 def choose(
@@ -68,7 +69,7 @@ def choose(
                 f"--refresh-weights: moving {model} from {', '.join(c[:12] for c in commits)}"
                 f" to {resolved[:12]} ({revision})",
             )
-        return PinChoice(resolved, notes)
+        return PinChoice(resolved, notes, moved=bool(commits) and commits != [resolved])
     if len(commits) > 1:
         where = ", ".join(f"{h}={p.commit[:12]}" for h, p in sorted(same.items()))
         return PinChoice(

@@ -57,6 +57,9 @@ class Pinned(Staging):
 
     inventory: Inventory
     resolution: Resolution | None  # None: nothing to stage (a local path, or stage: false)
+    # the commit changes this run: never rolled engine by engine, or prefill and decode
+    # would run two commits meanwhile (up recreates the changed engines at once)
+    moved: bool = False
 
     def after_pull(
         self, secrets: Mapping[str, str] | None, emit: Emit
@@ -130,7 +133,7 @@ def pin_weights(
             return None
         res = Resolution(again.repo, inv.model_revision, again.commit, again.files, again.gated)
     emit(WeightsPinned(inv.model, inv.model_revision, res.commit, res.size))
-    return Pinned(pinned_inventory(inv, res.commit), res)
+    return Pinned(pinned_inventory(inv, res.commit), res, choice.moved)
 
 
 def pinned_inventory(inv: Inventory, commit: str) -> Inventory:

@@ -308,3 +308,9 @@ def test_the_seed_port_is_checked_on_the_first_engine_host_only() -> None:
     assert seed_ports(inv, "p1") == [(9100, "weights seed server")]
     assert seed_ports(inv, "d1") == []
     assert seed_ports(parse_inventory(INV), "p1") == []
+
+
+def test_only_leaving_a_recorded_commit_counts_as_moved() -> None:
+    assert choose({"a": pin(C1)}, "org/m", "main", C2, refresh=True).moved
+    assert not choose({"a": pin(C2)}, "org/m", "main", C2, refresh=True).moved
+    assert not choose({}, "org/m", "main", C1).moved  # a first stage moves nothing
