@@ -15,8 +15,10 @@ $(SETUP_STAMP): pyproject.toml .ci/setup
 	.ci/setup
 
 # A 3-host testbed (root): pdboot up, a chat completion through the router, status, down.
+# ENGINE=vllm (default): real vLLM on CPU; ENGINE=standin: the emulated engine and GPUs.
+ENGINE ?= vllm
 demo: $(SETUP_STAMP)
-	PY=$(PY) scripts/demo.sh
+	PY=$(PY) ENGINE=$(ENGINE) scripts/demo.sh
 
 lint: $(SETUP_STAMP)
 	$(PY) -m ruff check pdboot

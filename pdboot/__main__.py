@@ -1,3 +1,3 @@
-from pdboot.cli import main
+from pdboot.entry import main
 
 main()

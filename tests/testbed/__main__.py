@@ -1,14 +1,19 @@
 """Command line for the testbed (root, Linux):
 
     python -m tests.testbed up [--dir .testbed] [--host NAME[:PROFILE]]... [--no-images]
+                               [--engine standin|vllm]
     python -m tests.testbed status
     python -m tests.testbed down [--dir .testbed | --k K | --all]
     python -m tests.testbed profiles
+    python -m tests.testbed images [--real-vllm]     # build the test images into the cache
 
 `up` starts a detached testbed (default hosts: decode, prefill, ingress; profile rtx6000x2)
 that outlives the command, and writes into --dir: inventory.yaml (a pdboot inventory for it),
 env (shell variables: PDT_SSH, PDT_<HOST>_ADDRESS, PDT_REGISTRY, ...) and instance (its
 number, for `down`). Everything stays on the testbed's own addresses (10.77.<k>.0/24).
+`--engine vllm`: the registry also holds the REAL vLLM CPU image (built once, minutes), the
+hosts see the tiny model, the inventory runs real vLLM (`device: cpu`; default host profile
+cpu-only: no emulated GPUs, the engines compute on this machine's cores).
 """
 
 from __future__ import annotations
@@ -25,17 +30,19 @@ from tests.testbed.harness import STATE_ROOT, HostSpec, Testbed, TestbedError
 
 def _up(args: argparse.Namespace) -> int:
     specs = []
+    real = args.engine == "vllm"
     for item in args.host or ["decode", "prefill", "ingress"]:
         name, _, profile = item.partition(":")
-        specs.append(HostSpec(name, profile=profile or "rtx6000x2"))
+        specs.append(HostSpec(name, profile=profile or ("cpu-only" if real else "rtx6000x2")))
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        tb = Testbed.start(specs, images_needed=not args.no_images, detached=True)
+        tb = Testbed.start(specs, images_needed=not args.no_images, detached=True,
+                           real_vllm=real)
     except TestbedError as e:
         print(f"testbed: {e}", file=sys.stderr)
         return 1
-    inv = tb.inventory(out / "inventory.yaml")
+    inv = tb.inventory(out / "inventory.yaml", engine=args.engine)
     env = tb.env()
     env["PDT_SSH"] = " ".join(shlex.quote(a) for a in tb.ssh_argv(next(iter(tb.hosts)))[:-1])
     env["PDT_INVENTORY"] = str(inv.resolve())
@@ -46,6 +53,23 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  {h.name:<10} {h.address:<14} {h.profile['profile']:<22} "
               f"root@{h.address} (ssh: $PDT_SSH root@{h.address})")
     print(f"inventory: {inv}\nenv:       {out / 'env'}  (source it)")
+    return 0
+
+
+def _images(args: argparse.Namespace) -> int:
+    """Build (or find cached) every test image, on a throw-away one-host testbed: set-up
+    runs this so that the first test run does not pay for the builds."""
+    import time
+
+    t0 = time.monotonic()
+    try:
+        tb = Testbed.start([HostSpec("builder", profile="cpu-only")], real_vllm=args.real_vllm)
+    except TestbedError as e:
+        print(f"testbed: {e}", file=sys.stderr)
+        return 1
+    tb.stop()
+    print(f"testbed images ready in {time.monotonic() - t0:.0f}s"
+          f"{' (with the real vLLM CPU image and model)' if args.real_vllm else ''}")
     return 0
 
 
@@ -99,15 +123,22 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", default=".testbed")
     up.add_argument("--host", action="append", help="NAME or NAME:PROFILE (repeat)")
     up.add_argument("--no-images", action="store_true", help="skip building/pushing images")
+    up.add_argument("--engine", choices=("standin", "vllm"), default="standin",
+                    help="the engine the inventory runs: the EMULATED stand-in or real vLLM "
+                         "on CPU")
     down = sub.add_parser("down", help="tear a testbed down")
     down.add_argument("--dir", default=".testbed")
     down.add_argument("--k", type=int)
     down.add_argument("--all", action="store_true", help="every testbed on this machine")
     sub.add_parser("status", help="list testbeds on this machine")
+    img = sub.add_parser("images", help="build the test images into the cache (set-up)")
+    img.add_argument("--real-vllm", action="store_true",
+                     help="also the real vLLM CPU image and its tiny model (minutes, once)")
     prof = sub.add_parser("profiles", help="list host profiles")
     prof.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    return {"up": _up, "down": _down, "status": _status, "profiles": _profiles}[args.cmd](args)
+    return {"up": _up, "down": _down, "status": _status, "profiles": _profiles,
+            "images": _images}[args.cmd](args)
 
 
 if __name__ == "__main__":

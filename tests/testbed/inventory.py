@@ -6,10 +6,18 @@ the testbed's key and known_hosts (strict checking stays on); ulimits lowered to
 machine allows (memlock 8 MiB, nofile 20000: see the recipe's CAP_SYS_RESOURCE note);
 requirements.min_free_disk_gb lowered (the machine's disk is shared by all test hosts).
 `overrides` is deep-merged last, so a test can set anything (or break anything).
+
+engine="standin" (default: the EMULATED engine with its fault knobs, for the older tests) or
+engine="vllm": the REAL vLLM CPU engine (`device: cpu`, tb.cpu_image, the tiny model at its
+local path tb.cpu_model, float32, a 1 GiB KV cache per engine, one core per engine: prefill
+engines from core 0 up, decode engines from the last core down, so that the two tiers of
+one testbed, which share this machine's cores, do not share one), with timeouts for engines
+that take 50-200 s to start on 2 cores. The testbed must be started with real_vllm=True.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +29,42 @@ if TYPE_CHECKING:
     from tests.testbed.harness import Testbed
 
 TEST_MODEL = "Qwen/Qwen3-0.6B"
+REAL_SERVED_NAME = "tiny-llama"
+REAL_TIER_ARGS = ("--max-model-len", "8192", "--enforce-eager")  # real_engine_settings: why
+# Engines of one testbed share this machine's cores; 2 here. A tier's engines per host.
+REAL_CORES = os.cpu_count() or 2
+
+
+def real_engine_settings(tb: Testbed, engines_per_host: int = 1) -> dict[str, Any]:
+    """The inventory keys that make the engines real vLLM on CPU (see the module doc)."""
+    n = engines_per_host
+    prefill = [[i % REAL_CORES] for i in range(n)]
+    decode = [[(REAL_CORES - 1 - i) % REAL_CORES] for i in range(n)]
+    # float32 is pdboot's `device: cpu` default (README). --enforce-eager: the test image has
+    # no C++ compiler, and torch.compile on CPU (inductor) needs one ("InvalidCxxCompiler: No
+    # working C++ compiler found"); eager also starts faster on 2 cores. 8192 tokens: pdboot's
+    # KV speed prompt (900 words) is ~5000 tokens with the tiny model's small vocabulary.
+    tier: dict[str, Any] = {"extra_args": list(REAL_TIER_ARGS)}
+    if n > 1:
+        tier["engines_per_host"] = n
+    return {
+        "model": str(tb.cpu_model),
+        "served_model_name": REAL_SERVED_NAME,
+        "image": tb.cpu_image,
+        "device": "cpu",
+        "cpu": {"kv_cache_gib": 1},
+        "prefill": {**tier, "cpus": prefill if n > 1 else prefill[0]},
+        "decode": {**tier, "cpus": decode if n > 1 else decode[0]},
+        "kv_transfer": {"rdma": "off"},  # KV over UCX/TCP: no RDMA NIC in a cpu-only host
+        "timeouts": {"ready_seconds": 420, "router_ready_seconds": 120, "pull_seconds": 600,
+                     "poll_interval_seconds": 0.5},
+    }
 
 
 def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL,
                    decode: list[str] | None = None, prefill: list[str] | None = None,
-                   router: str | None = None,
+                   router: str | None = None, engine: str = "standin",
+                   engines_per_host: int = 1,
                    overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     names = list(tb.hosts)
     decode = decode or (["decode"] if "decode" in tb.hosts else names[:1])
@@ -51,6 +90,10 @@ def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL
         "timeouts": {"ready_seconds": 120, "router_ready_seconds": 60, "pull_seconds": 300,
                      "poll_interval_seconds": 0.2},
     }
+    if engine == "vllm":
+        inv = deep_merge(inv, real_engine_settings(tb, engines_per_host))
+    elif engine != "standin":
+        raise ValueError(f"engine must be 'standin' or 'vllm', not {engine!r}")
     return deep_merge(inv, overrides or {})
 
 

@@ -192,18 +192,19 @@ def test_help_summaries_are_whole_sentences_and_flags_show_no_type() -> None:
 
 
 def test_version_imports_no_command_dependencies() -> None:
-    """`pdboot --version` loads typer and nothing a command needs (rich, pydantic, yaml, the
-    SSH and Docker libraries, pdboot's core): each command imports only what it uses."""
+    """`pdboot --version` loads nothing a command needs (typer and click, rich, pydantic, yaml,
+    the SSH and Docker libraries, pdboot's core): each command imports only what it uses."""
     import subprocess
     import sys
 
     probe = (
         "import sys\n"
-        "from pdboot.cli import main\n"
+        "from pdboot.entry import main\n"
         "sys.argv = ['pdboot', '--version']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = ('rich', 'pydantic', 'yaml', 'fabric', 'paramiko', 'docker',\n"
-        "         'pdboot.inventory', 'pdboot.plan', 'pdboot.preflight', 'pdboot.deploy')\n"
+        "heavy = ('typer', 'click', 'rich', 'pydantic', 'yaml', 'fabric', 'paramiko', 'docker',\n"
+        "         'pdboot.cli', 'pdboot.inventory', 'pdboot.plan', 'pdboot.preflight',\n"
+        "         'pdboot.deploy')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy\n"
         "             or any(m.startswith(h + '.') for h in heavy)))\n"
     )

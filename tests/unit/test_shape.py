@@ -142,3 +142,10 @@ def test_readme_lists_every_module() -> None:
     modules = {m for m in MODULES if not m.endswith("__init__.py") or has_code(m)}
     listed = _readme_modules()
     assert sorted(modules - listed) == [] and sorted(listed - modules) == []
+
+
+def test_test_files_have_unique_basenames() -> None:
+    """pytest's default (rootdir) import mode refuses a second test module of the same basename
+    at collection, which a run of one directory does not show; the whole suite would stop."""
+    names = [p.name for p in (PKG.parent / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -507,7 +507,7 @@ def test_unknown_option_is_refused_as_vllm_does() -> None:
     r = subprocess.run([sys.executable, str(STANDIN), "serve", "org/m", "--kv-rank", "0"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
-    assert "vllm serve: error: unrecognized arguments: --kv-rank 0" in r.stderr
+    assert "vllm: error: unrecognized arguments: --kv-rank 0" in r.stderr
 
 
 def test_exports_only_real_vllm_names_besides_its_private_prefix(engines: Any) -> None:

