@@ -306,7 +306,7 @@ def up(
     ] = False,
     rollback: Annotated[
         bool,
-        typer.Option("--rollback", help="On failure remove what was started (default: keep it)."),
+        typer.Option("--rollback", help="On failure remove what was started (no roll)."),
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
     no_wait: NoWaitOpt = False,

@@ -249,7 +249,8 @@ class _Up(ChangeSteps):
         self.check_image()
         self.ship()
         observed = self.observe()
-        if self.live and self.opts.rolling:
+        # --rollback asks for all or nothing; a roll that fails keeps the old engines serving
+        if self.live and self.opts.rolling and not self.opts.rollback:
             self.roll(observed)
         else:
             self.recreate(observed)

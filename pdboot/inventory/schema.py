@@ -19,6 +19,7 @@ from pdboot.inventory.safety import (
     check_address,
     check_env_name,
     check_extra_args,
+    check_index_groups,
     check_reference,
     check_safe_path,
     check_safe_token,
@@ -187,16 +188,13 @@ class Tier(Strict):
         cls, v: Literal["all"] | list[int] | list[list[int]]
     ) -> Literal["all"] | list[int] | list[list[int]]:
         if isinstance(v, list):
-            if not v:
-                raise ValueError("list of GPU indices must not be empty (or use 'all')")
-            groups = [g if isinstance(g, list) else [g] for g in v]
-            if isinstance(v[0], list) and any(not g for g in groups):
-                raise ValueError("a GPU group must not be empty")
-            flat = [i for g in groups for i in g]
-            if len(set(flat)) != len(flat):
-                raise ValueError("GPU indices must be distinct")
-            if any(i < 0 or i > MAX_GPU_INDEX for i in flat):
-                raise ValueError(f"GPU indices must be 0..{MAX_GPU_INDEX}")
+            check_index_groups(
+                v,
+                empty="list of GPU indices must not be empty (or use 'all')",
+                group="GPU group",
+                ids="GPU indices",
+                top=MAX_GPU_INDEX,
+            )
         return v
 
 
