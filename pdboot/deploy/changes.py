@@ -8,8 +8,9 @@ from pdboot.deploy.rollout import emit_plan
 from pdboot.deploy.seams import OP_DEADLINE, HostsFactory, recorded_findings, report_errors
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.rules import live_workers
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.build import build_plan, live_workers
+from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
 from pdboot.plan.model import Plan
 from pdboot.plan.rolling import RollPlan, plan_roll

@@ -61,8 +61,9 @@ from pdboot.events import (
     WaitTick,
 )
 from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.rules import live_workers
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.build import build_plan, live_workers
+from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, orphans
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
 from pdboot.preflight import image_probe

@@ -371,3 +371,14 @@ _ROUTER_MANAGED_FLAGS = {
     "--enable-igw": "from router.live_workers",
     "--policy": "the decode tier's policy (router.live_workers routes both tiers with one)",
 }
+
+
+def live_workers(inv: Inventory) -> bool:
+    """Does `up` register the workers at runtime (router.live_workers)? Not with DP-aware
+    routing: its rank expansion was tried only with the static lists. Not with
+    `secrets.api_key` either: tried with vllm-router 0.1.17 and workers that refuse requests
+    without the key, an IGW-mode router asks a registered worker's /v1/models without
+    OPENAI_API_KEY (401: "Failed to discover model", model_id "unknown") and then sends the
+    completions without any Authorization header, so every request fails with 401; the
+    static lists send OPENAI_API_KEY (tests/e2e/test_api_key_secrets.py)."""
+    return inv.router.live_workers and not inv.router.dp_aware and inv.secrets.api_key is None

@@ -22,6 +22,7 @@ from pdboot.inventory.rules import (
     deployment_hosts,
     engine_uses_secrets,
     kv_buffer_device,
+    live_workers,
     router_uses_secrets,
 )
 from pdboot.inventory.schema import LOCAL, Inventory, Tier, tier_policy
@@ -318,17 +319,6 @@ def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
         "--balance-abs-threshold",
         str(r.balance_abs_threshold),
     ]
-
-
-def live_workers(inv: Inventory) -> bool:
-    """Does `up` register the workers at runtime (router.live_workers)? Not with DP-aware
-    routing: its rank expansion was tried only with the static lists. Not with
-    `secrets.api_key` either: tried with vllm-router 0.1.17 and workers that refuse requests
-    without the key, an IGW-mode router asks a registered worker's /v1/models without
-    OPENAI_API_KEY (401: "Failed to discover model", model_id "unknown") and then sends the
-    completions without any Authorization header, so every request fails with 401; the
-    static lists send OPENAI_API_KEY (tests/e2e/test_api_key_secrets.py)."""
-    return inv.router.live_workers and not inv.router.dp_aware and inv.secrets.api_key is None
 
 
 # The router flags that list its workers. With live workers the router ignores them (IGW mode

@@ -18,8 +18,9 @@ import yaml
 from vllm_router.launch_router import parse_router_args
 
 from pdboot.inventory.load import load_inventory, parse_inventory
+from pdboot.inventory.rules import live_workers
 from pdboot.inventory.schema import Inventory, tier_policy
-from pdboot.plan.build import build_plan, live_workers
+from pdboot.plan.build import build_plan
 from pdboot.plan.model import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,

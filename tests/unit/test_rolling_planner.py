@@ -294,7 +294,7 @@ def test_an_engine_that_does_not_answer_has_nothing_in_flight() -> None:
 def test_an_api_key_keeps_the_static_worker_lists() -> None:
     """An IGW-mode router 0.1.17 forwards no Authorization header to workers it could not
     ask for their model (401 without the key): with secrets.api_key, static lists."""
-    from pdboot.plan.build import live_workers
+    from pdboot.inventory.rules import live_workers
 
     base = INV % ("v0.33.0", "p1", "d1", "")
     assert live_workers(parse_inventory(base))
