@@ -31,7 +31,6 @@ from pdboot.transport.hosts import open_hosts, register_inventory_secrets
 from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose as diagnose_logs
 from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
-from pdboot.weights.engine_args import revision_of
 from pdboot.weights.stage import as_recorded
 
 
@@ -217,7 +216,7 @@ def _report(
 ) -> int:
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
-    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, revision_of(plan)))
+    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, plan.revision))
     no_logs = ("absent", "unreachable")
     sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
     if sick and diagnose:  # known causes in the logs of what runs but is not healthy

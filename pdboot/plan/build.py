@@ -45,7 +45,7 @@ from pdboot.plan.model import (
     url_host,
 )
 from pdboot.plan.render import service_definition
-from pdboot.weights.engine_args import engine_hub_env, revision_args
+from pdboot.weights.engine_args import engine_hub_env, revision_args, revision_of
 
 
 def project_name(inv: Inventory) -> str:
@@ -489,4 +489,5 @@ def build_plan(
         unresolved=tuple(unresolved(inv, gpu_counts)),
         device=inv.device,
         kv_cache_gib=inv.cpu.kv_cache_gib if inv.device == "cpu" else 0,
+        revision=revision_of(inv.model, inv.model_revision),
     )

@@ -159,6 +159,7 @@ class Plan:
     unresolved: tuple[str, ...] = ()
     device: str = "cuda"  # the inventory's: cuda, or cpu (render writes its notes)
     kv_cache_gib: int = 0  # device: cpu: VLLM_CPU_KVCACHE_SPACE of each engine
+    revision: str = ""  # the --revision pdboot gives the engines ("": vLLM's default branch)
 
     @property
     def endpoint(self) -> str:

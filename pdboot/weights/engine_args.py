@@ -7,7 +7,6 @@ the host's cache, so the engine starts with HF_HUB_OFFLINE=1 and never asks the 
 from __future__ import annotations
 
 from pdboot.inventory.schema import Weights
-from pdboot.plan.model import Plan
 from pdboot.weights.hub import is_commit, is_hub_model
 
 
@@ -17,13 +16,11 @@ def revision_args(model: str, revision: str) -> list[str]:
     return ["--revision", revision, "--tokenizer-revision", revision]
 
 
-def revision_of(plan: Plan) -> str:
-    """The --revision the plan's engines get ("" when none: vLLM's default branch)."""
-    for s in plan.services():
-        args = list(s.command)
-        if s.role != "router" and "--revision" in args[:-1]:
-            return args[args.index("--revision") + 1]
-    return ""
+def revision_of(model: str, revision: str) -> str:
+    """The --revision pdboot gives the engines ("" when none: vLLM's default branch). Not
+    read back from the commands: a tier's extra_args may carry its own --revision."""
+    args = revision_args(model, revision)
+    return args[1] if args else ""
 
 
 def engine_hub_env(model: str, revision: str, weights: Weights) -> dict[str, str]:

@@ -14,7 +14,7 @@ from pdboot.preflight.checks import weights as wchecks
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.host import DiskFacts, HostSysFacts, Mount
 from pdboot.transport.http import HttpAnswer
-from pdboot.weights.engine_args import engine_hub_env, revision_args, revision_of
+from pdboot.weights.engine_args import engine_hub_env, revision_args
 from pdboot.weights.hub import (
     HubProblem,
     Resolution,
@@ -244,8 +244,18 @@ def test_a_pinned_inventory_gives_every_engine_the_commit_offline() -> None:
         assert args[args.index("--tokenizer-revision") + 1] == C1
         env = dict(s.environment)
         assert env["HF_HUB_OFFLINE"] == "1" and env["HF_ENDPOINT"]
-    assert revision_of(plan) == C1
-    assert revision_of(build_plan(inv)) == ""  # unpinned main: vLLM's own default, no flag
+    assert plan.revision == C1
+    assert build_plan(inv).revision == ""  # unpinned main: vLLM's own default, no flag
+
+
+def test_a_tiers_own_revision_flag_is_not_reported_as_the_commit() -> None:
+    # the api-key e2e passes a secret as the decode's --revision; status printed it as the commit
+    inv = parse_inventory(INV)
+    own = inv.model_copy(
+        update={"decode": inv.decode.model_copy(update={"extra_args": ["--revision", "x"]})}
+    )
+    assert build_plan(own).revision == ""
+    assert build_plan(pinned_inventory(own, C1)).revision == C1
 
 
 def test_engine_args_for_paths_branches_and_no_staging() -> None:
