@@ -23,7 +23,6 @@ from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 if TYPE_CHECKING:  # each command imports what it uses: `pdboot --version` loads none of it
     from rich.console import Console
 
-    from pdboot.deploy.seams import PreflightFn, PreflightOutcome
     from pdboot.events import Emit, Event
     from pdboot.inventory.schema import Inventory
 
@@ -267,26 +266,20 @@ def _views(events: str | None) -> Iterator[tuple[Emit, Console]]:
             stream.close()
 
 
-def _preflight_gate(console: Console) -> PreflightFn:
-    """The preflight `up` runs first: the full preflight, printed compactly (a line per
-    host, then every failure and warning with its fix), with its RDMA findings."""
-
-    def gate(inv: Inventory, accept_new_host_keys: bool) -> PreflightOutcome:
-        from pdboot.deploy.seams import PreflightOutcome
-        from pdboot.preflight import run as pf  # heavy: only when `up` runs it
-        from pdboot.preflight.findings import from_preflight
-        from pdboot.views import preflight as report
-
-        result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
-        report.print_compact(result, console)
-        return PreflightOutcome(result.ok, from_preflight(result))
-
-    return gate
-
-
 PLAN_HELP = "Show each step of the change (capacity, endpoint up); change nothing. Exit 1: changes."
 NO_ROLL = "Recreate every changed engine at once (and the router when its workers change)."
 YES_HELP = "Accept the outage of a tier that cannot roll."
+REFRESH_HELP = "Move to the commit model_revision names now (default: the staged one)."
+RefreshOpt = Annotated[bool, typer.Option("--refresh-weights", help=REFRESH_HELP)]
+
+
+@command
+def stage(inventory: InventoryArg, refresh: RefreshOpt = False, events: EventsOpt = None) -> None:
+    """Fetch the model's pinned commit into each engine host's HF cache; start nothing."""
+    from pdboot.weights.command import stage as stage_weights
+
+    with _views(events) as (emit, _):
+        raise typer.Exit(stage_weights(_load(inventory), emit, refresh=refresh))
 
 
 @command
@@ -298,7 +291,7 @@ def up(
     ] = False,
     rollback: Annotated[
         bool,
-        typer.Option("--rollback", help="On failure remove what was started (default: keep it)."),
+        typer.Option("--rollback", help="On failure remove what was started (no roll)."),
     ] = False,
     accept_new_host_keys: AcceptNewOpt = False,
     no_wait: NoWaitOpt = False,
@@ -314,6 +307,7 @@ def up(
     plan_only: Annotated[bool, typer.Option("--plan", metavar="", help=PLAN_HELP)] = False,
     no_rolling: Annotated[bool, typer.Option("--no-rolling", metavar="", help=NO_ROLL)] = False,
     yes: Annotated[bool, typer.Option("--yes", metavar="", help=YES_HELP)] = False,
+    refresh_weights: RefreshOpt = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
     answers are right (correctness gate); measure the KV path; print the endpoint. On a
@@ -332,9 +326,12 @@ def up(
         rolling=not no_rolling,
         plan_only=plan_only,
         yes=yes,
+        refresh_weights=refresh_weights,
     )
     with _views(events) as (emit, console):
-        gate = _preflight_gate(console)
+        from pdboot.views.preflight import up_gate
+
+        gate = up_gate(console)
         code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
 

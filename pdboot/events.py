@@ -59,6 +59,36 @@ class PullDone(Event):
 
 
 @dataclass(frozen=True)
+class WeightsPinned(Event):
+    """The one commit every engine loads (pdboot/weights/pin.py chose it)."""
+
+    kind: ClassVar[str] = "weights_pinned"
+    model: str
+    revision: str  # as the inventory asks it
+    commit: str
+    bytes: int  # the commit's files, as the hub lists them
+
+
+@dataclass(frozen=True)
+class WeightsProgress(Event):
+    kind: ClassVar[str] = "weights_progress"
+    host: str
+    done: int  # bytes of the commit's files on the host's disk
+    total: int
+
+
+@dataclass(frozen=True)
+class WeightsDone(Event):
+    kind: ClassVar[str] = "weights_done"
+    host: str
+    commit: str
+    cached: bool  # True: the host's cache already held every file (nothing fetched)
+    bytes: int
+    seconds: float
+    client: str = ""  # huggingface_hub's version in the engine image
+
+
+@dataclass(frozen=True)
 class ServiceAction(Event):
     """What converge decided for one service (or an orphan to remove)."""
 
@@ -285,6 +315,7 @@ class StatusReport(Event):
     services: tuple[Any, ...]  # status.ServiceStatus rows
     pd: Any = None  # pdstatus.PDStatus: per-engine P/D metrics, spread, flags (None: not read)
     watch: Any = None  # watch_verdicts.WatchVerdicts: the last verdict per pair (None: no watch)
+    revision: str = ""  # the --revision every engine is planned with ("": vLLM's default)
 
 
 @dataclass(frozen=True)

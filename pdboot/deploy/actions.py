@@ -6,7 +6,7 @@ per host and returns the hosts that failed (host -> message); `up` decides what 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from pdboot.deploy.seams import OP_DEADLINE, report_errors
@@ -19,19 +19,28 @@ from pdboot.plan.watch import WATCH_INVENTORY, watch_inventory_text
 from pdboot.preflight.findings import RECORD_FILE
 from pdboot.transport.docker_parse import PullProgress as EnginePull
 from pdboot.transport.hosts import Hosts, Link
+from pdboot.weights.stage import in_thread
 
 Errors = dict[str, str]
 
 
 def pull_all(
-    hosts: Hosts, wanted: Mapping[str, Sequence[str]], emit: Emit, deadline: float
+    hosts: Hosts,
+    wanted: Mapping[str, Sequence[str]],
+    emit: Emit,
+    deadline: float,
+    then: tuple[str, Callable[[str, Link], None]] | None = None,
 ) -> Errors:
     """Every host pulls its images (``wanted``: host -> images), streaming progress. Hosts
     not in ``wanted`` (in no tier any more; `up` visits them for what is left there) pull
-    nothing."""
+    nothing. ``then`` (image, fn): that image first, then fn(host, link) in a thread while
+    the host's other images pull (the weights staging, which runs in the engine image); its
+    failure is the host's."""
 
     def pull_host(host: str, link: Link) -> None:
-        for img in wanted[host]:
+        after = None
+        first = then[0] if then is not None else None
+        for img in sorted(wanted[host], key=lambda i: i != first):
             done = [0]
             t0 = time.monotonic()
 
@@ -42,6 +51,10 @@ def pull_all(
             r = link.engine.pull(img, on_progress)
             took = time.monotonic() - t0
             emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
+            if then is not None and img == first:
+                after = in_thread(lambda: then[1](host, link))
+        if after is not None:
+            after()
 
     return hosts.each(pull_host, deadline, only=list(wanted))[1]
 
@@ -53,6 +66,7 @@ def ship_all(
     secrets: str | None,
     records: Mapping[str, str],
     inv: Inventory | None = None,
+    extra_files: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Errors:
     """compose.yaml (the plan rendered, a pure function of it) to every host; the secrets file
     only where a service uses secrets; the preflight record where there is one; the inventory
@@ -65,7 +79,8 @@ def ship_all(
         extra = {RECORD_FILE: records[host]} if host in records else {}
         if watch_inventory is not None and plan.watch is not None and plan.watch.host == host:
             extra[WATCH_INVENTORY] = watch_inventory
-        link.engine.ship(project_dir, texts[host], secrets if needs else None, extra)
+        extra.update((extra_files or {}).get(host, {}))  # e.g. the weights pin
+        link.engine.ship(project_dir, texts[host], secrets if needs else None, extra or None)
 
     return hosts.each(ship_host, OP_DEADLINE, only=list(plan.hosts))[1]
 

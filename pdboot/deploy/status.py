@@ -32,6 +32,7 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose as diagnose_logs
 from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
 from pdboot.verify.watch_verdicts import WatchVerdicts, read_verdicts
+from pdboot.weights.stage import as_recorded
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ def collect(
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
         # the plan from that record, not from the declared devices alone
         findings = recorded_findings(inv, hosts)
+        inv, _ = as_recorded(inv, hosts)  # the commit `up` pinned the engines to
         plan = plan_from(inv, findings)
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
@@ -226,7 +228,8 @@ def _report(
 ) -> int:
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
-    emit(StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, watch))
+    report = StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, watch)
+    emit(replace(report, revision=plan.revision))
     no_logs = ("absent", "unreachable")
     sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
     if sick and diagnose:  # known causes in the logs of what runs but is not healthy

@@ -20,6 +20,7 @@ import contextlib
 import json
 import shlex
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pdboot.deploy.actions import pull_all, ship_all, start_all, watch_held_back
 from pdboot.deploy.changes import add_former_hosts, plan_only
@@ -87,6 +88,7 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
+from pdboot.weights.stage import pin_weights
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
@@ -194,6 +196,13 @@ def _on_hosts(
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
+    pinned = pin_weights(inv, hosts, env.fetch, env.token, emit, opts.refresh_weights)
+    if pinned is None:
+        return EXIT_FAILED
+    inv, env = pinned.inventory, replace(env, weights=pinned)  # model_revision: the commit
+    if pinned.moved and opts.rolling:  # one commit on both tiers, at every moment
+        emit(Note("a new weights commit is not rolled: the changed engines restart at once"))
+        opts = replace(opts, rolling=False)
     plan = plan_from(inv, findings)
     if plan.unresolved:
         for line in plan.unresolved:
@@ -236,7 +245,8 @@ class _Up(ChangeSteps):
         observed = self.observe()
         watch = [s for st in plan_up(self.plan, observed) for s in st if s.service.role == "watch"]
         watch = watch_held_back(self.hosts, watch, self.emit)
-        if self.live and self.opts.rolling:
+        # --rollback asks for all or nothing; a roll that fails keeps the old engines serving
+        if self.live and self.opts.rolling and not self.opts.rollback:
             self.roll(observed)
         else:
             self.recreate(observed)
@@ -257,7 +267,8 @@ class _Up(ChangeSteps):
         self.emit(
             StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
         )
-        errors = pull_all(self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds)
+        stage = self.env.weights.after_pull(self.env.token, self.emit)  # the engine image's
+        errors = pull_all(self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds, stage)
         if errors:
             report_errors(self.emit, "pull failed on", errors)
             raise _Stop
@@ -282,7 +293,8 @@ class _Up(ChangeSteps):
         self.emit(StageStarted("ship"))
         token = self.env.token
         secrets = secrets_env(token) if token is not None else None
-        errors = ship_all(self.hosts, self.plan, self.dir, secrets, self.records, self.inv)
+        pins = self.env.weights.pin_files()
+        errors = ship_all(self.hosts, self.plan, self.dir, secrets, self.records, self.inv, pins)
         if errors:
             report_errors(self.emit, "cannot ship the compose project to", errors)
             raise _Stop

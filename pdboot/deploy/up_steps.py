@@ -21,6 +21,7 @@ from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_
 from pdboot.plan.model import Plan, Service
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
+from pdboot.weights.stage import NOTHING_STAGED, Staging
 
 # asked with the outages in words before a tier that cannot roll goes down; True: go on
 Confirm = Callable[[list[str]], bool]
@@ -41,6 +42,7 @@ class UpOptions:
     rolling: bool = True  # False (--no-rolling): the recreate path, every change at once
     plan_only: bool = False  # --plan: print the steps, change nothing; exit 1 when any
     yes: bool = False  # --yes: accept the outage of a tier that cannot roll
+    refresh_weights: bool = False  # move to the commit model_revision names now (weights/pin.py)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class UpEnv:
     fetch: HttpFn
     token: dict[str, str] | None
     confirm: Confirm | None = None
+    weights: Staging = NOTHING_STAGED  # the commit the engines load, staged during the pull
 
 
 class ChangeSteps:

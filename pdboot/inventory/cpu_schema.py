@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from pdboot.inventory.safety import check_index_groups
 from pdboot.inventory.strict import Strict
 
 MAX_CPU_INDEX = 4095  # the kernel's default NR_CPUS ceiling on x86_64 distributions
@@ -20,16 +21,13 @@ def cores_distinct(v: CpuCores | None) -> CpuCores | None:
     """A tier's `cpus`: not empty, no empty list, no core twice, ids in range."""
     if v is None:
         return v
-    if not v:
-        raise ValueError("list of CPU cores must not be empty (or leave cpus out)")
-    groups = [g if isinstance(g, list) else [g] for g in v]
-    if isinstance(v[0], list) and any(not g for g in groups):
-        raise ValueError("a core list must not be empty")
-    flat = [i for g in groups for i in g]
-    if len(set(flat)) != len(flat):
-        raise ValueError("CPU core ids must be distinct")
-    if any(i < 0 or i > MAX_CPU_INDEX for i in flat):
-        raise ValueError(f"CPU core ids must be 0..{MAX_CPU_INDEX}")
+    check_index_groups(
+        v,
+        empty="list of CPU cores must not be empty (or leave cpus out)",
+        group="core list",
+        ids="CPU core ids",
+        top=MAX_CPU_INDEX,
+    )
     return v
 
 

@@ -320,6 +320,7 @@ __all__ = [
     "check_address",
     "check_env_name",
     "check_extra_args",
+    "check_index_groups",
     "check_reference",
     "check_safe_path",
     "check_safe_token",
@@ -330,3 +331,21 @@ __all__ = [
     "looks_random",
     "secret_env_name",
 ]
+
+
+def check_index_groups(
+    v: list[int] | list[list[int]], *, empty: str, group: str, ids: str, top: int
+) -> None:
+    """A flat list of indices, or one list per engine (GPU groups, CPU cores): not empty, no
+    empty group, no index twice, each in 0..top. ``empty``: the whole message for an empty
+    list; ``group`` and ``ids`` name the parts in the other messages."""
+    if not v:
+        raise ValueError(empty)
+    groups = [g if isinstance(g, list) else [g] for g in v]
+    if isinstance(v[0], list) and any(not g for g in groups):
+        raise ValueError(f"a {group} must not be empty")
+    flat = [i for g in groups for i in g]
+    if len(set(flat)) != len(flat):
+        raise ValueError(f"{ids} must be distinct")
+    if any(i < 0 or i > top for i in flat):
+        raise ValueError(f"{ids} must be 0..{top}")

@@ -19,6 +19,7 @@ from pdboot.inventory.safety import (
     check_address,
     check_env_name,
     check_extra_args,
+    check_index_groups,
     check_reference,
     check_safe_path,
     check_safe_token,
@@ -188,16 +189,13 @@ class Tier(Strict):
         cls, v: Literal["all"] | list[int] | list[list[int]]
     ) -> Literal["all"] | list[int] | list[list[int]]:
         if isinstance(v, list):
-            if not v:
-                raise ValueError("list of GPU indices must not be empty (or use 'all')")
-            groups = [g if isinstance(g, list) else [g] for g in v]
-            if isinstance(v[0], list) and any(not g for g in groups):
-                raise ValueError("a GPU group must not be empty")
-            flat = [i for g in groups for i in g]
-            if len(set(flat)) != len(flat):
-                raise ValueError("GPU indices must be distinct")
-            if any(i < 0 or i > MAX_GPU_INDEX for i in flat):
-                raise ValueError(f"GPU indices must be 0..{MAX_GPU_INDEX}")
+            check_index_groups(
+                v,
+                empty="list of GPU indices must not be empty (or use 'all')",
+                group="GPU group",
+                ids="GPU indices",
+                top=MAX_GPU_INDEX,
+            )
         return v
 
 
@@ -379,6 +377,22 @@ class Requirements(Strict):
         return v
 
 
+_REVISION_RE = r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}"  # a branch, tag or commit (no "..")
+
+
+class Weights(Strict):
+    """How the model's files reach the engine hosts (pdboot/weights/): staged once per host
+    at the pinned commit before any engine starts (stage), or fetched by each engine itself
+    at start-up (stage: false, vLLM's own download). seed first_host: download on the
+    first engine host only and copy from it to the others over the hosts' own network."""
+
+    stage: bool = True
+    seed: Literal["none", "first_host"] = "none"
+    seed_port: int = Field(default=8765, ge=1024, le=65535)  # the first host serves here
+    # the hub (or a mirror); None: $HF_ENDPOINT on the operator's machine, else huggingface.co
+    endpoint: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9.:\[\]_-]+(/\S*)?$")
+
+
 class Timeouts(Strict):
     ready_seconds: float = Field(default=1200.0, ge=1, le=MAX_READY_SECONDS)  # loads take minutes
     router_ready_seconds: float = Field(default=120.0, ge=1, le=DAY)
@@ -406,6 +420,9 @@ class Inventory(Strict):
     requirements: Requirements = Requirements()
     timeouts: Timeouts = Timeouts()
     watch: Watch | None = None  # None: no watch section (`pdboot watch` uses the defaults)
+    # a branch, tag or commit of a hub model; pdboot pins it to one commit (pdboot/weights/)
+    model_revision: str = Field(default="main", pattern=f"^{_REVISION_RE}$")
+    weights: Weights = Weights()
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host
     # Where the engines compute, for both tiers (vLLM packs KV blocks differently on CPU,
     # so a CPU tier cannot feed a GPU one): cuda, or cpu to rehearse on CPU machines.

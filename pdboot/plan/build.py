@@ -46,6 +46,7 @@ from pdboot.plan.model import (
 )
 from pdboot.plan.render import service_definition
 from pdboot.plan.watch import watch_service
+from pdboot.weights.engine_args import engine_hub_env, revision_args, revision_of
 
 
 def project_name(inv: Inventory) -> str:
@@ -200,6 +201,7 @@ def _engine_command(inv: Inventory, e: EngineSpec) -> list[str]:
         "--kv-transfer-config",
         json.dumps(kv_transfer_config(inv, e.role), separators=(",", ":"), sort_keys=True),
         *_dp_args(inv, e),
+        *revision_args(inv.model, inv.model_revision),
         *_cpu_args(inv, tier.extra_args),
         *tier.extra_args,
     ]
@@ -250,6 +252,7 @@ def _engine(
         if inv.device == "cpu":  # no GPUs to be near
             nic = "RDMA auto: needs preflight's facts"
     env.update(ucx)
+    env.update(engine_hub_env(inv.model, inv.model_revision, inv.weights))
     env.update(tier.env)
     dp = _dp_fields(inv, e)
     return Service(
@@ -490,4 +493,5 @@ def build_plan(
         device=inv.device,
         kv_cache_gib=inv.cpu.kv_cache_gib if inv.device == "cpu" else 0,
         watch=watch,
+        revision=revision_of(inv.model, inv.model_revision),
     )

@@ -167,6 +167,7 @@ class Plan:
     device: str = "cuda"  # the inventory's: cuda, or cpu (render writes its notes)
     kv_cache_gib: int = 0  # device: cpu: VLLM_CPU_KVCACHE_SPACE of each engine
     watch: Service | None = None  # `pdboot watch` as a service beside the router (watch.image)
+    revision: str = ""  # the --revision pdboot gives the engines ("": vLLM's default branch)
 
     @property
     def endpoint(self) -> str:

@@ -4,6 +4,8 @@ With live workers (router.live_workers) the router stays up and the engine set c
 it, one worker at a time, so each tier keeps N-1 engines serving:
 1. add: every new engine (a host added to a tier) starts, and is registered once healthy
    (surge: capacity only grows). A first `up` is this step alone: every engine together.
+   A new engine on a host that an engine leaves (replaced or removed) is added last instead,
+   after that engine has gone: it may be given that engine's GPUs or ports.
 2. remove: engines no longer in the inventory are deregistered, drained, then stopped (after
    the adds, so a replaced host's successor serves before it leaves).
 3. replace, prefill first: an engine whose configuration changed is deregistered, drained and
@@ -191,28 +193,31 @@ def plan_roll(
     by_key = {s.service.key: s for s in restarts}
     engines = [by_key.get(s.service.key, s) for s in engines]
     notes: list[str] = []
-    _adds(b, [s for s in engines if s.kind == "create"])
+    new = [s for s in engines if s.kind == "create"]
+    # A new engine on a host where an engine is replaced or removed starts after that one:
+    # the old container may hold the GPUs or ports the new one is given (GPUs regrouped, an
+    # engine moving tiers on its host). Only an engine on a host with nothing leaving surges.
+    busy = {s.service.host for s in engines if s.kind == "recreate"} | {o.host for o in gone}
+    _adds(b, [s for s in new if s.service.host not in busy])
     _removals(b, gone)
     for tier in TIERS:
         changed = [s for s in engines if s.service.role == tier and s.kind == "recreate"]
         for unit in _units(changed):
             _replace(b, tier, unit, notes)
+    _adds(b, [s for s in new if s.service.host in busy], after="the engines leaving its host")
     _router_steps(b, router)
     return RollPlan(tuple(b.out), True, tuple(notes), was_up)
 
 
-def _adds(b: _Builder, new: list[Step]) -> None:
+def _adds(b: _Builder, new: list[Step], after: str = "") -> None:
     if not new:
         return
-    b.add(
-        "add",
-        "engines",
-        new,
-        (),
-        "start, then register once healthy (surge)",
-        "not running",
-        dict(b.serving),
+    how = (
+        f"start after {after}, then register once healthy"
+        if after
+        else ("start, then register once healthy (surge)")
     )
+    b.add("add", "engines", new, (), how, "not running", dict(b.serving))
     for t in TIERS:
         units = {
             _unit_key(s.service) for s in new if s.service.role == t and not s.service.headless

@@ -22,6 +22,7 @@ from pdboot.preflight.checks import (
     Probe,
     size_bytes,
 )
+from pdboot.weights.hub import WeightsAsk, hub_endpoint
 
 
 def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:
@@ -109,6 +110,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
                 ports.append((s.metrics_port, f"{s.role} metrics"))
         rpc_ports, rpc_probes = _dp_rpc(inv, name)
         ports += rpc_ports
+        ports += seed_ports(inv, name)
         try:
             shm = size_bytes(inv.container.shm_size)
         except ParseError:
@@ -136,6 +138,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             cpu_kv_gib=inv.cpu.kv_cache_gib,
             ucx_tls=kv.ucx.tls,
             deployment=inv.name,
+            weights=weights_ask(inv, name),
         )
     return out
 
@@ -159,3 +162,25 @@ def _peer_addresses(inv: Inventory, name: str) -> list[str]:
         inv.decode.hosts if name in inv.prefill.hosts else []
     )
     return [advertised_address(inv.hosts[p]) for p in dict.fromkeys(peers) if p != name]
+
+
+def seed_ports(inv: Inventory, host: str) -> list[tuple[int, str]]:
+    """weights.seed first_host: the first engine host serves the weights on seed_port."""
+    engine_hosts = list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
+    if inv.weights.seed != "first_host" or len(engine_hosts) < 2 or host != engine_hosts[0]:
+        return []
+    return [(inv.weights.seed_port, "weights seed server")]
+
+
+def weights_ask(inv: Inventory, host: str) -> WeightsAsk | None:
+    """What an engine host's weights checks ask (the hub's answer is added later)."""
+    engine_hosts = list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
+    if host not in engine_hosts:
+        return None
+    return WeightsAsk(
+        model=inv.model,
+        revision=inv.model_revision,
+        endpoint=hub_endpoint(inv.weights.endpoint),
+        stage=inv.weights.stage,
+        report_lookup=host == engine_hosts[0],
+    )

@@ -41,12 +41,25 @@ from pdboot.preflight.checks import owners as owners_checks
 from pdboot.preflight.checks import rdma as rdma_checks
 from pdboot.preflight.checks import route as route_checks
 from pdboot.preflight.checks import topo as topo_checks
+from pdboot.preflight.checks import weights as weights_checks
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.contexts import contexts
 from pdboot.preflight.findings import from_preflight, plan_from
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.fanout import Outcome, fan_out
+from pdboot.transport.hosts import SecretError, read_hf_token
+from pdboot.transport.http import http
+from pdboot.transport.masking import register_secret
 from pdboot.transport.ssh import connect, effective_ssh
+from pdboot.weights.hub import (
+    RESOLVE_TIMEOUT,
+    HubProblem,
+    Resolution,
+    hub_endpoint,
+    is_hub_model,
+    resolve,
+)
+from pdboot.weights.local import Listing
 
 T = TypeVar("T")
 
@@ -73,6 +86,7 @@ DOMAINS: tuple[tuple[str, Area], ...] = (
     ("host", host_checks),
     ("network", network_checks),
     ("model", model_checks),
+    ("weights", weights_checks),
 )
 
 
@@ -189,6 +203,7 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
         network=parse("network", network_checks.parse),
         model=parse("model", model_checks.parse),
         topo=parse("topo", topo_checks.parse),
+        weights=parse("weights", weights_checks.parse),
         owners=parse("host", owners_checks.parse),
     )
 
@@ -412,13 +427,16 @@ def run_preflight(
 
     settings = [effective_ssh(inv.ssh, inv.hosts[n]) for n in ctxs]
     deadline = max(s.connect_timeout + s.command_timeout for s in settings) + 10
+    hub = HubLookup(inv, selection.area_wanted("weights"))
     outcomes = fan_out(ctxs, one, deadline)
     looked = lookups.wait()
+    hub_answer = hub.wait()
     if any(lk.tls_failed for lk in looked.values()):
         lookups.retry_insecure(
             insecure_registries([oc.value[0] for oc in outcomes.values() if oc.value])
         )
         looked = dict(lookups.results)
+    ctxs = {n: with_hub_answer(c, hub_answer) for n, c in ctxs.items()}
     reports, read = read_reports(outcomes, ctxs, looked)
     judge_reports(inv, reports, read, looked, selection)
     if selection.area_wanted("network") and "network.clock" not in selection.skip:
@@ -428,4 +446,54 @@ def run_preflight(
         ).items():
             if selection.keep(res):
                 reports[n].checks.append(res)
+    if selection.area_wanted("weights"):
+        for n, res in weights_checks.sameness(local_listings(reports)).items():
+            if selection.keep(res):
+                reports[n].checks.append(res)
     return PreflightResult(reports)
+
+
+# --------------------------------------------------------------------------- weights
+
+
+class HubLookup:
+    """The revision API, asked once from here while the hosts run their scripts."""
+
+    def __init__(self, inv: Inventory, wanted: bool) -> None:
+        self.answer: Resolution | HubProblem | None = None
+        self.thread: threading.Thread | None = None
+        if wanted and is_hub_model(inv.model) and inv.weights.stage:
+            self.thread = threading.Thread(
+                target=self._ask, args=(inv,), daemon=True, name="pdboot-hub"
+            )
+            self.thread.start()
+
+    def _ask(self, inv: Inventory) -> None:
+        try:
+            token = read_hf_token(inv.secrets.hf_token)
+        except SecretError as e:
+            self.answer = HubProblem("auth", f"secrets.hf_token: {e}", "fix the reference")
+            return
+        if token:
+            register_secret(token)
+        endpoint = hub_endpoint(inv.weights.endpoint)
+        self.answer = resolve(http, endpoint, inv.model, inv.model_revision, token)
+
+    def wait(self) -> Resolution | HubProblem | None:
+        if self.thread is not None:
+            self.thread.join(RESOLVE_TIMEOUT + 5)
+        return self.answer
+
+
+def with_hub_answer(ctx: HostContext, answer: Resolution | HubProblem | None) -> HostContext:
+    if ctx.weights is None:
+        return ctx
+    return dataclasses.replace(ctx, weights=dataclasses.replace(ctx.weights, lookup=answer))
+
+
+def local_listings(reports: Mapping[str, HostReport]) -> dict[str, Listing]:
+    return {
+        n: r.facts.weights.listing
+        for n, r in reports.items()
+        if r.facts.weights is not None and r.facts.weights.listing is not None
+    }

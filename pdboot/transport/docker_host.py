@@ -9,6 +9,7 @@ Parsing of what the engine returns lives in ``docker_parse``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import posixpath
 import shlex
@@ -281,6 +282,50 @@ class Engine:
         except RemoteError as e:
             raise EngineError(self.host, f"cannot run {shlex.join(argv[:3])}: {e.message}") from e
         return res.rc, mask(res.stdout + res.stderr)
+
+    def run_streamed(
+        self,
+        name: str,
+        image: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        binds: Sequence[str],
+        on_line: Callable[[str], None],
+    ) -> int:
+        """A one-shot container (host network, no GPU) whose output lines are handed to
+        ``on_line`` (masked) as they come; returns its exit code and removes it. A container
+        left by an interrupted earlier run under the same name is removed first."""
+        api = self.api
+        with contextlib.suppress(docker.errors.NotFound):
+            api.remove_container(name, force=True)
+        try:
+            hc = api.create_host_config(binds=list(binds), network_mode="host")
+            c = api.create_container(
+                image,
+                command=list(argv[1:]),
+                entrypoint=[argv[0]],
+                environment=dict(env),
+                host_config=hc,
+                name=name,
+                labels={"pdboot.oneshot": name},
+            )
+            api.start(c["Id"])
+            buf = ""
+            for chunk in api.logs(c["Id"], stdout=True, stderr=True, stream=True, follow=True):
+                buf += chunk.decode(errors="replace") if isinstance(chunk, bytes) else str(chunk)
+                *lines, buf = buf.replace("\r", "\n").split("\n")
+                for line in lines:
+                    on_line(mask(line))
+            if buf:
+                on_line(mask(buf))
+            return int(api.wait(c["Id"])["StatusCode"])
+        except EngineError:
+            raise
+        except Exception as e:
+            raise self._err(f"cannot run {name}: {_short(e)}") from e
+        finally:
+            with contextlib.suppress(Exception):
+                api.remove_container(name, force=True)
 
     def read_file(self, path: str) -> str | None:
         """A small file's text, or None when it is not there (or unreadable)."""

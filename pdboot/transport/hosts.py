@@ -163,6 +163,16 @@ class EngineOps(Protocol):
 
     def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]: ...
 
+    def run_streamed(
+        self,
+        name: str,
+        image: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        binds: Sequence[str],
+        on_line: Callable[[str], None],
+    ) -> int: ...
+
     def remove_project_dir(self, project_dir: str) -> None: ...
 
     def remove_image(self, image: str) -> bool: ...

@@ -13,6 +13,9 @@ if TYPE_CHECKING:  # rich loads with the tables: `preflight --json` prints witho
     from rich.console import Console
     from rich.table import Table
 
+    from pdboot.deploy.seams import PreflightFn, PreflightOutcome
+    from pdboot.inventory.schema import Inventory
+
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
@@ -140,3 +143,19 @@ def print_compact(result: PreflightResult, console: Console) -> None:
 
 def to_json(result: PreflightResult) -> str:
     return json.dumps(result.as_json(), indent=2)
+
+
+def up_gate(console: Console) -> PreflightFn:
+    """The preflight `up` runs first: the full preflight, printed compactly (a line per
+    host, then every failure and warning with its fix), with its RDMA findings."""
+
+    def gate(inv: Inventory, accept_new_host_keys: bool) -> PreflightOutcome:
+        from pdboot.deploy.seams import PreflightOutcome
+        from pdboot.preflight.findings import from_preflight
+        from pdboot.preflight.run import run_preflight
+
+        result = run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
+        print_compact(result, console)
+        return PreflightOutcome(result.ok, from_preflight(result))
+
+    return gate

@@ -25,6 +25,12 @@ def print_status(out: Console, report: StatusReport) -> None:
     out.print(status_table(rows, report.deployment, out.width))
     for line in nic_lines(rows) + core_lines(rows) + rank_lines(rows):
         out.print(line, highlight=False, markup=False)
+    if report.revision:
+        out.print(
+            f"weights: {report.deployment} engines load commit {report.revision}",
+            highlight=False,
+            markup=False,
+        )
     out.print("healthy" if report.healthy else "[red]not healthy[/red]")
     if pd is not None and pd.engines:
         print_pd(out, pd)

@@ -36,6 +36,11 @@ ACTION_STYLE = {"unchanged": "dim", "create": "green", "recreate": "yellow", "re
 LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "red"}
 
 
+# the pull's progress display stays up through these (weights stage during the pull)
+PULL_STAGE_EVENTS = (ev.PullProgress, ev.PullDone, ev.WeightsProgress, ev.WeightsDone)
+WEIGHTS_TASK = "\0weights"  # a task key no image reference can be
+
+
 class TerminalView:
     def __init__(self, console: Console) -> None:
         self.out = console
@@ -49,6 +54,9 @@ class TerminalView:
             ev.PreflightDone: self._preflight,
             ev.PullProgress: self._pull_progress,
             ev.PullDone: self._pull_done,
+            ev.WeightsPinned: self._weights_pinned,
+            ev.WeightsProgress: self._weights_progress,
+            ev.WeightsDone: self._weights_done,
             ev.ServiceAction: self._action,
             ev.WaitTick: self._tick,
             ev.ServiceReady: self._ready,
@@ -76,7 +84,7 @@ class TerminalView:
 
     def __call__(self, event: ev.Event) -> None:
         with self._lock:
-            if not isinstance(event, (ev.PullProgress, ev.PullDone)):
+            if not isinstance(event, PULL_STAGE_EVENTS):
                 self._stop_progress()
             if not isinstance(event, (ev.WaitTick, ev.ServiceReady)):
                 self._stop_live()
@@ -161,6 +169,29 @@ class TerminalView:
                 line = line[:-1] + f", {e.digest[:19]})"
         else:
             line = f"{e.host}: {e.image} already present ({(e.digest or '')[:19]})"
+        console = self._progress.console if self._progress is not None else self.out
+        console.print(line, soft_wrap=True, highlight=False)
+
+    # ---- weights (staged while the images pull: their bars share the pull's display)
+
+    def _weights_pinned(self, e: ev.WeightsPinned) -> None:
+        asked = "" if e.revision == e.commit else f" ({e.revision})"
+        self._print(f"weights: {e.model} at commit {e.commit}{asked}, {decimal(e.bytes)}")
+
+    def _weights_progress(self, e: ev.WeightsProgress) -> None:
+        if self._progress is None:
+            return
+        key = (e.host, WEIGHTS_TASK)
+        if key not in self._tasks:
+            self._tasks[key] = self._progress.add_task(f"{e.host}: weights", total=None, note="")
+        self._progress.update(self._tasks[key], completed=e.done, total=e.total or None)
+
+    def _weights_done(self, e: ev.WeightsDone) -> None:
+        task = self._tasks.get((e.host, WEIGHTS_TASK))
+        if self._progress is not None and task is not None:
+            self._progress.update(task, visible=False)
+        how = "already in the HF cache" if e.cached else f"fetched in {e.seconds:.1f}s"
+        line = f"{e.host}: weights {e.commit[:12]} {how} ({decimal(e.bytes)})"
         console = self._progress.console if self._progress is not None else self.out
         console.print(line, soft_wrap=True, highlight=False)
 

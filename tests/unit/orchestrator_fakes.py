@@ -40,6 +40,7 @@ prefill: {hosts: [p1]}
 decode: {hosts: [d1]%s}
 router: {host: r}
 timeouts: {ready_seconds: 60, router_ready_seconds: 30, poll_interval_seconds: 0.5}
+weights: {stage: false}  # test_weights_pin_and_verdicts.py and tests/e2e/test_weights_staged_once_per_host.py cover staging
 """
 
 # the daemon's own events for one small layer (docker pull ... stream=True, decode=True)

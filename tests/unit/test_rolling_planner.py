@@ -302,3 +302,17 @@ def test_an_api_key_keeps_the_static_worker_lists() -> None:
     assert not live_workers(keyed)
     router = next(s for s in build_plan(keyed).services() if s.role == "router")
     assert "--enable-igw" not in router.command
+
+
+def test_a_new_engine_on_a_host_another_engine_leaves_starts_after_it_left() -> None:
+    """d2 moves from decode to prefill: the new prefill@d2 may be given the GPUs and ports the
+    old decode@d2 holds, so it is added after that decode is drained and stopped; a new engine
+    on a host with nothing leaving (d3) still surges first."""
+    r = roll(plan(prefill="p1, d2", decode="d1, d3"), running(plan(prefill="p1", decode="d1, d2")))
+    acts = [(s.action, s.keys) for s in r.steps]
+    assert acts[0] == ("add", ("decode@d3",))
+    assert ("add", ("prefill@d2",)) in acts
+    gone = next(i for i, s in enumerate(r.steps) if "decode@d2" in [o.key for o in s.drains])
+    assert acts.index(("add", ("prefill@d2",))) > gone
+    late = r.steps[acts.index(("add", ("prefill@d2",)))]
+    assert late.how.startswith("start after the engines leaving its host")

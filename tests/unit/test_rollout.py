@@ -31,6 +31,7 @@ decode: {hosts: [%s]}
 router: {host: r}
 timeouts: {ready_seconds: 60, router_ready_seconds: 30, poll_interval_seconds: 0.5,
            drain_seconds: 20}
+weights: {stage: false}  # staging: test_weights_pin_and_verdicts.py, e2e test_weights_staged_once_per_host.py
 """
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
 

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pdboot.inventory.schema import Requirements, Tier, TierName
 from pdboot.preflight.registry import Lookup
+from pdboot.weights.hub import WeightsAsk
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.owners import Fate
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
-AREAS = ("ssh", "gpu", "cpu", "docker", "rdma", "host", "network", "model")
+AREAS = ("ssh", "gpu", "cpu", "docker", "rdma", "host", "network", "model", "weights")
 
 # A hung nvidia-smi (a GPU fallen off the bus) must not hold the whole batch.
 SECTION_TIMEOUT_S = 20
@@ -128,6 +129,7 @@ class HostContext:
     image_size_bytes: int = 20 << 30  # a vLLM CUDA image unpacks to roughly 20 GB
     image_lookup: Lookup | None = None  # the image's config from its registry (preflight)
     peers: tuple[str, ...] = ()  # the other tier's engine hosts' addresses (network.ucx_iface)
+    weights: WeightsAsk | None = None  # the model's files (checks/weights.py)
     device: str = "cuda"  # the inventory's: cuda, or cpu
     cpu_engines: tuple[CpuNeed, ...] = ()  # device: cpu: the engines here
     cpu_kv_gib: int = 0  # device: cpu: each engine's KV cache

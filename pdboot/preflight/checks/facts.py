@@ -21,6 +21,7 @@ from pdboot.preflight.checks.owners import OwnerFacts
 from pdboot.preflight.checks.rdma import RdmaFacts
 from pdboot.preflight.checks.route import RouteFacts
 from pdboot.preflight.checks.topo import TopoFacts
+from pdboot.preflight.checks.weights import WeightsFacts
 
 
 @dataclass(frozen=True)
@@ -34,5 +35,6 @@ class HostFacts:
     network: NetworkFacts | None = None
     model: ModelAreaFacts | None = None
     topo: TopoFacts | None = None  # nvidia-smi topo -m (GPU <-> NIC distances)
+    weights: WeightsFacts | None = None  # hub reach, a local model path's listing
     cpu: CpuFacts | None = None  # device: cpu hosts (lscpu, /proc/cpuinfo, free)
     owners: OwnerFacts | None = None  # this deployment's containers, and each pid's container

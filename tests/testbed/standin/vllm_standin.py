@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import dp  # data parallelism (head, headless followers, ranks): dp.py beside this file
+import weights  # the model's files from the HF cache / hub: weights.py beside this file
 
 VERSION = "0.33.0"
 PID = os.getpid()
@@ -1156,6 +1157,7 @@ def main(argv: list[str]) -> None:
     if os.environ.get("STANDIN_NEVER_HEALTHY", "").lower() not in ENV_FALSE:
         while True:  # stuck loading: the port stays bound but refuses connections
             time.sleep(3600)
+    weights.load(args, log, die)  # the files, when a hub is in play (weights.py)
     load_model(args, float(os.environ.get("STANDIN_LOAD_SECONDS", "1")), t0,
                lambda: crash(crash_kind, args.model) if crashing else None)
     if conn in NIXL_CONNECTORS:
