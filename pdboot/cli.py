@@ -18,6 +18,16 @@ import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from pdboot import __version__
+from pdboot.cli_options import (
+    NO_ROLL,
+    PLAN_HELP,
+    YES_HELP,
+    AcceptNewOpt,
+    EventsOpt,
+    InventoryArg,
+    NoWaitOpt,
+    RefreshOpt,
+)
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:  # each command imports what it uses: `pdboot --version` loads none of it
@@ -81,11 +91,6 @@ def command(fn: Callable[..., None]) -> Callable[..., None]:
     doc = inspect.getdoc(fn) or ""
     paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
     return app.command(help="\n\n".join(paragraphs), cls=_Command)(fn)
-
-
-InventoryArg = Annotated[
-    Path, typer.Argument(help="The inventory YAML file.", metavar="INVENTORY", show_default=False)
-]
 
 
 def _load(path: Path) -> Inventory:
@@ -171,24 +176,6 @@ def render(
     print_written(_stdout(), [out_dir / name / "compose.yaml" for name in texts], summary)
 
 
-AcceptNewOpt = Annotated[
-    bool,
-    typer.Option(
-        "--accept-new-host-keys",
-        metavar="",
-        help="Record unknown SSH host keys (like OpenSSH accept-new); changed keys still fail.",
-    ),
-]
-NoWaitOpt = Annotated[
-    bool,
-    typer.Option(
-        "--no-wait",
-        metavar="",
-        help="If another run holds this deployment's lock, exit 1 at once instead of waiting.",
-    ),
-]
-
-
 @command
 def preflight(
     inventory: InventoryArg,
@@ -228,17 +215,6 @@ def preflight(
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
 
 
-EventsOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--events",
-        help="Also write one JSON object per event to FILE ('-': stdout; the display then "
-        "goes to stderr).",
-        metavar="FILE",
-    ),
-]
-
-
 @contextmanager
 def _views(events: str | None) -> Iterator[tuple[Emit, Console]]:
     """The terminal view (on stderr when the events go to stdout) plus, with --events,
@@ -266,20 +242,23 @@ def _views(events: str | None) -> Iterator[tuple[Emit, Console]]:
             stream.close()
 
 
-PLAN_HELP = "Show each step of the change (capacity, endpoint up); change nothing. Exit 1: changes."
-NO_ROLL = "Recreate every changed engine at once (and the router when its workers change)."
-YES_HELP = "Accept the outage of a tier that cannot roll."
-REFRESH_HELP = "Move to the commit model_revision names now (default: the staged one)."
-RefreshOpt = Annotated[bool, typer.Option("--refresh-weights", help=REFRESH_HELP)]
-
-
 @command
-def stage(inventory: InventoryArg, refresh: RefreshOpt = False, events: EventsOpt = None) -> None:
+def stage(
+    inventory: InventoryArg,
+    refresh: RefreshOpt = False,
+    accept_new_host_keys: AcceptNewOpt = False,
+    no_wait: NoWaitOpt = False,
+    events: EventsOpt = None,
+) -> None:
     """Fetch the model's pinned commit into each engine host's HF cache; start nothing."""
     from pdboot.weights.command import stage as stage_weights
 
+    inv = _load(inventory)
     with _views(events) as (emit, _):
-        raise typer.Exit(stage_weights(_load(inventory), emit, refresh=refresh))
+        code = stage_weights(
+            inv, emit, refresh=refresh, accept_new_host_keys=accept_new_host_keys, no_wait=no_wait
+        )
+        raise typer.Exit(code)
 
 
 @command

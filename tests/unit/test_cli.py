@@ -213,3 +213,13 @@ def test_version_imports_no_command_dependencies() -> None:
         cwd=ROOT,
     )
     assert proc.stdout.splitlines() == [f"pdboot {__version__}", "[]"], proc.stdout
+
+
+@pytest.mark.parametrize("name", ["stage", "up", "down"])
+def test_commands_that_take_the_lock_offer_new_host_keys_and_no_wait(name: str) -> None:
+    # each opens SSH to hosts an operator may not have met yet, and may wait on the lock
+    import typer.main
+
+    cmd = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    opts = {o for p in cmd.params for o in p.opts}
+    assert {"--accept-new-host-keys", "--no-wait", "--events"} <= opts
