@@ -16,6 +16,7 @@ from pdboot.plan.model import Plan
 from pdboot.plan.rolling import RollPlan, plan_roll
 from pdboot.preflight.findings import plan_from
 from pdboot.transport.hosts import Hosts
+from pdboot.weights.stage import as_recorded
 
 
 def roll_plan(
@@ -49,6 +50,9 @@ def plan_only(
         if hosts.errors:
             report_errors(emit, "cannot reach", hosts.errors)
             return EXIT_USAGE
+        inv, commit = as_recorded(inv, hosts)  # the commit `up` pinned: no hub request
+        if commit:
+            emit(Note(f"weights: {inv.model} at commit {commit} (pinned by an earlier up)"))
         plan = plan_from(inv, recorded_findings(inv, hosts))
         values, errors = hosts.each(
             lambda _h, link: link.engine.containers(plan.deployment), OP_DEADLINE

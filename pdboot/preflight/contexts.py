@@ -130,7 +130,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             rdma_mode=kv.rdma,
             rdma_devices=tuple(inv.hosts[name].rdma_devices),
             ucx_net_devices=kv.ucx.net_devices,
-            probes=tuple(_probes(inv, plan, roles) + rpc_probes),
+            probes=tuple(_probes(inv, plan, roles) + rpc_probes + seed_probes(inv, name)),
             peers=tuple(_peer_addresses(inv, name)),
             tiers=tuple((t, tier) for t, tier in inv.tiers() if name in tier.hosts),
             device=inv.device,
@@ -164,12 +164,28 @@ def _peer_addresses(inv: Inventory, name: str) -> list[str]:
     return [advertised_address(inv.hosts[p]) for p in dict.fromkeys(peers) if p != name]
 
 
-def seed_ports(inv: Inventory, host: str) -> list[tuple[int, str]]:
-    """weights.seed first_host: the first engine host serves the weights on seed_port."""
+def _seed_host(inv: Inventory) -> str | None:
+    """weights.seed first_host: the engine host that serves the weights to the others."""
     engine_hosts = list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
-    if inv.weights.seed != "first_host" or len(engine_hosts) < 2 or host != engine_hosts[0]:
+    if inv.weights.seed != "first_host" or len(engine_hosts) < 2:
+        return None
+    return engine_hosts[0]
+
+
+def seed_ports(inv: Inventory, host: str) -> list[tuple[int, str]]:
+    """The first engine host serves the weights on seed_port: free there."""
+    if host != _seed_host(inv):
         return []
     return [(inv.weights.seed_port, "weights seed server")]
+
+
+def seed_probes(inv: Inventory, host: str) -> list[Probe]:
+    """Every other engine host fetches the weights from the first one's seed_port."""
+    first = _seed_host(inv)
+    if first is None or host == first or host not in inv.prefill.hosts + inv.decode.hosts:
+        return []
+    address = advertised_address(inv.hosts[first])
+    return [Probe("network.seed", first, address, inv.weights.seed_port, "weights seed server")]
 
 
 def weights_ask(inv: Inventory, host: str) -> WeightsAsk | None:

@@ -204,9 +204,11 @@ def test_a_moved_branch_changes_nothing_until_asked(tb: Testbed, tmp_path: Path)
     assert new != old
     before = hub.downloads(tb.hub_log)
     ev_file = tmp_path / "events.jsonl"
-    # --skip-preflight: preflight's port check counts the running engines as taken
-    res = pdboot("up", str(inv), "--no-speed", "--skip-preflight", "--events", str(ev_file),
-                 timeout=600)
+    plan = pdboot("up", str(inv), "--plan")  # from the recorded pin: no change, no hub request
+    assert plan.returncode == 0, out(plan)[-4000:]
+    assert f"at commit {old} (pinned by an earlier up)" in out(plan), out(plan)
+    # with preflight, as operators re-run it: the engines' own ports are not "taken"
+    res = pdboot("up", str(inv), "--no-speed", "--events", str(ev_file), timeout=600)
     text = out(res)
     assert res.returncode == 0, text[-6000:]
     assert f"now points at {new[:12]}" in text and f"stays on {old[:12]}" in text, text
@@ -215,8 +217,7 @@ def test_a_moved_branch_changes_nothing_until_asked(tb: Testbed, tmp_path: Path)
     assert hub.downloads(tb.hub_log) == before  # not one file fetched
     for d in engines(tb, "pdw"):  # both tiers still on the old commit
         assert d["Args"][d["Args"].index("--revision") + 1] == old
-    res = pdboot("up", str(inv), "--no-speed", "--skip-preflight", "--refresh-weights",
-                 timeout=600)
+    res = pdboot("up", str(inv), "--no-speed", "--refresh-weights", timeout=600)
     assert res.returncode == 0, out(res)[-6000:]
     docs = engines(tb, "pdw")
     assert {d["Args"][d["Args"].index("--revision") + 1] for d in docs} == {new}

@@ -320,6 +320,24 @@ def test_the_seed_port_is_checked_on_the_first_engine_host_only() -> None:
     assert seed_ports(parse_inventory(INV), "p1") == []
 
 
+def test_every_other_engine_host_probes_the_seed_port() -> None:
+    from pdboot.preflight.contexts import contexts
+    from pdboot.preflight.checks import MISSING
+    from pdboot.preflight.checks.network import ProbeFact, _probe
+
+    inv = parse_inventory(INV + "weights: {seed: first_host, seed_port: 9100}\n")
+    ctxs = contexts(inv)
+    seeds = {h: [p for p in c.probes if p.check_id == "network.seed"] for h, c in ctxs.items()}
+    assert seeds["p1"] == []  # the first engine host serves
+    (probe,) = seeds["d1"]
+    assert (probe.target, probe.port) == ("p1", 9100)
+    assert probe.address == inv.hosts["p1"].address
+    failed = _probe(ctxs["d1"], ProbeFact(probe, MISSING, "timeout", "no answer within 3s"))
+    assert failed.status == "fail" and "weights.seed: none" in failed.fix
+    no_seed = contexts(parse_inventory(INV))
+    assert not [p for c in no_seed.values() for p in c.probes if p.check_id == "network.seed"]
+
+
 def test_only_leaving_a_recorded_commit_counts_as_moved() -> None:
     assert choose({"a": pin(C1)}, "org/m", "main", C2, refresh=True).moved
     assert not choose({"a": pin(C2)}, "org/m", "main", C2, refresh=True).moved

@@ -2,6 +2,7 @@
 
 - decode -> each prefill host's NIXL side channel (decode pulls KV from prefill);
 - the router host -> each engine's HTTP port;
+- each engine host -> the first one's weights seed port (weights.seed: first_host);
 - each host's clock (compared across hosts by the orchestrator).
 
 At preflight time nothing listens yet, so a TCP connect answered with "refused" proves
@@ -147,12 +148,16 @@ def _probe(ctx: HostContext, pf: ProbeFact) -> CheckResult:
         "fail",
         f"{where}: {pf.detail}",
         f"open TCP {p.port} from {ctx.name} to {p.address} (firewall, routing); "
-        + (
-            "vLLM's data-parallel handshake needs it (and the head's other ports, chosen at start)"
-            if p.check_id == "network.dp_rpc"
-            else "NIXL and the router need it"
-        ),
+        + _NEEDS.get(p.check_id, "NIXL and the router need it"),
     )
+
+
+_NEEDS = {
+    "network.dp_rpc": "vLLM's data-parallel handshake needs it (and the head's other ports, "
+    "chosen at start)",
+    "network.seed": "the engine hosts fetch the weights from the first one over it "
+    "(weights.seed: first_host); or set weights.seed: none to fetch each from the hub",
+}
 
 
 def evaluate_clocks(offsets: Mapping[str, float], max_skew: float) -> dict[str, CheckResult]:
