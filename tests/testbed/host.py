@@ -199,8 +199,13 @@ class Host:
         down on the bridge side); ``restore_link`` plugs it back in."""
         set_link(self.veth, up=False)
 
-    def restore_link(self) -> None:
+    def restore_link(self, wait_s: float = 15.0) -> None:
+        """Plugged back in and reachable: a connect right after the veth comes up can still
+        fail with "No route to host" (the neighbour entry the cut left FAILED; seen in a
+        lock test that connected at once), so this returns when sshd answers again."""
         set_link(self.veth, up=True)
+        if wait_s > 0 and "sshd" in self.procs:
+            self.wait_sshd(time.monotonic() + wait_s)
 
     def wait_sshd(self, deadline: float) -> None:
         while True:
