@@ -33,6 +33,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.testbed)
 
 
+
 def _require_testbed() -> None:
     why = can_run()
     if why is None:
@@ -40,6 +41,27 @@ def _require_testbed() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"the testbed cannot start under CI: {why}", pytrace=False)
     pytest.skip(f"testbed unavailable: {why}")
+
+
+def aiperf_for_tests() -> list[str]:
+    """How tests start AIPerf: PDBOOT_AIPERF, one on PATH, or the virtualenv .ci/setup makes in
+    the testbed cache. Missing: a failure under CI, else a skip."""
+    from pdboot.bench.run import aiperf_command
+    from tests.testbed.images import CACHE_DIR
+
+    cmd = aiperf_command()
+    if cmd is not None:
+        return cmd
+    venv = CACHE_DIR / f"aiperf-{AIPERF_VERSION}"
+    if (venv / ".done").exists():
+        return [str(venv / "bin" / "aiperf")]
+    why = f"AIPerf {AIPERF_VERSION} not installed (make setup puts it in {venv})"
+    if os.environ.get("CI") == "true":
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why)
+
+
+AIPERF_VERSION = "0.13.0"  # pyproject's bench extra and .ci/setup's (a unit test checks)
 
 
 @contextmanager

@@ -158,3 +158,16 @@ def test_cli_without_aiperf_says_how_to_install(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(bench, "aiperf_command", lambda: None)
     r = CliRunner().invoke(app, ["bench", str(INVENTORIES / "1p1d.yaml"), "--tokenizer", "/t"])
     assert r.exit_code == 2 and "pdboot[bench]" in r.output
+
+
+def test_one_aiperf_version_for_the_extra_setup_and_tests() -> None:
+    # the captures under fixtures/aiperf-0.13.0 are that version's files: all three must agree
+    import re
+
+    from tests.conftest import AIPERF_VERSION
+
+    root = Path(__file__).parents[2]
+    extra = re.search(r'bench = \["aiperf==([\d.]+)"\]', (root / "pyproject.toml").read_text())
+    setup = re.search(r"^AIPERF_VERSION=([\d.]+)$", (root / ".ci/setup").read_text(), re.M)
+    assert extra and setup
+    assert extra.group(1) == setup.group(1) == AIPERF_VERSION == FIX.name.split("-")[1]

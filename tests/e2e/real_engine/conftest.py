@@ -66,8 +66,10 @@ def real_deployment(real_tb: Testbed) -> Iterator[Deployed]:
         real_tb.reset()
 
 
-def pdboot(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200", TERM="dumb")
+def pdboot(
+    *args: str, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="200", TERM="dumb", **(env or {}))
     return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT, env=env)
 

@@ -8,13 +8,16 @@ state), down. One deployment for the module; the tests run in file order on it.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pdboot.verify.loadphase import phase_of_line
+from tests.conftest import aiperf_for_tests
 from tests.e2e.real_engine.conftest import (
     SHARED,
     Deployed,
@@ -118,6 +121,40 @@ def test_up_again_changes_nothing(deployed: Deployed) -> None:
     after = {r: container(tb, h, NAME, r) for h, r in
              (("prefill", "prefill"), ("decode", "decode"), ("ingress", "router"))}
     assert after == before
+
+
+def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    """`pdboot bench` as an operator runs it: the real AIPerf (no torch: the tiny model's own
+    tokenizer directory), P/D through the real router against the decode engine alone. The
+    figures mean little on 2 cores; the run, AIPerf's files as pdboot reads them and the
+    KV path under load are what is checked."""
+    aiperf = aiperf_for_tests()
+    m = f"{deployed.decode}/metrics"
+    pulls = metric(m, "vllm:nixl_xfer_time_seconds_count")
+    env = {"PDBOOT_AIPERF": aiperf[0]}
+    res = pdboot("bench", str(deployed.inv), "--tokenizer", str(deployed.tb.cpu_model),
+                 "--concurrency", "2", "--isl", "48", "--osl", "6", "--requests", "6",
+                 "--out-dir", str(tmp_path), env=env, timeout=600)
+    assert res.returncode == 0, output(res)[-6000:]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [r["role"] for r in doc["runs"]] == ["pd", "baseline"], doc["runs"]
+    for run in doc["runs"]:
+        assert run["refused"] is None, run
+        assert run["result"]["ok_requests"] == 6, run["result"]
+        assert run["result"]["output_tokens"] >= 6 * 6 and run["result"]["ttft_ms"]["p50"] > 0
+    # the router's six went P/D: the decode pulled each prompt's KV from the prefill
+    assert metric(m, "vllm:nixl_xfer_time_seconds_count") - pulls >= 6
+    assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0
+    assert "<polyline" in (tmp_path / "chart.svg").read_text()
+    # a target where nothing answers: refused with the reason, exit 1
+    dead = pdboot("bench", str(deployed.inv), "--tokenizer", str(deployed.tb.cpu_model),
+                  "--concurrency", "1", "--requests", "2", "--isl", "16", "--osl", "2",
+                  "--baseline-url", "http://127.0.0.1:9", "--out-dir", str(tmp_path / "bad"),
+                  env=env, timeout=600)
+    assert dead.returncode == 1, output(dead)[-4000:]
+    assert "refused baseline" in output(dead) and "requests failed" in output(dead)
 
 
 def test_prefill_restart_then_decode_restart_keeps_pd(deployed: Deployed) -> None:
