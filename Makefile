@@ -26,8 +26,11 @@ lint: $(SETUP_STAMP)
 	$(PY) -m mypy pdboot
 
 # pytest exit 5 means it collected nothing: that is a failure here, not a pass.
+# Workers: the testbed tests mostly wait (SSH, dockerd, engines), so three share two cores;
+# tests/conftest.py keeps each module, and the real-engine package, on one worker.
+WORKERS ?= 3
 test: lint
-	@rc=0; $(PY) -m pytest -ra || rc=$$?; \
+	@rc=0; $(PY) -m pytest -ra -n $(WORKERS) --dist loadgroup || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 

@@ -27,11 +27,23 @@ _FIXTURES = {"testbed", "testbed_clean", "make_testbed"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # a test that uses a testbed fixture is a testbed test: selectable with -m testbed
     for item in items:
+        # a test that uses a testbed fixture is a testbed test: selectable with -m testbed
         if _FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.testbed)
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
 
+
+def _xdist_group(item: pytest.Item) -> str:
+    """`make test` runs pytest-xdist workers with --dist loadgroup (the stand-in tests mostly
+    wait on SSH, dockerd and engines: 74 % of the CPU idle in one process). A module runs whole
+    on one worker, in file order (its tests share module fixtures and build on each other), and
+    the real-engine package is one group: its package-scoped testbed and shared deployment are
+    started once, and only one worker runs real engines on the 2 cores."""
+    path = item.path.as_posix()
+    if "/tests/e2e/real_engine/" in path:
+        return "real_vllm"
+    return item.nodeid.split("::", 1)[0]
 
 
 def _require_testbed() -> None:

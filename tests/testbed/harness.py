@@ -236,8 +236,9 @@ class Testbed:
         deadline = t0 + START_TIMEOUT
         for mp in GLOBAL_MOUNTPOINTS:
             if not mp.exists():
-                mp.mkdir(parents=True)
-                self.made_mountpoints.append(str(mp))
+                with contextlib.suppress(FileExistsError):  # another testbed, just now
+                    mp.mkdir(parents=True)
+                    self.made_mountpoints.append(str(mp))
         netns.create_bridge(self.k)
         self.forward_rule = netns.add_forward_rule(self.k)
         self._save()
