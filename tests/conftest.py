@@ -26,6 +26,7 @@ SESSION_HOSTS = (HostSpec("decode"), HostSpec("prefill"), HostSpec("ingress"))
 _FIXTURES = {"testbed", "testbed_clean", "make_testbed"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         # a test that uses a testbed fixture is a testbed test: selectable with -m testbed
