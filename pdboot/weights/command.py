@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 
 from pdboot.deploy.actions import pull_all
+from pdboot.deploy.lockguard import under_lock
 from pdboot.deploy.seams import (
     HostsFactory,
     LockFactory,
@@ -43,12 +44,11 @@ def stage(
     if isinstance(held, int) or held is None:
         code = held or EXIT_FAILED
     else:
-        try:
-            code = _stage(inv, emit, refresh, accept_new_host_keys, hosts_factory, fetch)
+        try:  # as `up`: a lost lock stops it with an error (deploy/lockguard.py)
+            code = under_lock(emit, held, inv.router.host, "stage", lambda checked: _stage(
+                inv, checked, refresh, accept_new_host_keys, hosts_factory, fetch))  # fmt: skip
         except KeyboardInterrupt:
             code = EXIT_INTERRUPTED
-        finally:
-            held.release()
     took = time.monotonic() - t0
     emit(Done("stage", code, took, f"staged in {took:.1f}s" if code == EXIT_OK else ""))
     return code

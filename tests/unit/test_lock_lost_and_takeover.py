@@ -155,6 +155,20 @@ def test_down_stops_when_the_lock_is_lost_at_once() -> None:
     assert any("was lost" in n.message for n in rec.of(ev.Note))
 
 
+def test_stage_stops_when_the_lock_is_lost_at_once() -> None:
+    # pdboot stage holds the lock as up does (weights/command.py through deploy/lockguard.py)
+    from pdboot.weights.command import stage
+
+    world = World(inventory())
+    world.lock_lost_at = 0.0
+    rec = Recorder()
+    code = stage(world.inv, rec, hosts_factory=world.hosts, fetch=world.fetch,
+                 lock_factory=world.take_lock)  # fmt: skip
+    assert code == 1
+    assert any("deployment lock on r was lost" in n.message for n in rec.of(ev.Note))
+    assert world.locks == ["take stage", "release stage"]
+
+
 # --------------------------------------------------------------------------- item 2
 
 
