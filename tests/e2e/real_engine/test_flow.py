@@ -172,13 +172,8 @@ def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
     assert total(ds, "vllm:nixl_xfer_time_seconds_count") - pulls >= 6
     assert total(ds, "vllm:nixl_num_failed_transfers_total") == 0
     assert "<polyline" in (tmp_path / "chart.svg").read_text()
-    # a target where nothing answers: refused with the reason, exit 1
-    dead = pdboot("bench", str(deployed.inv), "--tokenizer", str(deployed.tb.cpu_model),
-                  "--concurrency", "1", "--requests", "2", "--isl", "16", "--osl", "2",
-                  "--baseline-url", "http://127.0.0.1:9", "--out-dir", str(tmp_path / "bad"),
-                  env=env, timeout=600)
-    assert dead.returncode == 1, output(dead)[-4000:]
-    assert "refused baseline" in output(dead) and "requests failed" in output(dead)
+    # (a target where nothing answers is refused: tests/unit/test_bench.py, on real AIPerf
+    # 0.13.0's files for it, captured; not run again here to spare the critical path)
 
 
 def test_prefill_restart_then_decode_restart_keeps_pd(deployed: Deployed) -> None:
