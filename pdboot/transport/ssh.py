@@ -200,9 +200,8 @@ class SSHConnection(BaseConnection):
         err: list[bytes] = []
         try:
             chan.exec_command(line)
-            if stdin:
-                chan.sendall(stdin.encode())
-            send_eof(chan)  # so `cat` and friends finish
+            if not stdin or _send_input(chan, stdin.encode()):
+                send_eof(chan)  # so `cat` and friends finish
             while True:
                 while chan.recv_ready():
                     out.append(chan.recv(65536))
@@ -248,6 +247,22 @@ class SSHConnection(BaseConnection):
             self._conn.close()
         except Exception:  # closing a half-open connection must not mask the real error
             log.debug("close of %s failed", self.name, exc_info=True)
+
+
+def _send_input(chan: paramiko.Channel, data: bytes) -> bool:
+    """The command's stdin. A command may exit without reading it (ship's script refusing a
+    project path pdboot did not create, before its `cat`): sshd then closes the channel and
+    paramiko's send raises "Socket is closed", which hid the command's own message (seen in
+    the 128 KiB ship test under load). Its exit status and output still arrive: the read
+    loop takes them; a channel closed with no status is still an error there. False: the
+    channel is closed, so no EOF may follow (send_eof: a late EOF costs the connection)."""
+    try:
+        chan.sendall(data)
+    except OSError:
+        if not chan.closed:
+            raise
+        return False
+    return True
 
 
 def send_eof(chan: paramiko.Channel) -> None:

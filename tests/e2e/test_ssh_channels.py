@@ -80,3 +80,20 @@ def test_short_commands_beside_engine_calls_keep_the_connection(testbed: Any) ->
         assert transport.is_active()
     finally:
         conn.close()
+
+
+def test_a_command_that_exits_without_reading_its_input_keeps_its_answer(testbed: Any) -> None:
+    """A refusal before the script reads its stdin (ship's script on a project path pdboot did
+    not create): 8 MiB of input fill the channel's window, the command exits, sshd closes the
+    channel and paramiko's send fails ("Socket is closed"). The command's exit status and
+    message must come back, and the connection stay usable (no late EOF)."""
+    tb = testbed
+    ssh = SSHSettings(user="root", identity_file=str(tb.identity_file),
+                      known_hosts=str(tb.known_hosts), use_ssh_config=False, connect_timeout=5)
+    conn = connect("ingress", Host(address=tb.hosts["ingress"].address), ssh)
+    try:
+        res = conn.run("echo refused, not reading >&2; exit 3", timeout=60, stdin="x" * (8 << 20))
+        assert res.rc == 3 and "refused, not reading" in res.stderr, res
+        assert conn.run(["echo", "still here"], timeout=30).stdout.strip() == "still here"
+    finally:
+        conn.close()
