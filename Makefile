@@ -26,9 +26,11 @@ lint: $(SETUP_STAMP)
 	$(PY) -m mypy pdboot
 
 # pytest exit 5 means it collected nothing: that is a failure here, not a pass.
-# Workers: the testbed tests mostly wait (SSH, dockerd, engines), so three share two cores;
-# tests/conftest.py keeps each module, and the real-engine package, on one worker.
-WORKERS ?= 3
+# Workers: the testbed tests mostly wait (SSH, dockerd, engines), so two share two cores;
+# tests/conftest.py keeps each module, and the real-engine package, on one worker. Three
+# were no faster (the real-engine package is the critical path either way) and loaded the
+# machine to where a testbed host's image pull was killed mid-layer in one run.
+WORKERS ?= 2
 test: lint
 	@rc=0; $(PY) -m pytest -ra -n $(WORKERS) --dist loadgroup || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
