@@ -251,12 +251,17 @@ class Head:
             time.sleep(0.05)
 
     def pick(self, header: str | None) -> int:
-        if header is not None:
-            return int(header)
+        """The rank for a request, counted in flight at once (under the same lock: two
+        requests picking together must not both see the same rank idle)."""
         with self.lock:
-            low = min(self.inflight.values())
-            tied = [r for r, n in sorted(self.inflight.items()) if n == low]
-            return tied[next(self.turn) % len(tied)]
+            if header is not None:
+                rank = int(header)
+            else:
+                low = min(self.inflight.values())
+                tied = [r for r, n in sorted(self.inflight.items()) if n == low]
+                rank = tied[next(self.turn) % len(tied)]
+            self.inflight[rank] += 1
+            return rank
 
 
 HEAD: Head | None = None
@@ -307,8 +312,6 @@ def routed(handler: Any) -> Iterator[bool]:
     if header is not None:  # a stand-in line: lets a test see who chose the rank
         HEAD.log("DEBUG", "standin.py:2", f"STAND-IN request for DP rank {rank} "
                  f"({RANK_HEADER}: {header})")
-    with HEAD.lock:
-        HEAD.inflight[rank] += 1
     try:
         if rank in HEAD.local:
             handler.engine = HEAD.local[rank]
