@@ -23,6 +23,7 @@ from pdboot.preflight.checks import (
     size_bytes,
 )
 from pdboot.weights.hub import WeightsAsk, hub_endpoint
+from pdboot.weights.stage import engine_hosts
 
 
 def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:
@@ -166,10 +167,10 @@ def _peer_addresses(inv: Inventory, name: str) -> list[str]:
 
 def _seed_host(inv: Inventory) -> str | None:
     """weights.seed first_host: the engine host that serves the weights to the others."""
-    engine_hosts = list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
-    if inv.weights.seed != "first_host" or len(engine_hosts) < 2:
+    hosts = engine_hosts(inv)  # the order weights/seed.py seeds in: its first is the server
+    if inv.weights.seed != "first_host" or len(hosts) < 2:
         return None
-    return engine_hosts[0]
+    return hosts[0]
 
 
 def seed_ports(inv: Inventory, host: str) -> list[tuple[int, str]]:
@@ -182,7 +183,7 @@ def seed_ports(inv: Inventory, host: str) -> list[tuple[int, str]]:
 def seed_probes(inv: Inventory, host: str) -> list[Probe]:
     """Every other engine host fetches the weights from the first one's seed_port."""
     first = _seed_host(inv)
-    if first is None or host == first or host not in inv.prefill.hosts + inv.decode.hosts:
+    if first is None or host == first or host not in engine_hosts(inv):
         return []
     address = advertised_address(inv.hosts[first])
     return [Probe("network.seed", first, address, inv.weights.seed_port, "weights seed server")]
@@ -190,13 +191,12 @@ def seed_probes(inv: Inventory, host: str) -> list[Probe]:
 
 def weights_ask(inv: Inventory, host: str) -> WeightsAsk | None:
     """What an engine host's weights checks ask (the hub's answer is added later)."""
-    engine_hosts = list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
-    if host not in engine_hosts:
+    if host not in engine_hosts(inv):
         return None
     return WeightsAsk(
         model=inv.model,
         revision=inv.model_revision,
         endpoint=hub_endpoint(inv.weights.endpoint),
         stage=inv.weights.stage,
-        report_lookup=host == engine_hosts[0],
+        report_lookup=host == engine_hosts(inv)[0],
     )
