@@ -27,11 +27,10 @@ lint: $(SETUP_STAMP)
 
 # pytest exit 5 means it collected nothing: that is a failure here, not a pass.
 # Workers: the testbed tests mostly wait (SSH, dockerd, engines), and tests/conftest.py keeps
-# each module, and the real-engine package, on one worker, so `make test WORKERS=2` takes
-# ~17 minutes instead of ~26. The default stays one process (WORKERS=0): every fresh-clone
-# run on two or three workers found another timing race under the extra load (four so far,
-# three fixed), and a CI run must not depend on one.
-WORKERS ?= 0
+# each module, and the real-engine package, on one worker: two pytest-xdist workers take
+# ~14 minutes on 2 cores where one process takes ~20 (docs/benchmarks.md has the runs).
+# WORKERS=0 runs one process (a failure's output then comes in order).
+WORKERS ?= 2
 test: lint
 	@rc=0; $(PY) -m pytest -ra -n $(WORKERS) --dist loadgroup || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
