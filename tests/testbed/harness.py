@@ -233,7 +233,6 @@ class Testbed:
 
     def _start(self, specs: list[HostSpec], images_needed: bool, real_vllm: bool) -> None:
         t0 = time.monotonic()
-        deadline = t0 + START_TIMEOUT
         for mp in GLOBAL_MOUNTPOINTS:
             if not mp.exists():
                 with contextlib.suppress(FileExistsError):  # another testbed, just now
@@ -256,6 +255,9 @@ class Testbed:
         registry_data = self.dir / "registry"
         if images_needed or real_vllm:
             images.prepare_registry_data(registry_data)
+        # the hosts' deadline starts here: preparing the registry waits for the image cache's
+        # lock, which another harness may hold for a whole image build
+        deadline = time.monotonic() + START_TIMEOUT
         self._start_registry(registry_data)
         self._start_hub()
         for h in self.hosts.values():
@@ -432,24 +434,39 @@ def _teardown(state: dict[str, Any]) -> None:
     net_inodes, mnt_inodes = set(), set()
     tracked = [Proc.from_json(p) for h in hosts.values() for p in h.get("procs", {}).values()]
     tracked += [Proc.from_json(p) for p in state.get("procs", {}).values()]
-    for h in hosts.values():
-        ino = netns.netns_inode(h["netns"])  # the /run/netns file exists only while ours
-        if ino:
-            net_inodes.add(ino)
-        # a mount namespace counts only while one of our verified pids is still in it (an
-        # inode number of a namespace that is gone may have been reused by someone else's)
-        recorded = h.get("mntns")
-        for p in (Proc.from_json(x) for x in h.get("procs", {}).values()):
-            if recorded and procs.alive(p) and procs.ns_inode(p.pid, "mnt") == recorded:
-                mnt_inodes.add(int(recorded))
-    # everything in the hosts' namespaces and cgroups: daemons, shims, containers, sessions
-    victims = tracked + procs.pids_in_namespaces(net_inodes, mnt_inodes)
-    for h in hosts.values():
-        victims += _cgroup_procs(h.get("cgroup_parent", ""))
-    procs.kill_all(victims)
-    leftovers = procs.pids_in_namespaces(net_inodes, mnt_inodes)
-    if leftovers:
-        procs.kill_all(leftovers)
+    pins: list[int] = []
+    try:
+        for h in hosts.values():
+            ino = netns.netns_inode(h["netns"])  # the /run/netns file exists only while ours
+            if ino:
+                net_inodes.add(ino)
+            # A mount namespace counts only while one of our verified pids is still in it
+            # (the number of a namespace that is gone may be someone else's now), and it is
+            # held open until the sweep is over: once the kill below ends its last process,
+            # the kernel frees its number at once, and the next `unshare --mount` on this
+            # machine gets it, another testbed's host anchor or a dockerd's image extraction
+            # (dockerd unpacks layers in a mount namespace of its own), and the second sweep
+            # killed it: a host start failed "namespace setup failed" with an empty log under
+            # two pytest-xdist workers (2026-12-04); likely also the pull killed mid-layer
+            # ("Error processing tar file (signal: killed)") under three, a round earlier.
+            recorded = h.get("mntns")
+            for p in (Proc.from_json(x) for x in h.get("procs", {}).values()):
+                if recorded and int(recorded) not in mnt_inodes:
+                    fd = procs.pin_ns(p, "mnt", int(recorded))
+                    if fd is not None:
+                        pins.append(fd)
+                        mnt_inodes.add(int(recorded))
+        # everything in the hosts' namespaces and cgroups: daemons, shims, containers, sessions
+        victims = tracked + procs.pids_in_namespaces(net_inodes, mnt_inodes)
+        for h in hosts.values():
+            victims += _cgroup_procs(h.get("cgroup_parent", ""))
+        procs.kill_all(victims)
+        leftovers = procs.pids_in_namespaces(net_inodes, mnt_inodes)
+        if leftovers:
+            procs.kill_all(leftovers)
+    finally:
+        for fd in pins:
+            os.close(fd)
     for h in hosts.values():
         netns.delete_host_net(h["netns"], h["veth"])
         _remove_cgroups(h.get("cgroup_parent", ""))

@@ -114,6 +114,20 @@ def ns_inode(pid: int | str, kind: str) -> int | None:
         return None
 
 
+def pin_ns(p: Proc, kind: str, inode: int) -> int | None:
+    """An open descriptor of `p`'s `kind` namespace when `p` is alive and in the namespace
+    numbered `inode`, else None. While it is open the namespace lives on and its number is
+    not given to a new one; the caller closes it."""
+    try:
+        fd = os.open(f"/proc/{p.pid}/ns/{kind}", os.O_RDONLY)
+    except OSError:
+        return None
+    if os.fstat(fd).st_ino == inode and alive(p):  # opened, then checked: not a reused pid
+        return fd
+    os.close(fd)
+    return None
+
+
 def pids_in_namespaces(net: set[int], mnt: set[int]) -> list[Proc]:
     """Every live process whose network or mount namespace is one of the given inodes."""
     me = os.getpid()

@@ -406,6 +406,47 @@ def test_teardown_leaves_nothing(make_testbed: MakeTestbed) -> None:
     assert not list(Path("/sys/fs/cgroup/pids").glob(f"pdt{tb.k}-*"))
 
 
+def test_a_pinned_mount_namespace_keeps_its_number() -> None:
+    """Teardown holds the hosts' mount namespaces open while it sweeps (harness._teardown): a
+    namespace whose last process is gone lives on while pinned, and no new namespace gets its
+    number, so the sweep's second look cannot hit another testbed's fresh host."""
+    from tests.testbed.harness import can_run
+
+    if can_run():
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(can_run()))
+        pytest.skip(str(can_run()))
+
+    def in_new_mount_ns() -> tuple[subprocess.Popen[bytes], procs.Proc, int]:
+        child = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep",
+                                  "60"])
+        deadline = time.monotonic() + 10
+        host_ns = procs.ns_inode(os.getpid(), "mnt")
+        while (ino := procs.ns_inode(child.pid, "mnt")) in (None, host_ns):
+            assert time.monotonic() < deadline, "unshare did not start"
+            time.sleep(0.01)
+        st = procs.start_time(child.pid)
+        assert st is not None and ino is not None
+        return child, procs.Proc(child.pid, st, "ns"), ino
+
+    first, proc, number = in_new_mount_ns()
+    assert procs.pin_ns(proc, "mnt", number + 1) is None  # not that namespace: no pin
+    fd = procs.pin_ns(proc, "mnt", number)
+    assert fd is not None
+    try:
+        first.kill()
+        first.wait(timeout=10)
+        assert not procs.alive(proc)
+        assert os.fstat(fd).st_ino == number  # alive with no process in it
+        later = [in_new_mount_ns() for _ in range(5)]
+        for child, _, _ in later:
+            child.kill()
+            child.wait(timeout=10)
+        assert number not in {ino for _, _, ino in later}, (number, later)
+    finally:
+        os.close(fd)
+
+
 def test_orphaned_testbed_is_swept(tmp_path: Path) -> None:
     """A harness killed with SIGKILL leaves its testbed; the next start removes it."""
     from tests.testbed.harness import can_run
