@@ -105,7 +105,8 @@ handshake timed out. Here that spin sleeps 200 us per turn instead of yielding (
 `sched_yield`): the 1 s busy window stays, a reader still sees a write within a fraction of a
 millisecond, and the waiting decode takes a few percent of a core. (Going straight to the
 zmq notification wait instead, busy_loop_s 0, was tried: the machine idled while a decode
-made 0.2 tokens/s, its steps seconds apart; why was not found.)
+made 0.2 tokens/s, its steps seconds apart; why was not found.) PDT_SHM_SPIN=yield in an
+engine's environment keeps vLLM's own spin (bench/kv_wait.py compares the two).
 This image is the testbed's CPU engine only; nothing here is on pdboot's GPU path.
 """
 import importlib.abc
@@ -135,6 +136,9 @@ def _patch_nixl(api):
 
 def _patch_shm(mod):
     import time
+
+    if os.environ.get("PDT_SHM_SPIN") == "yield":
+        return
 
     def _short_sleep():
         time.sleep(SHM_SPIN_SLEEP_S)
