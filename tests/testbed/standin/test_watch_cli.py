@@ -26,7 +26,7 @@ hosts:
   box: {{address: 127.0.0.1}}
 prefill: {{hosts: [box], port: {b}, side_channel_port: {b1}, gpus: [2]}}
 decode: {{hosts: [box], port: {b2}, side_channel_port: {b3}, gpus: [[0], [1]], engines_per_host: 2}}
-router: {{host: box, port: {b4}}}
+router: {{host: box, port: {b4}, metrics_port: {b6}}}
 watch: {{interval_seconds: 1, deadline_seconds: 2, readmit_after: 2, port: {b5}}}
 """
 
@@ -44,9 +44,11 @@ def _rounds(events: Path) -> int:
 
 
 def test_the_cli_evicts_a_corrupting_decode_through_the_router(tmp_path: Path) -> None:
-    base = stable_port() // 100 * 100  # engines of a tier are 10 ports apart (the port scheme)
+    # engines of a tier are 10 ports apart (the port scheme); every port is set here, in one
+    # 700-port block, so no default (the router's metrics port 29000) can collide with it
+    base = stable_port() // 100 * 100
     text = INVENTORY.format(b=base, b1=base + 100, b2=base + 200, b3=base + 300, b4=base + 400,
-                            b5=base + 500)
+                            b5=base + 500, b6=base + 600)
     plan = build_plan(parse_inventory(text))  # where `up` would have put each engine
     env = {"decode-1": {"STANDIN_CORRUPT_PULLED_KV": "1"}}
     wport = base + 500
