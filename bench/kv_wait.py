@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pdboot.verify.exposition import parse_exposition  # noqa: E402
 from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 from tests.testbed.inventory import REAL_SERVED_NAME  # noqa: E402
 
@@ -74,11 +75,15 @@ def pdboot(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=1200, cwd=ROOT, env=env)
 
 
-def metric(url: str, name: str) -> float:
+def nixl_reads(url: str) -> tuple[float, float]:
+    """A decode's NIXL reads so far: (count, seconds), one scrape, pdboot's own parser."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
-               if ln.startswith(name + "{") or ln.startswith(name + " "))
+        samples = parse_exposition(r.read().decode())
+
+    def total(name: str) -> float:
+        return sum(x.value for x in samples if x.name == name)
+
+    return total("vllm:nixl_xfer_time_seconds_count"), total("vllm:nixl_xfer_time_seconds_sum")
 
 
 def cgroup_cpu_s(tb: Testbed, host: str) -> float:
@@ -123,8 +128,7 @@ def run_variant(tb: Testbed, name: str, chats: int) -> Variant:
     try:
         decodes = [f"http://{tb.hosts['decode'].address}:{p}" for p in DECODE_PORTS]
         router = f"http://{tb.hosts['ingress'].address}:8000"
-        before = [(metric(u, "vllm:nixl_xfer_time_seconds_count"),
-                   metric(u, "vllm:nixl_xfer_time_seconds_sum")) for u in decodes]
+        before = [nixl_reads(u) for u in decodes]
         cpu0 = {h: cgroup_cpu_s(tb, h) for h in ("prefill", "decode")}
         t1 = time.monotonic()
         for i in range(chats):
@@ -137,8 +141,9 @@ def run_variant(tb: Testbed, name: str, chats: int) -> Variant:
         v.phase_s = time.monotonic() - t1
         v.cpu_s = {h: cgroup_cpu_s(tb, h) - c for h, c in cpu0.items()}
         for u, (n, s) in zip(decodes, before, strict=True):
-            v.reads += int(metric(u, "vllm:nixl_xfer_time_seconds_count") - n)
-            v.read_s += metric(u, "vllm:nixl_xfer_time_seconds_sum") - s
+            count, seconds = nixl_reads(u)
+            v.reads += int(count - n)
+            v.read_s += seconds - s
     finally:
         pdboot("down", str(inv))
         tb.reset()
