@@ -7,8 +7,15 @@ from typing import Annotated
 
 import typer
 
+INVENTORY_ENV = "PDBOOT_INVENTORY"
+DEFAULT_INVENTORY = Path("inventory.yaml")
 InventoryArg = Annotated[
-    Path, typer.Argument(help="The inventory YAML file.", metavar="INVENTORY", show_default=False)
+    Path | None,
+    typer.Argument(
+        help=f"The inventory YAML file (default: ${INVENTORY_ENV}, else ./{DEFAULT_INVENTORY}).",
+        metavar="INVENTORY",
+        show_default=False,
+    ),
 ]
 
 AcceptNewOpt = Annotated[
@@ -28,6 +35,14 @@ NoWaitOpt = Annotated[
     ),
 ]
 
+JsonEventsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        metavar="",
+        help="Print one JSON object per event on stdout (the same as --events -).",
+    ),
+]
 EventsOpt = Annotated[
     str | None,
     typer.Option(
@@ -38,7 +53,11 @@ EventsOpt = Annotated[
     ),
 ]
 
-PLAN_HELP = "Show each step of the change (capacity, endpoint up); change nothing. Exit 1: changes."
+PLAN_HELP = (
+    "Show each step of the change (capacity, endpoint up) and what differs per engine; "
+    "change nothing. Exit 0 unless it fails (see --detailed-exitcode)."
+)
+DETAILED_HELP = "With --plan: exit 0 no changes, 2 changes, 1 error (as terraform plan)."
 NO_ROLL = "Recreate every changed engine at once (and the router when its workers change)."
 YES_HELP = "Accept the outage of a tier that cannot roll."
 REFRESH_HELP = "Move to the commit model_revision names now (default: the staged one)."

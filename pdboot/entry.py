@@ -1,6 +1,6 @@
 """The `pdboot` command's entry point (and `python -m pdboot`'s).
 
-`pdboot --version` is what scripts and installers call to see whether pdboot is there; it
+`pdboot --version` (`-V`) is what scripts and installers call to see whether pdboot is there; it
 answers before the CLI framework (typer, click) is imported, about half of the start-up cost
 of every other command. Everything else goes to the typer app in cli.py."""
 
@@ -12,7 +12,7 @@ from pdboot import __version__
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--version"]:
+    if sys.argv[1:] in (["--version"], ["-V"]):
         print(f"pdboot {__version__}")
         return
     from pdboot.cli import main as cli_main  # typer and click: only for a real command

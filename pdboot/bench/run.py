@@ -39,6 +39,11 @@ class Target:
     url: str
 
 
+# The AIPerf whose output files pdboot reads (pyproject's `bench` extra and .ci/setup agree:
+# tests/unit/test_bench.py). pdboot is not on PyPI: the hint names AIPerf itself.
+AIPERF_VERSION = "0.13.0"
+
+
 @dataclass(frozen=True)
 class LoadShape:
     isl: int = 512

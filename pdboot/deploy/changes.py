@@ -7,7 +7,7 @@ from __future__ import annotations
 from pdboot.deploy.rollout import emit_plan
 from pdboot.deploy.seams import OP_DEADLINE, HostsFactory, recorded_findings, report_errors
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
-from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK
 from pdboot.inventory.rules import live_workers
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
@@ -43,13 +43,14 @@ def plan_only(
     inv: Inventory, rolling: bool, accept_new: bool, emit: Emit, hosts_factory: HostsFactory
 ) -> int:
     """`up --plan`: what runs (config hash labels) against the inventory, as the steps `up`
-    would take; nothing is pulled, shipped, started or stopped. 0: nothing to do, 1: changes."""
+    would take; nothing is pulled, shipped, started or stopped. EXIT_OK: nothing to do,
+    EXIT_CHANGES: changes, EXIT_FAILED: the hosts could not be read."""
     hosts = hosts_factory(inv, list(build_plan(inv).hosts), accept_new)
     add_former_hosts(inv, hosts, emit, hosts_factory, accept_new)
     try:
         if hosts.errors:
             report_errors(emit, "cannot reach", hosts.errors)
-            return EXIT_USAGE
+            return EXIT_FAILED
         inv, commit = as_recorded(inv, hosts)  # the commit `up` pinned: no hub request
         if commit:
             emit(Note(f"weights: {inv.model} at commit {commit} (pinned by an earlier up)"))
@@ -59,7 +60,7 @@ def plan_only(
         )
         if errors:
             report_errors(emit, "cannot list containers on", errors)
-            return EXIT_USAGE
+            return EXIT_FAILED
         observed = [o for obs in values.values() for o in obs]
         live = live_workers(inv)
         stages, roll = roll_plan(plan, observed, live=live, rolling=live and rolling)
@@ -70,7 +71,7 @@ def plan_only(
         emit_plan(emit, roll)
         for line in roll.notes:
             emit(Note(line, "warn"))
-        return EXIT_FAILED if roll.changes else EXIT_OK
+        return EXIT_CHANGES if roll.changes else EXIT_OK
     finally:
         hosts.close()
 

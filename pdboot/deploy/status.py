@@ -27,7 +27,7 @@ from pdboot.plan.model import ROLES, Plan, Service
 from pdboot.preflight.findings import plan_from
 from pdboot.timestamps import parse_rfc3339
 from pdboot.transport.docker_parse import EngineError
-from pdboot.transport.hosts import open_hosts, register_inventory_secrets
+from pdboot.transport.hosts import EngineOps, open_hosts, register_inventory_secrets
 from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose as diagnose_logs
 from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
@@ -181,6 +181,7 @@ def status(
     fetch: HttpFn = http,
     watch: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    accept_new_host_keys: bool = False,
 ) -> int:
     """Emits one StatusReport (and Done); exit 0 only when every planned service is healthy.
     ``watch``: a report every ``watch`` seconds until Ctrl-C, its P/D metrics the deltas
@@ -191,7 +192,9 @@ def status(
     code = EXIT_FAILED
     try:
         while True:
-            plan, rows = collect(inv, hosts_factory=hosts_factory, fetch=fetch)
+            plan, rows = collect(
+                inv, accept_new_host_keys, hosts_factory=hosts_factory, fetch=fetch
+            )
             running = {r.service for r in rows if r.state == "running"}
             now, t_now = scrape(plan, fetch, running), time.monotonic()
             pd = pd_status(plan, now, before, t_now - t_before)
@@ -279,50 +282,87 @@ def select_service(inv: Inventory, selector: str, plan: Plan | None = None) -> S
     return matches[0]
 
 
+@dataclass(frozen=True)
+class LogOptions:
+    tail: int = 100
+    follow: bool = False
+    diagnose: bool = False
+    since: int | None = None  # Unix time: only lines written after it
+    accept_new_host_keys: bool = False
+
+
 def logs(
     inv: Inventory,
-    selector: str,
+    selector: str | None,
     on_line: Callable[[str], None],
     emit: Emit,
-    *,
-    tail: int,
-    follow: bool,
-    diagnose: bool = False,
+    opts: LogOptions,
 ) -> int:
-    """Hands each log line of one service (found by label) to ``on_line``."""
+    """Hands each log line of one service (found by label), or with no selector of every
+    service of the deployment (each line after its service's name, as compose prints them),
+    to ``on_line``."""
+    plan = build_plan(inv)
     try:
-        svc = select_service(inv, selector)
+        chosen = [select_service(inv, selector, plan)] if selector else list(plan.services())
     except SelectorError as e:
         emit(Note(f"error: {e}", "error"))
         return EXIT_USAGE
-    plan = build_plan(inv)
+    if opts.follow and len(chosen) > 1:
+        emit(Note("error: --follow needs one service (without one: every service's tail)", "error"))
+        return EXIT_USAGE
     register_inventory_secrets(inv)  # engine logs pass through the masker (Engine.logs)
-    hosts = open_hosts(inv, [svc.host], engine_timeout=None if follow else 120)
+    names = list(dict.fromkeys(s.host for s in chosen))
+    hosts = open_hosts(
+        inv,
+        names,
+        accept_new_host_keys=opts.accept_new_host_keys,
+        engine_timeout=None if opts.follow else 120,
+    )
     try:
-        if hosts.errors:
-            emit(Note(f"error: cannot reach {svc.host}: {hosts.errors[svc.host]}", "error"))
-            return EXIT_FAILED
-        engine = hosts.links[svc.host].engine
+        for host, why in sorted(hosts.errors.items()):
+            emit(Note(f"error: cannot reach {host}: {why}", "error"))
+        code = EXIT_FAILED if hosts.errors else EXIT_OK
+        width = max(len(s.key) for s in chosen)
+        for svc in chosen:
+            if svc.host in hosts.errors:
+                continue
+            prefix = "" if selector else f"{svc.key:<{width}} | "
+            if _service_logs(hosts.links[svc.host].engine, plan, svc, on_line, emit, opts, prefix):
+                code = EXIT_FAILED
+        return code
+    finally:
+        hosts.close()
+
+
+def _service_logs(
+    engine: EngineOps,
+    plan: Plan,
+    svc: Service,
+    on_line: Callable[[str], None],
+    emit: Emit,
+    opts: LogOptions,
+    prefix: str,
+) -> bool:
+    """One service's lines; True when it failed (no container, the host lost mid-read)."""
+    try:
         found = find_container(engine.containers(plan.deployment), plan.deployment, svc)
         if found is None:
             emit(Note(f"error: {svc.key} has no container (is it up?)", "error"))
-            return EXIT_FAILED
-        if follow:
+            return True
+        if opts.follow:
             try:
-                for line in engine.follow_logs(found.id, tail=tail):
-                    on_line(line)
+                for line in engine.follow_logs(found.id, tail=opts.tail, since=opts.since):
+                    on_line(prefix + line)
             except KeyboardInterrupt:
                 pass
-        else:
-            lines = engine.logs(found.id, tail=tail)
-            for line in lines:
-                on_line(line)
-            if diagnose:  # --diagnose: known causes in these lines, cause + fix each
-                known = diagnose_logs({svc.key: lines})
-                emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
-        return EXIT_OK
+            return False
+        lines = engine.logs(found.id, tail=opts.tail, since=opts.since)
+        for line in lines:
+            on_line(prefix + line)
+        if opts.diagnose:  # --diagnose: known causes in these lines, cause + fix each
+            known = diagnose_logs({svc.key: lines})
+            emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
+        return False
     except EngineError as e:  # e.g. the host was lost mid-read (docker_parse.EngineLost)
         emit(Note(f"error: {e}", "error"))
-        return EXIT_FAILED
-    finally:
-        hosts.close()
+        return True

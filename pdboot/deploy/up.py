@@ -61,7 +61,7 @@ from pdboot.events import (
     TierReady,
     WaitTick,
 )
-from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.rules import live_workers
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
@@ -117,7 +117,10 @@ def up(
     t0 = clk.now()
     if opts.plan_only:
         code = plan_only(inv, opts.rolling, opts.accept_new_host_keys, emit, hosts_factory)
-        emit(Done("up", code, clk.now() - t0, "no changes" if code == EXIT_OK else "changes"))
+        detail = {EXIT_OK: "no changes", EXIT_CHANGES: "changes"}.get(code, "")
+        if code == EXIT_CHANGES and not opts.detailed_exitcode:
+            code = EXIT_OK  # as terraform plan: changes are a success unless asked
+        emit(Done("up", code, clk.now() - t0, detail))
         return code
     held = take_lock(
         emit, lock_factory, inv, "up", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys

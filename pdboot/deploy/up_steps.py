@@ -40,7 +40,8 @@ class UpOptions:
     prove: bool = True
     no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
     rolling: bool = True  # False (--no-rolling): the recreate path, every change at once
-    plan_only: bool = False  # --plan: print the steps, change nothing; exit 1 when any
+    plan_only: bool = False  # --plan: print the steps, change nothing
+    detailed_exitcode: bool = False  # with --plan: exit 2 when there are changes (terraform's)
     yes: bool = False  # --yes: accept the outage of a tier that cannot roll
     refresh_weights: bool = False  # move to the commit model_revision names now (weights/pin.py)
 

@@ -3,9 +3,9 @@ and pdboot's own keys beside them (RDMA choice, UCX settings)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, WithJsonSchema, field_validator
 
 from pdboot.inventory.safety import check_env_name
 from pdboot.inventory.strict import Strict
@@ -56,7 +56,11 @@ class KVTransfer(Strict):
     )
     enable_permute_local_kv: bool | None = None
     kv_port: int | None = Field(default=None, ge=1, le=65535)
-    rdma: Literal["auto", "on", "off"] = "auto"
+    # the schema editors read says what the validator below accepts: YAML 1.1's on/off booleans
+    rdma: Annotated[
+        Literal["auto", "on", "off"],
+        WithJsonSchema({"anyOf": [{"enum": ["auto", "on", "off"]}, {"type": "boolean"}]}),
+    ] = "auto"
     ucx: UCXSettings = UCXSettings()
 
     @field_validator("rdma", mode="before")

@@ -163,18 +163,27 @@ class Engine:
             raise self._err(f"cannot inspect {container_id[:12]}: {_short(e)}") from e
         return observed_from_inspect(self.host, data)
 
-    def logs(self, container_id: str, tail: int = 50) -> list[str]:
+    def logs(self, container_id: str, tail: int = 50, since: int | None = None) -> list[str]:
+        """The last ``tail`` lines (``since``: only lines written after this Unix time)."""
         try:
-            raw = self.api.logs(container_id, stdout=True, stderr=True, tail=tail)
+            raw = self.api.logs(container_id, stdout=True, stderr=True, tail=tail, since=since)
         except Exception as e:
             raise self._err(f"cannot read logs: {_short(e)}") from e
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         return [mask(line) for line in text.splitlines()]
 
-    def follow_logs(self, container_id: str, tail: int = 50) -> Iterator[str]:
+    def follow_logs(
+        self, container_id: str, tail: int = 50, since: int | None = None
+    ) -> Iterator[str]:
         try:
             stream = self.api.logs(
-                container_id, stdout=True, stderr=True, tail=tail, stream=True, follow=True
+                container_id,
+                stdout=True,
+                stderr=True,
+                tail=tail,
+                since=since,
+                stream=True,
+                follow=True,
             )
             buf = ""
             for chunk in stream:

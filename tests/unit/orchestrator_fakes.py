@@ -346,11 +346,13 @@ class FakeEngine:
         self._reach()
         return self._observed(self.world.containers[container_id])
 
-    def logs(self, container_id: str, tail: int = 50) -> list[str]:
+    def logs(self, container_id: str, tail: int = 50, since: int | None = None) -> list[str]:
         self._reach()
         return self.world.containers[container_id].logs[-tail:]
 
-    def follow_logs(self, container_id: str, tail: int = 50) -> Iterator[str]:
+    def follow_logs(
+        self, container_id: str, tail: int = 50, since: int | None = None
+    ) -> Iterator[str]:
         yield from self.logs(container_id, tail)
 
     def compose_up(

@@ -132,8 +132,10 @@ def test_plan_shows_the_steps_and_changes_nothing() -> None:
     code, rec = run_up(world, UpOptions(plan_only=True))
     assert code == 0 and not rec.of(ev.RollPlanned)
     world.inv = inv("v0.34.0", decode="d1, d2, d3")
-    code, rec = run_up(world, UpOptions(plan_only=True))
-    assert code == 1
+    code, _ = run_up(world, UpOptions(plan_only=True))
+    assert code == 0  # as terraform plan: changes are a success unless asked
+    code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
+    assert code == 2
     assert [(s.action, s.services) for s in rec.of(ev.RollPlanned)] == [
         ("add", ("decode@d3",)), ("replace", ("prefill@p1",)), ("replace", ("prefill@p2",)),
         ("replace", ("decode@d1",)), ("replace", ("decode@d2",))]

@@ -1,0 +1,181 @@
+"""The verbs around a running deployment: logs, bench, watch, and the inventory's schema.
+Registered on cli_app's app by cli.py (after the deploy verbs, the order --help lists)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pdboot.cli_app import command, events_target, load, stderr, stdout, views
+from pdboot.cli_options import AcceptNewOpt, EventsOpt, InventoryArg, JsonEventsOpt
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def since_time(value: str, now: float) -> int:
+    """`--since` as docker reads it: a duration back from now (30s, 10m, 2h, 1d) or an
+    RFC 3339 time; the Unix time the logs start at. ValueError when it is neither."""
+    m = _DURATION.match(value.strip())
+    if m:
+        return int(now - float(m.group(1)) * _UNIT_S[m.group(2)])
+    stamp = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        raise ValueError("a time needs its zone (Z or +01:00)")
+    return int(stamp.timestamp())
+
+
+@command
+def logs(
+    inventory: InventoryArg = None,
+    service: Annotated[
+        str | None,
+        typer.Argument(
+            help="Role, or role@host: decode, prefill@gpu-a, router (default: every service).",
+            metavar="SERVICE",
+            show_default=False,
+        ),
+    ] = None,
+    tail: Annotated[
+        int, typer.Option("--tail", "-n", help="Lines from the end.", metavar="N")
+    ] = 100,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Only lines since then: 10m, 2h, 1d, or 2026-12-04T10:00:00Z.", metavar="WHEN"
+        ),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing (one service).")
+    ] = False,
+    diagnose: Annotated[
+        bool,
+        typer.Option("--diagnose", help="Then print known causes and fixes in them."),
+    ] = False,
+    accept_new_host_keys: AcceptNewOpt = False,
+) -> None:
+    """Show a service's logs, or without SERVICE every service's, each line after its
+    name."""
+    from rich.text import Text
+
+    from pdboot.deploy import status as status_mod
+    from pdboot.views.terminal import TerminalView
+
+    if service is None and inventory is not None and not inventory.exists():
+        # `pdboot logs decode` with the inventory from $PDBOOT_INVENTORY or ./inventory.yaml
+        inventory, service = None, str(inventory)
+    try:
+        start = None if since is None else since_time(since, time.time())
+    except ValueError as e:
+        stderr().print(f"--since {since!r}: {e}", highlight=False, markup=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    inv = load(inventory)
+
+    def on_line(line: str) -> None:
+        stdout().print(Text.from_ansi(line), highlight=False, soft_wrap=True)
+
+    opts = status_mod.LogOptions(tail, follow, diagnose, start, accept_new_host_keys)
+    raise typer.Exit(status_mod.logs(inv, service, on_line, TerminalView(stdout()), opts))
+
+
+@command
+def bench(
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            help="Local tokenizer directory (or a name in the local HF cache) for AIPerf.",
+            metavar="DIR",
+        ),
+    ],
+    inventory: InventoryArg = None,
+    concurrency: Annotated[
+        str, typer.Option(help="Comma-separated levels.", metavar="LIST")
+    ] = "1,4,16",
+    isl: Annotated[int, typer.Option(help="Prompt tokens per request.", metavar="N")] = 512,
+    osl: Annotated[int, typer.Option(help="Output tokens per request.", metavar="N")] = 128,
+    requests: Annotated[
+        int, typer.Option(help="Requests per level (0: AIPerf's).", metavar="N")
+    ] = 0,
+    baseline_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Engine serving alone (default: the first decode engine).", metavar="URL"
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", "--out-dir", help="Where results go.", metavar="DIR"),
+    ] = Path("pdboot-bench"),
+) -> None:
+    """P/D through the router vs one engine alone, measured by AIPerf."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from pdboot.bench import results as bench_results
+    from pdboot.bench import run as bench_mod
+    from pdboot.plan.build import build_plan
+
+    cmd = bench_mod.aiperf_command()
+    if cmd is None:
+        hint = f"pip install 'aiperf=={bench_mod.AIPERF_VERSION}' (or set PDBOOT_AIPERF)"
+        stderr().print(Text(f"AIPerf is not installed: {hint}"))
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        levels = [int(x) for x in concurrency.split(",") if x.strip()]
+    except ValueError:
+        stderr().print(f"--concurrency: not a list of integers: {concurrency}")
+        raise typer.Exit(EXIT_USAGE) from None
+    plan = build_plan(load(inventory))
+    shape = bench_mod.LoadShape(isl=isl, osl=osl, requests_per_level=requests)
+    rep = bench_mod.bench(plan, tokenizer, levels, out_dir, shape, cmd, baseline_url=baseline_url)
+    table = Table(*bench_results.TABLE_HEADER)
+    for row in bench_results.table_rows(rep.cells):
+        table.add_row(*row)
+    stdout().print(table)
+    stdout().print(f"raw results: {rep.results}\nchart: {rep.chart}")
+    for c in rep.refused:
+        stderr().print(
+            Text(
+                f"refused {c.role} at concurrency {c.concurrency}: {c.refused} ({c.artifacts})",
+                style="red",
+            )
+        )
+    raise typer.Exit(EXIT_FAILED if rep.refused else EXIT_OK)
+
+
+@command
+def watch(
+    inventory: InventoryArg = None,
+    listen: Annotated[
+        str, typer.Option(help="ADDR[:PORT] for /metrics, /verdicts.", metavar="ADDR[:PORT]")
+    ] = "127.0.0.1",
+    no_restart: Annotated[bool, typer.Option("--no-restart", help="Alert, never restart.")] = False,
+    events: EventsOpt = None,
+    as_json: JsonEventsOpt = False,
+) -> None:
+    """Keep proving each P->D pair (Ctrl-C stops); a failing engine leaves the router till
+    good."""
+    from pdboot.deploy.watch_service import WatchOptions, run_watch
+    from pdboot.views.watch import WatchView
+
+    inv = load(inventory)
+    with views(events_target(events, as_json)) as (emit, console):
+        opts = WatchOptions.parse(listen, restarts=not no_restart)
+        raise typer.Exit(run_watch(inv, opts, WatchView(console, then=emit)))
+
+
+@command
+def schema() -> None:
+    """Print the inventory's JSON Schema (for editors: completion and checks as you type)."""
+    import json
+
+    from pdboot.inventory.jsonschema import inventory_schema
+
+    sys.stdout.write(json.dumps(inventory_schema(), indent=2) + "\n")
