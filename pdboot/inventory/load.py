@@ -134,9 +134,7 @@ def _pydantic_issues(exc: ValidationError, index: _LineIndex, file: str) -> list
         elif etype == "missing":
             msg = "required key is missing"
         else:
-            msg = err["msg"]
-            if msg.startswith("Value error, "):
-                msg = msg[len("Value error, ") :]
+            msg = human_message(err)
         issues.append(InventoryIssue(loc, msg, index.line(loc), file))
     # one message per key path (unions can report the same path twice)
     seen: set[tuple[tuple[str | int, ...], str]] = set()
@@ -146,6 +144,57 @@ def _pydantic_issues(exc: ValidationError, index: _LineIndex, file: str) -> list
             seen.add((i.path, i.message))
             unique.append(i)
     return unique
+
+
+# pydantic's words for a pattern are the regex itself: an operator reads what the key takes.
+_PATTERN_WORDS = {
+    "^[a-z0-9][a-z0-9_-]{0,62}$": (
+        "must be lower-case letters, digits, - and _ (starting with a letter or digit), "
+        "at most 63 characters"
+    ),
+    "^[0-9]{1,4}(\\.[0-9]{1,4}){0,2}$": "must be a version such as 13.0 or 580.65.06",
+    "^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$": "must be a branch, tag or commit name",
+    "^[A-Za-z0-9_:,.-]+$": "must be a comma-separated list such as mlx5_0:1,mlx5_1:1",
+    "^\\^?[A-Za-z0-9_:,.-]+$": "must be UCX transports such as rc,cuda_copy (^ to exclude)",
+    "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$": (
+        "must be a Python module path such as my_pkg.connectors"
+    ),
+    "^https?://[A-Za-z0-9.:\\[\\]_-]+(/\\S*)?$": "must be a URL such as https://hf.example.com",
+}
+_TYPE_WORDS = {
+    "dict_type": "must be a mapping (indented key: value lines)",
+    "model_type": "must be a mapping (indented key: value lines)",
+    "model_attributes_type": "must be a mapping (indented key: value lines)",
+    "list_type": "must be a list (lines starting with -, or [a, b])",
+    "int_type": "must be a whole number (an integer)",
+    "int_parsing": "must be a whole number (an integer)",
+    "int_from_float": "must be a whole number (an integer)",
+    "float_type": "must be a valid number",
+    "float_parsing": "must be a valid number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string (quote it if YAML reads it as something else)",
+}
+
+
+def human_message(err: Any) -> str:
+    """pydantic's message in the inventory's words: what the key takes, never a regex or a
+    model's class name."""
+    etype, msg = err["type"], str(err["msg"])
+    if etype == "string_pattern_mismatch":
+        pattern = str((err.get("ctx") or {}).get("pattern", ""))
+        return _PATTERN_WORDS.get(pattern, "has characters this key does not take")
+    if etype in _TYPE_WORDS:
+        return _TYPE_WORDS[etype]
+    if msg.startswith("Value error, "):
+        return msg[len("Value error, ") :]
+    if msg.startswith("Input should be "):
+        return "must be " + msg[len("Input should be ") :]
+    if msg.startswith("String should have "):
+        return "must have " + msg[len("String should have ") :]
+    if msg.startswith("List should have "):
+        return "must have " + msg[len("List should have ") :]
+    return msg
 
 
 _UNION_TAGS = ("literal['all']", "list[int]", "list[list[int]]", "int", "constrained-int")

@@ -283,6 +283,9 @@ def looks_random(value: str) -> bool:
     )
 
 
+_UPPER_WORDS = re.compile(r"[A-Z][A-Z0-9]{0,11}(_[A-Z0-9]{1,11})*")
+
+
 def check_reference(value: str, *, bare_path: bool = False) -> str:
     """``env:NAME`` or ``file:/path`` (a bare path too when ``bare_path``), never a value."""
     pointer = " (the secret goes in that variable or file; the inventory names it)"
@@ -290,7 +293,8 @@ def check_reference(value: str, *, bare_path: bool = False) -> str:
         name = value[4:]
         if not _ENV_NAME.fullmatch(name):
             raise ValueError("env: reference must name an environment variable")
-        if looks_like_token(name) or looks_random(name):
+        # HF_TOKEN_STAGING is a name: upper-case words joined by _, as variables are written
+        if (looks_like_token(name) and not _UPPER_WORDS.fullmatch(name)) or looks_random(name):
             raise ValueError("this looks like the secret itself, not a variable name" + pointer)
         return value
     if value.startswith("file:") or (bare_path and value.startswith(("/", "~", "./"))):

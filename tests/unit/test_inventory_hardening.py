@@ -17,7 +17,12 @@ from pdboot.inventory.load import (
     load_inventory,
     parse_inventory,
 )
-from pdboot.inventory.safety import check_address, is_loopback_or_unspecified, looks_like_token
+from pdboot.inventory.safety import (
+    check_address,
+    check_reference,
+    is_loopback_or_unspecified,
+    looks_like_token,
+)
 from tests.shared_data import SERVE_ARGS_JSON
 
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
@@ -202,7 +207,7 @@ def test_remote_dir_etc_with_name_ssh_is_refused() -> None:
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "Demo", "", "-x", "x" * 64])
 def test_name_is_a_safe_identifier(name: str) -> None:
-    refused(GOOD.replace("name: demo", f"name: {json.dumps(name)}"), "name", "match")
+    refused(GOOD.replace("name: demo", f"name: {json.dumps(name)}"), "name", "lower-case letters")
 
 
 @pytest.mark.parametrize("model", ["/", "/etc", "/proc/1", "/usr/share/x", "/var"])
@@ -357,8 +362,8 @@ def test_non_utf8_file_has_a_line(tmp_path: Path) -> None:
         ("timeouts: {ready_seconds: 1e10}", "timeouts.ready_seconds", "less than or equal"),
         ("timeouts: {ready_seconds: 0}", "timeouts.ready_seconds", "greater than"),
         ("timeouts: {poll_interval_seconds: 0.0001}", "timeouts.poll_interval_seconds", ""),
-        ("requirements: {min_driver: abc}", "requirements.min_driver", "match"),
-        ("requirements: {cuda: 'x'}", "requirements.cuda", "match"),
+        ("requirements: {min_driver: abc}", "requirements.min_driver", "version such as"),
+        ("requirements: {cuda: 'x'}", "requirements.cuda", "version such as"),
         ("requirements: {compute_capability: '12'}", "requirements.compute_capability", ""),
         ("requirements: {gpu_name: ''}", "requirements.gpu_name", "empty"),
         ("router: {host: gpu-a, port: yes}", "router.port", "integer"),
@@ -369,7 +374,7 @@ def test_non_utf8_file_has_a_line(tmp_path: Path) -> None:
         ("kv_transfer: {kv_port: '5600'}", "kv_transfer.kv_port", "integer"),
         ("kv_transfer: {kv_connector_module_path: 'os; rm'}",
          "kv_transfer.kv_connector_module_path", ""),
-        ("kv_transfer: {ucx: {tls: 'rc cuda'}}", "kv_transfer.ucx.tls", "match"),
+        ("kv_transfer: {ucx: {tls: 'rc cuda'}}", "kv_transfer.ucx.tls", "UCX transports"),
         ("kv_transfer: {ucx: {env: {'UCX_A B': x}}}", "kv_transfer.ucx.env", "variable name"),
     ],
 )  # fmt: skip
@@ -525,6 +530,20 @@ def test_ordinary_env_names_pass(name: str) -> None:
 def test_token_shapes() -> None:
     assert looks_like_token("hf_" + "a" * 30) and looks_like_token("sk-" + "b" * 20)
     assert not looks_like_token("HF_TOKEN") and not looks_like_token("hf_cache_dir")
+
+
+@pytest.mark.parametrize(
+    "name", ["HF_TOKEN_STAGING", "HF_TOKEN_PRODUCTION_EU", "SK_LIVE_KEY_OF_TEAM_A"]
+)
+def test_a_variable_name_that_starts_like_a_token_is_a_name(name: str) -> None:
+    # issue 33: `env:HF_TOKEN_STAGING` was refused as "looks like the secret itself"
+    assert check_reference(f"env:{name}") == f"env:{name}"
+
+
+@pytest.mark.parametrize("name", ["hf_AbCdEfGhIjKlMnOpQrStUv", "hf_abcdefghijklmnopqrstuv"])
+def test_a_token_pasted_as_a_variable_name_is_still_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="looks like the secret itself"):
+        check_reference(f"env:{name}")
 
 
 def test_unknown_key_with_a_bracket_is_located() -> None:
