@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pdboot.cli_app import app, command, events_target, load, stderr, stdout, views
+from pdboot.cli_app import (
+    app,
+    command,
+    events_target,
+    load,
+    refuse_example_addresses,
+    stderr,
+    stdout,
+    views,
+)
 from pdboot.cli_options import (
     DETAILED_HELP,
     NO_ROLL,
@@ -127,6 +136,7 @@ def preflight(
             f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})"
         )
         raise typer.Exit(EXIT_USAGE)
+    refuse_example_addresses(inv)
     result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys, selection=sel)
     if json_out:
         sys.stdout.write(report.to_json(result) + "\n")
@@ -148,7 +158,9 @@ def stage(
     from pdboot.weights.command import stage as stage_weights
 
     inv = load(inventory)
-    with views(events_target(events, as_json)) as (emit, _):
+    target = events_target(events, as_json)
+    refuse_example_addresses(inv)
+    with views(target) as (emit, _):
         code = stage_weights(
             inv, emit, refresh=refresh, accept_new_host_keys=accept_new_host_keys, no_wait=no_wait
         )
@@ -209,7 +221,9 @@ def up(
     if detailed_exitcode and not plan_only:
         stderr().print("--detailed-exitcode goes with --plan", highlight=False, markup=False)
         raise typer.Exit(EXIT_USAGE)
-    with views(events_target(events, as_json)) as (emit, console):
+    target = events_target(events, as_json)
+    refuse_example_addresses(inv)
+    with views(target) as (emit, console):
         from pdboot.views.preflight import up_gate
 
         gate = up_gate(console)
@@ -236,7 +250,9 @@ def down(
     opts = down_mod.DownOptions(
         purge=purge, accept_new_host_keys=accept_new_host_keys, no_wait=no_wait
     )
-    with views(events_target(events, as_json)) as (emit, _):
+    target = events_target(events, as_json)
+    refuse_example_addresses(inv)
+    with views(target) as (emit, _):
         code = down_mod.down(inv, opts, emit)
     raise typer.Exit(code)
 
@@ -265,6 +281,7 @@ def status(
     from pdboot.views.terminal import TerminalView
 
     inv = load(inventory)
+    refuse_example_addresses(inv)
     view = TerminalView(stdout())
 
     def emit(event: Event) -> None:

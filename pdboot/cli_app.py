@@ -136,6 +136,23 @@ def load(path: Path | None) -> Inventory:
         raise typer.Exit(EXIT_USAGE) from None
 
 
+def refuse_example_addresses(inv: Inventory) -> None:
+    """Before a verb connects: an address from the documentation ranges (an example's,
+    unedited) would only time out after seconds; exit 2 naming each at once."""
+    from pdboot.inventory.safety import is_documentation_address
+
+    found = [
+        f"hosts.{name}: {h.address} is a documentation address (an example's): put the "
+        "host's own address there"
+        for name, h in inv.hosts.items()
+        if is_documentation_address(h.address)
+    ]
+    for line in found:
+        stderr().print(line, style="red", highlight=False, markup=False)
+    if found:
+        raise typer.Exit(EXIT_USAGE)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"pdboot {__version__}")  # plain: the one command that loads no rich

@@ -12,7 +12,15 @@ from typing import Annotated
 
 import typer
 
-from pdboot.cli_app import command, events_target, load, stderr, stdout, views
+from pdboot.cli_app import (
+    command,
+    events_target,
+    load,
+    refuse_example_addresses,
+    stderr,
+    stdout,
+    views,
+)
 from pdboot.cli_options import AcceptNewOpt, EventsOpt, InventoryArg, JsonEventsOpt
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -77,6 +85,7 @@ def logs(
         stderr().print(f"--since {since!r}: {e}", highlight=False, markup=False)
         raise typer.Exit(EXIT_USAGE) from None
     inv = load(inventory)
+    refuse_example_addresses(inv)
 
     def on_line(line: str) -> None:
         stdout().print(Text.from_ansi(line), highlight=False, soft_wrap=True)
@@ -166,7 +175,9 @@ def watch(
     from pdboot.views.watch import WatchView
 
     inv = load(inventory)
-    with views(events_target(events, as_json)) as (emit, console):
+    target = events_target(events, as_json)
+    refuse_example_addresses(inv)
+    with views(target) as (emit, console):
         opts = WatchOptions.parse(listen, restarts=not no_restart)
         raise typer.Exit(run_watch(inv, opts, WatchView(console, then=emit)))
 

@@ -353,3 +353,24 @@ def check_index_groups(
         raise ValueError(f"{ids} must be distinct")
     if any(i < 0 or i > top for i in flat):
         raise ValueError(f"{ids} must be 0..{top}")
+
+
+# --------------------------------------------------------------------------- examples
+
+# The ranges and names set aside for documentation (RFC 5737, RFC 3849, RFC 2606): the
+# examples use them, and no real host has one.
+_DOC_NETS = tuple(
+    ipaddress.ip_network(n)
+    for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+)
+_DOC_DOMAINS = ("example", "example.com", "example.net", "example.org", "test", "invalid")
+
+
+def is_documentation_address(address: str) -> bool:
+    """An address or name from the documentation ranges: an example left unedited."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        name = address.lower().rstrip(".")
+        return any(name == d or name.endswith("." + d) for d in _DOC_DOMAINS)
+    return any(ip in net for net in _DOC_NETS)

@@ -161,3 +161,31 @@ def test_since_times_need_a_zone() -> None:
 def test_bad_since_is_usage() -> None:
     code, text = run("logs", str(ONE), "decode", "--since", "yesterday")
     assert code == 2 and "--since 'yesterday'" in text
+
+
+@pytest.mark.parametrize("verb", sorted(CONNECTS | {"watch"}))
+def test_an_unedited_example_address_is_refused_before_connecting(verb: str) -> None:
+    # 1p1d.yaml's hosts are 192.0.2.x (RFC 5737): trying them costs seconds of timeouts
+    code, text = run(verb, str(ONE))
+    assert code == 2 and "192.0.2.10 is a documentation address" in text, text
+
+
+@pytest.mark.parametrize(
+    ("address", "doc"),
+    [
+        ("192.0.2.7", True),
+        ("198.51.100.1", True),
+        ("203.0.113.9", True),
+        ("2001:db8::1", True),
+        ("gpu-a.example.com", True),
+        ("h.test", True),
+        ("10.77.1.10", False),
+        ("gpu-a.lab.internal", False),
+        ("192.0.3.1", False),
+        ("local", False),
+    ],
+)
+def test_documentation_addresses(address: str, doc: bool) -> None:
+    from pdboot.inventory.safety import is_documentation_address
+
+    assert is_documentation_address(address) is doc
