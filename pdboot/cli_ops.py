@@ -1,4 +1,5 @@
-"""The verbs around a running deployment: logs, bench, watch, and the inventory's schema.
+"""The verbs around a running deployment: logs, bench, watch, observability (Prometheus and
+Grafana files for it), and the inventory's schema.
 Registered on cli_app's app by cli.py (after the deploy verbs, the order --help lists)."""
 
 from __future__ import annotations
@@ -180,6 +181,49 @@ def watch(
     with views(target) as (emit, console):
         opts = WatchOptions.parse(listen, restarts=not no_restart)
         raise typer.Exit(run_watch(inv, opts, WatchView(console, then=emit)))
+
+
+@command
+def observability(
+    inventory: InventoryArg = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write DIR/prometheus.yml, the alert rules beside it and DIR/grafana/.",
+            metavar="DIR",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """The Prometheus scrape config for this deployment (every engine, the router's metrics,
+    the watch service), with --out also pdboot's alert rules and Grafana dashboard."""
+    from importlib import resources
+
+    from pdboot.plan.build import build_plan
+    from pdboot.plan.prometheus import RULES_FILE, scrape_config_text
+
+    text = scrape_config_text(build_plan(load(inventory)))
+    if out_dir is None:
+        sys.stdout.write(text)
+        return
+    shipped = resources.files("pdboot") / "observability"
+    files = {
+        out_dir / "prometheus.yml": text,
+        out_dir / RULES_FILE: (shipped / "prometheus" / RULES_FILE).read_text(encoding="utf-8"),
+        out_dir / "grafana" / "pdboot-watch.json": (
+            shipped / "grafana" / "pdboot-watch.json"
+        ).read_text(encoding="utf-8"),
+    }
+    try:
+        for path, body in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body, encoding="utf-8")
+    except OSError as e:
+        stderr().print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
+        raise typer.Exit(EXIT_FAILED) from None
+    for path in files:
+        stdout().print(f"wrote {path}", highlight=False, markup=False)
 
 
 @command

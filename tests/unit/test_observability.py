@@ -25,9 +25,9 @@ from pdboot.verify.exposition import parse_exposition
 from pdboot.verify.watch_metrics import WATCH_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
-RULES = ROOT / "observability/prometheus/pdboot-watch-rules.yml"
-RULES_TEST = ROOT / "observability/prometheus/pdboot-watch-rules.test.yml"
-DASHBOARD = ROOT / "observability/grafana/pdboot-watch.json"
+RULES = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.yml"
+RULES_TEST = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.test.yml"
+DASHBOARD = ROOT / "pdboot/observability/grafana/pdboot-watch.json"
 VLLM_METRICS = ROOT / "../shared/fixtures/vllm-0.33.0/metrics.json"
 ROUTER_METRICS = ROOT / "tests/unit/fixtures/vllm-router-0.1.17/metrics.txt"
 
@@ -155,3 +155,49 @@ def _lost(a: Any, b: Any, path: str = "") -> list[str]:
         return [p for i, (x, y) in enumerate(zip(a, b, strict=True))
                 for p in _lost(x, y, f"{path}[{i}]")]
     return [] if a == b else [path]
+
+
+EXAMPLES = [*sorted((ROOT / "examples").glob("*.yaml")), ROOT / "inventory.example.yaml"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_the_scrape_config_of_every_example_passes_promtool(path: Path, tmp_path: Path) -> None:
+    """`pdboot observability --out DIR` writes a prometheus.yml that promtool accepts with the
+    shipped rules beside it, and it scrapes every engine that serves HTTP and the router."""
+    from typer.testing import CliRunner
+
+    from pdboot.cli import app
+    from pdboot.inventory.load import load_inventory
+    from pdboot.plan.build import build_plan
+
+    res = CliRunner().invoke(app, ["observability", str(path), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    check = subprocess.run([_promtool(), "check", "config", "prometheus.yml"], cwd=tmp_path,
+                           capture_output=True, text=True, check=False, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "1 rules found" not in check.stdout and "rules found" in check.stdout
+    doc = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    targets = {(g["labels"]["service"], t) for job in doc["scrape_configs"]
+               for g in job["static_configs"] for t in g["targets"]}
+    plan = build_plan(load_inventory(path))
+    for s in plan.engines:
+        assert ((s.key, f"{s.address}:{s.port}") in targets) is (not s.headless), s.key
+    r = plan.router
+    assert (r.key, f"{r.address}:{r.metrics_port}") in targets
+    assert json.loads((tmp_path / "grafana" / "pdboot-watch.json").read_text()) == json.loads(
+        DASHBOARD.read_text())
+
+
+def test_the_dashboard_and_rules_are_in_the_installed_package(tmp_path: Path) -> None:
+    """A wheel built from this checkout carries them (an operator without the repo has them)."""
+    import sys
+    import zipfile
+
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                          "-q", "-w", str(tmp_path), str(ROOT)],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (wheel,) = tmp_path.glob("pdboot-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for rel in (RULES, DASHBOARD):
+        assert rel.relative_to(ROOT).as_posix() in names

@@ -1,0 +1,61 @@
+"""Plan -> the Prometheus scrape config for one deployment (pure): every engine that serves
+HTTP (vLLM's /metrics on its own port), the router's metrics port, and the watch service when
+`up` runs one. Targets carry the labels the shipped alert rules and dashboard read: ``role``
+(prefill, decode, router, watch), ``service`` (decode@gpu-b: vLLM's own ``engine`` label is the
+engine index, so pdboot's name goes in another), ``host`` and ``deployment``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from pdboot.plan.model import Plan, Service, url_host
+
+RULES_FILE = "pdboot-watch-rules.yml"
+
+
+def _target(s: Service, port: int) -> dict[str, Any]:
+    return {
+        "targets": [f"{url_host(s.address)}:{port}"],
+        "labels": {"role": s.role, "service": s.key, "host": s.host},
+    }
+
+
+def scrape_config(plan: Plan, interval: str = "15s") -> dict[str, Any]:
+    """A whole prometheus.yml: the jobs, and the alert rules file beside it."""
+    engines = [_target(s, s.port) for s in plan.engines if not s.headless]
+    jobs: list[dict[str, Any]] = [
+        {"job_name": f"{plan.deployment}-vllm", "static_configs": engines},
+    ]
+    if plan.router.metrics_port is not None:
+        jobs.append(
+            {
+                "job_name": f"{plan.deployment}-router",
+                "static_configs": [_target(plan.router, plan.router.metrics_port)],
+            }
+        )
+    if plan.watch is not None:
+        jobs.append(
+            {
+                "job_name": f"{plan.deployment}-watch",
+                "static_configs": [_target(plan.watch, plan.watch.port)],
+            }
+        )
+    for job in jobs:
+        for group in job["static_configs"]:
+            group["labels"]["deployment"] = plan.deployment
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [RULES_FILE],
+        "scrape_configs": jobs,
+    }
+
+
+def scrape_config_text(plan: Plan) -> str:
+    head = (
+        f"# Prometheus for pdboot deployment {plan.deployment!r} (`pdboot observability`).\n"
+        f"# {RULES_FILE} (pdboot's alert rules) goes beside this file; without a watch\n"
+        "# service, add the host where `pdboot watch --listen ADDR:PORT` runs as a target.\n"
+    )
+    return head + yaml.safe_dump(scrape_config(plan), sort_keys=False)
