@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Literal
 
 from pdboot.inventory.engines import engine_name
+from pdboot.plan.diff import config_changes
 from pdboot.plan.model import (
     LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
@@ -48,6 +49,10 @@ class Observed:
     exit_code: int | None = None
     restart_count: int = 0
     docker_health: str = ""  # the compose healthcheck's verdict: healthy, starting, ...
+    # what `up --plan` compares field by field when the config hash differs (inspect only)
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    gpus: str = ""  # "all", "0,1", or "" (no GPU request)
 
     @property
     def deployment(self) -> str | None:
@@ -129,9 +134,7 @@ def _step(svc: Service, found: Sequence[Observed], workers_changed: bool) -> Ste
     if len(found) > 1:
         return Step(svc, "recreate", f"{len(found)} containers found, expected one", cur)
     if cur.config_hash != svc.config_hash:
-        return Step(
-            svc, "recreate", f"configuration changed ({cur.config_hash} -> {svc.config_hash})", cur
-        )
+        return Step(svc, "recreate", f"configuration changed: {config_changes(svc, cur)}", cur)
     if workers_changed:
         return Step(svc, "recreate", "its workers were (re)started", cur)
     if cur.state != "running":

@@ -133,7 +133,24 @@ def observed_from_inspect(host: str, data: Mapping[str, Any]) -> Observed:
         exit_code=_int(state.get("ExitCode")),
         restart_count=_int(data.get("RestartCount")) or 0,
         docker_health=str(health),
+        command=tuple(str(a) for a in config.get("Cmd") or ()),
+        env=tuple(_env_pair(e) for e in config.get("Env") or () if "=" in str(e)),
+        gpus=_gpus(data.get("HostConfig") or {}),
     )
+
+
+def _env_pair(item: object) -> tuple[str, str]:
+    name, _, value = str(item).partition("=")
+    return name, value
+
+
+def _gpus(host_config: Mapping[str, Any]) -> str:
+    """The GPUs compose asked for: "all" (count -1), the device ids, or "" (none)."""
+    for req in host_config.get("DeviceRequests") or ():
+        if ["gpu"] in (req.get("Capabilities") or []):
+            ids = req.get("DeviceIDs")
+            return ",".join(str(i) for i in ids) if ids else "all" if req.get("Count") == -1 else ""
+    return ""
 
 
 def observed_from_list(host: str, item: Mapping[str, Any]) -> Observed:

@@ -138,8 +138,9 @@ class Fate:
         return f"{self.key} ({what[self.action]}{': ' + self.why if self.why else ''})"
 
 
-# converge's "configuration changed (3c11... -> 0a86...)": the hashes say nothing here
-_HASHES_RE = re.compile(r" \([0-9a-f]+ -> [0-9a-f]+\)")
+# converge's "configuration changed: image ... -> ...; --port ...": up --plan shows that detail,
+# here the fate is enough
+_DETAIL_RE = re.compile(r"(?<=configuration changed): .*$")
 
 
 def fates(plan: Plan, observed: Iterable[Observed]) -> dict[str, Fate]:
@@ -158,7 +159,7 @@ def fates(plan: Plan, observed: Iterable[Observed]) -> dict[str, Fate]:
             if step.kind == "unchanged":
                 out[o.id] = Fate(o.id, svc.key, "keep")
             else:
-                out[o.id] = Fate(o.id, svc.key, "replace", _HASHES_RE.sub("", step.reason))
+                out[o.id] = Fate(o.id, svc.key, "replace", _DETAIL_RE.sub("", step.reason))
     for o in orphans(plan, mine):
         out[o.id] = Fate(o.id, o.key, "remove", "no longer in the inventory")
     return out
