@@ -69,8 +69,10 @@ def render(
     from pdboot.plan.render import render_all, render_summary
     from pdboot.views.render import print_projects, print_written, projects_json
 
-    plan = build_plan(load(inventory))
+    inv = load(inventory)
+    plan = build_plan(inv)
     texts = render_all(plan)
+    summary = render_summary(plan, inv.weights, inv.model_revision)
     if host is not None:
         if host not in texts:
             stderr().print(
@@ -81,12 +83,11 @@ def render(
             raise typer.Exit(EXIT_USAGE)
         texts = {host: texts[host]}
     if as_json:
-        sys.stdout.write(projects_json(plan, texts, render_summary(plan)) + "\n")
+        sys.stdout.write(projects_json(plan, texts, summary) + "\n")
         return
     if out_dir is None:
-        print_projects(stdout(), texts)
+        print_projects(stdout(), texts, summary)
         return
-    summary = render_summary(plan)
     try:
         for name, text in texts.items():
             target = out_dir / name / "compose.yaml"

@@ -13,7 +13,9 @@ from typing import Any
 import yaml
 
 from pdboot.inventory.cpu_layout import describe
+from pdboot.inventory.schema import Weights
 from pdboot.plan.model import LABEL_CONFIG_HASH, SECRETS_FILE, BindMount, HostPlan, Plan, Service
+from pdboot.weights.hub import is_commit, is_hub_model
 
 
 class _Dumper(yaml.SafeDumper):
@@ -217,32 +219,72 @@ def _escape(value: Any) -> Any:
     return value
 
 
-def render_summary(plan: Plan) -> str:
-    """A short human summary: start order, endpoints, where secrets come from."""
+def render_summary(plan: Plan, weights: Weights | None = None, model_revision: str = "") -> str:
+    """A short human summary: one row per service in start order (host, GPUs or cores,
+    port, NIXL side channel, NIC), a note said once however many engines it concerns, the
+    endpoint, what `up` adds to the engines (with ``weights``), and where secrets come from."""
     served = plan.served_model_name
     lines = [f"Deployment {plan.deployment!r}: model {plan.model}"]
     if served != plan.model:
         lines[0] += f" (served as {served})"
-    lines.append("Start order (1: every engine together; 2: the router, once they answer /health):")
+    lines.append("Start order: 1 every engine together, 2 the router once they answer /health.")
+    where = "cores" if plan.device == "cpu" else "GPUs"
+    rows = [("", "service", "host", where, "port", "side channel", "UCX_NET_DEVICES")]
+    notes: list[str] = []
     for stage in plan.stages:
         for s in stage:
-            n = 1 if s.is_engine else 2
-            extra = ""
-            if s.side_channel_port is not None:
-                extra = f"  NIXL side channel {s.address}:{s.side_channel_port}"
-            elif s.metrics_port is not None:
-                extra = f"  metrics {s.url.rsplit(':', 1)[0]}:{s.metrics_port}/metrics"
-            url = "(headless: no HTTP)" if s.headless else s.url
-            lines.append(f"  {n}. {s.key:<24} {url}{extra}")
-            if (several_engines(plan) or plan.device == "cpu") and s.is_engine:
-                lines.append(f"     {'':<24} {_where(s)}; UCX_NET_DEVICES {s.nic or 'n/a'}")
+            dp = ""
             if s.dp_ranks:
-                lines.append(f"     {'':<24} data parallel: {_dp_note(s)}")
+                dp = f" {_note(notes, f'{s.key}: data parallel {_dp_note(s)}', always=True)}"
+            rows.append(
+                (
+                    "1." if s.is_engine else "2.",
+                    s.key + dp,
+                    s.host,
+                    _where(s).split(" ", 1)[1] if s.is_engine else "-",
+                    "-" if s.headless else str(s.port),
+                    str(s.side_channel_port) if s.side_channel_port is not None else "-",
+                    _note(notes, s.nic) if s.is_engine else "-",
+                )
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    lines += [f"  ({i}) {text}" for i, text in enumerate(notes, 1)]
     lines += [f"Needs preflight's facts: {u}" for u in plan.unresolved]
     lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via the router)")
+    if plan.router.metrics_port is not None:
+        lines.append(
+            f"Router metrics: {plan.router.url.rsplit(':', 1)[0]}:{plan.router.metrics_port}"
+            "/metrics"
+        )
+    if weights is not None:
+        lines += _up_adds(plan, weights, model_revision)
     if plan.hf_token_ref is not None:
         lines.append(
             f"HF token: read from {plan.hf_token_ref} at `pdboot up`, shipped as "
             f"{SECRETS_FILE} (mode 0600); never in these files"
         )
     return "\n".join(lines) + "\n"
+
+
+def _note(notes: list[str], text: str, *, always: bool = False) -> str:
+    """A long cell as a numbered note, said once however many rows share it."""
+    if not always and len(text) <= 24:
+        return text or "n/a"
+    if text not in notes:
+        notes.append(text)
+    return f"({notes.index(text) + 1})"
+
+
+def _up_adds(plan: Plan, weights: Weights, revision: str) -> list[str]:
+    """What `up` gives the engines beyond these files: the commit it pins a branch or tag
+    to, and with staged weights, offline mode (every file is in the host's cache)."""
+    if not is_hub_model(plan.model) or not weights.stage or is_commit(revision):
+        return []
+    return [
+        "`up` adds to every engine: --revision and --tokenizer-revision <the commit "
+        f"{revision!r} names at up>, HF_ENDPOINT, and HF_HUB_OFFLINE=1 (the weights are "
+        "staged at that commit on each engine host before the engines start)"
+    ]

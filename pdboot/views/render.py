@@ -14,8 +14,9 @@ from rich.syntax import Syntax
 from pdboot.plan.model import Plan
 
 
-def print_projects(out: Console, texts: dict[str, str]) -> None:
-    """Highlighted on a terminal; piped, plain text: one YAML document per host."""
+def print_projects(out: Console, texts: dict[str, str], summary: str = "") -> None:
+    """Highlighted on a terminal, then the summary; piped, plain text: one YAML document per
+    host (what `docker compose -f -` reads), nothing else."""
     if not out.is_terminal:
         sys.stdout.write("---\n".join(texts.values()))
         return
@@ -23,6 +24,9 @@ def print_projects(out: Console, texts: dict[str, str]) -> None:
         out.print(Rule(f"{name}/compose.yaml"))
         # wrapped, not cropped: a line cut at the terminal's edge copies as broken YAML
         out.print(Syntax(text, "yaml", background_color="default", word_wrap=True))
+    if summary:
+        out.print(Rule("summary"))
+        out.print(summary, end="", highlight=False, markup=False, soft_wrap=True)
 
 
 def print_written(out: Console, paths: Iterable[Path], summary: str) -> None:

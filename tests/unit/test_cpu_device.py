@@ -305,7 +305,9 @@ def test_the_cpu_header_and_summary_say_where_engines_run() -> None:
     assert "# device: cpu: no GPU reservation" in head
     assert "#   prefill    cores 0 " in head and "#   decode     cores 1 " in head
     summary = render_summary(plan)
-    assert "cores 0; UCX_NET_DEVICES" in summary and "GPUs" not in summary
+    rows = {ln.split()[1]: ln.split() for ln in summary.splitlines() if ln.strip()[:2] == "1."}
+    assert " cores " in summary and "GPUs" not in summary
+    assert rows["prefill@box"][3] == "0" and rows["decode@box"][3] == "1"
 
 
 def test_an_explicit_kv_buffer_device_cpu_is_kept_for_gpu_engines() -> None:

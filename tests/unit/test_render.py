@@ -68,7 +68,7 @@ def test_golden(case: str) -> None:
     inv = load(case)
     plan = build_plan(inv)
     files = {f"{h}/compose.yaml": t for h, t in render_all(plan).items()}
-    files["summary.txt"] = render_summary(plan)
+    files["summary.txt"] = render_summary(plan, inv.weights, inv.model_revision)
     folder = GOLDEN / case
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
