@@ -472,5 +472,10 @@ def watch(
         raise typer.Exit(run_watch(_load(inventory), opts, WatchView(console, then=emit)))
 
 
+from pdboot.export.command import export_app  # noqa: E402 - `pdboot export k8s|slurm`
+
+app.add_typer(export_app, name="export", cls=_Group)
+
+
 def main() -> None:
     app()
