@@ -82,3 +82,52 @@ def k8s(
         _refuse(f"cannot export to Kubernetes: {e}")
         return
     _write(out_dir, files)
+
+
+@export_app.command("slurm", cls=_Command)
+def slurm(
+    inventory: InventoryArg,
+    out_dir: OutOpt,
+    pyxis: Annotated[
+        bool,
+        typer.Option("--pyxis", help="Run the containers with pyxis/enroot, not Docker."),
+    ] = False,
+    partition: Annotated[
+        str | None, typer.Option("--partition", help="#SBATCH --partition.", metavar="NAME")
+    ] = None,
+    time: Annotated[
+        str | None, typer.Option("--time", help="#SBATCH --time (e.g. 1-00:00:00).")
+    ] = None,
+    secrets_file: Annotated[
+        str | None,
+        typer.Option(
+            "--secrets-file",
+            help="The secrets file on the nodes (default: where `up` writes secrets.env).",
+            metavar="PATH",
+        ),
+    ] = None,
+) -> None:
+    """A Slurm batch script: one node per inventory host, every engine and the router as job steps with render's arguments; logs per engine; torn down with the job."""  # noqa: E501
+    from pdboot import cli
+    from pdboot.export.slurm import SlurmOptions, render_slurm
+    from pdboot.plan.build import build_plan
+
+    for what, value in (("--partition", partition), ("--time", time)):
+        if value is not None and not _sbatch_value(value):
+            _refuse(f"{what} {value!r}: letters, digits and -_:., only")
+    if secrets_file is not None and not secrets_file.startswith("/"):
+        _refuse("--secrets-file must be an absolute path on the nodes")
+    inv = cli._load(inventory)
+    opts = SlurmOptions(
+        runtime="pyxis" if pyxis else "docker",
+        partition=partition,
+        time=time,
+        secrets_file=secrets_file,
+    )
+    files = render_slurm(inv, build_plan(inv), opts)
+    _write(out_dir, files, executable=frozenset(n for n in files if n.endswith(".sbatch")))
+
+
+def _sbatch_value(value: str) -> bool:
+    """An #SBATCH line's value: no spaces or shell characters (sbatch reads the line as is)."""
+    return bool(value) and all(c.isalnum() or c in "-_:.," for c in value)
