@@ -41,6 +41,10 @@ class Word(str):
     """A shell word to expand on the node (e.g. ``"${ADDR[1]}"``), written unquoted."""
 
 
+class Image(str):
+    """The image reference: it starts a line of its own in the script."""
+
+
 def node_hosts(plan: Plan) -> list[str]:
     """Inventory hosts in the order they take the allocation's nodes: the router's first."""
     return [plan.router.host] + [h for h in plan.hosts if h != plan.router.host]
@@ -118,7 +122,7 @@ def docker_argv(inv: Inventory, plan: Plan, s: Service, opts: SlurmOptions) -> l
         argv += ["--env-file", Word('"$SECRETS_FILE"')]
     if s.entrypoint is not None:
         argv += ["--entrypoint", s.entrypoint[0]]
-    argv.append(s.image)
+    argv.append(Image(s.image))
     return argv + (engine_args(plan, s) if s.is_engine else router_args(plan))
 
 
@@ -151,7 +155,14 @@ def pyxis_argv(inv: Inventory, plan: Plan, s: Service, opts: SlurmOptions) -> li
 
 
 def _array(name: str, words: list[str]) -> str:
-    return f"{name}=(\n  " + _quote(words) + "\n)"
+    """A bash array, one option (with its value) per line."""
+    lines: list[list[str]] = [[]]
+    for w in words:
+        starts = isinstance(w, Image) or (w.startswith("-") and not isinstance(w, Word))
+        if starts and lines[-1]:
+            lines.append([])
+        lines[-1].append(w)
+    return f"{name}=(\n" + "".join(f"  {_quote(ws)}\n" for ws in lines) + ")"
 
 
 def _header(inv: Inventory, plan: Plan, opts: SlurmOptions) -> list[str]:
