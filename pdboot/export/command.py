@@ -4,22 +4,46 @@ adds this group with one line). Writes files; the layouts are pure functions els
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperOption
 
 from pdboot.cli_options import InventoryArg
 from pdboot.exitcodes import EXIT_FAILED, EXIT_USAGE
 
+if TYPE_CHECKING:
+    from pdboot.inventory.schema import Inventory
+
 
 class _Command(TyperCommand):
-    """cli.py's help layout (flags without a value type)."""
+    """cli.py's help layout: flags without a value type (kept here: cli.py imports this
+    module, so importing cli.py back would make a cycle)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
-        from pdboot.cli import _without_flag_types
+        params = super().get_params(ctx)
+        for p in params:
+            if isinstance(p, TyperOption) and p.is_flag and p.metavar is None:
+                p.metavar = ""
+        return params
 
-        return _without_flag_types(super().get_params(ctx))
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)  # plain text: messages quote user input
+
+
+def _load(path: Path) -> Inventory:
+    """The validated inventory, or every problem as ``file:line: key: message``, exit 2."""
+    from pdboot.inventory.load import InventoryError, load_inventory
+
+    try:
+        return load_inventory(path)
+    except InventoryError as e:
+        for issue in e.issues:
+            _err(str(issue))
+        n = len(e.issues)
+        _err(f"{n} problem{'s' if n != 1 else ''} in the inventory; nothing was done.")
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 export_app = typer.Typer(
@@ -35,8 +59,6 @@ OutOpt = Annotated[
 
 
 def _write(out_dir: Path, files: dict[str, str], executable: frozenset[str] = frozenset()) -> None:
-    from pdboot import cli
-
     try:
         for name, text in files.items():
             target = out_dir / name
@@ -44,16 +66,14 @@ def _write(out_dir: Path, files: dict[str, str], executable: frozenset[str] = fr
             target.write_text(text, encoding="utf-8")
             target.chmod(0o755 if name in executable else 0o644)
     except OSError as e:
-        cli._stderr().print(f"cannot write {e.filename}: {e.strerror}", markup=False)
+        _err(f"cannot write {e.filename}: {e.strerror}")
         raise typer.Exit(EXIT_FAILED) from None
     for name in files:
-        cli._stdout().print(f"wrote {out_dir / name}", markup=False, highlight=False)
+        typer.echo(f"wrote {out_dir / name}")
 
 
 def _refuse(message: str) -> None:
-    from pdboot import cli
-
-    cli._stderr().print(message, markup=False, highlight=False)
+    _err(message)
     raise typer.Exit(EXIT_USAGE)
 
 
@@ -70,14 +90,17 @@ def k8s(
     ] = False,
 ) -> None:
     """Kubernetes manifests: a workload per engine, the router with its pod discovery, RBAC, a Service; secrets by name only."""  # noqa: E501
-    from pdboot import cli
     from pdboot.export.common import ExportError
-    from pdboot.export.k8s import render_k8s
+    from pdboot.export.k8s import dump, render_k8s
+    from pdboot.export.llmd import disaggregated_set
     from pdboot.plan.build import build_plan
 
-    inv = cli._load(inventory)
+    inv = _load(inventory)
+    plan = build_plan(inv)
     try:
-        files = render_k8s(inv, build_plan(inv), namespace, llm_d=llm_d)
+        files = render_k8s(inv, plan, namespace)
+        if llm_d:
+            files["llm-d/disaggregatedset.yaml"] = dump([disaggregated_set(inv, plan, namespace)])
     except ExportError as e:
         _refuse(f"cannot export to Kubernetes: {e}")
         return
@@ -108,7 +131,6 @@ def slurm(
     ] = None,
 ) -> None:
     """A Slurm batch script: one node per inventory host, every engine and the router as job steps with render's arguments; logs per engine; torn down with the job."""  # noqa: E501
-    from pdboot import cli
     from pdboot.export.slurm import SlurmOptions, render_slurm
     from pdboot.plan.build import build_plan
 
@@ -117,7 +139,7 @@ def slurm(
             _refuse(f"{what} {value!r}: letters, digits and -_:., only")
     if secrets_file is not None and not secrets_file.startswith("/"):
         _refuse("--secrets-file must be an absolute path on the nodes")
-    inv = cli._load(inventory)
+    inv = _load(inventory)
     opts = SlurmOptions(
         runtime="pyxis" if pyxis else "docker",
         partition=partition,

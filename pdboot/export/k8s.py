@@ -324,11 +324,9 @@ def dump(objects: list[Any]) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=10_000)
 
 
-def render_k8s(
-    inv: Inventory, plan: Plan, namespace: str = "default", *, llm_d: bool = False
-) -> dict[str, str]:
-    """File name -> text: the manifests, and a README of the steps they need; with ``llm_d``
-    also llm-d's DisaggregatedSet (a CRD: outside the built-in schemas)."""
+def render_k8s(inv: Inventory, plan: Plan, namespace: str = "default") -> dict[str, str]:
+    """File name -> text: the manifests, and a README of the steps they need (llm-d's shape
+    is pdboot/export/llmd.py's)."""
     if dns_label(namespace) != namespace:
         raise ExportError(f"namespace {namespace!r} is not a DNS label ([a-z0-9-], 63 at most)")
     files = {
@@ -336,10 +334,6 @@ def render_k8s(
         + dump(objs)
         for name, objs in manifests(inv, plan, namespace).items()
     }
-    if llm_d:
-        from pdboot.export.llmd import disaggregated_set
-
-        files["llm-d/disaggregatedset.yaml"] = dump([disaggregated_set(inv, plan, namespace)])
     files["README.md"] = _readme(inv, plan, namespace)
     return files
 
