@@ -64,13 +64,6 @@ def _wait(what: str, check: Any, timeout: float, why: Any = lambda: "") -> Any:
         time.sleep(0.5)
 
 
-def _containers(tb: Testbed, job: str) -> dict[str, list[str]]:
-    return {
-        name: h.docker("ps", "-aq", "--filter", f"label=io.pdboot.slurm-job={job}").stdout.split()
-        for name, h in tb.hosts.items()
-    }
-
-
 def test_exported_script_runs_on_real_slurm(make_testbed: Any) -> None:
     lacking = missing()
     if lacking:
@@ -115,9 +108,7 @@ def test_exported_script_runs_on_real_slurm(make_testbed: Any) -> None:
             check=True,
         )
 
-    sub = slurm.run(None, f"cd {out} && sbatch --parsable {script}")
-    assert sub.returncode == 0, sub.stderr
-    job = sub.stdout.strip().split(";")[0]
+    job = slurm.submit(script)
     logs = out / "pdboot-logs" / job
     batch_log = out / f"slurm-pdboot-{name}-{job}.out"
 
@@ -139,7 +130,7 @@ def test_exported_script_runs_on_real_slurm(make_testbed: Any) -> None:
         assert endpoint == f"http://{n1.address}:8000/v1"
         # every engine and the router on the node that plays its host, with render's side
         # channel host rewritten to that node's address, and its token from the node's file
-        running = _containers(tb, job)
+        running = slurm.containers(job)
         assert len(running["n1"]) == 2 and len(running["n2"]) == 1, running
         decode_doc = json.loads(n2.docker("inspect", running["n2"][0]).stdout)[0]
         decode_env = dict(e.split("=", 1) for e in decode_doc["Config"]["Env"])
@@ -185,18 +176,11 @@ def test_exported_script_runs_on_real_slurm(make_testbed: Any) -> None:
     )
     _wait(
         "containers outlived the job",
-        lambda: not any(_containers(tb, job).values()),
+        lambda: not any(slurm.containers(job).values()),
         30,
-        lambda: str(_containers(tb, job)),
+        lambda: str(slurm.containers(job)),
     )
-    # no step shell, step daemon or docker client still runs (an exited slurmstepd may stay a
-    # zombie until the namespace's anchor reaps it: not running, so not counted)
-    ps = slurm.run(None, "ps -eo pid=,stat=,args=").stdout.splitlines()
-    leftovers = [
-        ln
-        for ln in ps
-        if ln.split()[1][0] != "Z"
-        and any(w in ln for w in ("pdboot-step", "slurmstepd", f"slurm-job={job}"))
-    ]
+    # no step shell, step daemon or docker client still runs
+    leftovers = slurm.leftovers(job)
     assert leftovers == [], leftovers
     assert "torn down" in batch_log.read_text()

@@ -189,3 +189,41 @@ class SlurmCluster:
             env=self.env(),
             cwd="/",
         )
+
+    # ------------------------------------------------------------------ for tests
+    def stop(self) -> None:
+        """Stop this cluster's daemons (a shared testbed keeps its hosts)."""
+        for h in self.hosts:
+            for label in ("slurmd", "slurmctld", "munged"):
+                p = h.procs.pop(label, None)
+                if p is not None:
+                    procs.stop(p)
+        self.tb.save()
+
+    def submit(self, script: Path) -> str:
+        """sbatch from the script's folder (the job's submit dir): the job id."""
+        res = self.run(None, f"cd {script.parent} && sbatch --parsable {script.name}")
+        if res.returncode != 0:
+            raise SlurmError(f"sbatch {script}: {res.stderr.strip()}")
+        return res.stdout.strip().split(";")[0]
+
+    def containers(self, job: str) -> dict[str, list[str]]:
+        """host -> ids of the containers the job's steps started there."""
+        return {
+            h.name: h.docker(
+                "ps", "-aq", "--filter", f"label=io.pdboot.slurm-job={job}"
+            ).stdout.split()
+            for h in self.hosts
+        }
+
+    def leftovers(self, job: str) -> list[str]:
+        """Processes of the job still running (step shells, step daemons, docker clients);
+        an exited slurmstepd may stay a zombie until its namespace's anchor reaps it: not
+        running, so not counted."""
+        ps = self.run(None, "ps -eo pid=,stat=,args=").stdout.splitlines()
+        return [
+            ln
+            for ln in ps
+            if ln.split()[1][0] != "Z"
+            and any(w in ln for w in ("pdboot-step", "slurmstepd", f"slurm-job={job}"))
+        ]
