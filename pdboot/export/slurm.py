@@ -55,7 +55,7 @@ def _addr(plan: Plan, host: str) -> Word:
 
 
 def _url(plan: Plan, s: Service) -> Word:
-    return Word(f'"http://${{ADDR[{node_hosts(plan).index(s.host)}]}}:{s.port}"')
+    return Word(f'"http://${{URLHOST[{node_hosts(plan).index(s.host)}]}}:{s.port}"')
 
 
 def _quote(words: list[str]) -> str:
@@ -209,7 +209,8 @@ def _launch(inv: Inventory, plan: Plan, s: Service, n: int, opts: SlurmOptions) 
 
 def _ready_url(plan: Plan, s: Service) -> Word:
     head = next((e for e in plan.engines if e.url == s.head_url), s) if s.headless else s
-    return Word(f'"http://${{ADDR[{node_hosts(plan).index(head.host)}]}}:{head.port}/health"')
+    i = node_hosts(plan).index(head.host)
+    return Word(f'"http://${{URLHOST[{i}]}}:{head.port}/health"')
 
 
 def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -> dict[str, str]:

@@ -32,9 +32,12 @@ mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 ((${#NODES[@]} >= ${#HOSTS[@]})) ||
   die "the allocation has ${#NODES[@]} nodes; this deployment needs ${#HOSTS[@]}"
 ADDR=()
+URLHOST=() # the address as a URL's host: an IPv6 one in brackets
 for i in "${!HOSTS[@]}"; do
   ADDR[i]=$(scontrol show node "${NODES[i]}" -o | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
   [[ -n ${ADDR[i]} ]] || ADDR[i]=${NODES[i]}
+  URLHOST[i]=${ADDR[i]}
+  [[ ${ADDR[i]} != *:* ]] || URLHOST[i]="[${ADDR[i]}]"
   log "host ${HOSTS[i]} is node ${NODES[i]} (${ADDR[i]})"
 done
 USED=$(IFS=,; echo "${NODES[*]:0:${#HOSTS[@]}}")
@@ -91,7 +94,7 @@ wait_engine() { # n key url: /health answers 200 before the engines' common dead
   log "$key ready ($url)"
 }
 
-ROUTER_URL() { echo "http://${ADDR[0]}:$ENDPOINT_PORT"; }
+ROUTER_URL() { echo "http://${URLHOST[0]}:$ENDPOINT_PORT"; }
 
 wait_router_health() { # n
   local deadline=$((SECONDS + ROUTER_READY_SECONDS))

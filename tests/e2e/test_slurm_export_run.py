@@ -126,6 +126,8 @@ def test_exported_script_runs_on_real_slurm(make_testbed: Any) -> None:
             150,
             why,
         )
+        # the router's host (n1) takes the first node; nodes n1, n2 sort as the hosts do
+        assert slurm.roles(batch_log) == {h: (h, tb.hosts[h].address) for h in ("n1", "n2")}
         n1, n2 = tb.hosts["n1"], tb.hosts["n2"]
         assert endpoint == f"http://{n1.address}:8000/v1"
         # every engine and the router on the node that plays its host, with render's side

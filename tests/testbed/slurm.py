@@ -12,6 +12,7 @@ teardown kills them with everything else.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -227,3 +228,10 @@ class SlurmCluster:
             if ln.split()[1][0] != "Z"
             and any(w in ln for w in ("pdboot-step", "slurmstepd", f"slurm-job={job}"))
         ]
+
+    @staticmethod
+    def roles(batch_log: Path) -> dict[str, tuple[str, str]]:
+        """inventory host -> (node, address) as the batch script logged them: the allocation's
+        nodes play the hosts in `scontrol show hostnames` order, which sorts them by name."""
+        found = re.findall(r"pdboot: host (\S+) is node (\S+) \((\S+)\)", batch_log.read_text())
+        return {host: (node, addr) for host, node, addr in found}

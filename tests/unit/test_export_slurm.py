@@ -81,6 +81,7 @@ def test_engines_run_renders_arguments_and_environment(path: Path) -> None:
     cmds = arrays(text)
     compose = compose_services(plan)
     addr = addr_of(plan)
+    urlhost = {a: w.replace("ADDR", "URLHOST") for a, w in addr.items()}
     keys = re.findall(r"^start_docker (\d+) (\d+) (\S+) ", text, re.M)
     assert {k for _, _, k in keys} == {s.key for s in plan.services() if s.role != "watch"}
     for n, node, key in keys:
@@ -94,7 +95,7 @@ def test_engines_run_renders_arguments_and_environment(path: Path) -> None:
         assert env == want_env, key
         # render's arguments exactly, each inventory address its node's
         want = [addr.get(str(a), str(a)) for a in svc["command"]]
-        want = [re.sub(r"http://([^:/]+):", lambda m: f"http://{addr[m[1]]}:", a) for a in want]
+        want = [re.sub(r"http://([^:/]+):", lambda m: f"http://{urlhost[m[1]]}:", a) for a in want]
         assert args == want, key
         if svc.get("env_file"):
             assert cmds[int(n)][cmds[int(n)].index("--env-file") + 1] == "$SECRETS_FILE"
@@ -109,8 +110,8 @@ def test_the_router_host_takes_the_first_node() -> None:
     assert re.search(r"^start_docker 2 0 router@gpu-a ", text, re.M)
     assert "#SBATCH --nodes=2" in text and "#SBATCH --exclusive" in text
     # IGW mode: the router takes its workers at runtime, as `up` posts them
-    assert 'add_worker "http://${ADDR[0]}:8200" prefill' in text
-    assert 'add_worker "http://${ADDR[1]}:8201" decode' in text
+    assert 'add_worker "http://${URLHOST[0]}:8200" prefill' in text
+    assert 'add_worker "http://${URLHOST[1]}:8201" decode' in text
 
 
 def test_data_parallel_followers_find_their_head_on_its_node() -> None:
@@ -120,8 +121,8 @@ def test_data_parallel_followers_find_their_head_on_its_node() -> None:
     hosts = node_hosts(plan)
     assert hosts == ["gpu-a", "gpu-b"]
     # prefill's head is gpu-a (node 0), decode's gpu-b (node 1); a follower waits for its head
-    assert 'wait_engine 1 prefill@gpu-b "http://${ADDR[0]}:8200/health"' in text
-    assert 'wait_engine 3 decode@gpu-a "http://${ADDR[1]}:8201/health"' in text
+    assert 'wait_engine 1 prefill@gpu-b "http://${URLHOST[0]}:8200/health"' in text
+    assert 'wait_engine 3 decode@gpu-a "http://${URLHOST[1]}:8201/health"' in text
     cmds = arrays(text)
     follower = cmds[1]
     assert follower[follower.index("--data-parallel-address") + 1] == "${ADDR[0]}"
@@ -156,7 +157,7 @@ def test_pyxis_runs_vllm_serve_with_renders_arguments() -> None:
         if key.startswith("router"):  # no secret for the router without an API key
             assert inner[:2] == ["env", "vllm-router"]
             urls = [a for a in inner if a.startswith("http://")]
-            assert urls and all(u.startswith("http://${ADDR[") for u in urls)
+            assert urls and all(u.startswith("http://${URLHOST[") for u in urls)
             continue
         # secrets: the file on the node, mounted and read inside the container
         assert inner[:2] == ["bash", "-c"] and ". /run/pdboot/secrets.env" in inner[2]

@@ -74,9 +74,14 @@ def test_real_engines_run_from_the_exported_script(real_tb: Testbed, slurm: Slur
     try:
         _until("no endpoint", (logs / "endpoint").exists, 900, why)
         print(f"\n[real-engine] sbatch -> ready: {time.monotonic() - t0:.0f}s", file=sys.stderr)
-        router = f"http://{tb.hosts['ingress'].address}:8000"
+        # the nodes play the inventory's hosts in the order Slurm lists them (by name)
+        roles = slurm.roles(batch)
+        assert set(roles) == {"ingress", "prefill", "decode"}
+        assert roles["ingress"][0] == slurm.run(None, "sinfo -h -N -o %N").stdout.split()[0]
+        router = f"http://{roles['ingress'][1]}:8000"
         assert (logs / "endpoint").read_text().strip() == f"{router}/v1"
-        decode = f"http://{tb.hosts['decode'].address}:8201/metrics"
+        decode = f"http://{roles['decode'][1]}:8201/metrics"
+        assert roles["decode"][1] != roles["prefill"][1]
         pulls = metric(decode, "vllm:nixl_xfer_time_seconds_count")
         body = {"model": REAL_SERVED_NAME, "prompt": "one two three four", "max_tokens": 4}
         reply = http_json(f"{router}/v1/completions", body, timeout=300)
