@@ -88,6 +88,14 @@ def k8s(
         bool,
         typer.Option("--llm-d", help="Also write llm-d's shape (an LWS DisaggregatedSet)."),
     ] = False,
+    rdma_resource: Annotated[
+        str,
+        typer.Option(
+            "--rdma-resource",
+            help="The extended resource an engine with RDMA asks for (your device plugin's).",
+            metavar="NAME",
+        ),
+    ] = "rdma/rdma_shared_device_a",
 ) -> None:
     """Kubernetes manifests: a workload per engine, the router with its pod discovery, RBAC, a Service; secrets by name only."""  # noqa: E501
     from pdboot.export.common import ExportError
@@ -98,7 +106,7 @@ def k8s(
     inv = _load(inventory)
     plan = build_plan(inv)
     try:
-        files = render_k8s(inv, plan, namespace)
+        files = render_k8s(inv, plan, namespace, rdma_resource)
         if llm_d:
             files["llm-d/disaggregatedset.yaml"] = dump([disaggregated_set(inv, plan, namespace)])
     except ExportError as e:

@@ -275,3 +275,21 @@ def test_cli_refuses_a_bad_namespace(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert not list(tmp_path.iterdir())
+
+
+def test_the_rdma_resource_is_the_operators_choice(tmp_path: Path) -> None:
+    inv = str(INVENTORIES / "1p1d.yaml")
+    result = CliRunner().invoke(
+        app,
+        ["export", "k8s", inv, "--out", str(tmp_path), "--rdma-resource", "nvidia.com/hostdev"],
+    )
+    assert result.exit_code == 0, result.output
+    engines = list(yaml.safe_load_all((tmp_path / "engines.yaml").read_text()))
+    limits = engines[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": 1, "nvidia.com/hostdev": 1}
+    for d in engines:
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    bad = CliRunner().invoke(
+        app, ["export", "k8s", inv, "--out", str(tmp_path / "x"), "--rdma-resource", "no slash"]
+    )
+    assert bad.exit_code == 2 and not (tmp_path / "x").exists()
