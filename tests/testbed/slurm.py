@@ -1,8 +1,9 @@
 """A real Slurm (Debian 12: slurmctld, slurmd, munge; Slurm 22.05) on testbed hosts.
 
 Each host is a node: its UTS namespace gives it its own hostname, which is the node name
-slurmd registers as (no ``slurmd -N``, which needs a multiple-slurmd build); NodeAddr is the
-host's address. Every host runs its own munged (its ``/run`` is private, so each has its own
+slurmd registers as, and its network namespace its own ports 6817/6818; NodeAddr is the
+host's address. (Debian's slurmd also takes ``-N NAME`` and ran as that node in a try; several
+slurmd sharing one network namespace would need a multiple-slurmd build for their ports.) Every host runs its own munged (its ``/run`` is private, so each has its own
 socket) with the machine's one key (``/etc/munge/munge.key``, shared like all of ``/etc``
 but ``/etc/hosts``). The controller runs on the first host. No cgroups: proctrack/linuxproc
 and task/none. The daemons are the host's processes (``host.procs``): the testbed's
