@@ -299,6 +299,10 @@ def status(
 
 # the verbs around a running deployment register on the same app, listed after these
 import pdboot.cli_ops  # noqa: E402, F401
+from pdboot.cli_app import Group  # noqa: E402
+from pdboot.export.command import export_app  # noqa: E402 - `pdboot export k8s|slurm`
+
+app.add_typer(export_app, name="export", cls=Group)
 
 
 def main() -> None:

@@ -49,18 +49,18 @@ def _plain_help(params: list[Any]) -> list[Any]:
     return params
 
 
-class _Command(TyperCommand):
+class Command(TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
         return _plain_help(super().get_params(ctx))
 
 
-class _Group(TyperGroup):
+class Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
         return _plain_help(super().get_params(ctx))
 
 
 app = typer.Typer(
-    cls=_Group,
+    cls=Group,
     name="pdboot",
     help="Stand up a disaggregated prefill/decode vLLM deployment over SSH and Docker.",
     epilog=EXIT_CODES,
@@ -96,7 +96,7 @@ def command(fn: Callable[..., None]) -> Callable[..., None]:
     under every command's help."""
     doc = inspect.getdoc(fn) or ""
     paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
-    return app.command(help="\n\n".join(paragraphs), epilog=EXIT_CODES, cls=_Command)(fn)
+    return app.command(help="\n\n".join(paragraphs), epilog=EXIT_CODES, cls=Command)(fn)
 
 
 def inventory_path(given: Path | None) -> Path:

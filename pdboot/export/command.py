@@ -1,0 +1,136 @@
+"""`pdboot export k8s|slurm INVENTORY --out DIR`: the command line of pdboot/export/ (cli.py
+adds this group). Writes files; the layouts are pure functions elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pdboot.cli_app import EXIT_CODES, Command, load
+from pdboot.cli_options import InventoryArg
+from pdboot.exitcodes import EXIT_FAILED, EXIT_USAGE
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)  # plain text: messages quote user input
+
+
+export_app = typer.Typer(
+    name="export",
+    help="Lay the deployment out for a scheduler: Kubernetes manifests or a Slurm batch script.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_CODES,
+)
+
+OutOpt = Annotated[
+    Path,
+    typer.Option("--out", help="Write the files into DIR.", metavar="DIR", show_default=False),
+]
+
+
+def _write(out_dir: Path, files: dict[str, str], executable: frozenset[str] = frozenset()) -> None:
+    try:
+        for name, text in files.items():
+            target = out_dir / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            target.chmod(0o755 if name in executable else 0o644)
+    except OSError as e:
+        _err(f"cannot write {e.filename}: {e.strerror}")
+        raise typer.Exit(EXIT_FAILED) from None
+    for name in files:
+        typer.echo(f"wrote {out_dir / name}")
+
+
+def _refuse(message: str) -> None:
+    _err(message)
+    raise typer.Exit(EXIT_USAGE)
+
+
+@export_app.command("k8s", cls=Command, epilog=EXIT_CODES)
+def k8s(
+    out_dir: OutOpt,
+    inventory: InventoryArg = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="The namespace of every object.")
+    ] = "default",
+    llm_d: Annotated[
+        bool,
+        typer.Option("--llm-d", help="Also write llm-d's shape (an LWS DisaggregatedSet)."),
+    ] = False,
+    rdma_resource: Annotated[
+        str,
+        typer.Option(
+            "--rdma-resource",
+            help="The extended resource an engine with RDMA asks for (your device plugin's).",
+            metavar="NAME",
+        ),
+    ] = "rdma/rdma_shared_device_a",
+) -> None:
+    """Kubernetes manifests: a workload per engine, the router with its pod discovery, RBAC, a Service; secrets by name only."""  # noqa: E501
+    from pdboot.export.common import ExportError
+    from pdboot.export.k8s import dump, render_k8s
+    from pdboot.export.llmd import disaggregated_set
+    from pdboot.plan.build import build_plan
+
+    inv = load(inventory)
+    plan = build_plan(inv)
+    try:
+        files = render_k8s(inv, plan, namespace, rdma_resource)
+        if llm_d:
+            files["llm-d/disaggregatedset.yaml"] = dump([disaggregated_set(inv, plan, namespace)])
+    except ExportError as e:
+        _refuse(f"cannot export to Kubernetes: {e}")
+        return
+    _write(out_dir, files)
+
+
+@export_app.command("slurm", cls=Command, epilog=EXIT_CODES)
+def slurm(
+    out_dir: OutOpt,
+    inventory: InventoryArg = None,
+    pyxis: Annotated[
+        bool,
+        typer.Option("--pyxis", help="Run the containers with pyxis/enroot, not Docker."),
+    ] = False,
+    partition: Annotated[
+        str | None, typer.Option("--partition", help="#SBATCH --partition.", metavar="NAME")
+    ] = None,
+    time: Annotated[
+        str | None, typer.Option("--time", help="#SBATCH --time (e.g. 1-00:00:00).")
+    ] = None,
+    secrets_file: Annotated[
+        str | None,
+        typer.Option(
+            "--secrets-file",
+            help="The secrets file on the nodes (default: where `up` writes secrets.env).",
+            metavar="PATH",
+        ),
+    ] = None,
+) -> None:
+    """A Slurm batch script: one node per inventory host, every engine and the router as job steps with render's arguments; logs per engine; torn down with the job."""  # noqa: E501
+    from pdboot.export.slurm import SlurmOptions, render_slurm
+    from pdboot.plan.build import build_plan
+
+    for what, value in (("--partition", partition), ("--time", time)):
+        if value is not None and not _sbatch_value(value):
+            _refuse(f"{what} {value!r}: letters, digits and -_:., only")
+    if secrets_file is not None and not secrets_file.startswith("/"):
+        _refuse("--secrets-file must be an absolute path on the nodes")
+    inv = load(inventory)
+    opts = SlurmOptions(
+        runtime="pyxis" if pyxis else "docker",
+        partition=partition,
+        time=time,
+        secrets_file=secrets_file,
+    )
+    files = render_slurm(inv, build_plan(inv), opts)
+    _write(out_dir, files, executable=frozenset(n for n in files if n.endswith(".sbatch")))
+
+
+def _sbatch_value(value: str) -> bool:
+    """An #SBATCH line's value: no spaces or shell characters (sbatch reads the line as is)."""
+    return bool(value) and all(c.isalnum() or c in "-_:.," for c in value)

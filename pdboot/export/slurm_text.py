@@ -1,0 +1,148 @@
+"""The fixed part of `pdboot export slurm`'s batch script: its shell functions (start a step,
+wait as `up` waits, tear down). pdboot/export/slurm.py writes the deployment's part around it.
+Kept as text here so the generator stays readable; every value the plan gives is quoted there.
+"""
+
+PRELUDE = r"""
+set -uo pipefail
+log() { printf '%s pdboot: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+die() { log "$*"; exit 1; }
+
+LOG_DIR="${PDBOOT_LOG_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/pdboot-logs/$SLURM_JOB_ID}"
+mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
+PIDS=()
+KEYS=()
+
+# Job end (time limit, scancel) or a failure: stop every step. Slurm also signals the steps
+# itself; each step removes its own container (STEP below), so nothing outlives the job.
+teardown() {
+  trap - EXIT TERM INT HUP
+  log "tearing down ${#PIDS[@]} steps"
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  wait
+  log "torn down"
+}
+trap 'teardown; exit 143' TERM INT HUP
+trap teardown EXIT
+
+# Node roles: the allocation's nodes in order play HOSTS; each host's address is the one
+# Slurm reaches its node by (NodeAddr), which is also where its engines' side channels bind.
+mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+((${#NODES[@]} >= ${#HOSTS[@]})) ||
+  die "the allocation has ${#NODES[@]} nodes; this deployment needs ${#HOSTS[@]}"
+ADDR=()
+URLHOST=() # the address as a URL's host: an IPv6 one in brackets
+for i in "${!HOSTS[@]}"; do
+  ADDR[i]=$(scontrol show node "${NODES[i]}" -o | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
+  [[ -n ${ADDR[i]} ]] || ADDR[i]=${NODES[i]}
+  URLHOST[i]=${ADDR[i]}
+  [[ ${ADDR[i]} != *:* ]] || URLHOST[i]="[${ADDR[i]}]"
+  log "host ${HOSTS[i]} is node ${NODES[i]} (${ADDR[i]})"
+done
+USED=$(IFS=,; echo "${NODES[*]:0:${#HOSTS[@]}}")
+
+if ((NEEDS_SECRETS)); then
+  # only whether it is readable, on every node: the containers read it, this script never
+  srun --overlap --input=none --nodes=${#HOSTS[@]} --ntasks-per-node=1 -w "$USED" \
+    test -r "$SECRETS_FILE" || die "secrets file $SECRETS_FILE is not readable on every node"
+fi
+
+# One step per service. Under Docker the container belongs to the node's dockerd, not to the
+# step: the step's shell removes it when Slurm (or teardown) signals the step.
+STEP='name=$1; shift
+stop() { docker rm -f "$name" >/dev/null 2>&1; }
+trap "stop; exit 143" TERM INT HUP
+trap stop EXIT
+"$@" &
+wait $!'
+
+start_docker() { # n node-index key container-name argv...
+  local n=$1 node=$2 key=$3 name=$4
+  shift 4
+  srun --overlap --input=none --nodes=1 --ntasks=1 -w "${NODES[node]}" \
+    --output="$LOG_DIR/$key.log" bash -c "$STEP" pdboot-step "$name" "$@" &
+  PIDS[n]=$!
+  KEYS[n]=$key
+  log "started $key on ${NODES[node]} (log: $LOG_DIR/$key.log)"
+}
+
+start_pyxis() { # n node-index key srun-container-options... -- argv...
+  local n=$1 node=$2 key=$3
+  shift 3
+  srun --overlap --input=none --nodes=1 --ntasks=1 -w "${NODES[node]}" \
+    --output="$LOG_DIR/$key.log" "$@" &
+  PIDS[n]=$!
+  KEYS[n]=$key
+  log "started $key on ${NODES[node]} (log: $LOG_DIR/$key.log)"
+}
+
+http_ok() { curl -fsS -o /dev/null --max-time 5 "$1" 2>/dev/null; }
+
+alive() { # n: its step still runs (an exit stops the wait at once, as in `up`)
+  kill -0 "${PIDS[$1]}" 2>/dev/null ||
+    die "${KEYS[$1]} exited before it was ready; see $LOG_DIR/${KEYS[$1]}.log"
+}
+
+wait_engine() { # n key url: /health answers 200 before the engines' common deadline
+  local n=$1 key=$2 url=$3
+  until http_ok "$url"; do
+    alive "$n"
+    ((SECONDS < ENGINES_DEADLINE)) || die "$key not ready after ${READY_SECONDS}s ($url)"
+    sleep 2
+  done
+  log "$key ready ($url)"
+}
+
+ROUTER_URL() { echo "http://${URLHOST[0]}:$ENDPOINT_PORT"; }
+
+wait_router_health() { # n
+  local deadline=$((SECONDS + ROUTER_READY_SECONDS))
+  until http_ok "$(ROUTER_URL)/health"; do
+    alive "$1"
+    ((SECONDS < deadline)) || die "router not ready after ${ROUTER_READY_SECONDS}s"
+    sleep 1
+  done
+}
+
+add_worker() { # url prefill|decode: the router was started to take its workers at runtime
+  curl -fsS -o /dev/null --max-time 30 -H 'Content-Type: application/json' \
+    -d "{\"url\":\"$1\",\"worker_type\":\"$2\"}" "$(ROUTER_URL)/workers" ||
+    die "the router refused worker $1 ($2)"
+  log "registered $2 worker $1"
+}
+
+healthy_workers() {
+  curl -fsS --max-time 5 "$(ROUTER_URL)/workers" 2>/dev/null | python3 -c '
+import json, sys
+try:
+    print(sum(1 for w in json.load(sys.stdin).get("workers", []) if w.get("is_healthy")))
+except ValueError:
+    print(0)'
+}
+
+wait_workers() { # n: every engine registered healthy in the router's /workers, as `up` waits
+  local deadline=$((SECONDS + ROUTER_READY_SECONDS)) healthy=0
+  until healthy=$(healthy_workers) && ((healthy >= WORKERS)); do
+    alive "$1"
+    ((SECONDS < deadline)) ||
+      die "router has ${healthy:-0} of $WORKERS workers healthy after ${ROUTER_READY_SECONDS}s"
+    sleep 1
+  done
+  log "router ready: $healthy workers healthy"
+}
+"""
+
+RUN = r"""
+ENDPOINT="$(ROUTER_URL)/v1"
+log "ready: $ENDPOINT (OpenAI-compatible, via the router)"
+echo "$ENDPOINT" >"$LOG_DIR/endpoint"
+
+# Serve until the job ends (time limit, scancel: teardown) or a service exits (then the
+# deployment is broken: the job ends, and teardown stops the rest).
+wait -n "${PIDS[@]}"
+for n in "${!PIDS[@]}"; do
+  kill -0 "${PIDS[n]}" 2>/dev/null || log "${KEYS[n]} exited; see $LOG_DIR/${KEYS[n]}.log"
+done
+exit 1
+"""
