@@ -7,9 +7,10 @@ when the engine exits, after the pull and minutes of loading. So one short conta
 engine host and image (no GPU, no network) imports the image's vLLM with its CPU platform
 selected (argument parsing needs no GPU; ``vllm.platforms.current_platform`` is set before
 the serve subcommand is imported, so nothing asks CUDA), builds `vllm serve`'s parser the way
-`vllm` itself does (a top-level FlexibleArgumentParser, ``ServeSubcommand.subparser_init``),
-and parses each command, then runs the subcommand's ``validate`` (vLLM's
-``validate_parsed_serve_args``). It prints one line ``PDBOOT_ARGS {json}``: the image's vLLM
+`vllm` itself does (a top-level FlexibleArgumentParser with a ``serve`` subparser filled by
+``make_arg_parser``, what ``ServeSubcommand.subparser_init`` calls, falling back to
+``ServeSubcommand`` itself), and parses each command, then runs
+``validate_parsed_serve_args``. It prints one line ``PDBOOT_ARGS {json}``: the image's vLLM
 version, its option strings (for a did-you-mean from the image's own list), and per engine
 the parser's error, if any. ``parse`` and ``verdicts`` are pure.
 """
@@ -52,12 +53,23 @@ try:
     platforms.current_platform = CpuPlatform()  # parsing needs no GPU: never ask CUDA
     import vllm
     o["version"] = str(getattr(vllm, "__version__", "") or "")
-    from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
     top = FlexibleArgumentParser(prog="vllm")
     subs = top.add_subparsers(required=False, dest="subparser")
-    cmd = ServeSubcommand()
-    serve = cmd.subparser_init(subs)
+    cli = None
+    for where in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+        try:  # what ServeSubcommand.subparser_init calls, without the server's own imports
+            cli = __import__(where, fromlist=["make_arg_parser"])
+            serve = cli.make_arg_parser(subs.add_parser("serve"))
+            validate = cli.validate_parsed_serve_args
+            break
+        except (ImportError, AttributeError):
+            cli = None
+    if cli is None:
+        from vllm.entrypoints.cli.serve import ServeSubcommand
+        cmd = ServeSubcommand()
+        serve = cmd.subparser_init(subs)
+        validate = cmd.validate
     o["options"] = sorted({s for a in serve._actions for s in a.option_strings})
     o["import_s"] = round(time.monotonic() - t0, 2)
 except BaseException as e:
@@ -69,7 +81,7 @@ for name, argv in json.loads(sys.argv[1]):
     try:
         with contextlib.redirect_stderr(err):
             args = top.parse_args(["serve"] + list(argv))
-            cmd.validate(args)
+            validate(args)
         o["engines"][name] = ""
     except SystemExit:
         text = err.getvalue().strip().splitlines()
@@ -99,6 +111,7 @@ class ImageArgs:
     error: str = ""  # the image's vLLM could not build its parser
     problem: str = ""  # the probe did not answer at all
     seconds: float = 0.0  # the container's whole run, measured by pdboot
+    import_s: float = 0.0  # of which importing the image's vLLM (the probe's own clock)
 
 
 def parse(output: str, rc: int = 0, seconds: float = 0.0) -> ImageArgs:
@@ -117,6 +130,7 @@ def parse(output: str, rc: int = 0, seconds: float = 0.0) -> ImageArgs:
         refused={str(k): str(v) for k, v in engines.items() if v},
         error=str(d.get("error") or ""),
         seconds=seconds,
+        import_s=float(d.get("import_s") or 0.0),
     )
 
 
@@ -150,7 +164,9 @@ def verdicts(
 ) -> list[CheckResult]:
     """One result per refused engine (or one pass for the image), naming the engine, the
     argument, the image's vLLM version and a did-you-mean from the image's own options."""
-    took = f"{result.seconds:.1f} s"
+    took = f"{result.seconds:.1f} s" + (
+        f", {result.import_s:.1f} s of it importing vLLM" if result.import_s else ""
+    )
     if result.problem or result.error:
         why = result.problem or f"its vLLM cannot build the `vllm serve` parser: {result.error}"
         return [CheckResult(ARGS_ID, "fail", f"{image}: {why}", FIX_PROBE)]

@@ -83,5 +83,7 @@ def test_an_argument_only_034_knows_stops_up_after_the_pull(
     stages = {str(e.get("stage")): _ts(e) for e in evs if e["event"] == "stage"}
     took = (_ts(failed[0]) - stages["image_check"]).total_seconds()
     parsed = float(re.search(r"parsed in ([\d.]+) s", msg).group(1))  # type: ignore[union-attr]
+    imported = re.search(r"([\d.]+) s of it importing vLLM", msg)
     print(f"\n[image-args] image check {took:.1f}s after the pull; the image's parser "
-          f"{parsed:.1f}s (container start, vLLM import, parse)")
+          f"{parsed:.1f}s (container start, vLLM import "
+          f"{imported.group(1) if imported else '?'}s, parse)")
