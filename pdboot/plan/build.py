@@ -45,7 +45,7 @@ from pdboot.plan.model import (
     url_host,
 )
 from pdboot.plan.render import service_definition
-from pdboot.plan.vllm_args import version_args
+from pdboot.plan.vllm_args import nic_rank_env, version_args
 from pdboot.plan.watch import watch_service
 from pdboot.weights.engine_args import engine_hub_env, revision_args, revision_of
 
@@ -254,6 +254,7 @@ def _engine(
         if inv.device == "cpu":  # no GPUs to be near
             nic = "RDMA auto: needs preflight's facts"
     env.update(ucx)
+    env.update(nic_rank_env(inv, tier, rdma, nearest))
     env.update(engine_hub_env(inv.model, inv.model_revision, inv.weights))
     env.update(tier.env)
     dp = _dp_fields(inv, e)

@@ -17,12 +17,15 @@
   memory left after warmup and refuses non-compact VLLM_KV_CACHE_LAYOUTs. Off keeps both tiers
   sized the same way as under 0.33, whatever the host and buffer; operators who move KV only
   across hosts can pass --enable-extensible-kv-cache in extra_args.
+
+And, for any release: one NIC per tensor-parallel rank (``nic_rank_env``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pdboot.inventory.engines import EngineNic
 from pdboot.inventory.schema import Inventory, Tier
 from pdboot.inventory.vllm_rules import block_size, extensible_kv_cache, inventory_target
 from pdboot.inventory.vllm_target import at_least
@@ -60,4 +63,24 @@ def version_args(inv: Inventory, tier: Tier) -> list[str]:
     return out
 
 
-__all__ = ["GPU_MEMORY_UTILIZATION", "version_args"]
+# vLLM's per-worker NIC choice (vllm/v1/executor/vllm_net_devices.py): each rank sets this
+# variable to its own NIC's name plus the suffix
+NIC_SELECTION_VARS = "UCX_NET_DEVICES:1"
+
+
+def nic_rank_env(inv: Inventory, tier: Tier, rdma: bool, nic: EngineNic | None) -> dict[str, str]:
+    """One NIC per TP rank: ``VLLM_GPU_NIC_PCIE_MAPPING`` (GPU=NIC PCI addresses, each GPU's
+    own nearest ACTIVE HCA, preflight/checks/nic_ranks.py) and ``VLLM_NIC_SELECTION_VARS``,
+    for an RDMA engine of TP > 1 whose mapping preflight could make. An explicit
+    ``kv_transfer.ucx.net_devices`` wins (the operator's list for every rank)."""
+    if not rdma or nic is None or not nic.pcie_map or tier.tensor_parallel_size < 2:
+        return {}
+    if inv.kv_transfer.ucx.net_devices:
+        return {}
+    return {
+        "VLLM_GPU_NIC_PCIE_MAPPING": ",".join(f"{g}={n}" for g, n in nic.pcie_map),
+        "VLLM_NIC_SELECTION_VARS": NIC_SELECTION_VARS,
+    }
+
+
+__all__ = ["GPU_MEMORY_UTILIZATION", "NIC_SELECTION_VARS", "nic_rank_env", "version_args"]
