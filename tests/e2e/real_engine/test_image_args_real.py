@@ -16,9 +16,13 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.real_engine.conftest import container_ids, events, output, pdboot
 from tests.testbed.harness import Testbed
 from tests.testbed.images import CPU_REPO, CPU_TAG
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.real_vllm]
 
 MOVED_TAG = "nightly"
 _MANIFESTS = (
