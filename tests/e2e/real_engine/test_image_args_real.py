@@ -12,37 +12,23 @@ Engines never start, so this is cheap (the pull of the real image is most of it)
 from __future__ import annotations
 
 import re
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.real_engine.conftest import container_ids, events, output, pdboot
+from tests.e2e.real_engine.conftest import (
+    MOVED_TAG,
+    container_ids,
+    events,
+    output,
+    pdboot,
+    retag,
+)
 from tests.testbed.harness import Testbed
 from tests.testbed.images import CPU_REPO, CPU_TAG
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.real_vllm]
-
-MOVED_TAG = "nightly"
-_MANIFESTS = (
-    "application/vnd.docker.distribution.manifest.v2+json, "
-    "application/vnd.oci.image.manifest.v1+json"
-)
-
-
-def retag(registry: str, repo: str, tag: str, new: str) -> None:
-    """Put the manifest of repo:tag under a second tag (the registry's own API: no pull)."""
-    base = f"http://{registry}/v2/{repo}/manifests"
-    req = urllib.request.Request(f"{base}/{tag}", headers={"Accept": _MANIFESTS})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        body, kind = r.read(), r.headers["Content-Type"]
-    put = urllib.request.Request(
-        f"{base}/{new}", data=body, method="PUT", headers={"Content-Type": kind}
-    )
-    with urllib.request.urlopen(put, timeout=30) as r:
-        assert r.status == 201, r.status
-
 
 def _ts(ev: dict[str, object]) -> datetime:
     return datetime.fromisoformat(str(ev["ts"]))
