@@ -253,7 +253,9 @@ class Interrupted(Event):
 @dataclass(frozen=True)
 class ImageCheck(Event):
     """After the pull, before the start: one verdict of asking the engine image on an
-    engine host (docker.image_arch, docker.image_nixl; pdboot/preflight/image_probe.py)."""
+    engine host (docker.image_arch, docker.image_nixl; pdboot/preflight/image_probe.py), or
+    of its own `vllm serve` parser on the engine commands (docker.image_args;
+    pdboot/preflight/image_args.py)."""
 
     kind: ClassVar[str] = "image_check"
     host: str

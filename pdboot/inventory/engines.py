@@ -84,6 +84,9 @@ class EngineNic:
     ports: tuple[str, ...]  # device:port, UCX_NET_DEVICES' form
     link: str | None  # PIX .. SYS: the distance to the group's farthest GPU
     gpus: tuple[int, ...] = ()
+    # (GPU PCI address, NIC PCI address) per TP rank: each rank's own nearest NIC
+    # (preflight/checks/nic_ranks.py); () for TP 1 or when an address is unknown
+    pcie_map: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         on = ",".join(map(str, self.gpus))

@@ -16,6 +16,7 @@ from pdboot.inventory.safety import (
     secret_env_name,
 )
 from pdboot.inventory.schema import LOCAL, SECRET_ENV_OWNED, Host, Inventory
+from pdboot.inventory.vllm_rules import vllm_rules
 
 
 def advertised_address(host: Host) -> str:
@@ -67,6 +68,7 @@ def validate_rules(inv: Inventory) -> list[Rule]:
         + _managed_rules(inv, ("router",))
         + _policy_rules(inv)
         + _mount_rules(inv)
+        + vllm_rules(inv)
     )
 
 

@@ -29,7 +29,7 @@ from pdboot.inventory.safety import (
 from pdboot.inventory.strict import Strict
 from pdboot.inventory.watch_schema import Watch
 
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.34.0"
 DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
 LOCAL = "local"
 

@@ -45,6 +45,7 @@ from pdboot.plan.model import (
     url_host,
 )
 from pdboot.plan.render import service_definition
+from pdboot.plan.vllm_args import nic_rank_env, version_args
 from pdboot.plan.watch import watch_service
 from pdboot.weights.engine_args import engine_hub_env, revision_args, revision_of
 
@@ -203,6 +204,7 @@ def _engine_command(inv: Inventory, e: EngineSpec) -> list[str]:
         *_dp_args(inv, e),
         *revision_args(inv.model, inv.model_revision),
         *_cpu_args(inv, tier.extra_args),
+        *version_args(inv, tier),
         *tier.extra_args,
     ]
 
@@ -252,6 +254,7 @@ def _engine(
         if inv.device == "cpu":  # no GPUs to be near
             nic = "RDMA auto: needs preflight's facts"
     env.update(ucx)
+    env.update(nic_rank_env(inv, tier, rdma, nearest))
     env.update(engine_hub_env(inv.model, inv.model_revision, inv.weights))
     env.update(tier.env)
     dp = _dp_fields(inv, e)

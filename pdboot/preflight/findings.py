@@ -117,6 +117,7 @@ def record_text(
     if nics:
         doc["engines"] = {
             n: {"ports": list(e.ports), "link": e.link, "gpus": list(e.gpus)}
+            | ({"pcie_map": [list(p) for p in e.pcie_map]} if e.pcie_map else {})
             for n, e in sorted(nics.items())
         }
     if gpu_count is not None:
@@ -154,6 +155,15 @@ def _record(text: str) -> dict[str, object] | None:
     return doc
 
 
+def _pcie_map(e: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    raw = e.get("pcie_map")
+    if not isinstance(raw, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in raw
+    ):
+        return ()
+    return tuple((str(p[0]), str(p[1])) for p in raw)
+
+
 def parse_engines(text: str) -> tuple[dict[str, EngineNic], int | None]:
     """The per-engine NICs and the GPU count of a record; what is odd is left out."""
     doc = _record(text) or {}
@@ -171,7 +181,7 @@ def parse_engines(text: str) -> tuple[dict[str, EngineNic], int | None]:
             and isinstance(gpus, list)
             and all(isinstance(g, int) for g in gpus)
         ):
-            out[str(name)] = EngineNic(tuple(ports), link, tuple(gpus))
+            out[str(name)] = EngineNic(tuple(ports), link, tuple(gpus), _pcie_map(e))
     count = doc.get("gpu_count")
     return out, count if isinstance(count, int) and count > 0 else None
 

@@ -1,8 +1,9 @@
 """Known failures in engine and router logs: one line of cause and one of fix each (pure).
 
-Signatures are built from the texts real software prints: vLLM 0.33.0's NIXL connector
-templates (shared fixture nixl-messages.json, file:line cited), UCX/NIXL/PyTorch/CUDA/
-huggingface_hub messages quoted from the issue threads cited next to each one.
+Signatures are built from the texts real software prints: vLLM 0.33.0's and 0.34.0's NIXL
+connector templates (shared fixtures nixl-messages.json, file:line cited; 0.34 where
+marked), UCX/NIXL/PyTorch/CUDA/huggingface_hub messages quoted from the issue threads cited
+next to each one.
 
 Order is specificity: a line is attributed to the first signature that matches it, and a
 broad signature (``broad=True``: a bare ``nixlBackendError``, a generic transfer or handshake
@@ -69,13 +70,55 @@ SIGNATURES: tuple[Signature, ...] = (
         "prefill and decode lay out their KV cache differently",
         "use the same VLLM_KV_CACHE_LAYOUT (env) and --block-size on both tiers",
     ),
-    # pull_worker.py:204/431, base_worker.py:2351/2366/2455/2763
+    # 0.34: pull_worker.py:196 (error_once: once per prefill engine), pull_worker.py:287
+    _sig(
+        "block_size_remote_num_tokens",
+        r"different P/D block sizes require remote_num_tokens"
+        r"|different logical block sizes require remote_num_tokens",
+        "the decode declined to read KV: prefill and decode have different --block-size and "
+        "the router did not forward remote_num_tokens (vLLM 0.34 pairs blocks from the last "
+        "token); each such request fails or is recomputed, as kv_load_failure_policy says",
+        "give both tiers one --block-size (pdboot renders one unless a tier's extra_args sets "
+        "its own: remove it there, or set the same value on both tiers)",
+    ),
+    # 0.34: base_worker.py:534 (a 0.33 peer advertises no layers for its regions)
+    _sig(
+        "nixl_mixed_versions",
+        r"did not advertise the layers of its KV regions",
+        "a vLLM 0.33 engine and a 0.34 engine met at the NIXL handshake (0.34 pairs KV "
+        "regions by layer, which 0.33 does not advertise)",
+        "upgrade every tier together: one image for both tiers, then `pdboot up` recreates both",
+    ),
+    # 0.34: base_worker.py:529/557/562/579/594/619/2549 (regions paired by layer name)
+    _sig(
+        "kv_region_pairing",
+        r"which has no counterpart here|does not hold the KV layers"
+        r"|advertised KV region metadata of different lengths|NIXL regions on engine"
+        r"|pairs with local regions of different block lengths"
+        r"|lay out their KV regions differently|hybrid KV layers in other cache groups",
+        "prefill and decode hold different KV layers or lay out their KV regions differently "
+        "(vLLM 0.34 pairs them by layer name at the NIXL handshake)",
+        "give both tiers the same model, --block-size, VLLM_KV_CACHE_LAYOUT and KV cache "
+        "options (hybrid KV cache manager, --kv-cache-dtype, speculative decoding) in "
+        "extra_args and env",
+    ),
+    # 0.34: factory.py:129
+    _sig(
+        "transfer_mode",
+        r"Invalid NixlConnector transfer_mode",
+        "vLLM refused kv_connector_extra_config.transfer_mode (0.34 takes pull or push)",
+        "set kv_transfer.kv_connector_extra_config.transfer_mode to pull or push, or remove it",
+    ),
+    # pull_worker.py:204/431, base_worker.py:2351/2366/2455/2763; 0.34 push_worker.py:149,
+    # base_worker.py:2829
     _sig(
         "block_size",
         r"require matching physical block sizes|Not pairing remote \d+-token blocks"
-        r"|requires identical P/D block sizes|matching logical and physical block sizes",
-        "prefill and decode KV block sizes do not divide one another",
-        "set the same --block-size on both tiers (or sizes where one divides the other)",
+        r"|requires identical P/D block sizes|matching logical and physical block sizes"
+        r"|DCP requires matching P/D logical block sizes",
+        "prefill and decode KV block sizes do not match (0.33: neither divides the other; "
+        "0.34's push connector and DCP: not identical)",
+        "set the same --block-size on both tiers (or leave it to pdboot, which renders one)",
     ),
     # base_worker.py:1096, 2459, 2742, 2873
     _sig(
@@ -137,7 +180,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "KV blocks expired on the prefill before the decode read them (decode too slow, "
         "stuck, or never pulling)",
         "fix the decode's failing or slow pulls first; otherwise raise "
-        "VLLM_NIXL_ABORT_REQUEST_TIMEOUT on the prefill tier",
+        "kv_transfer.kv_connector_extra_config.kv_lease_duration (seconds the prefill holds "
+        "the blocks, default 30; vLLM has no VLLM_NIXL_ABORT_REQUEST_TIMEOUT)",
     ),
     # base_worker.py:610/611
     _sig(

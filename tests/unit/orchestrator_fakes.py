@@ -17,6 +17,7 @@ from typing import Any
 
 from pdboot.deploy.waits import FakeClock
 from pdboot.events import Event
+from pdboot.preflight import image_args
 from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
@@ -55,6 +56,8 @@ PULL_EVENTS: list[dict[str, Any]] = [
 ]
 
 
+ARGS_OK = (0, 'PDBOOT_ARGS {"engines": {"prefill@p1": "", "decode@d1": ""}, '
+           '"version": "0.34.0", "options": ["--port"], "total_s": 2.5}')
 # the after-pull image probe's answer: the stand-in image's, verbatim (GPUs 12.0, arch list
 # with sm_120, NIXL's UCX backend with cuda and ib transports)
 CAPS = Path(__file__).parent / "fixtures" / "image_caps"
@@ -94,6 +97,9 @@ class World:
     shipped: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> extra files
     kv_pulls: int = 0
     probe: tuple[int, str] = PROBE_OK  # what run_once (the image probe) answers
+    # what the image's own `vllm serve` parser answers (pdboot/preflight/image_args.py): the
+    # shape of its real answer on the emulated package, every command accepted
+    args_probe: tuple[int, str] = ARGS_OK
     lost_at: dict[str, float] = field(default_factory=dict)  # host -> when its link goes
     lock_holder: str | None = None  # another run's holder text: the deployment lock is busy
     locks: list[str] = field(default_factory=list)  # "take up", "release up", ...
@@ -402,6 +408,9 @@ class FakeEngine:
         return None
 
     def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        if len(argv) > 1 and argv[-2] == image_args.PROBE:
+            self._call("run_once_args", argv[-4])
+            return self.world.args_probe
         self._call("run_once", argv[-1] if argv else "")
         return self.world.probe
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pdboot.verify.diagnose import SIGNATURES, diagnose, diagnose_lines, match_line
+from tests.shared_data import NIXL_MESSAGES_034_JSON
 
 MESSAGES = json.loads(
     (Path(__file__).parent / "fixtures" / "vllm" / "nixl-messages.json").read_text()
@@ -158,6 +159,7 @@ def test_signature_on_quoted_text(expected: str, line: str) -> None:
 
 def test_every_signature_is_tested() -> None:
     tested = {e for e, _ in TEMPLATE_CASES} | {e for e, _ in QUOTED_CASES}
+    tested |= {e for e, _ in TEMPLATE_CASES_034}
     assert {s.id for s in SIGNATURES} == tested
 
 
@@ -234,3 +236,61 @@ def test_a_handshake_without_answer_is_named_not_its_broad_traceback() -> None:
     logs = {"decode@d": [line, "Traceback (most recent call last):",
                          "zmq.error.Again: Resource temporarily unavailable"]}
     assert [f.id for f in diagnose(logs)] == ["nixl_handshake_failed"]
+
+
+# ------------------------------------------------------------------ vLLM 0.34.0's new texts
+
+MESSAGES_034 = json.loads(NIXL_MESSAGES_034_JSON.read_text())["messages"]
+
+
+def template_034(file_line: str) -> str:
+    """A real vLLM 0.34.0 message (tests/unit/fixtures/vllm-0.34.0, the shared dump)."""
+    name, line = file_line.split(":")
+    text = next(
+        m["text"] for m in MESSAGES_034 if m["file"].endswith("/" + name) and m["line"] == int(line)
+    )
+    text = text.replace("%d", "16").replace("%s", "5b2f0c1e-engine")
+    return PREFIX + re.sub(r"\{…\}", "7", text)
+
+
+TEMPLATE_CASES_034 = [
+    ("block_size_remote_num_tokens", "pull_worker.py:196"),
+    ("block_size_remote_num_tokens", "pull_worker.py:287"),
+    ("nixl_mixed_versions", "base_worker.py:534"),
+    ("kv_region_pairing", "base_worker.py:529"),
+    ("kv_region_pairing", "base_worker.py:557"),
+    ("kv_region_pairing", "base_worker.py:562"),
+    ("kv_region_pairing", "base_worker.py:579"),
+    ("kv_region_pairing", "base_worker.py:594"),
+    ("kv_region_pairing", "base_worker.py:619"),
+    ("kv_region_pairing", "base_worker.py:2549"),
+    ("transfer_mode", "factory.py:129"),
+    ("block_size", "push_worker.py:149"),
+    ("block_size", "base_worker.py:2829"),
+    # unchanged texts at their 0.34.0 lines
+    ("nixl_compat_hash", "base_worker.py:1274"),
+    ("nixl_engine_id", "base_worker.py:1308"),
+    ("kv_lease_expired", "base_worker.py:3439"),
+    ("kv_lease_expired", "pull_worker.py:741"),
+    ("kv_lease_expired", "push_worker.py:797"),
+    ("nixl_transfer_failed", "base_worker.py:1454"),
+]
+
+
+@pytest.mark.parametrize(("expected", "where"), TEMPLATE_CASES_034)
+def test_signature_on_vllm_034_template(expected: str, where: str) -> None:
+    sig = match_line(template_034(where))
+    assert sig is not None and sig.id == expected, (where, sig)
+
+
+def test_new_034_fixes_name_what_to_change() -> None:
+    by_id = {s.id: s for s in SIGNATURES}
+    assert "--block-size" in by_id["block_size_remote_num_tokens"].fix
+    assert "upgrade every tier together" in by_id["nixl_mixed_versions"].fix
+    assert "pull or push" in by_id["transfer_mode"].fix
+    lease = by_id["kv_lease_expired"].fix
+    # the real knob; VLLM_NIXL_ABORT_REQUEST_TIMEOUT exists in neither 0.33 nor 0.34
+    assert "kv_connector_extra_config.kv_lease_duration" in lease
+    assert "raise VLLM_NIXL_ABORT_REQUEST_TIMEOUT" not in lease
+    for msgs in (MESSAGES, MESSAGES_034):
+        assert not any("VLLM_NIXL_ABORT_REQUEST_TIMEOUT" in m["text"] for m in msgs)

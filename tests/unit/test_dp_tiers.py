@@ -20,7 +20,7 @@ from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_up
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DP_RANKS, Plan, Service
 from pdboot.transport.http import HttpAnswer
-from tests.shared_data import SERVE_ARGS_JSON
+from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
 
 
 def doc(**tiers: Any) -> dict[str, Any]:
@@ -177,10 +177,12 @@ def test_head_and_follower_commands() -> None:
     assert arg(pre.command, "--data-parallel-rpc-port") == "13345"
 
 
-def test_every_flag_is_a_real_vllm_serve_option() -> None:
-    path = SERVE_ARGS_JSON  # vLLM 0.33.0's real `vllm serve` parser dump (tests/shared_data.py)
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.33.0", "vllm/vllm-openai:v0.34.0"])
+def test_every_flag_is_a_real_vllm_serve_option(image: str) -> None:
+    # the real `vllm serve` parser dump of the image's release (tests/shared_data.py)
+    path = SERVE_ARGS_JSON if image.endswith("v0.33.0") else SERVE_ARGS_034_JSON
     known = {o for a in json.loads(path.read_text())["actions"] for o in a["option_strings"]}
-    plan = build_plan(inv(router__dp_aware=True))
+    plan = build_plan(inv(router__dp_aware=True, image=image))
     for s in plan.services():
         if s.role != "router":
             flags = {x for x in s.command if x.startswith("-")}

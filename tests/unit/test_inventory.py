@@ -81,7 +81,7 @@ def test_reference_inventories_are_valid(path: Path) -> None:
 
 def test_defaults_are_the_documented_production_values() -> None:
     inv = parse_inventory(inv_text())
-    assert inv.image == DEFAULT_VLLM_IMAGE == "vllm/vllm-openai:v0.33.0"
+    assert inv.image == DEFAULT_VLLM_IMAGE == "vllm/vllm-openai:v0.34.0"
     assert DEFAULT_ROUTER_IMAGE == "vllm/vllm-router:v0.1.17"
     assert (inv.prefill.port, inv.decode.port, inv.router.port) == (8200, 8201, 8000)
     assert (inv.prefill.side_channel_port, inv.decode.side_channel_port) == (5600, 5601)

@@ -13,10 +13,11 @@ from pdboot.inventory import flagnames, optionlists
 from pdboot.inventory.hostpaths import sensitive_reason
 from pdboot.inventory.imageref import check_image_reference
 from pdboot.inventory.load import InventoryError, InventoryIssue, parse_inventory
-from tests.shared_data import SERVE_ARGS_JSON
+from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE_ARGS = SERVE_ARGS_JSON  # the copy of ../shared's capture every checkout has
+SERVE_ARGS_034 = SERVE_ARGS_034_JSON
 ROUTER_HELP = Path(__file__).parent / "fixtures" / "vllm-router-0.1.17-help.txt"
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
 
@@ -63,15 +64,22 @@ def test_option_lists_are_generated_from_the_real_captures() -> None:
     assert spec is not None and spec.loader is not None
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    serve = gen.serve_options(SERVE_ARGS.read_text())
+    assert gen.SERVE_ARGS["0.33.0"] == SERVE_ARGS and gen.SERVE_ARGS["0.34.0"] == SERVE_ARGS_034
+    serve = {v: gen.serve_options(p.read_text()) for v, p in gen.SERVE_ARGS.items()}
     router = gen.router_options(ROUTER_HELP.read_text())
-    assert tuple(serve) == optionlists.VLLM_SERVE
+    assert tuple(serve["0.33.0"]) == optionlists.VLLM_SERVE_BY_VERSION["0.33.0"]
+    assert tuple(serve["0.34.0"]) == optionlists.VLLM_SERVE_BY_VERSION["0.34.0"]
+    assert set(optionlists.VLLM_SERVE) == set(serve["0.33.0"]) | set(serve["0.34.0"])
     assert tuple(router) == optionlists.VLLM_ROUTER
     assert (ROOT / "pdboot" / "inventory" / "optionlists.py").read_text() == gen.module_text(serve, router)
     # the captures hold what the review used
-    assert "--api-key" in router and "--prometheus-port" in router and "--api-key" in serve
-    actions = json.loads(SERVE_ARGS.read_text())["actions"]
-    assert len(serve) == len({o for a in actions for o in a["option_strings"]})
+    assert "--api-key" in router and "--prometheus-port" in router and "--api-key" in serve["0.33.0"]
+    assert "--max-num-inflight-kv-loads" in serve["0.34.0"]
+    assert "--max-num-inflight-kv-loads" not in serve["0.33.0"]
+    for version, path in gen.SERVE_ARGS.items():
+        doc = json.loads(path.read_text())
+        assert doc["vllm_version"] == version
+        assert len(serve[version]) == len({o for a in doc["actions"] for o in a["option_strings"]})
 
 
 @pytest.mark.parametrize(

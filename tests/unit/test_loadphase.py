@@ -40,7 +40,12 @@ LINES = [
         "compiling",
     ),
     (
-        E + "[monitor.py:34] torch.compile takes 9.85 s in total",
+        # vLLM 0.33.0/0.34.0 compilation/monitor.py:20: "%storch.compile took %.2f s in total"
+        E + "[monitor.py:20] torch.compile took 9.85 s in total",
+        "allocating KV cache: compiled in 9.85 s",
+    ),
+    (
+        E + "[monitor.py:34] torch.compile takes 9.85 s in total",  # older releases
         "allocating KV cache: compiled in 9.85 s",
     ),
     (

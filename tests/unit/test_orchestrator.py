@@ -233,12 +233,32 @@ def test_image_check_after_the_pull_before_the_ship() -> None:
     assert code == 0
     stages = [e.stage for e in rec.of(ev.StageStarted)]
     assert stages[:4] == ["preflight", "pull", "image_check", "ship"]
-    # one probe per engine host, none on the router's
+    # one probe per engine host, none on the router's; then the image's own parser
     assert sorted(h for op, h, _ in world.calls if op == "run_once") == ["d1", "p1"]
+    assert sorted(h for op, h, _ in world.calls if op == "run_once_args") == ["d1", "p1"]
     checks = rec.of(ev.ImageCheck)
     assert {(c.host, c.check, c.status) for c in checks} == {
-        (h, c, "pass") for h in ("d1", "p1") for c in ("docker.image_arch", "docker.image_nixl")
+        (h, c, "pass")
+        for h in ("d1", "p1")
+        for c in ("docker.image_arch", "docker.image_nixl", "docker.image_args")
     }
+
+
+def test_an_argument_the_image_refuses_stops_up_before_any_service_starts() -> None:
+    answer = ('PDBOOT_ARGS {"engines": {"decode@d1": "vllm: error: unrecognized arguments: '
+              '--max-num-inflight-kv-loads 4"}, "version": "0.33.0", "options": '
+              '["--max-num-batched-tokens"]}')
+    world = World(inventory(), args_probe=(0, answer))
+    code, rec = _preflighted_up(world)
+    assert code == 1
+    assert rec.of(ev.ServiceStarted) == [] and world.containers == {}
+    assert not [c for c in world.calls if c[0] in ("ship", "compose_up")]
+    (failed,) = [c for c in rec.of(ev.ImageCheck) if c.status == "fail"]
+    assert failed.check == "docker.image_args" and failed.host == "d1"
+    assert "decode@d1: the image's vLLM 0.33.0 refuses --max-num-inflight-kv-loads" in (
+        failed.message
+    )
+    assert "nothing was started" in rec.of(ev.Note)[-1].message
 
 
 def test_failing_image_check_stops_up_before_any_service_starts() -> None:

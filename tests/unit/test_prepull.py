@@ -47,7 +47,8 @@ def test_agreement_is_reported_on_decode_hosts_only() -> None:
 
 
 def _inv(prefill_args: str, decode_args: str, extra: str = "", tp: tuple[int, int] = (1, 1)) -> str:
-    return INV.read_text().replace(
+    # vLLM 0.33: block sizes need only divide (0.34 wants them equal: test_vllm_target.py)
+    return "image: vllm/vllm-openai:v0.33.0\n" + INV.read_text().replace(
         "prefill:\n  hosts: [gpu-a]\n",
         f"prefill:\n  hosts: [gpu-a]\n  tensor_parallel_size: {tp[0]}\n"
         f"  extra_args: {prefill_args}\n",

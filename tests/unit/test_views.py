@@ -110,7 +110,7 @@ def test_terminal_view_on_a_terminal_runs_bars_and_live_table_through_a_real_up(
     view.close()
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert code == 0
-    assert "d1: vllm/vllm-openai:v0.33.0 pulled" in text
+    assert "d1: vllm/vllm-openai:v0.34.0 pulled" in text
     assert "ready decode@d1 after 3.0s" in text and "ready prefill@p1 after 2.0s" in text
     assert "decode loading" in text  # the live table showed the latest log line
     assert "endpoint: http://192.0.2.12:8000/v1" in text

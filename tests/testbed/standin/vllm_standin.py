@@ -31,7 +31,14 @@ from typing import Any, NoReturn
 import dp  # data parallelism (head, headless followers, ranks): dp.py beside this file
 import weights  # the model's files from the HF cache / hub: weights.py beside this file
 
-VERSION = "0.33.0"
+# The release the stand-in plays, as its image tells it (VLLM_STANDIN_VERSION; the testbed's
+# v0.34.0 tag sets 0.34.0): its `vllm serve` options (the real dump of that wheel) and its
+# defaults (the KV block size: 16 up to 0.33, 64 from 0.34, config/cache.py).
+VERSION = os.environ.get("VLLM_STANDIN_VERSION", "0.33.0")
+SERVE_ARGS_FILES = {"0.33.0": "serve-args.json", "0.34.0": "serve-args-0.34.0.json"}
+if VERSION not in SERVE_ARGS_FILES:
+    sys.exit(f"stand-in: VLLM_STANDIN_VERSION {VERSION!r}: only {', '.join(SERVE_ARGS_FILES)}")
+DEFAULT_BLOCK_SIZE = 64 if VERSION >= "0.34" else 16
 PID = os.getpid()
 WORDS = ("the", "model", "prefill", "decode", "cache", "block", "token", "engine", "remote",
          "local", "fast", "slow", "pull", "push", "host", "port", "river", "stone", "light",
@@ -93,7 +100,7 @@ def human_int(value: str) -> int:
     return int(float(value[:-1] if scale > 1 else value) * scale)
 
 
-SERVE_ARGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve-args.json")
+SERVE_ARGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), SERVE_ARGS_FILES[VERSION])
 
 
 class EnableDisable(argparse.Action):
@@ -113,8 +120,8 @@ TYPES: dict[str, Any] = {"int": int, "float": float, "human_readable_int": human
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
-    """Exactly the options of real `vllm serve` 0.33.0 (serve-args.json, a copy of the shared
-    fixture): anything else is an "unrecognized arguments" error, exit 2, as in vLLM."""
+    """Exactly the options of real `vllm serve` of VERSION (serve-args*.json, copies of the
+    shared fixtures): anything else is an "unrecognized arguments" error, exit 2, as in vLLM."""
     with open(SERVE_ARGS) as f:
         actions = json.load(f)["actions"]
     for a in actions:
@@ -313,6 +320,7 @@ class Engine:
     leases: dict[str, Lease] = field(default_factory=dict)
     next_block: int = 1
     counters: dict[str, float] = field(default_factory=dict)
+    declined: set[str] = field(default_factory=set)  # 0.34: engines whose reads it declined
     requests_done: int = 0
     running: int = 0  # requests being served now: vllm:num_requests_running
     kv_fetching: int = 0  # decode requests whose KV pull has not ended
@@ -342,7 +350,7 @@ class Engine:
             self.counters[name] = self.counters.get(name, 0) + by
 
     def hold(self, req_id: str, prompt: str, ntok: int) -> Lease:
-        nblocks = max(1, -(-ntok // (self.args.block_size or 16)))
+        nblocks = max(1, -(-ntok // (self.args.block_size or DEFAULT_BLOCK_SIZE)))
         with self.lock:
             ids = list(range(self.next_block, self.next_block + nblocks))
             self.next_block += nblocks
@@ -390,7 +398,8 @@ class SideChannel(socketserver.StreamRequestHandler):
         try:
             json.loads(self.rfile.readline() or b"{}")  # the decode's hello
             me = {"type": "hello", "engine_id": eng.engine_id, "compat_hash": eng.compat_hash,
-                  "tp_size": eng.args.tensor_parallel_size, "version": VERSION}
+                  "tp_size": eng.args.tensor_parallel_size, "version": VERSION,
+                  "block_size": eng.args.block_size or DEFAULT_BLOCK_SIZE}
             self.reply({**me, "ok": True})  # the decode compares the hashes, as in vLLM
             for raw in self.rfile:
                 msg = json.loads(raw)
@@ -486,6 +495,25 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
             if hello.get("engine_id") != remote_eid:
                 raise PullError(f"Remote NIXL agent engine ID mismatch. Expected {remote_eid},"
                                 f"received {hello.get('engine_id')}.", where="base_worker.py:1231")
+            pbs = int(hello.get("block_size") or DEFAULT_BLOCK_SIZE)
+            dbs = eng.args.block_size or DEFAULT_BLOCK_SIZE
+            if VERSION >= "0.34" and pbs != dbs:
+                if eng.kv.get("kv_connector") == "NixlPushConnector" or (
+                        eng.kv.get("kv_connector_extra_config") or {}).get(
+                        "transfer_mode") == "push":
+                    raise PullError(  # 0.34 push_worker.py:149
+                        "NixlPushConnector requires identical P/D block sizes. Kernel block "
+                        f"size and kernel blocks per logical block: local ({dbs}, 1), remote "
+                        f"engine {remote_eid} ({pbs}, 1).", where="push_worker.py:149")
+                if params.get("remote_num_tokens") is None:
+                    if remote_eid not in eng.declined:  # error_once: once per engine
+                        eng.declined.add(str(remote_eid))
+                        engine_log("ERROR", "pull_worker.py:196",
+                                   f"Declining remote reads from engine {remote_eid}: different "
+                                   "P/D block sizes require remote_num_tokens in "
+                                   "kv_transfer_params. Make the proxy forward it.")
+                    raise PullError("declined: different P/D block sizes", "transfer",
+                                    where="quiet")
             ptp, dtp = int(hello.get("tp_size", 1)), eng.args.tensor_parallel_size
             if max(ptp, dtp) % min(ptp, dtp):
                 raise PullError(f"tensor parallel sizes incompatible: remote {ptp}, local {dtp}")
@@ -809,9 +837,12 @@ class Api(http.server.BaseHTTPRequestHandler):
             data = pull(eng, kvp, prompt)
         except PullError as e:
             eng.count("standin_kv_pull_failures_total")
-            eng.count("vllm:nixl_num_failed_transfers_total")  # handshakes included, as vLLM
+            if e.where != "quiet":  # 0.34: declined reads are not failed transfers
+                eng.count("vllm:nixl_num_failed_transfers_total")  # handshakes too, as vLLM
             peer = f"{kvp.get('remote_host')}:{kvp.get('remote_port')}"
-            if e.where:  # a raise in vLLM's connector: its exception line, real text
+            if e.where == "quiet":  # 0.34's declined read: logged once (pull), not counted
+                pass
+            elif e.where:  # a raise in vLLM's connector: its exception line, real text
                 engine_log("ERROR", e.where, f"RuntimeError: {e}")
             elif e.stage == "handshake":  # vLLM's zmq recv times out on an unreachable peer
                 engine_log("ERROR", "base_worker.py:1319", "NIXLConnectorWorker gets "
@@ -1019,7 +1050,8 @@ def load_model(args: argparse.Namespace, seconds: float, t0: float,
                f"Model loading took 1.1202 GiB and {time.monotonic() - t0:.6f} seconds")
     if not args.enforce_eager:
         time.sleep(dt)
-        engine_log("INFO", "monitor.py:34", f"torch.compile takes {dt:.2f} s in total")
+        # vLLM 0.33/0.34 compilation/monitor.py:20 ("%storch.compile took %.2f s in total")
+        engine_log("INFO", "monitor.py:20", f"torch.compile took {dt:.2f} s in total")
     engine_log("INFO", "gpu_worker.py:356", "Available KV cache memory: 20.48 GiB")
     engine_log("INFO", "kv_cache_utils.py:1087", "GPU KV cache size: 191,712 tokens")
     time.sleep(dt)

