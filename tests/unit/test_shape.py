@@ -1,7 +1,7 @@
 """The package's shape: the orchestrator and the pure core never import rich (only views/
 (the preflight report among them) and the cli*.py modules do), every function stays within 80 lines
-(issue 8); no import cycle between modules, no module over 500 lines, and README's
-Development table names every module (issue 16)."""
+(issue 8); no import cycle between modules, no module over 500 lines, and
+docs/architecture.md's table names every module (issue 16)."""
 
 from __future__ import annotations
 
@@ -110,12 +110,10 @@ def test_module_at_most_500_lines(name: str) -> None:
     assert lines <= MAX_MODULE_LINES, f"{name}: {lines} lines"
 
 
-def _readme_modules() -> set[str]:
-    """Module paths named in the first cell of README's Development table rows; a name
-    without a folder is in the folder of the first one of its cell."""
-    text = (PKG.parent / "README.md").read_text()
-    section = text[text.index("## Development") :]
-    section = section[: section.index("\n## ", 1)]
+def _architecture_modules() -> set[str]:
+    """Module paths named in the first cell of docs/architecture.md's module table rows; a
+    name without a folder is in the folder of the first one of its cell."""
+    section = (PKG.parent / "docs" / "architecture.md").read_text()
     found: set[str] = set()
     for line in section.splitlines():
         if not line.startswith("| `"):
@@ -130,7 +128,7 @@ def _readme_modules() -> set[str]:
     return found
 
 
-def test_readme_lists_every_module() -> None:
+def test_the_architecture_doc_lists_every_module() -> None:
     """Package __init__ files holding only a docstring are the folders themselves."""
 
     def has_code(m: str) -> bool:
@@ -140,7 +138,7 @@ def test_readme_lists_every_module() -> None:
         )
 
     modules = {m for m in MODULES if not m.endswith("__init__.py") or has_code(m)}
-    listed = _readme_modules()
+    listed = _architecture_modules()
     assert sorted(modules - listed) == [] and sorted(listed - modules) == []
 
 
