@@ -12,7 +12,8 @@ from pdboot.inventory.load import load_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.render import render_all, render_summary
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 
 
@@ -45,3 +46,37 @@ def test_the_8_gpu_examples_use_every_gpu() -> None:
             assert sorted(used) == list(range(8)), (name, host)
     colo = build_plan(load_inventory(EXAMPLES / "rtx6000-1x8-colocated.yaml"))
     assert len(colo.hosts["box"].services) == 9
+
+
+def test_the_example_inventory_shows_every_key() -> None:
+    """inventory.example.yaml holds every key of the schema, set or commented out (issue 33):
+    an operator learns the inventory from it; `pdboot schema` is the same as JSON Schema."""
+    import re
+
+    from pdboot.inventory.jsonschema import inventory_schema
+
+    schema = inventory_schema()
+    defs = schema["$defs"]
+    keys: set[tuple[str, ...]] = set()
+
+    def walk(node: dict, path: tuple[str, ...]) -> None:
+        if "$ref" in node:
+            node = defs[node["$ref"].split("/")[-1]]
+        for sub in node.get("anyOf", []) + node.get("allOf", []):
+            walk(sub, path)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], path)
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], path)
+        for k, v in node.get("properties", {}).items():
+            keys.add((*path, k))
+            walk(v, (*path, k))
+
+    walk(schema, ())
+    text = (ROOT / "inventory.example.yaml").read_text()
+    missing = [
+        ".".join(k)
+        for k in sorted(keys)
+        if not re.search(rf"^[ #]*(- )?{re.escape(k[-1])}:|[{{,] *{re.escape(k[-1])}:", text, re.M)
+    ]
+    assert missing == []
