@@ -80,3 +80,21 @@ def test_the_example_inventory_shows_every_key() -> None:
         if not re.search(rf"^[ #]*(- )?{re.escape(k[-1])}:|[{{,] *{re.escape(k[-1])}:", text, re.M)
     ]
     assert missing == []
+
+
+def test_the_inventory_reference_is_generated_and_every_key_has_words() -> None:
+    """docs/inventory-reference.md is scripts/gen_inventory_reference.py's output (run it after
+    changing the models or the example), and no key is left without a word about it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gen_ref", ROOT / "scripts" / "gen_inventory_reference.py"
+    )
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    text = gen.reference_text()
+    assert (ROOT / "docs" / "inventory-reference.md").read_text() == text
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(rows) > 100
+    assert [r for r in rows if r.endswith("|  |")] == []
