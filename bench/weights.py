@@ -46,7 +46,7 @@ def write(tb: Testbed, path: Path, name: str, staged: bool, engines: int,
     inv["router"] = {"host": "g1", "prefill_policy": "round_robin",
                      "decode_policy": "round_robin"}
     inv["kv_transfer"] = {"rdma": "auto"}
-    inv["weights"] = {"stage": staged, "endpoint": tb.hub,
+    inv["weights"] = {"stage": staged, "endpoint": tb.hub, "allow_plain_http": True,
                       "seed": "first_host" if seed else "none"}
     inv["container"]["hf_cache"] = f"/var/lib/pdboot/hf-bench-{name}"
     inv["timeouts"]["ready_seconds"] = 900

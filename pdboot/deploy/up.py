@@ -88,7 +88,8 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
-from pdboot.weights.stage import pin_weights
+from pdboot.weights.hub import is_hub_model
+from pdboot.weights.stage import pin_weights, remove_oneshots
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
@@ -160,7 +161,9 @@ def _up(
         return EXIT_INTERRUPTED
     try:
         return _on_hosts(inv, opts, emit, hosts, findings, UpEnv(clock, fetch, token, confirm))
-    finally:
+    finally:  # Ctrl-C mid-pull: no staging or seed container (nor its secret) is left
+        if is_hub_model(inv.model) and inv.weights.stage:
+            remove_oneshots(inv, hosts)
         hosts.close()
 
 

@@ -23,7 +23,7 @@ from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.schema import Inventory
 from pdboot.transport.hosts import Hosts, SecretError, read_secrets, register_secrets
 from pdboot.transport.http import HttpFn, http
-from pdboot.weights.stage import engine_hosts, pin_weights
+from pdboot.weights.stage import engine_hosts, pin_weights, remove_oneshots
 
 
 def stage(
@@ -72,7 +72,8 @@ def _stage(
     hosts = hosts_factory(inv, engine_hosts(inv), accept_new)
     try:
         return _on_hosts(inv, emit, refresh, hosts, fetch, secrets)
-    finally:
+    finally:  # Ctrl-C, or a host given up on: no staging or seed container is left
+        remove_oneshots(inv, hosts)
         hosts.close()
 
 

@@ -65,7 +65,7 @@ def write(
         "decode_policy": "round_robin",
     }
     inv["kv_transfer"] = {"rdma": "auto"}
-    inv["weights"] = {"stage": True, "endpoint": tb.hub}
+    inv["weights"] = {"stage": True, "endpoint": tb.hub, "allow_plain_http": True}
     inv.update(extra)
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
@@ -295,7 +295,8 @@ def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Pa
                 container={"hf_cache": "/var/lib/pdboot/hf-cache-seed",
                            "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
     doc = yaml.safe_load(inv.read_text())
-    doc["weights"] = {"stage": True, "endpoint": tb.hub, "seed": "first_host"}
+    doc["weights"] = {"stage": True, "endpoint": tb.hub, "allow_plain_http": True,
+                      "seed": "first_host"}
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
     before = hub.downloads(tb.hub_log)
     ev_file = tmp_path / "ev.jsonl"
