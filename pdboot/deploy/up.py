@@ -89,7 +89,7 @@ from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
 from pdboot.weights.hub import is_hub_model
-from pdboot.weights.stage import pin_weights, remove_oneshots
+from pdboot.weights.stage import pin_weights, remove_oneshots, with_stage_image
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
@@ -267,10 +267,12 @@ class _Up(ChangeSteps):
 
     def pull(self) -> None:
         wanted = {h: sorted({s.image for s in hp.services}) for h, hp in self.plan.hosts.items()}
+        stage = self.env.weights.after_pull(self.env.token, self.emit)  # staging's image first
+        if stage is not None:
+            wanted = with_stage_image(wanted, stage[0], self.inv)
         self.emit(
             StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
         )
-        stage = self.env.weights.after_pull(self.env.token, self.emit)  # the engine image's
         errors = pull_all(self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds, stage)
         if errors:
             report_errors(self.emit, "pull failed on", errors)

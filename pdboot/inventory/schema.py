@@ -395,6 +395,17 @@ class Weights(Strict):
     # the token and the hashes every file is checked against come over it: https only,
     # unless plain http is wanted by name (a mirror on a trusted network; the testbed's hub)
     allow_plain_http: bool = False
+    # the image staging runs in (containers/stage.Dockerfile: Python and huggingface_hub,
+    # pulled in seconds), so that staging overlaps the engine image's pull; None: the
+    # engine image's own huggingface_hub (staging then waits for that pull)
+    image: str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _stage_image(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        return check_image_reference(check_safe_token(v, "image reference", _IMAGE_RE))
 
     @model_validator(mode="after")
     def _https(self) -> Weights:

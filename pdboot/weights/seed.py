@@ -99,7 +99,7 @@ class Seeder:
             try:
                 rc = link.engine.run_streamed(
                     self.name,
-                    inv.image,
+                    self.stager.image,
                     ["python3", "-c", SERVE_SCRIPT, self.address, str(self.port), inv.model,
                      self.stager.res.commit],
                     {"HF_HOME": HF_CACHE_IN_CONTAINER, "PYTHONUNBUFFERED": "1"},

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pdboot.events import Emit, Note, WeightsDone, WeightsPinned, WeightsProgress
@@ -77,8 +77,8 @@ class Pinned(Staging):
         stager = Stager(self.inventory, self.resolution, hf_token(secrets), emit)
         hosts = engine_hosts(self.inventory)
         if self.inventory.weights.seed == "first_host" and len(hosts) > 1:
-            return self.inventory.image, Seeder(stager, hosts).on_host
-        return self.inventory.image, stager.on_host
+            return stager.image, Seeder(stager, hosts).on_host
+        return stager.image, stager.on_host
 
     def pin_files(self) -> dict[str, dict[str, str]]:
         text = self.pin_text
@@ -96,6 +96,18 @@ class Pinned(Staging):
 
 def engine_hosts(inv: Inventory) -> list[str]:
     return list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
+
+
+def with_stage_image(
+    wanted: Mapping[str, Sequence[str]], image: str, inv: Inventory
+) -> dict[str, list[str]]:
+    """Host -> images to pull, the staging image added on every engine host: pull_all pulls
+    it first and starts staging right after it, while the host's other images pull."""
+    engines = set(engine_hosts(inv))
+    return {
+        h: ([image] if h in engines and image not in imgs else []) + list(imgs)
+        for h, imgs in wanted.items()
+    }
 
 
 def hf_token(secrets: Mapping[str, str] | None) -> str | None:
@@ -182,6 +194,7 @@ class Stager:
 
     def __init__(self, inv: Inventory, res: Resolution, token: str | None, emit: Emit) -> None:
         self.inv, self.res, self.token, self.emit = inv, res, token, emit
+        self.image = inv.weights.image or inv.image
 
     def container_name(self) -> str:
         return f"pdboot-stage-{self.inv.name}"
@@ -233,7 +246,7 @@ class Stager:
         check_cache_dir(link.conn, self.inv.container.hf_cache)
         rc = link.engine.run_streamed(
             self.container_name(),
-            self.inv.image,
+            self.image,
             ["python3", "-c", STAGE_SCRIPT, self.inv.model, self.res.commit],
             {**self.env(), **extra_env},
             [self.bind()],

@@ -65,7 +65,9 @@ def write(
         "decode_policy": "round_robin",
     }
     inv["kv_transfer"] = {"rdma": "auto"}
-    inv["weights"] = {"stage": True, "endpoint": tb.hub, "allow_plain_http": True}
+    # the testbed hub is plain http (named); staging runs in pdboot's small staging image
+    inv["weights"] = {"stage": True, "endpoint": tb.hub, "allow_plain_http": True,
+                      "image": tb.stage_image}
     inv.update(extra)
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
@@ -183,6 +185,9 @@ def test_up_stages_each_file_once_per_host_and_engines_load_one_commit_offline(
     assert set(done) == {"gpu-a", "gpu-b"} and not any(e["cached"] for e in done.values())
     assert {e["client"] for e in done.values()} == {"2.4.0"}  # the image's own client
     assert any(e["event"] == "weights_progress" for e in evs)
+    for h in ("gpu-a", "gpu-b"):  # the staging image first, the engine image's pull after
+        pulled = [e["image"] for e in evs if e["event"] == "pull_done" and e["host"] == h]
+        assert pulled[:2] == [tb.stage_image, tb.image], pulled
     docs = engines(tb, "pdw")
     assert len(docs) == 9
     for d in docs:
@@ -295,8 +300,7 @@ def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Pa
                 container={"hf_cache": "/var/lib/pdboot/hf-cache-seed",
                            "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
     doc = yaml.safe_load(inv.read_text())
-    doc["weights"] = {"stage": True, "endpoint": tb.hub, "allow_plain_http": True,
-                      "seed": "first_host"}
+    doc["weights"]["seed"] = "first_host"
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
     before = hub.downloads(tb.hub_log)
     ev_file = tmp_path / "ev.jsonl"
