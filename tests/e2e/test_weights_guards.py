@@ -353,3 +353,31 @@ def test_the_seed_client_refuses_members_outside_the_models_folder(
     assert links == [], links  # not one link was made
     assert not (home / "hub" / "models--other--model").exists()
     assert not (tmp_path / "evil").exists() and not (home / "evil").exists()
+
+
+def test_a_seeded_file_that_differs_from_the_hubs_hash_fails_naming_it(
+    hf_site: Path, tmp_path: Path
+) -> None:
+    """A seed serving a well-formed tar whose blob is not what the hub lists: the host fed by
+    it fails, naming the file (a seed is trusted for nothing but the bytes' path)."""
+    commit = "d" * 40
+    true = b'{"model_type": "llama"}'
+    forged = b'{"model_type": "evil!"}'
+    oid = hub.git_oid(true)
+    snap = f"{TOP}/snapshots/{commit}"
+    body = evil_tar([(f"{snap}/config.json", f"../../blobs/{oid}"),
+                     (f"{TOP}/blobs/{oid}", forged)])  # fmt: skip
+    handler = type("T", (TarServer,), {"body": body})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    res = Resolution(REPO, "main", commit, (("config.json", len(true)),), False,
+                     (("config.json", "git:" + oid),))  # fmt: skip
+    try:
+        rc, lines, text = run_stage(hf_site, tmp_path / "hf", "http://127.0.0.1:9", res,
+                                    {"seed_token": "t"},
+                                    f"http://127.0.0.1:{srv.server_address[1]}/x.tar")  # fmt: skip
+    finally:
+        srv.shutdown()
+    assert rc == 1, text
+    msg = last(lines)["message"]
+    assert "hash mismatch after the seed" in msg and "config.json" in msg, msg
