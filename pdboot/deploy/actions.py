@@ -5,12 +5,14 @@ per host and returns the hosts that failed (host -> message); `up` decides what 
 
 from __future__ import annotations
 
+import json
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from pdboot.deploy.seams import OP_DEADLINE, report_errors
-from pdboot.events import Emit, PullDone, PullProgress, ServiceStarted
+from pdboot.events import Emit, Endpoint, PullDone, PullProgress, ServiceStarted
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Step
 from pdboot.plan.model import Plan
@@ -138,3 +140,19 @@ def watch_held_back(hosts: Hosts, steps: Sequence[Step], emit: Emit) -> list[Ste
             return [s for s in steps if s.kind == "create"]
     why = "started after up's changes and checks"
     return [replace(s, kind="create", reason=why, current=None) for s in steps]
+
+
+def endpoint_event(plan: Plan) -> Endpoint:
+    """What `up` ends with: the endpoint, the model name clients send, and a curl to try."""
+    example = json.dumps(
+        {
+            "model": plan.served_model_name,
+            "messages": [{"role": "user", "content": "Hello!"}],
+            "max_tokens": 64,
+        }
+    )
+    curl = (
+        f"curl {plan.endpoint}/v1/chat/completions "
+        f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
+    )
+    return Endpoint(f"{plan.endpoint}/v1", plan.served_model_name, curl)

@@ -24,6 +24,7 @@ from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_down
 from pdboot.plan.model import SECRETS_FILE, Plan
 from pdboot.transport.hosts import Hosts, Link, project_dir
+from pdboot.weights.stage import remove_oneshots
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,10 @@ def _down(inv: Inventory, opts: DownOptions, emit: Emit, hosts_factory: HostsFac
             cleaner.start()
         removed, errors = teardown(hosts, plan.deployment, emit)
         failed_any |= errors
+        # an interrupted run's staging or seed server (labelled by pdboot as its own)
+        oneshot_errors = remove_oneshots(inv, hosts)
+        report_errors(emit, "cannot remove the staging containers on", oneshot_errors)
+        failed_any |= bool(oneshot_errors)
         if opts.purge:
             cleaned.append(clean_files(hosts, inv, plan, True, emit))
         else:

@@ -17,12 +17,16 @@ and emits events (events.py). It never prints: views do (pdboot/views/).
 from __future__ import annotations
 
 import contextlib
-import json
-import shlex
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pdboot.deploy.actions import pull_all, ship_all, start_all, watch_held_back
+from pdboot.deploy.actions import (
+    endpoint_event,
+    pull_all,
+    ship_all,
+    start_all,
+    watch_held_back,
+)
 from pdboot.deploy.changes import add_former_hosts, plan_only
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.lockguard import under_lock
@@ -46,7 +50,6 @@ from pdboot.events import (
     Diagnosis,
     Done,
     Emit,
-    Endpoint,
     Failure,
     ImageCheck,
     Interrupted,
@@ -88,7 +91,8 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
-from pdboot.weights.stage import pin_weights
+from pdboot.weights.hub import is_hub_model
+from pdboot.weights.stage import pin_weights, remove_oneshots, with_stage_image
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
@@ -163,7 +167,9 @@ def _up(
         return EXIT_INTERRUPTED
     try:
         return _on_hosts(inv, opts, emit, hosts, findings, UpEnv(clock, fetch, token, confirm))
-    finally:
+    finally:  # Ctrl-C mid-pull: no staging or seed container (nor its secret) is left
+        if is_hub_model(inv.model) and inv.weights.stage:
+            remove_oneshots(inv, hosts)
         hosts.close()
 
 
@@ -267,10 +273,12 @@ class _Up(ChangeSteps):
 
     def pull(self) -> None:
         wanted = {h: sorted({s.image for s in hp.services}) for h, hp in self.plan.hosts.items()}
+        stage = self.env.weights.after_pull(self.env.token, self.emit)  # staging's image first
+        if stage is not None:
+            wanted = with_stage_image(wanted, stage[0], self.inv)
         self.emit(
             StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
         )
-        stage = self.env.weights.after_pull(self.env.token, self.emit)  # the engine image's
         errors = pull_all(self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds, stage)
         if errors:
             report_errors(self.emit, "pull failed on", errors)
@@ -473,18 +481,7 @@ class _Up(ChangeSteps):
         self.emit(Diagnosis(context, tuple(lines)))
 
     def show_endpoint(self) -> None:
-        example = json.dumps(
-            {
-                "model": self.plan.served_model_name,
-                "messages": [{"role": "user", "content": "Hello!"}],
-                "max_tokens": 64,
-            }
-        )
-        curl = (
-            f"curl {self.plan.endpoint}/v1/chat/completions "
-            f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
-        )
-        self.emit(Endpoint(f"{self.plan.endpoint}/v1", self.plan.served_model_name, curl))
+        self.emit(endpoint_event(self.plan))
 
     def interrupted(self) -> None:
         try:

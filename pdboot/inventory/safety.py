@@ -224,6 +224,20 @@ def check_extra_args(args: list[str]) -> list[str]:
     return args
 
 
+# World-writable temporary trees: anyone on the host could plant weights or a project file
+# there first (or a link in its place). Refused for what pdboot writes and later trusts.
+TEMP_TREES = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108
+
+
+def check_not_temp(value: str, what: str) -> str:
+    if any(value == t or value.startswith(t + "/") for t in TEMP_TREES):
+        raise ValueError(
+            f"{value!r}: {what} must not be under a world-writable temporary directory "
+            f"({', '.join(TEMP_TREES)}); use a directory of its own, e.g. /var/lib/pdboot"
+        )
+    return value
+
+
 def check_abs_path(value: str, what: str, *, allow_system: bool = False) -> str:
     """An absolute, normalised host path (no `..`, `.` or `//`; trailing / dropped) that
     is not / nor a system directory."""

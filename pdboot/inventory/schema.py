@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
 from pdboot.inventory.imageref import check_image_reference
@@ -20,6 +20,7 @@ from pdboot.inventory.safety import (
     check_env_name,
     check_extra_args,
     check_index_groups,
+    check_not_temp,
     check_reference,
     check_safe_path,
     check_safe_token,
@@ -294,7 +295,7 @@ class Container(Strict):
     @field_validator("hf_cache")
     @classmethod
     def _cache(cls, v: str) -> str:
-        return check_abs_path(v, "hf_cache")
+        return check_not_temp(check_abs_path(v, "hf_cache"), "hf_cache")
 
 
 # Engine variables with a key of their own under secrets (or set by pdboot).
@@ -391,6 +392,31 @@ class Weights(Strict):
     seed_port: int = Field(default=8765, ge=1024, le=65535)  # the first host serves here
     # the hub (or a mirror); None: $HF_ENDPOINT on the operator's machine, else huggingface.co
     endpoint: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9.:\[\]_-]+(/\S*)?$")
+    # the token and the hashes every file is checked against come over it: https only,
+    # unless plain http is wanted by name (a mirror on a trusted network; the testbed's hub)
+    allow_plain_http: bool = False
+    # the image staging runs in (containers/stage.Dockerfile: Python and huggingface_hub,
+    # pulled in seconds), so that staging overlaps the engine image's pull; None: the
+    # engine image's own huggingface_hub (staging then waits for that pull)
+    image: str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _stage_image(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        return check_image_reference(check_safe_token(v, "image reference", _IMAGE_RE))
+
+    @model_validator(mode="after")
+    def _https(self) -> Weights:
+        plain = self.endpoint is not None and self.endpoint.startswith("http://")
+        if plain and not self.allow_plain_http:
+            raise ValueError(
+                f"endpoint {self.endpoint} is plain http: the HF token and the file hashes "
+                "would cross the network readable and forgeable; use https://, or set "
+                "weights.allow_plain_http: true for a mirror on a trusted network"
+            )
+        return self
 
 
 class Timeouts(Strict):
@@ -433,7 +459,7 @@ class Inventory(Strict):
     @classmethod
     def _remote_dir(cls, v: str) -> str:
         # `up` runs mkdir/chmod and `down --purge` rm -rf on remote_dir/name.
-        return check_abs_path(v, "remote_dir")
+        return check_not_temp(check_abs_path(v, "remote_dir"), "remote_dir")
 
     @field_validator("model")
     @classmethod

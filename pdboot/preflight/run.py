@@ -476,8 +476,9 @@ class HubLookup:
             return
         if token:
             register_secret(token)
-        endpoint = hub_endpoint(inv.weights.endpoint)
-        self.answer = resolve(http, endpoint, inv.model, inv.model_revision, token)
+        w = inv.weights
+        ep = hub_endpoint(w.endpoint)
+        self.answer = resolve(http, ep, inv.model, inv.model_revision, token, w.allow_plain_http)
 
     def wait(self) -> Resolution | HubProblem | None:
         if self.thread is not None:

@@ -10,9 +10,12 @@ Parsing of what the engine returns lives in ``docker_parse``.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import posixpath
 import shlex
+import tarfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -300,10 +303,14 @@ class Engine:
         env: Mapping[str, str],
         binds: Sequence[str],
         on_line: Callable[[str], None],
+        secret_files: Mapping[str, str] | None = None,
     ) -> int:
         """A one-shot container (host network, no GPU) whose output lines are handed to
         ``on_line`` (masked) as they come; returns its exit code and removes it. A container
-        left by an interrupted earlier run under the same name is removed first."""
+        left by an interrupted earlier run under the same name is removed first.
+        ``secret_files`` (path in the container -> text): put into the created container
+        (0600, a tar through the Docker API) before it starts, so that no secret is in its
+        configuration (`docker inspect`); the program is expected to read and remove them."""
         api = self.api
         with contextlib.suppress(docker.errors.NotFound):
             api.remove_container(name, force=True)
@@ -318,6 +325,8 @@ class Engine:
                 name=name,
                 labels={"pdboot.oneshot": name},
             )
+            for path, text in (secret_files or {}).items():
+                api.put_archive(c["Id"], posixpath.dirname(path), secret_tar(path, text))
             api.start(c["Id"])
             buf = ""
             for chunk in api.logs(c["Id"], stdout=True, stderr=True, stream=True, follow=True):
@@ -458,3 +467,14 @@ def _explain(e: Exception) -> str:
 def _short(e: Exception) -> str:
     text = str(e) or type(e).__name__
     return mask(text.splitlines()[0][:300] if text else type(e).__name__)
+
+
+def secret_tar(path: str, text: str) -> bytes:
+    """One file, mode 0600, owned by root, as a tar (what put_archive takes)."""
+    data = text.encode()
+    info = tarfile.TarInfo(posixpath.basename(path))
+    info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

@@ -173,6 +173,7 @@ class EngineOps(Protocol):
         env: Mapping[str, str],
         binds: Sequence[str],
         on_line: Callable[[str], None],
+        secret_files: Mapping[str, str] | None = None,
     ) -> int: ...
 
     def remove_project_dir(self, project_dir: str) -> None: ...

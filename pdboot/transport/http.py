@@ -97,9 +97,11 @@ def http(
     body: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
     method: str | None = None,
+    bearer: str | None = None,
 ) -> HttpAnswer:
-    """GET, or POST when there is a body; ``method`` says otherwise (the router's DELETE)."""
-    a = request(url, timeout=timeout, body=body, headers=headers, method=method)
+    """GET, or POST when there is a body; ``method`` says otherwise (the router's DELETE).
+    ``bearer``: sent to ``url`` only, never along a redirect (see ``request``)."""
+    a = request(url, timeout=timeout, body=body, headers=headers, method=method, bearer=bearer)
     if a.status == 0:
         return HttpAnswer(0, "", a.error)
     return HttpAnswer(a.status, a.body.decode(errors="replace"))

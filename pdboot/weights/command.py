@@ -23,7 +23,7 @@ from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.schema import Inventory
 from pdboot.transport.hosts import Hosts, SecretError, read_secrets, register_secrets
 from pdboot.transport.http import HttpFn, http
-from pdboot.weights.stage import engine_hosts, pin_weights
+from pdboot.weights.stage import engine_hosts, pin_weights, remove_oneshots, with_stage_image
 
 
 def stage(
@@ -72,7 +72,8 @@ def _stage(
     hosts = hosts_factory(inv, engine_hosts(inv), accept_new)
     try:
         return _on_hosts(inv, emit, refresh, hosts, fetch, secrets)
-    finally:
+    finally:  # Ctrl-C, or a host given up on: no staging or seed container is left
+        remove_oneshots(inv, hosts)
         hosts.close()
 
 
@@ -95,6 +96,8 @@ def _on_hosts(
         return EXIT_OK
     then = pinned.after_pull(secrets, emit)  # staging, or seeding from the first host
     wanted = {h: [inv.image] for h in engine_hosts(inv)}
+    if then is not None:  # the staging image first: staging overlaps the engine image's pull
+        wanted = with_stage_image(wanted, then[0], inv)
     emit(StageStarted("pull", tuple(f"{h}: {inv.image}" for h in wanted)))
     errors = pull_all(hosts, wanted, emit, inv.timeouts.pull_seconds, then)
     if errors:

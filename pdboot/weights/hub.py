@@ -1,7 +1,9 @@
 """The hub's revision API, pure where it can be: the URL to ask, and what its answer means.
 
 `GET {endpoint}/api/models/{repo}/revision/{rev}?blobs=true` answers the commit a branch or
-tag points at and every file's size (the same call huggingface_hub's `model_info` makes).
+tag points at and every file's size and hash (the same call huggingface_hub's `model_info`
+makes with files_metadata=True): `lfs.sha256` for an LFS file, `blobId` (the git blob id,
+sha1 of "blob <len>\\0" + content) for the others. Staging checks every file against it.
 A 401/403 is a gated or private repository (without a token, or a token without access),
 a 404 an unknown repository or revision: each becomes a `HubProblem` with its fix.
 """
@@ -37,6 +39,21 @@ def hub_endpoint(configured: str | None, environ: Mapping[str, str] | None = Non
     return (configured or env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
+def endpoint_refusal(endpoint: str, allow_plain_http: bool) -> str | None:
+    """Why an endpoint is refused (None: fine). The token and the hashes every file is
+    checked against travel on it: plain http only when the inventory says so by name."""
+    scheme = urllib.parse.urlsplit(endpoint).scheme
+    if scheme == "https" or (scheme == "http" and allow_plain_http):
+        return None
+    if scheme == "http":
+        return (
+            f"hub endpoint {endpoint} (weights.endpoint or $HF_ENDPOINT) is plain http: the "
+            "token and the file hashes would cross the network readable and forgeable; use "
+            "https://, or set weights.allow_plain_http: true for a mirror on a trusted network"
+        )
+    return f"hub endpoint {endpoint!r} is not an https:// URL"
+
+
 def revision_url(endpoint: str, repo: str, revision: str) -> str:
     rev = urllib.parse.quote(revision, safe="")
     return f"{endpoint.rstrip('/')}/api/models/{repo}/revision/{rev}?blobs=true"
@@ -49,6 +66,8 @@ class Resolution:
     commit: str
     files: tuple[tuple[str, int], ...]  # (path in repo, size in bytes)
     gated: bool = False
+    # (path in repo, "sha256:<hex>" for an LFS file / "git:<hex>" its git blob id otherwise)
+    hashes: tuple[tuple[str, str], ...] = ()
 
     @property
     def size(self) -> int:
@@ -57,7 +76,8 @@ class Resolution:
 
 @dataclass(frozen=True)
 class HubProblem:
-    kind: str  # "auth" (401/403), "not_found" (404), "unreachable", "bad_answer"
+    # "auth" (401/403), "not_found" (404), "unreachable", "bad_answer", "insecure" (http)
+    kind: str
     message: str
     fix: str
 
@@ -103,10 +123,12 @@ def parse_revision(
     try:
         data = json.loads(answer.body)
         commit = str(data["sha"])
+        siblings = data.get("siblings") or []
         files = tuple(
             (str(s["rfilename"]), int(s.get("size") or (s.get("lfs") or {}).get("size") or 0))
-            for s in data.get("siblings") or []
+            for s in siblings
         )
+        hashes = tuple((str(s["rfilename"]), file_hash(s)) for s in siblings)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         return HubProblem(
             "bad_answer",
@@ -117,22 +139,43 @@ def parse_revision(
         return HubProblem(
             "bad_answer", f"{where}: the hub answered {commit!r}, not a commit hash", ""
         )
-    return Resolution(repo, revision, commit, files, bool(data.get("gated")))
+    unhashed = [f for f, h in hashes if not h]
+    if unhashed:
+        return HubProblem(
+            "bad_answer",
+            f"{where}: the revision API gave no sha256 / blob id for {', '.join(unhashed[:3])}",
+            "every file is verified by hash: use a hub or mirror that answers ?blobs=true",
+        )
+    return Resolution(repo, revision, commit, files, bool(data.get("gated")), hashes)
 
 
-def auth_headers(token: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
+HEX_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def file_hash(sibling: Mapping[str, object]) -> str:
+    """One sibling's expected hash ("" when the answer has none, or not a hex digest)."""
+    lfs = sibling.get("lfs")
+    if isinstance(lfs, Mapping):
+        sha = str(lfs.get("sha256") or "").lower()
+        return f"sha256:{sha}" if len(sha) == 64 and HEX_RE.match(sha) else ""
+    oid = str(sibling.get("blobId") or "").lower()
+    return f"git:{oid}" if len(oid) == 40 and HEX_RE.match(oid) else ""
 
 
 def resolve(
-    fetch: HttpFn, endpoint: str, repo: str, revision: str, token: str | None
+    fetch: HttpFn,
+    endpoint: str,
+    repo: str,
+    revision: str,
+    token: str | None,
+    allow_plain_http: bool = False,
 ) -> Resolution | HubProblem:
-    """One question to the hub (from wherever pdboot runs)."""
-    answer = fetch(
-        revision_url(endpoint, repo, revision),
-        timeout=RESOLVE_TIMEOUT,
-        headers=auth_headers(token),
-    )
+    """One question to the hub (from wherever pdboot runs); none to an endpoint refused."""
+    refused = endpoint_refusal(endpoint, allow_plain_http)
+    if refused is not None:
+        return HubProblem("insecure", refused, "use an https:// hub or mirror")
+    # bearer: sent to the endpoint only, never to a host a mirror redirects to
+    answer = fetch(revision_url(endpoint, repo, revision), timeout=RESOLVE_TIMEOUT, bearer=token)
     return parse_revision(answer, repo, revision, endpoint, token is not None)
 
 

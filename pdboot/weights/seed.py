@@ -1,26 +1,37 @@
 """`weights.seed: first_host`: the first engine host stages from the hub, then serves the
-commit's part of its HF cache on `weights.seed_port` (a one-shot container from the engine
-image, bound to its advertised address, weights/script.SERVE_SCRIPT) while every other engine
-host fetches it from there over the hosts' own network, never through the operator's
-machine. Each fetching host then runs the same completeness check as staging (every file
-at the hub's size) and its digest of config.json + the index must equal the first host's
-(the host that differs is named). The server is removed once every other host is done.
+commit's part of its HF cache on `weights.seed_port` (a one-shot container, the cache
+mounted read-only, weights/script.SERVE_SCRIPT) while every other engine host fetches it
+from there over the hosts' own network, never through the operator's machine.
+
+The server binds the first host's advertised address only and answers only a fetcher that
+presents this run's random seed token (handed to both sides as a secret file, never in a
+container's configuration). It is checked listening (its own line, printed once bound)
+before any fetcher is started: a server that cannot bind exits, and staging fails, rather
+than another process on the port serving. Each fetching host checks every file against the
+hub's hash (weights/script.py), and its digest of config.json + the index must equal the
+first host's. The server is removed once every other host is done, on Ctrl-C (the caller's
+`remove_oneshots`) and by `down`.
 """
 
 from __future__ import annotations
 
+import json
+import secrets
 import threading
 from typing import TYPE_CHECKING
 
 from pdboot.inventory.rules import advertised_address
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
 from pdboot.transport.hosts import Link
-from pdboot.weights.script import SERVE_SCRIPT
+from pdboot.transport.masking import register_secret
+from pdboot.weights.script import SECRET_FILE, SERVE_SCRIPT
 
 if TYPE_CHECKING:
     from pdboot.weights.stage import Stager
 
 WAIT_FOR_FIRST_S = 24 * 3600.0  # bounded by the pull step's own deadline in practice
+LISTEN_TIMEOUT_S = 120.0
+LISTENING = "PDBOOT-SEED listening"
 
 
 class SeedError(Exception):
@@ -34,6 +45,8 @@ class Seeder:
         self.address = advertised_address(inv.hosts[self.first])
         self.port = inv.weights.seed_port
         self.name = f"pdboot-seed-{inv.name}"
+        self.token = secrets.token_urlsafe(32)  # this run's: fetchers present it
+        register_secret(self.token)
         self.served = threading.Event()  # set when the first host serves, or failed to
         self.finished = threading.Event()  # set when every other host is done
         self.lock = threading.Lock()
@@ -53,20 +66,10 @@ class Seeder:
             self._fetch(host, link)
 
     def _serve(self, link: Link) -> None:
-        inv, res = self.stager.inv, self.stager.res
+        server: threading.Thread | None = None
         try:
-            self.first_digest = self.stager.stage_host(self.first, link.engine)
-            link.engine.run_once(["docker", "rm", "-f", self.name], 60)  # an earlier run's
-            argv = [
-                "docker", "run", "-d", "--rm", "--name", self.name, "--network", "host",
-                "-v", self.stager.bind(), "-e", f"HF_HOME={HF_CACHE_IN_CONTAINER}",
-                "--label", f"pdboot.oneshot={self.name}", "--entrypoint", "python3",
-                inv.image, "-c", SERVE_SCRIPT, self.address, str(self.port), inv.model,
-                res.commit,
-            ]  # fmt: skip
-            rc, out = link.engine.run_once(argv, 120)
-            if rc != 0:
-                raise SeedError(f"cannot start the seed server on {self.first}: {out[-300:]}")
+            self.first_digest = self.stager.stage_host(self.first, link)
+            server = self._start_server(link)
         except Exception as e:
             self.first_error = str(e)
             raise
@@ -76,13 +79,57 @@ class Seeder:
             self.finished.wait(WAIT_FOR_FIRST_S)
         finally:
             link.engine.run_once(["docker", "rm", "-f", self.name], 60)
+            if server is not None:
+                server.join(60)
+
+    def _start_server(self, link: Link) -> threading.Thread:
+        """The server in a thread (its output streamed); returns once it listens."""
+        inv = self.stager.inv
+        seen = threading.Event()
+        gone: list[str] = []
+        tail: list[str] = []
+
+        def on_line(line: str) -> None:
+            if line.startswith(LISTENING):
+                seen.set()
+            elif line.strip():
+                tail[:] = [*tail[-9:], line]
+
+        def run() -> None:
+            try:
+                rc = link.engine.run_streamed(
+                    self.name,
+                    self.stager.image,
+                    ["python3", "-c", SERVE_SCRIPT, self.address, str(self.port), inv.model,
+                     self.stager.res.commit],
+                    {"HF_HOME": HF_CACHE_IN_CONTAINER, "PYTHONUNBUFFERED": "1"},
+                    [self.stager.bind("ro")],
+                    on_line,
+                    {SECRET_FILE: json.dumps({"seed_token": self.token})},
+                )  # fmt: skip
+                gone.append(f"exit code {rc}")
+            except Exception as e:
+                gone.append(str(e))
+            finally:
+                seen.set()  # wake the waiter: the server is gone
+
+        t = threading.Thread(target=run, daemon=True, name="pdboot-seed")
+        t.start()
+        seen.wait(LISTEN_TIMEOUT_S)
+        if gone or not seen.is_set():
+            why = tail[-1] if tail else (gone[0] if gone else "no answer")
+            raise SeedError(
+                f"the seed server on {self.first} is not listening on "
+                f"{self.address}:{self.port}: {why}"
+            )
+        return t
 
     def _fetch(self, host: str, link: Link) -> None:
         try:
             self.served.wait(WAIT_FOR_FIRST_S)
             if self.first_error:
                 raise SeedError(f"the seed host {self.first} failed: {self.first_error}")
-            digest = self.stager.seed_host(host, link.engine, self.url)
+            digest = self.stager.seed_host(host, link, self.url, self.token)
             if digest != self.first_digest:
                 raise SeedError(
                     f"{host}'s copy differs from {self.first}'s (config.json + index sha256 "

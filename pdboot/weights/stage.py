@@ -9,22 +9,30 @@ their own. Decisions are pure (hub.py, pin.py, progress.py); this module acts an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pdboot.events import Emit, Note, WeightsDone, WeightsPinned, WeightsProgress
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
-from pdboot.transport.hosts import EngineOps, Hosts, Link, project_dir
+from pdboot.transport.hosts import Hosts, Link, project_dir
 from pdboot.transport.http import HttpFn
-from pdboot.weights.hub import HubProblem, Resolution, hub_endpoint, is_hub_model, resolve
+from pdboot.weights.hub import (
+    HubProblem,
+    Resolution,
+    hub_endpoint,
+    is_hub_model,
+    resolve,
+)
 from pdboot.weights.pin import PIN_FILE, Pin, choose
 from pdboot.weights.progress import StageState, parse_line
-from pdboot.weights.script import STAGE_SCRIPT
+from pdboot.weights.script import SECRET_FILE, STAGE_SCRIPT
 from pdboot.weights.seed import Seeder
+from pdboot.weights.workdir import check_cache_dir
 
 PROGRESS_EVERY_S = 0.5
 
@@ -69,8 +77,8 @@ class Pinned(Staging):
         stager = Stager(self.inventory, self.resolution, hf_token(secrets), emit)
         hosts = engine_hosts(self.inventory)
         if self.inventory.weights.seed == "first_host" and len(hosts) > 1:
-            return self.inventory.image, Seeder(stager, hosts).on_host
-        return self.inventory.image, stager.on_host
+            return stager.image, Seeder(stager, hosts).on_host
+        return stager.image, stager.on_host
 
     def pin_files(self) -> dict[str, dict[str, str]]:
         text = self.pin_text
@@ -88,6 +96,18 @@ class Pinned(Staging):
 
 def engine_hosts(inv: Inventory) -> list[str]:
     return list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
+
+
+def with_stage_image(
+    wanted: Mapping[str, Sequence[str]], image: str, inv: Inventory
+) -> dict[str, list[str]]:
+    """Host -> images to pull, the staging image added on every engine host: pull_all pulls
+    it first and starts staging right after it, while the host's other images pull."""
+    engines = set(engine_hosts(inv))
+    return {
+        h: ([image] if h in engines and image not in imgs else []) + list(imgs)
+        for h, imgs in wanted.items()
+    }
 
 
 def hf_token(secrets: Mapping[str, str] | None) -> str | None:
@@ -110,7 +130,8 @@ def pin_weights(
         return Pinned(inv, None)
     endpoint = hub_endpoint(inv.weights.endpoint)
     recorded = recorded_pins(inv, hosts)
-    now = resolve(fetch, endpoint, inv.model, inv.model_revision, token)
+    plain = inv.weights.allow_plain_http
+    now = resolve(fetch, endpoint, inv.model, inv.model_revision, token, plain)
     choice = choose(
         recorded,
         inv.model,
@@ -127,11 +148,11 @@ def pin_weights(
     if isinstance(now, Resolution) and now.commit == choice.commit:
         res = now
     else:  # the recorded commit: its own file list (a commit is immutable)
-        again = resolve(fetch, endpoint, inv.model, choice.commit, token)
+        again = resolve(fetch, endpoint, inv.model, choice.commit, token, plain)
         if isinstance(again, HubProblem):
             emit(Note(f"error: weights: {again.message} ({again.fix})", "error"))
             return None
-        res = Resolution(again.repo, inv.model_revision, again.commit, again.files, again.gated)
+        res = dataclasses.replace(again, revision=inv.model_revision)
     emit(WeightsPinned(inv.model, inv.model_revision, res.commit, res.size))
     return Pinned(pinned_inventory(inv, res.commit), res, choice.moved)
 
@@ -165,39 +186,46 @@ def as_recorded(inv: Inventory, hosts: Hosts) -> tuple[Inventory, str]:
     return pinned_inventory(inv, choice.commit), choice.commit
 
 
+ONESHOTS = ("pdboot-stage", "pdboot-seed")
+
+
 class Stager:
     """Stages one commit on engine hosts; `stage_host` runs in that host's thread."""
 
     def __init__(self, inv: Inventory, res: Resolution, token: str | None, emit: Emit) -> None:
         self.inv, self.res, self.token, self.emit = inv, res, token, emit
+        self.image = inv.weights.image or inv.image
 
     def container_name(self) -> str:
         return f"pdboot-stage-{self.inv.name}"
 
     def env(self) -> dict[str, str]:
-        env = {
+        """The container's configuration: no secret in it (see `_run`)."""
+        hashes = dict(self.res.hashes)
+        files = [[f, n, hashes.get(f, "")] for f, n in self.res.files]
+        return {
             "HF_HOME": HF_CACHE_IN_CONTAINER,
             "HF_ENDPOINT": hub_endpoint(self.inv.weights.endpoint),
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "PYTHONUNBUFFERED": "1",
-            "PDBOOT_STAGE_FILES": json.dumps([list(f) for f in self.res.files]),
+            "PDBOOT_STAGE_FILES": json.dumps(files),
         }
-        if self.token:
-            env["HF_TOKEN"] = self.token
-        return env
 
     def on_host(self, host: str, link: Link) -> None:
-        self.stage_host(host, link.engine)
+        self.stage_host(host, link)
 
-    def stage_host(self, host: str, engine: EngineOps) -> str:
+    def stage_host(self, host: str, link: Link) -> str:
         """From the hub; returns the digest of config.json + the index as staged."""
-        return self._run(host, engine, {})
+        return self._run(host, link, {}, {"hf_token": self.token} if self.token else {})
 
-    def seed_host(self, host: str, engine: EngineOps, url: str) -> str:
-        """From another host's seed server (weights/seed.py) instead of the hub."""
-        return self._run(host, engine, {"PDBOOT_SEED_URL": url})
+    def seed_host(self, host: str, link: Link, url: str, seed_token: str) -> str:
+        """From another host's seed server (weights/seed.py) instead of the hub: that host's
+        seed token, and no HF token (nothing is asked of the hub)."""
+        return self._run(host, link, {"PDBOOT_SEED_URL": url}, {"seed_token": seed_token})
 
-    def _run(self, host: str, engine: EngineOps, extra_env: Mapping[str, str]) -> str:
+    def _run(
+        self, host: str, link: Link, extra_env: Mapping[str, str], secret: Mapping[str, str]
+    ) -> str:
         t0 = time.monotonic()
         state = StageState(total=self.res.size)
         tail: list[str] = []
@@ -215,13 +243,15 @@ class Stager:
                 last[0] = now
                 self.emit(WeightsProgress(host, state.done, state.total))
 
-        rc = engine.run_streamed(
+        check_cache_dir(link.conn, self.inv.container.hf_cache)
+        rc = link.engine.run_streamed(
             self.container_name(),
-            self.inv.image,
+            self.image,
             ["python3", "-c", STAGE_SCRIPT, self.inv.model, self.res.commit],
             {**self.env(), **extra_env},
             [self.bind()],
             on_line,
+            {SECRET_FILE: json.dumps(dict(secret))},
         )
         if rc != 0 or not state.finished:
             why = state.error or (tail[-1] if tail else f"exit code {rc}")
@@ -238,8 +268,27 @@ class Stager:
         )
         return state.digest
 
-    def bind(self) -> str:
-        return f"{self.inv.container.hf_cache}:{HF_CACHE_IN_CONTAINER}:rw"
+    def bind(self, mode: str = "rw") -> str:
+        return f"{self.inv.container.hf_cache}:{HF_CACHE_IN_CONTAINER}:{mode}"
+
+
+def remove_oneshots(inv: Inventory, hosts: Hosts) -> dict[str, str]:
+    """Remove this deployment's staging and seed containers (an interrupted run's, or an
+    earlier one's) from its engine hosts: only containers pdboot labelled as its own one-shot
+    ones. Host -> error."""
+    names = [f"{n}-{inv.name}" for n in ONESHOTS]
+
+    def remove(_h: str, link: Link) -> None:
+        filters = [a for n in names for a in ("--filter", f"label=pdboot.oneshot={n}")]
+        ids: list[str] = []
+        for f in range(0, len(filters), 2):  # one label each: docker ANDs repeated labels
+            res = link.conn.run(["docker", "ps", "-aq", *filters[f : f + 2]], timeout=60)
+            ids += res.stdout.split() if res.rc == 0 else []
+        if ids:
+            link.conn.run(["docker", "rm", "-f", *ids], timeout=60)
+
+    wanted = [h for h in engine_hosts(inv) if h in hosts.links]
+    return hosts.each(remove, 120.0, only=wanted)[1]
 
 
 def in_thread(fn: Callable[[], None]) -> Callable[[], None]:

@@ -30,7 +30,8 @@ requirements: {min_free_disk_gb: 0}
 
 def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
     inv = tmp_path / "local.yaml"
-    inv.write_text(INVENTORY.replace("HF", str(tmp_path / "hf")))
+    # hf_cache may not lie under /tmp (where tmp_path is): a path that need not exist
+    inv.write_text(INVENTORY.replace("HF", "/var/lib/pdboot-localcheck/hf-cache"))
     p = subprocess.run(
         [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
         capture_output=True,

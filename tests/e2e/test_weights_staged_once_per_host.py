@@ -65,7 +65,9 @@ def write(
         "decode_policy": "round_robin",
     }
     inv["kv_transfer"] = {"rdma": "auto"}
-    inv["weights"] = {"stage": True, "endpoint": tb.hub}
+    # the testbed hub is plain http (named); staging runs in pdboot's small staging image
+    inv["weights"] = {"stage": True, "endpoint": tb.hub, "allow_plain_http": True,
+                      "image": tb.stage_image}
     inv.update(extra)
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
@@ -183,6 +185,9 @@ def test_up_stages_each_file_once_per_host_and_engines_load_one_commit_offline(
     assert set(done) == {"gpu-a", "gpu-b"} and not any(e["cached"] for e in done.values())
     assert {e["client"] for e in done.values()} == {"2.4.0"}  # the image's own client
     assert any(e["event"] == "weights_progress" for e in evs)
+    for h in ("gpu-a", "gpu-b"):  # the staging image first, the engine image's pull after
+        pulled = [e["image"] for e in evs if e["event"] == "pull_done" and e["host"] == h]
+        assert pulled[:2] == [tb.stage_image, tb.image], pulled
     docs = engines(tb, "pdw")
     assert len(docs) == 9
     for d in docs:
@@ -295,7 +300,7 @@ def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Pa
                 container={"hf_cache": "/var/lib/pdboot/hf-cache-seed",
                            "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
     doc = yaml.safe_load(inv.read_text())
-    doc["weights"] = {"stage": True, "endpoint": tb.hub, "seed": "first_host"}
+    doc["weights"]["seed"] = "first_host"
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
     before = hub.downloads(tb.hub_log)
     ev_file = tmp_path / "ev.jsonl"
@@ -313,3 +318,110 @@ def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Pa
     assert again.returncode == 0, out(again)
     done2 = [e for e in events(tmp_path / "ev2.jsonl") if e["event"] == "weights_done"]
     assert len(done2) == 2 and all(e["cached"] for e in done2)  # gpu-b's copy is complete
+
+
+# ---------------------------------------------------------------------- guards
+
+
+def oneshots(tb: Testbed) -> dict[str, list[str]]:
+    """Host -> the one-shot (staging / seed) containers pdboot labelled, running or not."""
+    return {
+        n: h.docker("ps", "-aq", "--filter", "label=pdboot.oneshot").stdout.split()
+        for n, h in tb.hosts.items()
+    }
+
+
+def seed_inventory(tb: Testbed, path: Path, name: str, cache: str) -> Path:
+    inv = write(tb, path, name=name, secrets={"hf_token": "env:PDT_HF_TOKEN"},
+                container={"hf_cache": cache,
+                           "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
+    doc = yaml.safe_load(inv.read_text())
+    doc["weights"]["seed"] = "first_host"
+    inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return inv
+
+
+def test_a_tampered_cached_file_fails_that_hosts_staging_naming_it(
+    tb: Testbed, tmp_path: Path
+) -> None:
+    cache = "/var/lib/pdboot/hf-cache-tamper"
+    inv = write(tb, tmp_path / "inv.yaml", name="pdwt",
+                container={"hf_cache": cache,
+                           "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
+    assert pdboot("stage", str(inv), timeout=300).returncode == 0
+    shard = "model-00001-of-00002.safetensors"
+    snap = f"{cache}/hub/models--pdt--tiny-model/snapshots/{head(tb)}/{shard}"
+    b = tb.hosts["gpu-b"]
+    size = b.exec(["stat", "-L", "-c", "%s", snap], check=True).stdout.strip()
+    # one byte changed in place, the size kept: what a size check lets through
+    b.exec(f"printf 'Z' | dd of=\"$(readlink -f {snap})\" bs=1 seek=100 conv=notrunc",
+           check=True)
+    assert b.exec(["stat", "-L", "-c", "%s", snap], check=True).stdout.strip() == size
+    res = pdboot("stage", str(inv), timeout=300)
+    text = out(res)
+    assert res.returncode == 1, text
+    assert "staging failed on" in text and "gpu-b" in text, text
+    assert "hash mismatch in the cached copy" in text and shard in text, text
+    assert "gpu-a" not in text.split("staging failed on", 1)[1].split("\n")[0], text
+
+
+def test_no_token_in_any_container_and_ctrl_c_mid_seed_leaves_nothing(
+    tb: Testbed, tmp_path: Path
+) -> None:
+    cache = "/var/lib/pdboot/hf-cache-int"
+    inv = seed_inventory(tb, tmp_path / "inv.yaml", "pdwi", cache)
+    a = tb.hosts["gpu-a"]
+    # a slow network out of the seed host: gpu-b's copy takes seconds, not milliseconds
+    a.exec("tc qdisc add dev eth0 root tbf rate 4mbit burst 64kb latency 2s", check=True)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pdboot", "stage", str(inv)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, TERM="dumb", PDT_HF_TOKEN=hub.TOKEN),
+        )  # fmt: skip
+        deadline = time.monotonic() + 240
+        seen: dict[str, str] = {}
+        while len(seen) < 2:  # the seed server on gpu-a, the fetcher on gpu-b
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            for host, name in (("gpu-a", "pdboot-seed-pdwi"), ("gpu-b", "pdboot-stage-pdwi")):
+                ids = tb.hosts[host].docker("ps", "-q", "--filter", f"name={name}").stdout
+                if ids.split():
+                    seen[host] = ids.split()[0]
+            time.sleep(0.1)
+        for host, cid in seen.items():  # neither the HF token nor a secret file in them
+            doc = tb.hosts[host].docker("inspect", cid).stdout
+            env = json.loads(doc)[0]["Config"]["Env"]
+            assert hub.TOKEN not in doc and not [e for e in env if "TOKEN=" in e], env
+        served = a.exec(["ss", "-Hltn", f"sport = :{8765}"]).stdout
+        assert addr(tb, "gpu-a") in served, served  # bound to the advertised address only
+        proc.send_signal(2)  # Ctrl-C
+        text, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 130, text
+    finally:
+        a.exec("tc qdisc del dev eth0 root")
+    assert oneshots(tb) == {"gpu-a": [], "gpu-b": []}
+    assert a.exec(["ss", "-Hltn", "sport = :8765"]).stdout.strip() == ""
+    for h in tb.hosts.values():  # no secret file, and the token in no file pdboot wrote
+        found = h.exec(f"find / -xdev -name 'pdboot-secret*' 2>/dev/null; "
+                       f"grep -rl {hub.TOKEN} /var/lib/pdboot 2>/dev/null; true").stdout
+        assert found.strip() == "", found
+
+
+def test_down_removes_a_seed_server_an_earlier_run_left(tb: Testbed, tmp_path: Path) -> None:
+    inv = seed_inventory(tb, tmp_path / "inv.yaml", "pdwd", "/var/lib/pdboot/hf-cache-down")
+    a = tb.hosts["gpu-a"]
+    image = yaml.safe_load(inv.read_text())["image"]
+    a.docker("pull", image)
+    # what an earlier run killed hard (SIGKILL: no cleanup) leaves: pdboot's labelled server
+    sleep = ["--entrypoint", "python3", image, "-c", "import time; time.sleep(3600)"]
+    a.docker("run", "-d", "--name", "pdboot-seed-pdwd", "--label",
+             "pdboot.oneshot=pdboot-seed-pdwd", *sleep)
+    # and a container pdboot did not label, under a lookalike name: never touched
+    a.docker("run", "-d", "--name", "pdboot-seed-pdwd-mine", *sleep)
+    try:
+        res = pdboot("down", str(inv), env={"PDT_HF_TOKEN": hub.TOKEN})
+        assert res.returncode == 0, out(res)
+        left = a.docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert "pdboot-seed-pdwd" not in left and "pdboot-seed-pdwd-mine" in left, left
+    finally:
+        a.docker("rm", "-f", "pdboot-seed-pdwd-mine", check=False)

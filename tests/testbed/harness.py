@@ -105,6 +105,11 @@ class Testbed:
     def router_image(self) -> str:
         return f"{self.registry}/{images.ROUTER_REPO}:{images.ROUTER_TAG}"
 
+    @property
+    def stage_image(self) -> str:
+        """The weights staging image (containers/stage.Dockerfile's, built like the others)."""
+        return f"{self.registry}/{images.STAGE_REPO}:{images.STAGE_TAG}"
+
     def pdboot_image(self) -> str:
         """This checkout's pdboot as an image in the registry (built on first use, then
         whenever pdboot's files change): what an inventory's ``watch.image`` runs."""

@@ -12,6 +12,8 @@ Routes (what huggingface_hub 2.x calls for snapshot_download / model_info):
   without access), 404 (X-Error-Code: RepoNotFound / RevisionNotFound / EntryNotFound)
 - POST /_pdt/move?repo=&branch=&commit=   the test moves a branch (not a hub route)
 - POST /_pdt/rate?bps=N                   the test sets the per-client cap (0: none)
+- POST /_pdt/tamper?repo=&file=[&off=1]    serve that file altered, at its size (a bad
+  mirror), while the API keeps the true hashes; off=1 serves it true again
 
 Every request is appended to the access log (JSON lines: client address, method, path,
 status, body bytes sent, Range). --rate-bps caps each client address's download rate (a
@@ -148,6 +150,7 @@ class Hub:
         self.repos, self.log, self.rate = repos, log, rate_bps
         self.buckets: dict[str, Bucket] = {}
         self.lock = threading.Lock()
+        self.tampered: set[tuple[str, str]] = set()
 
     def bucket(self, client: str) -> Bucket | None:
         if self.rate <= 0:
@@ -270,6 +273,14 @@ class Handler(BaseHTTPRequestHandler):
                 repo.refs[q.get("branch", "main")] = commit
             self._send(200, json.dumps({"commit": commit}).encode())
             return
+        if u.path == "/_pdt/tamper":
+            key = (q.get("repo", ""), q.get("file", ""))
+            if q.get("off"):
+                self.hub.tampered.discard(key)
+            else:
+                self.hub.tampered.add(key)
+            self._send(200, json.dumps({"tampered": sorted(self.hub.tampered)}).encode())
+            return
         if u.path == "/_pdt/rate":
             self.hub.rate = float(q.get("bps", "0"))
             with self.hub.lock:
@@ -362,6 +373,8 @@ class Handler(BaseHTTPRequestHandler):
         headers = {"ETag": f'"{etag}"', "X-Repo-Commit": commit, "Accept-Ranges": "bytes"}
         if is_lfs(file):
             headers.update({"X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(len(data))})
+        if (name, file) in self.hub.tampered:  # the same size, one byte altered
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
         status, body = 200, data
         m = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
         if m:

