@@ -16,10 +16,11 @@ hosts are printed. On a small machine every test host shares the CPU: compare ra
     python bench/preflight.py [--hosts 2 8 32] [--runs 5] [--pyinfra PATH] [--ansible PATH]
     python bench/preflight.py --hosts --runs 20     # only the start-up figures (no root)
 
-Hosts above --dockerd-max (8) start with sshd only (`HostSpec(..., dockerd=False)`: cheap;
-the docker commands then fail fast on every tool alike). pyinfra and Ansible are
-benchmark-only dependencies, never project ones: `python -m venv /var/tmp/pdboot-bench-venv
-&& /var/tmp/pdboot-bench-venv/bin/pip install pyinfra ansible-core` (the default paths).
+Hosts above --dockerd-max (8) start with sshd only (`HostSpec(..., profile="cpu-only",
+dockerd=False)`: cheap; the GPU and docker commands fail fast on every tool alike).
+pyinfra and Ansible are benchmark-only dependencies, never project ones: `python -m venv
+/var/tmp/pdboot-bench-venv && /var/tmp/pdboot-bench-venv/bin/pip install pyinfra
+ansible-core` (the default paths).
 Needs root (the testbed: network namespaces, sshd, dockerd).
 """
 
@@ -55,6 +56,13 @@ def roles(names: list[str]) -> dict[str, Any]:
     half = max(1, len(names) // 2)
     decode, prefill = names[:half], names[half:] or names[:1]
     return {"decode": decode, "prefill": prefill, "router": names[-1]}
+
+
+def host_spec(name: str, full: bool) -> HostSpec:
+    """A GPU host with sshd and dockerd, or (many hosts) sshd only: no dockerd and the
+    `cpu-only` profile, so the GPU and docker commands fail fast instead of running the
+    emulators (32 emulated GPU hosts would need minutes of CPU per run on 2 cores)."""
+    return HostSpec(name) if full else HostSpec(name, profile="cpu-only", dockerd=False)
 
 
 def load() -> str:
@@ -231,7 +239,7 @@ def startup(runs: int) -> dict[str, float]:
 def bench(
     n: int, runs: int, tools: dict[str, str | None], dockerd: bool, before: Path | None
 ) -> dict[str, Any]:
-    specs = [HostSpec(f"h{i}", dockerd=dockerd) for i in range(n)]
+    specs = [host_spec(f"h{i}", dockerd) for i in range(n)]
     tb = Testbed.start(specs, images_needed=False)
     try:
         work = Path(tempfile.mkdtemp(prefix="pdb-bench-", dir=tb.dir))
@@ -251,6 +259,7 @@ def bench(
         if tools.get("ansible"):
             a_inv, a_pb = write_ansible(tb, cmds, work)
             run["ansible"] = lambda: time_ansible(str(tools["ansible"]), a_inv, a_pb, n)
+        print(f"  {n} hosts up; warming every tool once, untimed (load {load()})", flush=True)
         for fn in run.values():  # warm every tool's caches (imports, page cache), untimed
             fn()
         load_before = load()
@@ -259,14 +268,14 @@ def bench(
         for i in range(runs):
             for k in names[i % len(names) :] + names[: i % len(names)]:  # rotating order
                 times[k].append(run[k]())
+            row = " ".join(f"{k} {times[k][-1]:.2f}" for k in names)
+            print(f"    {n} hosts, run {i + 1}: {row} (load {load()})", flush=True)
         per_host = statistics.mean(len(c) for c in cmds.values())
         print(
-            f"  {n} hosts ({'sshd + dockerd' if dockerd else 'sshd only'}), "
+            f"  {n} hosts ({'sshd + dockerd, rtx6000x2' if dockerd else 'sshd only, cpu-only'}), "
             f"{per_host:.0f} commands per host, {runs} runs; load average {load_before} before, "
             f"{load()} after"
         )
-        for k, v in times.items():
-            print(f"    {k:8s} " + " ".join(f"{x:.2f}" for x in v))
         return {k: statistics.median(v) for k, v in times.items()}
     finally:
         tb.stop()
@@ -302,7 +311,8 @@ def main() -> None:
     print(
         f"start-up ({max(args.runs, 5)} runs, medians, load {load()}): `python -m pdboot "
         f"--version` {s['version']:.3f} s, bare `python -c pass` {s['python']:.3f} s; pdboot's "
-        f"own share {s['version'] - s['python']:.3f} s ({s['version'] / s['python']:.2f}x)"
+        f"own share {s['version'] - s['python']:.3f} s ({s['version'] / s['python']:.2f}x)",
+        flush=True,
     )
     rows = [(n, bench(n, args.runs, tools, n <= args.dockerd_max, args.before)) for n in args.hosts]
     if not rows:

@@ -96,13 +96,13 @@ def command(fn: Callable[..., None]) -> Callable[..., None]:
 def _load(path: Path) -> Inventory:
     """The validated inventory, or every problem printed as ``file:line: key: message``
     and exit 2."""
-    from rich.text import Text
-
     from pdboot.inventory.load import InventoryError, load_inventory
 
     try:
         return load_inventory(path)
     except InventoryError as e:
+        from rich.text import Text  # only to report: `preflight --json` loads no rich
+
         for issue in e.issues:
             # Text, not markup: messages quote user input and key paths like [0].
             _stderr().print(Text(str(issue), style="red"), highlight=False, soft_wrap=True)

@@ -118,7 +118,7 @@ class Selection:
 
 
 def host_commands(ctx: HostContext, sel: Selection = Selection()) -> list[Command]:
-    cmds = [c for _, d in DOMAINS for c in d.commands(ctx)]
+    cmds = [c for _, d in DOMAINS for c in d.commands(ctx) if not c.recorded_only]
     return [c for c in cmds if sel.command_wanted(c)]
 
 
