@@ -50,16 +50,18 @@ def probe_command(p: Probe) -> str:
     return f'timeout {PROBE_TIMEOUT_S} bash -c {shlex.quote(inner)} 2>&1; echo "rc=$?"'
 
 
-# $1: the folder for the answers; then the /dev/tcp paths. An answer's rc file is written
-# only once its connect returned, so a probe killed at the timeout has none.
+# $1: the folder for the answers; then the /dev/tcp paths. Each connect is one fork (the
+# background group; its `exec` keeps the error in its file), and the report reads the
+# files with builtins: no exec per probe. An rc file is written only once its connect
+# returned, so a probe killed at the timeout has none.
 _PROBE_ALL = (
     't=$1; shift; i=0; for a in "$@"; do '
-    '{ ( exec 3<>"$a" ) 2>"$t/$i.out"; echo $? >"$t/$i.rc"; } & i=$((i + 1)); done; wait'
+    '{ exec 2>"$t/$i.out" 3<>"$a"; echo $? >"$t/$i.rc"; } & i=$((i + 1)); done; wait'
 )
 _REPORT = (
-    'i=0; for a in "$@"; do echo "probe=$i"; cat "$t/$i.out" 2>/dev/null; '
-    'if [ -s "$t/$i.rc" ]; then echo "rc=$(cat "$t/$i.rc")"; else echo "rc=124"; fi; '
-    "i=$((i + 1)); done"
+    'i=0; for a in "$@"; do echo "probe=$i"; [ -f "$t/$i.out" ] && '
+    'while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done <"$t/$i.out"; '
+    'rc=124; [ -s "$t/$i.rc" ] && read -r rc <"$t/$i.rc"; echo "rc=$rc"; i=$((i + 1)); done'
 )
 
 
