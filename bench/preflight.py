@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -271,10 +272,14 @@ def bench(
             fn()
         load_before = load()
         times: dict[str, list[float]] = {k: [] for k in run}
+        cpu: dict[str, list[float]] = {k: [] for k in run}
         names = list(run)
         for i in range(runs):
             for k in names[i % len(names) :] + names[: i % len(names)]:  # rotating order
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 times[k].append(run[k]())
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[k].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
             row = " ".join(f"{k} {times[k][-1]:.2f}" for k in names)
             print(f"    {n} hosts, run {i + 1}: {row} (load {load()})", flush=True)
         per_host = statistics.mean(len(c) for c in cmds.values())
@@ -282,6 +287,13 @@ def bench(
             f"  {n} hosts ({'sshd + dockerd, rtx6000x2' if dockerd else 'sshd only, cpu-only'}), "
             f"{per_host:.0f} commands per host, {runs} runs; load average {load_before} before, "
             f"{load()} after"
+        )
+        # CPU on this machine (the tool's processes: pdboot's, the ssh clients, pyinfra's):
+        # what a busy machine makes a tool wait for, whatever the load
+        print(
+            "  CPU seconds on this machine per run (medians): "
+            + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in cpu.items()),
+            flush=True,
         )
         return {k: statistics.median(v) for k, v in times.items()}
     finally:

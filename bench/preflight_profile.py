@@ -121,11 +121,16 @@ def phases(inv_path: Path) -> None:
 def per_command(tb: Testbed, inv_path: Path) -> None:
     ctxs = contexts(load_inventory(inv_path))
     cmds = {h: pf.host_commands(c) for h, c in ctxs.items()}
-    probes = {h: sum(1 for c in cs if c.key.startswith("probe")) for h, cs in cmds.items()}
+    probes = {h: len(c.probes) for h, c in ctxs.items()}
+    with_probes = {
+        h: sum(1 for c in cs if c.area == "network" and "/dev/tcp/" in c.line)
+        for h, cs in cmds.items()
+    }
     print(
         f"batch: {min(len(c) for c in cmds.values())}-{max(len(c) for c in cmds.values())} "
-        f"commands per host, cross-host probes per host {min(probes.values())}-"
-        f"{max(probes.values())}, {sum(probes.values())} in all"
+        f"commands per host; cross-host probes per host {min(probes.values())}-"
+        f"{max(probes.values())} ({sum(probes.values())} in all), in "
+        f"{max(with_probes.values())} command(s) per host"
     )
     for h in dict.fromkeys([next(iter(cmds)), list(cmds)[-1]]):
         lines = [
