@@ -121,13 +121,13 @@ def inventory_path(given: Path | None) -> Path:
 def load(path: Path | None) -> Inventory:
     """The validated inventory, or every problem printed as ``file:line: key: message``
     and exit 2."""
-    from rich.text import Text
-
     from pdboot.inventory.load import InventoryError, load_inventory
 
     try:
         return load_inventory(inventory_path(path))
     except InventoryError as e:
+        from rich.text import Text  # only to report: `preflight --json` loads no rich
+
         for issue in e.issues:
             # Text, not markup: messages quote user input and key paths like [0].
             stderr().print(Text(str(issue), style="red"), highlight=False, soft_wrap=True)

@@ -49,6 +49,12 @@ def deployment_hosts(inv: Inventory) -> list[str]:
     return list(dict.fromkeys(inv.decode.hosts + inv.prefill.hosts + [inv.router.host]))
 
 
+def engine_hosts(inv: Inventory) -> list[str]:
+    """The hosts that run engines, prefill first: the order the weights are seeded in (the
+    first one serves the others)."""
+    return list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
+
+
 Rule = tuple[tuple[str | int, ...], str]
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pdboot.inventory.cpu_layout import engine_dtype
 from pdboot.inventory.dp import layouts
 from pdboot.inventory.engines import is_auto, tier_engines
-from pdboot.inventory.rules import advertised_address, deployment_hosts
+from pdboot.inventory.rules import advertised_address, deployment_hosts, engine_hosts
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan, Service
@@ -23,7 +23,6 @@ from pdboot.preflight.checks import (
     size_bytes,
 )
 from pdboot.weights.hub import WeightsAsk, hub_endpoint
-from pdboot.weights.stage import engine_hosts
 
 
 def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:

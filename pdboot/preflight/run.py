@@ -8,7 +8,6 @@ is pure (script output in, results out) so every verdict is testable from captur
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from pdboot.preflight.checks import (
     CheckResult,
     Command,
     HostContext,
-    ParseError,
     Section,
     batch_script,
     by_key,
@@ -45,20 +43,12 @@ from pdboot.preflight.checks import weights as weights_checks
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.contexts import contexts
 from pdboot.preflight.findings import from_preflight, plan_from
+from pdboot.preflight.lookups import HubLookup, ImageLookups, with_hub_answer
+from pdboot.preflight.lookups import insecure_registries as insecure_registries
+from pdboot.preflight.lookups import with_lookup as with_lookup
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.fanout import Outcome, fan_out
-from pdboot.transport.hosts import SecretError, read_hf_token
-from pdboot.transport.http import http
-from pdboot.transport.masking import register_secret
 from pdboot.transport.ssh import connect, effective_ssh
-from pdboot.weights.hub import (
-    RESOLVE_TIMEOUT,
-    HubProblem,
-    Resolution,
-    hub_endpoint,
-    is_hub_model,
-    resolve,
-)
 from pdboot.weights.local import Listing
 
 T = TypeVar("T")
@@ -128,7 +118,7 @@ class Selection:
 
 
 def host_commands(ctx: HostContext, sel: Selection = Selection()) -> list[Command]:
-    cmds = [c for _, d in DOMAINS for c in d.commands(ctx)]
+    cmds = [c for _, d in DOMAINS for c in d.commands(ctx) if not c.recorded_only]
     return [c for c in cmds if sel.command_wanted(c)]
 
 
@@ -255,76 +245,6 @@ def rdma_usable(ctx: HostContext, facts: HostFacts) -> bool | None:
     if ctx.rdma_mode == "off" and ctx.gpu_host:
         return False
     return None
-
-
-# --------------------------------------------------------------------------- images
-
-# A lookup is a few small GETs with TIMEOUT_S each; after the hosts have answered we wait
-# at most this much longer for it (normally it finished long before).
-LOOKUP_GRACE_S = 15.0
-# Disk a pull takes, from the compressed layer sizes: the downloads are kept while they are
-# unpacked, and gzip'd binaries unpack to about twice their size.
-PULL_DISK_FACTOR = 3
-
-
-class ImageLookups:
-    """Each distinct engine image looked up once from this machine, on a daemon thread
-    started before the hosts are connected to, so it costs no wall time."""
-
-    def __init__(self, images: Collection[str]) -> None:
-        self.results: dict[str, registry.Lookup] = {}
-        self._threads: dict[str, threading.Thread] = {}
-        for image in sorted(set(images)):
-            t = threading.Thread(
-                target=self._one, args=(image,), daemon=True, name="pdboot-registry"
-            )
-            self._threads[image] = t
-            t.start()
-
-    def _one(self, image: str, insecure: Collection[str] = ()) -> None:
-        try:
-            self.results[image] = registry.lookup(image, insecure=insecure)
-        except Exception as e:  # a bug in the lookup must not read as a timeout
-            self.results[image] = registry.Lookup(image, error=f"{type(e).__name__}: {e}")
-
-    def wait(self, grace: float = LOOKUP_GRACE_S) -> dict[str, registry.Lookup]:
-        end = time.monotonic() + grace
-        for image, t in self._threads.items():
-            t.join(max(0.0, end - time.monotonic()))
-            if image not in self.results:
-                self.results[image] = registry.Lookup(image, error="the lookup timed out")
-        return dict(self.results)
-
-    def retry_insecure(self, insecure: Collection[str]) -> None:
-        """https failed and http was not allowed up front: the hosts' dockerd pulls this
-        registry over http ("Insecure Registries"), so may we."""
-        for image, look in list(self.results.items()):
-            ref = registry.parse_reference(image) if look.tls_failed else None
-            if ref and registry.allows_plain_http(ref.registry, insecure):
-                self._one(image, insecure)
-
-
-def insecure_registries(outputs: Collection[str]) -> set[str]:
-    """Every registry some host's `docker info` lists as insecure."""
-    out: set[str] = set()
-    for text in outputs:
-        info = parse_sections(text).get(docker_checks.INFO)
-        if info is None:
-            continue
-        try:
-            out.update(docker_checks.parse_info(info.output).insecure_registries)
-        except ParseError:
-            continue
-    return out
-
-
-def with_lookup(ctx: HostContext, look: registry.Lookup | None) -> HostContext:
-    if look is None:
-        return ctx
-    size = ctx.image_size_bytes
-    if look.config is not None and look.config.compressed_size > 0:
-        size = look.config.compressed_size * PULL_DISK_FACTOR
-    return dataclasses.replace(ctx, image_lookup=look, image_size_bytes=size)
 
 
 # --------------------------------------------------------------------------- running
@@ -454,42 +374,6 @@ def run_preflight(
 
 
 # --------------------------------------------------------------------------- weights
-
-
-class HubLookup:
-    """The revision API, asked once from here while the hosts run their scripts."""
-
-    def __init__(self, inv: Inventory, wanted: bool) -> None:
-        self.answer: Resolution | HubProblem | None = None
-        self.thread: threading.Thread | None = None
-        if wanted and is_hub_model(inv.model) and inv.weights.stage:
-            self.thread = threading.Thread(
-                target=self._ask, args=(inv,), daemon=True, name="pdboot-hub"
-            )
-            self.thread.start()
-
-    def _ask(self, inv: Inventory) -> None:
-        try:
-            token = read_hf_token(inv.secrets.hf_token)
-        except SecretError as e:
-            self.answer = HubProblem("auth", f"secrets.hf_token: {e}", "fix the reference")
-            return
-        if token:
-            register_secret(token)
-        w = inv.weights
-        ep = hub_endpoint(w.endpoint)
-        self.answer = resolve(http, ep, inv.model, inv.model_revision, token, w.allow_plain_http)
-
-    def wait(self) -> Resolution | HubProblem | None:
-        if self.thread is not None:
-            self.thread.join(RESOLVE_TIMEOUT + 5)
-        return self.answer
-
-
-def with_hub_answer(ctx: HostContext, answer: Resolution | HubProblem | None) -> HostContext:
-    if ctx.weights is None:
-        return ctx
-    return dataclasses.replace(ctx, weights=dataclasses.replace(ctx.weights, lookup=answer))
 
 
 def local_listings(reports: Mapping[str, HostReport]) -> dict[str, Listing]:

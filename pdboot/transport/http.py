@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -50,6 +51,21 @@ class RawAnswer:
     no_answer: NoAnswer = ""
 
 
+_tls: ssl.SSLContext | None = None
+_tls_lock = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """One verifying context per process, built on first use: urllib builds one per https
+    connection otherwise, and each loads the system's CA bundle again (tens of ms of CPU
+    per request; preflight's registry lookups make several while the hosts connect)."""
+    global _tls
+    with _tls_lock:
+        if _tls is None:
+            _tls = ssl.create_default_context()
+        return _tls
+
+
 def request(
     url: str,
     *,
@@ -75,7 +91,8 @@ def request(
         req.add_unredirected_header("Authorization", f"Bearer {bearer}")
     limit = -1 if max_bytes is None else max_bytes + 1
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - http(s) we built
+        ctx = tls_context() if url.startswith("https:") else None
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:  # noqa: S310
             return RawAnswer(r.status, r.read(limit), _lower(r.headers.items()))
     except urllib.error.HTTPError as e:
         text = e.read(limit) if e.fp else b""

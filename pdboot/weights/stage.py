@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pdboot.events import Emit, Note, WeightsDone, WeightsPinned, WeightsProgress
+from pdboot.inventory.rules import engine_hosts as engine_hosts  # its home moved
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
 from pdboot.transport.hosts import Hosts, Link, project_dir
@@ -92,10 +93,6 @@ class Pinned(Staging):
         if r is None:
             return None
         return Pin(self.inventory.model, r.revision, r.commit).text()
-
-
-def engine_hosts(inv: Inventory) -> list[str]:
-    return list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
 
 
 def with_stage_image(

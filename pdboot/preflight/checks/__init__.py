@@ -58,6 +58,8 @@ class Command:
     line: str  # shell text run on the host
     area: str
     also_for: tuple[str, ...] = ()  # other areas whose verdicts read this output
+    # not run: a command older batches ran, kept so that recorded output still parses
+    recorded_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,14 @@
 
 At preflight time nothing listens yet, so a TCP connect answered with "refused" proves
 the address is reachable; only a timeout or "no route" means it is not.
+
+A host's probes are ONE command (``probes_command``): every connect a forked subshell, all
+at once under one ``timeout``, so a router probing 32 engines costs one process pair, not
+32 (each probe used to be its own `timeout bash -c`, two execs inside the batch's own two).
+Each probe's text is printed after a ``probe=N`` line in the layout the single probes had
+(the connect error, then ``rc=N``; ``rc=124`` when it was still waiting at the timeout), so
+one parser reads both; captures recorded with the single probes still parse through their
+``probe{i}`` sections (kept as not-run commands).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import contextlib
 import re
 import shlex
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,11 +50,57 @@ def probe_command(p: Probe) -> str:
     return f'timeout {PROBE_TIMEOUT_S} bash -c {shlex.quote(inner)} 2>&1; echo "rc=$?"'
 
 
+# $1: the folder for the answers; then the /dev/tcp paths. Each connect is one fork (the
+# background group; its `exec` keeps the error in its file), and the report reads the
+# files with builtins: no exec per probe. An rc file is written only once its connect
+# returned, so a probe killed at the timeout has none.
+_PROBE_ALL = (
+    't=$1; shift; i=0; for a in "$@"; do '
+    '{ exec 2>"$t/$i.out" 3<>"$a"; echo $? >"$t/$i.rc"; } & i=$((i + 1)); done; wait'
+)
+_REPORT = (
+    'i=0; for a in "$@"; do echo "probe=$i"; [ -f "$t/$i.out" ] && '
+    'while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done <"$t/$i.out"; '
+    'rc=124; [ -s "$t/$i.rc" ] && read -r rc <"$t/$i.rc"; echo "rc=$rc"; i=$((i + 1)); done'
+)
+
+
+def probes_command(probes: Sequence[Probe]) -> str:
+    """Every probe of a host at once (see the module doc). Addresses reach the shell only as
+    quoted arguments, never as code."""
+    paths = " ".join(shlex.quote(f"/dev/tcp/{p.address}/{p.port}") for p in probes)
+    return (
+        't=$(mktemp -d "${TMPDIR:-/tmp}/pdboot-probes.XXXXXX") || exit 1; '
+        "trap 'rm -rf \"$t\"' EXIT; "
+        f'timeout {PROBE_TIMEOUT_S} bash -c {shlex.quote(_PROBE_ALL)} probes "$t" {paths}; '
+        f"set -- {paths}; {_REPORT}"
+    )
+
+
 def commands(ctx: HostContext) -> list[Command]:
     out = [Command("clock", CLOCK, "network")]
+    if ctx.probes:
+        out.append(Command(PROBES, probes_command(ctx.probes), "network"))
+    # the single probes of older batches: not run, read from captures that have them
     for i, p in enumerate(ctx.probes):
-        out.append(Command(f"probe{i}", probe_command(p), "network"))
+        out.append(Command(f"probe{i}", probe_command(p), "network", recorded_only=True))
     return out
+
+
+PROBES = "probes"
+
+
+def split_probes(text: str, n: int) -> list[str | None]:
+    """The combined probes' output -> each probe's text (None: not printed)."""
+    blocks: dict[int, list[str]] = {}
+    cur: list[str] | None = None
+    for line in text.splitlines():
+        m = re.fullmatch(r"probe=(\d+)", line)
+        if m:
+            cur = blocks[int(m.group(1))] = []
+        elif cur is not None:
+            cur.append(line)
+    return ["\n".join(blocks[i]) + "\n" if i in blocks else None for i in range(n)]
 
 
 def parse_probe(text: str) -> tuple[str, str]:
@@ -98,8 +152,11 @@ class NetworkFacts:
 
 def parse(ctx: HostContext, s: Mapping[str, Section]) -> NetworkFacts:
     probes = []
+    together = s.get(PROBES, MISSING)
+    texts = split_probes(together.output, len(ctx.probes)) if together.rc is not None else []
     for i, p in enumerate(ctx.probes):
-        sec = s[f"probe{i}"]
+        text = texts[i] if i < len(texts) else None
+        sec = Section(text, together.rc) if text is not None else s.get(f"probe{i}", MISSING)
         try:
             verdict, detail = parse_probe(sec.output)
         except ParseError:
