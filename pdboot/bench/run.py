@@ -15,15 +15,17 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pdboot.bench.chart import svg_chart
+from pdboot.bench.goodput import Targets, Verdict, baseline_gpus, pd_gpus, verdict
 from pdboot.bench.results import (
     RECORDS_FILE,
     SUMMARY_FILE,
     Cell,
     parse_aiperf,
+    points,
     refusal,
     results_json,
 )
@@ -37,6 +39,7 @@ class Target:
     role: str
     name: str
     url: str
+    gpus: int = 1  # the GPUs behind it (goodput.py): per-GPU figures divide by these
 
 
 # The AIPerf whose output files pdboot reads (pyproject's `bench` extra and .ci/setup agree:
@@ -50,6 +53,8 @@ class LoadShape:
     osl: int = 128
     requests_per_level: int = 0  # 0: AIPerf's own default, max(10, 2 x concurrency)
     seed: int = 1234
+    # goodput's TTFT/ITL targets, handed to AIPerf's --goodput
+    targets: Targets = field(default_factory=Targets)
 
 
 def aiperf_command() -> list[str] | None:
@@ -111,6 +116,8 @@ def aiperf_argv(
         "--no-gpu-telemetry",
         "--workers-max",
         str(max(1, min(concurrency, 8))),
+        "--goodput",
+        shape.targets.aiperf_arg(),
     ]
     if shape.requests_per_level:
         argv += ["--request-count", str(shape.requests_per_level)]
@@ -121,7 +128,12 @@ Runner = Callable[[list[str]], tuple[int, str]]
 
 
 def run_cell(
-    runner: Runner, argv: list[str], target: Target, concurrency: int, out_dir: Path
+    runner: Runner,
+    argv: list[str],
+    target: Target,
+    concurrency: int,
+    out_dir: Path,
+    targets: Targets | None = None,
 ) -> Cell:
     """Run AIPerf once and judge its files (the generator's exit code alone says nothing:
     it is 0 with half the requests failed, 1 with all)."""
@@ -130,11 +142,12 @@ def run_cell(
     result = parse_aiperf(
         summary.read_text() if summary.exists() else None,
         records.read_text() if records.exists() else None,
+        targets,
     )
     why = refusal(result)
     if why is None and rc != 0:
         why = f"aiperf exited {rc}: {log.strip().splitlines()[-1] if log.strip() else ''}"
-    return Cell(target.role, target.name, concurrency, result, why, str(out_dir))
+    return Cell(target.role, target.name, concurrency, result, why, str(out_dir), target.gpus)
 
 
 def subprocess_runner(timeout_s: float) -> Runner:
@@ -165,19 +178,20 @@ def run_bench(
             out_dir = out_root / f"{t.role}-c{level}"
             out_dir.mkdir(parents=True, exist_ok=True)
             argv = aiperf_argv(cmd, t, model, level, tokenizer, out_dir, shape)
-            cells.append(run_cell(runner, argv, t, level, out_dir))
+            cells.append(run_cell(runner, argv, t, level, out_dir, shape.targets))
     return cells
 
 
 def targets(plan: Plan, baseline_url: str | None = None) -> list[Target]:
-    """The router, and the first decode engine as the engine serving alone (sent no
-    ``kv_transfer_params``, it prefills locally: the single-instance baseline)."""
+    """The router (P/D: every engine's GPUs), and the first decode engine as the engine
+    serving alone (sent no ``kv_transfer_params``, it prefills locally: one of the same GPUs'
+    independent engines, compared per GPU)."""
     decodes = [s for s in plan.services() if s.role == "decode"]
     base = baseline_url or (decodes[0].url if decodes else None)
-    out = [Target("pd", "router", plan.router.url)]
+    out = [Target("pd", "router", plan.router.url, pd_gpus(plan))]
     if base:
         name = f"decode@{decodes[0].host}" if decodes and not baseline_url else "baseline"
-        out.append(Target("baseline", name, base))
+        out.append(Target("baseline", name, base, baseline_gpus(plan)))
     return out
 
 
@@ -186,6 +200,7 @@ class BenchReport:
     cells: list[Cell]
     results: Path
     chart: Path
+    verdict: Verdict
 
     @property
     def refused(self) -> list[Cell]:
@@ -222,11 +237,15 @@ def bench(
         "load": asdict(shape),
         "levels": list(levels),
         "generator": "aiperf",
+        "goodput_targets": str(shape.targets),
+        "per_gpu": "P/D divides by every engine's GPUs (prefill + decode), the baseline by "
+        "its engine's: its rate per GPU is what the same GPUs give as independent engines "
+        "behind a load balancer; an engine with `gpus: all` or `device: cpu` counts as 1",
     }
+    v = verdict(points(cells, "pd"), points(cells, "baseline"), shape.targets)
     results = out_root / "results.json"
-    results.write_text(results_json(cells, meta))
+    results.write_text(results_json(cells, meta, v))
     chart = out_root / "chart.svg"
-    chart.write_text(
-        svg_chart(cells, f"pdboot bench: {plan.deployment} ({plan.served_model_name})")
-    )
-    return BenchReport(cells, results, chart)
+    title = f"pdboot bench: {plan.deployment} ({plan.served_model_name})"
+    chart.write_text(svg_chart(cells, title, v, shape.targets))
+    return BenchReport(cells, results, chart, v)
