@@ -64,7 +64,7 @@ def _panel(
         f"{escape(title)}</text>",
         f'<line x1="{x0 + PAD}" y1="{bottom}" x2="{x0 + W - PAD}" y2="{bottom}" stroke="#444"/>',
         f'<line x1="{x0 + PAD}" y1="{y0 + PAD}" x2="{x0 + PAD}" y2="{bottom}" stroke="#444"/>',
-        f'<text x="{x0 + PAD - 4}" y="{y0 + PAD + 4}" text-anchor="end">{top:.3g}</text>',
+        f'<text x="{x0 + PAD - 4}" y="{y0 + PAD + 4}" text-anchor="end">{_num(top)}</text>',
         f'<text x="{x0 + PAD - 4}" y="{bottom}" text-anchor="end">0</text>',
         f'<text x="{x0 + W / 2}" y="{y0 + H - 12}" text-anchor="middle">concurrency</text>',
     ]
@@ -92,6 +92,11 @@ def _panel(
             for c, v in pts
         ]
     return out
+
+
+def _num(v: float) -> str:
+    """An axis label without exponents: 2480, not 2.48e+03."""
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
 
 
 def _clip(text: str, n: int) -> str:

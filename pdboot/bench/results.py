@@ -158,15 +158,15 @@ TABLE_HEADER = [
     "TTFT ms p50/p99",
     "ITL ms p50/p99",
     "tok/s",
-    "tok/s/GPU",
+    "tok/s per GPU",
     "good/s (%)",
-    "good/s/GPU",
+    "good/s per GPU",
 ]
 
 
 def table_rows(cells: Sequence[Cell]) -> list[list[str]]:
     """A row per concurrency and side (P/D, then the engine serving alone: the same GPUs as
-    independent engines, compared per GPU); good/s/GPU: goodput, requests/s that met both
+    independent engines, compared per GPU); good/s per GPU: goodput, requests/s that met both
     targets, per GPU."""
     rows: list[list[str]] = []
     for c in sorted({c.concurrency for c in cells}):
