@@ -122,7 +122,9 @@ def bench(
     baseline_url: Annotated[
         str | None,
         typer.Option(
-            help="Engine serving alone (default: the first decode engine).", metavar="URL"
+            help="Engine serving alone, or comma-separated independent engines whose "
+            "figures add up (default: the first decode engine).",
+            metavar="URL[,URL...]",
         ),
     ] = None,
     out_dir: Annotated[

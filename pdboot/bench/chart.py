@@ -127,7 +127,7 @@ def svg_chart(
     pd_g, base_g = _gpus(cells, "pd"), _gpus(cells, "baseline")
     labels = {
         "pd": f"P/D through the router ({pd_g} GPUs)",
-        "baseline": f"independent engines (one engine alone, {base_g} GPU(s), per GPU)",
+        "baseline": f"independent engines ({base_g} GPU(s) measured, per GPU)",
     }
     width = 2 * W
     body: list[str] = []
@@ -156,7 +156,7 @@ def svg_chart(
         f'<text x="10" y="62" fill="#555">{escape(title)}; goodput: requests/s that met '
         f"{escape(str(tg))}</text>",
         f'<text x="10" y="78" fill="#555">per GPU: P/D over all {pd_g} engine GPUs (prefill '
-        f"+ decode); the engine alone over its {base_g}:</text>",
+        f"+ decode); the engine(s) serving alone over their {base_g}:</text>",
         '<text x="10" y="92" fill="#555">its rate per GPU is what the same GPUs give as '
         "independent engines behind a load balancer</text>",
     ]

@@ -8,7 +8,7 @@ table and the results file.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -141,6 +141,40 @@ class Cell:
     def point(self) -> Point:
         r, g = self.result, max(1, self.gpus)
         return Point(self.concurrency, r.goodput_req_s / g, r.goodput_tok_s / g, r.output_tok_s / g)
+
+
+def merge(parts: Sequence[Cell], concurrency: int, gpus: int, artifacts: str) -> Cell:
+    """Independent engines behind a load balancer, each measured at its share: requests,
+    tokens and rates add up; a latency percentile is the worst engine's (the records are not
+    pooled, so this errs against the baseline, never for it); one refused part refuses all."""
+    rs = [c.result for c in parts]
+
+    def worst(get: Callable[[RunResult], dict[str, float]]) -> dict[str, float]:
+        keys = set.intersection(*(set(get(r)) for r in rs)) if rs else set()
+        return {k: max(get(r)[k] for r in rs) for k in PCTS if k in keys}
+
+    merged = RunResult(
+        ok_requests=sum(r.ok_requests for r in rs),
+        failed_requests=sum(r.failed_requests for r in rs),
+        output_tokens=sum(r.output_tokens for r in rs),
+        ttft_ms=worst(lambda r: r.ttft_ms),
+        itl_ms=worst(lambda r: r.itl_ms),
+        output_tok_s=sum(r.output_tok_s for r in rs),
+        request_s=sum(r.request_s for r in rs),
+        errors=tuple(e for r in rs for e in r.errors),
+        has_summary=bool(rs) and all(r.has_summary for r in rs),
+        duration_s=max((r.duration_s for r in rs), default=0.0),
+        good_requests=sum(r.good_requests for r in rs),
+        goodput_req_s=sum(r.goodput_req_s for r in rs),
+        goodput_tok_s=sum(r.goodput_tok_s for r in rs),
+        good_judged_by=",".join(sorted({r.good_judged_by for r in rs if r.good_judged_by})),
+    )
+    why = next((f"{c.target}: {c.refused}" for c in parts if c.refused), None)
+    if not parts:
+        why = "no engine measured"
+    role = parts[0].role if parts else "baseline"
+    name = "+".join(c.target for c in parts)
+    return Cell(role, name, concurrency, merged, why, artifacts, gpus)
 
 
 def points(cells: Sequence[Cell], role: str) -> list[Point]:

@@ -24,6 +24,7 @@ from pdboot.bench.results import (
     RECORDS_FILE,
     SUMMARY_FILE,
     Cell,
+    merge,
     parse_aiperf,
     points,
     refusal,
@@ -161,6 +162,11 @@ def subprocess_runner(timeout_s: float) -> Runner:
     return run
 
 
+def shares(level: int, n: int) -> list[int]:
+    """A load balancer's split of ``level`` concurrent requests over ``n`` engines."""
+    return [level // n + (1 if i < level % n else 0) for i in range(n)]
+
+
 def run_bench(
     targets: Sequence[Target],
     model: str,
@@ -171,27 +177,50 @@ def run_bench(
     runner: Runner,
     cmd: Sequence[str],
 ) -> list[Cell]:
-    """Every target at every level, artifacts under ``out_root/<role>-c<N>/``."""
+    """Every side at every level, artifacts under ``out_root/<role>-c<N>/``. Several targets
+    of one role are independent engines: each is measured alone at its share of the level
+    (``engine<i>/`` below), one after the other (they share no GPU, so running them together
+    would only add the client's load), and their figures are merged (``results.merge``)."""
     cells = []
+    roles = list(dict.fromkeys(t.role for t in targets))
     for level in levels:
-        for t in targets:
-            out_dir = out_root / f"{t.role}-c{level}"
+        for role in roles:
+            group = [t for t in targets if t.role == role]
+            out_dir = out_root / f"{role}-c{level}"
             out_dir.mkdir(parents=True, exist_ok=True)
-            argv = aiperf_argv(cmd, t, model, level, tokenizer, out_dir, shape)
-            cells.append(run_cell(runner, argv, t, level, out_dir, shape.targets))
+            if len(group) == 1:
+                argv = aiperf_argv(cmd, group[0], model, level, tokenizer, out_dir, shape)
+                cells.append(run_cell(runner, argv, group[0], level, out_dir, shape.targets))
+                continue
+            parts = []
+            for i, (t, share) in enumerate(zip(group, shares(level, len(group)), strict=True)):
+                if share == 0:
+                    continue
+                sub = out_dir / f"engine{i + 1}"
+                sub.mkdir(exist_ok=True)
+                argv = aiperf_argv(cmd, t, model, share, tokenizer, sub, shape)
+                parts.append(run_cell(runner, argv, t, share, sub, shape.targets))
+            gpus = sum(t.gpus for t in group)
+            cells.append(merge(parts, level, gpus, str(out_dir)))
     return cells
 
 
 def targets(plan: Plan, baseline_url: str | None = None) -> list[Target]:
     """The router (P/D: every engine's GPUs), and the first decode engine as the engine
     serving alone (sent no ``kv_transfer_params``, it prefills locally: one of the same GPUs'
-    independent engines, compared per GPU)."""
+    independent engines, compared per GPU). ``baseline_url``: comma-separated URLs of
+    independent engines instead, each taken to use as many GPUs as the first decode engine."""
     decodes = [s for s in plan.services() if s.role == "decode"]
-    base = baseline_url or (decodes[0].url if decodes else None)
+    urls = [u.strip() for u in (baseline_url or "").split(",") if u.strip()]
     out = [Target("pd", "router", plan.router.url, pd_gpus(plan))]
-    if base:
-        name = f"decode@{decodes[0].host}" if decodes and not baseline_url else "baseline"
-        out.append(Target("baseline", name, base, baseline_gpus(plan)))
+    if len(urls) > 1:
+        for i, u in enumerate(urls):
+            out.append(Target("baseline", f"baseline{i + 1}", u, baseline_gpus(plan)))
+    elif urls or decodes:
+        name = "baseline" if urls else f"decode@{decodes[0].host}"
+        out.append(
+            Target("baseline", name, urls[0] if urls else decodes[0].url, baseline_gpus(plan))
+        )
     return out
 
 

@@ -327,3 +327,48 @@ def test_verdict_both_ways_and_undecided() -> None:
     assert only_pd.text.startswith("P/D wins") and only_pd.ratio is None
     assert gp.verdict([_pt(4, 1.0)], [], t).text.startswith("no verdict")
     assert benchchart.verdict_color(win) != benchchart.verdict_color(lose)
+
+
+def test_several_baseline_urls_are_independent_engines_whose_figures_add_up(
+        tmp_path: Path) -> None:
+    """`--baseline-url A,B`: each engine measured alone at its share of the level (a load
+    balancer's split), the figures summed, the latencies the worst engine's, per GPU over
+    both engines' GPUs; one engine's failures refuse the pair."""
+    from pdboot.inventory.load import load_inventory
+    from pdboot.plan.build import build_plan
+
+    plan = build_plan(load_inventory(INVENTORIES / "2p2d.yaml"))
+    tgts = bench.targets(plan, "http://a:1, http://b:2")
+    assert [(t.role, t.name, t.url, t.gpus) for t in tgts[1:]] == [
+        ("baseline", "baseline1", "http://a:1", 4), ("baseline", "baseline2", "http://b:2", 4)]
+    assert bench.shares(5, 2) == [3, 2] and bench.shares(1, 2) == [1, 0]
+    seen: list[tuple[str, str]] = []
+
+    def runner(argv: list[str]) -> tuple[int, str]:
+        out = Path(argv[argv.index("--artifact-dir") + 1])
+        seen.append((argv[argv.index("--url") + 1], argv[argv.index("--concurrency") + 1]))
+        src = FIX / ("partial-failure" if "c8" in str(out) and "engine2" in str(out)
+                     else "pd-c4")
+        for f in src.iterdir():
+            (out / f.name).write_text(f.read_text())
+        return 0, ""
+
+    cells = bench.run_bench(tgts[1:], "m", "/tok", [1, 4, 8], tmp_path, bench.LoadShape(),
+                            runner, ["aiperf"])
+    assert seen == [("http://a:1", "1"), ("http://a:1", "2"), ("http://b:2", "2"),
+                    ("http://a:1", "4"), ("http://b:2", "4")]
+    assert [(c.role, c.concurrency, c.gpus) for c in cells] == [
+        ("baseline", 1, 8), ("baseline", 4, 8), ("baseline", 8, 8)]
+    one = _load("pd-c4")
+    both = cells[1]
+    assert (tmp_path / "baseline-c4" / "engine2" / bench_results.SUMMARY_FILE).exists()
+    assert both.refused is None and both.target == "baseline1+baseline2"
+    assert both.result.ok_requests == 2 * one.ok_requests
+    assert both.result.output_tok_s == pytest.approx(2 * one.output_tok_s)
+    assert both.result.goodput_req_s == pytest.approx(2 * one.goodput_req_s)
+    assert both.result.ttft_ms == one.ttft_ms  # the worst of two equal engines
+    # two engines on 8 GPUs: the rate of one engine on 4 per GPU
+    assert both.point().goodput_per_gpu == pytest.approx(one.goodput_req_s / 4)
+    # at level 1 one engine got the only request; the idle one's GPUs still count
+    assert cells[0].point().tok_s_per_gpu == pytest.approx(one.output_tok_s / 8)
+    assert cells[2].refused and cells[2].refused.startswith("baseline2: 4 of 8 requests failed")
