@@ -113,10 +113,18 @@ def bench(
     requests: Annotated[
         int, typer.Option(help="Requests per level (0: AIPerf's).", metavar="N")
     ] = 0,
+    ttft_ms: Annotated[
+        float, typer.Option(help="Goodput's time-to-first-token target.", metavar="MS")
+    ] = 2000.0,
+    itl_ms: Annotated[
+        float, typer.Option(help="Goodput's inter-token-latency target.", metavar="MS")
+    ] = 50.0,
     baseline_url: Annotated[
         str | None,
         typer.Option(
-            help="Engine serving alone (default: the first decode engine).", metavar="URL"
+            help="Engine serving alone, or comma-separated independent engines whose "
+            "figures add up (default: the first decode engine).",
+            metavar="URL[,URL...]",
         ),
     ] = None,
     out_dir: Annotated[
@@ -124,7 +132,11 @@ def bench(
         typer.Option("--out", "--out-dir", help="Where results go.", metavar="DIR"),
     ] = Path("pdboot-bench"),
 ) -> None:
-    """P/D through the router vs one engine alone, measured by AIPerf."""
+    """P/D through the router vs the same GPUs as independent engines, measured by AIPerf.
+
+    Goodput: requests/s that met both --ttft-ms and --itl-ms. Per GPU: P/D over every
+    engine's GPUs, one engine alone over its own (what the same GPUs give as independent
+    engines). Writes results.json and chart.svg; the verdict is the chart's title."""
     from rich.table import Table
     from rich.text import Text
 
@@ -143,12 +155,17 @@ def bench(
         stderr().print(f"--concurrency: not a list of integers: {concurrency}")
         raise typer.Exit(EXIT_USAGE) from None
     plan = build_plan(load(inventory))
-    shape = bench_mod.LoadShape(isl=isl, osl=osl, requests_per_level=requests)
+    from pdboot.bench.goodput import Targets
+
+    shape = bench_mod.LoadShape(
+        isl=isl, osl=osl, requests_per_level=requests, targets=Targets(ttft_ms, itl_ms)
+    )
     rep = bench_mod.bench(plan, tokenizer, levels, out_dir, shape, cmd, baseline_url=baseline_url)
     table = Table(*bench_results.TABLE_HEADER)
     for row in bench_results.table_rows(rep.cells):
         table.add_row(*row)
     stdout().print(table)
+    stdout().print(Text(rep.verdict.line, style="bold"))
     stdout().print(f"raw results: {rep.results}\nchart: {rep.chart}")
     for c in rep.refused:
         stderr().print(

@@ -15,15 +15,18 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pdboot.bench.chart import svg_chart
+from pdboot.bench.goodput import Targets, Verdict, baseline_gpus, pd_gpus, verdict
 from pdboot.bench.results import (
     RECORDS_FILE,
     SUMMARY_FILE,
     Cell,
+    merge,
     parse_aiperf,
+    points,
     refusal,
     results_json,
 )
@@ -37,6 +40,7 @@ class Target:
     role: str
     name: str
     url: str
+    gpus: int = 1  # the GPUs behind it (goodput.py): per-GPU figures divide by these
 
 
 # The AIPerf whose output files pdboot reads (pyproject's `bench` extra and .ci/setup agree:
@@ -50,6 +54,8 @@ class LoadShape:
     osl: int = 128
     requests_per_level: int = 0  # 0: AIPerf's own default, max(10, 2 x concurrency)
     seed: int = 1234
+    # goodput's TTFT/ITL targets, handed to AIPerf's --goodput
+    targets: Targets = field(default_factory=Targets)
 
 
 def aiperf_command() -> list[str] | None:
@@ -111,6 +117,8 @@ def aiperf_argv(
         "--no-gpu-telemetry",
         "--workers-max",
         str(max(1, min(concurrency, 8))),
+        "--goodput",
+        shape.targets.aiperf_arg(),
     ]
     if shape.requests_per_level:
         argv += ["--request-count", str(shape.requests_per_level)]
@@ -121,7 +129,12 @@ Runner = Callable[[list[str]], tuple[int, str]]
 
 
 def run_cell(
-    runner: Runner, argv: list[str], target: Target, concurrency: int, out_dir: Path
+    runner: Runner,
+    argv: list[str],
+    target: Target,
+    concurrency: int,
+    out_dir: Path,
+    targets: Targets | None = None,
 ) -> Cell:
     """Run AIPerf once and judge its files (the generator's exit code alone says nothing:
     it is 0 with half the requests failed, 1 with all)."""
@@ -130,11 +143,12 @@ def run_cell(
     result = parse_aiperf(
         summary.read_text() if summary.exists() else None,
         records.read_text() if records.exists() else None,
+        targets,
     )
     why = refusal(result)
     if why is None and rc != 0:
         why = f"aiperf exited {rc}: {log.strip().splitlines()[-1] if log.strip() else ''}"
-    return Cell(target.role, target.name, concurrency, result, why, str(out_dir))
+    return Cell(target.role, target.name, concurrency, result, why, str(out_dir), target.gpus)
 
 
 def subprocess_runner(timeout_s: float) -> Runner:
@@ -148,6 +162,11 @@ def subprocess_runner(timeout_s: float) -> Runner:
     return run
 
 
+def shares(level: int, n: int) -> list[int]:
+    """A load balancer's split of ``level`` concurrent requests over ``n`` engines."""
+    return [level // n + (1 if i < level % n else 0) for i in range(n)]
+
+
 def run_bench(
     targets: Sequence[Target],
     model: str,
@@ -158,26 +177,50 @@ def run_bench(
     runner: Runner,
     cmd: Sequence[str],
 ) -> list[Cell]:
-    """Every target at every level, artifacts under ``out_root/<role>-c<N>/``."""
+    """Every side at every level, artifacts under ``out_root/<role>-c<N>/``. Several targets
+    of one role are independent engines: each is measured alone at its share of the level
+    (``engine<i>/`` below), one after the other (they share no GPU, so running them together
+    would only add the client's load), and their figures are merged (``results.merge``)."""
     cells = []
+    roles = list(dict.fromkeys(t.role for t in targets))
     for level in levels:
-        for t in targets:
-            out_dir = out_root / f"{t.role}-c{level}"
+        for role in roles:
+            group = [t for t in targets if t.role == role]
+            out_dir = out_root / f"{role}-c{level}"
             out_dir.mkdir(parents=True, exist_ok=True)
-            argv = aiperf_argv(cmd, t, model, level, tokenizer, out_dir, shape)
-            cells.append(run_cell(runner, argv, t, level, out_dir))
+            if len(group) == 1:
+                argv = aiperf_argv(cmd, group[0], model, level, tokenizer, out_dir, shape)
+                cells.append(run_cell(runner, argv, group[0], level, out_dir, shape.targets))
+                continue
+            parts = []
+            for i, (t, share) in enumerate(zip(group, shares(level, len(group)), strict=True)):
+                if share == 0:
+                    continue
+                sub = out_dir / f"engine{i + 1}"
+                sub.mkdir(exist_ok=True)
+                argv = aiperf_argv(cmd, t, model, share, tokenizer, sub, shape)
+                parts.append(run_cell(runner, argv, t, share, sub, shape.targets))
+            gpus = sum(t.gpus for t in group)
+            cells.append(merge(parts, level, gpus, str(out_dir)))
     return cells
 
 
 def targets(plan: Plan, baseline_url: str | None = None) -> list[Target]:
-    """The router, and the first decode engine as the engine serving alone (sent no
-    ``kv_transfer_params``, it prefills locally: the single-instance baseline)."""
+    """The router (P/D: every engine's GPUs), and the first decode engine as the engine
+    serving alone (sent no ``kv_transfer_params``, it prefills locally: one of the same GPUs'
+    independent engines, compared per GPU). ``baseline_url``: comma-separated URLs of
+    independent engines instead, each taken to use as many GPUs as the first decode engine."""
     decodes = [s for s in plan.services() if s.role == "decode"]
-    base = baseline_url or (decodes[0].url if decodes else None)
-    out = [Target("pd", "router", plan.router.url)]
-    if base:
-        name = f"decode@{decodes[0].host}" if decodes and not baseline_url else "baseline"
-        out.append(Target("baseline", name, base))
+    urls = [u.strip() for u in (baseline_url or "").split(",") if u.strip()]
+    out = [Target("pd", "router", plan.router.url, pd_gpus(plan))]
+    if len(urls) > 1:
+        for i, u in enumerate(urls):
+            out.append(Target("baseline", f"baseline{i + 1}", u, baseline_gpus(plan)))
+    elif urls or decodes:
+        name = "baseline" if urls else f"decode@{decodes[0].host}"
+        out.append(
+            Target("baseline", name, urls[0] if urls else decodes[0].url, baseline_gpus(plan))
+        )
     return out
 
 
@@ -186,6 +229,7 @@ class BenchReport:
     cells: list[Cell]
     results: Path
     chart: Path
+    verdict: Verdict
 
     @property
     def refused(self) -> list[Cell]:
@@ -222,11 +266,15 @@ def bench(
         "load": asdict(shape),
         "levels": list(levels),
         "generator": "aiperf",
+        "goodput_targets": str(shape.targets),
+        "per_gpu": "P/D divides by every engine's GPUs (prefill + decode), the baseline by "
+        "its engine's: its rate per GPU is what the same GPUs give as independent engines "
+        "behind a load balancer; an engine with `gpus: all` or `device: cpu` counts as 1",
     }
+    v = verdict(points(cells, "pd"), points(cells, "baseline"), shape.targets)
     results = out_root / "results.json"
-    results.write_text(results_json(cells, meta))
+    results.write_text(results_json(cells, meta, v))
     chart = out_root / "chart.svg"
-    chart.write_text(
-        svg_chart(cells, f"pdboot bench: {plan.deployment} ({plan.served_model_name})")
-    )
-    return BenchReport(cells, results, chart)
+    title = f"pdboot bench: {plan.deployment} ({plan.served_model_name})"
+    chart.write_text(svg_chart(cells, title, v, shape.targets))
+    return BenchReport(cells, results, chart, v)
