@@ -268,7 +268,9 @@ class _Up(ChangeSteps):
             StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
         )
         stage = self.env.weights.after_pull(self.env.token, self.emit)  # the engine image's
-        errors = pull_all(self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds, stage)
+        errors = pull_all(
+            self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds, stage, self.dir
+        )
         if errors:
             report_errors(self.emit, "pull failed on", errors)
             raise _Stop

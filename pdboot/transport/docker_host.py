@@ -37,6 +37,7 @@ from pdboot.transport.docker_parse import (
 )
 from pdboot.transport.docker_sdk import api_for
 from pdboot.transport.masking import mask
+from pdboot.transport.pulled_record import PULLED_FILE, parse_record, record_lines
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,25 @@ class Engine:
         except Exception as e:
             raise self._err(f"cannot remove image {image}: {_explain(e)}") from e
         return True
+
+    def record_pulled(self, project_dir: str, entries: list[tuple[str, str]]) -> None:
+        """Append what this run pulled (image, digest) to the host's record in the project
+        dir (claimed as ``ship`` does: the pull comes before the ship)."""
+        lines = record_lines(entries)
+        if not lines:
+            return
+        path = shlex.quote(f"{project_dir}/{PULLED_FILE}")
+        script = "set -e; umask 077\n" + _claim_project_dir(project_dir) + f"cat >> {path}\n"
+        try:
+            res = self.conn.run(script, stdin=lines)
+        except RemoteError as e:
+            raise self._err(f"cannot record the pulled images: {e.message}") from e
+        if res.rc != 0:
+            raise self._err(f"cannot record the pulled images: {mask(res.stderr.strip())}")
+
+    def pulled(self, project_dir: str) -> list[tuple[str, str]]:
+        """The (image, digest) pairs pdboot recorded pulling on this host."""
+        return parse_record(self.read_file(f"{project_dir}/{PULLED_FILE}"))
 
     # ---- containers
 

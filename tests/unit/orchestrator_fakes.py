@@ -44,6 +44,7 @@ weights: {stage: false}  # test_weights_pin_and_verdicts.py and tests/e2e/test_w
 """
 
 # the daemon's own events for one small layer (docker pull ... stream=True, decode=True)
+FAKE_DIGEST = "sha256:" + "ab" * 32  # the one PULL_EVENTS ends with
 PULL_EVENTS: list[dict[str, Any]] = [
     {"status": "Pulling from vllm/vllm-openai", "id": "v0.33.0"},
     {"status": "Pulling fs layer", "progressDetail": {}, "id": "a1b2c3"},
@@ -104,6 +105,9 @@ class World:
     # counts one down, so a drain sees it reach 0 after that many polls
     in_flight: dict[str, int] = field(default_factory=dict)
     lock_lost_at: float | None = None  # fake-clock time the held lock counts as lost
+    # host -> images there before pdboot came (side-loaded): a pull finds them present
+    side_loaded: dict[str, set[str]] = field(default_factory=dict)
+    pulled_record: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
@@ -316,6 +320,8 @@ class FakeEngine:
 
     def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult:
         self._call("pull", image)
+        if image in self.world.side_loaded.get(self.host, set()):
+            return PullResult(image, False, FAKE_DIGEST, "already present")
         p = PullProgress(image)
         for e in PULL_EVENTS:
             p.feed(e)
@@ -398,6 +404,16 @@ class FakeEngine:
 
     def read_file(self, path: str) -> str | None:
         return None
+
+    def local_digests(self, image: str) -> list[str]:
+        return [FAKE_DIGEST]
+
+    def record_pulled(self, project_dir: str, entries: list[tuple[str, str]]) -> None:
+        with self.world.lock:
+            self.world.pulled_record.setdefault(self.host, []).extend(entries)
+
+    def pulled(self, project_dir: str) -> list[tuple[str, str]]:
+        return list(self.world.pulled_record.get(self.host, []))
 
     def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
         self._call("run_once", argv[-1] if argv else "")
