@@ -76,6 +76,11 @@ def default_lock(
     return lock.take(inv, operation, wait=wait, say=say, accept_new_host_keys=accept_new)
 
 
+# SSH errors that mean "the host does not answer" (``connection.ErrorKind``): the only
+# ones `down` goes on without the lock for.
+UNANSWERED = ("unreachable", "timeout")
+
+
 def take_lock(
     emit: Emit,
     factory: LockFactory,
@@ -86,17 +91,25 @@ def take_lock(
     accept_new: bool,
 ) -> HeldLock | int | None:
     """The deployment lock (see lock.py); the exit code when it cannot be had; None for
-    `down` when the lock's host cannot be reached (down removes what it can reach)."""
+    `down` when the lock's host does not answer (down removes what it can reach). Any other
+    SSH error of that host (a changed or unknown host key, refused credentials) stops
+    `down` as it stops `up`: a key that changed is a reason to stop, not to go on unlocked."""
     try:
         return factory(inv, operation, not no_wait, accept_new, lambda m: emit(Note(m, "warn")))
     except lock.LockBusy as e:
         emit(Note(f"error: {e}", "error"))
     except RemoteError as e:
-        why = f"{e} (fix: {e.fix})" if e.fix else str(e)
-        if operation == "down":
-            emit(Note(f"cannot take the deployment lock: {why}; going on without it", "warn"))
+        why = f"{e.message} (fix: {e.fix})" if e.fix else e.message
+        if operation == "down" and e.kind in UNANSWERED:
+            emit(
+                Note(
+                    f"the deployment lock's host {e.host} is unreachable ({why}); going on "
+                    "without the lock: what can be reached is removed",
+                    "warn",
+                )
+            )
             return None
-        emit(Note(f"error: cannot take the deployment lock: {why}", "error"))
+        emit(Note(f"error: cannot take the deployment lock on {e.host}: {why}", "error"))
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
