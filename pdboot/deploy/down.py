@@ -67,7 +67,10 @@ def _down(inv: Inventory, opts: DownOptions, emit: Emit, hosts_factory: HostsFac
     hosts = hosts_factory(inv, list(plan.hosts), opts.accept_new_host_keys)
     try:
         failed_any = bool(hosts.errors)
-        report_errors(emit, "cannot reach (its containers are left as they are)", hosts.errors)
+        report_errors(emit, "cannot reach", hosts.errors)
+        if hosts.errors:
+            left = ", ".join(sorted(hosts.errors))
+            emit(Note(f"the containers on {left} are left as they are", "warn"))
         # The token file is not needed by running containers (compose read it at
         # creation): remove it while the tiers stop. --purge waits for the containers,
         # since images in use cannot be removed.

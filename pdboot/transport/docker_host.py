@@ -31,6 +31,7 @@ from pdboot.transport.docker_parse import (
     EngineError,
     EngineLost,
     PullProgress,
+    docker_unreachable,
     observed_from_inspect,
     pull_error_cause,
     split_image,
@@ -69,7 +70,7 @@ class Engine:
         except RemoteError as e:
             raise EngineError(conn.name, f"cannot reach Docker: {e.message}") from e
         except Exception as e:
-            raise EngineError(conn.name, f"cannot reach Docker: {_short(e)}") from e
+            raise EngineError(conn.name, docker_unreachable(_short(e), _cli_says(conn))) from e
 
     def _err(self, message: str) -> EngineError:
         """The error to raise: the host's loss when its connection was lost (every call on
@@ -459,6 +460,16 @@ def _stdin_write(path: str, size: int) -> str:
         f'{{ rm -f "$tmp"; echo {target}: stdin ended early >&2; exit 3; }}\n'
         f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
     )
+
+
+def _cli_says(conn: Connection) -> str:
+    """The docker CLI's own words on the host when the SDK could not reach the engine
+    (the SDK's error seldom names the cause); empty when it answered or could not run."""
+    try:
+        res = conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=20)
+    except Exception:  # the caller reports the SDK's error then
+        return ""
+    return "" if res.rc == 0 else mask(res.stderr.strip() or res.stdout.strip())
 
 
 def _explain(e: Exception) -> str:
