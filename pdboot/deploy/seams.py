@@ -49,11 +49,18 @@ def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
     """The RDMA findings `up` recorded on the hosts (not read for kv_transfer.rdma on,
     where neither the RDMA choice nor the TCP interface matters; an unreadable host counts
     as no record: the step that needs it reports the host)."""
+    return read_records(inv, hosts)[0]
+
+
+def read_records(inv: Inventory, hosts: Hosts) -> tuple[Findings, dict[str, str]]:
+    """recorded_findings, and the hosts whose record could not be read (host -> why): a
+    caller that compares config hashes (`up --plan`) must not take an unread record for
+    none, or it sees a change that is not there."""
     if inv.kv_transfer.rdma == "on":
-        return Findings({}, {}, "recorded")
+        return Findings({}, {}, "recorded"), {}
     path = f"{project_dir(inv)}/{RECORD_FILE}"
-    texts, _ = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)
-    return from_records(texts)
+    texts, errors = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)
+    return from_records(texts), errors
 
 
 class HeldLock(Protocol):

@@ -43,6 +43,10 @@ from pdboot.transport.pulled_record import PULLED_FILE, parse_record, record_lin
 log = logging.getLogger(__name__)
 
 
+class ContainerGone(EngineError):
+    """Docker has no such container (it was removed meanwhile)."""
+
+
 @dataclass(frozen=True)
 class PullResult:
     image: str
@@ -171,15 +175,19 @@ class Engine:
         for item in items:
             try:
                 out.append(self.inspect(str(item["Id"])))
-            except EngineLost:
-                raise
-            except EngineError:  # removed between list and inspect
+            except ContainerGone:  # removed between list and inspect
                 continue
         return out
 
     def inspect(self, container_id: str) -> Observed:
+        """Raises ContainerGone only when Docker says there is no such container: any other
+        failure (a slow engine, a dropped channel) is an error, never "not running"; a
+        container skipped on a failed read made `up --plan` see a change that was not
+        there (tests/e2e/test_rolling.py)."""
         try:
             data = self.api.inspect_container(container_id)
+        except docker.errors.NotFound as e:
+            raise ContainerGone(self.host, f"no container {container_id[:12]}") from e
         except Exception as e:
             raise self._err(f"cannot inspect {container_id[:12]}: {_short(e)}") from e
         return observed_from_inspect(self.host, data)
