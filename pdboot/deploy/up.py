@@ -88,9 +88,13 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
+from pdboot.verify.rootcause import first_error
 from pdboot.weights.stage import pin_weights
 
 LOG_LINES_ON_FAILURE = 50
+# read for the first error (rootcause.py): a worker's traceback with the cause sits a few
+# hundred lines above the API server's own, which ends the log
+LOG_LINES_FOR_CAUSE = 2000
 ENGINE_TIERS = ("decode", "prefill")
 
 
@@ -392,7 +396,7 @@ class _Up(ChangeSteps):
         try:
             if cid is None:
                 raise LookupError(f"no container labelled {svc.key} found")
-            lines = self.hosts.links[svc.host].engine.logs(cid, tail=LOG_LINES_ON_FAILURE)
+            lines = self.hosts.links[svc.host].engine.logs(cid, tail=LOG_LINES_FOR_CAUSE)
         except Exception as le:  # still report the failure itself
             lines = [f"(cannot read logs: {le})"]
         known = diagnose({svc.key: lines})
@@ -401,8 +405,9 @@ class _Up(ChangeSteps):
                 svc.key,
                 str(e),
                 isinstance(e, WaitFailed),
-                tuple(lines),
+                tuple(lines[-LOG_LINES_ON_FAILURE:]),
                 tuple(line for f in known for line in f.lines()),
+                first_error(lines),
             )
         )
         if self.opts.rollback:
