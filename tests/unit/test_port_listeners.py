@@ -64,3 +64,11 @@ def test_listeners_on_other_hosts_or_not_started_are_fine() -> None:
     one = BASE.replace("decode: {hosts: [gpu-b]}", "decode: {hosts: [gpu-a], gpus: [1]}")
     one = one.replace("prefill: {hosts: [gpu-a]}", "prefill: {hosts: [gpu-a], gpus: [0]}")
     parse_inventory(one + "weights: {seed: first_host, seed_port: 8200}\n")
+
+
+def test_watch_image_follows_the_reference_grammar() -> None:
+    """Found by the fuzzer's watch: section (scripts/fuzz_sections.py, seed 4242): an
+    upper-case repository passed the safe-token check, and Docker refuses it at the pull."""
+    text = refusal("watch: {image: Bad/Img:1}\n")
+    assert re.search(r"^inv\.yaml:9: watch\.image: .*Docker refuses upper case", text, re.M), text
+    parse_inventory(BASE + "watch: {image: 'reg.example:5000/pdboot/watch:1'}\n")
