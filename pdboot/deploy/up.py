@@ -88,13 +88,10 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
-from pdboot.verify.rootcause import first_error
+from pdboot.verify.rootcause import READ_LINES, first_error
 from pdboot.weights.stage import pin_weights
 
 LOG_LINES_ON_FAILURE = 50
-# read for the first error (rootcause.py): a worker's traceback with the cause sits a few
-# hundred lines above the API server's own, which ends the log
-LOG_LINES_FOR_CAUSE = 2000
 ENGINE_TIERS = ("decode", "prefill")
 
 
@@ -215,7 +212,7 @@ def _on_hosts(
     for line in describe(inv, plan, findings, skipped=opts.skip_preflight) + describe_nics(plan):
         emit(Note(line))
     run = _Up(inv, plan, hosts, opts, emit, env)
-    run.records = records_to_ship(findings)
+    run.records, run.findings = records_to_ship(findings), findings
     run.port_gbps = findings.gbps
     try:
         run.run()
@@ -237,7 +234,7 @@ class _Up(ChangeSteps):
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
         engines = {h: link.engine for h, link in hosts.links.items()}
-        self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
+        self.prober = Prober(plan, engines, {}, env.fetch, env.clock, relink=hosts.relink)
         self.live = live_workers(inv)
 
     # ---- the sequence
@@ -291,6 +288,8 @@ class _Up(ChangeSteps):
                 self.emit(ImageCheck(host, r.id, r.status, r.message, r.fix))
         if image_probe.failed(results):
             self.emit(Note("image check failed: nothing was started", "error"))
+            raise _Stop
+        if not self.check_ucx():
             raise _Stop
 
     # ---- ship
@@ -396,7 +395,7 @@ class _Up(ChangeSteps):
         try:
             if cid is None:
                 raise LookupError(f"no container labelled {svc.key} found")
-            lines = self.hosts.links[svc.host].engine.logs(cid, tail=LOG_LINES_FOR_CAUSE)
+            lines = self.hosts.links[svc.host].engine.logs(cid, tail=READ_LINES)
         except Exception as le:  # still report the failure itself
             lines = [f"(cannot read logs: {le})"]
         known = diagnose({svc.key: lines})

@@ -58,17 +58,18 @@ class PullResult:
 class Engine:
     """Docker on one host, through that host's pdboot connection."""
 
-    def __init__(self, conn: Connection, api: Any) -> None:
+    def __init__(self, conn: Connection, api: Any, timeout: int | None = 120) -> None:
         self.conn = conn
         self.host = conn.name
         self.api = api
+        self.timeout = timeout
 
     @classmethod
     def open(cls, conn: Connection, timeout: int | None = 120) -> Engine:
         """``timeout``: seconds a read may wait; None for streams that can stay quiet
         for long (``logs -f``)."""
         try:
-            return cls(conn, api_for(conn, timeout))
+            return cls(conn, api_for(conn, timeout), timeout)
         except EngineError:
             raise
         except RemoteError as e:
@@ -81,6 +82,12 @@ class Engine:
         it fails then, and "cannot inspect" would hide why), else ``message``."""
         lost = self.conn.lost
         return EngineLost(self.host, lost) if lost else EngineError(self.host, message)
+
+    def reopen(self) -> None:
+        """A new SDK client after the connection reconnected (the old one's HTTP pool holds
+        channels of the closed transport), in place for every holder of this engine."""
+        self.close()
+        self.api = Engine.open(self.conn, self.timeout).api
 
     def close(self) -> None:
         try:

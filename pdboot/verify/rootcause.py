@@ -20,6 +20,9 @@ _LEVEL = re.compile(
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)\b:? ?")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct")
 MAX_CHARS = 500
+# the lines a failure report reads for it: a worker's traceback with the cause sits a few
+# hundred lines above the API server's own, which ends the log
+READ_LINES = 2000
 
 
 def body(line: str) -> str:

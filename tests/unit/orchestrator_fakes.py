@@ -24,7 +24,7 @@ from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_ROLE
 from pdboot.transport.connection import CommandResult
 from pdboot.transport.docker_host import PullResult
-from pdboot.transport.docker_parse import EngineLost, PullProgress
+from pdboot.transport.docker_parse import EngineError, EngineLost, PullProgress
 from pdboot.transport.hosts import Hosts, Link
 from pdboot.transport.http import HttpAnswer
 from pdboot.transport.lock import LockBusy
@@ -44,6 +44,7 @@ weights: {stage: false}  # test_weights_pin_and_verdicts.py and tests/e2e/test_w
 """
 
 # the daemon's own events for one small layer (docker pull ... stream=True, decode=True)
+UCX_OK = (0, 'PDBOOT_UCX {"backend": true, "ib": [], "net": ["eth0", "lo"], "uverbs": false}')
 FAKE_DIGEST = "sha256:" + "ab" * 32  # the one PULL_EVENTS ends with
 PULL_EVENTS: list[dict[str, Any]] = [
     {"status": "Pulling from vllm/vllm-openai", "id": "v0.33.0"},
@@ -95,6 +96,9 @@ class World:
     shipped: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> extra files
     kv_pulls: int = 0
     probe: tuple[int, str] = PROBE_OK  # what run_once (the image probe) answers
+    # the UCX probe (preflight/ucx_probe.py): host -> (a device the container lacks there,
+    # what the probe answers when the engine's UCX_NET_DEVICES names it); else UCX_OK
+    ucx: dict[str, tuple[str, tuple[int, str]]] = field(default_factory=dict)
     lost_at: dict[str, float] = field(default_factory=dict)  # host -> when its link goes
     lock_holder: str | None = None  # another run's holder text: the deployment lock is busy
     locks: list[str] = field(default_factory=list)  # "take up", "release up", ...
@@ -108,6 +112,8 @@ class World:
     # host -> images there before pdboot came (side-loaded): a pull finds them present
     side_loaded: dict[str, set[str]] = field(default_factory=dict)
     pulled_record: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # host -> fake-clock time from which listing its containers fails (a cut Docker read)
+    unreadable_from: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
@@ -335,6 +341,12 @@ class FakeEngine:
         self.world.shipped[self.host] = dict(extra or {})
 
     def containers(self, deployment: str) -> list[Observed]:
+        since = self.world.unreadable_from.get(self.host)
+        if since is not None and self.world.clock.now() >= since:
+            raise EngineError(
+                self.host, "cannot list containers: ('Connection aborted.', "
+                "OSError('Socket is closed'))"
+            )  # fmt: skip
         with self.world.lock:
             mine = [c for c in self.world.containers.values() if c.host == self.host]
         return [self._observed(c) for c in mine if c.labels[LABEL_DEPLOYMENT] == deployment]
@@ -416,6 +428,11 @@ class FakeEngine:
         return list(self.world.pulled_record.get(self.host, []))
 
     def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        if any("PDBOOT_UCX" in a for a in argv):
+            env = " ".join(a for a in argv if a.startswith("UCX_"))
+            self._call("ucx_probe", env)
+            lacks, answer = self.world.ucx.get(self.host, ("", UCX_OK))
+            return answer if lacks and lacks in env else UCX_OK
         self._call("run_once", argv[-1] if argv else "")
         return self.world.probe
 

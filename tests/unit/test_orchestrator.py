@@ -237,8 +237,10 @@ def test_image_check_after_the_pull_before_the_ship() -> None:
     assert sorted(h for op, h, _ in world.calls if op == "run_once") == ["d1", "p1"]
     checks = rec.of(ev.ImageCheck)
     assert {(c.host, c.check, c.status) for c in checks} == {
-        (h, c, "pass") for h in ("d1", "p1") for c in ("docker.image_arch", "docker.image_nixl")
-    }
+        (h, c, "pass")
+        for h in ("d1", "p1")
+        for c in ("docker.image_arch", "docker.image_nixl", "docker.ucx_devices")
+    }  # the last: preflight/ucx_probe.py (tests/unit/test_ucx_probe.py)
 
 
 def test_failing_image_check_stops_up_before_any_service_starts() -> None:
