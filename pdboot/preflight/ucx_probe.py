@@ -15,6 +15,7 @@ create the same backend share it. ``argv``/``parse``/``verdict`` are pure.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -90,6 +91,7 @@ class UcxSeen:
     net: tuple[str, ...] = ()  # eth0, lo
     uverbs: bool = False
     problem: str = ""  # the probe did not answer
+    unavailable: str = ""  # UCX's own warning: a UCX_NET_DEVICES entry it cannot use
 
     def devices(self) -> str:
         ib = ", ".join(self.ib) or "none"
@@ -97,7 +99,12 @@ class UcxSeen:
         return f"RDMA ports {ib}{verbs}; network devices {', '.join(self.net) or 'none'}"
 
 
+_UNAVAILABLE = re.compile(r"network devices? .*(?:is|are) not available.*")
+
+
 def parse(output: str, rc: int = 0) -> UcxSeen:
+    found = _UNAVAILABLE.search(output)
+    unavailable = found.group(0).strip()[:400] if found else ""
     line = next((ln for ln in output.splitlines() if ln.startswith(MARK)), None)
     if line is None:
         tail = " | ".join(ln.strip() for ln in output.strip().splitlines()[-3:]) or "no output"
@@ -109,6 +116,7 @@ def parse(output: str, rc: int = 0) -> UcxSeen:
     if not isinstance(d, dict):
         return UcxSeen(problem=f"the UCX probe's answer is not an object: {line[:200]}")
     return UcxSeen(
+        unavailable=unavailable,
         backend=d.get("backend") is True,
         error=str(d.get("error") or ""),
         ib=tuple(str(x) for x in d.get("ib") or []),
@@ -118,22 +126,33 @@ def parse(output: str, rc: int = 0) -> UcxSeen:
 
 
 def verdict(seen: UcxSeen, keys: Sequence[str], env: dict[str, str]) -> CheckResult:
-    """One result for the engines ``keys`` sharing one UCX environment ``env``."""
+    """One result for the engines ``keys`` sharing one UCX environment ``env``. Besides the
+    backend itself, UCX's own word: it may only warn of UCX_NET_DEVICES it cannot use
+    ("network device 'mlx5_0:1' is not available, please use one or more of: 'eth0'(tcp),
+    ...") and still start, without the device KV was to move over."""
     who = ", ".join(keys)
     asked = ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "UCX's defaults"
     if seen.problem:
         return CheckResult(UCX_ID, "fail", f"{who}: {seen.problem}", FIX_PROBE)
-    if seen.backend:
+    if seen.backend and not seen.unavailable:
         return CheckResult(UCX_ID, "pass", f"{who}: NIXL UCX backend with {asked}")
+    why = seen.error or "no backend"
+    if seen.unavailable:
+        why = f"UCX: {seen.unavailable}" + ("" if seen.backend else f"; {why}")
     return CheckResult(
         UCX_ID,
         "fail",
-        f"{who}: NIXL cannot create its UCX backend with {asked} "
-        f"({seen.error or 'no backend'}); the container sees {seen.devices()}",
-        "set kv_transfer.ucx.net_devices to devices the container sees, or give it the "
-        "host's RDMA devices (rdma-core in the image, /dev/infiniband on the host), or set "
-        "kv_transfer.rdma: off",
+        f"{who}: NIXL cannot create its UCX backend with {asked} ({why}); the container "
+        f"sees {seen.devices()}",
+        FIX_DEVICES,
     )
+
+
+FIX_DEVICES = (
+    "set kv_transfer.ucx.net_devices to devices the container sees, or give it the host's "
+    "RDMA devices (rdma-core in the image, /dev/infiniband on the host), or set "
+    "kv_transfer.rdma: off"
+)
 
 
 FIX_PROBE = (

@@ -44,7 +44,11 @@ weights: {stage: false}  # test_weights_pin_and_verdicts.py and tests/e2e/test_w
 """
 
 # the daemon's own events for one small layer (docker pull ... stream=True, decode=True)
-UCX_OK = (0, 'PDBOOT_UCX {"backend": true, "ib": [], "net": ["eth0", "lo"], "uverbs": false}')
+UCX_OK = (
+    0,
+    'PDBOOT_UCX {"backend": true, "ib": ["mlx5_0:1 ACTIVE"], "net": ["eth0", "lo"], '
+    '"uverbs": true}',
+)
 FAKE_DIGEST = "sha256:" + "ab" * 32  # the one PULL_EVENTS ends with
 PULL_EVENTS: list[dict[str, Any]] = [
     {"status": "Pulling from vllm/vllm-openai", "id": "v0.33.0"},

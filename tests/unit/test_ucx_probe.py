@@ -80,3 +80,16 @@ def test_an_unusable_choice_fails_before_any_engine_starts() -> None:
     assert [c.check for c in failed] == ["docker.ucx_devices"] and failed[0].host == "p1"
     assert "network devices eth0, lo" in failed[0].message
     assert "UCX check failed: nothing was started" in rec.of(ev.Note)[-1].message
+
+
+def test_ucx_saying_a_device_is_not_available_fails_even_if_it_starts() -> None:
+    """UCX may only warn of UCX_NET_DEVICES it cannot use and start without them."""
+    text = (
+        "[1764885000.1] ucp_context.c:1123 UCX  WARN  network device 'mlx5_0:1' is not "
+        "available, please use one or more of: 'eth0'(tcp), 'lo'(tcp)\n"
+        'PDBOOT_UCX {"backend": true, "ib": [], "net": ["eth0", "lo"], "uverbs": false}\n'
+    )
+    r = u.verdict(u.parse(text), ("decode@d1",), {"UCX_NET_DEVICES": "mlx5_0:1"})
+    assert r.status == "fail" and "is not available, please use one or more of" in r.message
+    quiet = u.parse('PDBOOT_UCX {"backend": true, "ib": [], "net": ["eth0"], "uverbs": false}')
+    assert u.verdict(quiet, ("decode@d1",), {"UCX_NET_DEVICES": "eth0"}).status == "pass"
