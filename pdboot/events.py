@@ -155,6 +155,8 @@ class Failure(Event):
     exited: bool  # False: still running but not healthy by the deadline
     log_lines: tuple[str, ...]
     diagnosis: tuple[str, ...]  # known causes in the log lines: a cause line, a fix line each
+    # the first error of the log (verify/rootcause.py): vLLM's root cause, shown first
+    first_error: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ timeout (SIGALRM). The run stops by itself after ``--cases`` cases and reports:
   (a real argparse parser over the real option lists, the YAML reloaded, the paths).
 
 Exit 0 only when all four are 0. Reproduce: ``python3 scripts/fuzz_inventory.py --cases
-3000 --seed 18`` (prints the figures; ``--show N`` prints N examples of each problem).
+3000 --seed 4242`` (prints the figures; ``--show N`` prints N examples of each problem).
+The ``watch:`` and ``weights:`` sections come from scripts/fuzz_sections.py: generated
+onto every base before its mutation, with their own refused classes and oracles.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ from pdboot.inventory.load import InventoryError, parse_inventory  # noqa: E402
 from pdboot.inventory.optionlists import VLLM_ROUTER, VLLM_SERVE  # noqa: E402
 from pdboot.plan.build import build_plan  # noqa: E402
 from pdboot.plan.render import render_all  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fuzz_sections  # noqa: E402
 
 Data = dict[str, Any]
 
@@ -189,9 +194,12 @@ def invariants(inv: Any, rendered: dict[str, str]) -> list[str]:
             bad.append(f"mount {p!r} contains remote_dir {inv.remote_dir}")
     # the rendered YAML reads back as the plan says (NEL, LS, PS, BOM, $)
     plan = build_plan(inv)
+    bad += fuzz_sections.invariants(inv, plan, REFERENCE)
     for host, text in rendered.items():
         doc = yaml.safe_load(text)
         for svc in plan.hosts[host].services:
+            if svc.name not in doc["services"]:  # the self-check's bypass: another plan
+                continue
             got = [c.replace("$$", "$") for c in doc["services"][svc.name]["command"]]
             if got != list(svc.command):
                 bad.append(f"{host}/{svc.name}: command reads back changed")
@@ -338,6 +346,7 @@ INVALID: list[tuple[str, Callable[[Data, random.Random], bool]]] = [
     ("sensitive remote_dir", _top("remote_dir", ["/var/empty", "/var/lib/dpkg", "/var/lib/docker",
                                                  "/root/.ssh", "/run/pd"])),
     ("hf_cache is the project dir", _name_hf_cache),
+    *fuzz_sections.INVALID,  # watch: and weights: (issue 32)
 ]  # fmt: skip
 
 ODD_TEXT = ["a\u2028b", "x\x85y", "p\u2029q", "\ufeffz", "$HOME", "${X:-y}", "é", "a b"]
@@ -462,7 +471,7 @@ def oracle_self_check(bases: list[Path]) -> None:
         {"container": inv.container.model_copy(update={"hf_cache": "/var/run/docker.sock"})},
         {"hosts": {**inv.hosts, host: bad_host}},
     ]
-    for update in bypass:
+    for update in bypass + fuzz_sections.bypasses(inv):
         assert invariants(inv.model_copy(update=update), rendered), update
     # a rendered file whose command reads back changed is caught too
     name, text = next(iter(rendered.items()))
@@ -493,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     while case < args.cases:
         base = r.choice(bases).name
         data = copy.deepcopy(base_data[base])
+        fuzz_sections.add_sections(data, r)  # so every kind of case reaches them
         kind = r.random()
         injected = ""
         if kind < 0.45:

@@ -32,15 +32,18 @@ def pull_all(
     emit: Emit,
     deadline: float,
     then: tuple[str, Callable[[str, Link], None]] | None = None,
+    record_dir: str | None = None,
 ) -> Errors:
     """Every host pulls its images (``wanted``: host -> images), streaming progress. Hosts
     not in ``wanted`` (in no tier any more; `up` visits them for what is left there) pull
     nothing. ``then`` (image, fn): that image first, then fn(host, link) in a thread while
     the host's other images pull (the weights staging, which runs in the engine image); its
-    failure is the host's."""
+    failure is the host's. ``record_dir``: the project dir whose record of pulled images
+    (pdboot/transport/pulled_record.py) gets what was pulled, for `down --purge`."""
 
     def pull_host(host: str, link: Link) -> None:
         after = None
+        pulled: list[tuple[str, str]] = []
         first = then[0] if then is not None else None
         for img in sorted(wanted[host], key=lambda i: i != first):
             done = [0]
@@ -53,6 +56,10 @@ def pull_all(
             r = link.engine.pull(img, on_progress)
             took = time.monotonic() - t0
             emit(PullDone(host, img, r.pulled, r.digest, done[0], took))
+            if r.pulled and r.digest:
+                pulled.append((img, r.digest))
+                if record_dir is not None:  # at once: a later pull's failure keeps it
+                    link.engine.record_pulled(record_dir, pulled[-1:])
             if then is not None and img == first:
                 after = in_thread(lambda: then[1](host, link))
         if after is not None:

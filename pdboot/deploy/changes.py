@@ -5,7 +5,7 @@ the hosts that left every tier (visited to find the engines left there)."""
 from __future__ import annotations
 
 from pdboot.deploy.rollout import emit_plan
-from pdboot.deploy.seams import OP_DEADLINE, HostsFactory, recorded_findings, report_errors
+from pdboot.deploy.seams import OP_DEADLINE, HostsFactory, read_records, report_errors
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK
 from pdboot.inventory.rules import live_workers
@@ -54,7 +54,11 @@ def plan_only(
         inv, commit = as_recorded(inv, hosts)  # the commit `up` pinned: no hub request
         if commit:
             emit(Note(f"weights: {inv.model} at commit {commit} (pinned by an earlier up)"))
-        plan = plan_from(inv, recorded_findings(inv, hosts))
+        findings, unread = read_records(inv, hosts)
+        if unread:
+            report_errors(emit, "cannot read the RDMA record on", unread)
+            return EXIT_FAILED
+        plan = plan_from(inv, findings)
         values, errors = hosts.each(
             lambda _h, link: link.engine.containers(plan.deployment), OP_DEADLINE
         )

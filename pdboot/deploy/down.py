@@ -24,6 +24,7 @@ from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_down
 from pdboot.plan.model import SECRETS_FILE, Plan
 from pdboot.transport.hosts import Hosts, Link, project_dir
+from pdboot.transport.pulled_record import to_purge
 from pdboot.weights.stage import remove_oneshots
 
 
@@ -67,7 +68,10 @@ def _down(inv: Inventory, opts: DownOptions, emit: Emit, hosts_factory: HostsFac
     hosts = hosts_factory(inv, list(plan.hosts), opts.accept_new_host_keys)
     try:
         failed_any = bool(hosts.errors)
-        report_errors(emit, "cannot reach (its containers are left as they are)", hosts.errors)
+        report_errors(emit, "cannot reach", hosts.errors)
+        if hosts.errors:
+            left = ", ".join(sorted(hosts.errors))
+            emit(Note(f"the containers on {left} are left as they are", "warn"))
         # The token file is not needed by running containers (compose read it at
         # creation): remove it while the tiers stop. --purge waits for the containers,
         # since images in use cannot be removed.
@@ -130,16 +134,25 @@ def stop_remove(hosts: Hosts, batch: list[Observed], emit: Emit) -> bool:
 
 def clean_files(hosts: Hosts, inv: Inventory, plan: Plan, purge: bool, emit: Emit) -> bool:
     """The token file always goes with the containers; --purge also takes the project
-    directory and the images pdboot pulled."""
+    directory and the images pdboot recorded pulling there (pulled_record.py): an image
+    that was on the host before, side-loaded or pulled by hand, stays."""
     pdir = project_dir(inv)
 
     def clean(host: str, link: Link) -> list[str]:
         notes: list[str] = []
         if purge:
-            link.engine.remove_project_dir(pdir)
-            for img in sorted({s.image for s in plan.hosts[host].services}):
+            # images first: the record is in the directory, and a failed removal keeps
+            # both for the next purge
+            record = link.engine.pulled(pdir)
+            local = {img: link.engine.local_digests(img) for img, _ in record}
+            ours = to_purge(record, local)
+            for img in ours:
                 if link.engine.remove_image(img):
                     notes.append(f"{host}: removed image {img}")
+            kept = sorted({s.image for s in plan.hosts[host].services} - set(ours))
+            if kept:
+                notes.append(f"{host}: kept {', '.join(kept)} (not pulled by pdboot)")
+            link.engine.remove_project_dir(pdir)
         else:
             link.conn.run(["rm", "-f", f"{pdir}/{SECRETS_FILE}"])
         return notes

@@ -53,6 +53,8 @@ class Prober:
     latest_line: dict[str, str] = field(default_factory=dict)
     latest_phase: dict[str, LoadPhase] = field(default_factory=dict)
     _last_fetch: dict[str, float] = field(default_factory=dict)
+    # reconnects a host the SSH watchdog cut off when it answers again (Hosts.relink)
+    relink: Callable[[str], bool] | None = None
 
     def service_wait(self, key: str, state: str, detail: str) -> ServiceWait:
         """A waiting service's row, with its latest log line and load phase."""
@@ -68,7 +70,10 @@ class Prober:
             return waiting(f"{detail}; no container labelled {svc.key} found")
         try:
             return self._inspect(svc, cid, detail)
-        except HostLost as e:  # not a slow engine: waiting longer cannot help
+        except HostLost as e:  # not a slow engine: waiting longer cannot help ...
+            if self.relink is not None and self.relink(svc.host):
+                # ... unless the watchdog fired on a live host (a starved machine)
+                return waiting(f"{detail}; reconnected to {svc.host} after: {e.message}")
             return failed(e.message, host_lost=True)
 
     def _inspect(self, svc: Service, cid: str, detail: str) -> Probe:

@@ -157,13 +157,18 @@ class Rollout:
     def stopped(self, step: RollStep) -> None:
         """Keep serving what runs: register every plan engine whose container runs and
         answers, and report each engine's configuration."""
+        observed: list[Observed] | None
         try:
             observed = self.ops.observe()
         except Exception:  # the failure itself was reported; say what we can
-            observed = []
+            observed = None
         rows: list[tuple[str, str]] = []
         for svc in self.plan.services():
             if not svc.is_engine:
+                continue
+            if observed is None:
+                # unread is not "not running": it may well serve; the router keeps it
+                rows.append((svc.key, "unknown (its state could not be read)"))
                 continue
             o = find_container(observed, self.plan.deployment, svc)
             if o is None or not o.running:

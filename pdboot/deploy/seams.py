@@ -49,11 +49,18 @@ def recorded_findings(inv: Inventory, hosts: Hosts) -> Findings:
     """The RDMA findings `up` recorded on the hosts (not read for kv_transfer.rdma on,
     where neither the RDMA choice nor the TCP interface matters; an unreadable host counts
     as no record: the step that needs it reports the host)."""
+    return read_records(inv, hosts)[0]
+
+
+def read_records(inv: Inventory, hosts: Hosts) -> tuple[Findings, dict[str, str]]:
+    """recorded_findings, and the hosts whose record could not be read (host -> why): a
+    caller that compares config hashes (`up --plan`) must not take an unread record for
+    none, or it sees a change that is not there."""
     if inv.kv_transfer.rdma == "on":
-        return Findings({}, {}, "recorded")
+        return Findings({}, {}, "recorded"), {}
     path = f"{project_dir(inv)}/{RECORD_FILE}"
-    texts, _ = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)
-    return from_records(texts)
+    texts, errors = hosts.each(lambda _h, link: link.engine.read_file(path), OP_DEADLINE)
+    return from_records(texts), errors
 
 
 class HeldLock(Protocol):
@@ -76,6 +83,11 @@ def default_lock(
     return lock.take(inv, operation, wait=wait, say=say, accept_new_host_keys=accept_new)
 
 
+# SSH errors that mean "the host does not answer" (``connection.ErrorKind``): the only
+# ones `down` goes on without the lock for.
+UNANSWERED = ("unreachable", "timeout")
+
+
 def take_lock(
     emit: Emit,
     factory: LockFactory,
@@ -86,17 +98,25 @@ def take_lock(
     accept_new: bool,
 ) -> HeldLock | int | None:
     """The deployment lock (see lock.py); the exit code when it cannot be had; None for
-    `down` when the lock's host cannot be reached (down removes what it can reach)."""
+    `down` when the lock's host does not answer (down removes what it can reach). Any other
+    SSH error of that host (a changed or unknown host key, refused credentials) stops
+    `down` as it stops `up`: a key that changed is a reason to stop, not to go on unlocked."""
     try:
         return factory(inv, operation, not no_wait, accept_new, lambda m: emit(Note(m, "warn")))
     except lock.LockBusy as e:
         emit(Note(f"error: {e}", "error"))
     except RemoteError as e:
-        why = f"{e} (fix: {e.fix})" if e.fix else str(e)
-        if operation == "down":
-            emit(Note(f"cannot take the deployment lock: {why}; going on without it", "warn"))
+        why = f"{e.message} (fix: {e.fix})" if e.fix else e.message
+        if operation == "down" and e.kind in UNANSWERED:
+            emit(
+                Note(
+                    f"the deployment lock's host {e.host} is unreachable ({why}); going on "
+                    "without the lock: what can be reached is removed",
+                    "warn",
+                )
+            )
             return None
-        emit(Note(f"error: cannot take the deployment lock: {why}", "error"))
+        emit(Note(f"error: cannot take the deployment lock on {e.host}: {why}", "error"))
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED

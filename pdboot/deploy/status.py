@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
@@ -53,6 +53,9 @@ class ServiceStatus:
     ranks: str = ""
     # device: cpu engines: the cores their threads are bound to ("cores 0-1")
     cores: str = ""
+    # why the state could not be read (state unreachable): the SSH or Docker error, with
+    # its fix, as `preflight` words it
+    reason: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -78,7 +81,13 @@ def human_seconds(s: float | None) -> str:
 
 
 def service_status(
-    svc: Service | None, obs: Observed | None, *, reachable: bool, now: datetime, health: str
+    svc: Service | None,
+    obs: Observed | None,
+    *,
+    reachable: bool,
+    now: datetime,
+    health: str,
+    reason: str = "",
 ) -> ServiceStatus:
     """Pure: one row from the plan's service and what was observed."""
     role = svc.role if svc else str(obs.role if obs else "?")
@@ -104,6 +113,7 @@ def service_status(
         nic=svc.nic if svc else "",
         ranks=svc.dp_ranks if svc else "",
         cores=describe(svc.cpus) if svc and svc.device == "cpu" else "",
+        reason="" if reachable else reason,
     )
 
 
@@ -142,15 +152,23 @@ def collect(
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
     finally:
         hosts.close()
-    unreachable = set(hosts.errors) | set(errors)
+    unreachable = {**errors, **hosts.errors}
     observed = owned([o for obs in values.values() for o in obs], plan.deployment)
-    return plan, rows_for(plan, observed, unreachable, datetime.now(timezone.utc), fetch)
+    now = datetime.now(timezone.utc)
+    return plan, rows_for(plan, observed, set(unreachable), now, fetch, reasons=unreachable)
 
 
 def rows_for(
-    plan: Plan, observed: list[Observed], unreachable: set[str], now: datetime, fetch: HttpFn
+    plan: Plan,
+    observed: list[Observed],
+    unreachable: set[str],
+    now: datetime,
+    fetch: HttpFn,
+    *,
+    reasons: Mapping[str, str] | None = None,
 ) -> list[ServiceStatus]:
-    """One row per planned service, then one per leftover container of the deployment."""
+    """One row per planned service, then one per leftover container of the deployment.
+    ``reasons``: host -> why it is unreachable."""
     rows = []
     seen: set[str] = set()
     for svc in plan.services():
@@ -163,7 +181,8 @@ def rows_for(
             a = fetch(svc.ready_url, timeout=3.0)
             health = "ok" if a.ok else a.describe()
         reachable = svc.host not in unreachable
-        row = service_status(svc, obs, reachable=reachable, now=now, health=health)
+        why = (reasons or {}).get(svc.host, "")
+        row = service_status(svc, obs, reachable=reachable, now=now, health=health, reason=why)
         if svc.dp_role == "head" and health == "ok":
             row = replace(row, ranks=_ranks(svc, fetch))
         rows.append(row)

@@ -91,6 +91,7 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
+from pdboot.verify.rootcause import READ_LINES, first_error
 from pdboot.weights.hub import is_hub_model
 from pdboot.weights.stage import pin_weights, remove_oneshots, with_stage_image
 
@@ -220,7 +221,7 @@ def _on_hosts(
     for line in describe(inv, plan, findings, skipped=opts.skip_preflight) + describe_nics(plan):
         emit(Note(line))
     run = _Up(inv, plan, hosts, opts, emit, env)
-    run.records = records_to_ship(findings)
+    run.records, run.findings = records_to_ship(findings), findings
     run.port_gbps = findings.gbps
     try:
         run.run()
@@ -242,7 +243,7 @@ class _Up(ChangeSteps):
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
         engines = {h: link.engine for h, link in hosts.links.items()}
-        self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
+        self.prober = Prober(plan, engines, {}, env.fetch, env.clock, relink=hosts.relink)
         self.live = live_workers(inv)
 
     # ---- the sequence
@@ -279,7 +280,9 @@ class _Up(ChangeSteps):
         self.emit(
             StageStarted("pull", tuple(f"{h}: {i}" for h, imgs in wanted.items() for i in imgs))
         )
-        errors = pull_all(self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds, stage)
+        errors = pull_all(
+            self.hosts, wanted, self.emit, self.inv.timeouts.pull_seconds, stage, self.dir
+        )
         if errors:
             report_errors(self.emit, "pull failed on", errors)
             raise _Stop
@@ -299,6 +302,8 @@ class _Up(ChangeSteps):
                 self.emit(ImageCheck(host, r.id, r.status, r.message, r.fix))
         if image_probe.failed(results):
             self.emit(Note("image check failed: nothing was started", "error"))
+            raise _Stop
+        if not self.check_ucx():
             raise _Stop
 
     # ---- ship
@@ -404,7 +409,7 @@ class _Up(ChangeSteps):
         try:
             if cid is None:
                 raise LookupError(f"no container labelled {svc.key} found")
-            lines = self.hosts.links[svc.host].engine.logs(cid, tail=LOG_LINES_ON_FAILURE)
+            lines = self.hosts.links[svc.host].engine.logs(cid, tail=READ_LINES)
         except Exception as le:  # still report the failure itself
             lines = [f"(cannot read logs: {le})"]
         known = diagnose({svc.key: lines})
@@ -413,8 +418,9 @@ class _Up(ChangeSteps):
                 svc.key,
                 str(e),
                 isinstance(e, WaitFailed),
-                tuple(lines),
+                tuple(lines[-LOG_LINES_ON_FAILURE:]),
                 tuple(line for f in known for line in f.lines()),
+                first_error(lines),
             )
         )
         if self.opts.rollback:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pdboot.deploy.changes import action_reason, roll_plan
 from pdboot.deploy.down import stop_remove
 from pdboot.deploy.drain import DrainResult, drain
+from pdboot.deploy.readiness import Prober
 from pdboot.deploy.rollout import Rollout, emit_plan
 from pdboot.deploy.router_api import RouterWorkerApi, plan_workers
 from pdboot.deploy.waits import Clock
@@ -19,6 +20,8 @@ from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_restarts
 from pdboot.plan.model import Plan, Service
+from pdboot.preflight import ucx_probe
+from pdboot.preflight.findings import Findings, plan_from, records_to_ship
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
 from pdboot.weights.stage import NOTHING_STAGED, Staging
@@ -66,6 +69,28 @@ class ChangeSteps:
     emit: Emit
     env: UpEnv
     live: bool
+    records: dict[str, str]  # host -> RDMA record text to ship
+    findings: Findings = Findings({}, {}, "recorded")  # what the plan was built on
+    prober: Prober
+
+    def check_ucx(self) -> bool:
+        """After the image check: each engine's UCX backend as it will create it
+        (preflight/ucx_probe.py); ``rdma: auto`` may move hosts to TCP (plan and records
+        follow). False when an engine's fails: nothing may start."""
+        before = self.findings
+        self.plan, self.findings, ok = ucx_probe.check(
+            self.plan,
+            self.hosts,
+            before,
+            self.inv.kv_transfer.rdma,
+            self.emit,
+            lambda f: plan_from(self.inv, f),
+        )
+        if self.findings is not before:  # rdma auto fell back to TCP somewhere
+            self.records, self.prober.plan = records_to_ship(self.findings), self.plan
+        if not ok:
+            self.emit(Note("UCX check failed: nothing was started", "error"))
+        return ok
 
     def start(self, steps: list[Step]) -> None:
         raise NotImplementedError

@@ -309,6 +309,23 @@ def _port_rules(inv: Inventory) -> list[tuple[Path, str]]:
     r = inv.router
     claim(r.host, r.port, "router HTTP", ("router", "port"))
     claim(r.host, r.metrics_port, "router metrics", ("router", "metrics_port"))
+    # The front-door proxy (the router's host) claims its port here, after the router's.
+    for host, port, what, path in _service_listeners(inv):
+        claim(host, port, what, path)
+    return out
+
+
+def _service_listeners(inv: Inventory) -> list[tuple[str, int, str, Path]]:
+    """pdboot's listeners beside the engines and the router: the watch service (on the
+    router host, when `up` runs it: watch.image) and the weights seed (the first engine
+    host serves the others while engines of an earlier roll may still run there)."""
+    out: list[tuple[str, int, str, Path]] = []
+    if inv.watch is not None and inv.watch.image is not None:
+        out.append((inv.router.host, inv.watch.port, "the watch service", ("watch", "port")))
+    w = inv.weights
+    hosts = list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
+    if w.stage and w.seed == "first_host" and len(hosts) > 1:
+        out.append((hosts[0], w.seed_port, "the weights seed", ("weights", "seed_port")))
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from pdboot.inventory.imageref import check_image_reference
 from pdboot.inventory.safety import check_safe_token
 from pdboot.inventory.strict import Strict
 
@@ -32,4 +33,8 @@ class Watch(Strict):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
-        return None if v is None else check_safe_token(v, "image reference", _IMAGE_RE)
+        # the safe-token check alone let "Bad/Img:1" through, which Docker refuses at the
+        # pull (scripts/fuzz_sections.py found it): the reference grammar as `image` has
+        if v is None:
+            return None
+        return check_image_reference(check_safe_token(v, "image reference", _IMAGE_RE))

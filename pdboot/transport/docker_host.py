@@ -10,12 +10,9 @@ Parsing of what the engine returns lives in ``docker_parse``.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import posixpath
 import shlex
-import tarfile
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,24 +21,35 @@ import docker
 import docker.errors
 
 from pdboot.plan.converge import Observed
-from pdboot.plan.model import LABEL_DEPLOYMENT, SECRETS_FILE
+from pdboot.plan.model import LABEL_DEPLOYMENT
 from pdboot.transport.connection import (
     Connection,
     RemoteError,
-    put_text_script,
 )
 from pdboot.transport.docker_parse import (
     EngineError,
     EngineLost,
     PullProgress,
+    docker_unreachable,
     observed_from_inspect,
     pull_error_cause,
     split_image,
 )
 from pdboot.transport.docker_sdk import api_for
 from pdboot.transport.masking import mask
+from pdboot.transport.pulled_record import PULLED_FILE, parse_record, record_lines
+from pdboot.transport.ship_scripts import (
+    PROJECT_MARKER,
+    claim_project_dir,
+    secret_tar,
+    ship_script,
+)
 
 log = logging.getLogger(__name__)
+
+
+class ContainerGone(EngineError):
+    """Docker has no such container (it was removed meanwhile)."""
 
 
 @dataclass(frozen=True)
@@ -55,29 +63,36 @@ class PullResult:
 class Engine:
     """Docker on one host, through that host's pdboot connection."""
 
-    def __init__(self, conn: Connection, api: Any) -> None:
+    def __init__(self, conn: Connection, api: Any, timeout: int | None = 120) -> None:
         self.conn = conn
         self.host = conn.name
         self.api = api
+        self.timeout = timeout
 
     @classmethod
     def open(cls, conn: Connection, timeout: int | None = 120) -> Engine:
         """``timeout``: seconds a read may wait; None for streams that can stay quiet
         for long (``logs -f``)."""
         try:
-            return cls(conn, api_for(conn, timeout))
+            return cls(conn, api_for(conn, timeout), timeout)
         except EngineError:
             raise
         except RemoteError as e:
             raise EngineError(conn.name, f"cannot reach Docker: {e.message}") from e
         except Exception as e:
-            raise EngineError(conn.name, f"cannot reach Docker: {_short(e)}") from e
+            raise EngineError(conn.name, docker_unreachable(_short(e), _cli_says(conn))) from e
 
     def _err(self, message: str) -> EngineError:
         """The error to raise: the host's loss when its connection was lost (every call on
         it fails then, and "cannot inspect" would hide why), else ``message``."""
         lost = self.conn.lost
         return EngineLost(self.host, lost) if lost else EngineError(self.host, message)
+
+    def reopen(self) -> None:
+        """A new SDK client after the connection reconnected (the old one's HTTP pool holds
+        channels of the closed transport), in place for every holder of this engine."""
+        self.close()
+        self.api = Engine.open(self.conn, self.timeout).api
 
     def close(self) -> None:
         try:
@@ -139,6 +154,25 @@ class Engine:
             raise self._err(f"cannot remove image {image}: {_explain(e)}") from e
         return True
 
+    def record_pulled(self, project_dir: str, entries: list[tuple[str, str]]) -> None:
+        """Append what this run pulled (image, digest) to the host's record in the project
+        dir (claimed as ``ship`` does: the pull comes before the ship)."""
+        lines = record_lines(entries)
+        if not lines:
+            return
+        path = shlex.quote(f"{project_dir}/{PULLED_FILE}")
+        script = "set -e; umask 077\n" + claim_project_dir(project_dir) + f"cat >> {path}\n"
+        try:
+            res = self.conn.run(script, stdin=lines)
+        except RemoteError as e:
+            raise self._err(f"cannot record the pulled images: {e.message}") from e
+        if res.rc != 0:
+            raise self._err(f"cannot record the pulled images: {mask(res.stderr.strip())}")
+
+    def pulled(self, project_dir: str) -> list[tuple[str, str]]:
+        """The (image, digest) pairs pdboot recorded pulling on this host."""
+        return parse_record(self.read_file(f"{project_dir}/{PULLED_FILE}"))
+
     # ---- containers
 
     def containers(self, deployment: str) -> list[Observed]:
@@ -153,15 +187,19 @@ class Engine:
         for item in items:
             try:
                 out.append(self.inspect(str(item["Id"])))
-            except EngineLost:
-                raise
-            except EngineError:  # removed between list and inspect
+            except ContainerGone:  # removed between list and inspect
                 continue
         return out
 
     def inspect(self, container_id: str) -> Observed:
+        """Raises ContainerGone only when Docker says there is no such container: any other
+        failure (a slow engine, a dropped channel) is an error, never "not running"; a
+        container skipped on a failed read made `up --plan` see a change that was not
+        there (tests/e2e/test_rolling.py)."""
         try:
             data = self.api.inspect_container(container_id)
+        except docker.errors.NotFound as e:
+            raise ContainerGone(self.host, f"no container {container_id[:12]}") from e
         except Exception as e:
             raise self._err(f"cannot inspect {container_id[:12]}: {_short(e)}") from e
         return observed_from_inspect(self.host, data)
@@ -386,77 +424,20 @@ class Engine:
 
 # Written by `up` into the project dir it creates (the deployment's name); `down --purge`
 # removes only a directory holding it.
-PROJECT_MARKER = ".pdboot-deployment"
-
-
-def _claim_project_dir(project_dir: str) -> str:
-    """Shell lines: create the 0700 project dir and write its marker at once, or accept it
-    when the marker (written at its creation) names this deployment. Anything else that
-    is already there, an empty directory or one holding a pdboot-looking compose.yaml
-    included, is refused: `down --purge` removes only what `up` created."""
-    d, m = shlex.quote(project_dir), shlex.quote(f"{project_dir}/{PROJECT_MARKER}")
-    name = shlex.quote(posixpath.basename(project_dir))
-    parent = shlex.quote(posixpath.dirname(project_dir) or "/")
-    not_ours = (
-        f"  echo {d} exists and pdboot did not create it \\(no {PROJECT_MARKER} naming "
-        f"deployment {name}\\): choose another remote_dir or name, or remove it by hand "
-        "if it is yours >&2\n  exit 3\n"
-    )
-    return (
-        f"if [ -L {d} ]; then\n{not_ours}"
-        f"elif [ -f {m} ] && [ ! -L {m} ]; then\n"
-        f'  [ "$(cat {m})" = {name} ] || {{ echo {d} belongs to another deployment >&2; '
-        "exit 3; }\n"
-        f"elif [ -e {d} ]; then\n{not_ours}"
-        "else\n"
-        f"  mkdir -p -- {parent}\n"
-        # mkdir (not -p) fails if another run created it meanwhile: never adopted
-        f"  mkdir -m 0700 -- {d} || exit 3\n"
-        f"  printf '%s\\n' {name} > {m}\n"
-        "fi\n"
-        f"chmod 0700 {d}\n"
-    )
-
-
-def ship_script(
-    project_dir: str, files: Mapping[str, str], secrets_text: str | None
-) -> tuple[str, str]:
-    """(script, stdin) writing ``files`` (0644) and secrets.env (0600) into the project dir.
-
-    The script is a few lines whatever the files hold: the contents are concatenated on
-    stdin and each file takes its exact byte count with dd (which, unlike head -c, never
-    reads past it on a pipe); secrets.env, last, takes the rest (put_text_script)."""
-    script = "set -e; umask 077\n" + _claim_project_dir(project_dir)
-    parts: list[str] = []
-    for name, text in files.items():
-        body = text if text.endswith("\n") else text + "\n"
-        script += _stdin_write(f"{project_dir}/{name}", len(body.encode("utf-8")))
-        parts.append(body)
-    if secrets_text is not None:
-        script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
-        parts.append(secrets_text)
-    else:  # a token from an earlier inventory must not linger
-        script += f"rm -f {shlex.quote(f'{project_dir}/{SECRETS_FILE}')}\n"
-    return script, "".join(parts)
-
-
 def is_transient_runtime_error(message: str) -> bool:
     """A container start that failed inside runc with no cause given: worth one retry.
     Failures that name a cause (a missing NVIDIA hook, a bad mount, no such file) are not."""
     return "error during container init: %!w(<nil>)" in message
 
 
-def _stdin_write(path: str, size: int) -> str:
-    """Script lines moving the next ``size`` bytes of stdin to ``path`` (0644) atomically:
-    temp file, length check, then mv."""
-    target = shlex.quote(path)
-    return (
-        f"tmp=$(mktemp {target}.XXXXXX)\n"
-        f'dd bs=65536 iflag=fullblock,count_bytes count={size} status=none > "$tmp"\n'
-        f'[ "$(wc -c < "$tmp")" -eq {size} ] || '
-        f'{{ rm -f "$tmp"; echo {target}: stdin ended early >&2; exit 3; }}\n'
-        f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
-    )
+def _cli_says(conn: Connection) -> str:
+    """The docker CLI's own words on the host when the SDK could not reach the engine
+    (the SDK's error seldom names the cause); empty when it answered or could not run."""
+    try:
+        res = conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=20)
+    except Exception:  # the caller reports the SDK's error then
+        return ""
+    return "" if res.rc == 0 else mask(res.stderr.strip() or res.stdout.strip())
 
 
 def _explain(e: Exception) -> str:
@@ -467,14 +448,3 @@ def _explain(e: Exception) -> str:
 def _short(e: Exception) -> str:
     text = str(e) or type(e).__name__
     return mask(text.splitlines()[0][:300] if text else type(e).__name__)
-
-
-def secret_tar(path: str, text: str) -> bytes:
-    """One file, mode 0600, owned by root, as a tar (what put_archive takes)."""
-    data = text.encode()
-    info = tarfile.TarInfo(posixpath.basename(path))
-    info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
-        t.addfile(info, io.BytesIO(data))
-    return buf.getvalue()

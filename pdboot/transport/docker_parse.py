@@ -36,6 +36,45 @@ class EngineLost(HostLost, EngineError):
         Exception.__init__(self, f"{host}: {model.message}")
 
 
+def docker_unreachable(sdk: str, cli: str = "") -> str:
+    """Why the Docker engine of a host did not answer, with the fix, as preflight's
+    docker.engine check says it. ``sdk``: the SDK's error (often only "Connection
+    aborted"); ``cli``: what the docker CLI on the host said when asked the same (its
+    stderr names the socket and the cause), empty when it could not be asked."""
+    said = cli.strip().splitlines()[0][:300] if cli.strip() else sdk
+    both = f"{sdk}\n{cli}".lower()
+    if "permission denied" in both or "permissionerror" in both:
+        cause, fix = (
+            "the SSH user may not use the Docker socket",
+            "add the SSH user to the docker group (sudo usermod -aG docker USER), log in again",
+        )
+    elif "command not found" in both or "docker: not found" in both:
+        cause, fix = (
+            "the docker CLI is not installed on the host",
+            "install Docker Engine (docker-ce) and the compose plugin",
+        )
+    elif any(
+        s in both
+        for s in (
+            "filenotfounderror",
+            "no such file or directory",
+            "cannot connect to the docker daemon",
+            "is the docker daemon running",
+            "connection refused",
+        )
+    ):
+        cause, fix = (
+            "the Docker daemon is not running (its socket does not answer)",
+            "start dockerd (systemctl start docker); for a local host, check DOCKER_HOST",
+        )
+    else:
+        cause, fix = (
+            "the Docker engine did not answer",
+            "check that dockerd runs on the host (`pdboot preflight` checks it)",
+        )
+    return f"cannot reach Docker: {cause} ({said}) (fix: {fix})"
+
+
 def pull_error_cause(message: str) -> str:
     """Docker's pull error text -> a short cause an operator can act on."""
     m = message.lower()

@@ -163,6 +163,12 @@ class EngineOps(Protocol):
 
     def read_file(self, path: str) -> str | None: ...
 
+    def local_digests(self, image: str) -> list[str]: ...
+
+    def record_pulled(self, project_dir: str, entries: list[tuple[str, str]]) -> None: ...
+
+    def pulled(self, project_dir: str) -> list[tuple[str, str]]: ...
+
     def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]: ...
 
     def run_streamed(
@@ -191,21 +197,66 @@ class Link:
     engine: EngineOps
 
 
+# Reconnections of one host in one run: a host that keeps going silent is treated as lost.
+RELINKS_PER_HOST = 3
+
+
 @dataclass
 class Hosts:
     links: dict[str, Link] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # host -> cause (with fix)
+    relinks: dict[str, int] = field(default_factory=dict)  # host -> reconnections so far
 
     def close(self) -> None:
         for link in self.links.values():
             link.engine.close()
             link.conn.close()
 
+    def relink(self, name: str) -> bool:
+        """Reconnect a host whose SSH transport the keepalive watchdog closed (ssh.py), when
+        it answers again: the watchdog also fires on a live host when this process is
+        starved of CPU. True: reconnected, the Docker client reopened in place, so a step
+        may be retried. Bounded (RELINKS_PER_HOST); False for a host that stays silent,
+        which keeps its fast failure."""
+        link = self.links.get(name)
+        reconnect = getattr(link.conn, "reconnect", None) if link is not None else None
+        reopen = getattr(link.engine, "reopen", None) if link is not None else None
+        if link is None or link.conn.lost is None or reconnect is None or reopen is None:
+            return False
+        if self.relinks.get(name, 0) >= RELINKS_PER_HOST:
+            return False
+        self.relinks[name] = self.relinks.get(name, 0) + 1
+        if not reconnect():
+            return False
+        try:
+            reopen()
+        except EngineError:
+            return False
+        return True
+
     def each(
         self, fn: Callable[[str, Link], T], deadline: float, only: Iterable[str] | None = None
     ) -> tuple[dict[str, T], dict[str, str]]:
-        """Run ``fn`` on the reachable hosts in parallel: (values, host -> error message)."""
+        """Run ``fn`` on the reachable hosts in parallel: (values, host -> error message).
+        A host the watchdog cut off that answers again is reconnected and ``fn`` run there
+        once more; a failure on a host the watchdog gave up on carries the watchdog's
+        reason (the Docker SDK's own error only says the socket closed)."""
         names = list(only) if only is not None else list(self.links)
+        values, errors = self._each(fn, deadline, names)
+        again = [n for n in errors if self.relink(n)]
+        if again:
+            more, errors_again = self._each(fn, deadline, again)
+            values.update(more)
+            errors = {n: m for n, m in errors.items() if n not in again} | errors_again
+        for n, msg in errors.items():
+            lost = self.links[n].conn.lost if n in self.links else None
+            if lost and lost not in msg:
+                errors[n] = f"{msg} (the SSH connection was closed: {lost})"
+        return values, errors
+
+    def _each(
+        self, fn: Callable[[str, Link], T], deadline: float, names: list[str]
+    ) -> tuple[dict[str, T], dict[str, str]]:
         items = [(n, self.links[n]) for n in names if n in self.links]
 
         def call(name: str, link: Link) -> T:

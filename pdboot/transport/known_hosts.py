@@ -29,6 +29,14 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+# paramiko's transport thread logs a failed handshake (a port that answers HTTP, say) at
+# ERROR with a traceback on its logger. With no handler anywhere, Python's last-resort
+# handler printed that on stderr before pdboot's own report; pdboot reports every SSH
+# error itself (classify, below), so paramiko's records go nowhere unless a program
+# configures logging on purpose.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+
 def split_known_hosts_name(name: str) -> tuple[str, int | None]:
     """``[10.0.0.2]:2222`` -> (``10.0.0.2``, 2222); ``gpu-a`` -> (``gpu-a``, None)."""
     if name.startswith("[") and "]:" in name:
@@ -262,8 +270,25 @@ def classify(
             "check the address, routing and that sshd runs",
         )
     if isinstance(exc, paramiko.SSHException):
+        if "protocol banner" in str(exc) and isinstance(exc.__context__, EOFError):
+            return _not_ssh(host, kh_name)
         return _ssh_exception(str(exc), host)
     return RemoteError(host, "error", f"{type(exc).__name__}: {exc}")
+
+
+def _not_ssh(host: str, kh_name: str) -> RemoteError:
+    """The peer took the connection, sent no SSH banner and closed it (paramiko's banner
+    read ended in EOF): another service (an HTTP server, a proxy) listens on that port.
+    Not "unreachable": the address answers, the port is wrong."""
+    addr, port = split_known_hosts_name(kh_name) if kh_name else ("", None)
+    where = f"{addr} port {port or 22}" if addr else "the SSH port"
+    return RemoteError(
+        host,
+        "error",
+        f"{where} answers, but not with SSH: the peer closed the connection without an SSH "
+        "banner (another service listens there)",
+        "check ssh.port (or this host's ssh.port) and that sshd listens on that port",
+    )
 
 
 def _ssh_exception(text: str, host: str) -> RemoteError:

@@ -240,6 +240,27 @@ class SSHConnection(BaseConnection):
             time.monotonic() - t0,
         )
 
+    def reconnect(self) -> bool:
+        """After the watchdog closed the transport (issue 32, item 10: on a starved machine
+        it fires on hosts that are alive): one fresh connect, under the usual deadline.
+        True when the host answers again (a new transport and watchdog), False when it does
+        not: then it stays lost, with the watchdog's reason, and the caller fails fast."""
+        was = self._watchdog
+        if was is None or was.lost is None:
+            return False
+        self._watchdog = None
+        try:
+            self._conn.close()
+        except Exception:  # a dead transport's close may fail; the connect below decides
+            log.debug("close of %s before reconnecting failed", self.name, exc_info=True)
+        try:
+            self.open()
+        except RemoteError:
+            self._watchdog = was  # still lost, for the same reason
+            return False
+        log.info("%s: reconnected after %s", self.name, was.lost)
+        return True
+
     def close(self) -> None:
         if self._watchdog is not None:
             self._watchdog.stop()

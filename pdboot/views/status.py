@@ -23,6 +23,8 @@ def print_status(out: Console, report: StatusReport) -> None:
     if pd is not None and pd.window_seconds is not None and out.is_terminal:
         out.clear()  # --watch: each report replaces the last
     out.print(status_table(rows, report.deployment, out.width))
+    for line in reason_lines(rows):
+        out.print(Text(line, style="red"), highlight=False, soft_wrap=True)
     for line in nic_lines(rows) + core_lines(rows) + rank_lines(rows):
         out.print(line, highlight=False, markup=False)
     if report.revision:
@@ -36,6 +38,15 @@ def print_status(out: Console, report: StatusReport) -> None:
         print_pd(out, pd)
     if report.watch is not None:
         print_watch(out, report.watch)
+
+
+def reason_lines(rows: list[ServiceStatus]) -> list[str]:
+    """Why each unreachable host's state is unknown, once per host."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r.state == "unreachable" and r.host not in seen:
+            seen[r.host] = r.reason or "no cause recorded"
+    return [f"{host} unreachable: {why}" for host, why in seen.items()]
 
 
 def print_watch(out: Console, w: WatchVerdicts) -> None:

@@ -254,6 +254,10 @@ class TerminalView:
 
     def _failure(self, e: ev.Failure) -> None:
         self._print(Text(f"error: {e.message}", style="red"))
+        if e.first_error:
+            self._print(Text(f"first error in the log of {e.service}:", style="bold"))
+            for line in e.first_error:
+                self._print(Text(f"  {line}", style="bold red"))
         n = len(e.log_lines)
         self._print(Text(f"--- last {n} log lines of {e.service} ---", style="bold"))
         for line in e.log_lines:

@@ -171,6 +171,48 @@ def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_p
     down_clean(tb, inv, "e2ecut")
 
 
+def test_a_starved_run_reconnects_its_live_hosts_and_goes_on(
+    make_testbed: Any, tmp_path: Path
+) -> None:
+    """Issue 32, item 10: the keepalive watchdog (ssh.py, 12 s without an answer) also fires
+    when pdboot itself gets no CPU, on hosts that are alive (a 2-core machine under the
+    engines' full load did). SIGSTOP for 14 s is that starvation: when the run resumes, its
+    watchdogs close every transport; each host answers again, so it is reconnected and the
+    step retried, and `up` ends as it would have, instead of "host ... lost". (Not much
+    longer: past 20 s without a heartbeat the deployment lock gives up, by design, since
+    another run may take it over at 30 s.)"""
+    import signal
+
+    tb = make_testbed(["decode", "prefill", "ingress"])
+    inv = write_inventory(
+        tb,
+        tmp_path / "inv.yaml",
+        name="e2estarve",
+        ready_seconds=180,
+        prefill_env={"STANDIN_LOAD_SECONDS": "40"},  # still loading while the run is stopped
+    )
+    owner = "/var/lib/pdboot/e2estarve.lock/owner"  # the lock's heartbeat touches it
+
+    def touched() -> str:
+        return str(tb.hosts["ingress"].exec(["stat", "-c", "%y", owner]).stdout)
+
+    up = start("up", str(inv))
+    try:
+        wait_for(lambda: containers(tb, "prefill", "e2estarve") != [], "the prefill container", 240)
+        # stop right after a heartbeat (every 10 s): 14 s later the lock is 14 s old, not
+        # the 20 s after which the holder gives it up
+        first = touched()
+        wait_for(lambda: touched() != first, "a lock heartbeat", 30)
+        os.kill(up.pid, signal.SIGSTOP)
+        time.sleep(14)
+    finally:
+        os.kill(up.pid, signal.SIGCONT)
+    rc, out, _ = finish(up, 300)
+    assert rc == 0, out
+    assert "reconnected to" in out and "out of reach" not in out, out
+    down_clean(tb, inv, "e2estarve")
+
+
 def test_known_hosts_marker_lines_against_a_real_sshd(testbed: Any, tmp_path: Path) -> None:
     """@cert-authority lines are skipped (the host's own key still works); a key marked
     @revoked is refused with that reason, even though a plain line lists it too."""

@@ -319,6 +319,31 @@ def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> No
         assert tb.image not in images and tb.router_image not in images, h
 
 
+def test_purge_keeps_a_side_loaded_image(tb3: Any, tmp_path: Path) -> None:
+    """Issue 32, item 1: an image that was on a host before `up` (here pulled by hand, the
+    way an operator side-loads one on an air-gapped host) is not pdboot's: `down --purge`
+    leaves it, and removes the images `up` pulled."""
+    images = (tb3.image, tb3.router_image)
+
+    def present(h: str) -> set[str]:
+        out = tb3.hosts[h].docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout
+        return {i for i in images if i in out.split()}
+
+    for h in tb3.hosts:
+        tb3.hosts[h].docker("rmi", "-f", *images, check=False)
+    tb3.hosts["decode"].pull(tb3.image)  # side-loaded before pdboot came
+    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2epurge")
+    res = pdboot("up", str(inv))
+    assert res.returncode == 0, output(res)
+    record = tb3.hosts["prefill"].exec("cat /var/lib/pdboot/e2epurge/.pdboot-pulled").stdout
+    assert record.startswith(f"{tb3.image} sha256:"), record
+    res = pdboot("down", str(inv), "--purge")
+    assert res.returncode == 0, output(res)
+    assert present("decode") == {tb3.image}, output(res)
+    assert present("prefill") == set() and present("ingress") == set(), output(res)
+    assert "decode: kept" in output(res) and "not pulled by pdboot" in output(res)
+
+
 # --------------------------------------------------------------------------- faults
 
 

@@ -25,7 +25,7 @@ from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_ROLE
 from pdboot.transport.connection import CommandResult
 from pdboot.transport.docker_host import PullResult
-from pdboot.transport.docker_parse import EngineLost, PullProgress
+from pdboot.transport.docker_parse import EngineError, EngineLost, PullProgress
 from pdboot.transport.hosts import Hosts, Link
 from pdboot.transport.http import HttpAnswer
 from pdboot.transport.lock import LockBusy
@@ -45,6 +45,12 @@ weights: {stage: false}  # test_weights_pin_and_verdicts.py and tests/e2e/test_w
 """
 
 # the daemon's own events for one small layer (docker pull ... stream=True, decode=True)
+UCX_OK = (
+    0,
+    'PDBOOT_UCX {"backend": true, "ib": ["mlx5_0:1 ACTIVE"], "net": ["eth0", "lo"], '
+    '"uverbs": true}',
+)
+FAKE_DIGEST = "sha256:" + "ab" * 32  # the one PULL_EVENTS ends with
 PULL_EVENTS: list[dict[str, Any]] = [
     {"status": "Pulling from vllm/vllm-openai", "id": "v0.33.0"},
     {"status": "Pulling fs layer", "progressDetail": {}, "id": "a1b2c3"},
@@ -100,6 +106,9 @@ class World:
     # what the image's own `vllm serve` parser answers (pdboot/preflight/image_args.py): the
     # shape of its real answer on the emulated package, every command accepted
     args_probe: tuple[int, str] = ARGS_OK
+    # the UCX probe (preflight/ucx_probe.py): host -> (a device the container lacks there,
+    # what the probe answers when the engine's UCX_NET_DEVICES names it); else UCX_OK
+    ucx: dict[str, tuple[str, tuple[int, str]]] = field(default_factory=dict)
     lost_at: dict[str, float] = field(default_factory=dict)  # host -> when its link goes
     lock_holder: str | None = None  # another run's holder text: the deployment lock is busy
     locks: list[str] = field(default_factory=list)  # "take up", "release up", ...
@@ -110,6 +119,11 @@ class World:
     # counts one down, so a drain sees it reach 0 after that many polls
     in_flight: dict[str, int] = field(default_factory=dict)
     lock_lost_at: float | None = None  # fake-clock time the held lock counts as lost
+    # host -> images there before pdboot came (side-loaded): a pull finds them present
+    side_loaded: dict[str, set[str]] = field(default_factory=dict)
+    pulled_record: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # host -> fake-clock time from which listing its containers fails (a cut Docker read)
+    unreadable_from: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
@@ -322,6 +336,8 @@ class FakeEngine:
 
     def pull(self, image: str, on_progress: Callable[[PullProgress], None]) -> PullResult:
         self._call("pull", image)
+        if image in self.world.side_loaded.get(self.host, set()):
+            return PullResult(image, False, FAKE_DIGEST, "already present")
         p = PullProgress(image)
         for e in PULL_EVENTS:
             p.feed(e)
@@ -335,6 +351,12 @@ class FakeEngine:
         self.world.shipped[self.host] = dict(extra or {})
 
     def containers(self, deployment: str) -> list[Observed]:
+        since = self.world.unreadable_from.get(self.host)
+        if since is not None and self.world.clock.now() >= since:
+            raise EngineError(
+                self.host, "cannot list containers: ('Connection aborted.', "
+                "OSError('Socket is closed'))"
+            )  # fmt: skip
         with self.world.lock:
             mine = [c for c in self.world.containers.values() if c.host == self.host]
         return [self._observed(c) for c in mine if c.labels[LABEL_DEPLOYMENT] == deployment]
@@ -407,10 +429,25 @@ class FakeEngine:
     def read_file(self, path: str) -> str | None:
         return None
 
+    def local_digests(self, image: str) -> list[str]:
+        return [FAKE_DIGEST]
+
+    def record_pulled(self, project_dir: str, entries: list[tuple[str, str]]) -> None:
+        with self.world.lock:
+            self.world.pulled_record.setdefault(self.host, []).extend(entries)
+
+    def pulled(self, project_dir: str) -> list[tuple[str, str]]:
+        return list(self.world.pulled_record.get(self.host, []))
+
     def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
         if len(argv) > 1 and argv[-2] == image_args.PROBE:
             self._call("run_once_args", argv[-4])
             return self.world.args_probe
+        if any("PDBOOT_UCX" in a for a in argv):
+            env = " ".join(a for a in argv if a.startswith("UCX_"))
+            self._call("ucx_probe", env)
+            lacks, answer = self.world.ucx.get(self.host, ("", UCX_OK))
+            return answer if lacks and lacks in env else UCX_OK
         self._call("run_once", argv[-1] if argv else "")
         return self.world.probe
 

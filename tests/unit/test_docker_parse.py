@@ -88,3 +88,33 @@ def test_observed_from_captured_list() -> None:
 def test_observed_from_inspect_is_lenient() -> None:
     o = observed_from_inspect("gpu-b", {"Id": "abc", "State": {"Status": "exited", "ExitCode": 3}})
     assert o.state == "exited" and o.exit_code == 3 and o.labels == {} and o.role is None
+
+
+# ---- issue 32, item 6: Docker that does not answer, with cause and fix
+
+SDK_ABORTED = (
+    "Error while fetching server API version: ('Connection aborted.', "
+    "FileNotFoundError(2, 'No such file or directory'))"
+)
+
+
+def test_docker_unreachable_names_cause_and_fix() -> None:
+    from pdboot.transport.docker_parse import docker_unreachable
+
+    cli = (
+        "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+        "Is the docker daemon running?"
+    )
+    msg = docker_unreachable(SDK_ABORTED, cli)
+    assert "the Docker daemon is not running" in msg and cli in msg
+    assert "(fix: start dockerd (systemctl start docker)" in msg
+    denied = docker_unreachable(
+        "Error while fetching server API version: ('Connection aborted.', "
+        "PermissionError(13, 'Permission denied'))",
+        "permission denied while trying to connect to the Docker daemon socket at "
+        "unix:///var/run/docker.sock",
+    )
+    assert "may not use the Docker socket" in denied and "usermod -aG docker" in denied
+    assert "docker CLI is not installed" in docker_unreachable("x", "bash: docker: command not found")
+    other = docker_unreachable("Error while fetching server API version: HTTP 500", "")
+    assert "did not answer" in other and "fix: " in other and "HTTP 500" in other

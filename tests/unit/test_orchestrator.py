@@ -240,8 +240,13 @@ def test_image_check_after_the_pull_before_the_ship() -> None:
     assert {(c.host, c.check, c.status) for c in checks} == {
         (h, c, "pass")
         for h in ("d1", "p1")
-        for c in ("docker.image_arch", "docker.image_nixl", "docker.image_args")
-    }
+        for c in (
+            "docker.image_arch",
+            "docker.image_nixl",
+            "docker.image_args",
+            "docker.ucx_devices",
+        )
+    }  # the last: preflight/ucx_probe.py (tests/unit/test_ucx_probe.py)
 
 
 def test_an_argument_the_image_refuses_stops_up_before_any_service_starts() -> None:

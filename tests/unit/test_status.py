@@ -166,3 +166,21 @@ def test_status_json_keeps_the_full_image_reference() -> None:
     from dataclasses import asdict
 
     assert asdict(_row(*DEMO[0]))["image"] == REG + "vllm-openai:v0.33.0"
+
+
+def test_unreachable_rows_carry_the_reason_in_json_and_table() -> None:
+    """Issue 32, item 6: `status` says why a host's state is unknown (also in --json)."""
+    import json
+
+    from pdboot.events import StatusReport
+    from pdboot.views.status import reason_lines, status_json
+
+    svc = build_plan(parse_inventory(INV)).decode_engines[0]
+    why = "cannot reach Docker: the Docker daemon is not running (...) (fix: start dockerd)"
+    row = service_status(svc, None, reachable=False, now=NOW, health="-", reason=why)
+    assert row.state == "unreachable" and row.reason == why
+    assert reason_lines([row, row]) == [f"{svc.host} unreachable: {why}"]
+    doc = json.loads(status_json(StatusReport("d", "http://x/v1", False, (row,), None)))
+    assert doc["services"][0]["reason"] == why
+    ok = service_status(svc, None, reachable=True, now=NOW, health="-", reason=why)
+    assert ok.reason == "" and reason_lines([ok]) == []
