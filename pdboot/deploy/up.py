@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pdboot.deploy.actions import pull_all, ship_all, start_all, watch_held_back
+from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.changes import add_former_hosts, plan_only
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.lockguard import under_lock
@@ -220,6 +221,8 @@ def _on_hosts(
     except KeyboardInterrupt:
         run.interrupted()
         return EXIT_INTERRUPTED
+    finally:
+        run.admin.close()
     return EXIT_OK
 
 
@@ -228,12 +231,14 @@ class _Up(ChangeSteps):
         self, inv: Inventory, plan: Plan, hosts: Hosts, opts: UpOptions, emit: Emit, env: UpEnv
     ) -> None:
         self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
-        self.emit, self.env = emit, env
+        # the router's worker API through the router host's SSH connection (admin.py)
+        self.admin = AdminFetch(plan, hosts, env.fetch)
+        self.emit, self.env = emit, replace(env, fetch=self.admin)
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
         engines = {h: link.engine for h, link in hosts.links.items()}
-        self.prober = Prober(plan, engines, {}, env.fetch, env.clock)
+        self.prober = Prober(plan, engines, {}, self.env.fetch, env.clock)
         self.live = live_workers(inv)
 
     # ---- the sequence
@@ -243,13 +248,16 @@ class _Up(ChangeSteps):
         self.check_image()
         self.ship()
         observed = self.observe()
-        watch = [s for st in plan_up(self.plan, observed) for s in st if s.service.role == "watch"]
+        steps = [s for st in plan_up(self.plan, observed) for s in st]
+        watch = [s for s in steps if s.service.role == "watch"]
         watch = watch_held_back(self.hosts, watch, self.emit)
+        proxy = [s for s in steps if s.service.role == "proxy"]
         # --rollback asks for all or nothing; a roll that fails keeps the old engines serving
         if self.live and self.opts.rolling and not self.opts.rollback:
             self.roll(observed)
         else:
             self.recreate(observed)
+        self.start_proxy(proxy)
         if self.opts.prove:
             self.prove()
             self.gate()
@@ -293,7 +301,7 @@ class _Up(ChangeSteps):
         self.emit(StageStarted("ship"))
         token = self.env.token
         secrets = secrets_env(token) if token is not None else None
-        pins = self.env.weights.pin_files()
+        pins = self.files_to_ship()
         errors = ship_all(self.hosts, self.plan, self.dir, secrets, self.records, self.inv, pins)
         if errors:
             report_errors(self.emit, "cannot ship the compose project to", errors)

@@ -19,6 +19,7 @@ from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_restarts
 from pdboot.plan.model import Plan, Service
+from pdboot.plan.proxy import proxy_files
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
 from pdboot.weights.stage import NOTHING_STAGED, Staging
@@ -77,6 +78,21 @@ class ChangeSteps:
 
     def observe(self, only: Sequence[str] | None = None) -> list[Observed]:
         raise NotImplementedError
+
+    def start_proxy(self, proxy: list[Step]) -> None:
+        """The public endpoint (plan/proxy.py), once the router behind it serves every
+        engine; an unchanged proxy keeps serving throughout."""
+        if any(s.kind != "unchanged" for s in proxy):
+            self.start(proxy)
+            self.wait([s.service for s in proxy], router=False)
+
+    def files_to_ship(self) -> dict[str, dict[str, str]]:
+        """Host -> files beside compose.yaml: the weights pin, the proxy's nginx.conf and its
+        key check (PRIVATE_FILES: 0600)."""
+        out = {h: dict(files) for h, files in self.env.weights.pin_files().items()}
+        key = (self.env.token or {}).get("VLLM_API_KEY")
+        out.setdefault(self.inv.router.host, {}).update(proxy_files(self.inv, key))
+        return out
 
     def show_steps(self, stages: list[list[Step]]) -> None:
         self.emit(StageStarted("converge"))

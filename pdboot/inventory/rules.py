@@ -362,8 +362,8 @@ _ROUTER_MANAGED_FLAGS = {
     "--decode-policy": "from router.decode_policy",
     "--cache-threshold": "from router.cache_threshold",
     "--balance-abs-threshold": "from router.balance_abs_threshold",
-    "--host": "the router listens on all interfaces",
-    "--port": "from router.port",
+    "--host": "the router listens on its host's loopback (the proxy owns router.port)",
+    "--port": "from router.internal_port",
     "--prometheus-host": "metrics listen on all interfaces",
     "--prometheus-port": "from router.metrics_port",
     "--request-timeout-secs": "from router.request_timeout_secs",
@@ -375,10 +375,9 @@ _ROUTER_MANAGED_FLAGS = {
 
 def live_workers(inv: Inventory) -> bool:
     """Does `up` register the workers at runtime (router.live_workers)? Not with DP-aware
-    routing: its rank expansion was tried only with the static lists. Not with
-    `secrets.api_key` either: tried with vllm-router 0.1.17 and workers that refuse requests
-    without the key, an IGW-mode router asks a registered worker's /v1/models without
-    OPENAI_API_KEY (401: "Failed to discover model", model_id "unknown") and then sends the
-    completions without any Authorization header, so every request fails with 401; the
-    static lists send OPENAI_API_KEY (tests/e2e/test_api_key_secrets.py)."""
-    return inv.router.live_workers and not inv.router.dp_aware and inv.secrets.api_key is None
+    routing: its rank expansion was tried only with the static lists. With
+    `secrets.api_key` too: vllm-router 0.1.17 in gateway mode sends OPENAI_API_KEY as
+    "Authorization: Bearer" to the workers it was given (tests/e2e/test_api_key_secrets.py),
+    and the proxy (plan/proxy.py) checks the clients' key, so nobody else can register a
+    worker to receive it."""
+    return inv.router.live_workers and not inv.router.dp_aware

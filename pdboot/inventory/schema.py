@@ -31,6 +31,9 @@ from pdboot.inventory.watch_schema import Watch
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
+# The reverse proxy that owns the public endpoint (router.proxy_image): the official nginx
+# image, pinned to one release; it runs only the nginx.conf pdboot ships (plan/proxy.py).
+DEFAULT_PROXY_IMAGE = "nginx:1.27.3"
 LOCAL = "local"
 
 _NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -235,8 +238,15 @@ def tier_policy(explicit: str | None, tier: str, engines: int) -> str:
 
 class Router(Strict):
     host: str
+    # the public endpoint: the proxy (nginx) listens here and forwards only the client API;
+    # the router itself listens on the router host's loopback at internal_port, where only
+    # that host (pdboot over its SSH connection, the watch service) reaches its worker API
     port: int = Field(default=8000, ge=1, le=65535)
+    internal_port: int = Field(default=8081, ge=1, le=65535)
     metrics_port: int = Field(default=29000, ge=1, le=65535)
+    proxy_image: str = DEFAULT_PROXY_IMAGE
+    # the largest request body the proxy accepts (nginx client_max_body_size), in MiB
+    max_request_mb: int = Field(default=32, ge=1, le=4096)
     # docs/routing.md: cache_aware pins sequential traffic (ties go to the first engine) and
     # traffic sharing a prefix (affinity until 64 in flight); prefix reuse pays on prefill
     # only, so prefill keeps it with thresholds that let load win early, decode spreads.
@@ -265,6 +275,12 @@ class Router(Strict):
     @classmethod
     def _args(cls, v: list[str]) -> list[str]:
         return check_extra_args(v)
+
+    @field_validator("proxy_image")
+    @classmethod
+    def _proxy_image(cls, v: str) -> str:
+        check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+        return check_image_reference(v)
 
 
 class Ulimits(Strict):

@@ -13,7 +13,15 @@ from typing import Any
 import yaml
 
 from pdboot.inventory.cpu_layout import describe
-from pdboot.plan.model import LABEL_CONFIG_HASH, SECRETS_FILE, BindMount, HostPlan, Plan, Service
+from pdboot.plan.model import (
+    LABEL_CONFIG_HASH,
+    SECRETS_FILE,
+    BindMount,
+    HostPlan,
+    Plan,
+    Service,
+    url_host,
+)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -233,6 +241,12 @@ def render_summary(plan: Plan) -> str:
             elif s.metrics_port is not None:
                 extra = f"  metrics {s.url.rsplit(':', 1)[0]}:{s.metrics_port}/metrics"
             url = "(headless: no HTTP)" if s.headless else s.url
+            if s.role == "router" and plan.proxy is not None:  # behind the proxy, loopback
+                url = f"{s.url} on {s.host} only"
+                public = url_host(plan.proxy.address)
+                extra = f"  metrics http://{public}:{s.metrics_port}/metrics"
+            elif s.role == "proxy":
+                extra = "  the public endpoint: client API and /health only"
             lines.append(f"  {n}. {s.key:<24} {url}{extra}")
             if (several_engines(plan) or plan.device == "cpu") and s.is_engine:
                 lines.append(f"     {'':<24} {_where(s)}; UCX_NET_DEVICES {s.nic or 'n/a'}")

@@ -21,7 +21,7 @@ import docker
 import docker.errors
 
 from pdboot.plan.converge import Observed
-from pdboot.plan.model import LABEL_DEPLOYMENT, SECRETS_FILE
+from pdboot.plan.model import LABEL_DEPLOYMENT, PRIVATE_FILES, SECRETS_FILE
 from pdboot.transport.connection import (
     Connection,
     RemoteError,
@@ -412,7 +412,8 @@ def ship_script(
     parts: list[str] = []
     for name, text in files.items():
         body = text if text.endswith("\n") else text + "\n"
-        script += _stdin_write(f"{project_dir}/{name}", len(body.encode("utf-8")))
+        mode = 0o600 if name in PRIVATE_FILES else 0o644  # the proxy's key check: 0600
+        script += _stdin_write(f"{project_dir}/{name}", len(body.encode("utf-8")), mode)
         parts.append(body)
     if secrets_text is not None:
         script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
@@ -428,16 +429,16 @@ def is_transient_runtime_error(message: str) -> bool:
     return "error during container init: %!w(<nil>)" in message
 
 
-def _stdin_write(path: str, size: int) -> str:
-    """Script lines moving the next ``size`` bytes of stdin to ``path`` (0644) atomically:
-    temp file, length check, then mv."""
+def _stdin_write(path: str, size: int, mode: int = 0o644) -> str:
+    """Script lines moving the next ``size`` bytes of stdin to ``path`` (``mode``)
+    atomically: temp file, length check, then mv."""
     target = shlex.quote(path)
     return (
         f"tmp=$(mktemp {target}.XXXXXX)\n"
         f'dd bs=65536 iflag=fullblock,count_bytes count={size} status=none > "$tmp"\n'
         f'[ "$(wc -c < "$tmp")" -eq {size} ] || '
         f'{{ rm -f "$tmp"; echo {target}: stdin ended early >&2; exit 3; }}\n'
-        f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
+        f'chmod {mode:o} "$tmp"; mv -f "$tmp" {target}\n'
     )
 
 

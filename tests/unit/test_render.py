@@ -186,7 +186,7 @@ def test_summary_lists_start_order_and_endpoint() -> None:
     text = render_summary(build_plan(inv))
     lines = text.splitlines()
     order = [ln.split()[1] for ln in lines if ln.strip()[:2] in ("1.", "2.", "3.")]
-    assert order == ["decode@gpu-b", "prefill@gpu-a", "router@gpu-a"]
+    assert order == ["decode@gpu-b", "prefill@gpu-a", "router@gpu-a", "proxy@gpu-a"]
     assert "Endpoint: http://192.0.2.10:8000/v1" in text
 
 
@@ -305,7 +305,8 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
             inv.router.prefill_policy, "prefill", len(heads_p)
         )
         assert args.decode_policy == decode_policy
-    assert (args.host, args.port) == ("0.0.0.0", inv.router.port)
+    # loopback only: the proxy owns router.port (plan/proxy.py)
+    assert (args.host, args.port) == ("127.0.0.1", inv.router.internal_port)
     assert args.prometheus_port == inv.router.metrics_port
     assert args.prometheus_host == "0.0.0.0"
     assert args.request_timeout_secs == inv.router.request_timeout_secs

@@ -143,7 +143,7 @@ def test_a_tier_of_one_cannot_roll_and_says_so() -> None:
 
 
 def test_the_router_is_recreated_only_when_its_own_settings_change() -> None:
-    r = roll(plan(router=", port: 8080"), running(plan()))
+    r = roll(plan(router=", internal_port: 8090"), running(plan()))
     (step,) = r.steps
     assert step.action == "router" and not step.endpoint_up and "router restarts" in step.outage
     assert not r.outages  # a router restart is said, not asked for
@@ -291,17 +291,18 @@ def test_an_engine_that_does_not_answer_has_nothing_in_flight() -> None:
     assert r.drained and r.seconds == 0
 
 
-def test_an_api_key_keeps_the_static_worker_lists() -> None:
-    """An IGW-mode router 0.1.17 forwards no Authorization header to workers it could not
-    ask for their model (401 without the key): with secrets.api_key, static lists."""
+def test_an_api_key_keeps_live_workers() -> None:
+    """The proxy checks the clients' key and the gateway-mode router sends OPENAI_API_KEY to
+    its workers (tests/e2e/test_front_door.py): secrets.api_key no longer forces static
+    lists, so changes roll and watch can re-admit engines with a key too."""
     from pdboot.inventory.rules import live_workers
 
     base = INV % ("v0.33.0", "p1", "d1", "")
     assert live_workers(parse_inventory(base))
     keyed = parse_inventory(base + "secrets: {api_key: 'env:PDBOOT_KEY'}\n")
-    assert not live_workers(keyed)
+    assert live_workers(keyed)
     router = next(s for s in build_plan(keyed).services() if s.role == "router")
-    assert "--enable-igw" not in router.command
+    assert "--enable-igw" in router.command
 
 
 def test_a_new_engine_on_a_host_another_engine_leaves_starts_after_it_left() -> None:

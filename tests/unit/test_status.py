@@ -66,7 +66,7 @@ def test_select_service() -> None:
     with pytest.raises(SelectorError, match="pick one"):
         select_service(inv, "decode")
     with pytest.raises(SelectorError, match="unknown role"):
-        select_service(inv, "proxy")
+        select_service(inv, "gateway")
 
 
 def test_hf_token_from_env_and_file(tmp_path: Path) -> None:

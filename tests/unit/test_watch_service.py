@@ -48,7 +48,7 @@ def test_watch_section_defaults_and_refusals() -> None:
 
 def test_no_image_no_service() -> None:
     plan = build_plan(with_watch("watch: {interval_seconds: 5}\n"))
-    assert plan.watch is None and len(plan.stages) == 3
+    assert plan.watch is None and len(plan.stages) == 4  # engines x2, router, proxy
 
 
 def test_the_service_runs_beside_the_router_last_with_the_shipped_inventory() -> None:
@@ -102,7 +102,7 @@ def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
               hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
     assert code == 0, [e for e in rec.events if isinstance(e, ev.Failure)]
     started = [e.service for e in rec.of(ev.ServiceStarted)]
-    assert started[-2:] == ["router@r", "watch@r"]
+    assert started[-3:] == ["router@r", "proxy@r", "watch@r"]
     assert _after_the_proof(rec.events)
     w = build_plan(world.inv).watch
     assert w is not None and w.url not in world.registered  # the router's workers: engines only
