@@ -10,6 +10,7 @@ an ephemeral port and lives as long as the command that opened it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
 import socket
 import threading
@@ -17,6 +18,17 @@ from typing import Any
 
 CHANNEL_OPEN_TIMEOUT = 10.0
 CHUNK = 65536
+
+
+class _QuietRefusals(logging.Filter):
+    """paramiko logs every refused channel open ("Secsh channel N open FAILED") at ERROR;
+    a router that does not listen yet is what `up`'s wait polls for, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "open FAILED" not in record.getMessage()
+
+
+logging.getLogger("paramiko.transport").addFilter(_QuietRefusals())
 
 
 class Forward:

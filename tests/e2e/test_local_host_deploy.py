@@ -54,7 +54,7 @@ def local_inventory(tb: Any, path: Path, name: str) -> Path:
         "hosts": {"me": {"address": "local"}},
         "prefill": {"hosts": ["me"], "gpus": [0], "env": {"STANDIN_LOAD_SECONDS": "0.5"}},
         "decode": {"hosts": ["me"], "gpus": [1], "env": {"STANDIN_LOAD_SECONDS": "0.5"}},
-        "router": {"host": "me"},
+        "router": {"host": "me", "proxy_image": tb.proxy_image},
         "secrets": {"hf_token": f"env:{TOKEN_ENV}"},
         # the testbed's root lacks CAP_SYS_RESOURCE: lowered limits (testbed recipe)
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},

@@ -74,7 +74,7 @@ def write_inventory(
             "env": {"STANDIN_LOAD_SECONDS": "0.5", **(decode_env or {})},
             "extra_args": decode_args or [],
         },
-        "router": {"host": router},
+        "router": {"host": router, "proxy_image": tb.proxy_image},
         # the testbed's root lacks CAP_SYS_RESOURCE: lowered limits (testbed recipe)
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
         "requirements": {"min_free_disk_gb": 1},  # the machine's disk is shared by all hosts
