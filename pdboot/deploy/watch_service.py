@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import RouterWorkerApi
 from pdboot.deploy.watch_run import Restarter, WatchDeps, Watcher
@@ -175,9 +176,12 @@ def run_watch(
     headers = api_key_headers({"VLLM_API_KEY": key} if key else {})
     metrics = WatchMetrics()
     restarter: Restarter | None = DockerRestarter(inv, plan) if opts.restarts else None
+    # the worker API is on the router host's loopback (plan/proxy.py): the service runs
+    # there; in the foreground (restarts on) it goes through the router host's SSH connection
+    admin = AdminFetch(plan, open_hosts(inv, [plan.router.host]), http) if opts.restarts else None
     deps = WatchDeps(
         http,
-        RouterWorkerApi(plan.endpoint, http, headers),
+        RouterWorkerApi(plan.router.url, admin or http, headers),
         emit,
         metrics,
         restarter,
@@ -207,6 +211,9 @@ def run_watch(
     finally:
         server.shutdown()
         server.server_close()
+        if admin is not None:
+            admin.close()
+            admin.hosts.close()
     ok = all(v["ok"] for v in watcher.verdicts())
     code = EXIT_OK if ok else EXIT_FAILED
     emit(Done("watch", code, 0.0, f"{watcher.rounds} rounds"))
