@@ -14,8 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
+from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.logscan import explain_services, report_lines
 from pdboot.deploy.readiness import find_container
+from pdboot.deploy.router_api import WorkerDiff, worker_diff
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -131,7 +133,9 @@ def collect(
     *,
     hosts_factory: HostsFactory = default_hosts,
     fetch: HttpFn = http,
-) -> tuple[Plan, list[ServiceStatus]]:
+) -> tuple[Plan, list[ServiceStatus], WorkerDiff | None]:
+    """The plan, a row per service, and the router's workers against the plan (None when
+    the router is not healthy)."""
     hosts = hosts_factory(inv, list(build_plan(inv).hosts), accept_new_host_keys)
     try:
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
@@ -140,11 +144,19 @@ def collect(
         inv, _ = as_recorded(inv, hosts)  # the commit `up` pinned the engines to
         plan = plan_from(inv, findings)
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
+        unreachable = set(hosts.errors) | set(errors)
+        observed = owned([o for obs in values.values() for o in obs], plan.deployment)
+        # the router's own /health is on its host's loopback: through that host (admin.py)
+        admin = AdminFetch(plan, hosts, fetch)
+        try:
+            rows = rows_for(plan, observed, unreachable, datetime.now(timezone.utc), admin)
+            router = next((r for r in rows if r.service == plan.router.key), None)
+            diff = worker_diff(plan, admin) if router is not None and router.healthy else None
+            return plan, rows, diff
+        finally:
+            admin.close()
     finally:
         hosts.close()
-    unreachable = set(hosts.errors) | set(errors)
-    observed = owned([o for obs in values.values() for o in obs], plan.deployment)
-    return plan, rows_for(plan, observed, unreachable, datetime.now(timezone.utc), fetch)
 
 
 def rows_for(
@@ -191,12 +203,14 @@ def status(
     code = EXIT_FAILED
     try:
         while True:
-            plan, rows = collect(inv, hosts_factory=hosts_factory, fetch=fetch)
+            plan, rows, workers = collect(inv, hosts_factory=hosts_factory, fetch=fetch)
             running = {r.service for r in rows if r.state == "running"}
             now, t_now = scrape(plan, fetch, running), time.monotonic()
             pd = pd_status(plan, now, before, t_now - t_before)
             verdicts = watch_verdicts(inv, plan, fetch)
-            code = _report(inv, plan, rows, pd, emit, diagnose=before is None, watch=verdicts)
+            code = _report(
+                inv, plan, rows, pd, emit, diagnose=before is None, watch=verdicts, workers=workers
+            )
             if watch is None:
                 break
             before, t_before = now, t_now
@@ -225,11 +239,14 @@ def _report(
     *,
     diagnose: bool,
     watch: WatchVerdicts | None = None,
+    workers: WorkerDiff | None = None,
 ) -> int:
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
+    # a worker pdboot did not register, or an engine the router lost, is not healthy
+    healthy = healthy and (workers is None or not (workers.foreign or workers.missing))
     report = StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, watch)
-    emit(replace(report, revision=plan.revision))
+    emit(replace(report, revision=plan.revision, workers=workers))
     no_logs = ("absent", "unreachable")
     sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
     if sick and diagnose:  # known causes in the logs of what runs but is not healthy

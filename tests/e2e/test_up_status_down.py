@@ -213,19 +213,22 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
         "decode@decode",
         "prefill@prefill",
         "router@ingress",
+        "proxy@ingress",
     }
+    # the router's health read over the SSH channel to its loopback port, the proxy's at the
+    # public endpoint
     assert all(s["matches_inventory"] and s["health"] == "ok" for s in doc["services"])
 
     before = ids(tb3, "e2e1")
     again = pdboot("up", str(inv), preflight=True)  # its own ports and GPUs pass (issue 22)
     assert again.returncode == 0, output(again)
-    for key in ("decode@decode", "prefill@prefill", "router@ingress"):
+    for key in ("decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"):
         assert any(key in line and "unchanged" in line for line in again.stdout.splitlines()), key
     assert ids(tb3, "e2e1") == before
 
     lg = pdboot("logs", str(inv), "decode@decode", "--tail", "5")
     assert lg.returncode == 0 and len(lg.stdout.strip().splitlines()) == 5, output(lg)
-    bad = pdboot("logs", str(inv), "proxy")
+    bad = pdboot("logs", str(inv), "gateway")
     assert bad.returncode == 2 and "unknown role" in output(bad)
 
     # secrets: the token file is 0600 in a 0700 dir, and the value is nowhere else
