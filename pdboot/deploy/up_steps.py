@@ -18,8 +18,9 @@ from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_restarts
-from pdboot.plan.model import Plan, Service
+from pdboot.plan.model import WATCH_SECRETS_FILE, Plan, Service
 from pdboot.plan.proxy import proxy_files
+from pdboot.plan.watch import watch_secrets_text
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
 from pdboot.weights.stage import NOTHING_STAGED, Staging
@@ -91,7 +92,11 @@ class ChangeSteps:
         key check (PRIVATE_FILES: 0600)."""
         out = {h: dict(files) for h, files in self.env.weights.pin_files().items()}
         key = (self.env.token or {}).get("VLLM_API_KEY")
-        out.setdefault(self.inv.router.host, {}).update(proxy_files(self.inv, key))
+        here = out.setdefault(self.inv.router.host, {})
+        here.update(proxy_files(self.inv, key))
+        watch_env = watch_secrets_text(key) if self.plan.watch is not None else None
+        if watch_env is not None:
+            here[WATCH_SECRETS_FILE] = watch_env
         return out
 
     def show_steps(self, stages: list[list[Step]]) -> None:

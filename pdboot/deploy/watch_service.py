@@ -93,10 +93,39 @@ class DockerRestarter:
             hosts.close()
 
 
+REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request (and read the answer)
+MAX_CONNECTIONS = 32  # scrapes and `status`: a few at a time; more are closed at once
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS handled at once: an idle half-sent request holds a slot for
+    REQUEST_TIMEOUT at most, and never a thread per connection without bound."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 def serve(watcher: Watcher, metrics: WatchMetrics, host: str, port: int) -> ThreadingHTTPServer:
     """/metrics, /verdicts and /health on ``host:port``, in a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT  # socket timeout: a client that stalls is dropped
+
         def log_message(self, format: str, *args: Any) -> None:
             return  # a scrape every few seconds is not news
 
@@ -124,8 +153,7 @@ def serve(watcher: Watcher, metrics: WatchMetrics, host: str, port: int) -> Thre
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = _BoundedServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True, name="watch-http").start()
     return server
 

@@ -25,6 +25,10 @@ class Watch(Strict):
     drain_seconds: float = Field(default=30.0, ge=0, le=DAY)
     # its Prometheus metrics and last verdicts (/metrics, /verdicts) on the router host
     port: int = Field(default=29100, ge=1, le=65535)
+    # where the service binds them: an address of the router host that Prometheus reaches
+    # (e.g. a private or monitoring network's, or 127.0.0.1 behind a scraper on that host);
+    # None: the router host's advertised address
+    bind: str | None = Field(default=None, pattern=r"^[0-9A-Fa-f.:]{2,45}$")
     # `up` runs watch as a service beside the router from this image (pdboot installed:
     # containers/watch.Dockerfile); None: no service, run `pdboot watch` yourself
     image: str | None = None

@@ -31,7 +31,9 @@ SECRETS_FILE = "secrets.env"  # beside compose.yaml on the host, mode 0600, ship
 # the proxy's nginx.conf (0644) and the API key's include (0600), beside compose.yaml
 PROXY_CONF_FILE = "proxy-nginx.conf"
 PROXY_AUTH_FILE = "proxy-auth.conf"
-PRIVATE_FILES = frozenset({PROXY_AUTH_FILE})  # shipped 0600 like secrets.env
+# the watch service's env file: the API key alone, not the HF token of secrets.env
+WATCH_SECRETS_FILE = "watch-secrets.env"
+PRIVATE_FILES = frozenset({PROXY_AUTH_FILE, WATCH_SECRETS_FILE})  # shipped 0600 like secrets.env
 
 KV_ROLE: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
