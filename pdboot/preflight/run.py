@@ -404,7 +404,12 @@ def run_preflight(
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
     lookups = ImageLookups(
         {c.image for c in ctxs.values() if c.gpu_host and c.image}
-        | {inv.router_image for c in ctxs.values() if "router" in c.roles}
+        | {
+            i
+            for c in ctxs.values()
+            if "router" in c.roles
+            for i in (inv.router_image, inv.router.proxy_image)
+        }
         if wanted
         else ()
     )

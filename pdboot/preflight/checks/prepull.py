@@ -14,7 +14,7 @@ from pdboot.preflight.registry import Lookup
 def evaluate(ctx: HostContext, inv: Inventory, looked: Mapping[str, Lookup]) -> list[CheckResult]:
     """Image existence on the hosts that pull them; tier agreement on each decode host
     (the side that checks the NIXL compatibility hash at the handshake)."""
-    out = images.evaluate(ctx, looked, inv.router_image)
+    out = images.evaluate(ctx, looked, inv.router_image, inv.router.proxy_image)
     if "decode" in ctx.roles:
         out.append(agreement.evaluate(inv))
     return out
