@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,7 +32,8 @@ def pdboot(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         text=True,
         timeout=300,
         cwd=ROOT,
-        env=dict(os.environ, **{KEY_ENV: KEY}, COLUMNS="200", TERM="dumb", **(env or {})),
+        env=dict(os.environ, **{KEY_ENV: KEY}, PDBOOT_E2E_STREAM_GAP="0.31", COLUMNS="200",
+                 TERM="dumb", **(env or {})),
     )
 
 
@@ -98,7 +100,10 @@ def inventory(tb: Any, path: Path, name: str) -> Path:
         },
         "router": {"host": "ingress", "proxy_image": tb.proxy_image},
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
-        "secrets": {"api_key": f"env:{KEY_ENV}"},
+        # a streamed token every 0.31 s (the stand-in's knob; its name reads as a secret to
+        # the inventory's check, so it travels in secrets.env): the proxy must pass each on
+        "secrets": {"api_key": f"env:{KEY_ENV}",
+                    "env": {"STANDIN_TOKEN_SECONDS": "env:PDBOOT_E2E_STREAM_GAP"}},
         "weights": {"stage": False},  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
         "timeouts": {"ready_seconds": 60, "router_ready_seconds": 60, "pull_seconds": 300,
                      "poll_interval_seconds": 0.2},
@@ -152,6 +157,23 @@ def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_p
     assert post(f"{endpoint}/v1/chat/completions", body, KEY) == 200
     # nor does the router listen anywhere but its host's loopback
     assert get(f"http://{tb.hosts['ingress'].address}:8081/workers") == 0
+    # SSE through the proxy and the router: each token arrives as the engine sends it
+    # (nginx buffering would hand them over together at the end)
+    streamed = json.dumps(
+        {"model": "Qwen/Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}],
+         "max_tokens": 6, "stream": True}
+    ).encode()  # fmt: skip
+    req = urllib.request.Request(
+        f"{endpoint}/v1/chat/completions", data=streamed,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    arrivals = []
+    with urllib.request.urlopen(req, timeout=60) as r:
+        for line in r:
+            if line.startswith(b"data: {") and b'"content": "' in line:
+                arrivals.append(time.monotonic())
+    assert len(arrivals) >= 6, arrivals
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    assert sum(g > 0.15 for g in gaps) >= 4, gaps  # apart, not one burst
     # the proxy logged the clients' addresses
     logs = tb.hosts["ingress"].docker("logs", "pdboot-e2ekey-proxy").stdout
     assert '"POST /workers HTTP/1.1" 404' in logs and '"POST /v1/chat/completions' in logs
