@@ -1,14 +1,13 @@
 """`up`: preflight -> pull everywhere (parallel) -> ship compose + secrets -> start the
 decode and prefill tiers together -> wait for every engine's /health -> start the router
--> wait for its /health and every engine in /workers -> one chat completion through the
-router with proof that decode pulled KV from prefill -> the watch service, if any (held back
-from the start until after the changes and checks: it acts on the router's workers too, and
-its canaries would count in the proof) -> endpoint.
+-> wait for its /health and every engine in /workers -> the proxy in front -> one chat
+completion through it with proof that decode pulled KV from prefill -> the watch service,
+if any (held back until after the changes and checks: it acts on the router's workers too,
+and its canaries would count in the proof) -> endpoint.
 
 Both engine tiers start at once: vLLM 0.33's NIXL connector needs nothing from the other
-tier at start-up (decode handshakes with a prefill over the side channel lazily, at the
-first request that carries that prefill's KV parameters), so time to ready is the slowest
-tier's, not the sum. Only the router, which registers both tiers, waits for both.
+tier at start-up (decode handshakes with a prefill lazily, at the first request carrying
+that prefill's KV parameters): time to ready is the slowest tier's, not the sum.
 
 Decisions come from converge.py (pure), waiting from waits.py (pure); this module acts
 and emits events (events.py). It never prints: views do (pdboot/views/).
@@ -86,6 +85,7 @@ from pdboot.transport.hosts import (
     secrets_env,
 )
 from pdboot.transport.http import HttpFn, http
+from pdboot.transport.tls_files import read_tls
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
@@ -93,8 +93,6 @@ from pdboot.weights.stage import pin_weights
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
-
-
 _Stop = UpStopped  # a step failed and was reported; `up` exits 1
 
 
@@ -145,6 +143,8 @@ def _up(
 ) -> int:
     try:
         token = read_secrets(inv) or None  # secrets.env's variables -> values
+        pair = read_tls(inv)  # router.tls: shipped to the proxy (0600)
+        tls = (pair.cert, pair.key) if pair is not None else None
     except SecretError as e:
         emit(Note(f"error: {e}", "error"))
         return EXIT_USAGE
@@ -160,7 +160,8 @@ def _up(
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
     try:
-        return _on_hosts(inv, opts, emit, hosts, findings, UpEnv(clock, fetch, token, confirm))
+        env = UpEnv(clock, fetch, token, confirm, tls=tls)
+        return _on_hosts(inv, opts, emit, hosts, findings, env)
     finally:
         hosts.close()
 

@@ -54,6 +54,7 @@ class UpEnv:
     token: dict[str, str] | None
     confirm: Confirm | None = None
     weights: Staging = NOTHING_STAGED  # the commit the engines load, staged during the pull
+    tls: tuple[str, str] | None = None  # router.tls's (cert, key) PEM, read at `up`
 
 
 class ChangeSteps:
@@ -93,7 +94,7 @@ class ChangeSteps:
         out = {h: dict(files) for h, files in self.env.weights.pin_files().items()}
         key = (self.env.token or {}).get("VLLM_API_KEY")
         here = out.setdefault(self.inv.router.host, {})
-        here.update(proxy_files(self.inv, key))
+        here.update(proxy_files(self.inv, key, self.env.tls))
         watch_env = watch_secrets_text(key) if self.plan.watch is not None else None
         if watch_env is not None:
             here[WATCH_SECRETS_FILE] = watch_env

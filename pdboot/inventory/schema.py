@@ -27,6 +27,7 @@ from pdboot.inventory.safety import (
     check_size,
 )
 from pdboot.inventory.strict import Strict
+from pdboot.inventory.tls_schema import RouterTls
 from pdboot.inventory.watch_schema import Watch
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -247,6 +248,7 @@ class Router(Strict):
     proxy_image: str = DEFAULT_PROXY_IMAGE
     # the largest request body the proxy accepts (nginx client_max_body_size), in MiB
     max_request_mb: int = Field(default=32, ge=1, le=4096)
+    tls: RouterTls | None = None  # HTTPS on router.port (inventory/tls_schema.py)
     # docs/routing.md: cache_aware pins sequential traffic (ties go to the first engine) and
     # traffic sharing a prefix (affinity until 64 in flight); prefix reuse pays on prefill
     # only, so prefill keeps it with thresholds that let load win early, decode spreads.

@@ -33,7 +33,10 @@ PROXY_CONF_FILE = "proxy-nginx.conf"
 PROXY_AUTH_FILE = "proxy-auth.conf"
 # the watch service's env file: the API key alone, not the HF token of secrets.env
 WATCH_SECRETS_FILE = "watch-secrets.env"
-PRIVATE_FILES = frozenset({PROXY_AUTH_FILE, WATCH_SECRETS_FILE})  # shipped 0600 like secrets.env
+# router.tls's pair, for the proxy
+PROXY_TLS_CERT = "proxy-tls.crt"
+PROXY_TLS_KEY = "proxy-tls.key"
+PRIVATE_FILES = frozenset({PROXY_AUTH_FILE, WATCH_SECRETS_FILE, PROXY_TLS_CERT, PROXY_TLS_KEY})
 
 KV_ROLE: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
@@ -111,6 +114,7 @@ class Service:
     # threads are bound to, None where vLLM binds them itself (pdboot/inventory/cpu_layout.py)
     device: str = "cuda"
     cpus: tuple[int, ...] | None = None
+    scheme: str = "http"  # the proxy with router.tls: https (not rendered; its conf says so)
 
     @property
     def is_engine(self) -> bool:
@@ -136,7 +140,7 @@ class Service:
 
     @property
     def url(self) -> str:
-        return f"http://{url_host(self.address)}:{self.port}"
+        return f"{self.scheme}://{url_host(self.address)}:{self.port}"
 
     @property
     def health_url(self) -> str:

@@ -22,13 +22,22 @@ import hashlib
 
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.model import PROXY_AUTH_FILE, PROXY_CONF_FILE, BindMount, Service
+from pdboot.plan.model import (
+    PROXY_AUTH_FILE,
+    PROXY_CONF_FILE,
+    PROXY_TLS_CERT,
+    PROXY_TLS_KEY,
+    BindMount,
+    Service,
+)
 
 # Where the router listens on its host (host networking): loopback only.
 ROUTER_INTERNAL_ADDRESS = "127.0.0.1"
 PROXY_DIR_IN_CONTAINER = "/etc/pdboot-proxy"
 PROXY_CONF_IN_CONTAINER = f"{PROXY_DIR_IN_CONTAINER}/nginx.conf"
 PROXY_AUTH_IN_CONTAINER = f"{PROXY_DIR_IN_CONTAINER}/auth.conf"
+PROXY_CERT_IN_CONTAINER = f"{PROXY_DIR_IN_CONTAINER}/tls.crt"
+PROXY_KEY_IN_CONTAINER = f"{PROXY_DIR_IN_CONTAINER}/tls.key"
 PROXY_PID = "/tmp/pdboot-nginx.pid"  # noqa: S108 - inside the container; `nginx -s reload` reads it
 
 # What the endpoint serves: vLLM's OpenAI-compatible paths pdboot's endpoint is for, and the
@@ -77,7 +86,7 @@ def proxy_conf_text(inv: Inventory, *, upstream_port: int | None = None) -> str:
         "        keepalive 64;",
         "    }",
         "    server {",
-        f"        listen {r.port};",
+        *_listen(inv),
         "        proxy_http_version 1.1;",
         '        proxy_set_header Connection "";',
         "        proxy_set_header Host $host;",
@@ -138,6 +147,19 @@ def _http_head(inv: Inventory, auth: list[str]) -> list[str]:
     ]
 
 
+def _listen(inv: Inventory) -> list[str]:
+    r = inv.router
+    if r.tls is None:
+        return [f"        listen {r.port};"]
+    return [
+        f"        listen {r.port} ssl;",
+        f"        ssl_certificate {PROXY_CERT_IN_CONTAINER};",
+        f"        ssl_certificate_key {PROXY_KEY_IN_CONTAINER};",
+        "        ssl_protocols TLSv1.2 TLSv1.3;",
+        "        ssl_session_cache shared:pdboot_tls:10m;",
+    ]
+
+
 def _nginx_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -148,12 +170,16 @@ def proxy_auth_text(api_key: str) -> str:
     return f"{_nginx_quote('Bearer ' + api_key)} 1;\n"
 
 
-def proxy_files(inv: Inventory, api_key: str | None) -> dict[str, str]:
+def proxy_files(
+    inv: Inventory, api_key: str | None, tls: tuple[str, str] | None = None
+) -> dict[str, str]:
     """File name -> text, beside compose.yaml on the router host (the key's file only with a
-    key: PRIVATE_FILES ships it 0600)."""
+    key, router.tls's pair with TLS: PRIVATE_FILES ships them 0600)."""
     out = {PROXY_CONF_FILE: proxy_conf_text(inv)}
     if inv.secrets.api_key is not None and api_key:
         out[PROXY_AUTH_FILE] = proxy_auth_text(api_key)
+    if inv.router.tls is not None and tls is not None:
+        out[PROXY_TLS_CERT], out[PROXY_TLS_KEY] = tls
     return out
 
 
@@ -166,6 +192,9 @@ def proxy_service(inv: Inventory, project: str, labels: tuple[tuple[str, str], .
     mounts = [BindMount(f"{project_dir}/{PROXY_CONF_FILE}", PROXY_CONF_IN_CONTAINER, True)]
     if inv.secrets.api_key is not None:
         mounts.append(BindMount(f"{project_dir}/{PROXY_AUTH_FILE}", PROXY_AUTH_IN_CONTAINER, True))
+    if r.tls is not None:
+        mounts.append(BindMount(f"{project_dir}/{PROXY_TLS_CERT}", PROXY_CERT_IN_CONTAINER, True))
+        mounts.append(BindMount(f"{project_dir}/{PROXY_TLS_KEY}", PROXY_KEY_IN_CONTAINER, True))
     digest = hashlib.sha256(conf.encode()).hexdigest()[:16]
     return Service(
         name="proxy",
@@ -183,4 +212,5 @@ def proxy_service(inv: Inventory, project: str, labels: tuple[tuple[str, str], .
         restart=inv.container.restart,
         labels=(*labels, ("io.pdboot.proxy-conf", digest)),
         mounts=tuple(mounts),
+        scheme="https" if r.tls is not None else "http",
     )

@@ -404,12 +404,7 @@ def run_preflight(
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
     lookups = ImageLookups(
         {c.image for c in ctxs.values() if c.gpu_host and c.image}
-        | {
-            i
-            for c in ctxs.values()
-            if "router" in c.roles
-            for i in (inv.router_image, inv.router.proxy_image)
-        }
+        | {inv.router_image, inv.router.proxy_image}  # the router host's (always one)
         if wanted
         else ()
     )

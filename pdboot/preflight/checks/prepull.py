@@ -5,9 +5,10 @@ preflight/run.py needs a single hook line."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timezone
 
 from pdboot.inventory.schema import Inventory
-from pdboot.preflight.checks import CheckResult, HostContext, agreement, images
+from pdboot.preflight.checks import CheckResult, HostContext, agreement, images, tls
 from pdboot.preflight.registry import Lookup
 
 
@@ -17,4 +18,6 @@ def evaluate(ctx: HostContext, inv: Inventory, looked: Mapping[str, Lookup]) -> 
     out = images.evaluate(ctx, looked, inv.router_image, inv.router.proxy_image)
     if "decode" in ctx.roles:
         out.append(agreement.evaluate(inv))
+    if "router" in ctx.roles:  # router.tls: the pair the proxy will serve
+        out += tls.evaluate(inv, datetime.now(timezone.utc))
     return out
