@@ -95,6 +95,7 @@ def test_local_host_up_status_down_inside_a_testbed_host(
     assert sorted(ps) == [
         "pdboot-localdep-decode",
         "pdboot-localdep-prefill",
+        "pdboot-localdep-proxy",  # the endpoint, in front of the router (on its loopback)
         "pdboot-localdep-router",
     ]
     for svc, gpu in (("prefill", "0"), ("decode", "1")):
@@ -185,6 +186,7 @@ def test_mixed_local_and_ssh_hosts_with_a_docker_context(make_testbed: Any) -> N
     assert "decode pulled the KV cache from a prefill engine" in up.stdout
     assert sorted(a.docker("ps", "--format", "{{.Names}}").stdout.split()) == [
         "pdboot-mixed-prefill",
+        "pdboot-mixed-proxy",
         "pdboot-mixed-router",
     ]
     assert tb.hosts["b"].docker("ps", "--format", "{{.Names}}").stdout.split() == [

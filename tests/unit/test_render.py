@@ -30,6 +30,7 @@ from pdboot.plan.model import (
     Plan,
     Service,
 )
+from pdboot.plan.proxy import proxy_conf_text
 from pdboot.plan.render import UnknownHostError, render_all, render_host, render_summary
 
 HERE = Path(__file__).parent
@@ -69,6 +70,7 @@ def test_golden(case: str) -> None:
     plan = build_plan(inv)
     files = {f"{h}/compose.yaml": t for h, t in render_all(plan).items()}
     files["summary.txt"] = render_summary(plan)
+    files[f"{inv.router.host}/proxy-nginx.conf"] = proxy_conf_text(inv)  # render --out's
     folder = GOLDEN / case
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
