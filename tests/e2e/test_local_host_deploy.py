@@ -136,17 +136,19 @@ def test_local_host_up_status_down_inside_a_testbed_host(
         "decode@me": True,
         "prefill@me": True,
         "router@me": True,
+        "proxy@me": True,
     }
     again = pdboot_on(solo, "up", str(inv))  # its preflight passes its own ports
     assert again.returncode == 0, out(again)
-    assert sum("unchanged" in ln for ln in again.stdout.splitlines()) == 3, again.stdout
+    assert sum("unchanged" in ln for ln in again.stdout.splitlines()) == 4, again.stdout
 
     down = pdboot_on(solo, "down", str(inv))
     assert down.returncode == 0, out(down)
     assert solo.docker("ps", "-aq").stdout.split() == []
     # the token file went with the containers; the project and preflight's RDMA record stay
     left = solo.exec("ls -A /var/lib/pdboot/localdep").stdout.split()
-    assert left == [".pdboot-deployment", "compose.yaml", "rdma.json"]  # + up's marker
+    # + up's marker and the proxy's nginx.conf (its key file, had there been one, is gone)
+    assert left == [".pdboot-deployment", "compose.yaml", "proxy-nginx.conf", "rdma.json"]
     purge = pdboot_on(solo, "down", str(inv), "--purge")
     assert purge.returncode == 0, out(purge)
     assert solo.exec("ls -A /var/lib/pdboot").stdout.split() == ["hf-cache"]  # kept

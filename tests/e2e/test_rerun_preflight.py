@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_up_status_down import ROOT, http_json, ids, output, pdboot, write_inventory
+from tests.e2e.test_up_status_down import ROOT, ids, output, pdboot, write_inventory
+from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -71,7 +72,7 @@ def check(doc: dict[str, Any], host: str, cid: str) -> dict[str, str]:
 
 
 def workers(tb: Any) -> set[tuple[str, str]]:
-    got = http_json(f"http://{tb.hosts['ingress'].address}:8000/workers")
+    got = router_json(tb.hosts["ingress"])  # the router's loopback, from its host
     return {(w["worker_type"], w["url"]) for w in got["workers"]}
 
 

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.testbed.router_admin import router_json
+
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,7 +295,7 @@ def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> No
     for h in tb.hosts:
         img = tb.router_image if h == "ingress" else tb.image
         assert f"{h}: {img}" in res.stdout, h
-    workers = http_json(f"http://{tb.hosts['ingress'].address}:8000/workers")
+    workers = router_json(tb.hosts["ingress"])  # the router's loopback, from its host
     got = {(w["worker_type"], w["url"]) for w in workers["workers"]}
     want = {("prefill", f"http://{tb.hosts[h].address}:8200") for h in ("prefill", "p2")}
     want |= {("decode", f"http://{tb.hosts[h].address}:8201") for h in ("decode", "d2")}
