@@ -56,7 +56,7 @@ def write(tb: Testbed, path: Path, name: str, prefill: dict[str, Any],
     inv["prefill"] = {**prefill, "env": env}
     inv["decode"] = {**decode, "env": env}
     inv["router"] = {"host": router, "prefill_policy": "round_robin",
-                     "decode_policy": "round_robin"}
+                     "decode_policy": "round_robin", "proxy_image": tb.proxy_image}
     inv["kv_transfer"] = {"rdma": "auto"}
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path

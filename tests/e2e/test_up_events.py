@@ -81,6 +81,6 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
     res = pdboot("down", str(inv), "--events", str(down_events))
     assert res.returncode == 0, output(res)
     got = [json.loads(line) for line in down_events.read_text().splitlines()]
-    assert [e["role"] for e in got if e["event"] == "stopped"] == ["router", "prefill", "decode"]
+    assert [e["role"] for e in got if e["event"] == "stopped"] == ["proxy", "router", "prefill", "decode"]
     assert got[-1]["event"] == "done" and got[-1]["exit_code"] == 0
     down_clean(tb, inv, "e2eevents")
