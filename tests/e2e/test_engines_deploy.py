@@ -236,7 +236,7 @@ def test_engines_per_host_all_follows_the_gpus_preflight_found(
     assert res.returncode == 0, out(res)
     docs = labelled(tb, "engall")
     groups = {k: d["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] for k, d in docs.items()
-              if "router" not in k}
+              if not k.startswith(("router", "proxy"))}
     assert groups == {
         "prefill@gpu-a": ["0", "1"], "prefill-1@gpu-a": ["2", "3"],
         "prefill-2@gpu-a": ["4", "5"], "prefill-3@gpu-a": ["6", "7"],
