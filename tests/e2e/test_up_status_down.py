@@ -302,7 +302,7 @@ def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> No
     assert got == want
     assert all(w["is_healthy"] for w in workers["workers"])
     st = pdboot("status", str(inv), "--json")
-    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 5
+    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 6  # + the proxy
     # --purge: containers, shipped files and pulled images go
     res = pdboot("down", str(inv), "--purge")
     assert res.returncode == 0, output(res)
