@@ -115,15 +115,17 @@ def script_for(tb: Any, inv: dict[str, Any], rendered: Path) -> tuple[str, str]:
         )
         lines += [wait_health(s.health_url) for h in hosts for s in svcs[h]]
     lines.append(on(rtr, f"{compose} up -d router"))
-    r = f"http://{addr[rtr]}:8000"
-    lines.append(wait_health(f"{r}/health"))
-    n = len([s for s in plan.services() if s.role != "router"])
-    lines.append(f"until [ \"$(curl -sf {r}/workers | grep -o '\"is_healthy\":true' | wc -l)\""
-                 f" -ge {n} ]; do sleep {POLL}; done")
+    # the router listens on its host's loopback (pdboot puts a proxy in front, which the
+    # manual way skips): its checks run on that host
+    r = "http://127.0.0.1:8081"
+    lines.append(on(rtr, wait_health(f"{r}/health")))
+    n = len([s for s in plan.services() if s.is_engine])
+    lines.append(on(rtr, f"until [ \"$(curl -sf {r}/workers | grep -o '\"is_healthy\":true' "
+                         f"| wc -l)\" -ge {n} ]; do sleep {POLL}; done"))
     body = ('{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"hi"}],'
             '"max_tokens":8}')
-    lines.append(f"curl -sf {r}/v1/chat/completions -H 'Content-Type: application/json' "
-                 f"-d '{body}' >/dev/null")
+    lines.append(on(rtr, f"curl -sf {r}/v1/chat/completions -H 'Content-Type: application/json' "
+                         f"-d '{body}' >/dev/null"))
     up = "\n".join(lines) + "\n"
     down = ["set -euo pipefail", f"SSH={shlex.quote(ssh)}"]
     for hosts, role in (([rtr], "router"), (pre, "prefill"), (dec, "decode")):

@@ -163,3 +163,12 @@ def endpoint_event(plan: Plan) -> Endpoint:
         f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
     )
     return Endpoint(f"{plan.endpoint}/v1", plan.served_model_name, curl)
+
+
+def running_now(hosts: Hosts, plan: Plan) -> tuple[tuple[str, str], ...]:
+    """What runs of the deployment when `up` is interrupted (a second Ctrl-C: nothing)."""
+    try:
+        values, _ = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 30)
+    except KeyboardInterrupt:
+        values = {}
+    return tuple((o.key, o.state) for obs in values.values() for o in obs)

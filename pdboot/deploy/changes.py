@@ -75,7 +75,8 @@ def plan_only(
         emit_plan(emit, roll)
         for line in roll.notes:
             emit(Note(line, "warn"))
-        return EXIT_CHANGES if roll.changes else EXIT_OK
+        proxy = any(s.kind != "unchanged" for st in stages for s in st if s.service.role == "proxy")
+        return EXIT_CHANGES if roll.changes or proxy else EXIT_OK
     finally:
         hosts.close()
 

@@ -22,7 +22,7 @@ from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_down
-from pdboot.plan.model import SECRETS_FILE, Plan
+from pdboot.plan.model import PRIVATE_FILES, SECRETS_FILE, Plan
 from pdboot.transport.hosts import Hosts, Link, project_dir
 from pdboot.transport.pulled_record import to_purge
 from pdboot.weights.stage import remove_oneshots
@@ -154,7 +154,8 @@ def clean_files(hosts: Hosts, inv: Inventory, plan: Plan, purge: bool, emit: Emi
                 notes.append(f"{host}: kept {', '.join(kept)} (not pulled by pdboot)")
             link.engine.remove_project_dir(pdir)
         else:
-            link.conn.run(["rm", "-f", f"{pdir}/{SECRETS_FILE}"])
+            secret = [SECRETS_FILE, *sorted(PRIVATE_FILES)]  # the proxy's key check, watch's key
+            link.conn.run(["rm", "-f", *(f"{pdir}/{name}" for name in secret)])
         return notes
 
     values, errors = hosts.each(clean, OP_DEADLINE)

@@ -104,6 +104,26 @@ def reconcile(wanted: Mapping[str, str], present: Sequence[Worker]) -> list[Work
     return out
 
 
+@dataclass(frozen=True)
+class WorkerDiff:
+    """The router's list against the plan (`status`): workers pdboot did not register, and
+    engines of the plan the router does not list; ``error`` when the list could not be read."""
+
+    foreign: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    error: str = ""
+
+
+def worker_diff(plan: Plan, fetch: HttpFn, headers: Mapping[str, str] | None = None) -> WorkerDiff:
+    """GET /workers through ``fetch`` (admin.py's: the router's loopback via its host)."""
+    try:
+        listed = {w.url for w in RouterWorkerApi(plan.router.url, fetch, headers).workers()}
+    except RouterApiError as e:
+        return WorkerDiff(error=str(e))
+    wanted = set(plan_workers(plan))
+    return WorkerDiff(tuple(sorted(listed - wanted)), tuple(sorted(wanted - listed)))
+
+
 class RouterWorkerApi:
     """The calls, over pdboot's one HTTP function (a test hands in its own)."""
 

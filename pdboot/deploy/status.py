@@ -14,8 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
+from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.logscan import explain_services, report_lines
 from pdboot.deploy.readiness import find_container
+from pdboot.deploy.router_api import WorkerDiff, worker_diff
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -141,7 +143,9 @@ def collect(
     *,
     hosts_factory: HostsFactory = default_hosts,
     fetch: HttpFn = http,
-) -> tuple[Plan, list[ServiceStatus]]:
+) -> tuple[Plan, list[ServiceStatus], WorkerDiff | None]:
+    """The plan, a row per service, and the router's workers against the plan (None when
+    the router is not healthy)."""
     hosts = hosts_factory(inv, list(build_plan(inv).hosts), accept_new_host_keys)
     try:
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
@@ -150,12 +154,20 @@ def collect(
         inv, _ = as_recorded(inv, hosts)  # the commit `up` pinned the engines to
         plan = plan_from(inv, findings)
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
+        unreachable = {**errors, **hosts.errors}  # host -> why (status carries the reason)
+        observed = owned([o for obs in values.values() for o in obs], plan.deployment)
+        # the router's own /health is on its host's loopback: through that host (admin.py)
+        admin = AdminFetch(plan, hosts, fetch)
+        try:
+            now = datetime.now(timezone.utc)
+            rows = rows_for(plan, observed, set(unreachable), now, admin, reasons=unreachable)
+            router = next((r for r in rows if r.service == plan.router.key), None)
+            diff = worker_diff(plan, admin) if router is not None and router.healthy else None
+            return plan, rows, diff
+        finally:
+            admin.close()
     finally:
         hosts.close()
-    unreachable = {**errors, **hosts.errors}
-    observed = owned([o for obs in values.values() for o in obs], plan.deployment)
-    now = datetime.now(timezone.utc)
-    return plan, rows_for(plan, observed, set(unreachable), now, fetch, reasons=unreachable)
 
 
 def rows_for(
@@ -211,14 +223,16 @@ def status(
     code = EXIT_FAILED
     try:
         while True:
-            plan, rows = collect(
+            plan, rows, workers = collect(
                 inv, accept_new_host_keys, hosts_factory=hosts_factory, fetch=fetch
             )
             running = {r.service for r in rows if r.state == "running"}
             now, t_now = scrape(plan, fetch, running), time.monotonic()
             pd = pd_status(plan, now, before, t_now - t_before)
             verdicts = watch_verdicts(inv, plan, fetch)
-            code = _report(inv, plan, rows, pd, emit, diagnose=before is None, watch=verdicts)
+            code = _report(
+                inv, plan, rows, pd, emit, diagnose=before is None, watch=verdicts, workers=workers
+            )
             if watch is None:
                 break
             before, t_before = now, t_now
@@ -247,11 +261,14 @@ def _report(
     *,
     diagnose: bool,
     watch: WatchVerdicts | None = None,
+    workers: WorkerDiff | None = None,
 ) -> int:
     planned = [r for r in rows if r.planned]
     healthy = bool(planned) and all(r.healthy for r in planned)
+    # a worker pdboot did not register, or an engine the router lost, is not healthy
+    healthy = healthy and (workers is None or not (workers.foreign or workers.missing))
     report = StatusReport(inv.name, plan.endpoint + "/v1", healthy, tuple(rows), pd, watch)
-    emit(replace(report, revision=plan.revision))
+    emit(replace(report, revision=plan.revision, workers=workers))
     no_logs = ("absent", "unreachable")
     sick = [r.service for r in planned if not r.healthy and r.state not in no_logs]
     if sick and diagnose:  # known causes in the logs of what runs but is not healthy

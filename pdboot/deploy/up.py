@@ -1,17 +1,13 @@
 """`up`: preflight -> pull everywhere (parallel) -> ship compose + secrets -> start the
 decode and prefill tiers together -> wait for every engine's /health -> start the router
--> wait for its /health and every engine in /workers -> one chat completion through the
-router with proof that decode pulled KV from prefill -> the watch service, if any (held back
-from the start until after the changes and checks: it acts on the router's workers too, and
-its canaries would count in the proof) -> endpoint.
+-> wait for its /health and every engine in /workers -> the proxy in front -> one chat
+completion through it with proof that decode pulled KV from prefill -> the watch service,
+if any (held back until after the changes and checks: it acts on the router's workers too,
+and its canaries would count in the proof) -> endpoint.
 
-Both engine tiers start at once: vLLM 0.33's NIXL connector needs nothing from the other
-tier at start-up (decode handshakes with a prefill over the side channel lazily, at the
-first request that carries that prefill's KV parameters), so time to ready is the slowest
-tier's, not the sum. Only the router, which registers both tiers, waits for both.
-
-Decisions come from converge.py (pure), waiting from waits.py (pure); this module acts
-and emits events (events.py). It never prints: views do (pdboot/views/).
+Both engine tiers start at once: NIXL needs nothing from the other tier at start-up (decode
+handshakes lazily, at the first request carrying a prefill's KV parameters). Decisions come
+from converge.py, waiting from waits.py; this module acts and emits events, never prints.
 """
 
 from __future__ import annotations
@@ -23,10 +19,12 @@ from dataclasses import replace
 from pdboot.deploy.actions import (
     endpoint_event,
     pull_all,
+    running_now,
     ship_all,
     start_all,
     watch_held_back,
 )
+from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.changes import add_former_hosts, plan_only
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.lockguard import under_lock
@@ -88,6 +86,7 @@ from pdboot.transport.hosts import (
     secrets_env,
 )
 from pdboot.transport.http import HttpFn, http
+from pdboot.transport.tls_files import read_tls
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
@@ -97,8 +96,6 @@ from pdboot.weights.stage import pin_weights, remove_oneshots, with_stage_image
 
 LOG_LINES_ON_FAILURE = 50
 ENGINE_TIERS = ("decode", "prefill")
-
-
 _Stop = UpStopped  # a step failed and was reported; `up` exits 1
 
 
@@ -152,6 +149,8 @@ def _up(
 ) -> int:
     try:
         token = read_secrets(inv) or None  # secrets.env's variables -> values
+        pair = read_tls(inv)  # router.tls: shipped to the proxy (0600)
+        tls = (pair.cert, pair.key) if pair is not None else None
     except SecretError as e:
         emit(Note(f"error: {e}", "error"))
         return EXIT_USAGE
@@ -167,7 +166,8 @@ def _up(
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
     try:
-        return _on_hosts(inv, opts, emit, hosts, findings, UpEnv(clock, fetch, token, confirm))
+        env = UpEnv(clock, fetch, token, confirm, tls=tls)
+        return _on_hosts(inv, opts, emit, hosts, findings, env)
     finally:  # Ctrl-C mid-pull: no staging or seed container (nor its secret) is left
         if is_hub_model(inv.model) and inv.weights.stage:
             remove_oneshots(inv, hosts)
@@ -230,6 +230,8 @@ def _on_hosts(
     except KeyboardInterrupt:
         run.interrupted()
         return EXIT_INTERRUPTED
+    finally:
+        run.admin.close()
     return EXIT_OK
 
 
@@ -238,12 +240,14 @@ class _Up(ChangeSteps):
         self, inv: Inventory, plan: Plan, hosts: Hosts, opts: UpOptions, emit: Emit, env: UpEnv
     ) -> None:
         self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
-        self.emit, self.env = emit, env
+        # the router's worker API through the router host's SSH connection (admin.py)
+        self.admin = AdminFetch(plan, hosts, env.fetch)
+        self.emit, self.env = emit, replace(env, fetch=self.admin)
         self.dir = project_dir(inv)
         self.records: dict[str, str] = {}  # host -> RDMA record text to ship
         self.port_gbps: dict[str, float] = {}  # host -> RDMA port rate preflight read
         engines = {h: link.engine for h, link in hosts.links.items()}
-        self.prober = Prober(plan, engines, {}, env.fetch, env.clock, relink=hosts.relink)
+        self.prober = Prober(plan, engines, {}, self.env.fetch, env.clock, relink=hosts.relink)
         self.live = live_workers(inv)
 
     # ---- the sequence
@@ -253,13 +257,16 @@ class _Up(ChangeSteps):
         self.check_image()
         self.ship()
         observed = self.observe()
-        watch = [s for st in plan_up(self.plan, observed) for s in st if s.service.role == "watch"]
+        steps = [s for st in plan_up(self.plan, observed) for s in st]
+        watch = [s for s in steps if s.service.role == "watch"]
         watch = watch_held_back(self.hosts, watch, self.emit)
+        proxy = [s for s in steps if s.service.role == "proxy"]
         # --rollback asks for all or nothing; a roll that fails keeps the old engines serving
         if self.live and self.opts.rolling and not self.opts.rollback:
             self.roll(observed)
         else:
             self.recreate(observed)
+        self.start_proxy(proxy)
         if self.opts.prove:
             self.prove()
             self.gate()
@@ -312,7 +319,7 @@ class _Up(ChangeSteps):
         self.emit(StageStarted("ship"))
         token = self.env.token
         secrets = secrets_env(token) if token is not None else None
-        pins = self.env.weights.pin_files()
+        pins = self.files_to_ship()
         errors = ship_all(self.hosts, self.plan, self.dir, secrets, self.records, self.inv, pins)
         if errors:
             report_errors(self.emit, "cannot ship the compose project to", errors)
@@ -490,11 +497,4 @@ class _Up(ChangeSteps):
         self.emit(endpoint_event(self.plan))
 
     def interrupted(self) -> None:
-        try:
-            values, _ = self.hosts.each(
-                lambda _h, link: link.engine.containers(self.plan.deployment), 30
-            )
-        except KeyboardInterrupt:
-            values = {}
-        running = tuple((o.key, o.state) for obs in values.values() for o in obs)
-        self.emit(Interrupted(started=True, running=running))
+        self.emit(Interrupted(started=True, running=running_now(self.hosts, self.plan)))

@@ -19,7 +19,9 @@ from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_restarts
-from pdboot.plan.model import Plan, Service
+from pdboot.plan.model import WATCH_SECRETS_FILE, Plan, Service
+from pdboot.plan.proxy import proxy_files
+from pdboot.plan.watch import watch_secrets_text
 from pdboot.preflight import ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
 from pdboot.transport.hosts import Hosts
@@ -56,6 +58,7 @@ class UpEnv:
     token: dict[str, str] | None
     confirm: Confirm | None = None
     weights: Staging = NOTHING_STAGED  # the commit the engines load, staged during the pull
+    tls: tuple[str, str] | None = None  # router.tls's (cert, key) PEM, read at `up`
 
 
 class ChangeSteps:
@@ -103,6 +106,25 @@ class ChangeSteps:
 
     def observe(self, only: Sequence[str] | None = None) -> list[Observed]:
         raise NotImplementedError
+
+    def start_proxy(self, proxy: list[Step]) -> None:
+        """The public endpoint (plan/proxy.py), once the router behind it serves every
+        engine; an unchanged proxy keeps serving throughout."""
+        if any(s.kind != "unchanged" for s in proxy):
+            self.start(proxy)
+            self.wait([s.service for s in proxy], router=False)
+
+    def files_to_ship(self) -> dict[str, dict[str, str]]:
+        """Host -> files beside compose.yaml: the weights pin, the proxy's nginx.conf and its
+        key check (PRIVATE_FILES: 0600)."""
+        out = {h: dict(files) for h, files in self.env.weights.pin_files().items()}
+        key = (self.env.token or {}).get("VLLM_API_KEY")
+        here = out.setdefault(self.inv.router.host, {})
+        here.update(proxy_files(self.inv, key, self.env.tls))
+        watch_env = watch_secrets_text(key) if self.plan.watch is not None else None
+        if watch_env is not None:
+            here[WATCH_SECRETS_FILE] = watch_env
+        return out
 
     def show_steps(self, stages: list[list[Step]]) -> None:
         self.emit(StageStarted("converge"))

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Literal, Protocol
 
 from pdboot.deploy.drain import drain
@@ -134,7 +135,7 @@ class Watcher:
         self._record(obs, self.deps.clock() - t0)
         for a in actions:
             self._act(a)
-        self._enforce_evictions()
+        self._reconcile_workers(obs.health)
         return actions
 
     def _record(self, obs: Round, seconds: float) -> None:
@@ -233,23 +234,39 @@ class Watcher:
             return False, str(e)
         return True, ""
 
-    def _enforce_evictions(self) -> None:
-        """An engine watch holds out must not be in the router's list (a router restart or
-        another tool may have registered it again); removing it again is idempotent."""
-        out = {
-            self.by_key[k].url.rstrip("/")
-            for k, s in self.state.engines.items()
-            if not s.in_rotation
-        }
-        if not out:
-            return
+    def _reconcile_workers(self, healthy: Mapping[str, bool]) -> None:
+        """The router's list made true each round: a worker that is no engine of the plan is
+        removed (metric, alert rule PdbootForeignWorker); an engine watch holds out is removed
+        again (a router restart or another tool may have registered it); a healthy engine in
+        rotation that is missing is registered again (a router Docker restarted comes back
+        empty: refilled within this round)."""
         try:
-            listed = {w.url for w in self.deps.router.workers()}
-            for url in sorted(out & listed):
-                self.deps.router.remove(url)
-                log.warning("removed %s again: it was back in the router's list", url)
+            listed = {w.url: w.worker_type for w in self.deps.router.workers()}
         except (RouterApiError, OSError) as e:
             log.warning("cannot check the router's workers: %s", e)
+            return
+        mine = {x.url.rstrip("/"): x for x in self.engines}
+        m, router = self.deps.metrics, self.deps.router
+        for url, kind in sorted(listed.items()):
+            owner = mine.get(url)
+            if owner is None:
+                _, detail = self._router_call(partial(router.remove, url))
+                m.inc("pdboot_watch_foreign_workers_removed_total", url, kind)
+                log.error("removed foreign worker %s (%s) %s", url, kind, detail)
+            elif not self.state.engines[owner.key].in_rotation:
+                self._router_call(partial(router.remove, url))
+                log.warning("removed %s again: it was back in the router's list", url)
+        for url, eng in sorted(mine.items()):
+            if url in listed or not self.state.engines[eng.key].in_rotation:
+                continue
+            if not healthy.get(eng.key, False):
+                continue
+            ok, detail = self._router_call(partial(router.add, eng.url, eng.tier))
+            if ok:
+                m.inc("pdboot_watch_workers_reregistered_total", eng.key, eng.tier)
+                log.warning("registered %s again: it was missing from the router's list", eng.key)
+            else:
+                log.error("cannot register %s again: %s", eng.key, detail)
 
     # ------------------------------------------------------------ restarts
     def _restart(self, a: Restart) -> None:

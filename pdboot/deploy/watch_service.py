@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import RouterWorkerApi
 from pdboot.deploy.watch_run import Restarter, WatchDeps, Watcher
@@ -92,10 +93,39 @@ class DockerRestarter:
             hosts.close()
 
 
+REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request (and read the answer)
+MAX_CONNECTIONS = 32  # scrapes and `status`: a few at a time; more are closed at once
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS handled at once: an idle half-sent request holds a slot for
+    REQUEST_TIMEOUT at most, and never a thread per connection without bound."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 def serve(watcher: Watcher, metrics: WatchMetrics, host: str, port: int) -> ThreadingHTTPServer:
     """/metrics, /verdicts and /health on ``host:port``, in a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT  # socket timeout: a client that stalls is dropped
+
         def log_message(self, format: str, *args: Any) -> None:
             return  # a scrape every few seconds is not news
 
@@ -123,8 +153,7 @@ def serve(watcher: Watcher, metrics: WatchMetrics, host: str, port: int) -> Thre
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = _BoundedServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True, name="watch-http").start()
     return server
 
@@ -175,9 +204,12 @@ def run_watch(
     headers = api_key_headers({"VLLM_API_KEY": key} if key else {})
     metrics = WatchMetrics()
     restarter: Restarter | None = DockerRestarter(inv, plan) if opts.restarts else None
+    # the worker API is on the router host's loopback (plan/proxy.py): the service runs
+    # there; in the foreground (restarts on) it goes through the router host's SSH connection
+    admin = AdminFetch(plan, open_hosts(inv, [plan.router.host]), http) if opts.restarts else None
     deps = WatchDeps(
         http,
-        RouterWorkerApi(plan.endpoint, http, headers),
+        RouterWorkerApi(plan.router.url, admin or http, headers),
         emit,
         metrics,
         restarter,
@@ -207,6 +239,9 @@ def run_watch(
     finally:
         server.shutdown()
         server.server_close()
+        if admin is not None:
+            admin.close()
+            admin.hosts.close()
     ok = all(v["ok"] for v in watcher.verdicts())
     code = EXIT_OK if ok else EXIT_FAILED
     emit(Done("watch", code, 0.0, f"{watcher.rounds} rounds"))

@@ -64,3 +64,19 @@ def gpu_count(inv: Inventory, s: Service) -> int:
         first, last = ranks.split("-")
         local = int(last) - int(first) + 1
     return tp * local
+
+
+def endpoint_router_command(plan: Plan) -> list[str]:
+    """`render`'s router command as the exported endpoint: on a scheduler nothing runs
+    pdboot's proxy (docs/export.md), so the router listens where clients reach it (all
+    addresses, the endpoint's port) instead of its host's loopback behind the proxy."""
+    command = list(plan.router.command)
+    if plan.proxy is None:
+        return command
+    command = with_flag(command, "--host", "0.0.0.0")  # noqa: S104 - the exported endpoint
+    return with_flag(command, "--port", str(plan.proxy.port))
+
+
+def endpoint_port(plan: Plan) -> int:
+    """The port clients use: the proxy's where `up` runs one (the router's own otherwise)."""
+    return plan.proxy.port if plan.proxy is not None else plan.router.port

@@ -30,6 +30,8 @@ from pdboot.export.common import (
     SIDE_CHANNEL_HOST,
     ExportError,
     dns_label,
+    endpoint_port,
+    endpoint_router_command,
     engines,
     gpu_count,
     label_value,
@@ -37,8 +39,8 @@ from pdboot.export.common import (
     with_flag,
 )
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.build import without_workers
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER, Plan, Service
+from pdboot.plan.router_flags import without_workers
 
 LABEL_DEPLOYMENT = "pdboot.io/deployment"
 LABEL_ROLE = "pdboot.io/role"
@@ -55,7 +57,7 @@ def secret_name(plan: Plan) -> str:
 
 
 def router_port(plan: Plan) -> int:
-    return plan.router.port
+    return endpoint_port(plan)
 
 
 def engine_port(plan: Plan) -> int:
@@ -88,7 +90,7 @@ def _selector_args(plan: Plan, role: str) -> list[str]:
 def router_args(plan: Plan, namespace: str) -> list[str]:
     """`render`'s router arguments less its static worker lists, plus its discovery."""
     return [
-        *without_workers(plan.router.command),
+        *without_workers(endpoint_router_command(plan)),
         "--service-discovery",
         "--service-discovery-namespace",
         namespace,

@@ -20,7 +20,12 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-from pdboot.export.common import SIDE_CHANNEL_HOST, engines
+from pdboot.export.common import (
+    SIDE_CHANNEL_HOST,
+    endpoint_port,
+    endpoint_router_command,
+    engines,
+)
 from pdboot.export.slurm_text import PRELUDE, RUN
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
@@ -84,7 +89,7 @@ def engine_env(plan: Plan, s: Service) -> list[tuple[str, str]]:
 def router_args(plan: Plan) -> list[str]:
     """`render`'s router arguments, its workers' URLs on their nodes."""
     by_url = {s.url: s for s in plan.engines}
-    return [_url(plan, by_url[a]) if a in by_url else a for a in plan.router.command]
+    return [_url(plan, by_url[a]) if a in by_url else a for a in endpoint_router_command(plan)]
 
 
 def container_name(plan: Plan, s: Service) -> Word:
@@ -230,7 +235,7 @@ def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -
         f"NEEDS_SECRETS={1 if any(s.env_file for s in (*es, plan.router)) else 0}",
         f"READY_SECONDS={int(inv.timeouts.ready_seconds)}",
         f"ROUTER_READY_SECONDS={int(inv.timeouts.router_ready_seconds)}",
-        f"ENDPOINT_PORT={plan.router.port}",
+        f"ENDPOINT_PORT={endpoint_port(plan)}",
         f"WORKERS={sum(1 for s in es if not s.headless)}",
         f"LIVE_WORKERS={1 if '--enable-igw' in plan.router.command else 0}",
         PRELUDE,

@@ -307,7 +307,8 @@ def _port_rules(inv: Inventory) -> list[tuple[Path, str]]:
                 for p in e.side_channel_ports:
                     claim(h, p, f"{e.name} NIXL side channel", (tname, "side_channel_port"))
     r = inv.router
-    claim(r.host, r.port, "router HTTP", ("router", "port"))
+    claim(r.host, r.port, "the proxy (public endpoint)", ("router", "port"))
+    claim(r.host, r.internal_port, "router HTTP (loopback)", ("router", "internal_port"))
     claim(r.host, r.metrics_port, "router metrics", ("router", "metrics_port"))
     # The front-door proxy (the router's host) claims its port here, after the router's.
     for host, port, what, path in _service_listeners(inv):

@@ -17,6 +17,8 @@ _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\]
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*"
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", _A)
 _DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}", _A)
+# the characters an image reference may hold at all, before the grammar: registry/repo:tag@digest
+IMAGE_CHARS_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"
 _DOMAIN_RE = re.compile(_DOMAIN, _A)
 _PATH_RE = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*", _A)
 NAME_MAX = 255

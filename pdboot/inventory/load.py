@@ -159,6 +159,7 @@ _PATTERN_WORDS = {
     "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$": (
         "must be a Python module path such as my_pkg.connectors"
     ),
+    "^[0-9A-Fa-f.:]{2,45}$": "must be an IP address (IPv4 or IPv6) of the router host",
     "^https?://[A-Za-z0-9.:\\[\\]_-]+(/\\S*)?$": "must be a URL such as https://hf.example.com",
 }
 _TYPE_WORDS = {

@@ -370,8 +370,8 @@ _ROUTER_MANAGED_FLAGS = {
     "--decode-policy": "from router.decode_policy",
     "--cache-threshold": "from router.cache_threshold",
     "--balance-abs-threshold": "from router.balance_abs_threshold",
-    "--host": "the router listens on all interfaces",
-    "--port": "from router.port",
+    "--host": "the router listens on its host's loopback (the proxy owns router.port)",
+    "--port": "from router.internal_port",
     "--prometheus-host": "metrics listen on all interfaces",
     "--prometheus-port": "from router.metrics_port",
     "--request-timeout-secs": "from router.request_timeout_secs",
@@ -384,9 +384,9 @@ _ROUTER_MANAGED_FLAGS = {
 def live_workers(inv: Inventory) -> bool:
     """Does `up` register the workers at runtime (router.live_workers)? Not with DP-aware
     routing: its rank expansion was tried only with the static lists. Not with
-    `secrets.api_key` either: tried with vllm-router 0.1.17 and workers that refuse requests
-    without the key, an IGW-mode router asks a registered worker's /v1/models without
-    OPENAI_API_KEY (401: "Failed to discover model", model_id "unknown") and then sends the
-    completions without any Authorization header, so every request fails with 401; the
-    static lists send OPENAI_API_KEY (tests/e2e/test_api_key_secrets.py)."""
+    `secrets.api_key` either: tried again behind the proxy (issue 28) with vllm-router 0.1.17
+    in gateway mode and stand-in engines that check the key, the completion through the
+    router answered 200 but the decode computed the whole prompt itself (no KV from the
+    prefill: 11 of 11 tokens local), so pdboot keeps the static lists, which send
+    OPENAI_API_KEY on both legs (tests/e2e/test_api_key_secrets.py)."""
     return inv.router.live_workers and not inv.router.dp_aware and inv.secrets.api_key is None

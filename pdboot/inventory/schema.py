@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
-from pdboot.inventory.imageref import check_image_reference
+from pdboot.inventory.imageref import IMAGE_CHARS_RE, check_image_reference
 from pdboot.inventory.kv_schema import KVTransfer
 from pdboot.inventory.safety import (
     check_abs_path,
@@ -28,17 +28,22 @@ from pdboot.inventory.safety import (
     check_size,
 )
 from pdboot.inventory.strict import Strict
+from pdboot.inventory.tls_schema import RouterTls
 from pdboot.inventory.watch_schema import Watch
+from pdboot.inventory.weights_schema import Weights as Weights  # re-exported
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.34.0"
 DEFAULT_ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
+# The reverse proxy that owns the public endpoint (router.proxy_image): the official nginx
+# image, pinned to one release; it runs only the nginx.conf pdboot ships (plan/proxy.py).
+DEFAULT_PROXY_IMAGE = "nginx:1.27.3"
 LOCAL = "local"
 
 _NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _USER_RE = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
 _IFACE_RE = r"[A-Za-z0-9_.:@-]{1,15}"  # IFNAMSIZ - 1
 _DEVICE_RE = r"[A-Za-z0-9_.:-]{1,64}"
-_IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # registry/repo:tag@digest
+_IMAGE_RE = IMAGE_CHARS_RE
 _VERSION_RE = r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}"  # ASCII digits: \d is any script's
 MAX_TP = 64  # GPUs per engine: no node holds more; vLLM would hang waiting for the rest
 MAX_GPU_INDEX = 63
@@ -236,8 +241,16 @@ def tier_policy(explicit: str | None, tier: str, engines: int) -> str:
 
 class Router(Strict):
     host: str
+    # the public endpoint: the proxy (nginx) listens here and forwards only the client API;
+    # the router itself listens on the router host's loopback at internal_port, where only
+    # that host (pdboot over its SSH connection, the watch service) reaches its worker API
     port: int = Field(default=8000, ge=1, le=65535)
+    internal_port: int = Field(default=8081, ge=1, le=65535)
     metrics_port: int = Field(default=29000, ge=1, le=65535)
+    proxy_image: str = DEFAULT_PROXY_IMAGE
+    # the largest request body the proxy accepts (nginx client_max_body_size), in MiB
+    max_request_mb: int = Field(default=32, ge=1, le=4096)
+    tls: RouterTls | None = None  # HTTPS on router.port (inventory/tls_schema.py)
     # docs/routing.md: cache_aware pins sequential traffic (ties go to the first engine) and
     # traffic sharing a prefix (affinity until 64 in flight); prefix reuse pays on prefill
     # only, so prefill keeps it with thresholds that let load win early, decode spreads.
@@ -266,6 +279,12 @@ class Router(Strict):
     @classmethod
     def _args(cls, v: list[str]) -> list[str]:
         return check_extra_args(v)
+
+    @field_validator("proxy_image")
+    @classmethod
+    def _proxy_image(cls, v: str) -> str:
+        check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
+        return check_image_reference(v)
 
 
 class Ulimits(Strict):
@@ -379,44 +398,6 @@ class Requirements(Strict):
 
 
 _REVISION_RE = r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}"  # a branch, tag or commit (no "..")
-
-
-class Weights(Strict):
-    """How the model's files reach the engine hosts (pdboot/weights/): staged once per host
-    at the pinned commit before any engine starts (stage), or fetched by each engine itself
-    at start-up (stage: false, vLLM's own download). seed first_host: download on the
-    first engine host only and copy from it to the others over the hosts' own network."""
-
-    stage: bool = True
-    seed: Literal["none", "first_host"] = "none"
-    seed_port: int = Field(default=8765, ge=1024, le=65535)  # the first host serves here
-    # the hub (or a mirror); None: $HF_ENDPOINT on the operator's machine, else huggingface.co
-    endpoint: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9.:\[\]_-]+(/\S*)?$")
-    # the token and the hashes every file is checked against come over it: https only,
-    # unless plain http is wanted by name (a mirror on a trusted network; the testbed's hub)
-    allow_plain_http: bool = False
-    # the image staging runs in (containers/stage.Dockerfile: Python and huggingface_hub,
-    # pulled in seconds), so that staging overlaps the engine image's pull; None: the
-    # engine image's own huggingface_hub (staging then waits for that pull)
-    image: str | None = None
-
-    @field_validator("image")
-    @classmethod
-    def _stage_image(cls, v: str | None) -> str | None:
-        if v is None:
-            return None
-        return check_image_reference(check_safe_token(v, "image reference", _IMAGE_RE))
-
-    @model_validator(mode="after")
-    def _https(self) -> Weights:
-        plain = self.endpoint is not None and self.endpoint.startswith("http://")
-        if plain and not self.allow_plain_http:
-            raise ValueError(
-                f"endpoint {self.endpoint} is plain http: the HF token and the file hashes "
-                "would cross the network readable and forgeable; use https://, or set "
-                "weights.allow_plain_http: true for a mirror on a trusted network"
-            )
-        return self
 
 
 class Timeouts(Strict):

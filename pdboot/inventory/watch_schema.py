@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from pdboot.inventory.imageref import check_image_reference
+from pdboot.inventory.imageref import IMAGE_CHARS_RE, check_image_reference
 from pdboot.inventory.safety import check_safe_token
 from pdboot.inventory.strict import Strict
 
 DAY = 86400.0
-_IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"  # as schema.py's image references
+_IMAGE_RE = IMAGE_CHARS_RE
 
 
 class Watch(Strict):
@@ -26,6 +26,10 @@ class Watch(Strict):
     drain_seconds: float = Field(default=30.0, ge=0, le=DAY)
     # its Prometheus metrics and last verdicts (/metrics, /verdicts) on the router host
     port: int = Field(default=29100, ge=1, le=65535)
+    # where the service binds them: an address of the router host that Prometheus reaches
+    # (e.g. a private or monitoring network's, or 127.0.0.1 behind a scraper on that host);
+    # None: the router host's advertised address
+    bind: str | None = Field(default=None, pattern=r"^[0-9A-Fa-f.:]{2,45}$")
     # `up` runs watch as a service beside the router from this image (pdboot installed:
     # containers/watch.Dockerfile); None: no service, run `pdboot watch` yourself
     image: str | None = None

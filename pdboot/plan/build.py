@@ -1,10 +1,8 @@
 """Inventory -> what runs where, in which order (pure; no I/O).
 
-One compose project per host (``pdboot-<deployment>``) holding that host's services:
-``decode``, ``prefill`` and/or ``router``. Start order: every engine of both tiers together
-(vLLM's NIXL connector needs nothing from the other tier at start-up), then the router once
-they answer /health (it registers both tiers as workers).
-"""
+One compose project per host (``pdboot-<deployment>``): ``decode``, ``prefill``, ``router``,
+``proxy``. Start order: every engine of both tiers together (NIXL needs nothing from the other
+tier at start-up), then the router once they answer /health, then the proxy in front."""
 
 from __future__ import annotations
 
@@ -44,7 +42,9 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.plan.proxy import ROUTER_INTERNAL_ADDRESS, proxy_service
 from pdboot.plan.render import service_definition
+from pdboot.plan.router_flags import cache_aware_flags, without_workers
 from pdboot.plan.vllm_args import nic_rank_env, version_args
 from pdboot.plan.watch import watch_service
 from pdboot.weights.engine_args import engine_hub_env, revision_args, revision_of
@@ -312,26 +312,6 @@ def _dp_fields(inv: Inventory, e: EngineSpec) -> tuple[str, str, str]:
     return role, e.dp.describe(), f"http://{url_host(head)}:{e.port}"
 
 
-def _cache_aware_flags(inv: Inventory, policies: tuple[str, str]) -> list[str]:
-    """The router-wide cache_aware thresholds, only when a tier routes with cache_aware."""
-    r = inv.router
-    if "cache_aware" not in policies:
-        return []
-    return [
-        "--cache-threshold",
-        f"{r.cache_threshold:g}",
-        "--balance-abs-threshold",
-        str(r.balance_abs_threshold),
-    ]
-
-
-# The router flags that list its workers. With live workers the router ignores them (IGW mode
-# starts in "direct URL mode with 0 prefill, 0 decode"; pdboot POSTs every engine), but its
-# argument check refuses P/D mode without them; they are kept out of the config hash so a
-# change of the engine set alone never recreates the router.
-WORKER_FLAGS = ("--prefill", "--decode")
-
-
 def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> list[str]:
     r = inv.router
     live = live_workers(inv)
@@ -362,11 +342,12 @@ def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Servi
     return [
         *cmd,
         *chosen,
-        *_cache_aware_flags(inv, policies),
+        *cache_aware_flags(inv, policies),
+        # loopback only: the proxy owns the public port (plan/proxy.py)
         "--host",
-        "0.0.0.0",  # noqa: S104 - the router is the deployment's ingress
+        ROUTER_INTERNAL_ADDRESS,
         "--port",
-        str(r.port),
+        str(r.internal_port),
         "--prometheus-host",
         "0.0.0.0",  # noqa: S104 - scraped from outside the host
         "--prometheus-port",
@@ -377,28 +358,14 @@ def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Servi
     ]
 
 
-def without_workers(command: Sequence[str]) -> list[str]:
-    """The router command less its worker lists (what its hash covers with live workers)."""
-    out: list[str] = []
-    skip = False
-    for arg in command:
-        if skip:
-            skip = False
-        elif arg in WORKER_FLAGS:
-            skip = True
-        else:
-            out.append(arg)
-    return out
-
-
 def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> Service:
     r = inv.router
     return Service(
         name="router",
         role="router",
         host=r.host,
-        address=advertised_address(inv.hosts[r.host]),
-        port=r.port,
+        address=ROUTER_INTERNAL_ADDRESS,  # as its host sees it (deploy/admin.py)
+        port=r.internal_port,
         project=project_name(inv),
         image=inv.router_image,
         command=tuple(_router_command(inv, prefills, decodes)),
@@ -471,9 +438,11 @@ def build_plan(
     decodes = [s for s in services if s.role == "decode"]
     prefills = [s for s in services if s.role == "prefill"]
     router = _with_hash(_router(inv, prefills, decodes))
-    watch = watch_service(inv, project_name(inv), _labels(inv, "watch", inv.router.host))
+    r_host = inv.router.host
+    watch = watch_service(inv, project_name(inv), _labels(inv, "watch", r_host))
     watch = _with_hash(watch) if watch is not None else None
-    every = decodes + prefills + [router] + ([watch] if watch is not None else [])
+    proxy = _with_hash(proxy_service(inv, project_name(inv), _labels(inv, "proxy", r_host)))
+    every = decodes + prefills + [router, proxy] + ([watch] if watch is not None else [])
     hosts: dict[str, HostPlan] = {}
     for name in deployment_hosts(inv):
         h = inv.hosts[name]
@@ -489,8 +458,10 @@ def build_plan(
         model=inv.model,
         served_model_name=inv.served_model_name or inv.model,
         hosts=hosts,
-        stages=(tuple(decodes), tuple(prefills), (router,)) + (((watch,),) if watch else ()),
+        stages=(tuple(decodes), tuple(prefills), (router,), (proxy,))
+        + (((watch,),) if watch else ()),
         router=router,
+        proxy=proxy,
         hf_token_ref=inv.secrets.hf_token,
         unresolved=tuple(unresolved(inv, gpu_counts)),
         device=inv.device,

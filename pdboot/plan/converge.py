@@ -76,7 +76,9 @@ class Observed:
     def service_name(self) -> str:
         """The plan's Service.name it stands for: ``decode``, ``prefill-2``, ``router``."""
         role = self.role or "?"
-        return role if role in ("router", "watch") else engine_name(role, self.engine_index)
+        if role in ("router", "proxy", "watch"):
+            return role
+        return engine_name(role, self.engine_index)
 
     @property
     def key(self) -> str:

@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Role = Literal["decode", "prefill", "router", "watch"]
+Role = Literal["decode", "prefill", "router", "proxy", "watch"]
 # How plans and reports group services. `up` starts both engine tiers together, then the
-# router, then watch (`pdboot watch` as a service, optional); `down` stops in the reverse order.
-ROLES: tuple[Role, ...] = ("decode", "prefill", "router", "watch")
+# router, then the proxy in front of it (the public endpoint, plan/proxy.py), then watch
+# (`pdboot watch` as a service, optional); `down` stops in the reverse order.
+ROLES: tuple[Role, ...] = ("decode", "prefill", "router", "proxy", "watch")
 ENGINE_ROLES: tuple[Role, ...] = ("decode", "prefill")
 
 LABEL_DEPLOYMENT = "io.pdboot.deployment"
@@ -27,6 +28,15 @@ LABEL_DP_RANKS = "io.pdboot.dp-ranks"
 
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 SECRETS_FILE = "secrets.env"  # beside compose.yaml on the host, mode 0600, shipped by `up`
+# the proxy's nginx.conf (0644) and the API key's include (0600), beside compose.yaml
+PROXY_CONF_FILE = "proxy-nginx.conf"
+PROXY_AUTH_FILE = "proxy-auth.conf"
+# the watch service's env file: the API key alone, not the HF token of secrets.env
+WATCH_SECRETS_FILE = "watch-secrets.env"
+# router.tls's pair, for the proxy
+PROXY_TLS_CERT = "proxy-tls.crt"
+PROXY_TLS_KEY = "proxy-tls.key"
+PRIVATE_FILES = frozenset({PROXY_AUTH_FILE, WATCH_SECRETS_FILE, PROXY_TLS_CERT, PROXY_TLS_KEY})
 
 KV_ROLE: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
@@ -104,6 +114,7 @@ class Service:
     # threads are bound to, None where vLLM binds them itself (pdboot/inventory/cpu_layout.py)
     device: str = "cuda"
     cpus: tuple[int, ...] | None = None
+    scheme: str = "http"  # the proxy with router.tls: https (not rendered; its conf says so)
 
     @property
     def is_engine(self) -> bool:
@@ -129,7 +140,7 @@ class Service:
 
     @property
     def url(self) -> str:
-        return f"http://{url_host(self.address)}:{self.port}"
+        return f"{self.scheme}://{url_host(self.address)}:{self.port}"
 
     @property
     def health_url(self) -> str:
@@ -156,8 +167,8 @@ class Plan:
     model: str
     served_model_name: str
     hosts: dict[str, HostPlan]
-    # (decode engines, prefill engines, (router,)[, (watch,)]): read by name below, iterated
-    # in order
+    # (decode engines, prefill engines, (router,), (proxy,)[, (watch,)]): read by name below,
+    # iterated in order
     stages: tuple[tuple[Service, ...], ...]
     router: Service
     hf_token_ref: str | None = None  # where `up` reads the token (env:NAME, file:PATH)
@@ -168,10 +179,14 @@ class Plan:
     kv_cache_gib: int = 0  # device: cpu: VLLM_CPU_KVCACHE_SPACE of each engine
     watch: Service | None = None  # `pdboot watch` as a service beside the router (watch.image)
     revision: str = ""  # the --revision pdboot gives the engines ("": vLLM's default branch)
+    # the public endpoint's nginx in front of the router (None only in hand-built test plans:
+    # then the router's own URL is the endpoint)
+    proxy: Service | None = None
 
     @property
     def endpoint(self) -> str:
-        return self.router.url
+        """Where clients (and pdboot's own checks through the front door) send requests."""
+        return (self.proxy or self.router).url
 
     def services(self) -> list[Service]:
         return [s for stage in self.stages for s in stage]

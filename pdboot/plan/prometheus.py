@@ -15,9 +15,9 @@ from pdboot.plan.model import Plan, Service, url_host
 RULES_FILE = "pdboot-watch-rules.yml"
 
 
-def _target(s: Service, port: int) -> dict[str, Any]:
+def _target(s: Service, port: int, address: str = "") -> dict[str, Any]:
     return {
-        "targets": [f"{url_host(s.address)}:{port}"],
+        "targets": [f"{url_host(address or s.address)}:{port}"],
         "labels": {"role": s.role, "service": s.key, "host": s.host},
     }
 
@@ -32,7 +32,13 @@ def scrape_config(plan: Plan, interval: str = "15s") -> dict[str, Any]:
         jobs.append(
             {
                 "job_name": f"{plan.deployment}-router",
-                "static_configs": [_target(plan.router, plan.router.metrics_port)],
+                # behind the proxy the router serves on loopback; its metrics port listens
+                # on the host's own address
+                "static_configs": [
+                    _target(
+                        plan.router, plan.router.metrics_port, (plan.proxy or plan.router).address
+                    )
+                ],
             }
         )
     if plan.watch is not None:

@@ -14,7 +14,15 @@ import yaml
 
 from pdboot.inventory.cpu_layout import describe
 from pdboot.inventory.schema import Weights
-from pdboot.plan.model import LABEL_CONFIG_HASH, SECRETS_FILE, BindMount, HostPlan, Plan, Service
+from pdboot.plan.model import (
+    LABEL_CONFIG_HASH,
+    SECRETS_FILE,
+    BindMount,
+    HostPlan,
+    Plan,
+    Service,
+    url_host,
+)
 from pdboot.weights.hub import is_commit, is_hub_model
 
 
@@ -227,13 +235,21 @@ def render_summary(plan: Plan, weights: Weights | None = None, model_revision: s
     lines = [f"Deployment {plan.deployment!r}: model {plan.model}"]
     if served != plan.model:
         lines[0] += f" (served as {served})"
-    lines.append("Start order: 1 every engine together, 2 the router once they answer /health.")
+    lines.append(
+        "Start order: 1 every engine together, 2 the router once they answer /health"
+        + (", then the proxy." if plan.proxy is not None else ".")
+    )
     where = "cores" if plan.device == "cpu" else "GPUs"
     rows = [("", "service", "host", where, "port", "side channel", "UCX_NET_DEVICES")]
     notes: list[str] = []
     for stage in plan.stages:
         for s in stage:
             dp = ""
+            if s.role == "router" and plan.proxy is not None:  # behind the proxy, loopback
+                dp = f" {_note(notes, f'{s.key}: on {s.host} loopback only', always=True)}"
+            elif s.role == "proxy":
+                what = f"{s.key}: the public endpoint: client API and /health only"
+                dp = f" {_note(notes, what, always=True)}"
             if s.dp_ranks:
                 dp = f" {_note(notes, f'{s.key}: data parallel {_dp_note(s)}', always=True)}"
             rows.append(
@@ -255,10 +271,8 @@ def render_summary(plan: Plan, weights: Weights | None = None, model_revision: s
     lines += [f"Needs preflight's facts: {u}" for u in plan.unresolved]
     lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via the router)")
     if plan.router.metrics_port is not None:
-        lines.append(
-            f"Router metrics: {plan.router.url.rsplit(':', 1)[0]}:{plan.router.metrics_port}"
-            "/metrics"
-        )
+        public = url_host((plan.proxy or plan.router).address)  # the router's own is loopback
+        lines.append(f"Router metrics: http://{public}:{plan.router.metrics_port}/metrics")
     if weights is not None:
         lines += _up_adds(plan, weights, model_revision)
     if plan.hf_token_ref is not None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import yaml
 
-from pdboot.inventory.rules import advertised_address, router_uses_secrets
+from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.model import SECRETS_FILE, BindMount, Service, url_host
+from pdboot.plan.model import WATCH_SECRETS_FILE, BindMount, Service, url_host
 
 WATCH_INVENTORY = "watch-inventory.yaml"  # beside compose.yaml on the router host
 WATCH_INVENTORY_IN_CONTAINER = "/etc/pdboot/inventory.yaml"
@@ -25,6 +25,11 @@ def watch_inventory_text(inv: Inventory) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
+def watch_secrets_text(api_key: str | None) -> str | None:
+    """The watch service's env file: the engines' API key alone (None: no key)."""
+    return f"VLLM_API_KEY={api_key}\n" if api_key else None
+
+
 def watch_service(
     inv: Inventory, project: str, labels: tuple[tuple[str, str], ...]
 ) -> Service | None:
@@ -33,7 +38,7 @@ def watch_service(
     if w is None or w.image is None:
         return None
     host = inv.router.host
-    address = advertised_address(inv.hosts[host])
+    address = w.bind or advertised_address(inv.hosts[host])
     # the project dir on the host, as pdboot.transport.hosts.project_dir lays it out
     project_dir = f"{inv.remote_dir.rstrip('/')}/{inv.name}"
     return Service(
@@ -62,6 +67,7 @@ def watch_service(
                 f"{project_dir}/{WATCH_INVENTORY}", WATCH_INVENTORY_IN_CONTAINER, read_only=True
             ),
         ),
-        # the API key the engines want (secrets.env's VLLM_API_KEY), read from the environment
-        env_file=SECRETS_FILE if router_uses_secrets(inv) else None,
+        # only the API key the engines want (VLLM_API_KEY), never the rest of secrets.env
+        # (the HF token): its own 0600 file
+        env_file=WATCH_SECRETS_FILE if inv.secrets.api_key is not None else None,
     )

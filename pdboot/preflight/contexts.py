@@ -62,7 +62,7 @@ def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
 
 def _side_ports(inv: Inventory, s: Service, whose: str = "'s") -> list[tuple[int, str]]:
     """The NIXL side-channel ports an engine listens on, with what they are."""
-    if s.side_channel_port is None or s.role == "router" or s.role == "watch":
+    if s.side_channel_port is None or s.role not in ("prefill", "decode"):
         return []
     if not s.dp_role:
         return [(s.side_channel_port, f"{s.name}{whose} NIXL side channel")]

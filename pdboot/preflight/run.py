@@ -324,7 +324,7 @@ def run_preflight(
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
     lookups = ImageLookups(
         {c.image for c in ctxs.values() if c.gpu_host and c.image}
-        | {inv.router_image for c in ctxs.values() if "router" in c.roles}
+        | {inv.router_image, inv.router.proxy_image}  # the router host's (always one)
         if wanted
         else ()
     )

@@ -20,13 +20,10 @@ from pdboot.transport.docker_host import Engine, PullResult
 from pdboot.transport.docker_parse import EngineError, PullProgress
 from pdboot.transport.fanout import fan_out
 from pdboot.transport.masking import register_secret
+from pdboot.transport.secret_error import SecretError as SecretError  # re-exported
 from pdboot.transport.ssh import connect
 
 T = TypeVar("T")
-
-
-class SecretError(Exception):
-    """A secret reference in the inventory cannot be resolved (exit 2)."""
 
 
 Environ = Mapping[str, str]

@@ -11,7 +11,7 @@ import tarfile
 import time
 from collections.abc import Mapping
 
-from pdboot.plan.model import SECRETS_FILE
+from pdboot.plan.model import PRIVATE_FILES, SECRETS_FILE
 from pdboot.transport.connection import put_text_script
 
 PROJECT_MARKER = ".pdboot-deployment"
@@ -58,7 +58,8 @@ def ship_script(
     parts: list[str] = []
     for name, text in files.items():
         body = text if text.endswith("\n") else text + "\n"
-        script += _stdin_write(f"{project_dir}/{name}", len(body.encode("utf-8")))
+        mode = 0o600 if name in PRIVATE_FILES else 0o644  # the proxy's key check: 0600
+        script += _stdin_write(f"{project_dir}/{name}", len(body.encode("utf-8")), mode)
         parts.append(body)
     if secrets_text is not None:
         script += put_text_script(f"{project_dir}/{SECRETS_FILE}", 0o600) + "\n"
@@ -68,16 +69,16 @@ def ship_script(
     return script, "".join(parts)
 
 
-def _stdin_write(path: str, size: int) -> str:
-    """Script lines moving the next ``size`` bytes of stdin to ``path`` (0644) atomically:
-    temp file, length check, then mv."""
+def _stdin_write(path: str, size: int, mode: int = 0o644) -> str:
+    """Script lines moving the next ``size`` bytes of stdin to ``path`` (``mode``)
+    atomically: temp file, length check, then mv."""
     target = shlex.quote(path)
     return (
         f"tmp=$(mktemp {target}.XXXXXX)\n"
         f'dd bs=65536 iflag=fullblock,count_bytes count={size} status=none > "$tmp"\n'
         f'[ "$(wc -c < "$tmp")" -eq {size} ] || '
         f'{{ rm -f "$tmp"; echo {target}: stdin ended early >&2; exit 3; }}\n'
-        f'chmod 644 "$tmp"; mv -f "$tmp" {target}\n'
+        f'chmod {mode:o} "$tmp"; mv -f "$tmp" {target}\n'
     )
 
 

@@ -62,6 +62,20 @@ WATCH_METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
         "Faults watch could not act on (the last engine of a tier, a router or restart error).",
         ("engine", "tier", "fault"),
     ),
+    (
+        "pdboot_watch_foreign_workers_removed_total",
+        "counter",
+        "Workers in the router's list that pdboot did not register (not an engine of the "
+        "inventory), removed by watch.",
+        ("url", "worker_type"),
+    ),
+    (
+        "pdboot_watch_workers_reregistered_total",
+        "counter",
+        "Healthy engines in rotation missing from the router's list (a router that came back "
+        "empty), registered again by watch.",
+        ("engine", "tier"),
+    ),
     ("pdboot_watch_rounds_total", "counter", "Rounds of canaries completed.", ()),
     (
         "pdboot_watch_last_round_timestamp_seconds",

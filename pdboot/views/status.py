@@ -33,6 +33,11 @@ def print_status(out: Console, report: StatusReport) -> None:
             highlight=False,
             markup=False,
         )
+    w = report.workers
+    for url in w.foreign if w is not None else ():
+        out.print(Text(f"router: foreign worker {url} (pdboot did not register it)", "red"))
+    for url in w.missing if w is not None else ():
+        out.print(Text(f"router: engine {url} is missing from its workers", "red"))
     out.print("healthy" if report.healthy else "[red]not healthy[/red]")
     if pd is not None and pd.engines:
         print_pd(out, pd)
@@ -159,6 +164,7 @@ def status_json(report: StatusReport) -> str:
         "services": [asdict(r) for r in report.services],
         "pd": report.pd.as_json() if report.pd is not None else None,
         "watch": asdict(report.watch) if report.watch is not None else None,
+        "router_workers": asdict(report.workers) if report.workers is not None else None,
     }
     return json.dumps(doc, indent=2)
 

@@ -8,7 +8,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,8 @@ def pdboot(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         text=True,
         timeout=300,
         cwd=ROOT,
-        env=dict(os.environ, **{KEY_ENV: KEY}, COLUMNS="200", TERM="dumb", **(env or {})),
+        env=dict(os.environ, **{KEY_ENV: KEY}, PDBOOT_E2E_STREAM_GAP="0.31", COLUMNS="200",
+                 TERM="dumb", **(env or {})),
     )
 
 
@@ -38,13 +41,40 @@ def out(res: subprocess.CompletedProcess[str]) -> str:
     return res.stdout + res.stderr
 
 
-def get(url: str, key: str | None = None) -> int:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+def request(url: str, body: bytes | None, key: str | None, method: str) -> int:
+    """The status; 0 when nothing answered."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=60) as r:
             return int(r.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
+    except OSError:
+        return 0
+
+
+def get(url: str, key: str | None = None) -> int:
+    return request(url, None, key, "GET")
+
+
+def post(url: str, body: bytes, key: str | None = None) -> int:
+    return request(url, body, key, "POST")
+
+
+def router_workers(tb: Any) -> list[dict[str, Any]]:
+    """GET /workers on the router's loopback port, from inside the router host."""
+    code = (
+        "import json, urllib.request; "
+        "print(urllib.request.urlopen('http://127.0.0.1:8081/workers', timeout=10).read().decode())"
+    )
+    res = tb.hosts["ingress"].exec([sys.executable, "-c", code])
+    assert res.returncode == 0, res.stderr
+    workers = json.loads(res.stdout)["workers"]
+    return sorted(({"url": w["url"], "worker_type": w["worker_type"]} for w in workers),
+                  key=lambda w: w["url"])
 
 
 def inventory(tb: Any, path: Path, name: str) -> Path:
@@ -68,9 +98,12 @@ def inventory(tb: Any, path: Path, name: str) -> Path:
             "env": {"STANDIN_LOAD_SECONDS": "0.5"},
             "extra_args": ["--revision", KEY],
         },
-        "router": {"host": "ingress"},
+        "router": {"host": "ingress", "proxy_image": tb.proxy_image},
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
-        "secrets": {"api_key": f"env:{KEY_ENV}"},
+        # a streamed token every 0.31 s (the stand-in's knob; its name reads as a secret to
+        # the inventory's check, so it travels in secrets.env): the proxy must pass each on
+        "secrets": {"api_key": f"env:{KEY_ENV}",
+                    "env": {"STANDIN_TOKEN_SECONDS": "env:PDBOOT_E2E_STREAM_GAP"}},
         "weights": {"stage": False},  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
         "timeouts": {"ready_seconds": 60, "router_ready_seconds": 60, "pull_seconds": 300,
                      "poll_interval_seconds": 0.2},
@@ -95,19 +128,61 @@ def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_p
         assert get(f"{engine}/v1/models", "wrong") == 401
         assert get(f"{engine}/v1/models", KEY) == 200
         assert get(f"{engine}/health") == 200  # outside /v1: open, as in vLLM
-    # vllm-router 0.1.17 does not check incoming requests (README says so)
-    router = f"http://{tb.hosts['ingress'].address}:8000"
+    # the public endpoint is the proxy (nginx): it checks the key, the router never sees
+    # a request without it (vllm-router 0.1.17 checks none itself)
+    endpoint = f"http://{tb.hosts['ingress'].address}:8000"
     body = json.dumps(
         {"model": "Qwen/Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}],
          "max_tokens": 2}
     ).encode()  # fmt: skip
+    assert post(f"{endpoint}/v1/chat/completions", body) == 401
+    assert post(f"{endpoint}/v1/chat/completions", body, "wrong") == 401
+    assert post(f"{endpoint}/v1/chat/completions", body, KEY) == 200
+    assert get(f"{endpoint}/v1/models") == 401 and get(f"{endpoint}/v1/models", KEY) == 200
+    assert get(f"{endpoint}/health") == 200  # load balancers probe it without a key
+    # static lists with a key (rules.live_workers): both engines from the command line
+    before = router_workers(tb)
+    assert sorted(w["worker_type"] for w in before) == ["decode", "prefill"], before
+    # the worker API from a client that is not the router host (this machine), even with
+    # the key: 404, and nothing changes
+    outsider = json.dumps({"url": "http://10.77.250.9:9", "worker_type": "decode"}).encode()
+    for key in (None, KEY):
+        assert post(f"{endpoint}/workers", outsider, key) == 404
+        assert post(f"{endpoint}/add_worker?url=http://10.77.250.9:9", b"", key) == 404
+        assert post(f"{endpoint}/remove_worker?url={decode}", b"", key) == 404
+        quoted = urllib.parse.quote(decode, safe="")
+        assert request(f"{endpoint}/workers/{quoted}", None, key, "DELETE") == 404
+        assert get(f"{endpoint}/workers", key) == 404
+    assert router_workers(tb) == before
+    assert post(f"{endpoint}/v1/chat/completions", body, KEY) == 200
+    # nor does the router listen anywhere but its host's loopback
+    assert get(f"http://{tb.hosts['ingress'].address}:8081/workers") == 0
+    # SSE through the proxy and the router: each token arrives as the engine sends it
+    # (nginx buffering would hand them over together at the end)
+    streamed = json.dumps(
+        {"model": "Qwen/Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}],
+         "max_tokens": 6, "stream": True}
+    ).encode()  # fmt: skip
     req = urllib.request.Request(
-        f"{router}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
+        f"{endpoint}/v1/chat/completions", data=streamed,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    arrivals = []
     with urllib.request.urlopen(req, timeout=60) as r:
-        assert r.status == 200
+        for line in r:
+            if line.startswith(b"data: {") and b'"content": "' in line:
+                arrivals.append(time.monotonic())
+    assert len(arrivals) >= 6, arrivals
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    assert sum(g > 0.15 for g in gaps) >= 4, gaps  # apart, not one burst
+    # the proxy logged the clients' addresses
+    logs = tb.hosts["ingress"].docker("logs", "pdboot-e2ekey-proxy").stdout
+    assert '"POST /workers HTTP/1.1" 404' in logs and '"POST /v1/chat/completions' in logs
 
-    # the key: only in secrets.env (0600), never in compose, argv, outputs or logs
+    # the key: only in secrets.env and the proxy's key check (0600), never in compose, argv,
+    # outputs or logs
+    auth = "stat -c '%a' /var/lib/pdboot/e2ekey/proxy-auth.conf"
+    assert tb.hosts["ingress"].exec(auth).stdout.split() == ["600"]
+    assert KEY not in tb.hosts["ingress"].exec("cat /var/lib/pdboot/e2ekey/proxy-nginx.conf").stdout
     for h in ("prefill", "ingress"):
         host = tb.hosts[h]
         modes = host.exec("stat -c '%a' /var/lib/pdboot/e2ekey/secrets.env").stdout.split()

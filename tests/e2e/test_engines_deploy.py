@@ -27,6 +27,7 @@ import yaml
 
 from tests.conftest import started_testbed
 from tests.testbed.harness import HostSpec, Testbed
+from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -55,7 +56,7 @@ def write(tb: Testbed, path: Path, name: str, prefill: dict[str, Any],
     inv["prefill"] = {**prefill, "env": env}
     inv["decode"] = {**decode, "env": env}
     inv["router"] = {"host": router, "prefill_policy": "round_robin",
-                     "decode_policy": "round_robin"}
+                     "decode_policy": "round_robin", "proxy_image": tb.proxy_image}
     inv["kv_transfer"] = {"rdma": "auto"}
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
@@ -128,7 +129,7 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
     assert res.returncode == 0, out(res)
     assert "nic: decode-3@gpu-b -> mlx5_2:1 (NODE, nearest GPUs 6)" in out(res)
     docs = labelled(tb, "eng2x4")
-    assert len(docs) == 9, sorted(docs)
+    assert len(docs) == 10, sorted(docs)  # 8 engines, the router, the proxy
     a, b = tb.hosts["gpu-a"].address, tb.hosts["gpu-b"].address
 
     # each engine: its own GPU only, its ports, its nearest ACTIVE port as UCX_NET_DEVICES
@@ -149,8 +150,7 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
     # spread in seconds is bench/up.py's to show, not a timed assertion here
 
     # the router has one worker per engine
-    with urllib.request.urlopen(f"http://{a}:8000/workers", timeout=10) as r:
-        workers = json.loads(r.read())["workers"]
+    workers = router_json(tb.hosts["gpu-a"])["workers"]  # its loopback, from its host
     assert sorted(w["url"] for w in workers) == sorted(
         [f"http://{a}:{8200 + 10 * i}" for i in range(4)]
         + [f"http://{b}:{8201 + 10 * i}" for i in range(4)]
@@ -163,7 +163,7 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
     st = pdboot("status", str(inv), "--json")
     assert st.returncode == 0, out(st)
     rows = {r["service"]: r for r in json.loads(st.stdout)["services"]}
-    assert len(rows) == 9 and all(r["health"] == "ok" and r["matches_inventory"]
+    assert len(rows) == 10 and all(r["health"] == "ok" and r["matches_inventory"]
                                   for r in rows.values())
     assert rows["decode-3@gpu-b"]["nic"] == "mlx5_2:1 (NODE, nearest GPUs 6)"
     assert rows["prefill-2@gpu-a"]["nic"] == "mlx5_1:1 (PIX, nearest GPUs 2)"
@@ -199,8 +199,9 @@ def test_colocated_four_plus_four(tb: Testbed, tmp_path: Path) -> None:
     res = pdboot("up", str(inv))
     assert res.returncode == 0, out(res)
     docs = labelled(tb, "engcolo")
-    assert len(docs) == 9
-    nics = {k: env_of(d).get("UCX_NET_DEVICES") for k, d in docs.items() if "router" not in k}
+    assert len(docs) == 10  # 8 engines, the router, the proxy
+    nics = {k: env_of(d).get("UCX_NET_DEVICES") for k, d in docs.items()
+            if not k.startswith(("router", "proxy"))}
     assert nics == {
         "prefill@gpu-b": "mlx5_0:1", "prefill-1@gpu-b": "mlx5_0:1",
         "prefill-2@gpu-b": "mlx5_1:1", "prefill-3@gpu-b": "mlx5_1:1",
@@ -213,7 +214,7 @@ def test_colocated_four_plus_four(tb: Testbed, tmp_path: Path) -> None:
         f"http://{b}:8000",
     )
     st = pdboot("status", str(inv), "--json")
-    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 9, out(st)
+    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 10, out(st)
     res = pdboot("down", str(inv))
     assert res.returncode == 0, out(res)
     assert labelled(tb, "engcolo") == {}
@@ -235,7 +236,7 @@ def test_engines_per_host_all_follows_the_gpus_preflight_found(
     assert res.returncode == 0, out(res)
     docs = labelled(tb, "engall")
     groups = {k: d["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] for k, d in docs.items()
-              if "router" not in k}
+              if not k.startswith(("router", "proxy"))}
     assert groups == {
         "prefill@gpu-a": ["0", "1"], "prefill-1@gpu-a": ["2", "3"],
         "prefill-2@gpu-a": ["4", "5"], "prefill-3@gpu-a": ["6", "7"],

@@ -42,7 +42,7 @@ def inventory(tb: Any, path: Path, name: str, policy: str) -> Path:
         # the prefill tier alone stores its KV cache in fp8: NIXL's compatibility hash differs
         "prefill": {"hosts": ["prefill"], "env": env, "extra_args": ["--kv-cache-dtype", "fp8"]},
         "decode": {"hosts": ["decode"], "env": env},
-        "router": {"host": "ingress"},
+        "router": {"host": "ingress", "proxy_image": tb.proxy_image},
         "kv_transfer": {"kv_load_failure_policy": policy},
         "weights": {"stage": False},  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},

@@ -54,7 +54,7 @@ def local_inventory(tb: Any, path: Path, name: str) -> Path:
         "hosts": {"me": {"address": "local"}},
         "prefill": {"hosts": ["me"], "gpus": [0], "env": {"STANDIN_LOAD_SECONDS": "0.5"}},
         "decode": {"hosts": ["me"], "gpus": [1], "env": {"STANDIN_LOAD_SECONDS": "0.5"}},
-        "router": {"host": "me"},
+        "router": {"host": "me", "proxy_image": tb.proxy_image},
         "secrets": {"hf_token": f"env:{TOKEN_ENV}"},
         # the testbed's root lacks CAP_SYS_RESOURCE: lowered limits (testbed recipe)
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
@@ -95,6 +95,7 @@ def test_local_host_up_status_down_inside_a_testbed_host(
     assert sorted(ps) == [
         "pdboot-localdep-decode",
         "pdboot-localdep-prefill",
+        "pdboot-localdep-proxy",  # the endpoint, in front of the router (on its loopback)
         "pdboot-localdep-router",
     ]
     for svc, gpu in (("prefill", "0"), ("decode", "1")):
@@ -135,17 +136,19 @@ def test_local_host_up_status_down_inside_a_testbed_host(
         "decode@me": True,
         "prefill@me": True,
         "router@me": True,
+        "proxy@me": True,
     }
     again = pdboot_on(solo, "up", str(inv))  # its preflight passes its own ports
     assert again.returncode == 0, out(again)
-    assert sum("unchanged" in ln for ln in again.stdout.splitlines()) == 3, again.stdout
+    assert sum("unchanged" in ln for ln in again.stdout.splitlines()) == 4, again.stdout
 
     down = pdboot_on(solo, "down", str(inv))
     assert down.returncode == 0, out(down)
     assert solo.docker("ps", "-aq").stdout.split() == []
     # the token file went with the containers; the project and preflight's RDMA record stay
     left = solo.exec("ls -A /var/lib/pdboot/localdep").stdout.split()
-    assert left == [".pdboot-deployment", "compose.yaml", "rdma.json"]  # + up's marker
+    # + up's marker and the proxy's nginx.conf (its key file, had there been one, is gone)
+    assert left == [".pdboot-deployment", "compose.yaml", "proxy-nginx.conf", "rdma.json"]
     purge = pdboot_on(solo, "down", str(inv), "--purge")
     assert purge.returncode == 0, out(purge)
     assert solo.exec("ls -A /var/lib/pdboot").stdout.split() == ["hf-cache"]  # kept
@@ -185,6 +188,7 @@ def test_mixed_local_and_ssh_hosts_with_a_docker_context(make_testbed: Any) -> N
     assert "decode pulled the KV cache from a prefill engine" in up.stdout
     assert sorted(a.docker("ps", "--format", "{{.Names}}").stdout.split()) == [
         "pdboot-mixed-prefill",
+        "pdboot-mixed-proxy",
         "pdboot-mixed-router",
     ]
     assert tb.hosts["b"].docker("ps", "--format", "{{.Names}}").stdout.split() == [

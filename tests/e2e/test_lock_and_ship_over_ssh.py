@@ -46,7 +46,7 @@ def _inventory(tb: Any, connect_timeout: float = 2) -> Any:
         "hosts": {"ingress": {"address": h.address}},
         "prefill": {"hosts": ["ingress"], "gpus": [0]},
         "decode": {"hosts": ["ingress"], "gpus": [1]},
-        "router": {"host": "ingress"},
+        "router": {"host": "ingress", "proxy_image": tb.proxy_image},
     }  # fmt: skip
     path = Path(tb.dir) / "lock-inventory.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

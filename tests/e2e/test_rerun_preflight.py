@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_up_status_down import ROOT, http_json, ids, output, pdboot, write_inventory
+from tests.e2e.test_up_status_down import ROOT, ids, output, pdboot, write_inventory
+from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -71,7 +72,7 @@ def check(doc: dict[str, Any], host: str, cid: str) -> dict[str, str]:
 
 
 def workers(tb: Any) -> set[tuple[str, str]]:
-    got = http_json(f"http://{tb.hosts['ingress'].address}:8000/workers")
+    got = router_json(tb.hosts["ingress"])  # the router's loopback, from its host
     return {(w["worker_type"], w["url"]) for w in got["workers"]}
 
 
@@ -88,11 +89,14 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
     for host, key, ports in (
         ("decode", "decode@decode", "8201 (decode HTTP), 5601 (decode NIXL side channel)"),
         ("prefill", "prefill@prefill", "8200 (prefill HTTP), 5600 (prefill NIXL side channel)"),
-        ("ingress", "router@ingress", "8000 (router HTTP), 29000 (router metrics)"),
+        ("ingress", "router@ingress", "8081 (router HTTP), 29000 (router metrics)"),
     ):
         c = check(doc, host, "host.ports")
         assert c["status"] == "pass", c
-        assert c["message"] == f"{ports} held by this deployment: {key} (up keeps it)", c
+        mine = f"{ports} held by this deployment: {key} (up keeps it)"
+        if host == "ingress":  # and the proxy in front of the router
+            mine += "; 8000 (proxy HTTP) held by this deployment: proxy@ingress (up keeps it)"
+        assert c["message"] == mine, c
         assert check(doc, host, "host.deployment")["message"].endswith(f"{key} (up keeps it)")
     for host, key in (("decode", "decode@decode"), ("prefill", "prefill@prefill")):
         mem = check(doc, host, "gpu.memory_free")
@@ -106,7 +110,7 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
     assert again.returncode == 0, output(again)
     assert "preflight skipped" not in again.stdout and "PASS: 3 host(s)" in again.stdout
     assert steps(again) == dict.fromkeys(
-        ("decode@decode", "prefill@prefill", "router@ingress"), "unchanged"
+        ("decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"), "unchanged"
     ), again.stdout
     assert ids(tb, NAME) == before
 
@@ -125,6 +129,7 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         "decode@d2": "create",
         "prefill@prefill": "unchanged",
         "router@ingress": "recreate",
+        "proxy@ingress": "unchanged",
     }, grown.stdout
     assert ("decode", f"http://{tb.hosts['d2'].address}:8201") in workers(tb)
     assert ids(tb, NAME)["decode@decode"] == before["decode@decode"]
@@ -137,6 +142,7 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         "decode@decode": "unchanged",
         "prefill@prefill": "unchanged",
         "router@ingress": "recreate",
+        "proxy@ingress": "unchanged",
     }, shrunk.stdout
     assert ("decode", f"http://{tb.hosts['d2'].address}:8201") not in workers(tb)
 
@@ -163,6 +169,7 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         "prefill@prefill": "recreate",
         "prefill@decode": "create",
         "router@ingress": "unchanged",
+        "proxy@ingress": "unchanged",
     }, moved.stdout
     # prefill@decode is given GPU 1, which the old decode@decode held: it starts after it
     assert "start after the engines leaving its host" in moved.stdout, moved.stdout

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.testbed.router_admin import router_json
+
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +76,7 @@ def write_inventory(
             "env": {"STANDIN_LOAD_SECONDS": "0.5", **(decode_env or {})},
             "extra_args": decode_args or [],
         },
-        "router": {"host": router},
+        "router": {"host": router, "proxy_image": tb.proxy_image},
         # the testbed's root lacks CAP_SYS_RESOURCE: lowered limits (testbed recipe)
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
         "requirements": {"min_free_disk_gb": 1},  # the machine's disk is shared by all hosts
@@ -213,19 +215,22 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
         "decode@decode",
         "prefill@prefill",
         "router@ingress",
+        "proxy@ingress",
     }
+    # the router's health read over the SSH channel to its loopback port, the proxy's at the
+    # public endpoint
     assert all(s["matches_inventory"] and s["health"] == "ok" for s in doc["services"])
 
     before = ids(tb3, "e2e1")
     again = pdboot("up", str(inv), preflight=True)  # its own ports and GPUs pass (issue 22)
     assert again.returncode == 0, output(again)
-    for key in ("decode@decode", "prefill@prefill", "router@ingress"):
+    for key in ("decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"):
         assert any(key in line and "unchanged" in line for line in again.stdout.splitlines()), key
     assert ids(tb3, "e2e1") == before
 
     lg = pdboot("logs", str(inv), "decode@decode", "--tail", "5")
     assert lg.returncode == 0 and len(lg.stdout.strip().splitlines()) == 5, output(lg)
-    bad = pdboot("logs", str(inv), "proxy")
+    bad = pdboot("logs", str(inv), "gateway")
     assert bad.returncode == 2 and "unknown role" in output(bad)
     every = pdboot("logs", str(inv), "--tail", "2")  # no service: each one's tail, named
     lines = every.stdout.strip().splitlines()
@@ -300,14 +305,14 @@ def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> No
     for h in tb.hosts:
         img = tb.router_image if h == "ingress" else tb.image
         assert f"{h}: {img}" in res.stdout, h
-    workers = http_json(f"http://{tb.hosts['ingress'].address}:8000/workers")
+    workers = router_json(tb.hosts["ingress"])  # the router's loopback, from its host
     got = {(w["worker_type"], w["url"]) for w in workers["workers"]}
     want = {("prefill", f"http://{tb.hosts[h].address}:8200") for h in ("prefill", "p2")}
     want |= {("decode", f"http://{tb.hosts[h].address}:8201") for h in ("decode", "d2")}
     assert got == want
     assert all(w["is_healthy"] for w in workers["workers"])
     st = pdboot("status", str(inv), "--json")
-    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 5
+    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 6  # + the proxy
     # --purge: containers, shipped files and pulled images go
     res = pdboot("down", str(inv), "--purge")
     assert res.returncode == 0, output(res)

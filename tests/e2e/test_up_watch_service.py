@@ -58,8 +58,38 @@ def post_json(url: str, body: dict[str, Any]) -> Any:
         return json.loads(r.read())
 
 
-def workers(router: str) -> dict[str, str]:
-    doc = get_json(router + "/workers")
+ON_HOST = """import json, sys, urllib.request
+req = urllib.request.Request("http://127.0.0.1:8081/workers", method=sys.argv[1],
+                             data=sys.argv[2].encode() if len(sys.argv) > 2 else None,
+                             headers={"Content-Type": "application/json"})
+print(urllib.request.urlopen(req, timeout=30).read().decode())
+"""
+# a server of an outsider's, on the router host: what the router asks before it registers one
+FOREIGN = """import json
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "Qwen/Qwen3-0.6B",
+                           "object": "model"}]}).encode()
+        self.send_response(200); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+HTTPServer(("127.0.0.1", 18999), H).serve_forever()
+"""
+
+
+def router_call(tb: Any, method: str, body: dict[str, Any] | None = None) -> Any:
+    """The worker API on the router's loopback port, from the router host itself (the only
+    place it answers: the proxy 404s it)."""
+    argv = [sys.executable, "-c", ON_HOST, method] + ([json.dumps(body)] if body else [])
+    res = tb.hosts["ingress"].exec(argv)
+    if res.returncode != 0:
+        raise OSError(res.stderr.strip()[-300:])
+    return json.loads(res.stdout)
+
+
+def workers(tb: Any) -> dict[str, str]:
+    doc = router_call(tb, "GET")
     return {w["url"].rstrip("/"): w["worker_type"] for w in doc["workers"]}
 
 
@@ -124,7 +154,7 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
         # a baseline: every pair good before the fault
         wait_for("two good rounds", lambda: (v := get_json(watch + "/verdicts"))["rounds"] >= 2
                  and all(p["ok"] for p in v["pairs"]) and v, logs)
-        assert set(workers(router)) == {s.url for s in plan.services() if s.is_engine}
+        assert set(workers(tb)) == {s.url for s in plan.services() if s.is_engine}
 
         prompt = "the client loop asks this every time"
         alone = post_json(good.url + "/v1/completions",
@@ -141,14 +171,14 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
         rounds_at_injection = get_json(watch + "/verdicts")["rounds"]
         post_json(bad.url + "/standin/faults", {"corrupt_pulled_kv_after": int(served) + 3})
 
-        wait_for("the bad decode out of the router", lambda: bad.url not in workers(router),
+        wait_for("the bad decode out of the router", lambda: bad.url not in workers(tb),
                  logs)
         t_evict = time.monotonic()
         verdicts = get_json(watch + "/verdicts")
         # the round running at the injection, or the next one, saw it: within two intervals
         assert verdicts["rounds"] - rounds_at_injection <= 2, (rounds_at_injection, verdicts)
         assert verdicts["out_of_rotation"] == [bad.key], verdicts
-        assert good.url in workers(router)
+        assert good.url in workers(tb)
         m = scrape(watch)
         assert m[("pdboot_watch_evictions_total",
                   (("engine", bad.key), ("fault", "wrong_answer"), ("tier", "decode")))] == 1
@@ -171,7 +201,7 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
 
         post_json(bad.url + "/standin/faults", {"corrupt_pulled_kv_after": None})
         wait_for("the decode back in the router",
-                 lambda: workers(router).get(bad.url) == "decode", logs)
+                 lambda: workers(tb).get(bad.url) == "decode", logs)
         m = scrape(watch)
         assert m[("pdboot_watch_readmissions_total",
                   (("engine", bad.key), ("tier", "decode")))] == 1
@@ -184,6 +214,35 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
             p["ok"] for p in json.loads(
                 pdboot("status", str(inv_path), "--json", timeout=120).stdout)["watch"]["pairs"]),
             logs)
+
+        # issue 28: a worker registered by hand on the router host is removed within two
+        # rounds, counted for the alert rule; `status` showed it meanwhile
+        tb.hosts["ingress"].exec(f"nohup {sys.executable} -c '{FOREIGN}' >/dev/null 2>&1 &")
+        foreign = "http://127.0.0.1:18999"
+        wait_for("the outsider registered", lambda: router_call(
+            tb, "POST", {"url": foreign, "worker_type": "decode"}) is not None
+            and foreign in workers(tb), logs)
+        rounds_at = get_json(watch + "/verdicts")["rounds"]
+        wait_for("the foreign worker removed", lambda: foreign not in workers(tb), logs)
+        assert get_json(watch + "/verdicts")["rounds"] - rounds_at <= 2
+        m = scrape(watch)
+        assert m[("pdboot_watch_foreign_workers_removed_total",
+                  (("url", foreign), ("worker_type", "decode")))] >= 1
+        # the router process killed: Docker restarts it with no workers; watch refills it
+        # within a round, and the endpoint serves again
+        rid = tb.hosts["ingress"].docker("ps", "-q", "--filter", "label=io.pdboot.role=router",
+                                         "--filter", "label=io.pdboot.deployment=watche2e"
+                                         ).stdout.strip()
+        pid = tb.hosts["ingress"].docker("inspect", "-f", "{{.State.Pid}}", rid).stdout.strip()
+        tb.hosts["ingress"].exec(f"kill -9 {pid}")
+        wait_for("the router back with every engine", lambda: set(workers(tb)) == {
+            s.url for s in plan.services() if s.is_engine}, logs)
+        m = scrape(watch)
+        assert sum(v for (n, _), v in m.items()
+                   if n == "pdboot_watch_workers_reregistered_total") >= 3
+        ok = post_json(router + "/v1/completions", {"model": plan.served_model_name,
+                                                     "prompt": "back", "max_tokens": 4})
+        assert ok["choices"][0]["text"]
     finally:
         if client is not None:
             client.stop.set()

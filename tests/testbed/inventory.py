@@ -81,7 +81,7 @@ def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL
         "hosts": {h.name: {"address": h.address} for h in tb.hosts.values()},
         "prefill": {"hosts": prefill},
         "decode": {"hosts": decode},
-        "router": {"host": router},
+        "router": {"host": router, "proxy_image": tb.proxy_image},
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
         "requirements": {"min_free_disk_gb": 1},
         # TEST_MODEL is a name only: no hub serves it, the stand-in loads nothing (tests of

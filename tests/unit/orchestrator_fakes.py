@@ -184,7 +184,14 @@ class World:
         if svc is None:  # an engine the inventory no longer has (being removed)
             return self.gone_engine(url)
         path = url[len(svc.url) :]
-        if svc.role == "router":
+        role = svc.role
+        if role == "proxy":  # the public endpoint: the client API in front of the router
+            if not self.of_role("proxy") or not self.of_role("router"):
+                return HttpAnswer(0, "", "connection refused")
+            if path != "/health" and not path.startswith("/v1/"):
+                return HttpAnswer(404, "")  # the worker API is not on the public port
+            role = "router"
+        elif svc.role == "router":
             if not self.of_role("router"):
                 return HttpAnswer(0, "", "connection refused")
         elif not self.serving(svc):
@@ -217,7 +224,7 @@ class World:
             }
             return HttpAnswer(200, json.dumps(answer))
         if path == "/v1/completions":
-            return self.completion(svc.role, dict(body or {}), url)
+            return self.completion(role, dict(body or {}), url)
         return HttpAnswer(404, "")
 
     def gone_engine(self, url: str) -> HttpAnswer:
@@ -248,7 +255,7 @@ class World:
             workers = [
                 {"url": s.url, "worker_type": s.role, "is_healthy": True}
                 for s in plan.services()
-                if s.role != "router" and self.healthy(s.role)
+                if s.is_engine and self.healthy(s.role)
             ]
             return HttpAnswer(200, json.dumps({"workers": workers}))
         workers = [

@@ -74,7 +74,8 @@ def test_render_out_writes_one_project_per_host_and_a_summary(tmp_path: Path) ->
     code, out, _ = run("render", ONE, "--out", str(tmp_path / "out"))
     assert code == 0
     written = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.*"))
-    assert written == ["gpu-a/compose.yaml", "gpu-b/compose.yaml", "summary.txt"]
+    assert written == ["gpu-a/compose.yaml", "gpu-a/proxy-nginx.conf", "gpu-b/compose.yaml",
+                       "summary.txt"]
     for rel in written:
         assert (tmp_path / "out" / rel).read_text() == (GOLDEN / rel).read_text()
     assert "Start order" in out and "decode@gpu-b" in out

@@ -67,6 +67,7 @@ def test_nothing_running_creates_everything_in_order() -> None:
         ["decode@d1:create"],
         ["prefill@p1:create"],
         ["router@r:create"],
+        ["proxy@r:create"],
     ]
 
 
@@ -77,6 +78,7 @@ def test_same_hashes_change_nothing() -> None:
         ["decode@d1:unchanged"],
         ["prefill@p1:unchanged"],
         ["router@r:unchanged"],
+        ["proxy@r:unchanged"],
     ]
 
 
@@ -93,6 +95,7 @@ def test_decode_only_change_recreates_decode_and_router_not_prefill() -> None:
         ["decode@d1:recreate"],
         ["prefill@p1:unchanged"],
         ["router@r:recreate"],
+        ["proxy@r:unchanged"],
     ]
     assert "configuration changed" in stages[0][0].reason
     assert "workers" in stages[2][0].reason
@@ -116,7 +119,7 @@ def test_other_deployments_and_unlabelled_containers_are_ignored() -> None:
 def test_down_order_router_prefill_decode() -> None:
     plan = _plan()
     obs = [_obs(s) for s in plan.services()]
-    assert [role for role, _ in plan_down("demo", obs)] == ["router", "prefill", "decode"]
+    assert [role for role, _ in plan_down("demo", obs)] == ["proxy", "router", "prefill", "decode"]
 
 
 def test_partial_deployment_down_only_has_what_exists() -> None:
@@ -143,7 +146,8 @@ def test_decode_restarts_when_prefill_restarts_under_running_decodes() -> None:
     assert (step.service.key, step.kind) == ("decode@d1", "recreate")
     assert "prefill@p1" in step.reason and "NIXL" in step.reason
     assert _kinds(with_restarts(first, [step])) == [
-        ["decode@d1:recreate"], ["prefill@p1:recreate"], ["router@r:recreate"]]
+        ["decode@d1:recreate"], ["prefill@p1:recreate"], ["router@r:recreate"],
+        ["proxy@r:unchanged"]]
     exited = [
         _obs(s, state="exited" if s.role == "prefill" else "running") for s in plan.services()
     ]

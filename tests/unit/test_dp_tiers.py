@@ -184,7 +184,7 @@ def test_every_flag_is_a_real_vllm_serve_option(image: str) -> None:
     known = {o for a in json.loads(path.read_text())["actions"] for o in a["option_strings"]}
     plan = build_plan(inv(router__dp_aware=True, image=image))
     for s in plan.services():
-        if s.role != "router":
+        if s.is_engine:
             flags = {x for x in s.command if x.startswith("-")}
             assert flags <= known, flags - known
 
@@ -288,7 +288,7 @@ def test_follower_ready_on_heads_health_and_fails_when_it_exits() -> None:
 
 def test_router_waits_for_heads_only() -> None:
     plan = build_plan(inv())
-    fetch = Fetch({"http://10.0.0.3:8000/health"})
+    fetch = Fetch({"http://127.0.0.1:8081/health"})  # the router on its host's loopback
     # vllm-router 0.1.17 registers each head once per rank its /metrics reports (seen in
     # the e2e run's router log: "Router ready | workers: [...:8201@1, ...]")
     workers = [
@@ -305,7 +305,7 @@ def test_router_waits_for_heads_only() -> None:
         return fetch(url, **kw)
 
     prober = Prober(plan, {}, {}, answer, Clock())
-    engines = [s for s in plan.services() if s.role != "router"]
+    engines = [s for s in plan.services() if s.is_engine]
     p = prober.router(plan.router, engines)()
     assert p.state == "waiting" and p.detail == "not registered: decode http://10.0.0.1:8201"
     workers[-1]["is_healthy"] = True  # rank 3 healthy: the head counts as registered

@@ -152,7 +152,7 @@ def test_plan_names_ports_labels_and_router_workers() -> None:
     plan = build_plan(inv(**FOUR_FOUR))
     keys = [s.key for s in plan.services()]
     assert keys[:4] == ["decode@gpu-a", "decode-1@gpu-a", "decode-2@gpu-a", "decode-3@gpu-a"]
-    assert len(keys) == 17 and keys[-1] == "router@gpu-a"
+    assert len(keys) == 18 and keys[-2:] == ["router@gpu-a", "proxy@gpu-a"]
     by = {s.key: s for s in plan.services()}
     p2 = by["prefill-2@gpu-b"]
     assert (p2.port, p2.side_channel_port, p2.gpus) == (8220, 5620, (2,))
@@ -166,7 +166,7 @@ def test_plan_names_ports_labels_and_router_workers() -> None:
         f"http://10.0.0.{h}:{8201 + 10 * n}" for h in (1, 2) for n in range(4)
     ]
     assert cmd.count("--prefill") == 8
-    assert len({s.config_hash for s in plan.services()}) == 17
+    assert len({s.config_hash for s in plan.services()}) == 18
     # compose service names are unique per host
     for hp in plan.hosts.values():
         assert len({s.name for s in hp.services}) == len(hp.services)
@@ -175,7 +175,8 @@ def test_plan_names_ports_labels_and_router_workers() -> None:
 def test_a_single_engine_tier_has_no_engine_label() -> None:
     plan = build_plan(inv())
     assert all(LABEL_ENGINE not in dict(s.labels) for s in plan.services())
-    assert [s.key for s in plan.services()] == ["decode@gpu-b", "prefill@gpu-a", "router@gpu-a"]
+    assert [s.key for s in plan.services()] == [
+        "decode@gpu-b", "prefill@gpu-a", "router@gpu-a", "proxy@gpu-a"]
 
 
 def test_render_shows_the_engines_and_what_needs_preflight() -> None:
@@ -445,6 +446,7 @@ def test_status_rows_per_engine_with_their_nic() -> None:
         "decode-1@gpu-b",
         "prefill@gpu-a",
         "router@gpu-a",
+        "proxy@gpu-a",
     ]
     assert all(r.healthy and r.matches_inventory for r in rows)
     assert "  decode-1@gpu-b  mlx5_0:1 (PXB, nearest GPUs 1)" in nic_lines(rows)

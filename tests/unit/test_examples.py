@@ -45,7 +45,7 @@ def test_the_8_gpu_examples_use_every_gpu() -> None:
             ]
             assert sorted(used) == list(range(8)), (name, host)
     colo = build_plan(load_inventory(EXAMPLES / "rtx6000-1x8-colocated.yaml"))
-    assert len(colo.hosts["box"].services) == 9
+    assert len(colo.hosts["box"].services) == 10  # 8 engines, router, proxy
 
 
 def test_the_example_inventory_shows_every_key() -> None:

@@ -15,6 +15,7 @@ import yaml
 from typer.testing import CliRunner
 
 from pdboot.cli import app
+from pdboot.export.common import endpoint_router_command
 from pdboot.export.slurm import SlurmOptions, node_hosts, render_slurm
 from pdboot.inventory.load import load_inventory, parse_inventory
 from pdboot.inventory.schema import Inventory
@@ -83,7 +84,9 @@ def test_engines_run_renders_arguments_and_environment(path: Path) -> None:
     addr = addr_of(plan)
     urlhost = {a: w.replace("ADDR", "URLHOST") for a, w in addr.items()}
     keys = re.findall(r"^start_docker (\d+) (\d+) (\S+) ", text, re.M)
-    assert {k for _, _, k in keys} == {s.key for s in plan.services() if s.role != "watch"}
+    # no proxy on a scheduler: the router is the endpoint there (docs/export.md)
+    assert {k for _, _, k in keys} == {s.key for s in plan.services() if s.role not in ("watch", "proxy")}
+    compose[plan.router.key]["command"] = endpoint_router_command(plan)
     for n, node, key in keys:
         svc = compose[key]
         env, args = split_docker(cmds[int(n)], svc["image"])

@@ -103,7 +103,7 @@ def test_the_command_is_one_docker_run_with_the_hosts_gpus() -> None:
 def test_the_probe_gets_the_gpus_of_the_hosts_engines() -> None:
     inv = load_inventory(Path(__file__).parent / "inventories" / "colocated.yaml")
     box = build_plan(inv).hosts["box"]
-    engines = [s for s in box.services if s.role != "router"]
+    engines = [s for s in box.services if s.is_engine]
     assert image_probe.host_gpus(engines) == (0, 1)  # prefill GPU 0 + decode GPU 1
     res = {"box": ic.verdicts(standin(), IMG, rdma=False)}
     assert not image_probe.failed(res)

@@ -264,7 +264,8 @@ def test_empty_address_refused() -> None:
         ({"decode__port": 5600}, "decode.port", "prefill NIXL side channel"),
         ({"router__port": 8200}, "router.port", "prefill HTTP"),
         ({"router__metrics_port": 8201}, "router.metrics_port", "decode HTTP"),
-        ({"router__metrics_port": 8000}, "router.metrics_port", "router HTTP"),
+        ({"router__metrics_port": 8000}, "router.metrics_port", "the proxy (public endpoint)"),
+        ({"router__internal_port": 8201}, "router.internal_port", "HTTP"),
     ],
 )
 def test_services_on_one_host_never_share_a_port(

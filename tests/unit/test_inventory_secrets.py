@@ -101,7 +101,9 @@ def test_api_key_reaches_engines_and_router_only_through_the_env_file() -> None:
     for host in ("gpu-a", "gpu-b", "gpu-c"):  # prefill, decode, router
         assert "env_file" in texts[host] and "secrets.env" in texts[host]
         assert "api-key" not in texts[host] and "env:K" not in texts[host]
-    assert all(s.uses_secrets for hp in plan.hosts.values() for s in hp.services)
+    # the proxy holds no secret in its environment: its key check is a 0600 file (proxy.py)
+    assert all(s.uses_secrets for s in plan.services() if s.role != "proxy")
+    assert not plan.proxy.uses_secrets if plan.proxy else False
 
 
 def test_router_gets_no_env_file_without_an_api_key() -> None:

@@ -182,8 +182,8 @@ def test_the_scrape_config_of_every_example_passes_promtool(path: Path, tmp_path
     plan = build_plan(load_inventory(path))
     for s in plan.engines:
         assert ((s.key, f"{s.address}:{s.port}") in targets) is (not s.headless), s.key
-    r = plan.router
-    assert (r.key, f"{r.address}:{r.metrics_port}") in targets
+    r = plan.router  # behind the proxy the router serves on loopback, its metrics on the host
+    assert (r.key, f"{(plan.proxy or r).address}:{r.metrics_port}") in targets
     assert json.loads((tmp_path / "grafana" / "pdboot-watch.json").read_text()) == json.loads(
         DASHBOARD.read_text())
 

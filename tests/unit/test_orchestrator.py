@@ -47,12 +47,13 @@ def test_fresh_up_stage_order_and_event_stream() -> None:
     code, rec = run_up(world)
     assert code == 0
     stages = [e.stage for e in rec.of(ev.StageStarted)]
-    assert stages == ["pull", "ship", "converge", "start", "wait", "start", "wait", "prove"]
+    assert stages == ["pull", "ship", "converge", "start", "wait", "start", "wait",
+                      "start", "wait", "prove"]  # engines, router, then the proxy in front
     started = [e.service for e in rec.of(ev.ServiceStarted)]
     assert set(started[:2]) == {"decode@d1", "prefill@p1"} and started[2] == "router@r"
     ready = [e.service for e in rec.of(ev.ServiceReady)]
-    assert ready[-1] == "router@r" and set(ready[:2]) == {"decode@d1", "prefill@p1"}
-    assert [e.action for e in rec.of(ev.ServiceAction)] == ["create"] * 3
+    assert ready[-2:] == ["router@r", "proxy@r"] and set(ready[:2]) == {"decode@d1", "prefill@p1"}
+    assert [e.action for e in rec.of(ev.ServiceAction)] == ["create"] * 4
     pulls = rec.of(ev.PullDone)
     assert {(p.host, p.pulled) for p in pulls} == {("d1", True), ("p1", True), ("r", True)}
     assert all(p.bytes == 1024 and p.digest and p.digest.startswith("sha256:ab") for p in pulls)
@@ -63,14 +64,14 @@ def test_fresh_up_stage_order_and_event_stream() -> None:
     assert isinstance(rec.events[-1], ev.Done) and rec.events[-1].exit_code == 0
     # the router is started only once every engine answered
     ops = [(op, what) for op, _h, what in world.calls if op == "compose_up"]
-    assert ops[-1] == ("compose_up", "router") and len(ops) == 3
+    assert ops[-2:] == [("compose_up", "router"), ("compose_up", "proxy")] and len(ops) == 4
 
 
 def test_time_to_ready_is_the_slowest_tier_not_the_sum() -> None:
     world = World(inventory(), load={"decode": 15.0, "prefill": 20.0})
     code, rec = run_up(world)
     assert code == 0
-    engines, router = rec.of(ev.TierReady)
+    engines, router, _proxy = rec.of(ev.TierReady)
     assert engines.tiers == ("decode", "prefill")
     assert 20.0 <= engines.seconds <= 20.5  # one poll interval at most; sequential was 35
     assert router.tiers == ("router",) and router.seconds <= 0.5
@@ -126,7 +127,7 @@ def test_second_up_leaves_everything_unchanged() -> None:
     before = set(world.containers)
     code, rec = run_up(world)
     assert code == 0
-    assert [e.action for e in rec.of(ev.ServiceAction)] == ["unchanged"] * 3
+    assert [e.action for e in rec.of(ev.ServiceAction)] == ["unchanged"] * 4
     assert set(world.containers) == before
     assert rec.of(ev.ServiceStarted) == []
 
@@ -140,7 +141,8 @@ def test_decode_change_recreates_decode_only() -> None:
     assert code == 0
     actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
     # live workers: the router stays; the decode is deregistered, drained, registered again
-    assert actions == {"decode@d1": "recreate", "prefill@p1": "unchanged", "router@r": "unchanged"}
+    assert actions == {"decode@d1": "recreate", "prefill@p1": "unchanged", "router@r": "unchanged",
+                       "proxy@r": "unchanged"}
     assert world.of_role("prefill")[0].id == prefill and world.of_role("router")[0].id == router
     assert not [n for n in rec.of(ev.Note) if "needing a restart" in n.message]
 
@@ -156,7 +158,8 @@ def test_decode_change_with_static_router_lists_recreates_the_router() -> None:
     code, rec = run_up(world)
     assert code == 0
     actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
-    assert actions == {"decode@d1": "recreate", "prefill@p1": "unchanged", "router@r": "recreate"}
+    assert actions == {"decode@d1": "recreate", "prefill@p1": "unchanged", "router@r": "recreate",
+                       "proxy@r": "unchanged"}
 
 
 def test_failed_preflight_opens_no_host() -> None:
@@ -284,9 +287,9 @@ def test_down_router_then_prefill_then_decode() -> None:
     assert run_up(world)[0] == 0
     rec = Recorder()
     assert run_down(world, rec) == 0
-    assert [s.role for s in rec.of(ev.Stopped)] == ["router", "prefill", "decode"]
+    assert [s.role for s in rec.of(ev.Stopped)] == ["proxy", "router", "prefill", "decode"]
     assert world.containers == {}
-    assert rec.events[-1] == ev.Done("down", 0, rec.events[-1].seconds, "removed 3 container(s)")  # type: ignore[attr-defined]
+    assert rec.events[-1] == ev.Done("down", 0, rec.events[-1].seconds, "removed 4 container(s)")  # type: ignore[attr-defined]
     again = Recorder()
     assert run_down(world, again) == 0
     assert again.events[-1].summary == "nothing of this deployment is running"  # type: ignore[attr-defined]
@@ -300,8 +303,8 @@ def test_a_hosts_engines_start_in_one_compose_up_and_converge_per_engine() -> No
     code, rec = run_up(world)
     assert code == 0
     ups = [(h, what) for op, h, what in world.calls if op == "compose_up"]
-    assert ("d1", "decode,decode-1,decode-2") in ups and ups[-1] == ("r", "router")
-    assert len(ups) == 3
+    assert ("d1", "decode,decode-1,decode-2") in ups and ups[-2:] == [("r", "router"), ("r", "proxy")]
+    assert len(ups) == 4
     started = {e.service for e in rec.of(ev.ServiceStarted)}
     assert {"decode@d1", "decode-1@d1", "decode-2@d1", "prefill@p1"} <= started
     assert len(world.of_role("decode")) == 3

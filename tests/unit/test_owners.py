@@ -95,13 +95,20 @@ def test_live_deployment_passes_with_notes_naming_its_containers() -> None:
     for host, key, ports in (
         ("decode", "decode@decode", "8201 (decode HTTP), 5601 (decode NIXL side channel)"),
         ("prefill", "prefill@prefill", "8200 (prefill HTTP), 5600 (prefill NIXL side channel)"),
-        ("ingress", "router@ingress", "8000 (router HTTP), 29000 (router metrics)"),
     ):
         ports_check = check(result, host, "host.ports")
         assert ports_check.status == "pass", ports_check
         assert ports_check.message == f"{ports} held by this deployment: {key} (up keeps it)"
         here = check(result, host, "host.deployment")
         assert here.message.endswith(f"(1 of 1 running): {key} (up keeps it)")
+    # captured before the proxy: its router holds the public port, and `up` moves it to its
+    # loopback port behind the proxy (configuration changed), so 8000 is free for the proxy
+    ingress = check(result, "ingress", "host.ports")
+    assert ingress.status == "pass", ingress
+    assert ingress.message == (
+        "ports 8081 free; 29000 (router metrics), 8000 (proxy HTTP) held by this deployment: "
+        "router@ingress (up replaces it: configuration changed)"
+    )
     for host, key in (("decode", "decode@decode"), ("prefill", "prefill@prefill")):
         mem = check(result, host, "gpu.memory_free")
         assert mem.status == "pass", mem

@@ -44,19 +44,22 @@ def test_plan_groups_decode_engines_prefill_engines_then_the_router() -> None:
         ["decode@d1", "decode@d2"],
         ["prefill@p1", "prefill@p2"],
         ["router@edge"],
+        ["proxy@edge"],
     ]
     assert plan.router.key == "router@edge"
+    # the proxy owns the public port; the router listens on its host's loopback
     assert plan.endpoint == "http://10.0.0.2:80"
+    assert plan.router.url == "http://127.0.0.1:8081"
 
 
 def test_services_per_host() -> None:
     plan = build_plan(inv("1p1d"))
     assert {h: [s.role for s in hp.services] for h, hp in plan.hosts.items()} == {
         "gpu-b": ["decode"],
-        "gpu-a": ["prefill", "router"],
+        "gpu-a": ["prefill", "router", "proxy"],
     }
     plan = build_plan(inv("colocated"))
-    assert [s.role for s in plan.hosts["box"].services] == ["decode", "prefill", "router"]
+    assert [s.role for s in plan.hosts["box"].services] == ["decode", "prefill", "router", "proxy"]
     assert plan.hosts["box"].is_local
     assert {hp.project for hp in plan.hosts.values()} == {project_name(inv("colocated"))}
 
@@ -72,7 +75,7 @@ def test_kv_transfer_config_roles_and_only_fields_vllm_accepts() -> None:
     plan = build_plan(inv("2p2d"))
     allowed = set(KV_TRANSFER_FIELDS) | {"kv_role"}
     for svc in plan.services():
-        if svc.role == "router":
+        if not svc.is_engine:
             continue
         cfg = kv_config(svc)
         assert set(cfg) <= allowed
@@ -86,7 +89,7 @@ def test_kv_transfer_config_roles_and_only_fields_vllm_accepts() -> None:
 def test_side_channel_env_is_the_engines_own_routable_address() -> None:
     plan = build_plan(inv("2p2d"))
     for svc in plan.services():
-        if svc.role == "router":
+        if not svc.is_engine:
             assert svc.environment == ()
             continue
         e = env(svc)
@@ -101,7 +104,7 @@ def test_side_channel_env_is_the_engines_own_routable_address() -> None:
 
 def test_both_tiers_use_the_same_model_string_and_image() -> None:
     plan = build_plan(inv("2p2d"))
-    engines = [s for s in plan.services() if s.role != "router"]
+    engines = [s for s in plan.services() if s.is_engine]
     assert {s.command[0] for s in engines} == {"meta-llama/Llama-3.1-70B-Instruct"}
     assert {arg(s, "--served-model-name") for s in engines} == {"llama-70b"}
     assert {s.image for s in engines} == {"registry.example.com/vllm/vllm-openai:v0.33.0"}
@@ -130,8 +133,8 @@ def test_router_command_lists_every_engine_by_address() -> None:
     assert decodes == ["http://10.0.0.21:8201", "http://10.0.0.22:8201"]
     # live workers (IGW mode): one policy for both tiers, the decode tier's
     assert "--enable-igw" in cmd and arg(plan.router, "--policy") == "power_of_two"
-    assert arg(plan.router, "--host") == "0.0.0.0"
-    assert arg(plan.router, "--port") == "80"
+    assert arg(plan.router, "--host") == "127.0.0.1"
+    assert arg(plan.router, "--port") == "8081"
     assert arg(plan.router, "--request-timeout-secs") == "3600"
     assert arg(plan.router, "--prometheus-host") == "0.0.0.0"
 
@@ -139,7 +142,7 @@ def test_router_command_lists_every_engine_by_address() -> None:
 def test_rdma_modes() -> None:
     base = (INVENTORIES / "1p1d.yaml").read_text()
     auto = parse_inventory(base)  # both hosts declare mlx5_0
-    assert all(s.rdma for s in build_plan(auto).services() if s.role != "router")
+    assert all(s.rdma for s in build_plan(auto).services() if s.is_engine)
     # auto follows what preflight saw, per host
     plan = build_plan(auto, rdma_present={"gpu-a": False, "gpu-b": True})
     assert (svc_at(plan, "prefill@gpu-a").rdma, svc_at(plan, "decode@gpu-b").rdma) == (
@@ -149,7 +152,7 @@ def test_rdma_modes() -> None:
     off = parse_inventory(base + 'kv_transfer: {rdma: "off"}\n')
     assert not any(s.rdma for s in build_plan(off, rdma_present={"gpu-a": True}).services())
     on = parse_inventory(base.replace("rdma_devices: [mlx5_0]", "") + 'kv_transfer: {rdma: "on"}\n')
-    assert all(s.rdma for s in build_plan(on).services() if s.role != "router")
+    assert all(s.rdma for s in build_plan(on).services() if s.is_engine)
     assert not build_plan(on).router.rdma
 
 
@@ -178,7 +181,7 @@ def test_local_single_host_advertises_loopback_and_multi_host_its_address() -> N
     plan = build_plan(parse_inventory(base))
     assert plan.hosts["gpu-a"].is_local
     assert svc_at(plan, "prefill@gpu-a").address == "192.0.2.10"
-    assert plan.router.url == "http://192.0.2.10:8000"
+    assert plan.endpoint == "http://192.0.2.10:8000"
 
 
 def test_ipv6_urls_are_bracketed() -> None:
@@ -189,7 +192,7 @@ def test_ipv6_urls_are_bracketed() -> None:
 
 
 def test_secrets_flag_follows_the_reference() -> None:
-    assert all(s.uses_secrets for s in build_plan(inv("1p1d")).services() if s.role != "router")
+    assert all(s.uses_secrets for s in build_plan(inv("1p1d")).services() if s.is_engine)
     assert not build_plan(inv("1p1d")).router.uses_secrets
     assert not any(s.uses_secrets for s in build_plan(inv("colocated")).services())
 
@@ -198,7 +201,7 @@ def test_config_hash_is_stable_and_tracks_changes() -> None:
     base = (INVENTORIES / "1p1d.yaml").read_text()
     a, b = build_plan(parse_inventory(base)), build_plan(parse_inventory(base))
     assert [s.config_hash for s in a.services()] == [s.config_hash for s in b.services()]
-    assert len({s.config_hash for s in a.services()}) == 3
+    assert len({s.config_hash for s in a.services()}) == 4
 
     def hashes(extra: str) -> dict[str, str]:
         plan = build_plan(parse_inventory(base + extra))
@@ -214,7 +217,7 @@ def test_config_hash_is_stable_and_tracks_changes() -> None:
         ("timeouts: {ready_seconds: 60}\n", ENGINES),  # the healthcheck's start_period
         ("container: {hf_cache: /data/hf}\n", ENGINES),
         ("container: {ulimits: {memlock: 8388608}}\n", ENGINES),
-        ("container: {ulimits: {nofile: 65536}}\n", ALL),  # the router has nofile too
+        ("container: {ulimits: {nofile: 65536}}\n", ENGINES | {"router@gpu-a"}),
         ("timeouts: {router_ready_seconds: 99}\n", set()),  # up's wait, not the container's
     ]:
         text = (
@@ -230,7 +233,7 @@ def test_config_hash_is_stable_and_tracks_changes() -> None:
 
 
 ENGINES = {"decode@gpu-b", "prefill@gpu-a"}
-ALL = ENGINES | {"router@gpu-a"}
+ALL = ENGINES | {"router@gpu-a", "proxy@gpu-a"}
 
 
 def test_config_hash_covers_every_key_of_the_rendered_definition() -> None:

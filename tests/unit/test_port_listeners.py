@@ -32,7 +32,7 @@ def refusal(extra: str) -> str:
     ("extra", "line", "key", "words"),
     [
         ("watch: {image: reg/w:1, port: 8000}\n", 9, "watch.port",
-         "port 8000 on host 'gpu-a' is already used by router HTTP"),
+         "port 8000 on host 'gpu-a' is already used by the proxy (public endpoint)"),
         ("watch: {image: reg/w:1, port: 29000}\n", 9, "watch.port", "router metrics"),
         ("watch: {image: reg/w:1, port: 8200}\n", 9, "watch.port", "prefill HTTP"),
         ("watch: {image: reg/w:1, port: 5600}\n", 9, "watch.port",

@@ -38,6 +38,15 @@ def test_each_host_reports_the_images_it_pulls() -> None:
     assert ids == ["docker.image_exists", "docker.router_image"]
     assert [r.id for r in images.evaluate(ctx("decode"), looked, ROUTER)] == [images.ENGINE_ID]
     assert images.evaluate(ctx("decode"), {}, ROUTER) == []  # not looked up: not reported
+    # the proxy's image (router.proxy_image), on the router host only
+    proxy = "nginx:1.27.3"
+    looked[proxy] = Lookup(proxy, error="manifest 1.27.3 not found (no such tag)", missing=True)
+    got = images.evaluate(ctx("router"), looked, ROUTER, proxy)
+    assert [(r.id, r.status) for r in got] == [("docker.router_image", "fail"),
+                                               ("docker.proxy_image", "fail")]
+    assert "router.proxy_image" in got[1].fix
+    assert [r.id for r in images.evaluate(ctx("decode"), looked, ROUTER, proxy)] == [
+        images.ENGINE_ID]
 
 
 def test_agreement_is_reported_on_decode_hosts_only() -> None:

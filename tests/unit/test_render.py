@@ -30,6 +30,7 @@ from pdboot.plan.model import (
     Plan,
     Service,
 )
+from pdboot.plan.proxy import proxy_conf_text
 from pdboot.plan.render import UnknownHostError, render_all, render_host, render_summary
 
 HERE = Path(__file__).parent
@@ -69,6 +70,7 @@ def test_golden(case: str) -> None:
     plan = build_plan(inv)
     files = {f"{h}/compose.yaml": t for h, t in render_all(plan).items()}
     files["summary.txt"] = render_summary(plan, inv.weights, inv.model_revision)
+    files[f"{inv.router.host}/proxy-nginx.conf"] = proxy_conf_text(inv)  # render --out's
     folder = GOLDEN / case
     if UPDATE:
         shutil.rmtree(folder, ignore_errors=True)
@@ -186,7 +188,7 @@ def test_summary_lists_start_order_and_endpoint() -> None:
     text = render_summary(build_plan(inv))
     lines = text.splitlines()
     order = [ln.split()[1] for ln in lines if ln.strip()[:2] in ("1.", "2.", "3.")]
-    assert order == ["decode@gpu-b", "prefill@gpu-a", "router@gpu-a"]
+    assert order == ["decode@gpu-b", "prefill@gpu-a", "router@gpu-a", "proxy@gpu-a"]
     assert "Endpoint: http://192.0.2.10:8000/v1" in text
 
 
@@ -305,7 +307,8 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
             inv.router.prefill_policy, "prefill", len(heads_p)
         )
         assert args.decode_policy == decode_policy
-    assert (args.host, args.port) == ("0.0.0.0", inv.router.port)
+    # loopback only: the proxy owns router.port (plan/proxy.py)
+    assert (args.host, args.port) == ("127.0.0.1", inv.router.internal_port)
     assert args.prometheus_port == inv.router.metrics_port
     assert args.prometheus_host == "0.0.0.0"
     assert args.request_timeout_secs == inv.router.request_timeout_secs

@@ -66,7 +66,7 @@ def test_select_service() -> None:
     with pytest.raises(SelectorError, match="pick one"):
         select_service(inv, "decode")
     with pytest.raises(SelectorError, match="unknown role"):
-        select_service(inv, "proxy")
+        select_service(inv, "gateway")
 
 
 def test_hf_token_from_env_and_file(tmp_path: Path) -> None:
@@ -184,3 +184,33 @@ def test_unreachable_rows_carry_the_reason_in_json_and_table() -> None:
     assert doc["services"][0]["reason"] == why
     ok = service_status(svc, None, reachable=True, now=NOW, health="-", reason=why)
     assert ok.reason == "" and reason_lines([ok]) == []
+
+
+def test_status_names_foreign_and_missing_router_workers() -> None:
+    """Issue 28: the router's list against the plan, read on the router's loopback URL (the
+    one admin.py sends through the router host), shown by `status` and in --json."""
+    import json as _json
+
+    from pdboot.deploy.router_api import WorkerDiff, worker_diff
+    from pdboot.events import StatusReport
+    from pdboot.transport.http import HttpAnswer
+    from pdboot.views.status import status_json
+
+    plan = build_plan(parse_inventory(INV))
+    asked: list[str] = []
+    listed = [
+        {"url": "http://192.0.2.10:8200", "worker_type": "prefill"},
+        {"url": "http://192.0.2.11:8201", "worker_type": "decode"},
+        {"url": "http://203.0.113.9:9", "worker_type": "decode"},  # an outsider's server
+    ]
+
+    def fetch(url: str, **_: Any) -> HttpAnswer:
+        asked.append(url)
+        return HttpAnswer(200, _json.dumps({"workers": listed}))
+
+    diff = worker_diff(plan, fetch)
+    assert asked == ["http://127.0.0.1:8081/workers"]
+    assert diff == WorkerDiff(("http://203.0.113.9:9",), ("http://192.0.2.12:8201",))
+    doc = _json.loads(status_json(StatusReport("demo", "e", False, (), workers=diff)))
+    assert doc["router_workers"]["foreign"] == ["http://203.0.113.9:9"]
+    assert worker_diff(plan, lambda *_a, **_k: HttpAnswer(0, "", "refused")).error

@@ -214,3 +214,22 @@ def test_health_failing_evicts_and_a_router_that_relists_it_is_corrected() -> No
     router.listed["http://p2"] = "prefill"  # e.g. the router restarted and got it again
     w.round()
     assert "http://p2" not in router.listed
+
+
+def test_a_foreign_worker_is_removed_counted_and_an_emptied_router_refilled_in_one_round() -> None:
+    """Issue 28: the router's list made true each round (what the testbed's e2e test shows
+    with the real router: tests/e2e/test_up_watch_service.py)."""
+    world = World()
+    w, router, _ = watcher(world)
+    router.listed["http://evil:9"] = "decode"  # registered by hand on the router host
+    w.round()
+    assert ("remove", "http://evil:9") in router.calls and "http://evil:9" not in router.listed
+    m = w.deps.metrics
+    assert m.value("pdboot_watch_foreign_workers_removed_total", "http://evil:9", "decode") == 1
+    # a router Docker restarted: it knows no worker; every healthy engine is back this round
+    router.listed.clear()
+    world.engines["d2"].healthy = False  # not registered while it fails /health
+    w.round()
+    assert set(router.listed) == {"http://p1", "http://p2", "http://d1"}
+    assert m.value("pdboot_watch_workers_reregistered_total", "d1", "decode") == 1
+    assert m.value("pdboot_watch_workers_reregistered_total", "d2", "decode") is None

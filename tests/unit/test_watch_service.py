@@ -48,7 +48,7 @@ def test_watch_section_defaults_and_refusals() -> None:
 
 def test_no_image_no_service() -> None:
     plan = build_plan(with_watch("watch: {interval_seconds: 5}\n"))
-    assert plan.watch is None and len(plan.stages) == 3
+    assert plan.watch is None and len(plan.stages) == 4  # engines x2, router, proxy
 
 
 def test_the_service_runs_beside_the_router_last_with_the_shipped_inventory() -> None:
@@ -102,7 +102,7 @@ def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
               hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
     assert code == 0, [e for e in rec.events if isinstance(e, ev.Failure)]
     started = [e.service for e in rec.of(ev.ServiceStarted)]
-    assert started[-2:] == ["router@r", "watch@r"]
+    assert started[-3:] == ["router@r", "proxy@r", "watch@r"]
     assert _after_the_proof(rec.events)
     w = build_plan(world.inv).watch
     assert w is not None and w.url not in world.registered  # the router's workers: engines only
@@ -149,3 +149,56 @@ def test_status_shows_the_last_verdict_per_pair() -> None:
     console = Console(record=True, width=120)
     print_status(console, report)
     assert "FAIL prefill@p1 -> decode@d1" in console.export_text()
+
+
+# ------------------------------------------------- issue 32.3: the service's HTTP server
+
+
+def test_the_service_binds_where_asked_and_gets_only_the_api_key() -> None:
+    keyed = "secrets: {api_key: 'env:K', hf_token: 'env:T'}\n"
+    plan = build_plan(with_watch(WATCH + keyed))
+    assert plan.watch is not None
+    assert "192.0.2.12:29111" in plan.watch.command  # default: the router host's address
+    assert plan.watch.env_file == "watch-secrets.env"  # not secrets.env (the HF token)
+    from pdboot.plan.watch import watch_secrets_text
+
+    assert watch_secrets_text("k1") == "VLLM_API_KEY=k1\n"
+    bound = build_plan(with_watch(WATCH.replace("port: 29111", "port: 29111, bind: 127.0.0.1")))
+    assert bound.watch is not None and "127.0.0.1:29111" in bound.watch.command
+    with pytest.raises(InventoryError):
+        with_watch(WATCH.replace("port: 29111", "port: 29111, bind: 'x; rm -rf /'"))
+
+
+def test_the_http_server_drops_stalled_clients_and_caps_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+    import time
+
+    from pdboot.deploy import watch_service as ws
+    from pdboot.verify.watch_metrics import WatchMetrics
+
+    monkeypatch.setattr(ws, "REQUEST_TIMEOUT", 0.5)
+    monkeypatch.setattr(ws, "MAX_CONNECTIONS", 2)
+    server = ws.serve(None, WatchMetrics(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    port = server.server_address[1]
+    try:
+        stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        for s in stalled:
+            s.sendall(b"GET /metr")  # half a request, never finished
+        time.sleep(0.1)
+        extra = socket.create_connection(("127.0.0.1", port))
+        extra.settimeout(2)
+        assert extra.recv(100) == b""  # over the cap: closed at once, no thread for it
+        t0 = time.monotonic()
+        stalled[0].settimeout(5)
+        assert stalled[0].recv(100) == b""  # dropped after REQUEST_TIMEOUT
+        assert time.monotonic() - t0 < 3
+        time.sleep(0.3)
+        ok = socket.create_connection(("127.0.0.1", port))
+        ok.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        ok.settimeout(5)
+        assert ok.recv(100).startswith(b"HTTP/1.0 200")  # slots freed: served again
+    finally:
+        server.shutdown()
+        server.server_close()

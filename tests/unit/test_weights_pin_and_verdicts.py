@@ -236,7 +236,7 @@ router: {host: p1}
 def test_a_pinned_inventory_gives_every_engine_the_commit_offline() -> None:
     inv = parse_inventory(INV)
     plan = build_plan(pinned_inventory(inv, C1))
-    engines = [s for s in plan.services() if s.role != "router"]
+    engines = [s for s in plan.services() if s.is_engine]
     assert len(engines) == 2
     for s in engines:
         args = list(s.command)

@@ -16,6 +16,7 @@ from pdboot.preflight.registry import Lookup
 
 ENGINE_ID = "docker.image_exists"
 ROUTER_ID = "docker.router_image"
+PROXY_ID = "docker.proxy_image"  # router.proxy_image: the nginx in front of the router
 
 
 def verdict(check_id: str, image: str, key: str, look: Lookup) -> CheckResult:
@@ -45,7 +46,7 @@ def verdict(check_id: str, image: str, key: str, look: Lookup) -> CheckResult:
 
 
 def evaluate(
-    ctx: HostContext, looked: Mapping[str, Lookup], router_image: str
+    ctx: HostContext, looked: Mapping[str, Lookup], router_image: str, proxy_image: str = ""
 ) -> list[CheckResult]:
     """The image checks of one host: the engine image on engine hosts, the router image
     on the router host. An image that was not looked up (its area not selected) is not
@@ -55,4 +56,6 @@ def evaluate(
         out.append(verdict(ENGINE_ID, ctx.image, "image", looked[ctx.image]))
     if "router" in ctx.roles and router_image in looked:
         out.append(verdict(ROUTER_ID, router_image, "router_image", looked[router_image]))
+    if "router" in ctx.roles and proxy_image in looked:
+        out.append(verdict(PROXY_ID, proxy_image, "router.proxy_image", looked[proxy_image]))
     return out

@@ -5,16 +5,19 @@ preflight/run.py needs a single hook line."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timezone
 
 from pdboot.inventory.schema import Inventory
-from pdboot.preflight.checks import CheckResult, HostContext, agreement, images
+from pdboot.preflight.checks import CheckResult, HostContext, agreement, images, tls
 from pdboot.preflight.registry import Lookup
 
 
 def evaluate(ctx: HostContext, inv: Inventory, looked: Mapping[str, Lookup]) -> list[CheckResult]:
     """Image existence on the hosts that pull them; tier agreement on each decode host
     (the side that checks the NIXL compatibility hash at the handshake)."""
-    out = images.evaluate(ctx, looked, inv.router_image)
+    out = images.evaluate(ctx, looked, inv.router_image, inv.router.proxy_image)
     if "decode" in ctx.roles:
         out.append(agreement.evaluate(inv))
+    if "router" in ctx.roles:  # router.tls: the pair the proxy will serve
+        out += tls.evaluate(inv, datetime.now(timezone.utc))
     return out

@@ -121,7 +121,7 @@ def test_status_reads_real_pd_metrics(deployed: Deployed) -> None:
     doc = json.loads(st.stdout)
     assert doc["healthy"] is True
     assert {s["service"] for s in doc["services"]} == {
-        "prefill@prefill", "decode@decode", "decode-1@decode", "router@ingress"}
+        "prefill@prefill", "decode@decode", "decode-1@decode", "router@ingress", "proxy@ingress"}
     assert doc.get("pd"), doc
     text = json.dumps(doc["pd"])
     assert "decode@decode" in text and "decode-1@decode" in text and "prefill@prefill" in text
@@ -139,7 +139,7 @@ def test_load_phases_from_real_log_lines(deployed: Deployed) -> None:
 
 def test_up_again_changes_nothing(deployed: Deployed) -> None:
     before = container_ids(deployed.tb, NAME)
-    assert len(before) == 4, before
+    assert len(before) == 5, before  # 3 engines, the router, the proxy
     again = pdboot("up", str(deployed.inv), "--no-speed")  # preflight knows its own ports
     assert again.returncode == 0, output(again)[-4000:]
     for key in ("decode@decode", "decode-1@decode", "prefill@prefill", "router@ingress"):

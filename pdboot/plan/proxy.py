@@ -1,0 +1,216 @@
+"""The reverse proxy that owns the public endpoint (issue 28): nginx on ``router.port`` of the
+router host, in front of the router, which listens only on that host's loopback
+(``router.internal_port``).
+
+Why: vllm-router 0.1.17 in gateway mode (`--enable-igw`, live workers) serves its worker API
+(``/workers*``, ``/add_worker``, ``/remove_worker``) on the same port as ``/v1`` and has no
+way to authenticate a caller; anyone who reached the endpoint could register their own
+servers or remove every engine. The proxy forwards only the client API and ``/health``,
+answers 404 to everything else, checks ``secrets.api_key`` (401 without it), streams
+unbuffered (SSE token by token), bounds each request by ``router.request_timeout_secs`` and
+its body by ``router.max_request_mb``, and logs each client's address. Only the router host
+reaches the worker API: pdboot over a channel of its SSH connection, the watch service
+beside the router.
+
+Pure: the text of nginx.conf and of the key's include file; `up` ships both beside
+compose.yaml (the key's file 0600, like secrets.env).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from pdboot.inventory.rules import advertised_address
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.model import (
+    PROXY_AUTH_FILE,
+    PROXY_CONF_FILE,
+    PROXY_TLS_CERT,
+    PROXY_TLS_KEY,
+    BindMount,
+    Service,
+)
+
+# Where the router listens on its host (host networking): loopback only.
+ROUTER_INTERNAL_ADDRESS = "127.0.0.1"
+PROXY_DIR_IN_CONTAINER = "/etc/pdboot-proxy"
+PROXY_CONF_IN_CONTAINER = f"{PROXY_DIR_IN_CONTAINER}/nginx.conf"
+PROXY_AUTH_IN_CONTAINER = f"{PROXY_DIR_IN_CONTAINER}/auth.conf"
+PROXY_CERT_IN_CONTAINER = f"{PROXY_DIR_IN_CONTAINER}/tls.crt"
+PROXY_KEY_IN_CONTAINER = f"{PROXY_DIR_IN_CONTAINER}/tls.key"
+PROXY_PID = "/tmp/pdboot-nginx.pid"  # noqa: S108 - inside the container; `nginx -s reload` reads it
+
+# What the endpoint serves: vLLM's OpenAI-compatible paths pdboot's endpoint is for, and the
+# router's /health (load balancers probe it; no key, it says nothing but "ok").
+CLIENT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+# The router's admin surface, named so the 404 is a decision, not an accident: every path not
+# in CLIENT_PATHS gets the same answer.
+ADMIN_PATHS = ("/workers", "/workers/<url>", "/add_worker", "/remove_worker", "/list_workers")
+
+
+def proxy_conf_text(inv: Inventory, *, upstream_port: int | None = None) -> str:
+    """nginx.conf for the proxy. ``upstream_port``: the router it forwards to (the router's
+    internal_port unless a router swap points it at another)."""
+    r = inv.router
+    port = r.internal_port if upstream_port is None else upstream_port
+    timeout = r.request_timeout_secs
+    keyed = inv.secrets.api_key is not None
+    auth = (
+        [
+            "    # secrets.api_key: the key lives in the 0600 include, never in this file",
+            "    map $http_authorization $pdboot_key_ok {",
+            "        default 0;",
+            f"        include {PROXY_AUTH_IN_CONTAINER};",
+            "    }",
+        ]
+        if keyed
+        else []
+    )
+    check = (
+        [
+            "            if ($pdboot_key_ok = 0) {",
+            '                add_header WWW-Authenticate "Bearer" always;',
+            '                return 401 \'{"error": "missing or wrong API key"}\\n\';',
+            "            }",
+        ]
+        if keyed
+        else []
+    )
+    forward = [
+        "            proxy_pass http://pdboot_router;",
+    ]
+    lines = [
+        *_http_head(inv, auth),
+        "    upstream pdboot_router {",
+        f"        server {ROUTER_INTERNAL_ADDRESS}:{port};",
+        "        keepalive 64;",
+        "    }",
+        "    server {",
+        *_listen(inv),
+        "        proxy_http_version 1.1;",
+        '        proxy_set_header Connection "";',
+        "        proxy_set_header Host $host;",
+        "        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+        "        proxy_set_header X-Real-IP $remote_addr;",
+        "        # SSE: every token as the router sends it",
+        "        proxy_buffering off;",
+        "        proxy_cache off;",
+        "        proxy_connect_timeout 10s;",
+        f"        proxy_read_timeout {timeout}s;",
+        f"        proxy_send_timeout {timeout}s;",
+        "        location = /health {",
+        *forward,
+        "        }",
+    ]
+    for path in CLIENT_PATHS:
+        lines += [f"        location = {path} {{", *check, *forward, "        }"]
+    lines += [
+        "        location / {",
+        '            return 404 \'{"error": "not found"}\\n\';',
+        "        }",
+        "    }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _http_head(inv: Inventory, auth: list[str]) -> list[str]:
+    """Process settings, logs (each client's address), temp paths, size limits."""
+    r = inv.router
+    return [
+        "# Generated by pdboot; do not edit (`pdboot up` overwrites it).",
+        "# The public endpoint: only the client API and /health reach the router; its worker",
+        f"# API ({', '.join(ADMIN_PATHS)}) and every other path answer 404.",
+        "daemon off;",
+        "worker_processes 2;",
+        f"pid {PROXY_PID};",
+        "error_log stderr warn;",
+        "events {",
+        "    worker_connections 4096;",
+        "}",
+        "http {",
+        "    server_tokens off;",
+        "    default_type application/json;",
+        "    log_format pdboot '$remote_addr [$time_local] \"$request\" $status '",
+        "                      '$body_bytes_sent $request_time';",
+        "    access_log /dev/stdout pdboot;",
+        "    client_body_temp_path /tmp/nginx-body;",
+        "    proxy_temp_path /tmp/nginx-proxy;",
+        "    fastcgi_temp_path /tmp/nginx-fastcgi;",
+        "    uwsgi_temp_path /tmp/nginx-uwsgi;",
+        "    scgi_temp_path /tmp/nginx-scgi;",
+        f"    client_max_body_size {r.max_request_mb}m;",
+        "    client_body_buffer_size 1m;",
+        "    client_header_timeout 60s;",
+        "    client_body_timeout 60s;",
+        *auth,
+    ]
+
+
+def _listen(inv: Inventory) -> list[str]:
+    r = inv.router
+    if r.tls is None:
+        return [f"        listen {r.port};"]
+    return [
+        f"        listen {r.port} ssl;",
+        f"        ssl_certificate {PROXY_CERT_IN_CONTAINER};",
+        f"        ssl_certificate_key {PROXY_KEY_IN_CONTAINER};",
+        "        ssl_protocols TLSv1.2 TLSv1.3;",
+        "        ssl_session_cache shared:pdboot_tls:10m;",
+    ]
+
+
+def _nginx_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def proxy_auth_text(api_key: str) -> str:
+    """The include of the key check (shipped 0600): the one Authorization value let in.
+    read_secret already refused keys with spaces, quotes, backslashes or ``$``."""
+    return f"{_nginx_quote('Bearer ' + api_key)} 1;\n"
+
+
+def proxy_files(
+    inv: Inventory, api_key: str | None, tls: tuple[str, str] | None = None
+) -> dict[str, str]:
+    """File name -> text, beside compose.yaml on the router host (the key's file only with a
+    key, router.tls's pair with TLS: PRIVATE_FILES ships them 0600)."""
+    out = {PROXY_CONF_FILE: proxy_conf_text(inv)}
+    if inv.secrets.api_key is not None and api_key:
+        out[PROXY_AUTH_FILE] = proxy_auth_text(api_key)
+    if inv.router.tls is not None and tls is not None:
+        out[PROXY_TLS_CERT], out[PROXY_TLS_KEY] = tls
+    return out
+
+
+def proxy_service(inv: Inventory, project: str, labels: tuple[tuple[str, str], ...]) -> Service:
+    """The proxy's container: host networking, the shipped nginx.conf read-only; its config
+    hash covers the conf's text (a label), so a changed conf recreates it."""
+    r = inv.router
+    project_dir = f"{inv.remote_dir.rstrip('/')}/{inv.name}"
+    conf = proxy_conf_text(inv)
+    mounts = [BindMount(f"{project_dir}/{PROXY_CONF_FILE}", PROXY_CONF_IN_CONTAINER, True)]
+    if inv.secrets.api_key is not None:
+        mounts.append(BindMount(f"{project_dir}/{PROXY_AUTH_FILE}", PROXY_AUTH_IN_CONTAINER, True))
+    if r.tls is not None:
+        mounts.append(BindMount(f"{project_dir}/{PROXY_TLS_CERT}", PROXY_CERT_IN_CONTAINER, True))
+        mounts.append(BindMount(f"{project_dir}/{PROXY_TLS_KEY}", PROXY_KEY_IN_CONTAINER, True))
+    digest = hashlib.sha256(conf.encode()).hexdigest()[:16]
+    return Service(
+        name="proxy",
+        role="proxy",
+        host=r.host,
+        address=advertised_address(inv.hosts[r.host]),
+        port=r.port,
+        project=project,
+        image=r.proxy_image,
+        command=("-c", PROXY_CONF_IN_CONTAINER),
+        entrypoint=("nginx",),
+        environment=(),
+        gpus=None,
+        rdma=False,
+        restart=inv.container.restart,
+        labels=(*labels, ("io.pdboot.proxy-conf", digest)),
+        mounts=tuple(mounts),
+        scheme="https" if r.tls is not None else "http",
+    )
