@@ -164,3 +164,18 @@ def test_json_adds_version_timestamp_counts_and_facts_and_keeps_the_old_keys() -
     assert "query" not in b["facts"]["gpu"]  # raw command text is not a fact
     assert doc["hosts"]["gpu-x"]["reachable"] is False
     assert all(v is None for v in doc["hosts"]["gpu-x"]["facts"].values())
+
+
+def test_sizes_are_in_one_unit_gib() -> None:
+    import re
+
+    c = ctx()
+    texts = []
+    for variants in ([], ["low-disk.txt"], ["gpu-busy.txt"]):
+        results, _ = evaluate_host(c, batch(c, *variants))
+        texts += [f"{r.message} {r.fix}" for r in results]
+    joined = "\n".join(texts)
+    assert re.findall(r"\d (?:[KMGT]B)\b", joined) == []  # no decimal units
+    assert "GiB" in joined
+    low = [t for t in texts if "requirements.min_free_disk_gb" in t]
+    assert low and all(re.search(r"needs \d+\.\d GiB", t) for t in low), low
