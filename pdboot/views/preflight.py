@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # rich loads with the tables: `preflight --json` prints witho
     from pdboot.deploy.seams import PreflightFn, PreflightOutcome
     from pdboot.inventory.schema import Inventory
 
+TROUBLESHOOTING = "docs/troubleshooting.md"  # a section per check id (its anchor)
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
@@ -176,6 +177,8 @@ def print_compact(result: PreflightResult, console: Console) -> None:
             t.add_row("", Text(MARK[c.status], style=STYLE[c.status]), c.id, Text(c.message))
             if c.fix:
                 t.add_row("", "", "", Text(f"fix: {c.fix}", style="cyan"))
+            if c.status == "fail":
+                t.add_row("", "", "", Text(f"see {TROUBLESHOOTING}#{c.id}", style="dim"))
         console.print(t)
     style = "bold green" if result.ok else "bold red"
     console.print(Text(verdict(result), style=style))
