@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
-AREAS = ("ssh", "gpu", "cpu", "docker", "rdma", "host", "network", "model", "weights")
+AREAS = ("ssh", "gpu", "cpu", "docker", "rdma", "host", "network", "model", "weights", "secrets")
 
 # A hung nvidia-smi (a GPU fallen off the bus) must not hold the whole batch.
 SECTION_TIMEOUT_S = 20

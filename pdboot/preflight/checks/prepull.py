@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pdboot.inventory.rules import deployment_hosts
 from pdboot.inventory.schema import Inventory
-from pdboot.preflight.checks import CheckResult, HostContext, agreement, images
+from pdboot.preflight.checks import CheckResult, HostContext, agreement, images, secret_refs
 from pdboot.preflight.registry import Lookup
 
 
@@ -15,6 +16,14 @@ def evaluate(ctx: HostContext, inv: Inventory, looked: Mapping[str, Lookup]) -> 
     """Image existence on the hosts that pull them; tier agreement on each decode host
     (the side that checks the NIXL compatibility hash at the handshake)."""
     out = images.evaluate(ctx, looked, inv.router_image)
+    if ctx.name == first_host(inv):  # this machine's secrets: reported once
+        out += secret_refs.evaluate(inv)
     if "decode" in ctx.roles:
         out.append(agreement.evaluate(inv))
     return out
+
+
+def first_host(inv: Inventory) -> str:
+    """The deployment's first host in inventory order."""
+    used = set(deployment_hosts(inv))
+    return next(h for h in inv.hosts if h in used)
