@@ -223,7 +223,7 @@ def judge_host(
     results = list(parsed)
     for area, domain in DOMAINS:
         results += _guarded(area, partial(domain.evaluate, ctx, facts), results) or []
-    return [r for r in collapse(results) if sel.keep(r)]
+    return collapse(r for r in results if sel.keep(r))  # a root --only left out does not count
 
 
 def evaluate_host(

@@ -179,3 +179,9 @@ def test_sizes_are_in_one_unit_gib() -> None:
     assert "GiB" in joined
     low = [t for t in texts if "requirements.min_free_disk_gb" in t]
     assert low and all(re.search(r"needs \d+\.\d GiB", t) for t in low), low
+
+
+def test_a_root_left_out_by_only_does_not_collapse_what_was_asked_for() -> None:
+    c = ctx()
+    results, _ = evaluate_host(c, _no_nvidia_smi(c), pf.Selection.of(only=["gpu.topology"]))
+    assert [(r.id, r.status) for r in results] == [("gpu.topology", "warn")]
