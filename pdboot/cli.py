@@ -126,6 +126,12 @@ def preflight(
         ),
     ] = None,
     accept_new_host_keys: AcceptNewOpt = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "-v", "--verbose", help="Show every check (default: failures, warnings, a count)."
+        ),
+    ] = False,
 ) -> None:
     """Check every host before anything is pulled."""
     from pdboot.preflight import run as pf
@@ -147,7 +153,7 @@ def preflight(
     if json_out:
         sys.stdout.write(report.to_json(result) + "\n")
     else:
-        report.print_report(result, stdout())
+        report.print_report(result, stdout(), verbose=verbose)
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
 
 

@@ -65,7 +65,8 @@ def explain_services(inv: Inventory, keys: Iterable[str]) -> list[Finding]:
 
 
 def report_lines(findings: list[Finding]) -> list[str]:
-    """Two lines per finding (cause, fix); one line saying so when nothing is known."""
+    """Three lines per finding (cause, fix, its troubleshooting section); one line saying
+    so when nothing is known."""
     if not findings:
         return ["no known cause in the engines' and router's recent logs (see `pdboot logs`)"]
     return [line for f in findings for line in f.lines()]

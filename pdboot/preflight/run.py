@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 from pdboot.inventory.engines import EngineNic
 from pdboot.inventory.schema import Inventory
 from pdboot.preflight import registry
+from pdboot.preflight.cascade import collapse
 from pdboot.preflight.checks import (
     AREAS,
     CheckResult,
@@ -212,7 +213,7 @@ def judge_host(
     results = list(parsed)
     for area, domain in DOMAINS:
         results += _guarded(area, partial(domain.evaluate, ctx, facts), results) or []
-    return [r for r in results if sel.keep(r)]
+    return collapse(r for r in results if sel.keep(r))  # a root --only left out does not count
 
 
 def evaluate_host(
@@ -317,8 +318,8 @@ def run_preflight(
     selection: Selection = Selection(),
     connections: Mapping[str, Connection] | None = None,
 ) -> PreflightResult:
-    """Check every host in parallel. ``connections``: already open ones to reuse (kept
-    open); any other host gets a connection opened and closed here."""
+    """Check every host in parallel; reported in inventory order. ``connections``: already
+    open ones to reuse (kept open); any other host gets a connection opened and closed here."""
     ctxs = contexts(inv)
     given = dict(connections or {})
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
@@ -370,7 +371,7 @@ def run_preflight(
         for n, res in weights_checks.sameness(local_listings(reports)).items():
             if selection.keep(res):
                 reports[n].checks.append(res)
-    return PreflightResult(reports)
+    return PreflightResult({n: reports[n] for n in sorted(reports, key=list(inv.hosts).index)})
 
 
 # --------------------------------------------------------------------------- weights

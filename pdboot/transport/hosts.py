@@ -6,13 +6,10 @@ that cannot be reached is reported with its cause and does not stop the others.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol, TypeVar
 
-from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed
 from pdboot.transport.connection import Connection, RemoteError
@@ -20,47 +17,13 @@ from pdboot.transport.docker_host import Engine, PullResult
 from pdboot.transport.docker_parse import EngineError, PullProgress
 from pdboot.transport.fanout import fan_out
 from pdboot.transport.masking import register_secret
-from pdboot.transport.secret_error import SecretError as SecretError  # re-exported
+from pdboot.transport.secret_refs import Environ as Environ  # re-exported
+from pdboot.transport.secret_refs import SecretError as SecretError
+from pdboot.transport.secret_refs import read_hf_token as read_hf_token
+from pdboot.transport.secret_refs import read_secret as read_secret
 from pdboot.transport.ssh import connect
 
 T = TypeVar("T")
-
-
-Environ = Mapping[str, str]
-
-
-def read_secret(ref: str, what: str, environ: Environ | None = None) -> str:
-    """Resolve ``env:NAME`` / ``file:/path`` / a bare path to the value (at `up` time)."""
-    env = os.environ if environ is None else environ
-    if ref.startswith("env:"):
-        name = ref[4:]
-        value = env.get(name)
-        if not value:
-            raise SecretError(
-                f"{what} is {ref} but the environment variable {name} is not set "
-                "(or empty) where pdboot runs"
-            )
-    else:
-        path = os.path.expanduser(ref[5:] if ref.startswith("file:") else ref)
-        try:
-            # a secret, not a data file; stat first: a FIFO would block the open
-            value = read_regular_file(Path(path), 64 * 1024).decode("utf-8")
-        except NotRegularFile as e:
-            raise SecretError(f"{what} is {ref} but that is {e.kind}, not a regular file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-            raise SecretError(f"{what} is {ref} but that file cannot be read: {why}") from None
-    value = value.strip()
-    if not value:
-        raise SecretError(f"{what} {ref} is empty")
-    # secrets.env is a compose env file: no quoting, and $ would be interpolated.
-    if any(c.isspace() for c in value) or any(c in value for c in "\"'\\$`"):
-        raise SecretError(f"{what} {ref} does not look like a token (spaces, quotes or $)")
-    return value
-
-
-def read_hf_token(ref: str | None, environ: Environ | None = None) -> str | None:
-    return None if ref is None else read_secret(ref, "secrets.hf_token", environ)
 
 
 # What each inventory secret becomes in secrets.env: the variables the HF libraries read,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
 from pdboot.inventory.schema import Inventory
-from pdboot.transport.secret_error import SecretError
+from pdboot.transport.secret_refs import SecretError
 
 PEM_LIMIT = 256 * 1024  # a chain of a few certificates
 

@@ -292,6 +292,14 @@ SIGNATURES: tuple[Signature, ...] = (
 )
 
 
+TROUBLESHOOTING = "docs/troubleshooting.md"
+
+
+def doc_link(signature_id: str) -> str:
+    """The section of docs/troubleshooting.md (scripts/gen_troubleshooting.py) for a signature."""
+    return f"{TROUBLESHOOTING}#log-{signature_id}"
+
+
 @dataclass(frozen=True)
 class Finding:
     id: str
@@ -304,10 +312,10 @@ class Finding:
     def message(self) -> str:
         return f"{self.cause}; fix: {self.fix}"
 
-    def lines(self) -> tuple[str, str]:
-        """The two lines a report prints."""
+    def lines(self) -> tuple[str, str, str]:
+        """The lines a report prints: cause, fix, and where the docs say more."""
         where = f" ({self.source})" if self.source else ""
-        return f"cause{where}: {self.cause}", f"  fix: {self.fix}"
+        return f"cause{where}: {self.cause}", f"  fix: {self.fix}", f"  see {doc_link(self.id)}"
 
 
 def match_line(line: str) -> Signature | None:

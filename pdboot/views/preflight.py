@@ -4,6 +4,7 @@ each failure or warning) and a one-line verdict; or the JSON of design.md."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from pdboot.preflight.checks import AREAS, STATUS_ORDER, CheckResult
@@ -16,6 +17,7 @@ if TYPE_CHECKING:  # rich loads with the tables: `preflight --json` prints witho
     from pdboot.deploy.seams import PreflightFn, PreflightOutcome
     from pdboot.inventory.schema import Inventory
 
+TROUBLESHOOTING = "docs/troubleshooting.md"  # a section per check id (its anchor)
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
@@ -82,14 +84,55 @@ def verdict(result: PreflightResult) -> str:
     return f"FAIL: {fails}{unreach}; fix them before `pdboot up`"
 
 
-def print_report(result: PreflightResult, console: Console) -> None:
+def print_report(result: PreflightResult, console: Console, verbose: bool = False) -> None:
+    """Every check per host with ``verbose``; else a host's failures and warnings (each
+    with its fix and what it made preflight skip) and one "N passed" line."""
     from rich.text import Text
 
     for h in result.hosts.values():
-        console.print(host_table(h))
+        if verbose:
+            console.print(host_table(h))
+        else:
+            print_host_short(h, console)
         console.print()
     style = "bold green" if result.ok else "bold red"
     console.print(Text(verdict(result), style=style))
+
+
+def passed_line(h: HostReport) -> str:
+    """``25 passed, 2 skipped (-v shows every check)``."""
+    n = {"pass": 0, "warn": 0, "fail": 0, "skip": 0}
+    for c in h.checks:
+        n[c.status] += 1
+    skipped = f", {n['skip']} skipped" if n["skip"] else ""
+    return f"{n['pass']} passed{skipped} (-v shows every check)"
+
+
+def print_host_short(h: HostReport, console: Console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from pdboot.preflight.cascade import skipped_because
+
+    state = "reachable" if h.reachable else "[bold red]UNREACHABLE[/]"
+    took = f", {h.seconds:.1f}s" if h.seconds else ""
+    console.print(f"[bold]{h.name}[/] ({state}{took})")
+    rows = [c for c in ordered(h.checks) if c.status in ("fail", "warn")]
+    if rows:
+        t = Table.grid(padding=(0, 1))
+        t.add_column(no_wrap=True)  # indent
+        t.add_column(no_wrap=True)
+        t.add_column(no_wrap=True)
+        t.add_column(overflow="fold")
+        for c in rows:
+            t.add_row("", Text(MARK[c.status], style=STYLE[c.status]), c.id, Text(c.message))
+            if c.fix:
+                t.add_row("", "", "", Text(f"fix: {c.fix}", style="cyan"))
+            after = skipped_because(h.checks, c.id)
+            if after:
+                t.add_row("", "", "", Text(f"so not judged: {', '.join(after)}", style="dim"))
+        console.print(t)
+    console.print(Text(f"  {passed_line(h)}", style="green"), highlight=False)
 
 
 def _plural(n: int, word: str) -> str:
@@ -134,6 +177,8 @@ def print_compact(result: PreflightResult, console: Console) -> None:
             t.add_row("", Text(MARK[c.status], style=STYLE[c.status]), c.id, Text(c.message))
             if c.fix:
                 t.add_row("", "", "", Text(f"fix: {c.fix}", style="cyan"))
+            if c.status == "fail":
+                t.add_row("", "", "", Text(f"see {TROUBLESHOOTING}#{c.id}", style="dim"))
         console.print(t)
     style = "bold green" if result.ok else "bold red"
     console.print(Text(verdict(result), style=style))
@@ -141,8 +186,26 @@ def print_compact(result: PreflightResult, console: Console) -> None:
         console.print("`pdboot preflight INVENTORY` shows every check", highlight=False)
 
 
-def to_json(result: PreflightResult) -> str:
-    return json.dumps(result.as_json(), indent=2)
+def to_json(result: PreflightResult, now: datetime | None = None) -> str:
+    """design.md's object (``ok``, ``hosts.<name>.reachable``, ``.checks``: kept as they
+    are, other tools read them) plus pdboot's ``version``, an RFC 3339 UTC ``timestamp``,
+    the ``counts`` per status and each host's typed ``facts``."""
+    from pdboot import __version__
+    from pdboot.preflight.facts_json import facts_json
+
+    base = result.as_json()
+    hosts = base["hosts"]
+    assert isinstance(hosts, dict)
+    for name, h in result.hosts.items():
+        hosts[name]["facts"] = facts_json(h.facts)
+    at = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    out = {
+        "version": __version__,
+        "timestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "counts": counts(result),
+        **base,
+    }
+    return json.dumps(out, indent=2)
 
 
 def up_gate(console: Console) -> PreflightFn:

@@ -84,8 +84,13 @@ def inventory(tb: Any, tmp_path: Path, **overrides: Any) -> Path:
 
 
 @pytest.fixture(scope="module")
-def full_run(tb: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
-    rc, doc, _ = preflight(inventory(tb, tmp_path_factory.mktemp("full")))
+def full_inventory(tb: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return inventory(tb, tmp_path_factory.mktemp("full"))
+
+
+@pytest.fixture(scope="module")
+def full_run(full_inventory: Path) -> tuple[int, dict[str, Any]]:
+    rc, doc, _ = preflight(full_inventory)
     return rc, doc
 
 
@@ -94,12 +99,49 @@ def test_the_json_has_the_documented_shape_and_exit_1(full_run: tuple[int, dict[
     assert rc == 1 and doc["ok"] is False
     assert set(doc["hosts"]) == set(HOSTS)
     for h in doc["hosts"].values():
-        assert set(h) == {"reachable", "checks"}
+        assert set(h) == {"reachable", "checks", "facts"}
         for c in h["checks"]:
             assert set(c) == {"id", "status", "message", "fix"}
             assert c["status"] in ("pass", "warn", "fail", "skip")
             if c["status"] == "fail":
                 assert c["fix"], c
+
+
+def test_the_json_says_version_time_counts_and_facts_in_inventory_order(
+    full_run: tuple[int, dict[str, Any]], full_inventory: Path
+) -> None:
+    import datetime as dt
+
+    import yaml
+
+    from pdboot import __version__
+
+    _, doc = full_run
+    assert doc["version"] == __version__
+    at = dt.datetime.strptime(doc["timestamp"], "%Y-%m-%dT%H:%M:%SZ")
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    assert abs((now - at).total_seconds()) < 600
+    every = [c["status"] for h in doc["hosts"].values() for c in h["checks"]]
+    assert doc["counts"] == {s: every.count(s) for s in ("pass", "warn", "fail", "skip")}
+    hosts = list(yaml.safe_load(full_inventory.read_text())["hosts"])
+    assert list(doc["hosts"]) == [h for h in hosts if h in doc["hosts"]]
+    assert len(doc["hosts"]) == len(HOSTS)
+    gpus = doc["hosts"]["ok"]["facts"]["gpu"]["gpus"]
+    assert [g["name"] for g in gpus] == ["NVIDIA RTX PRO 6000 Blackwell Server Edition"] * 2
+    assert doc["hosts"]["nossh"]["facts"]["gpu"] is None
+
+
+def test_no_driver_is_one_gpu_failure_and_what_needs_it_is_skipped(
+    full_run: tuple[int, dict[str, Any]],
+) -> None:
+    _, doc = full_run
+    checks = doc["hosts"]["nodrv"]["checks"]
+    bad = [c["id"] for c in checks if c["status"] in ("fail", "warn")]
+    gpu_bad = [
+        i for i in bad if i.startswith("gpu.") or i in ("rdma.gpudirect", "rdma.nic_affinity")
+    ]
+    assert gpu_bad == ["gpu.nvidia_smi"], checks
+    assert "docker.image_cuda" not in bad
 
 
 @pytest.mark.parametrize(

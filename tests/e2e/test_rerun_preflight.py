@@ -10,6 +10,7 @@ Under CI=true a testbed that cannot start fails these tests; elsewhere they skip
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,7 +20,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_up_status_down import ROOT, ids, output, pdboot, write_inventory
+from tests.e2e.test_up_status_down import (
+    ROOT,
+    TOKEN,
+    TOKEN_ENV,
+    ids,
+    output,
+    pdboot,
+    write_inventory,
+)
 from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -59,6 +68,8 @@ def preflight_json(inv: Path) -> tuple[int, dict[str, Any]]:
         capture_output=True,
         text=True,
         cwd=ROOT,
+        # the shell `up` runs in: preflight checks the inventory's secret references too
+        env=dict(os.environ, **{TOKEN_ENV: TOKEN}),
         timeout=180,
     )
     try:

@@ -108,7 +108,7 @@ def test_healthy_rtx6000_host_passes_everything() -> None:
     assert "InfiniBand, 400 Gb/sec" in by["rdma.link"][0].message
     # 70B bf16 on 2 x 96 GB: the KV estimate of the facts sheet, at the measured rate
     kv = by["model.kv_transfer"][0].message
-    assert "327,680 bytes/token" in kv and "~3.3 GB per 10k-token prompt" in kv
+    assert "327,680 bytes/token" in kv and "~3.1 GiB per 10k-token prompt" in kv  # 3.28e9 bytes
     assert "at 400 Gb/s" in kv
 
 
@@ -336,7 +336,7 @@ def test_kv_estimate_matches_the_facts_sheet() -> None:
     assert f.kv_bytes_per_token == 327_680
     assert 140e9 < f.weights_bytes < 142e9  # ~141 GB of bf16 weights
     msg = model.kv_info(f, 100.0).message
-    assert "~3.3 GB per 10k-token prompt; ~0.26 s at 100 Gb/s" in msg
+    assert "~3.1 GiB per 10k-token prompt; ~0.26 s at 100 Gb/s" in msg
 
 
 def test_clock_skew_is_judged_against_the_median() -> None:

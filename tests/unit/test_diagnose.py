@@ -199,9 +199,10 @@ def test_all_findings_of_several_sources() -> None:
         ("prefill@h1", "kv_lease_expired"),
         ("decode@h2", "nixl_compat_hash"),
     ]
-    cause, fix = found[1].lines()
+    cause, fix, see = found[1].lines()
     assert cause.startswith("cause (decode@h2): prefill and decode run incompatible")
     assert fix.startswith("  fix: ") and "--kv-cache-dtype" in fix
+    assert see == "  see docs/troubleshooting.md#log-nixl_compat_hash"
 
 
 def test_unknown_log_has_no_diagnosis() -> None:
@@ -219,13 +220,14 @@ def test_last_matching_line_wins() -> None:
     assert d is not None and d.id == "cuda_oom" and d.message
 
 
-def test_report_lines_two_per_finding_or_one_saying_none() -> None:
+def test_report_lines_three_per_finding_or_one_saying_none() -> None:
     from pdboot.deploy.logscan import report_lines
 
     found = diagnose({"decode@h2": [template("base_worker.py:1197")]})
     lines = report_lines(found)
-    assert len(lines) == 2 and lines[0].startswith("cause (decode@h2): ")
+    assert len(lines) == 3 and lines[0].startswith("cause (decode@h2): ")
     assert lines[1].startswith("  fix: ")
+    assert lines[2] == "  see docs/troubleshooting.md#log-nixl_compat_hash"
     assert report_lines([])[0].startswith("no known cause")
 
 

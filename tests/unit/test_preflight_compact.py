@@ -59,9 +59,10 @@ def test_failures_come_first_with_their_fix_and_a_pointer_to_the_full_report() -
     assert lines[0] == "decode: 3 passed, 1 failure, 1 warning, 1 skipped"
     assert "FAIL" in lines[1] and "host.disk_docker" in lines[1] and "3.0 GiB free" in lines[1]
     assert lines[2].strip() == "fix: free space"
-    assert "host.ulimits" in lines[3]
-    assert lines[5] == "x: UNREACHABLE, 0 passed, 1 failure"
-    assert "ssh.connect" in lines[6] and "timed out" in lines[6]
+    assert lines[3].strip() == "see docs/troubleshooting.md#host.disk_docker"
+    assert "host.ulimits" in lines[4]
+    assert lines[6] == "x: UNREACHABLE, 0 passed, 1 failure"
+    assert "ssh.connect" in lines[7] and "timed out" in lines[7]
     assert lines[-2].startswith("FAIL: 2 failures")
     assert lines[-1] == "`pdboot preflight INVENTORY` shows every check"
 

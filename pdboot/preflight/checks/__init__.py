@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUS_ORDER: dict[str, int] = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
-AREAS = ("ssh", "gpu", "cpu", "docker", "rdma", "host", "network", "model", "weights")
+AREAS = ("ssh", "gpu", "cpu", "docker", "rdma", "host", "network", "model", "weights", "secrets")
 
 # A hung nvidia-smi (a GPU fallen off the bus) must not hold the whole batch.
 SECTION_TIMEOUT_S = 20
@@ -296,11 +296,15 @@ def size_bytes(text: str) -> int:
 
 
 def human_bytes(n: float) -> str:
-    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    """Binary units, like every size preflight prints (see ``gib``)."""
+    for unit, div in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= div:
             return f"{n / div:.1f} {unit}"
     return f"{n:.0f} B"
 
 
 def gib(n: float) -> str:
+    """Preflight's one unit for sizes: GiB. What it compares is binary -- nvidia-smi's MiB,
+    df's KiB, docker's shm_size ("16g"), cpu.kv_cache_gib -- so one unit and no rounding
+    surprise; only requirements.min_free_disk_gb is decimal, and its message names it."""
     return f"{n / (1 << 30):.1f} GiB"

@@ -178,7 +178,7 @@ def _disk(ctx: HostContext, f: HostSysFacts) -> list[CheckResult]:
                 CheckResult(
                     cid,
                     "fail",
-                    f"{msg}, needs {need / 1e9:.0f} GB (requirements.min_free_disk_gb"
+                    f"{msg}, needs {gib(need)} (requirements.min_free_disk_gb"
                     f"{' + the image, same filesystem' if need > min_b else ''})",
                     f"free space on {m.mounted_on} or move Docker's data-root / "
                     "container.hf_cache to a larger disk",

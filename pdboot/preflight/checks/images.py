@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pdboot.preflight.checks import CheckResult, HostContext
+from pdboot.preflight.checks import CheckResult, HostContext, gib
 from pdboot.preflight.registry import Lookup
 
 ENGINE_ID = "docker.image_exists"
@@ -24,7 +24,7 @@ def verdict(check_id: str, image: str, key: str, look: Lookup) -> CheckResult:
     inventory key naming the image, for the fix."""
     if look.config is not None:
         cfg = look.config
-        size = f", {cfg.compressed_size / 1e9:.1f} GB to pull" if cfg.compressed_size else ""
+        size = f", {gib(cfg.compressed_size)} to pull" if cfg.compressed_size else ""
         return CheckResult(
             check_id, "pass", f"{image} is in its registry ({cfg.os}/{cfg.architecture}{size})"
         )

@@ -18,6 +18,7 @@ from pdboot.preflight.checks import (
     HostContext,
     ParseError,
     Section,
+    gib,
     human_bytes,
     topo,
 )
@@ -285,6 +286,5 @@ def kv_info(f: ModelFacts, link_gbps: float | None, who: str = "") -> CheckResul
     return CheckResult(
         "model.kv_transfer",
         "pass",
-        f"{who}KV cache {per_tok:,} bytes/token: ~{total / 1e9:.1f} GB per 10k-token prompt; "
-        + times,
+        f"{who}KV cache {per_tok:,} bytes/token: ~{gib(total)} per 10k-token prompt; " + times,
     )

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 
 from pdboot.inventory.schema import Inventory
 from pdboot.preflight.checks import CheckResult
-from pdboot.transport.secret_error import SecretError
+from pdboot.transport.secret_refs import SecretError
 from pdboot.transport.tls_files import read_tls
 
 CHECK_ID = "tls.certificate"
