@@ -186,6 +186,7 @@ def watch(
     no_restart: Annotated[bool, typer.Option("--no-restart", help="Alert, never restart.")] = False,
     events: EventsOpt = None,
     as_json: JsonEventsOpt = False,
+    accept_new_host_keys: AcceptNewOpt = False,
 ) -> None:
     """Keep proving each P->D pair (Ctrl-C stops); a failing engine leaves the router till
     good."""
@@ -196,7 +197,7 @@ def watch(
     target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, console):
-        opts = WatchOptions.parse(listen, restarts=not no_restart)
+        opts = WatchOptions.parse(listen, restarts=not no_restart, accept_new=accept_new_host_keys)
         raise typer.Exit(run_watch(inv, opts, WatchView(console, then=emit)))
 
 

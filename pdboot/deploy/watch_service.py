@@ -66,13 +66,13 @@ def watch_config(w: Watch) -> WatchConfig:
 class DockerRestarter:
     """`docker restart` of the engine's container on its host, over SSH as `up` reaches it."""
 
-    def __init__(self, inv: Inventory, plan: Plan) -> None:
-        self.inv, self.plan = inv, plan
+    def __init__(self, inv: Inventory, plan: Plan, accept_new: bool = False) -> None:
+        self.inv, self.plan, self.accept_new = inv, plan, accept_new
         self.services = {s.key: s for s in plan.services()}
 
     def restart(self, engine: WatchedEngine) -> None:
         svc = self.services[engine.key]
-        hosts = open_hosts(self.inv, [svc.host])
+        hosts = open_hosts(self.inv, [svc.host], accept_new_host_keys=self.accept_new)
         try:
             if hosts.errors:
                 raise RuntimeError(f"cannot reach {svc.host}: {hosts.errors[svc.host]}")
@@ -177,14 +177,17 @@ class WatchOptions:
     port: int | None = None  # None: watch.port
     restarts: bool = True
     rounds: int | None = None  # None: until interrupted
+    accept_new_host_keys: bool = False  # restarts and the worker API go over SSH
 
     @classmethod
-    def parse(cls, listen: str, *, restarts: bool, rounds: int | None = None) -> WatchOptions:
+    def parse(
+        cls, listen: str, *, restarts: bool, rounds: int | None = None, accept_new: bool = False
+    ) -> WatchOptions:
         """``--listen ADDR[:PORT]`` (an IPv6 address in brackets when it has a port)."""
         host, sep, port = listen.rpartition(":")
         if sep and port.isdigit() and (host.endswith("]") or ":" not in host):
-            return cls(host.strip("[]"), int(port), restarts, rounds)
-        return cls(listen.strip("[]"), None, restarts, rounds)
+            return cls(host.strip("[]"), int(port), restarts, rounds, accept_new)
+        return cls(listen.strip("[]"), None, restarts, rounds, accept_new)
 
 
 def run_watch(
@@ -203,10 +206,14 @@ def run_watch(
         return EXIT_USAGE
     headers = api_key_headers({"VLLM_API_KEY": key} if key else {})
     metrics = WatchMetrics()
-    restarter: Restarter | None = DockerRestarter(inv, plan) if opts.restarts else None
+    accept = opts.accept_new_host_keys
+    restarter: Restarter | None = DockerRestarter(inv, plan, accept) if opts.restarts else None
     # the worker API is on the router host's loopback (plan/proxy.py): the service runs
     # there; in the foreground (restarts on) it goes through the router host's SSH connection
-    admin = AdminFetch(plan, open_hosts(inv, [plan.router.host]), http) if opts.restarts else None
+    admin = None
+    if opts.restarts:
+        router_host = open_hosts(inv, [plan.router.host], accept_new_host_keys=accept)
+        admin = AdminFetch(plan, router_host, http)
     deps = WatchDeps(
         http,
         RouterWorkerApi(plan.router.url, admin or http, headers),

@@ -26,7 +26,7 @@ ROOT = HERE.parents[1]
 ONE = HERE / "inventories" / "1p1d.yaml"
 runner = CliRunner()
 VERBS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
-CONNECTS = {"preflight", "stage", "up", "down", "status", "logs"}
+CONNECTS = {"preflight", "stage", "up", "down", "status", "logs", "watch"}
 EVENTS = {"stage", "up", "down", "watch"}  # verbs whose machine output is the event stream
 TYPE_WORDS = re.compile(r"<(bool|str|int|float|path|text|list\[str\])>|range\]|\{INVENTORY\}")
 
