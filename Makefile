@@ -21,8 +21,8 @@ demo: $(SETUP_STAMP)
 	PY=$(PY) ENGINE=$(ENGINE) scripts/demo.sh
 
 lint: $(SETUP_STAMP)
-	$(PY) -m ruff check pdboot
-	$(PY) -m ruff format --check pdboot
+	$(PY) -m ruff check pdboot tests bench scripts
+	$(PY) -m ruff format --check pdboot tests bench scripts
 	$(PY) -m mypy pdboot
 
 # pytest exit 5 means it collected nothing: that is a failure here, not a pass.

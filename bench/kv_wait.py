@@ -40,8 +40,11 @@ from pdboot.verify.exposition import parse_exposition  # noqa: E402
 from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 from tests.testbed.inventory import REAL_SERVED_NAME  # noqa: E402
 
-HOSTS = [HostSpec("prefill", profile="cpu-only"), HostSpec("decode", profile="cpu-only"),
-         HostSpec("ingress", profile="cpu-only")]
+HOSTS = [
+    HostSpec("prefill", profile="cpu-only"),
+    HostSpec("decode", profile="cpu-only"),
+    HostSpec("ingress", profile="cpu-only"),
+]
 DECODE_PORTS = (8201, 8211)  # two decode engines on the decode host
 CHAT_LIMIT_S = 120.0
 
@@ -71,8 +74,14 @@ class Variant:
 
 def pdboot(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200", TERM="dumb")
-    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
-                          text=True, timeout=1200, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def nixl_reads(url: str) -> tuple[float, float]:
@@ -102,10 +111,17 @@ def cgroup_cpu_s(tb: Testbed, host: str) -> float:
 
 
 def chat(router: str, i: int) -> float:
-    body = {"model": REAL_SERVED_NAME, "max_tokens": 8, "temperature": 0,
-            "messages": [{"role": "user", "content": f"question {i}: one two three four"}]}
-    req = urllib.request.Request(f"{router}/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+    body = {
+        "model": REAL_SERVED_NAME,
+        "max_tokens": 8,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": f"question {i}: one two three four"}],
+    }
+    req = urllib.request.Request(
+        f"{router}/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
     t0 = time.monotonic()
     with urllib.request.urlopen(req, timeout=CHAT_LIMIT_S) as r:
         r.read()
@@ -116,10 +132,13 @@ def run_variant(tb: Testbed, name: str, chats: int) -> Variant:
     from tests.testbed.inventory import write_inventory
 
     env = {"PDT_SHM_SPIN": "yield"} if name == "yield" else {}
-    layout = {"decode": {"engines_per_host": 2, "cpus": [[1], [0]], "env": env},
-              "prefill": {"env": env}}
-    inv = write_inventory(tb, tb.dir / f"kvwait-{name}.yaml", name=f"kv{name}", engine="vllm",
-                          overrides=layout)
+    layout = {
+        "decode": {"engines_per_host": 2, "cpus": [[1], [0]], "env": env},
+        "prefill": {"env": env},
+    }
+    inv = write_inventory(
+        tb, tb.dir / f"kvwait-{name}.yaml", name=f"kv{name}", engine="vllm", overrides=layout
+    )
     v = Variant(name)
     t0 = time.monotonic()
     up = pdboot("up", str(inv), "--skip-preflight", "--no-speed")
@@ -151,22 +170,27 @@ def run_variant(tb: Testbed, name: str, chats: int) -> Variant:
 
 
 def table(vs: list[Variant]) -> None:
-    print(f"\n{'variant':<8} {'up rc':>5} {'up s':>6} {'chats ok/failed':>16} {'p50 s':>7} "
-          f"{'max s':>7} {'KV reads':>8} {'mean read ms':>12} {'phase s':>8} "
-          f"{'CPU s prefill/decode':>21}")
+    print(
+        f"\n{'variant':<8} {'up rc':>5} {'up s':>6} {'chats ok/failed':>16} {'p50 s':>7} "
+        f"{'max s':>7} {'KV reads':>8} {'mean read ms':>12} {'phase s':>8} "
+        f"{'CPU s prefill/decode':>21}"
+    )
     for v in vs:
         cpu = f"{v.cpu_s.get('prefill', 0):.1f}/{v.cpu_s.get('decode', 0):.1f}"
-        print(f"{v.name:<8} {v.up_rc:>5} {v.up_s:>6.0f} {f'{v.chats_ok}/{v.chats_failed}':>16} "
-              f"{v.p50():>7.2f} {v.worst():>7.2f} {v.reads:>8} {v.read_ms():>12.1f} "
-              f"{v.phase_s:>8.1f} {cpu:>21}")
+        print(
+            f"{v.name:<8} {v.up_rc:>5} {v.up_s:>6.0f} {f'{v.chats_ok}/{v.chats_failed}':>16} "
+            f"{v.p50():>7.2f} {v.worst():>7.2f} {v.reads:>8} {v.read_ms():>12.1f} "
+            f"{v.phase_s:>8.1f} {cpu:>21}"
+        )
     base, new = vs
     print("\nratios yield/sleep (above 1: the sleep is better):")
-    for label, a, b in (("chat p50", base.p50(), new.p50()),
-                        ("chat max", base.worst(), new.worst()),
-                        ("mean KV read", base.read_ms(), new.read_ms()),
-                        ("chat phase wall", base.phase_s, new.phase_s),
-                        ("decode host CPU", base.cpu_s.get("decode", 0),
-                         new.cpu_s.get("decode", 0))):
+    for label, a, b in (
+        ("chat p50", base.p50(), new.p50()),
+        ("chat max", base.worst(), new.worst()),
+        ("mean KV read", base.read_ms(), new.read_ms()),
+        ("chat phase wall", base.phase_s, new.phase_s),
+        ("decode host CPU", base.cpu_s.get("decode", 0), new.cpu_s.get("decode", 0)),
+    ):
         print(f"  {label:<16} {a / b if b else float('nan'):8.2f}x")
 
 

@@ -46,20 +46,27 @@ def main() -> None:
                 print(f"... {mode} done", flush=True)
     table(cases)
     if args.json is not None:
-        args.json.write_text(json.dumps([{k: v for k, v in asdict(c).items() if k != "output"}
-                                         for c in cases], indent=2))
+        args.json.write_text(
+            json.dumps(
+                [{k: v for k, v in asdict(c).items() if k != "output"} for c in cases], indent=2
+            )
+        )
     for c in cases:
         if c.rc != 0:
             print(f"\n--- {c.mode} {c.name}: up exited {c.rc}\n{c.output[-3000:]}")
 
 
 def table(cases: list[Case]) -> None:
-    print(f"\n{'case':<32} {'mode':<11} {'failed/served':>14} {'up s':>6} {'rc':>3} "
-          f"{'router kept':>11}  errors")
+    print(
+        f"\n{'case':<32} {'mode':<11} {'failed/served':>14} {'up s':>6} {'rc':>3} "
+        f"{'router kept':>11}  errors"
+    )
     for c in cases:
-        print(f"{c.name:<32} {c.mode:<11} {f'{c.failed}/{c.failed + c.served}':>14} "
-              f"{c.seconds:6.1f} {c.rc:>3} {'yes' if c.router_kept else 'no':>11}  "
-              f"{c.errors or ''}")
+        print(
+            f"{c.name:<32} {c.mode:<11} {f'{c.failed}/{c.failed + c.served}':>14} "
+            f"{c.seconds:6.1f} {c.rc:>3} {'yes' if c.router_kept else 'no':>11}  "
+            f"{c.errors or ''}"
+        )
 
 
 if __name__ == "__main__":

@@ -58,20 +58,35 @@ POLL = 0.2  # the script's curl loop and pdboot's poll_interval_seconds
 
 
 # several engines per host: 4 prefill engines on g1, 4 decode engines on g2 (TP 1)
-ENGINES = {"prefill": {"engines_per_host": 4, "gpus": [0, 1, 2, 3]},
-           "decode": {"engines_per_host": 4, "gpus": [4, 5, 6, 7]}}
+ENGINES = {
+    "prefill": {"engines_per_host": 4, "gpus": [0, 1, 2, 3]},
+    "decode": {"engines_per_host": 4, "gpus": [4, 5, 6, 7]},
+}
 
 
-def write_inventory(tb: Any, path: Path, name: str, prefill: list[str], decode: list[str],
-                    load_seconds: float = 0.0, prefill_load: float = 0.0,
-                    tiers: dict[str, dict[str, Any]] | None = None) -> Path:
+def write_inventory(
+    tb: Any,
+    path: Path,
+    name: str,
+    prefill: list[str],
+    decode: list[str],
+    load_seconds: float = 0.0,
+    prefill_load: float = 0.0,
+    tiers: dict[str, dict[str, Any]] | None = None,
+) -> Path:
     env = {"STANDIN_LOAD_SECONDS": str(load_seconds)}
     extra = tiers or {}
     inv = inventory_dict(
-        tb, name=name, prefill=prefill, decode=decode, router="r1",
+        tb,
+        name=name,
+        prefill=prefill,
+        decode=decode,
+        router="r1",
         overrides={
-            "prefill": {"env": {"STANDIN_LOAD_SECONDS": str(prefill_load)},
-                        **extra.get("prefill", {})},
+            "prefill": {
+                "env": {"STANDIN_LOAD_SECONDS": str(prefill_load)},
+                **extra.get("prefill", {}),
+            },
             "decode": {"env": env, **extra.get("decode", {})},
             "timeouts": {"poll_interval_seconds": POLL},
         },
@@ -84,8 +99,10 @@ def write_inventory(tb: Any, path: Path, name: str, prefill: list[str], decode: 
 
 def script_for(tb: Any, inv: dict[str, Any], rendered: Path) -> tuple[str, str]:
     """The hand-written equivalent: (up script, down script) in bash."""
-    ssh = (f"ssh -F /dev/null -i {tb.identity_file} -o UserKnownHostsFile={tb.known_hosts} "
-           "-o StrictHostKeyChecking=yes -o BatchMode=yes")
+    ssh = (
+        f"ssh -F /dev/null -i {tb.identity_file} -o UserKnownHostsFile={tb.known_hosts} "
+        "-o StrictHostKeyChecking=yes -o BatchMode=yes"
+    )
     name = inv["name"]
     d = f"/var/lib/pdboot/{name}"
     proj = f"pdboot-{name}"
@@ -120,19 +137,28 @@ def script_for(tb: Any, inv: dict[str, Any], rendered: Path) -> tuple[str, str]:
     r = "http://127.0.0.1:8081"
     lines.append(on(rtr, wait_health(f"{r}/health")))
     n = len([s for s in plan.services() if s.is_engine])
-    lines.append(on(rtr, f"until [ \"$(curl -sf {r}/workers | grep -o '\"is_healthy\":true' "
-                         f"| wc -l)\" -ge {n} ]; do sleep {POLL}; done"))
-    body = ('{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"hi"}],'
-            '"max_tokens":8}')
-    lines.append(on(rtr, f"curl -sf {r}/v1/chat/completions -H 'Content-Type: application/json' "
-                         f"-d '{body}' >/dev/null"))
+    lines.append(
+        on(
+            rtr,
+            f'until [ "$(curl -sf {r}/workers | grep -o \'"is_healthy":true\' '
+            f'| wc -l)" -ge {n} ]; do sleep {POLL}; done',
+        )
+    )
+    body = '{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
+    lines.append(
+        on(
+            rtr,
+            f"curl -sf {r}/v1/chat/completions -H 'Content-Type: application/json' "
+            f"-d '{body}' >/dev/null",
+        )
+    )
     up = "\n".join(lines) + "\n"
     down = ["set -euo pipefail", f"SSH={shlex.quote(ssh)}"]
     for hosts, role in (([rtr], "router"), (pre, "prefill"), (dec, "decode")):
-        names = {h: " ".join(s.name for s in plan.hosts[h].services if s.role == role)
-                 for h in hosts}
-        down += parallel([on(h, f"{compose} rm -s -f {names[h]} >/dev/null 2>&1")
-                          for h in hosts])
+        names = {
+            h: " ".join(s.name for s in plan.hosts[h].services if s.role == role) for h in hosts
+        }
+        down += parallel([on(h, f"{compose} rm -s -f {names[h]} >/dev/null 2>&1") for h in hosts])
     return up, "\n".join(down) + "\n"
 
 
@@ -168,8 +194,14 @@ def readiness_latency(tb: Any, inv: Path, decode_url: str) -> float:
     th = threading.Thread(target=poll, daemon=True)
     th.start()
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200")
-    p = subprocess.Popen(pdboot("up", str(inv), "--skip-preflight"), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    p = subprocess.Popen(
+        pdboot("up", str(inv), "--skip-preflight"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     noticed = None
     assert p.stdout is not None
     for line in p.stdout:
@@ -200,8 +232,14 @@ def start_spread(tb: Any, host: str, deployment: str, role: str) -> tuple[int, f
     """(how many, seconds between the first and the last StartedAt) of a role's
     containers on a host: the engines of a host start together when this is small."""
     h = tb.hosts[host]
-    ids = h.docker("ps", "-q", "--filter", f"label=io.pdboot.deployment={deployment}",
-                   "--filter", f"label=io.pdboot.role={role}").stdout.split()
+    ids = h.docker(
+        "ps",
+        "-q",
+        "--filter",
+        f"label=io.pdboot.deployment={deployment}",
+        "--filter",
+        f"label=io.pdboot.role={role}",
+    ).stdout.split()
     stamps = h.docker("inspect", "--format", "{{.State.StartedAt}}", *ids).stdout.split()
     ts = sorted(datetime.fromisoformat(s[:26]) for s in stamps)
     return len(ts), (ts[-1] - ts[0]).total_seconds()
@@ -212,12 +250,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--load", type=float, default=15.0, help="model load seconds per tier")
     ap.add_argument("--only-ready", action="store_true", help="only the time-to-ready runs")
-    ap.add_argument("--only-engines", action="store_true",
-                    help="only the 2 hosts x 4 engines per tier comparison")
+    ap.add_argument(
+        "--only-engines",
+        action="store_true",
+        help="only the 2 hosts x 4 engines per tier comparison",
+    )
     args = ap.parse_args()
     eight = [HostSpec("g1", profile="rtx6000x8"), HostSpec("g2", profile="rtx6000x8")]
-    names: list[Any] = ["r1", *eight] if args.only_engines else [
-        "d1", "d2", "p1", "p2", "r1", *([] if args.only_ready else eight)]
+    names: list[Any] = (
+        ["r1", *eight]
+        if args.only_engines
+        else ["d1", "d2", "p1", "p2", "r1", *([] if args.only_ready else eight)]
+    )
     tb = Testbed.start(names)
     spreads: list[tuple[str, int, float]] = []
     results: dict[str, dict[str, list[float]]] = {}
@@ -227,8 +271,11 @@ def main() -> None:
             h.pull(tb.image)
         tb.hosts["r1"].pull(tb.router_image)
         work = Path(tempfile.mkdtemp(prefix="pdboot-bench-"))
-        ttr = [] if args.only_engines else [
-            time_to_ready(tb, work, args.load) for _ in range(args.runs)]
+        ttr = (
+            []
+            if args.only_engines
+            else [time_to_ready(tb, work, args.load) for _ in range(args.runs)]
+        )
         cases: list[tuple[str, list[str], list[str], dict[str, Any] | None]] = []
         if not args.only_ready and not args.only_engines:
             cases += [("1P1D", ["p1"], ["d1"], None), ("2P2D", ["p1", "p2"], ["d1", "d2"], None)]
@@ -238,8 +285,12 @@ def main() -> None:
             name = f"bench{label.lower()}"
             inv = write_inventory(tb, work / f"{name}.yaml", name, pre, dec, tiers=tiers)
             rendered = work / f"{name}-rendered"
-            subprocess.run(pdboot("render", str(inv), "--out", str(rendered)), check=True,
-                           capture_output=True, cwd=ROOT)
+            subprocess.run(
+                pdboot("render", str(inv), "--out", str(rendered)),
+                check=True,
+                capture_output=True,
+                cwd=ROOT,
+            )
             up_sh, down_sh = script_for(tb, yaml.safe_load(inv.read_text()), rendered)
             (work / f"{name}-up.sh").write_text(up_sh)
             (work / f"{name}-down.sh").write_text(down_sh)
@@ -254,33 +305,43 @@ def main() -> None:
                 r["pd_down"].append(timed(pdboot("down", str(inv))))
             results[label] = r
         slow = write_inventory(tb, work / "benchready.yaml", "benchready", ["p1"], ["d1"], 3.0)
-        lat = [readiness_latency(tb, slow, f"http://{tb.hosts['d1'].address}:8201/health")
-               for _ in range(0 if args.only_ready or args.only_engines else args.runs)]
+        lat = [
+            readiness_latency(tb, slow, f"http://{tb.hosts['d1'].address}:8201/health")
+            for _ in range(0 if args.only_ready or args.only_engines else args.runs)
+        ]
     finally:
         tb.stop()
     report(args, ttr, results, lat, spreads)
 
 
-def report(args: Any, ttr: list[tuple[float, float, float]],
-           results: dict[str, dict[str, list[float]]], lat: list[float],
-           spreads: list[tuple[str, int, float]]) -> None:
+def report(
+    args: Any,
+    ttr: list[tuple[float, float, float]],
+    results: dict[str, dict[str, list[float]]],
+    lat: list[float],
+    spreads: list[tuple[str, int, float]],
+) -> None:
     if not ttr:
         table(args, results)
         show_spreads(spreads)
         return
 
     walls, engines, routers = ([t[i] for t in ttr] for i in range(3))
-    print(f"time to ready, both tiers loading {args.load:g}s (1P1D), median of {args.runs} runs: "
-          f"engines ready after {statistics.median(engines):.1f}s (max {max(engines):.1f}s), "
-          f"then the router after {statistics.median(routers):.1f}s, "
-          f"`pdboot up` {statistics.median(walls):.1f}s in all (max {max(walls):.1f}s); "
-          f"one tier after the other would need at least {2 * args.load:g}s for the engines")
+    print(
+        f"time to ready, both tiers loading {args.load:g}s (1P1D), median of {args.runs} runs: "
+        f"engines ready after {statistics.median(engines):.1f}s (max {max(engines):.1f}s), "
+        f"then the router after {statistics.median(routers):.1f}s, "
+        f"`pdboot up` {statistics.median(walls):.1f}s in all (max {max(walls):.1f}s); "
+        f"one tier after the other would need at least {2 * args.load:g}s for the engines"
+    )
     if args.only_ready:
         return
     table(args, results)
     show_spreads(spreads)
-    print(f"readiness noticed after /health first answered 200: median "
-          f"{statistics.median(lat):.2f}s, max {max(lat):.2f}s (poll interval {POLL}s)")
+    print(
+        f"readiness noticed after /health first answered 200: median "
+        f"{statistics.median(lat):.2f}s, max {max(lat):.2f}s (poll interval {POLL}s)"
+    )
 
 
 def show_spreads(spreads: list[tuple[str, int, float]]) -> None:
@@ -289,14 +350,20 @@ def show_spreads(spreads: list[tuple[str, int, float]]) -> None:
 
 
 def table(args: Any, results: dict[str, dict[str, list[float]]]) -> None:
-    print(f"pdboot up/down vs ssh+docker compose script, median of {args.runs} runs "
-          "(images present, stand-ins ready at once)")
-    print(f"{'':6} {'pdboot up':>10} {'script up':>10} {'ratio':>6}   "
-          f"{'pdboot down':>11} {'script down':>11} {'ratio':>6}")
+    print(
+        f"pdboot up/down vs ssh+docker compose script, median of {args.runs} runs "
+        "(images present, stand-ins ready at once)"
+    )
+    print(
+        f"{'':6} {'pdboot up':>10} {'script up':>10} {'ratio':>6}   "
+        f"{'pdboot down':>11} {'script down':>11} {'ratio':>6}"
+    )
     for label, r in results.items():
         m = {k: statistics.median(v) for k, v in r.items()}
-        print(f"{label:6} {m['pd_up']:9.2f}s {m['sh_up']:9.2f}s {m['pd_up'] / m['sh_up']:5.2f}x   "
-              f"{m['pd_down']:10.2f}s {m['sh_down']:10.2f}s {m['pd_down'] / m['sh_down']:5.2f}x")
+        print(
+            f"{label:6} {m['pd_up']:9.2f}s {m['sh_up']:9.2f}s {m['pd_up'] / m['sh_up']:5.2f}x   "
+            f"{m['pd_down']:10.2f}s {m['sh_down']:10.2f}s {m['pd_down'] / m['sh_down']:5.2f}x"
+        )
 
 
 if __name__ == "__main__":

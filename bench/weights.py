@@ -61,11 +61,14 @@ def write(tb: Testbed, path: Path, name: str, staged: bool, engines: int) -> Pat
     inv["model"] = hub.PUBLIC_REPO
     inv["prefill"] = {"hosts": ["g1"], "gpus": [[0]], "env": env}
     inv["decode"] = {"hosts": ["g2"], "gpus": [[g] for g in range(engines)], "env": env}
-    inv["router"] = {"host": "g1", "prefill_policy": "round_robin",
-                     "decode_policy": "round_robin"}
+    inv["router"] = {"host": "g1", "prefill_policy": "round_robin", "decode_policy": "round_robin"}
     inv["kv_transfer"] = {"rdma": "auto"}
-    inv["weights"] = {"stage": staged, "endpoint": tb.hub, "allow_plain_http": True,
-                      "image": tb.stage_image}
+    inv["weights"] = {
+        "stage": staged,
+        "endpoint": tb.hub,
+        "allow_plain_http": True,
+        "image": tb.stage_image,
+    }
     inv["container"]["hf_cache"] = f"/var/lib/pdboot/hf-bench-{name}"
     inv["timeouts"]["ready_seconds"] = 900
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
@@ -73,8 +76,13 @@ def write(tb: Testbed, path: Path, name: str, staged: bool, engines: int) -> Pat
 
 
 def pdboot(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 def up(inv: Path, ev: Path) -> list[dict[str, Any]]:
@@ -147,12 +155,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=2, help="runs per variant")
     ap.add_argument("--mbps", type=float, default=0.5, help="hub cap per host, MB/s")
-    ap.add_argument("--pull-ratio", type=float, default=0.6,
-                    help="image pull time / weights time (sets the registry's rate)")
+    ap.add_argument(
+        "--pull-ratio",
+        type=float,
+        default=0.6,
+        help="image pull time / weights time (sets the registry's rate)",
+    )
     ap.add_argument("--engines", type=int, default=4, help="decode engines on g2 (<= 8)")
     args = ap.parse_args()
-    tb = Testbed.start([HostSpec("g1", profile="rtx6000x8"),
-                        HostSpec("g2", profile="rtx6000x8")])
+    tb = Testbed.start([HostSpec("g1", profile="rtx6000x8"), HostSpec("g2", profile="rtx6000x8")])
     try:
         tb.hosts["g1"].pull(tb.router_image)
         for h in tb.hosts.values():
@@ -171,24 +182,31 @@ def main() -> None:
             r = one_run(tb, work, f"bw{'s' if staged else 'd'}{i}", staged, args.engines)
             results[staged].append(r)
             what = "staged" if staged else "at-start"
-            print(f"run {i + 1}: {what:<9} up {r['up']:6.1f} s (pull {r['pull']:5.1f} s, "
-                  f"weights {r['weights']:5.1f} s, rest {r['rest']:5.1f} s)", flush=True)
+            print(
+                f"run {i + 1}: {what:<9} up {r['up']:6.1f} s (pull {r['pull']:5.1f} s, "
+                f"weights {r['weights']:5.1f} s, rest {r['rest']:5.1f} s)",
+                flush=True,
+            )
 
         def med(k: bool, f: str) -> float:
             return statistics.median(r[f] for r in results[k])
 
-        print(f"\nrepository {weights_b / 1e6:.1f} MB at {args.mbps} MB/s per host "
-              f"(~{weights_s:.1f} s); engine image {img_b / 1e6:.1f} MB, staging image "
-              f"{stage_b / 1e6:.1f} MB, registry shaped to {reg_rate / 1e6:.2f} MB/s per host "
-              f"(pull ~{args.pull_ratio:.2f}x the weights); 1 prefill on g1 + {args.engines} "
-              "decode engines on g2")
+        print(
+            f"\nrepository {weights_b / 1e6:.1f} MB at {args.mbps} MB/s per host "
+            f"(~{weights_s:.1f} s); engine image {img_b / 1e6:.1f} MB, staging image "
+            f"{stage_b / 1e6:.1f} MB, registry shaped to {reg_rate / 1e6:.2f} MB/s per host "
+            f"(pull ~{args.pull_ratio:.2f}x the weights); 1 prefill on g1 + {args.engines} "
+            "decode engines on g2"
+        )
         s_up, d_up = med(True, "up"), med(False, "up")
         ideal = max(med(True, "pull"), med(True, "weights")) + med(True, "rest")
         serial = med(True, "pull") + med(True, "weights") + med(True, "rest")
         print(f"  staged (overlapping the pull) median up {s_up:6.1f} s")
         print(f"  download at engine start      median up {d_up:6.1f} s")
-        print(f"  max(pull, weights) + rest     {ideal:6.1f} s  (pull + weights + rest "
-              f"{serial:.1f} s)")
+        print(
+            f"  max(pull, weights) + rest     {ideal:6.1f} s  (pull + weights + rest "
+            f"{serial:.1f} s)"
+        )
         print(f"ratio download-at-start / staged: {d_up / s_up:.2f}x")
         print(f"ratio staged / (max(pull, weights) + rest): {s_up / ideal:.2f}x")
     finally:

@@ -168,8 +168,10 @@ def invariants(inv: Any, rendered: dict[str, str]) -> list[str]:
     for hname, h in inv.hosts.items():
         if not h.address.isascii() or "%" in h.address:
             bad.append(f"host {hname}: address {h.address!r} accepted")
-        if h.advertise_address is not None and h.address != "local" and (
-            h.advertise_address != h.address
+        if (
+            h.advertise_address is not None
+            and h.address != "local"
+            and (h.advertise_address != h.address)
         ):
             bad.append(f"host {hname}: advertise_address on a non-local host accepted")
         key = (
@@ -181,7 +183,7 @@ def invariants(inv: Any, rendered: dict[str, str]) -> list[str]:
         seen[key] = hname
     pdir = f"{inv.remote_dir.rstrip('/')}/{inv.name}"
     mounts = [inv.container.hf_cache] + ([inv.model] if inv.model.startswith("/") else [])
-    for p in mounts + [inv.remote_dir]:
+    for p in [*mounts, inv.remote_dir]:
         parts = p.split("/")
         if any(p == t or p.startswith(t + "/") for t in SENSITIVE):
             bad.append(f"sensitive path {p!r} accepted")
@@ -230,7 +232,7 @@ def _set_extra(section: str, values: list[str]) -> Callable[[Data, random.Random
         args.insert(r.randint(0, len(args)), r.choice(values))
         if not args[-1].startswith("-") or "=" in args[-1]:
             pass
-        target["extra_args"] = args + ["1"]
+        target["extra_args"] = [*args, "1"]
         return True
 
     return m
@@ -336,7 +338,10 @@ INVALID: list[tuple[str, Callable[[Data, random.Random], bool]]] = [
     ("non-ASCII version", _nested(("requirements", "min_driver"), ["\u0665\u0668\u0660.65"])),
     ("non-ASCII version", _nested(("requirements", "compute_capability"), ["\u0661\u0662.0"])),
     ("IPv6 zone id", _host_address(["fe80::1%eth0", "fe80::1%p", "[fe80::2%25eth0]"])),
-    ("non-ASCII host name", _host_address(["\u212aeys.example", "gpu-\u0430.example", "ﬁle.example"])),
+    (
+        "non-ASCII host name",
+        _host_address(["\u212aeys.example", "gpu-\u0430.example", "ﬁle.example"]),
+    ),
     ("duplicate address", _duplicate_address),
     ("advertise_address on a non-local host", _advertise_remote),
     ("tier env overrides pdboot's", _tier_env),

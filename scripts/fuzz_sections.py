@@ -154,8 +154,11 @@ def bypasses(inv: Any) -> list[dict[str, Any]]:
 
     router = inv.router
     return [
-        {"watch": Watch.model_construct(image="reg.example/w:1", port=router.port,
-                                        interval_seconds=30.0)},  # fmt: skip
+        {
+            "watch": Watch.model_construct(
+                image="reg.example/w:1", port=router.port, interval_seconds=30.0
+            )
+        },
         {"watch": Watch.model_construct(image="Bad/Img", port=61000, interval_seconds=30.0)},
         {"weights": inv.weights.model_copy(update={"endpoint": "ftp://x"})},
     ]

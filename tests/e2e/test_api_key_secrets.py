@@ -4,6 +4,7 @@ ProxyCommand address refused before anything reaches ssh."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -32,8 +33,14 @@ def pdboot(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         text=True,
         timeout=300,
         cwd=ROOT,
-        env=dict(os.environ, **{KEY_ENV: KEY}, PDBOOT_E2E_STREAM_GAP="0.31", COLUMNS="200",
-                 TERM="dumb", **(env or {})),
+        env=dict(
+            os.environ,
+            **{KEY_ENV: KEY},
+            PDBOOT_E2E_STREAM_GAP="0.31",
+            COLUMNS="200",
+            TERM="dumb",
+            **(env or {}),
+        ),
     )
 
 
@@ -73,8 +80,10 @@ def router_workers(tb: Any) -> list[dict[str, Any]]:
     res = tb.hosts["ingress"].exec([sys.executable, "-c", code])
     assert res.returncode == 0, res.stderr
     workers = json.loads(res.stdout)["workers"]
-    return sorted(({"url": w["url"], "worker_type": w["worker_type"]} for w in workers),
-                  key=lambda w: w["url"])
+    return sorted(
+        ({"url": w["url"], "worker_type": w["worker_type"]} for w in workers),
+        key=lambda w: w["url"],
+    )
 
 
 def inventory(tb: Any, path: Path, name: str) -> Path:
@@ -164,15 +173,17 @@ def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_p
          "max_tokens": 6, "stream": True}
     ).encode()  # fmt: skip
     req = urllib.request.Request(
-        f"{endpoint}/v1/chat/completions", data=streamed,
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+        f"{endpoint}/v1/chat/completions",
+        data=streamed,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+    )
     arrivals = []
     with urllib.request.urlopen(req, timeout=60) as r:
         for line in r:
             if line.startswith(b"data: {") and b'"content": "' in line:
                 arrivals.append(time.monotonic())
     assert len(arrivals) >= 6, arrivals
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     assert sum(g > 0.15 for g in gaps) >= 4, gaps  # apart, not one burst
     # the proxy logged the clients' addresses
     logs = tb.hosts["ingress"].docker("logs", "pdboot-e2ekey-proxy").stdout

@@ -38,7 +38,11 @@ def pdboot(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]
     env = dict(os.environ, COLUMNS="220", TERM="dumb", **{KEY_ENV: KEY})
     return subprocess.run(
         [sys.executable, "-m", "pdboot", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
     )
 
 
@@ -48,7 +52,8 @@ def out(res: subprocess.CompletedProcess[str]) -> str:
 
 def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
     req = urllib.request.Request(
-        url, data=json.dumps(body).encode(),
+        url,
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", **(headers or {})},
     )
     with urllib.request.urlopen(req, timeout=60) as r:
@@ -68,13 +73,17 @@ def by_engine(url: str, name: str) -> dict[str, float]:
 
 def labels_of(tb: Testbed, host: str, deployment: str) -> dict[str, dict[str, str]]:
     res = tb.hosts[host].docker(
-        "ps", "-a", "--no-trunc", "--filter", f"label=io.pdboot.deployment={deployment}",
-        "--format", "{{json .}}",
+        "ps",
+        "-a",
+        "--no-trunc",
+        "--filter",
+        f"label=io.pdboot.deployment={deployment}",
+        "--format",
+        "{{json .}}",
     )
     rows = [json.loads(x) for x in res.stdout.splitlines() if x.strip()]
     return {
-        r["ID"]: dict(kv.split("=", 1) for kv in r["Labels"].split(",") if "=" in kv)
-        for r in rows
+        r["ID"]: dict(kv.split("=", 1) for kv in r["Labels"].split(",") if "=" in kv) for r in rows
     }
 
 
@@ -109,7 +118,10 @@ def check_preflight(tb: Testbed, inv: Path, tmp_path: Path) -> None:
     assert checks(doc, "dec-b", "gpu.count")[0]["status"] == "pass"
     # 4 ranks of TP 1 on a 2-GPU host: refused, naming the ranks
     big = tb.inventory(
-        tmp_path / "big.yaml", name="dpbig", decode=["dec-a", "dec-b"], prefill=["pre"],
+        tmp_path / "big.yaml",
+        name="dpbig",
+        decode=["dec-a", "dec-b"],
+        prefill=["pre"],
         router="pre",
         overrides={"decode": {"data_parallel": {"size": 8, "size_local": 4}}},
     )
@@ -118,9 +130,7 @@ def check_preflight(tb: Testbed, inv: Path, tmp_path: Path) -> None:
     assert "ranks 4-7 of 8 (headless), TP 1 each) selects GPU(s) [2, 3]" in count[0]["message"]
 
 
-def test_dp_tiers_up_request_status_change_down(
-    make_testbed: Any, tmp_path: Path
-) -> None:
+def test_dp_tiers_up_request_status_change_down(make_testbed: Any, tmp_path: Path) -> None:
     tb = make_testbed([HostSpec("dec-a"), HostSpec("dec-b"), HostSpec("pre")])
     standin = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_DP_HANDSHAKE_TIMEOUT_S": "60"}
     dp_decode = {
@@ -129,7 +139,10 @@ def test_dp_tiers_up_request_status_change_down(
         "env": standin,
     }
     inv = tb.inventory(
-        tmp_path / "inv.yaml", name="dpe2e", decode=["dec-a", "dec-b"], prefill=["pre"],
+        tmp_path / "inv.yaml",
+        name="dpe2e",
+        decode=["dec-a", "dec-b"],
+        prefill=["pre"],
         router="pre",
         overrides={
             "decode": dp_decode,
@@ -149,14 +162,20 @@ def test_dp_tiers_up_request_status_change_down(
         assert "decode@dec-b" in text and "prefill@pre" in text, text
 
         # the follower runs headless: its compose command carries the start rank
-        cmd = tb.hosts["dec-b"].docker("inspect", "pdboot-dpe2e-decode", "--format",
-                                       "{{json .Config.Cmd}}").stdout
+        cmd = (
+            tb.hosts["dec-b"]
+            .docker("inspect", "pdboot-dpe2e-decode", "--format", "{{json .Config.Cmd}}")
+            .stdout
+        )
         args = json.loads(cmd)
         assert "--headless" in args and args[args.index("--data-parallel-start-rank") + 1] == "2"
         assert args[args.index("--data-parallel-address") + 1] == a
         assert "--enable-expert-parallel" in args and "--port" not in args
-        rcmd = json.loads(tb.hosts["pre"].docker("inspect", "pdboot-dpe2e-router", "--format",
-                                                 "{{json .Config.Cmd}}").stdout)
+        rcmd = json.loads(
+            tb.hosts["pre"]
+            .docker("inspect", "pdboot-dpe2e-router", "--format", "{{json .Config.Cmd}}")
+            .stdout
+        )
         assert rcmd[rcmd.index("--intra-node-data-parallel-size") + 1] == "4"
         assert KEY not in json.dumps(rcmd) and "--api-key" not in rcmd
 
@@ -165,10 +184,15 @@ def test_dp_tiers_up_request_status_change_down(
         pm0 = by_engine(f"http://{p}:8200/metrics", "vllm:request_success_total")
         dx0 = by_engine(f"http://{a}:8201/metrics", "vllm:nixl_xfer_time_seconds_count")
         assert sorted(pm0) == ["0", "1"] and sorted(dx0) == ["0", "1", "2", "3"], (pm0, dx0)
-        chat = post(f"http://{p}:8000/v1/chat/completions", {
-            "model": "Qwen/Qwen3-0.6B", "max_tokens": 8,
-            "messages": [{"role": "user", "content": "hello there"}],
-        }, AUTH)
+        chat = post(
+            f"http://{p}:8000/v1/chat/completions",
+            {
+                "model": "Qwen/Qwen3-0.6B",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": "hello there"}],
+            },
+            AUTH,
+        )
         assert chat["choices"][0]["message"]["content"]
         pm1 = by_engine(f"http://{p}:8200/metrics", "vllm:request_success_total")
         dx1 = by_engine(f"http://{a}:8201/metrics", "vllm:nixl_xfer_time_seconds_count")
@@ -178,18 +202,30 @@ def test_dp_tiers_up_request_status_change_down(
 
         # KV from the right rank's side channel: prefill rank 1 advertises base + 1 and its
         # engine id _dp1; decode rank 3 (on the follower host dec-b) pulls exactly that
-        pre = post(f"http://{p}:8200/v1/completions", {
-            "model": "Qwen/Qwen3-0.6B", "prompt": "one two three", "max_tokens": 1,
-            "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
-        }, {RANK: "1", **AUTH})
+        pre = post(
+            f"http://{p}:8200/v1/completions",
+            {
+                "model": "Qwen/Qwen3-0.6B",
+                "prompt": "one two three",
+                "max_tokens": 1,
+                "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
+            },
+            {RANK: "1", **AUTH},
+        )
         kvp = pre["kv_transfer_params"]
         assert (kvp["remote_host"], kvp["remote_port"]) == (p, 5601), kvp
         assert kvp["remote_engine_id"].endswith("_dp1"), kvp
         before = by_engine(f"http://{a}:8201/metrics", "vllm:nixl_xfer_time_seconds_count")
-        post(f"http://{a}:8201/v1/completions", {
-            "model": "Qwen/Qwen3-0.6B", "prompt": "one two three", "max_tokens": 2,
-            "kv_transfer_params": kvp,
-        }, {RANK: "3", **AUTH})
+        post(
+            f"http://{a}:8201/v1/completions",
+            {
+                "model": "Qwen/Qwen3-0.6B",
+                "prompt": "one two three",
+                "max_tokens": 2,
+                "kv_transfer_params": kvp,
+            },
+            {RANK: "3", **AUTH},
+        )
         after = by_engine(f"http://{a}:8201/metrics", "vllm:nixl_xfer_time_seconds_count")
         assert after["3"] == before["3"] + 1 and after["2"] == before["2"], (before, after)
 
@@ -213,11 +249,17 @@ def test_dp_tiers_up_request_status_change_down(
         ids0 = {h: labels_of(tb, h, "dpe2e") for h in ("dec-a", "dec-b", "pre")}
         dp_decode["env"] = {**standin, "STANDIN_LOAD_SECONDS": "0.6"}
         inv2 = tb.inventory(
-            tmp_path / "inv.yaml", name="dpe2e", decode=["dec-a", "dec-b"], prefill=["pre"],
+            tmp_path / "inv.yaml",
+            name="dpe2e",
+            decode=["dec-a", "dec-b"],
+            prefill=["pre"],
             router="pre",
-            overrides={"decode": dp_decode, "prefill": {"data_parallel": {"size": 2},
-                                                         "env": standin},
-                       "router": {"dp_aware": True}, "secrets": {"api_key": f"env:{KEY_ENV}"}},
+            overrides={
+                "decode": dp_decode,
+                "prefill": {"data_parallel": {"size": 2}, "env": standin},
+                "router": {"dp_aware": True},
+                "secrets": {"api_key": f"env:{KEY_ENV}"},
+            },
         )
         res2 = pdboot("up", str(inv2))  # preflight passes the tier it replaces
         assert res2.returncode == 0, out(res2)
@@ -234,20 +276,23 @@ def test_dp_tiers_up_request_status_change_down(
         assert labels_of(tb, h, "dpe2e") == {}
 
 
-def test_a_follower_that_cannot_reach_its_head_fails_up(
-    make_testbed: Any, tmp_path: Path
-) -> None:
+def test_a_follower_that_cannot_reach_its_head_fails_up(make_testbed: Any, tmp_path: Path) -> None:
     """vLLM's follower gives up after its handshake timeout (5 min; the stand-in's knob
     shortens it) and exits 0; `up` must fail on the follower, not wait for the head (which
     waits for its ranks forever)."""
     tb = make_testbed([HostSpec("dec-a"), HostSpec("dec-b")])
     inv = tb.inventory(
-        tmp_path / "inv.yaml", name="dpfail", decode=["dec-a", "dec-b"], prefill=["dec-a"],
+        tmp_path / "inv.yaml",
+        name="dpfail",
+        decode=["dec-a", "dec-b"],
+        prefill=["dec-a"],
         router="dec-a",
         overrides={
-            "decode": {"gpus": [0], "data_parallel": {"size": 2},
-                       "env": {"STANDIN_LOAD_SECONDS": "0.5",
-                               "STANDIN_DP_HANDSHAKE_TIMEOUT_S": "3"}},
+            "decode": {
+                "gpus": [0],
+                "data_parallel": {"size": 2},
+                "env": {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_DP_HANDSHAKE_TIMEOUT_S": "3"},
+            },
             "prefill": {"gpus": [1], "env": {"STANDIN_LOAD_SECONDS": "0.5"}},
             "timeouts": {"ready_seconds": 90},
         },
@@ -263,8 +308,9 @@ def test_a_follower_that_cannot_reach_its_head_fails_up(
         assert res.returncode == 1, text
         assert "decode@dec-b" in text and "exited" in text, text
         assert "Did not receive response from front-end process within 5 minutes" in text, text
-        assert "router@dec-a" not in [ln.split()[0] for ln in text.splitlines()
-                                      if ln.startswith("ready ")]
+        assert "router@dec-a" not in [
+            ln.split()[0] for ln in text.splitlines() if ln.startswith("ready ")
+        ]
     finally:
         tb.hosts["dec-b"].exec(
             ["iptables", "-D", "OUTPUT", "-p", "tcp", "-d", a, "--dport", "13346", "-j", "DROP"]

@@ -34,11 +34,19 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "Qwen/Qwen3-0.6B"
 # prefill on gpu-a, GPUs 0-3; decode on gpu-b, one engine per listed GPU
-PREFILL_NICS = {0: ("mlx5_0:1", "PIX"), 1: ("mlx5_0:1", "PXB"), 2: ("mlx5_1:1", "PIX"),
-                3: ("mlx5_1:1", "PXB")}
+PREFILL_NICS = {
+    0: ("mlx5_0:1", "PIX"),
+    1: ("mlx5_0:1", "PXB"),
+    2: ("mlx5_1:1", "PIX"),
+    3: ("mlx5_1:1", "PXB"),
+}
 DECODE_GPUS = [[0], [2], [4], [6]]
-DECODE_NICS = {0: ("mlx5_0:1", "PIX"), 2: ("mlx5_1:1", "PIX"), 4: ("mlx5_2:1", "PIX"),
-               6: ("mlx5_2:1", "NODE")}  # mlx5_3, beside GPU 6, is down
+DECODE_NICS = {
+    0: ("mlx5_0:1", "PIX"),
+    2: ("mlx5_1:1", "PIX"),
+    4: ("mlx5_2:1", "PIX"),
+    6: ("mlx5_2:1", "NODE"),
+}  # mlx5_3, beside GPU 6, is down
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +56,28 @@ def tb() -> Iterator[Testbed]:
         yield bed
 
 
-def write(tb: Testbed, path: Path, name: str, prefill: dict[str, Any],
-          decode: dict[str, Any], router: str = "gpu-a") -> Path:
+def write(
+    tb: Testbed,
+    path: Path,
+    name: str,
+    prefill: dict[str, Any],
+    decode: dict[str, Any],
+    router: str = "gpu-a",
+) -> Path:
     env = {"STANDIN_LOAD_SECONDS": "0.3"}
-    inv = yaml.safe_load(tb.inventory(path, name=name, prefill=prefill["hosts"],
-                                      decode=decode["hosts"], router=router).read_text())
+    inv = yaml.safe_load(
+        tb.inventory(
+            path, name=name, prefill=prefill["hosts"], decode=decode["hosts"], router=router
+        ).read_text()
+    )
     inv["prefill"] = {**prefill, "env": env}
     inv["decode"] = {**decode, "env": env}
-    inv["router"] = {"host": router, "prefill_policy": "round_robin",
-                     "decode_policy": "round_robin", "proxy_image": tb.proxy_image}
+    inv["router"] = {
+        "host": router,
+        "prefill_policy": "round_robin",
+        "decode_policy": "round_robin",
+        "proxy_image": tb.proxy_image,
+    }
     inv["kv_transfer"] = {"rdma": "auto"}
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
@@ -64,8 +85,14 @@ def write(tb: Testbed, path: Path, name: str, prefill: dict[str, Any],
 
 def pdboot(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200", TERM="dumb")
-    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def out(res: subprocess.CompletedProcess[str]) -> str:
@@ -93,14 +120,20 @@ def env_of(doc: dict[str, Any]) -> dict[str, str]:
 def metric(url: str, name: str) -> float:
     with urllib.request.urlopen(url, timeout=10) as r:
         text = r.read().decode()
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
-               if ln.startswith(name + "{") or ln.startswith(name + " "))
+    return sum(
+        float(ln.rsplit(" ", 1)[1])
+        for ln in text.splitlines()
+        if ln.startswith(name + "{") or ln.startswith(name + " ")
+    )
 
 
 def chat(router: str) -> None:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-    req = urllib.request.Request(f"{router}/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{router}/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         assert json.loads(r.read())["usage"]["completion_tokens"] == 3
 
@@ -122,9 +155,13 @@ def started_spread(docs: list[dict[str, Any]]) -> float:
 
 
 def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
-    inv = write(tb, tmp_path / "inv.yaml", "eng2x4",
-                prefill={"hosts": ["gpu-a"], "engines_per_host": 4, "gpus": [0, 1, 2, 3]},
-                decode={"hosts": ["gpu-b"], "gpus": DECODE_GPUS})
+    inv = write(
+        tb,
+        tmp_path / "inv.yaml",
+        "eng2x4",
+        prefill={"hosts": ["gpu-a"], "engines_per_host": 4, "gpus": [0, 1, 2, 3]},
+        decode={"hosts": ["gpu-b"], "gpus": DECODE_GPUS},
+    )
     res = pdboot("up", str(inv))  # with preflight: it chooses each engine's NIC
     assert res.returncode == 0, out(res)
     assert "nic: decode-3@gpu-b -> mlx5_2:1 (NODE, nearest GPUs 6)" in out(res)
@@ -156,15 +193,17 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
         + [f"http://{b}:{8201 + 10 * i}" for i in range(4)]
     )
     burst_reaches_every_decode(
-        tb, {f"decode-{i}": f"http://{b}:{8201 + 10 * i}/metrics" for i in range(4)},
+        tb,
+        {f"decode-{i}": f"http://{b}:{8201 + 10 * i}/metrics" for i in range(4)},
         f"http://{a}:8000",
     )
 
     st = pdboot("status", str(inv), "--json")
     assert st.returncode == 0, out(st)
     rows = {r["service"]: r for r in json.loads(st.stdout)["services"]}
-    assert len(rows) == 10 and all(r["health"] == "ok" and r["matches_inventory"]
-                                  for r in rows.values())
+    assert len(rows) == 10 and all(
+        r["health"] == "ok" and r["matches_inventory"] for r in rows.values()
+    )
     assert rows["decode-3@gpu-b"]["nic"] == "mlx5_2:1 (NODE, nearest GPUs 6)"
     assert rows["prefill-2@gpu-a"]["nic"] == "mlx5_1:1 (PIX, nearest GPUs 2)"
     text = pdboot("status", str(inv))
@@ -174,9 +213,13 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
 
     # one group changes (decode-3: GPU 6 -> 7): only that engine is new (the router stays)
     before = {k: d["Id"] for k, d in docs.items()}
-    changed = write(tb, tmp_path / "inv.yaml", "eng2x4",
-                    prefill={"hosts": ["gpu-a"], "engines_per_host": 4, "gpus": [0, 1, 2, 3]},
-                    decode={"hosts": ["gpu-b"], "gpus": [[0], [2], [4], [7]]})
+    changed = write(
+        tb,
+        tmp_path / "inv.yaml",
+        "eng2x4",
+        prefill={"hosts": ["gpu-a"], "engines_per_host": 4, "gpus": [0, 1, 2, 3]},
+        decode={"hosts": ["gpu-b"], "gpus": [[0], [2], [4], [7]]},
+    )
     res = pdboot("up", str(changed), "--skip-preflight")
     assert res.returncode == 0, out(res)
     after = {k: d["Id"] for k, d in labelled(tb, "eng2x4").items()}
@@ -192,25 +235,37 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
 
 
 def test_colocated_four_plus_four(tb: Testbed, tmp_path: Path) -> None:
-    inv = write(tb, tmp_path / "colo.yaml", "engcolo",
-                prefill={"hosts": ["gpu-b"], "engines_per_host": 4, "gpus": [0, 1, 2, 3]},
-                decode={"hosts": ["gpu-b"], "engines_per_host": 4, "gpus": [4, 5, 6, 7]},
-                router="gpu-b")
+    inv = write(
+        tb,
+        tmp_path / "colo.yaml",
+        "engcolo",
+        prefill={"hosts": ["gpu-b"], "engines_per_host": 4, "gpus": [0, 1, 2, 3]},
+        decode={"hosts": ["gpu-b"], "engines_per_host": 4, "gpus": [4, 5, 6, 7]},
+        router="gpu-b",
+    )
     res = pdboot("up", str(inv))
     assert res.returncode == 0, out(res)
     docs = labelled(tb, "engcolo")
     assert len(docs) == 10  # 8 engines, the router, the proxy
-    nics = {k: env_of(d).get("UCX_NET_DEVICES") for k, d in docs.items()
-            if not k.startswith(("router", "proxy"))}
+    nics = {
+        k: env_of(d).get("UCX_NET_DEVICES")
+        for k, d in docs.items()
+        if not k.startswith(("router", "proxy"))
+    }
     assert nics == {
-        "prefill@gpu-b": "mlx5_0:1", "prefill-1@gpu-b": "mlx5_0:1",
-        "prefill-2@gpu-b": "mlx5_1:1", "prefill-3@gpu-b": "mlx5_1:1",
-        "decode@gpu-b": "mlx5_2:1", "decode-1@gpu-b": "mlx5_2:1",
-        "decode-2@gpu-b": "mlx5_2:1", "decode-3@gpu-b": "mlx5_2:1",
+        "prefill@gpu-b": "mlx5_0:1",
+        "prefill-1@gpu-b": "mlx5_0:1",
+        "prefill-2@gpu-b": "mlx5_1:1",
+        "prefill-3@gpu-b": "mlx5_1:1",
+        "decode@gpu-b": "mlx5_2:1",
+        "decode-1@gpu-b": "mlx5_2:1",
+        "decode-2@gpu-b": "mlx5_2:1",
+        "decode-3@gpu-b": "mlx5_2:1",
     }
     b = tb.hosts["gpu-b"].address
     burst_reaches_every_decode(
-        tb, {f"decode-{i}": f"http://{b}:{8201 + 10 * i}/metrics" for i in range(4)},
+        tb,
+        {f"decode-{i}": f"http://{b}:{8201 + 10 * i}/metrics" for i in range(4)},
         f"http://{b}:8000",
     )
     st = pdboot("status", str(inv), "--json")
@@ -220,14 +275,14 @@ def test_colocated_four_plus_four(tb: Testbed, tmp_path: Path) -> None:
     assert labelled(tb, "engcolo") == {}
 
 
-def test_engines_per_host_all_follows_the_gpus_preflight_found(
-    tb: Testbed, tmp_path: Path
-) -> None:
-    inv = write(tb, tmp_path / "all.yaml", "engall",
-                prefill={"hosts": ["gpu-a"], "engines_per_host": "all",
-                         "tensor_parallel_size": 2},
-                decode={"hosts": ["gpu-b"], "engines_per_host": "all",
-                        "tensor_parallel_size": 4})
+def test_engines_per_host_all_follows_the_gpus_preflight_found(tb: Testbed, tmp_path: Path) -> None:
+    inv = write(
+        tb,
+        tmp_path / "all.yaml",
+        "engall",
+        prefill={"hosts": ["gpu-a"], "engines_per_host": "all", "tensor_parallel_size": 2},
+        decode={"hosts": ["gpu-b"], "engines_per_host": "all", "tensor_parallel_size": 4},
+    )
     blind = pdboot("up", str(inv), "--skip-preflight")  # nothing recorded yet: no guess
     assert blind.returncode == 1 and "needs preflight's GPU count" in out(blind), out(blind)
     assert labelled(tb, "engall") == {}
@@ -235,12 +290,18 @@ def test_engines_per_host_all_follows_the_gpus_preflight_found(
     res = pdboot("up", str(inv))
     assert res.returncode == 0, out(res)
     docs = labelled(tb, "engall")
-    groups = {k: d["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] for k, d in docs.items()
-              if not k.startswith(("router", "proxy"))}
+    groups = {
+        k: d["HostConfig"]["DeviceRequests"][0]["DeviceIDs"]
+        for k, d in docs.items()
+        if not k.startswith(("router", "proxy"))
+    }
     assert groups == {
-        "prefill@gpu-a": ["0", "1"], "prefill-1@gpu-a": ["2", "3"],
-        "prefill-2@gpu-a": ["4", "5"], "prefill-3@gpu-a": ["6", "7"],
-        "decode@gpu-b": ["0", "1", "2", "3"], "decode-1@gpu-b": ["4", "5", "6", "7"],
+        "prefill@gpu-a": ["0", "1"],
+        "prefill-1@gpu-a": ["2", "3"],
+        "prefill-2@gpu-a": ["4", "5"],
+        "prefill-3@gpu-a": ["6", "7"],
+        "decode@gpu-b": ["0", "1", "2", "3"],
+        "decode-1@gpu-b": ["4", "5", "6", "7"],
     }
     # a TP group's NIC is the one nearest its farthest GPU; ties give every tied port
     nics = {k: env_of(d).get("UCX_NET_DEVICES") for k, d in docs.items() if "router" not in k}

@@ -48,7 +48,10 @@ def tb() -> Iterator[Testbed]:
 def preflight(inv: Path, *args: str) -> dict[str, Any]:
     p = subprocess.run(
         [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *args],
-        capture_output=True, text=True, cwd=ROOT, timeout=180,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=180,
     )
     try:
         return dict(json.loads(p.stdout))
@@ -65,11 +68,23 @@ def test_every_engine_gets_its_nearest_port_and_its_ports_checked(
 ) -> None:
     both = ["gpu-a", "gpu-b"]
     inv = tb.inventory(
-        tmp_path / "inv.yaml", prefill=both, decode=both, router="gpu-a",
+        tmp_path / "inv.yaml",
+        prefill=both,
+        decode=both,
+        router="gpu-a",
         overrides={**FOUR_FOUR, "kv_transfer": {"rdma": "auto"}},
     )
-    doc = preflight(inv, "--only", "rdma", "--only", "gpu.topology", "--only", "host.ports",
-                    "--only", "network.side_channel")
+    doc = preflight(
+        inv,
+        "--only",
+        "rdma",
+        "--only",
+        "gpu.topology",
+        "--only",
+        "host.ports",
+        "--only",
+        "network.side_channel",
+    )
     for host in both:
         topo = checks(doc, host, "gpu.topology")
         assert [c["status"] for c in topo] == ["pass"], topo
@@ -91,9 +106,14 @@ def test_every_engine_gets_its_nearest_port_and_its_ports_checked(
 
 def test_a_group_across_the_socket_is_warned_about(tb: Testbed, tmp_path: Path) -> None:
     inv = tb.inventory(
-        tmp_path / "inv.yaml", prefill=["gpu-a"], decode=["gpu-b"], router="gpu-a",
-        overrides={"prefill": {"tensor_parallel_size": 2, "gpus": [[0, 1], [3, 4]]},
-                   "decode": {"tensor_parallel_size": 2, "gpus": [[6, 7]]}},
+        tmp_path / "inv.yaml",
+        prefill=["gpu-a"],
+        decode=["gpu-b"],
+        router="gpu-a",
+        overrides={
+            "prefill": {"tensor_parallel_size": 2, "gpus": [[0, 1], [3, 4]]},
+            "decode": {"tensor_parallel_size": 2, "gpus": [[6, 7]]},
+        },
     )
     doc = preflight(inv, "--only", "rdma.nic_affinity")
     aff = checks(doc, "gpu-a", "rdma.nic_affinity")

@@ -44,7 +44,9 @@ def inventory(tb: Any, path: Path, name: str, policy: str) -> Path:
         "decode": {"hosts": ["decode"], "env": env},
         "router": {"host": "ingress", "proxy_image": tb.proxy_image},
         "kv_transfer": {"kv_load_failure_policy": policy},
-        "weights": {"stage": False},  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
+        "weights": {
+            "stage": False
+        },  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
         "requirements": {"min_free_disk_gb": 1},
         "timeouts": {

@@ -59,7 +59,9 @@ def local_inventory(tb: Any, path: Path, name: str) -> Path:
         # the testbed's root lacks CAP_SYS_RESOURCE: lowered limits (testbed recipe)
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
         "requirements": {"min_free_disk_gb": 1},
-        "weights": {"stage": False},  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
+        "weights": {
+            "stage": False
+        },  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
         "timeouts": {
             "ready_seconds": 60,
             "router_ready_seconds": 60,

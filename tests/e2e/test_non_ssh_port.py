@@ -74,7 +74,9 @@ VERBS = [
 
 
 @pytest.mark.parametrize("verb", VERBS, ids=[" ".join(v) for v in VERBS])
-def test_a_port_answering_http_is_a_clean_failure(verb: list[str], inv: Path, http_port: int) -> None:
+def test_a_port_answering_http_is_a_clean_failure(
+    verb: list[str], inv: Path, http_port: int
+) -> None:
     argv = [sys.executable, "-m", "pdboot", verb[0], str(inv), *verb[1:]]
     env = dict(os.environ, COLUMNS="250", TERM="dumb")
     res = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)

@@ -48,8 +48,9 @@ def _with(path: Path, **top: Any) -> Path:
 
 
 def test_gate_fails_up_on_corrupted_kv_with_both_outputs(tb3: Any, tmp_path: Path) -> None:
-    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2egate",
-                          decode_env={"STANDIN_CORRUPT_PULLED_KV": "1"})
+    inv = write_inventory(
+        tb3, tmp_path / "inv.yaml", name="e2egate", decode_env={"STANDIN_CORRUPT_PULLED_KV": "1"}
+    )
     res = pdboot("up", str(inv))
     out = res.stdout
     assert res.returncode == 1, output(res)
@@ -65,16 +66,18 @@ def test_gate_fails_up_on_corrupted_kv_with_both_outputs(tb3: Any, tmp_path: Pat
 
 def test_gate_passes_speed_line_and_pd_status(tb3: Any, tmp_path: Path) -> None:
     env = {"STANDIN_KV_BLOCK_BYTES": BLOCK_BYTES}
-    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2epd", prefill_env=env,
-                          decode_env=env)
+    inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2epd", prefill_env=env, decode_env=env)
     inv = _with(inv, requirements={"min_free_disk_gb": 1, "link_gbps": 100})
     res = pdboot("up", str(inv))
     out = res.stdout
     assert res.returncode == 0, output(res)
     assert "correctness gate: the P/D answer equals the single-engine answer" in out, out
     line = next(ln for ln in out.splitlines() if ln.startswith("KV speed: "))
-    m = re.search(r"prefill@prefill -> decode@decode: ([\d.]+) MB in ([\d.]+) s = "
-                  r"([\d.]+) Gbit/s of a 100 Gbit/s link", line)
+    m = re.search(
+        r"prefill@prefill -> decode@decode: ([\d.]+) MB in ([\d.]+) s = "
+        r"([\d.]+) Gbit/s of a 100 Gbit/s link",
+        line,
+    )
     assert m is not None, line
     assert 20 <= float(m.group(1)) <= 100 and float(m.group(3)) > 0
     # a Python socket between network namespaces is far below 100 Gbit/s: "TCP fallback"

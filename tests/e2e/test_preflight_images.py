@@ -48,7 +48,10 @@ def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
     assert _images(bed) == {"p": [], "d": []}
     missing = f"{bed.registry}/vllm/vllm-openai:v0.33.0-no-such-tag"
     inv = bed.inventory(
-        tmp_path / "inv.yaml", prefill=["p"], decode=["d"], router="d",
+        tmp_path / "inv.yaml",
+        prefill=["p"],
+        decode=["d"],
+        router="d",
         overrides={"image": missing},
     )
     res = _pdboot("preflight", str(inv), "--json")
@@ -71,7 +74,10 @@ def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
 
     # the router image is looked up the same way
     inv = bed.inventory(
-        tmp_path / "router.yaml", prefill=["p"], decode=["d"], router="d",
+        tmp_path / "router.yaml",
+        prefill=["p"],
+        decode=["d"],
+        router="d",
         overrides={"router_image": f"{bed.registry}/vllm/vllm-router:v0.0.0-missing"},
     )
     doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "docker").stdout)
@@ -88,7 +94,10 @@ def test_gpudirect_rdma_follows_the_hosts_kernel_modules(
         [HostSpec("open"), HostSpec("closed", overrides={"kernel_module": "proprietary"})]
     )
     inv = bed.inventory(
-        tmp_path / "inv.yaml", prefill=["open"], decode=["closed"], router="open",
+        tmp_path / "inv.yaml",
+        prefill=["open"],
+        decode=["closed"],
+        router="open",
         overrides={"kv_transfer": {"rdma": "on"}},
     )
     doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "rdma.gpudirect").stdout)
@@ -114,8 +123,9 @@ def test_up_asks_the_pulled_image_and_stops_before_the_start(
     out = up.stdout + up.stderr
     assert up.returncode != 0, out
     assert "pulled" in out  # the check runs after the pull ...
-    assert re.search(r"^ok: docker\.image_arch pass: kernels for compute capability 12\.0", out,
-                     re.M), out
+    assert re.search(
+        r"^ok: docker\.image_arch pass: kernels for compute capability 12\.0", out, re.M
+    ), out
     assert re.search(r"^ok: docker\.image_nixl pass: NIXL UCX backend with CUDA", out, re.M), out
     m = re.search(r"^noarch: docker\.image_arch fail: (.*)\n  fix: (.*)$", out, re.M)
     assert m, out
@@ -132,7 +142,10 @@ def test_without_rdma_the_interface_reaching_the_peer_must_not_be_docker0(
     bed = make_testbed([HostSpec("a"), HostSpec("b")])
     a, b = bed.hosts["a"], bed.hosts["b"]
     inv = bed.inventory(
-        tmp_path / "inv.yaml", prefill=["a"], decode=["b"], router="b",
+        tmp_path / "inv.yaml",
+        prefill=["a"],
+        decode=["b"],
+        router="b",
         overrides={"kv_transfer": {"rdma": "off"}},
     )
     doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "network").stdout)
@@ -159,7 +172,11 @@ def test_up_without_rdma_sets_ucx_net_devices_to_the_interface_found(
 ) -> None:
     bed = make_testbed([HostSpec("a"), HostSpec("b")])
     inv = bed.inventory(
-        tmp_path / "inv.yaml", prefill=["a"], decode=["b"], router="b", name="ucxif",
+        tmp_path / "inv.yaml",
+        prefill=["a"],
+        decode=["b"],
+        router="b",
+        name="ucxif",
         overrides={"kv_transfer": {"rdma": "off"}},
     )
     up = _pdboot("up", str(inv))

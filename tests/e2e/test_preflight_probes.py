@@ -18,13 +18,17 @@ def test_a_silent_peer_fails_its_probe_and_the_others_still_pass(make_testbed: A
     from tests.testbed.harness import HostSpec
 
     names = ("d", "p1", "p2", "r")
-    tb = make_testbed([HostSpec(n, profile="cpu-only", dockerd=False) for n in names],
-                      images_needed=False)
+    tb = make_testbed(
+        [HostSpec(n, profile="cpu-only", dockerd=False) for n in names], images_needed=False
+    )
     inv = tb.inventory(tb.dir / "inv.yaml", decode=["d"], prefill=["p1", "p2"], router="r")
     tb.hosts["p2"].cut_link()
     p = subprocess.run(
         [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", "--only", "network"],
-        capture_output=True, text=True, cwd=ROOT, timeout=180,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=180,
     )
     doc = json.loads(p.stdout)
     assert p.returncode == 1 and not doc["hosts"]["p2"]["reachable"], p.stdout
@@ -41,5 +45,7 @@ def test_a_silent_peer_fails_its_probe_and_the_others_still_pass(make_testbed: A
     assert "no answer within" in bad["message"] or "no route" in bad["message"], bad
     ingress = probes("r", "network.ingress")
     assert {a: c["status"] for a, c in ingress.items()} == {
-        addr["d"]: "pass", addr["p1"]: "pass", addr["p2"]: "fail"
+        addr["d"]: "pass",
+        addr["p1"]: "pass",
+        addr["p2"]: "fail",
     }

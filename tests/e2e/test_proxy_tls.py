@@ -57,43 +57,60 @@ def make_pki(address: str, out: Path) -> tuple[Path, Path, Path]:
     paths = (out / "ca.pem", out / "cert.pem", out / "key.pem")
     paths[0].write_bytes(ca.public_bytes(pem))
     paths[1].write_bytes(cert.public_bytes(pem))
-    paths[2].write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    paths[2].write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     paths[2].chmod(0o600)
     return paths
 
 
 def pdboot(*args: str, ca: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200", TERM="dumb", SSL_CERT_FILE=str(ca))
-    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def test_tls_endpoint_with_a_test_ca(testbed_clean: Any, tmp_path: Path) -> None:
     tb = testbed_clean
     ingress = tb.hosts["ingress"].address
     ca, cert, key = make_pki(ingress, tmp_path)
-    inv = tb.inventory(tb.dir / "tls.yaml", name="e2etls", overrides={
-        "router": {"tls": {"cert": f"file:{cert}", "key": f"file:{key}"}},
-        "prefill": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}},
-        "decode": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}}})
+    inv = tb.inventory(
+        tb.dir / "tls.yaml",
+        name="e2etls",
+        overrides={
+            "router": {"tls": {"cert": f"file:{cert}", "key": f"file:{key}"}},
+            "prefill": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}},
+            "decode": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}},
+        },
+    )
     up = pdboot("up", str(inv), "--skip-preflight", ca=ca)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"https://{ingress}:8000/v1" in up.stdout  # the endpoint, as printed
         assert "decode pulled the KV cache from a prefill engine" in up.stdout + up.stderr
         modes = tb.hosts["ingress"].exec(
-            "stat -c '%a' /var/lib/pdboot/e2etls/proxy-tls.key /var/lib/pdboot/e2etls/proxy-tls.crt")
+            "stat -c '%a' /var/lib/pdboot/e2etls/proxy-tls.key /var/lib/pdboot/e2etls/proxy-tls.crt"
+        )
         assert modes.stdout.split() == ["600", "600"], modes
         trusting = ssl.create_default_context(cafile=str(ca))
         body = json.dumps({"model": "Qwen/Qwen3-0.6B", "prompt": "hi", "max_tokens": 2}).encode()
-        req = urllib.request.Request(f"https://{ingress}:8000/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"https://{ingress}:8000/v1/completions",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=60, context=trusting) as r:
             assert r.status == 200 and json.loads(r.read())["choices"][0]["text"]
         with pytest.raises(urllib.error.URLError):  # the system store does not know the CA
-            urllib.request.urlopen(f"https://{ingress}:8000/health", timeout=10,
-                                   context=ssl.create_default_context())
+            urllib.request.urlopen(
+                f"https://{ingress}:8000/health", timeout=10, context=ssl.create_default_context()
+            )
         with pytest.raises(urllib.error.HTTPError) as plain:  # nginx: HTTP on an HTTPS port
             urllib.request.urlopen(f"http://{ingress}:8000/v1/models", timeout=10)
         assert plain.value.code == 400

@@ -58,8 +58,7 @@ def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Pa
     cases = [
         ("a", dict(tag=tag), ["replace", "prefill@p1", "decode@d2"]),
         ("b", dict(tag=tag, decode=["d1", "d2", "d3"]), ["add", "decode@d3"]),
-        ("c", dict(tag=tag, prefill=["p1"], decode=["d1", "d2", "d3"]), ["remove",
-                                                                         "prefill@p2"]),
+        ("c", dict(tag=tag, prefill=["p1"], decode=["d1", "d2", "d3"]), ["remove", "prefill@p2"]),
     ]
     for name, change, words in cases:
         inventory(tb, path, **change)  # type: ignore[arg-type]
@@ -75,8 +74,14 @@ def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Pa
     assert router_identity(tb) == first_router
 
     # a replacement that crashes stops the roll; the old decodes keep serving
-    broken = inventory(tb, path.with_name("broken.yaml"), tag=tag, prefill=["p1"],
-                       decode=["d1", "d2", "d3"], decode_env={"STANDIN_CRASH_AT_START": "oom"})
+    broken = inventory(
+        tb,
+        path.with_name("broken.yaml"),
+        tag=tag,
+        prefill=["p1"],
+        decode=["d1", "d2", "d3"],
+        decode_env={"STANDIN_CRASH_AT_START": "oom"},
+    )
     case = change_under_load(tb, "crash", "rolling", broken, [])
     assert case.rc == 1, case.output
     assert "roll stopped at step" in case.output, case.output

@@ -88,8 +88,13 @@ def test_a_command_that_exits_without_reading_its_input_keeps_its_answer(testbed
     channel and paramiko's send fails ("Socket is closed"). The command's exit status and
     message must come back, and the connection stay usable (no late EOF)."""
     tb = testbed
-    ssh = SSHSettings(user="root", identity_file=str(tb.identity_file),
-                      known_hosts=str(tb.known_hosts), use_ssh_config=False, connect_timeout=5)
+    ssh = SSHSettings(
+        user="root",
+        identity_file=str(tb.identity_file),
+        known_hosts=str(tb.known_hosts),
+        use_ssh_config=False,
+        connect_timeout=5,
+    )
     conn = connect("ingress", Host(address=tb.hosts["ingress"].address), ssh)
     try:
         res = conn.run("echo refused, not reading >&2; exit 3", timeout=60, stdin="x" * (8 << 20))

@@ -39,8 +39,18 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
 
     stages = [e["stage"] for e in events if e["event"] == "stage"]
     # engines, router, then the proxy in front of it
-    assert stages == ["pull", "ship", "converge", "start", "wait", "start", "wait", "start",
-                      "wait", "prove"]
+    assert stages == [
+        "pull",
+        "ship",
+        "converge",
+        "start",
+        "wait",
+        "start",
+        "wait",
+        "start",
+        "wait",
+        "prove",
+    ]
     engines = ("decode@decode", "prefill@prefill")
     router_started = first("service_started", service="router@ingress")
     router_ready = first("ready", service="router@ingress")
@@ -49,7 +59,10 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
         assert first("service_started", service=svc) < router_started
         assert first("ready", service=svc) < router_started < router_ready
     assert {e["service"] for e in events if e["event"] == "ready"} == {
-        *engines, "router@ingress", "proxy@ingress"}
+        *engines,
+        "router@ingress",
+        "proxy@ingress",
+    }
     assert router_ready < first("ready", service="proxy@ingress")
     ticks = [e for e in events if e["event"] == "waiting"]
     assert ticks and all("service" in s and "log_line" in s for s in ticks[0]["services"])
@@ -81,6 +94,11 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
     res = pdboot("down", str(inv), "--events", str(down_events))
     assert res.returncode == 0, output(res)
     got = [json.loads(line) for line in down_events.read_text().splitlines()]
-    assert [e["role"] for e in got if e["event"] == "stopped"] == ["proxy", "router", "prefill", "decode"]
+    assert [e["role"] for e in got if e["event"] == "stopped"] == [
+        "proxy",
+        "router",
+        "prefill",
+        "decode",
+    ]
     assert got[-1]["event"] == "done" and got[-1]["exit_code"] == 0
     down_clean(tb, inv, "e2eevents")

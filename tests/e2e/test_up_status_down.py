@@ -80,7 +80,9 @@ def write_inventory(
         # the testbed's root lacks CAP_SYS_RESOURCE: lowered limits (testbed recipe)
         "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
         "requirements": {"min_free_disk_gb": 1},  # the machine's disk is shared by all hosts
-        "weights": {"stage": False},  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
+        "weights": {
+            "stage": False
+        },  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
         "timeouts": {
             "ready_seconds": ready_seconds,
             "router_ready_seconds": 60,

@@ -42,8 +42,14 @@ WAIT = 90.0  # bound for "it happened"; nothing asserts on durations
 
 def pdboot(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200", TERM="dumb")
-    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def get_json(url: str) -> Any:
@@ -52,8 +58,9 @@ def get_json(url: str) -> Any:
 
 
 def post_json(url: str, body: dict[str, Any]) -> Any:
-    req = urllib.request.Request(url, json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
 
@@ -101,9 +108,15 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def watch_containers(tb: Any, deployment: str) -> list[str]:
     res = tb.hosts["ingress"].docker(
-        "ps", "-a", "--format", "{{.Names}} {{.State}}",
-        "--filter", f"label=io.pdboot.deployment={deployment}",
-        "--filter", "label=io.pdboot.role=watch")
+        "ps",
+        "-a",
+        "--format",
+        "{{.Names}} {{.State}}",
+        "--filter",
+        f"label=io.pdboot.deployment={deployment}",
+        "--filter",
+        "label=io.pdboot.role=watch",
+    )
     return [line for line in res.stdout.splitlines() if line.strip()]
 
 
@@ -123,16 +136,34 @@ def wait_for(what: str, cond: Any, diag: Any) -> Any:
 def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
     make_testbed: Any,
 ) -> None:
-    tb = make_testbed([HostSpec("prefill"), HostSpec("decode"), HostSpec("decode2"),
-                       HostSpec("ingress", profile="cpu-only")])
+    tb = make_testbed(
+        [
+            HostSpec("prefill"),
+            HostSpec("decode"),
+            HostSpec("decode2"),
+            HostSpec("ingress", profile="cpu-only"),
+        ]
+    )
     image = tb.pdboot_image()
     standin_env = {"STANDIN_LOAD_SECONDS": "0.5"}
     inv_path = tb.inventory(
-        tb.dir / "watch-e2e.yaml", name="watche2e", decode=["decode", "decode2"],
-        prefill=["prefill"], router="ingress",
-        overrides={"prefill": {"env": standin_env}, "decode": {"env": standin_env},
-                   "watch": {"interval_seconds": INTERVAL, "deadline_seconds": 3,
-                             "evict_after": 1, "readmit_after": 2, "image": image}})
+        tb.dir / "watch-e2e.yaml",
+        name="watche2e",
+        decode=["decode", "decode2"],
+        prefill=["prefill"],
+        router="ingress",
+        overrides={
+            "prefill": {"env": standin_env},
+            "decode": {"env": standin_env},
+            "watch": {
+                "interval_seconds": INTERVAL,
+                "deadline_seconds": 3,
+                "evict_after": 1,
+                "readmit_after": 2,
+                "image": image,
+            },
+        },
+    )
     plan = build_plan(load_inventory(inv_path))
     assert plan.watch is not None
     router, watch = plan.endpoint, plan.watch.url
@@ -146,33 +177,45 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
         assert [n.split()[1] for n in watch_containers(tb, "watche2e")] == ["running"]
 
         def logs() -> str:
-            res = tb.hosts["ingress"].docker("logs", "--tail", "60",
-                                            watch_containers(tb, "watche2e")[0].split()[0],
-                                            check=False)
+            res = tb.hosts["ingress"].docker(
+                "logs", "--tail", "60", watch_containers(tb, "watche2e")[0].split()[0], check=False
+            )
             return res.stdout + res.stderr
 
         # a baseline: every pair good before the fault
-        wait_for("two good rounds", lambda: (v := get_json(watch + "/verdicts"))["rounds"] >= 2
-                 and all(p["ok"] for p in v["pairs"]) and v, logs)
+        wait_for(
+            "two good rounds",
+            lambda: (
+                (v := get_json(watch + "/verdicts"))["rounds"] >= 2
+                and all(p["ok"] for p in v["pairs"])
+                and v
+            ),
+            logs,
+        )
         assert set(workers(tb)) == {s.url for s in plan.services() if s.is_engine}
 
         prompt = "the client loop asks this every time"
-        alone = post_json(good.url + "/v1/completions",
-                          {"model": plan.served_model_name, "prompt": prompt,
-                           "max_tokens": 16, "temperature": 0})
-        client = ClientLoop(router, alone["choices"][0]["text"], prompt,
-                            model=plan.served_model_name)
+        alone = post_json(
+            good.url + "/v1/completions",
+            {"model": plan.served_model_name, "prompt": prompt, "max_tokens": 16, "temperature": 0},
+        )
+        client = ClientLoop(
+            router, alone["choices"][0]["text"], prompt, model=plan.served_model_name
+        )
         thread = threading.Thread(target=client.run, daemon=True)
         thread.start()
 
-        served = sum(s.value for s in parse_exposition(
-            urllib.request.urlopen(bad.url + "/metrics", timeout=5).read().decode())
-            if s.name == "vllm:request_success_total")
+        served = sum(
+            s.value
+            for s in parse_exposition(
+                urllib.request.urlopen(bad.url + "/metrics", timeout=5).read().decode()
+            )
+            if s.name == "vllm:request_success_total"
+        )
         rounds_at_injection = get_json(watch + "/verdicts")["rounds"]
         post_json(bad.url + "/standin/faults", {"corrupt_pulled_kv_after": int(served) + 3})
 
-        wait_for("the bad decode out of the router", lambda: bad.url not in workers(tb),
-                 logs)
+        wait_for("the bad decode out of the router", lambda: bad.url not in workers(tb), logs)
         t_evict = time.monotonic()
         verdicts = get_json(watch + "/verdicts")
         # the round running at the injection, or the next one, saw it: within two intervals
@@ -180,8 +223,15 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
         assert verdicts["out_of_rotation"] == [bad.key], verdicts
         assert good.url in workers(tb)
         m = scrape(watch)
-        assert m[("pdboot_watch_evictions_total",
-                  (("engine", bad.key), ("fault", "wrong_answer"), ("tier", "decode")))] == 1
+        assert (
+            m[
+                (
+                    "pdboot_watch_evictions_total",
+                    (("engine", bad.key), ("fault", "wrong_answer"), ("tier", "decode")),
+                )
+            ]
+            == 1
+        )
         assert "evict" in logs()
 
         st = pdboot("status", str(inv_path), "--json", timeout=120)
@@ -197,51 +247,91 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
         after = client.after(t_evict)
         print(f"\nclient requests started after the eviction: {after}")
         assert after["wrong"] == 0 and after["failed"] == 0 and after["ok"] > 0, (
-            after, [e for e in client.errors if e[0] >= t_evict])
+            after,
+            [e for e in client.errors if e[0] >= t_evict],
+        )
 
         post_json(bad.url + "/standin/faults", {"corrupt_pulled_kv_after": None})
-        wait_for("the decode back in the router",
-                 lambda: workers(tb).get(bad.url) == "decode", logs)
+        wait_for(
+            "the decode back in the router", lambda: workers(tb).get(bad.url) == "decode", logs
+        )
         m = scrape(watch)
-        assert m[("pdboot_watch_readmissions_total",
-                  (("engine", bad.key), ("tier", "decode")))] == 1
-        assert m[("pdboot_watch_engine_in_rotation",
-                  (("engine", bad.key), ("tier", "decode")))] == 1
+        assert (
+            m[("pdboot_watch_readmissions_total", (("engine", bad.key), ("tier", "decode")))] == 1
+        )
+        assert (
+            m[("pdboot_watch_engine_in_rotation", (("engine", bad.key), ("tier", "decode")))] == 1
+        )
         total = client.after(t_evict)
         assert total["wrong"] == 0 and total["failed"] == 0, (
-            total, [e for e in client.errors if e[0] >= t_evict])
-        wait_for("all pairs good again in status", lambda: all(
-            p["ok"] for p in json.loads(
-                pdboot("status", str(inv_path), "--json", timeout=120).stdout)["watch"]["pairs"]),
-            logs)
+            total,
+            [e for e in client.errors if e[0] >= t_evict],
+        )
+        wait_for(
+            "all pairs good again in status",
+            lambda: all(
+                p["ok"]
+                for p in json.loads(pdboot("status", str(inv_path), "--json", timeout=120).stdout)[
+                    "watch"
+                ]["pairs"]
+            ),
+            logs,
+        )
 
         # issue 28: a worker registered by hand on the router host is removed within two
         # rounds, counted for the alert rule; `status` showed it meanwhile
         tb.hosts["ingress"].exec(f"nohup {sys.executable} -c '{FOREIGN}' >/dev/null 2>&1 &")
         foreign = "http://127.0.0.1:18999"
-        wait_for("the outsider registered", lambda: router_call(
-            tb, "POST", {"url": foreign, "worker_type": "decode"}) is not None
-            and foreign in workers(tb), logs)
+        wait_for(
+            "the outsider registered",
+            lambda: (
+                router_call(tb, "POST", {"url": foreign, "worker_type": "decode"}) is not None
+                and foreign in workers(tb)
+            ),
+            logs,
+        )
         rounds_at = get_json(watch + "/verdicts")["rounds"]
         wait_for("the foreign worker removed", lambda: foreign not in workers(tb), logs)
         assert get_json(watch + "/verdicts")["rounds"] - rounds_at <= 2
         m = scrape(watch)
-        assert m[("pdboot_watch_foreign_workers_removed_total",
-                  (("url", foreign), ("worker_type", "decode")))] >= 1
+        assert (
+            m[
+                (
+                    "pdboot_watch_foreign_workers_removed_total",
+                    (("url", foreign), ("worker_type", "decode")),
+                )
+            ]
+            >= 1
+        )
         # the router process killed: Docker restarts it with no workers; watch refills it
         # within a round, and the endpoint serves again
-        rid = tb.hosts["ingress"].docker("ps", "-q", "--filter", "label=io.pdboot.role=router",
-                                         "--filter", "label=io.pdboot.deployment=watche2e"
-                                         ).stdout.strip()
+        rid = (
+            tb.hosts["ingress"]
+            .docker(
+                "ps",
+                "-q",
+                "--filter",
+                "label=io.pdboot.role=router",
+                "--filter",
+                "label=io.pdboot.deployment=watche2e",
+            )
+            .stdout.strip()
+        )
         pid = tb.hosts["ingress"].docker("inspect", "-f", "{{.State.Pid}}", rid).stdout.strip()
         tb.hosts["ingress"].exec(f"kill -9 {pid}")
-        wait_for("the router back with every engine", lambda: set(workers(tb)) == {
-            s.url for s in plan.services() if s.is_engine}, logs)
+        wait_for(
+            "the router back with every engine",
+            lambda: set(workers(tb)) == {s.url for s in plan.services() if s.is_engine},
+            logs,
+        )
         m = scrape(watch)
-        assert sum(v for (n, _), v in m.items()
-                   if n == "pdboot_watch_workers_reregistered_total") >= 3
-        ok = post_json(router + "/v1/completions", {"model": plan.served_model_name,
-                                                     "prompt": "back", "max_tokens": 4})
+        assert (
+            sum(v for (n, _), v in m.items() if n == "pdboot_watch_workers_reregistered_total") >= 3
+        )
+        ok = post_json(
+            router + "/v1/completions",
+            {"model": plan.served_model_name, "prompt": "back", "max_tokens": 4},
+        )
         assert ok["choices"][0]["text"]
     finally:
         if client is not None:

@@ -136,7 +136,11 @@ def lookup(endpoint: str, repo: str = REPO) -> Resolution:
 
 
 def run_stage(
-    site: Path, home: Path, endpoint: str, res: Resolution, secret: dict[str, str],
+    site: Path,
+    home: Path,
+    endpoint: str,
+    res: Resolution,
+    secret: dict[str, str],
     seed_url: str | None = None,
 ) -> tuple[int, list[dict[str, Any]], str]:
     """STAGE_SCRIPT as the staging container runs it (HF_HOME the host's cache)."""
@@ -321,9 +325,7 @@ def evil_tar(members: list[tuple[str, str | bytes]]) -> bytes:
         pytest.param(  # a link through a name that is not there yet, then that name
             [("{snap}/A", "X/../../../../../../.."), ("{snap}/X", "..")], id="two-step"
         ),
-        pytest.param(
-            [("{snap}/sub/A", "X/../.."), ("{snap}/sub/X", "..")], id="two-step-inside"
-        ),
+        pytest.param([("{snap}/sub/A", "X/../.."), ("{snap}/sub/X", "..")], id="two-step-inside"),
         pytest.param([("models--other--model/blobs/" + "a" * 40, b"x")], id="other-model"),
         pytest.param([("{top}/refs/main", b"x"), ("../evil", b"x")], id="dotdot"),
         pytest.param([("{snap}/config.json", b"not a link")], id="file-in-snapshot"),

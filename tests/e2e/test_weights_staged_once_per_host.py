@@ -67,8 +67,12 @@ def write(
     }
     inv["kv_transfer"] = {"rdma": "auto"}
     # the testbed hub is plain http (named); staging runs in pdboot's small staging image
-    inv["weights"] = {"stage": True, "endpoint": tb.hub, "allow_plain_http": True,
-                      "image": tb.stage_image}
+    inv["weights"] = {
+        "stage": True,
+        "endpoint": tb.hub,
+        "allow_plain_http": True,
+        "image": tb.stage_image,
+    }
     inv.update(extra)
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
@@ -297,9 +301,16 @@ def test_an_interrupted_staging_resumes(tb: Testbed, tmp_path: Path) -> None:
 
 
 def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Path) -> None:
-    inv = write(tb, tmp_path / "inv.yaml", name="pdws",
-                container={"hf_cache": "/var/lib/pdboot/hf-cache-seed",
-                           "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
+    inv = write(
+        tb,
+        tmp_path / "inv.yaml",
+        name="pdws",
+        container={
+            "hf_cache": "/var/lib/pdboot/hf-cache-seed",
+            "ulimits": {"memlock": 8388608, "nofile": 20000},
+            "shm_size": "1g",
+        },
+    )
     doc = yaml.safe_load(inv.read_text())
     doc["weights"]["seed"] = "first_host"
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -333,9 +344,17 @@ def oneshots(tb: Testbed) -> dict[str, list[str]]:
 
 
 def seed_inventory(tb: Testbed, path: Path, name: str, cache: str) -> Path:
-    inv = write(tb, path, name=name, secrets={"hf_token": "env:PDT_HF_TOKEN"},
-                container={"hf_cache": cache,
-                           "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
+    inv = write(
+        tb,
+        path,
+        name=name,
+        secrets={"hf_token": "env:PDT_HF_TOKEN"},
+        container={
+            "hf_cache": cache,
+            "ulimits": {"memlock": 8388608, "nofile": 20000},
+            "shm_size": "1g",
+        },
+    )
     doc = yaml.safe_load(inv.read_text())
     doc["weights"]["seed"] = "first_host"
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -346,17 +365,23 @@ def test_a_tampered_cached_file_fails_that_hosts_staging_naming_it(
     tb: Testbed, tmp_path: Path
 ) -> None:
     cache = "/var/lib/pdboot/hf-cache-tamper"
-    inv = write(tb, tmp_path / "inv.yaml", name="pdwt",
-                container={"hf_cache": cache,
-                           "ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"})
+    inv = write(
+        tb,
+        tmp_path / "inv.yaml",
+        name="pdwt",
+        container={
+            "hf_cache": cache,
+            "ulimits": {"memlock": 8388608, "nofile": 20000},
+            "shm_size": "1g",
+        },
+    )
     assert pdboot("stage", str(inv), timeout=300).returncode == 0
     shard = "model-00001-of-00002.safetensors"
     snap = f"{cache}/hub/models--pdt--tiny-model/snapshots/{head(tb)}/{shard}"
     b = tb.hosts["gpu-b"]
     size = b.exec(["stat", "-L", "-c", "%s", snap], check=True).stdout.strip()
     # one byte changed in place, the size kept: what a size check lets through
-    b.exec(f"printf 'Z' | dd of=\"$(readlink -f {snap})\" bs=1 seek=100 conv=notrunc",
-           check=True)
+    b.exec(f"printf 'Z' | dd of=\"$(readlink -f {snap})\" bs=1 seek=100 conv=notrunc", check=True)
     assert b.exec(["stat", "-L", "-c", "%s", snap], check=True).stdout.strip() == size
     res = pdboot("stage", str(inv), timeout=300)
     text = out(res)
@@ -403,8 +428,10 @@ def test_no_token_in_any_container_and_ctrl_c_mid_seed_leaves_nothing(
     assert oneshots(tb) == {"gpu-a": [], "gpu-b": []}
     assert a.exec(["ss", "-Hltn", "sport = :8765"]).stdout.strip() == ""
     for h in tb.hosts.values():  # no secret file, and the token in no file pdboot wrote
-        found = h.exec(f"find / -xdev -name 'pdboot-secret*' 2>/dev/null; "
-                       f"grep -rl {hub.TOKEN} /var/lib/pdboot 2>/dev/null; true").stdout
+        found = h.exec(
+            f"find / -xdev -name 'pdboot-secret*' 2>/dev/null; "
+            f"grep -rl {hub.TOKEN} /var/lib/pdboot 2>/dev/null; true"
+        ).stdout
         assert found.strip() == "", found
 
 
@@ -415,8 +442,15 @@ def test_down_removes_a_seed_server_an_earlier_run_left(tb: Testbed, tmp_path: P
     a.docker("pull", image)
     # what an earlier run killed hard (SIGKILL: no cleanup) leaves: pdboot's labelled server
     sleep = ["--entrypoint", "python3", image, "-c", "import time; time.sleep(3600)"]
-    a.docker("run", "-d", "--name", "pdboot-seed-pdwd", "--label",
-             "pdboot.oneshot=pdboot-seed-pdwd", *sleep)
+    a.docker(
+        "run",
+        "-d",
+        "--name",
+        "pdboot-seed-pdwd",
+        "--label",
+        "pdboot.oneshot=pdboot-seed-pdwd",
+        *sleep,
+    )
     # and a container pdboot did not label, under a lookalike name: never touched
     a.docker("run", "-d", "--name", "pdboot-seed-pdwd-mine", *sleep)
     try:

@@ -37,8 +37,7 @@ def _up(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        tb = Testbed.start(specs, images_needed=not args.no_images, detached=True,
-                           real_vllm=real)
+        tb = Testbed.start(specs, images_needed=not args.no_images, detached=True, real_vllm=real)
     except TestbedError as e:
         print(f"testbed: {e}", file=sys.stderr)
         return 1
@@ -50,8 +49,10 @@ def _up(args: argparse.Namespace) -> int:
     (out / "instance").write_text(f"{tb.k}\n")
     print(f"testbed {tb.k} up in {tb.startup_seconds:.1f}s (registry {tb.registry})")
     for h in tb.hosts.values():
-        print(f"  {h.name:<10} {h.address:<14} {h.profile['profile']:<22} "
-              f"root@{h.address} (ssh: $PDT_SSH root@{h.address})")
+        print(
+            f"  {h.name:<10} {h.address:<14} {h.profile['profile']:<22} "
+            f"root@{h.address} (ssh: $PDT_SSH root@{h.address})"
+        )
     print(f"inventory: {inv}\nenv:       {out / 'env'}  (source it)")
     return 0
 
@@ -72,10 +73,18 @@ def _images(args: argparse.Namespace) -> int:
             tb.pdboot_image()
     finally:
         tb.stop()
-    extras = [x for x, on in (("the real vLLM CPU image and model", args.real_vllm),
-                              ("this checkout's pdboot image", args.pdboot)) if on]
-    print(f"testbed images ready in {time.monotonic() - t0:.0f}s"
-          f"{' (with ' + ' and '.join(extras) + ')' if extras else ''}")
+    extras = [
+        x
+        for x, on in (
+            ("the real vLLM CPU image and model", args.real_vllm),
+            ("this checkout's pdboot image", args.pdboot),
+        )
+        if on
+    ]
+    print(
+        f"testbed images ready in {time.monotonic() - t0:.0f}s"
+        f"{' (with ' + ' and '.join(extras) + ')' if extras else ''}"
+    )
     return 0
 
 
@@ -122,31 +131,44 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.testbed", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.testbed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="start a detached testbed")
     up.add_argument("--dir", default=".testbed")
     up.add_argument("--host", action="append", help="NAME or NAME:PROFILE (repeat)")
     up.add_argument("--no-images", action="store_true", help="skip building/pushing images")
-    up.add_argument("--engine", choices=("standin", "vllm"), default="standin",
-                    help="the engine the inventory runs: the EMULATED stand-in or real vLLM "
-                         "on CPU")
+    up.add_argument(
+        "--engine",
+        choices=("standin", "vllm"),
+        default="standin",
+        help="the engine the inventory runs: the EMULATED stand-in or real vLLM on CPU",
+    )
     down = sub.add_parser("down", help="tear a testbed down")
     down.add_argument("--dir", default=".testbed")
     down.add_argument("--k", type=int)
     down.add_argument("--all", action="store_true", help="every testbed on this machine")
     sub.add_parser("status", help="list testbeds on this machine")
     img = sub.add_parser("images", help="build the test images into the cache (set-up)")
-    img.add_argument("--pdboot", action="store_true",
-                     help="also this checkout's pdboot image (the watch service's tests run it)")
-    img.add_argument("--real-vllm", action="store_true",
-                     help="also the real vLLM CPU image and its tiny model (minutes, once)")
+    img.add_argument(
+        "--pdboot",
+        action="store_true",
+        help="also this checkout's pdboot image (the watch service's tests run it)",
+    )
+    img.add_argument(
+        "--real-vllm",
+        action="store_true",
+        help="also the real vLLM CPU image and its tiny model (minutes, once)",
+    )
     prof = sub.add_parser("profiles", help="list host profiles")
     prof.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    return {"up": _up, "down": _down, "status": _status, "profiles": _profiles,
-            "images": _images}[args.cmd](args)
+    return {"up": _up, "down": _down, "status": _status, "profiles": _profiles, "images": _images}[
+        args.cmd
+    ](args)
 
 
 if __name__ == "__main__":

@@ -133,8 +133,14 @@ class Testbed:
         return self.dir / "models" / images.CPU_MODEL_NAME
 
     @classmethod
-    def start(cls, hosts: Iterable[HostSpec | str], *, images_needed: bool = True,
-              detached: bool = False, real_vllm: bool = False) -> Testbed:
+    def start(
+        cls,
+        hosts: Iterable[HostSpec | str],
+        *,
+        images_needed: bool = True,
+        detached: bool = False,
+        real_vllm: bool = False,
+    ) -> Testbed:
         """Start hosts (names or HostSpecs) and the registry; raise TestbedError on failure
         after tearing down whatever had started. real_vllm: the registry also gets the real
         vLLM CPU image and the hosts the tiny model (the first build takes minutes)."""
@@ -176,15 +182,30 @@ class Testbed:
 
     def ssh_argv(self, host: str, *command: str) -> list[str]:
         """An OpenSSH command line to `host` with strict host-key checking."""
-        return ["ssh", "-F", "/dev/null", "-i", str(self.identity_file),
-                "-o", f"UserKnownHostsFile={self.known_hosts}",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                "-o", "ConnectTimeout=5", f"root@{self.hosts[host].address}", *command]
+        return [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(self.identity_file),
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            f"root@{self.hosts[host].address}",
+            *command,
+        ]
 
-    def ssh(self, host: str, command: str, timeout: float = 60,
-            check: bool = False) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run(self.ssh_argv(host, command), capture_output=True, text=True,
-                             timeout=timeout)
+    def ssh(
+        self, host: str, command: str, timeout: float = 60, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            self.ssh_argv(host, command), capture_output=True, text=True, timeout=timeout
+        )
         if check and res.returncode != 0:
             raise RuntimeError(f"ssh {host} {command!r}: rc={res.returncode}: {res.stderr}")
         return res
@@ -214,12 +235,18 @@ class Testbed:
 
     def env(self) -> dict[str, str]:
         """Environment for shells and the demo: where things are."""
-        env = {"PDT_DIR": str(self.dir), "PDT_REGISTRY": self.registry,
-               "PDT_KNOWN_HOSTS": str(self.known_hosts), "PDT_IDENTITY": str(self.identity_file),
-               "PDT_IMAGE": self.image, "PDT_ROUTER_IMAGE": self.router_image,
-               "PDT_PROXY_IMAGE": self.proxy_image,
-               "PDT_CPU_IMAGE": self.cpu_image, "PDT_CPU_MODEL": str(self.cpu_model),
-               "PDT_HOSTS": " ".join(self.hosts)}
+        env = {
+            "PDT_DIR": str(self.dir),
+            "PDT_REGISTRY": self.registry,
+            "PDT_KNOWN_HOSTS": str(self.known_hosts),
+            "PDT_IDENTITY": str(self.identity_file),
+            "PDT_IMAGE": self.image,
+            "PDT_ROUTER_IMAGE": self.router_image,
+            "PDT_PROXY_IMAGE": self.proxy_image,
+            "PDT_CPU_IMAGE": self.cpu_image,
+            "PDT_CPU_MODEL": str(self.cpu_model),
+            "PDT_HOSTS": " ".join(self.hosts),
+        }
         for h in self.hosts.values():
             key = h.name.upper().replace("-", "_")
             env[f"PDT_{key}_ADDRESS"] = h.address
@@ -253,14 +280,14 @@ class Testbed:
         self.forward_rule = netns.add_forward_rule(self.k)
         self._save()
         _keygen(self.identity_file)
-        (self.dir / "authorized_keys").write_text(
-            (self.dir / "id_ed25519.pub").read_text())
+        (self.dir / "authorized_keys").write_text((self.dir / "id_ed25519.pub").read_text())
         for i, spec in enumerate(specs):
             host = self._make_host(i, spec)
             self.hosts[spec.name] = host
             self._save()
-        etc_hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + \
-            "".join(f"{h.address}\t{h.name}\n" for h in self.hosts.values())
+        etc_hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + "".join(
+            f"{h.address}\t{h.name}\n" for h in self.hosts.values()
+        )
         for h in self.hosts.values():
             (h.dir / "hosts").write_text(etc_hosts)
         registry_data = self.dir / "registry"
@@ -308,9 +335,17 @@ class Testbed:
         hdir.mkdir(parents=True)
         ns, veth = netns.create_host_net(self.k, spec.name, i, address)
         profile = profiles.resolve(spec.profile, spec.overrides, spec.name)
-        host = Host(name=spec.name, index=i, address=address, dir=hdir, netns=ns, veth=veth,
-                    registry=self.registry, profile=profile,
-                    cgroup_parent=f"/pdt{self.k}-{spec.name}")
+        host = Host(
+            name=spec.name,
+            index=i,
+            address=address,
+            dir=hdir,
+            netns=ns,
+            veth=veth,
+            registry=self.registry,
+            profile=profile,
+            cgroup_parent=f"/pdt{self.k}-{spec.name}",
+        )
         (hdir / "sbin").mkdir()
         (hdir / "ib").mkdir()
         profiles.install(hdir, profile)
@@ -327,16 +362,27 @@ class Testbed:
         cfg.write_text(
             "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"
             f"storage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: {self.registry}\n")
-        self.procs["registry"] = procs.spawn(["docker-registry", "serve", str(cfg)],
-                                             "registry", self.dir / "registry.log")
+            f"http:\n  addr: {self.registry}\n"
+        )
+        self.procs["registry"] = procs.spawn(
+            ["docker-registry", "serve", str(cfg)], "registry", self.dir / "registry.log"
+        )
         self._save()
 
     def _start_hub(self) -> None:
         hub_py = Path(__file__).resolve().parent / "hub.py"
         self.procs["hub"] = procs.spawn(
-            [sys.executable, str(hub_py), "--listen", self.hub.removeprefix("http://"),
-             "--log", str(self.hub_log)], "hub", self.dir / "hub.log")
+            [
+                sys.executable,
+                str(hub_py),
+                "--listen",
+                self.hub.removeprefix("http://"),
+                "--log",
+                str(self.hub_log),
+            ],
+            "hub",
+            self.dir / "hub.log",
+        )
         self._save()
 
     def _wait_hub(self, deadline: float) -> None:
@@ -383,12 +429,18 @@ class Testbed:
     # ------------------------------------------------------------------ state
     def _state(self) -> dict[str, Any]:
         me = procs.start_time(os.getpid())
-        return {"k": self.k, "dir": str(self.dir), "detached": self.detached,
-                "owner": {"pid": os.getpid(), "start": me},
-                "bridge": self.bridge, "forward_rule": self.forward_rule,
-                "made_mountpoints": self.made_mountpoints, "registry": self.registry,
-                "procs": {k: p.to_json() for k, p in self.procs.items()},
-                "hosts": {n: h.to_json() for n, h in self.hosts.items()}}
+        return {
+            "k": self.k,
+            "dir": str(self.dir),
+            "detached": self.detached,
+            "owner": {"pid": os.getpid(), "start": me},
+            "bridge": self.bridge,
+            "forward_rule": self.forward_rule,
+            "made_mountpoints": self.made_mountpoints,
+            "registry": self.registry,
+            "procs": {k: p.to_json() for k, p in self.procs.items()},
+            "hosts": {n: h.to_json() for n, h in self.hosts.items()},
+        }
 
     def _save(self) -> None:
         tmp = self.dir / "state.json.tmp"
@@ -401,8 +453,11 @@ class Testbed:
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pdboot-testbed",
-                    "-f", str(path)], check=True, capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pdboot-testbed", "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
 
 
 def _sshd_config(tb: Testbed, h: Host) -> str:

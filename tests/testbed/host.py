@@ -42,8 +42,14 @@ from tests.testbed.procs import Proc
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What INIT_SH mounts over: a path of this machine under one of these is not there in a host.
-PRIVATE_IN_HOST = ("/tmp", "/run", "/usr/local/sbin", "/var/lib/pdboot", "/dev/infiniband",
-                   "/proc/driver")
+PRIVATE_IN_HOST = (
+    "/tmp",
+    "/run",
+    "/usr/local/sbin",
+    "/var/lib/pdboot",
+    "/dev/infiniband",
+    "/proc/driver",
+)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # mount points that must exist on the machine for the per-host bind mounts
 GLOBAL_MOUNTPOINTS = (Path("/dev/infiniband"), Path("/var/lib/pdboot"))
@@ -103,8 +109,15 @@ def hidden_in_host(path: str) -> bool:
 def _candidates() -> list[str]:
     """What a host may need from this machine: the repository (emulators, hooks), the pdboot
     package being tested, this Python's prefixes and import path."""
-    cands = [str(REPO_ROOT), sys.prefix, sys.exec_prefix, sys.base_prefix,
-             sys.base_exec_prefix, os.path.dirname(sys.executable), *sys.path]
+    cands = [
+        str(REPO_ROOT),
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(sys.executable),
+        *sys.path,
+    ]
     spec = importlib.util.find_spec("pdboot")
     if spec and spec.origin:
         cands.append(os.path.dirname(os.path.dirname(spec.origin)))
@@ -118,8 +131,7 @@ def shared_paths(candidates: list[str] | None = None) -> list[str]:
     cands = _candidates() if candidates is None else candidates
     # a symlinked venv python or prefix: the link's path and its target's both matter
     paths = {q for c in cands if c for q in (os.path.abspath(c), os.path.realpath(c))}
-    hidden = sorted(p for p in paths if hidden_in_host(p) and os.path.isdir(p)
-                    and "\n" not in p)
+    hidden = sorted(p for p in paths if hidden_in_host(p) and os.path.isdir(p) and "\n" not in p)
     out: list[str] = []
     for p in hidden:  # sorted: a parent comes before what lies under it
         if not any(p.startswith(o + "/") for o in out):
@@ -169,10 +181,25 @@ class Host:
         (self.dir / "init.sh").write_text(INIT_SH)
         (self.dir / "bashrc").write_text("# ~/.bashrc of a pdboot test host\n")
         (self.dir / "shared").write_text("".join(p + "\n" for p in shared_paths()))
-        env = dict(os.environ, PDT_HOSTNAME=self.name, PDT_DIR=str(self.dir),
-                   PDT_DISK_MB=str(self.profile.get("disk_mb") or ""))
-        argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--", "unshare", "--uts",
-                "--mount", "--propagation", "private", "--", "/bin/sh", str(self.dir / "init.sh")]
+        env = dict(
+            os.environ,
+            PDT_HOSTNAME=self.name,
+            PDT_DIR=str(self.dir),
+            PDT_DISK_MB=str(self.profile.get("disk_mb") or ""),
+        )
+        argv = [
+            "nsenter",
+            f"--net=/run/netns/{self.netns}",
+            "--",
+            "unshare",
+            "--uts",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            str(self.dir / "init.sh"),
+        ]
         self.procs["anchor"] = procs.spawn(argv, "anchor", self.dir / "anchor.log", env)
 
     def wait_anchor(self, deadline: float) -> None:
@@ -223,12 +250,30 @@ class Host:
     def start_dockerd(self) -> None:
         pidfile = self.dir / "dockerd.pid"
         pidfile.unlink(missing_ok=True)  # a stale pidfile stops a restart (recipe)
-        argv = [*self._nsenter(), "dockerd",
-                "--data-root", str(self.data_root), "--exec-root", str(self.dir / "x"),
-                "--pidfile", str(pidfile), "-H", self.docker_host,
-                "--bridge", "none", "--iptables=false", "--ip-masq=false",
-                "--insecure-registry", self.registry, "--cgroup-parent", self.cgroup_parent,
-                "--storage-driver", "overlay2", "--log-level", "warn"]
+        argv = [
+            *self._nsenter(),
+            "dockerd",
+            "--data-root",
+            str(self.data_root),
+            "--exec-root",
+            str(self.dir / "x"),
+            "--pidfile",
+            str(pidfile),
+            "-H",
+            self.docker_host,
+            "--bridge",
+            "none",
+            "--iptables=false",
+            "--ip-masq=false",
+            "--insecure-registry",
+            self.registry,
+            "--cgroup-parent",
+            self.cgroup_parent,
+            "--storage-driver",
+            "overlay2",
+            "--log-level",
+            "warn",
+        ]
         if self.profile.get("container_runtime"):
             argv += ["--add-runtime", "nvidia=/usr/local/sbin/nvidia-container-runtime"]
         # dockerd enables its nvidia device driver only when the hook is on ITS PATH
@@ -269,38 +314,42 @@ class Host:
         except ValueError:
             return resp.status, body.decode(errors="replace")
 
-    def docker(self, *args: str, timeout: float = 120,
-               check: bool = True) -> subprocess.CompletedProcess[str]:
+    def docker(
+        self, *args: str, timeout: float = 120, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """The docker CLI of this machine against the host's engine (not through SSH)."""
         env = dict(os.environ, DOCKER_HOST=self.docker_host)
-        res = subprocess.run(["docker", *args], capture_output=True, text=True, env=env,
-                             timeout=timeout)
+        res = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, env=env, timeout=timeout
+        )
         if check and res.returncode != 0:
             raise RuntimeError(f"docker {' '.join(args)} on {self.name}: {res.stderr.strip()}")
         return res
 
-    def exec(self, argv: list[str] | str, timeout: float = 60,
-             check: bool = False) -> subprocess.CompletedProcess[str]:
+    def exec(
+        self, argv: list[str] | str, timeout: float = 60, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command inside the host's namespaces as root, without SSH. Its cwd is the
         host's /, so Python there imports pdboot from this checkout through PYTHONPATH (an
         editable install may point at another checkout, one the host cannot see)."""
         if isinstance(argv, str):
             argv = ["/bin/sh", "-c", argv]
-        pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
-                                     if p)
-        env = dict(os.environ, PATH=HOST_PATH, DOCKER_HOST=self.docker_host,
-                   PYTHONPATH=pythonpath)
-        res = subprocess.run([*self._nsenter(), *argv], capture_output=True, text=True,
-                             timeout=timeout, env=env)
+        pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PATH=HOST_PATH, DOCKER_HOST=self.docker_host, PYTHONPATH=pythonpath)
+        res = subprocess.run(
+            [*self._nsenter(), *argv], capture_output=True, text=True, timeout=timeout, env=env
+        )
         if check and res.returncode != 0:
             raise RuntimeError(f"{argv} on {self.name}: rc={res.returncode}: {res.stderr}")
         return res
 
     def occupy_port(self, port: int, bind: str = "0.0.0.0") -> Proc:
         """Knob: a process listening on `port` in this host (like a leftover server)."""
-        code = ("import socket,time;s=socket.socket();"
-                "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
-                f"s.bind(({bind!r},{int(port)}));s.listen(16);time.sleep(1e9)")
+        code = (
+            "import socket,time;s=socket.socket();"
+            "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+            f"s.bind(({bind!r},{int(port)}));s.listen(16);time.sleep(1e9)"
+        )
         argv = [*self._nsenter(), "/usr/bin/python3", "-S", "-c", code]
         p = procs.spawn(argv, f"port{port}", self.dir / f"port{port}.log")
         deadline = time.monotonic() + 10
@@ -324,10 +373,17 @@ class Host:
         return " ".join(shlex.quote(a) for a in [*self._nsenter(), "/bin/bash"])
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "index": self.index, "address": self.address,
-                "dir": str(self.dir), "netns": self.netns, "veth": self.veth,
-                "cgroup_parent": self.cgroup_parent, "mntns": self.mntns,
-                "procs": {k: p.to_json() for k, p in self.procs.items()}}
+        return {
+            "name": self.name,
+            "index": self.index,
+            "address": self.address,
+            "dir": str(self.dir),
+            "netns": self.netns,
+            "veth": self.veth,
+            "cgroup_parent": self.cgroup_parent,
+            "mntns": self.mntns,
+            "procs": {k: p.to_json() for k, p in self.procs.items()},
+        }
 
 
 def _listening(host: Host, port: int) -> bool:

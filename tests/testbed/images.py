@@ -67,12 +67,38 @@ BUILT_FILE = "pdboot-built.json"
 RECIPE_VERSION = "3"  # bump when the way images are built changes
 
 BASE_PACKAGES = [
-    "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "libc6", "libexpat1",
-    "zlib1g", "libssl3", "libffi8", "libbz2-1.0", "liblzma5", "libcrypt1", "libgcc-s1",
-    "libzstd1", "libsqlite3-0", "libreadline8", "libtinfo6", "libncursesw6", "libdb5.3",
-    "libuuid1", "libnsl2", "libtirpc3", "libtirpc-common", "libgssapi-krb5-2", "libkrb5-3",
-    "libk5crypto3", "libcom-err2", "libkrb5support0", "libkeyutils1", "media-types",
-    "ca-certificates", "dash", "libstdc++6",
+    "python3.11-minimal",
+    "libpython3.11-minimal",
+    "libpython3.11-stdlib",
+    "libc6",
+    "libexpat1",
+    "zlib1g",
+    "libssl3",
+    "libffi8",
+    "libbz2-1.0",
+    "liblzma5",
+    "libcrypt1",
+    "libgcc-s1",
+    "libzstd1",
+    "libsqlite3-0",
+    "libreadline8",
+    "libtinfo6",
+    "libncursesw6",
+    "libdb5.3",
+    "libuuid1",
+    "libnsl2",
+    "libtirpc3",
+    "libtirpc-common",
+    "libgssapi-krb5-2",
+    "libkrb5-3",
+    "libk5crypto3",
+    "libcom-err2",
+    "libkrb5support0",
+    "libkeyutils1",
+    "media-types",
+    "ca-certificates",
+    "dash",
+    "libstdc++6",
 ]
 
 VLLM_LAUNCHER = """#!/usr/bin/python3
@@ -151,9 +177,13 @@ def _sha(*parts: bytes | str) -> str:
 def _standin_files() -> list[Path]:
     if not STANDIN_DIR.is_dir():
         return []
-    return sorted(p for p in STANDIN_DIR.iterdir()
-                  if p.is_file() and not p.name.startswith(("test_", ".")) and
-                  p.suffix in (".py", ".md", ".json"))
+    return sorted(
+        p
+        for p in STANDIN_DIR.iterdir()
+        if p.is_file()
+        and not p.name.startswith(("test_", "."))
+        and p.suffix in (".py", ".md", ".json")
+    )
 
 
 def _emulated_site_files() -> list[Path]:
@@ -162,8 +192,11 @@ def _emulated_site_files() -> list[Path]:
 
 def _pdboot_files() -> list[Path]:
     pkg = REPO_ROOT / "pdboot"
-    return sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and p.suffix in (".py", ".typed"))
+    return sorted(
+        p
+        for p in pkg.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".typed")
+    )
 
 
 def pdboot_requirements() -> list[str]:
@@ -203,23 +236,32 @@ def wanted(real_vllm: bool = False, *, pdboot: bool = False) -> dict[str, str]:
     by ``Testbed.pdboot_image()``: its key changes with every pdboot edit, and only the watch
     service's tests run it)."""
     standin = [f.name.encode() + f.read_bytes() for f in _standin_files()]
-    standin += [str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes()
-                for f in _emulated_site_files()]
+    standin += [
+        str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes() for f in _emulated_site_files()
+    ]
     out = {
-        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin,
-                                            f"huggingface_hub=={HF_HUB_VERSION}"),
-        f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES,
-                                            ROUTER_VERSION),
-        f"{STAGE_REPO}:{STAGE_TAG}": _sha(base_key(), *STAGE_CHANGES,
-                                          f"huggingface_hub=={HF_HUB_VERSION}"),
+        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(
+            base_key(),
+            VLLM_LAUNCHER,
+            *ENGINE_CHANGES,
+            *standin,
+            f"huggingface_hub=={HF_HUB_VERSION}",
+        ),
+        f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(
+            base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES, ROUTER_VERSION
+        ),
+        f"{STAGE_REPO}:{STAGE_TAG}": _sha(
+            base_key(), *STAGE_CHANGES, f"huggingface_hub=={HF_HUB_VERSION}"
+        ),
         f"{PROXY_REPO}:{PROXY_TAG}": _sha(base_key(), *PROXY_CHANGES, *PROXY_PACKAGES),
     }
     if real_vllm:
         out[f"{CPU_REPO}:{CPU_TAG}"] = cpu_key()
     if pdboot:
         pkg = [str(f.relative_to(REPO_ROOT)).encode() + f.read_bytes() for f in _pdboot_files()]
-        out[PDBOOT_REF] = _sha(base_key(), PDBOOT_LAUNCHER, *PDBOOT_CHANGES,
-                               *pdboot_requirements(), *pkg)
+        out[PDBOOT_REF] = _sha(
+            base_key(), PDBOOT_LAUNCHER, *PDBOOT_CHANGES, *pdboot_requirements(), *pkg
+        )
     return out
 
 
@@ -272,8 +314,9 @@ def prepare_registry_data(dest: Path) -> None:
             _clone(cached, dest)
 
 
-def ensure_pushed(tb: Testbed, data: Path, real_vllm: bool = False, *,
-                  pdboot: bool = False) -> dict[str, str]:
+def ensure_pushed(
+    tb: Testbed, data: Path, real_vllm: bool = False, *, pdboot: bool = False
+) -> dict[str, str]:
     """Build and push every image whose content key changed; then refresh the cache.
     Returns the content keys, the model's under MODEL_KEY (read once: a file edited
     meanwhile changes nothing here)."""
@@ -294,8 +337,10 @@ def ensure_pushed(tb: Testbed, data: Path, real_vllm: bool = False, *,
                 t0 = time.monotonic()
                 _build_one(builder, ref, tb.registry)
                 have[ref] = want[ref]
-                print(f"[testbed] built and pushed {ref} in {time.monotonic() - t0:.1f}s",
-                      file=sys.stderr)
+                print(
+                    f"[testbed] built and pushed {ref} in {time.monotonic() - t0:.1f}s",
+                    file=sys.stderr,
+                )
             if need_model:  # made inside the image, which the build engine may not hold yet
                 target = f"{tb.registry}/{cpu_ref}"
                 if cpu_ref not in stale:
@@ -338,11 +383,30 @@ class _BuildEngine:
 
     def start(self) -> None:
         self.dir.mkdir(exist_ok=True)
-        argv = ["unshare", "--mount", "--propagation", "private", "--", "dockerd",
-                "--data-root", str(self.dir / "d"), "--exec-root", str(self.dir / "x"),
-                "--pidfile", str(self.dir / "dockerd.pid"), "-H", f"unix://{self.sock}",
-                "--bridge", "none", "--iptables=false", "--ip-masq=false",
-                "--insecure-registry", self.tb.registry, "--log-level", "warn"]
+        argv = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "dockerd",
+            "--data-root",
+            str(self.dir / "d"),
+            "--exec-root",
+            str(self.dir / "x"),
+            "--pidfile",
+            str(self.dir / "dockerd.pid"),
+            "-H",
+            f"unix://{self.sock}",
+            "--bridge",
+            "none",
+            "--iptables=false",
+            "--ip-masq=false",
+            "--insecure-registry",
+            self.tb.registry,
+            "--log-level",
+            "warn",
+        ]
         p = procs.spawn(argv, "build-dockerd", self.dir / "dockerd.log")
         self.tb.procs["build-dockerd"] = p
         self.tb.save()
@@ -353,11 +417,13 @@ class _BuildEngine:
                 raise RuntimeError(f"build dockerd did not start:\n{log[-3000:]}")
             time.sleep(0.1)
 
-    def docker(self, *args: str, stdin: int | None = None,
-               check: bool = True) -> subprocess.CompletedProcess[str]:
+    def docker(
+        self, *args: str, stdin: int | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, DOCKER_HOST=f"unix://{self.sock}")
-        res = subprocess.run(["docker", *args], capture_output=True, text=True, env=env,
-                             stdin=stdin, timeout=600)
+        res = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, env=env, stdin=stdin, timeout=600
+        )
         if check and res.returncode != 0:
             raise RuntimeError(f"docker {' '.join(args[:3])}: {res.stderr.strip()[-2000:]}")
         return res
@@ -433,8 +499,9 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
     target = f"{registry}/{ref}"
     big = ref.startswith(CPU_REPO)
     t0 = time.monotonic()
-    tar = subprocess.Popen(["tar", "-C", str(work), "--numeric-owner", "-c", "."],
-                           stdout=subprocess.PIPE)
+    tar = subprocess.Popen(
+        ["tar", "-C", str(work), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
+    )
     args = ["import"]
     for c in changes:
         args += ["-c", c]
@@ -446,8 +513,10 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         tar.wait()
     shutil.rmtree(work, ignore_errors=True)
     if big:
-        vllm_cpu.say(f"imported in {time.monotonic() - t0:.0f}s; pushing (gzip of one "
-                     "big layer, about a minute)")
+        vllm_cpu.say(
+            f"imported in {time.monotonic() - t0:.0f}s; pushing (gzip of one "
+            "big layer, about a minute)"
+        )
     t0 = time.monotonic()
     builder.docker("push", "-q", target)
     if big:
@@ -461,9 +530,21 @@ def _make_cpu_model(builder: _BuildEngine, image: str, out: Path) -> None:
     tmp.mkdir(parents=True)
     t0 = time.monotonic()
     vllm_cpu.say("making the tiny model inside the image (seeded weights, local tokenizer)")
-    builder.docker("run", "--rm", "--network", "none", "--entrypoint", "python3",
-                   "-v", f"{vllm_cpu.MAKE_MODEL}:/make_model.py:ro", "-v", f"{tmp}:/out",
-                   image, "/make_model.py", "/out")
+    builder.docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python3",
+        "-v",
+        f"{vllm_cpu.MAKE_MODEL}:/make_model.py:ro",
+        "-v",
+        f"{tmp}:/out",
+        image,
+        "/make_model.py",
+        "/out",
+    )
     for p in tmp.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)  # every host (and engine) may read it
     (tmp / ".done").write_text("")
@@ -486,12 +567,14 @@ def download_debs(names: list[str]) -> list[Path]:
     have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
     missing = [p for p in names if p not in have]
     if missing:
-        res = subprocess.run(["apt-get", "download", *missing], cwd=debs, capture_output=True,
-                             text=True)
+        res = subprocess.run(
+            ["apt-get", "download", *missing], cwd=debs, capture_output=True, text=True
+        )
         if res.returncode != 0:  # no package lists yet on a fresh machine
             subprocess.run(["apt-get", "update", "-q"], capture_output=True)
-            res = subprocess.run(["apt-get", "download", *missing], cwd=debs,
-                                 capture_output=True, text=True)
+            res = subprocess.run(
+                ["apt-get", "download", *missing], cwd=debs, capture_output=True, text=True
+            )
         if res.returncode != 0:
             raise RuntimeError(f"apt-get download failed (run apt-get update?): {res.stderr}")
     return sorted(p for p in debs.glob("*.deb") if p.name.split("_")[0] in names)
@@ -517,11 +600,13 @@ def base_rootfs() -> Path:
     os.chmod(tmp / "var" / "tmp", 0o1777)
     _link(tmp / "usr" / "bin" / "python3", "python3.11")
     _link(tmp / "bin" / "sh", "dash")
-    (tmp / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n"
-                                        "nobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n")
+    (tmp / "etc" / "passwd").write_text(
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n"
+    )
     (tmp / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
     (tmp / "etc" / "os-release").write_text(
-        'PRETTY_NAME="pdboot testbed image (Debian 12 python3.11)"\nID=debian\n')
+        'PRETTY_NAME="pdboot testbed image (Debian 12 python3.11)"\nID=debian\n'
+    )
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     done.write_text("")
@@ -558,11 +643,31 @@ def _pip_site(name: str, requirements: list[str]) -> Path:
     tmp = CACHE_DIR / f"{name}.tmp.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(tmp),
-         "--python-version", "3.11", "--implementation", "cp", "--only-binary=:all:",
-         "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-         "--platform", "manylinux2014_x86_64", *requirements],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-compile",
+            "--target",
+            str(tmp),
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--only-binary=:all:",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+            *requirements,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"pip install {' '.join(requirements)} failed: {res.stderr[-3000:]}")
     (tmp / ".done").write_text("")
@@ -578,4 +683,3 @@ def wheel_contents() -> list[str]:
         record = next(site.glob(f"vllm_router-{ROUTER_VERSION}.dist-info")) / "RECORD"
         return [line.split(",")[0] for line in record.read_text().splitlines()]
     return []
-

@@ -56,16 +56,27 @@ def real_engine_settings(tb: Testbed, engines_per_host: int = 1) -> dict[str, An
         "prefill": {**tier, "cpus": prefill if n > 1 else prefill[0]},
         "decode": {**tier, "cpus": decode if n > 1 else decode[0]},
         "kv_transfer": {"rdma": "off"},  # KV over UCX/TCP: no RDMA NIC in a cpu-only host
-        "timeouts": {"ready_seconds": 420, "router_ready_seconds": 120, "pull_seconds": 600,
-                     "poll_interval_seconds": 0.5},
+        "timeouts": {
+            "ready_seconds": 420,
+            "router_ready_seconds": 120,
+            "pull_seconds": 600,
+            "poll_interval_seconds": 0.5,
+        },
     }
 
 
-def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL,
-                   decode: list[str] | None = None, prefill: list[str] | None = None,
-                   router: str | None = None, engine: str = "standin",
-                   engines_per_host: int = 1,
-                   overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def inventory_dict(
+    tb: Testbed,
+    *,
+    name: str = "pdtest",
+    model: str = TEST_MODEL,
+    decode: list[str] | None = None,
+    prefill: list[str] | None = None,
+    router: str | None = None,
+    engine: str = "standin",
+    engines_per_host: int = 1,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     names = list(tb.hosts)
     decode = decode or (["decode"] if "decode" in tb.hosts else names[:1])
     prefill = prefill or (["prefill"] if "prefill" in tb.hosts else names[1:2] or names[:1])
@@ -75,9 +86,13 @@ def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL
         "model": model,
         "image": tb.image,
         "router_image": tb.router_image,
-        "ssh": {"user": "root", "identity_file": str(tb.identity_file),
-                "known_hosts": str(tb.known_hosts), "use_ssh_config": False,
-                "connect_timeout": 5},
+        "ssh": {
+            "user": "root",
+            "identity_file": str(tb.identity_file),
+            "known_hosts": str(tb.known_hosts),
+            "use_ssh_config": False,
+            "connect_timeout": 5,
+        },
         "hosts": {h.name: {"address": h.address} for h in tb.hosts.values()},
         "prefill": {"hosts": prefill},
         "decode": {"hosts": decode},
@@ -87,8 +102,12 @@ def inventory_dict(tb: Testbed, *, name: str = "pdtest", model: str = TEST_MODEL
         # TEST_MODEL is a name only: no hub serves it, the stand-in loads nothing (tests of
         # staging name tb.hub's repository and turn it on, tests/e2e/test_weights_staged_once_per_host.py)
         "weights": {"stage": False},
-        "timeouts": {"ready_seconds": 120, "router_ready_seconds": 60, "pull_seconds": 300,
-                     "poll_interval_seconds": 0.2},
+        "timeouts": {
+            "ready_seconds": 120,
+            "router_ready_seconds": 60,
+            "pull_seconds": 300,
+            "poll_interval_seconds": 0.2,
+        },
     }
     if engine == "vllm":
         inv = deep_merge(inv, real_engine_settings(tb, engines_per_host))

@@ -54,8 +54,19 @@ def iptables_rule(k: int) -> list[str]:
     br = bridge_name(k)
     # why: a dockerd with iptables in the machine's namespace sets FORWARD to DROP, and
     # bridged traffic between our namespaces passes FORWARD (bridge-nf-call-iptables=1)
-    return ["FORWARD", "-i", br, "-o", br, "-j", "ACCEPT", "-m", "comment", "--comment",
-            f"pdboot-testbed-{k}"]
+    return [
+        "FORWARD",
+        "-i",
+        br,
+        "-o",
+        br,
+        "-j",
+        "ACCEPT",
+        "-m",
+        "comment",
+        "--comment",
+        f"pdboot-testbed-{k}",
+    ]
 
 
 def add_forward_rule(k: int) -> bool:

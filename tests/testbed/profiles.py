@@ -74,9 +74,17 @@ RTX6000X2: dict[str, Any] = {
         "tools": True,  # ibv_devinfo installed
         "uverbs": True,  # /dev/infiniband/uverbs* present
         "rdma_cm": True,
-        "devices": [{"name": "mlx5_0", "state": "ACTIVE", "link_layer": "InfiniBand",
-                     "node_guid": "b83f:d203:00c5:a3b0", "fw_ver": "28.39.2048",
-                     "board_id": "MT_0000000838", "vendor_part_id": 4129}],
+        "devices": [
+            {
+                "name": "mlx5_0",
+                "state": "ACTIVE",
+                "link_layer": "InfiniBand",
+                "node_guid": "b83f:d203:00c5:a3b0",
+                "fw_ver": "28.39.2048",
+                "board_id": "MT_0000000838",
+                "vendor_part_id": 4129,
+            }
+        ],
     },
     "container_runtime": True,
     "disk_mb": None,
@@ -88,18 +96,38 @@ H200: dict[str, Any] = {
     "driver": "580.159.04",
     "nvml": "580.159",
     "cuda": "13.0",
-    "gpus": [{
-        "index": 0, "name": "NVIDIA H200", "uuid": "GPU-dff3982f-1734-4108-9e3a-3be6c0ad1d14",
-        "serial": "1653724066845", "bus_id": "00000000:00:06.0", "memory_total": 143771,
-        "memory_reserved": 616, "memory_free": 143156, "memory_used": 0,
-        "compute_cap": "9.0",
-        "architecture": "Hopper", "persistence_mode": "Enabled", "display_active": "Off",
-        "mig_mode": "Disabled", "ecc_mode": "Enabled", "ecc_errors_uncorrected": 0,
-        "fan": "N/A", "temperature": 37, "pstate": "P0", "power_draw": 126.0,
-        "power_limit": 700.0, "utilization": 0, "compute_mode": "Default",
-        "clocks_max_sm": 1980, "pcie_gen_max": 5, "pcie_width_max": 16,
-        "vbios": "96.00.A5.00.1A", "inforom_img": "G520.0282.02.02",
-    }],
+    "gpus": [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "uuid": "GPU-dff3982f-1734-4108-9e3a-3be6c0ad1d14",
+            "serial": "1653724066845",
+            "bus_id": "00000000:00:06.0",
+            "memory_total": 143771,
+            "memory_reserved": 616,
+            "memory_free": 143156,
+            "memory_used": 0,
+            "compute_cap": "9.0",
+            "architecture": "Hopper",
+            "persistence_mode": "Enabled",
+            "display_active": "Off",
+            "mig_mode": "Disabled",
+            "ecc_mode": "Enabled",
+            "ecc_errors_uncorrected": 0,
+            "fan": "N/A",
+            "temperature": 37,
+            "pstate": "P0",
+            "power_draw": 126.0,
+            "power_limit": 700.0,
+            "utilization": 0,
+            "compute_mode": "Default",
+            "clocks_max_sm": 1980,
+            "pcie_gen_max": 5,
+            "pcie_width_max": 16,
+            "vbios": "96.00.A5.00.1A",
+            "inforom_img": "G520.0282.02.02",
+        }
+    ],
     "processes": [],
     "mig_devices": [],
     "rdma": {"tools": False, "uverbs": False, "rdma_cm": True, "devices": []},
@@ -119,17 +147,28 @@ _RTX8_CPUS = ("0-31,64-95", "32-63,96-127")
 def _rtx8_gpu(index: int) -> dict[str, Any]:
     g = _rtx_gpu(index, f"00000000:{_RTX8_BUS[index]}:00.0")
     sw = index // 2
-    g["topo"] = {"numa": index // 4, "cpus": _RTX8_CPUS[index // 4], "bridge": f"hb{sw}",
-                 "switch": f"sw{sw}", "leaf": f"sw{sw}.{index % 2}"}
+    g["topo"] = {
+        "numa": index // 4,
+        "cpus": _RTX8_CPUS[index // 4],
+        "bridge": f"hb{sw}",
+        "switch": f"sw{sw}",
+        "leaf": f"sw{sw}.{index % 2}",
+    }
     return g
 
 
 def _rtx8_hca(i: int, state: str) -> dict[str, Any]:
-    return {"name": f"mlx5_{i}", "state": state, "link_layer": "InfiniBand",
-            "node_guid": f"b83f:d203:00c5:a3b{i}", "fw_ver": "28.39.2048",
-            "board_id": "MT_0000000838", "vendor_part_id": 4129, "lid": 12 + i,
-            "topo": {"numa": i // 2, "bridge": f"hb{i}", "switch": f"sw{i}",
-                     "leaf": f"sw{i}.0"}}
+    return {
+        "name": f"mlx5_{i}",
+        "state": state,
+        "link_layer": "InfiniBand",
+        "node_guid": f"b83f:d203:00c5:a3b{i}",
+        "fw_ver": "28.39.2048",
+        "board_id": "MT_0000000838",
+        "vendor_part_id": 4129,
+        "lid": 12 + i,
+        "topo": {"numa": i // 2, "bridge": f"hb{i}", "switch": f"sw{i}", "leaf": f"sw{i}.0"},
+    }
 
 
 RTX6000X8: dict[str, Any] = {
@@ -143,8 +182,12 @@ RTX6000X8: dict[str, Any] = {
     "gpus": [_rtx8_gpu(i) for i in range(8)],
     "processes": [],
     "mig_devices": [],
-    "rdma": {"tools": True, "uverbs": True, "rdma_cm": True,
-             "devices": [_rtx8_hca(i, "DOWN" if i == 3 else "ACTIVE") for i in range(4)]},
+    "rdma": {
+        "tools": True,
+        "uverbs": True,
+        "rdma_cm": True,
+        "devices": [_rtx8_hca(i, "DOWN" if i == 3 else "ACTIVE") for i in range(4)],
+    },
     "container_runtime": True,
     "disk_mb": None,
 }
@@ -172,33 +215,72 @@ PROFILES: dict[str, dict[str, Any]] = {
     "rtx6000x2": RTX6000X2,
     "h200": H200,
     "rtx6000x8": RTX6000X8,
-    "rtx6000x2-roce": _variant(RTX6000X2, "EMULATED healthy 2x RTX PRO 6000, ConnectX-7 in "
-                               "Ethernet (RoCE) mode", rdma=_RDMA_ROCE),
-    "rtx6000x2-port-down": _variant(RTX6000X2, "EMULATED 2x RTX PRO 6000 whose ConnectX-7 "
-                                    "port is PORT_DOWN", rdma=_RDMA_DOWN),
-    "rtx6000x2-no-rdma": _variant(RTX6000X2, "EMULATED 2x RTX PRO 6000 without any RDMA NIC",
-                                  rdma=_NO_RDMA),
-    "old-driver": _variant(RTX6000X2, "EMULATED 2x RTX PRO 6000 on an old R550 driver "
-                           "(550.90.07 / CUDA 12.4)", driver="550.90.07", nvml="550.90",
-                           cuda="12.4"),
-    "no-driver": _variant(RTX6000X2, "EMULATED host with GPUs but no NVIDIA driver: no "
-                          "nvidia-smi, no /proc/driver/nvidia, no container runtime",
-                          driver=None, container_runtime=False),
-    "gpu-busy": _variant(RTX6000X2, "EMULATED 2x RTX PRO 6000 whose GPU 0 runs another "
-                         "process (81920 MiB, 97% busy)",
-                         processes=[{"gpu": 0, "pid": 48213, "type": "C",
-                                     "name": "/usr/bin/python3", "used_memory": 81920}]),
-    "mig": _variant(RTX6000X2, "EMULATED 2x RTX PRO 6000 with MIG enabled on GPU 0",
-                    mig_devices=[{"gpu": 0, "gi": 3, "ci": 0, "dev": 0, "memory_used": 64,
-                                  "memory_total": 24192, "bar1_used": 0, "bar1_total": 8327,
-                                  "sm": 46}]),
-    "no-container-runtime": _variant(RTX6000X2, "EMULATED 2x RTX PRO 6000 without the NVIDIA "
-                                     "Container Toolkit", container_runtime=False),
-    "cpu-only": _variant(RTX6000X2, "EMULATED host without GPUs or driver (an ingress/router "
-                         "box)", driver=None, gpus=[], rdma=_NO_RDMA, container_runtime=False),
+    "rtx6000x2-roce": _variant(
+        RTX6000X2,
+        "EMULATED healthy 2x RTX PRO 6000, ConnectX-7 in Ethernet (RoCE) mode",
+        rdma=_RDMA_ROCE,
+    ),
+    "rtx6000x2-port-down": _variant(
+        RTX6000X2, "EMULATED 2x RTX PRO 6000 whose ConnectX-7 port is PORT_DOWN", rdma=_RDMA_DOWN
+    ),
+    "rtx6000x2-no-rdma": _variant(
+        RTX6000X2, "EMULATED 2x RTX PRO 6000 without any RDMA NIC", rdma=_NO_RDMA
+    ),
+    "old-driver": _variant(
+        RTX6000X2,
+        "EMULATED 2x RTX PRO 6000 on an old R550 driver (550.90.07 / CUDA 12.4)",
+        driver="550.90.07",
+        nvml="550.90",
+        cuda="12.4",
+    ),
+    "no-driver": _variant(
+        RTX6000X2,
+        "EMULATED host with GPUs but no NVIDIA driver: no "
+        "nvidia-smi, no /proc/driver/nvidia, no container runtime",
+        driver=None,
+        container_runtime=False,
+    ),
+    "gpu-busy": _variant(
+        RTX6000X2,
+        "EMULATED 2x RTX PRO 6000 whose GPU 0 runs another process (81920 MiB, 97% busy)",
+        processes=[
+            {"gpu": 0, "pid": 48213, "type": "C", "name": "/usr/bin/python3", "used_memory": 81920}
+        ],
+    ),
+    "mig": _variant(
+        RTX6000X2,
+        "EMULATED 2x RTX PRO 6000 with MIG enabled on GPU 0",
+        mig_devices=[
+            {
+                "gpu": 0,
+                "gi": 3,
+                "ci": 0,
+                "dev": 0,
+                "memory_used": 64,
+                "memory_total": 24192,
+                "bar1_used": 0,
+                "bar1_total": 8327,
+                "sm": 46,
+            }
+        ],
+    ),
+    "no-container-runtime": _variant(
+        RTX6000X2,
+        "EMULATED 2x RTX PRO 6000 without the NVIDIA Container Toolkit",
+        container_runtime=False,
+    ),
+    "cpu-only": _variant(
+        RTX6000X2,
+        "EMULATED host without GPUs or driver (an ingress/router box)",
+        driver=None,
+        gpus=[],
+        rdma=_NO_RDMA,
+        container_runtime=False,
+    ),
 }
-PROFILES["gpu-busy"]["gpus"][0].update(memory_used=81920 + 2, utilization=97, pstate="P0",
-                                       power_draw=512.0)
+PROFILES["gpu-busy"]["gpus"][0].update(
+    memory_used=81920 + 2, utilization=97, pstate="P0", power_draw=512.0
+)
 PROFILES["mig"]["gpus"][0].update(mig_mode="Enabled")
 
 
@@ -213,8 +295,9 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resolve(profile: str | dict[str, Any], overrides: dict[str, Any] | None,
-            host: str) -> dict[str, Any]:
+def resolve(
+    profile: str | dict[str, Any], overrides: dict[str, Any] | None, host: str
+) -> dict[str, Any]:
     if isinstance(profile, str):
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
@@ -248,22 +331,30 @@ def install(host_dir: Path, profile: dict[str, Any]) -> None:
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     env = f"PDT_PROFILE={host_dir / 'profile.json'}"
     if profile.get("driver"):
-        _script(sbin / "nvidia-smi",
-                f'#!/bin/sh\n{env} exec {py} -S -E {EMULATORS / "nvidia_smi.py"} "$@"\n')
+        _script(
+            sbin / "nvidia-smi",
+            f'#!/bin/sh\n{env} exec {py} -S -E {EMULATORS / "nvidia_smi.py"} "$@"\n',
+        )
         drv = host_dir / "procdriver" / "nvidia"
         drv.mkdir(parents=True, exist_ok=True)
         # "kernel_module": "proprietary" shows the closed module's line (no dma-buf, so
         # no GPUDirect RDMA without nvidia_peermem); the open one is the default
-        kmod = ("NVIDIA UNIX x86_64 Kernel Module" if profile.get("kernel_module") ==
-                "proprietary" else "NVIDIA UNIX Open Kernel Module for x86_64")
+        kmod = (
+            "NVIDIA UNIX x86_64 Kernel Module"
+            if profile.get("kernel_module") == "proprietary"
+            else "NVIDIA UNIX Open Kernel Module for x86_64"
+        )
         (drv / "version").write_text(
             f"NVRM version: {kmod}  "
             f"{profile['driver']}  Release Build  (pdboot-testbed@emulated)  \n"
-            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n")
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n"
+        )
     rdma = profile.get("rdma") or {}
     if rdma.get("tools"):
-        _script(sbin / "ibv_devinfo",
-                f'#!/bin/sh\n{env} exec {py} -S -E {EMULATORS / "ibv_devinfo.py"} "$@"\n')
+        _script(
+            sbin / "ibv_devinfo",
+            f'#!/bin/sh\n{env} exec {py} -S -E {EMULATORS / "ibv_devinfo.py"} "$@"\n',
+        )
     if rdma.get("rdma_cm"):
         _mknod(ib / "rdma_cm", *RDMA_CM)
     if rdma.get("uverbs"):
@@ -273,11 +364,16 @@ def install(host_dir: Path, profile: dict[str, Any]) -> None:
         # Stand-ins for the NVIDIA Container Toolkit: the hook that makes dockerd accept
         # GPU requests (it installs the emulated nvidia-smi into the container: there is no
         # GPU), and a runtime named nvidia that is plain runc.
-        _script(sbin / "nvidia-container-runtime-hook",
-                f'#!/bin/sh\n{env} exec {py} -S -E {EMULATORS / "nvidia_hook.py"} "$@"\n')
-        _script(sbin / "nvidia-container-runtime",
-                '#!/bin/sh\n# EMULATED NVIDIA runtime (pdboot testbed): plain runc\n'
-                'exec runc "$@"\n')
-        _script(sbin / "nvidia-ctk",
-                '#!/bin/sh\n# EMULATED (pdboot testbed)\n'
-                'echo "NVIDIA Container Toolkit CLI version 1.17.8"\n')
+        _script(
+            sbin / "nvidia-container-runtime-hook",
+            f'#!/bin/sh\n{env} exec {py} -S -E {EMULATORS / "nvidia_hook.py"} "$@"\n',
+        )
+        _script(
+            sbin / "nvidia-container-runtime",
+            '#!/bin/sh\n# EMULATED NVIDIA runtime (pdboot testbed): plain runc\nexec runc "$@"\n',
+        )
+        _script(
+            sbin / "nvidia-ctk",
+            "#!/bin/sh\n# EMULATED (pdboot testbed)\n"
+            'echo "NVIDIA Container Toolkit CLI version 1.17.8"\n',
+        )

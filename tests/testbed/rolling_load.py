@@ -90,24 +90,37 @@ class ClientLoop:
     def _run(self) -> None:
         t0 = time.monotonic()
         while not self._stop.is_set() and time.monotonic() - t0 < self.limit:
-            t = threading.Thread(target=_one, args=(self.url, self.model, self.counts),
-                                 daemon=True)
+            t = threading.Thread(target=_one, args=(self.url, self.model, self.counts), daemon=True)
             t.start()
             self._threads.append(t)
             self._stop.wait(EVERY)
 
 
-def inventory(tb: Any, path: Path, *, tag: str | None = None, prefill: list[str] | None = None,
-              decode: list[str] | None = None,
-              decode_env: dict[str, str] | None = None, live: bool = True) -> Path:
+def inventory(
+    tb: Any,
+    path: Path,
+    *,
+    tag: str | None = None,
+    prefill: list[str] | None = None,
+    decode: list[str] | None = None,
+    decode_env: dict[str, str] | None = None,
+    live: bool = True,
+) -> Path:
     env = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_REQUEST_SECONDS": REQUEST_SECONDS}
     image = tb.image if tag is None else tb.image.rsplit(":", 1)[0] + f":{tag}"
     doc = inventory_dict(
-        tb, name=NAME, prefill=prefill or ["p1", "p2"], decode=decode or ["d1", "d2"],
+        tb,
+        name=NAME,
+        prefill=prefill or ["p1", "p2"],
+        decode=decode or ["d1", "d2"],
         router="p1",
-        overrides={"image": image, "router": {"live_workers": live}, "prefill": {"env": env},
-                   "decode": {"env": {**env, **(decode_env or {})}},
-                   "timeouts": {"drain_seconds": 30, "poll_interval_seconds": 0.2}},
+        overrides={
+            "image": image,
+            "router": {"live_workers": live},
+            "prefill": {"env": env},
+            "decode": {"env": {**env, **(decode_env or {})}},
+            "timeouts": {"drain_seconds": 30, "poll_interval_seconds": 0.2},
+        },
     )
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -125,15 +138,27 @@ def push_second_tag(tb: Any) -> str:
 
 def pdboot(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200", TERM="dumb")
-    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def router_identity(tb: Any) -> tuple[str, str]:
     """(container id, State.StartedAt) of the deployment's router."""
-    res = tb.hosts["p1"].docker("ps", "-q", "--no-trunc", "--filter",
-                                f"label=io.pdboot.deployment={NAME}", "--filter",
-                                "label=io.pdboot.role=router")
+    res = tb.hosts["p1"].docker(
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        f"label=io.pdboot.deployment={NAME}",
+        "--filter",
+        "label=io.pdboot.role=router",
+    )
     cid = res.stdout.strip()
     if not cid:
         return "", ""
@@ -166,8 +191,17 @@ def change_under_load(tb: Any, name: str, mode: str, inv: Path, extra: list[str]
         time.sleep(1.0)
     took = time.monotonic() - t0
     c = loop.counts
-    return Case(name, mode, res.returncode, took, c.served, c.failed, dict(c.errors),
-                router_identity(tb) == before, res.stdout + res.stderr)
+    return Case(
+        name,
+        mode,
+        res.returncode,
+        took,
+        c.served,
+        c.failed,
+        dict(c.errors),
+        router_identity(tb) == before,
+        res.stdout + res.stderr,
+    )
 
 
 def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
@@ -189,11 +223,12 @@ def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
     steps: list[tuple[str, dict[str, Any]]] = [
         ("a: new image tag, every engine", {"tag": tag}),
         ("b: decode host added", {"tag": tag, "decode": ["d1", "d2", "d3"]}),
-        ("c: prefill host removed", {"tag": tag, "prefill": ["p1"],
-                                     "decode": ["d1", "d2", "d3"]}),
+        ("c: prefill host removed", {"tag": tag, "prefill": ["p1"], "decode": ["d1", "d2", "d3"]}),
     ]
-    out = [change_under_load(tb, name, mode, inventory(tb, path, live=live, **change), extra)
-           for name, change in steps]
+    out = [
+        change_under_load(tb, name, mode, inventory(tb, path, live=live, **change), extra)
+        for name, change in steps
+    ]
     down = pdboot("down", str(path))
     if down.returncode != 0:
         raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")

@@ -42,38 +42,70 @@ def test_dp_head_and_headless_follower_on_two_hosts(testbed_clean: Testbed) -> N
         h.pull(tb.image)
     producer = shlex.quote(json.dumps({**KV, "kv_role": "kv_producer"}))
     dp = f"-dp 3 -dpa {pre.address} -dpp {RPC} --enable-expert-parallel"
-    _engine(tb, "prefill", "head", f"--port 8200 {dp} -dpl 2 --kv-transfer-config {producer}",
-            {"VLLM_NIXL_SIDE_CHANNEL_HOST": pre.address, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
-             "STANDIN_LOAD_SECONDS": "0.2"})
+    _engine(
+        tb,
+        "prefill",
+        "head",
+        f"--port 8200 {dp} -dpl 2 --kv-transfer-config {producer}",
+        {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": pre.address,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+            "STANDIN_LOAD_SECONDS": "0.2",
+        },
+    )
     head = f"http://{pre.address}:8200"
     time.sleep(2)
     assert _refused(head + "/health"), "the head answered before its follower joined"
 
-    _engine(tb, "decode", "follower", f"{dp} -dpl 1 -dpr 2 --headless "
-            f"--kv-transfer-config {producer}",
-            {"VLLM_NIXL_SIDE_CHANNEL_HOST": dec.address, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
-             "STANDIN_LOAD_SECONDS": "0.2"})
+    _engine(
+        tb,
+        "decode",
+        "follower",
+        f"{dp} -dpl 1 -dpr 2 --headless --kv-transfer-config {producer}",
+        {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": dec.address,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+            "STANDIN_LOAD_SECONDS": "0.2",
+        },
+    )
     consumer = shlex.quote(json.dumps({**KV, "kv_role": "kv_consumer"}))
-    _engine(tb, "decode", "decode", f"--port 8201 --kv-transfer-config {consumer}",
-            {"VLLM_NIXL_SIDE_CHANNEL_HOST": dec.address, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5700",
-             "STANDIN_LOAD_SECONDS": "0.2"})
+    _engine(
+        tb,
+        "decode",
+        "decode",
+        f"--port 8201 --kv-transfer-config {consumer}",
+        {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": dec.address,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": "5700",
+            "STANDIN_LOAD_SECONDS": "0.2",
+        },
+    )
     _wait_http(head + "/health")
     _wait_http(f"http://{dec.address}:8201/health")
     follower_log = tb.ssh("decode", "docker logs follower 2>&1").stdout
     assert f"with head node address tcp://{pre.address}:{RPC}" in follower_log
 
-    req = {"model": "Qwen/Qwen3-0.6B", "prompt": "the quick brown fox " * 4, "max_tokens": 1,
-           "kv_transfer_params": {"do_remote_decode": True}}
+    req = {
+        "model": "Qwen/Qwen3-0.6B",
+        "prompt": "the quick brown fox " * 4,
+        "max_tokens": 1,
+        "kv_transfer_params": {"do_remote_decode": True},
+    }
     data = json.dumps(req).encode()
-    r = urllib.request.Request(head + "/v1/completions", data=data, headers={
-        "Content-Type": "application/json", "X-data-parallel-rank": "2"})
+    r = urllib.request.Request(
+        head + "/v1/completions",
+        data=data,
+        headers={"Content-Type": "application/json", "X-data-parallel-rank": "2"},
+    )
     with urllib.request.urlopen(r, timeout=30) as resp:
         params = json.loads(resp.read())["kv_transfer_params"]
     assert params["remote_engine_id"].endswith("_dp2")
     assert (params["remote_host"], params["remote_port"]) == (dec.address, 5602)
 
-    status, body = _http(f"http://{dec.address}:8201/v1/completions",
-                         {**req, "max_tokens": 4, "kv_transfer_params": params})
+    status, body = _http(
+        f"http://{dec.address}:8201/v1/completions",
+        {**req, "max_tokens": 4, "kv_transfer_params": params},
+    )
     assert status == 200, body
     d_metrics = _http(f"http://{dec.address}:8201/metrics")[1]
     assert _per_engine(d_metrics, "vllm:nixl_xfer_time_seconds_count") == {"0": 1.0}

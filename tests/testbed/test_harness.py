@@ -34,15 +34,17 @@ MakeTestbed = Callable[..., Testbed]
 
 def _capture_blocks(name: str) -> list[tuple[str, str, int]]:
     text = (H200_FIXTURES / name).read_text()
-    return [(m.group(1), m.group(2), int(m.group(3)))
-            for m in re.finditer(r"### \$ (.*?)\n(.*?)### exit=(\d+)\n", text, re.S)]
+    return [
+        (m.group(1), m.group(2), int(m.group(3)))
+        for m in re.finditer(r"### \$ (.*?)\n(.*?)### exit=(\d+)\n", text, re.S)
+    ]
 
 
-def _http(url: str, body: dict[str, Any] | None = None,
-          timeout: float = 30) -> tuple[int, str]:
+def _http(url: str, body: dict[str, Any] | None = None, timeout: float = 30) -> tuple[int, str]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data,
-                                 headers={"Content-Type": "application/json"} if data else {})
+    req = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json"} if data else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode()
@@ -104,10 +106,14 @@ def test_fabric_reaches_hosts_with_strict_keys(testbed: Testbed) -> None:
     import paramiko
 
     for name in testbed.hosts:
-        client_kwargs = {"key_filename": str(testbed.identity_file), "look_for_keys": False,
-                         "allow_agent": False}
-        with fabric.Connection(testbed.hosts[name].address, user="root",
-                               connect_kwargs=client_kwargs) as c:
+        client_kwargs = {
+            "key_filename": str(testbed.identity_file),
+            "look_for_keys": False,
+            "allow_agent": False,
+        }
+        with fabric.Connection(
+            testbed.hosts[name].address, user="root", connect_kwargs=client_kwargs
+        ) as c:
             c.client.load_host_keys(str(testbed.known_hosts))
             c.client.set_missing_host_key_policy(paramiko.RejectPolicy())
             out = c.run("hostname && docker compose version", hide=True, in_stream=False).stdout
@@ -120,8 +126,12 @@ def test_each_host_has_its_own_engine_and_network(testbed_clean: Testbed) -> Non
     dec, pre = tb.hosts["decode"], tb.hosts["prefill"]
     tb.ssh("decode", f"docker pull -q {tb.image}", check=True, timeout=120)
     # a server in a network_mode=host container lives in that host's namespace only
-    res = tb.ssh("decode", f"docker run -d --name probe --network host --entrypoint python3 "
-                           f"{tb.image} -m http.server 8299 --bind 0.0.0.0", check=True)
+    res = tb.ssh(
+        "decode",
+        f"docker run -d --name probe --network host --entrypoint python3 "
+        f"{tb.image} -m http.server 8299 --bind 0.0.0.0",
+        check=True,
+    )
     cid = res.stdout.strip()
     assert tb.ssh("decode", "docker ps -q --no-trunc").stdout.split() == [cid]
     assert tb.ssh("prefill", "docker ps -aq").stdout.split() == []
@@ -149,19 +159,26 @@ def test_gpu_requests_need_the_container_runtime(make_testbed: MakeTestbed) -> N
     ok = tb.ssh("gpu", run)
     assert ok.returncode == 0 and ok.stdout.strip() == "42", ok.stderr
     # dockerd's nvidia driver tells the container which GPUs it got (the stand-in reads it)
-    env = tb.ssh("gpu", f"docker run --rm --gpus '\"device=1\"' --entrypoint python3 {tb.image} "
-                        "-c 'import os; print(os.environ[\"NVIDIA_VISIBLE_DEVICES\"])'")
+    env = tb.ssh(
+        "gpu",
+        f"docker run --rm --gpus '\"device=1\"' --entrypoint python3 {tb.image} "
+        "-c 'import os; print(os.environ[\"NVIDIA_VISIBLE_DEVICES\"])'",
+    )
     assert env.stdout.strip() == "1", env.stderr
-    smi = tb.ssh("gpu", f"docker run --rm --gpus '\"device=1\"' --entrypoint nvidia-smi {tb.image} "
-                        "--query-gpu=index,pci.bus_id --format=csv,noheader")
+    smi = tb.ssh(
+        "gpu",
+        f"docker run --rm --gpus '\"device=1\"' --entrypoint nvidia-smi {tb.image} "
+        "--query-gpu=index,pci.bus_id --format=csv,noheader",
+    )
     assert smi.stdout == "0, 00000000:41:00.0\n", smi.stderr  # GPU 1 of the host, seen as 0
     bad = tb.ssh("bare", run)
     assert bad.returncode != 0
     assert 'could not select device driver "" with capabilities: [[gpu]]' in bad.stderr
     info = tb.ssh("gpu", "docker info --format '{{json .Runtimes}}'").stdout
     assert "nvidia" in json.loads(info)
-    assert "nvidia" not in json.loads(tb.ssh("bare", "docker info --format "
-                                                    "'{{json .Runtimes}}'").stdout)
+    assert "nvidia" not in json.loads(
+        tb.ssh("bare", "docker info --format '{{json .Runtimes}}'").stdout
+    )
 
 
 def test_gpu_containers_hold_memory_the_hosts_nvidia_smi_shows(
@@ -174,9 +191,11 @@ def test_gpu_containers_hold_memory_the_hosts_nvidia_smi_shows(
     apps = "nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits"
     used = "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits"
     assert tb.ssh("gpu", apps).stdout == ""
-    cid = tb.ssh("gpu", f"docker run -d --gpus '\"device=1\"' --entrypoint python3 {tb.image} "
-                        "-c 'import time; time.sleep(600)' --gpu-memory-utilization 0.5"
-                 ).stdout.strip()
+    cid = tb.ssh(
+        "gpu",
+        f"docker run -d --gpus '\"device=1\"' --entrypoint python3 {tb.image} "
+        "-c 'import time; time.sleep(600)' --gpu-memory-utilization 0.5",
+    ).stdout.strip()
     pid = tb.ssh("gpu", f"docker inspect -f '{{{{.State.Pid}}}}' {cid}").stdout.strip()
     uuid1 = tb.ssh("gpu", "nvidia-smi -i 1 --query-gpu=uuid --format=csv,noheader").stdout.strip()
     assert tb.ssh("gpu", apps).stdout == f"{uuid1}, {pid}, {97887 // 2}\n"
@@ -187,10 +206,15 @@ def test_gpu_containers_hold_memory_the_hosts_nvidia_smi_shows(
 
 
 def test_knobs_stop_sshd_and_occupy_port(make_testbed: MakeTestbed) -> None:
-    tb = make_testbed([HostSpec("a", busy_ports=(8200,), overrides={"disk_mb": 64}),
-                       HostSpec("b", sshd=False)], images_needed=False)
-    df = tb.ssh("a", "df -k --output=size /var/lib/pdboot \"$(docker info --format "
-                     "'{{.DockerRootDir}}')\" | tail -n +2").stdout.split()
+    tb = make_testbed(
+        [HostSpec("a", busy_ports=(8200,), overrides={"disk_mb": 64}), HostSpec("b", sshd=False)],
+        images_needed=False,
+    )
+    df = tb.ssh(
+        "a",
+        'df -k --output=size /var/lib/pdboot "$(docker info --format '
+        "'{{.DockerRootDir}}')\" | tail -n +2",
+    ).stdout.split()
     assert [int(x) for x in df] == [65536, 65536]  # the low-disk knob: both on one 64 MiB fs
     out = tb.ssh("a", "python3 -c \"import socket; s=socket.socket(); s.bind(('0.0.0.0', 8200))\"")
     assert out.returncode != 0 and "Address already in use" in out.stderr
@@ -206,15 +230,26 @@ def test_shared_paths_are_what_a_private_tmp_would_hide(tmp_path: Path) -> None:
     (clone / ".venv" / "bin").mkdir(parents=True)
     (tmp_path / "site").mkdir()
     (tmp_path / "link").symlink_to(clone)
-    got = host_mod.shared_paths([str(clone), str(clone / ".venv" / "bin"), "/tmp", "/run",
-                                 str(tmp_path / "site"), "/usr/lib", str(tmp_path / "gone"),
-                                 str(tmp_path / "link"), ""])
+    got = host_mod.shared_paths(
+        [
+            str(clone),
+            str(clone / ".venv" / "bin"),
+            "/tmp",
+            "/run",
+            str(tmp_path / "site"),
+            "/usr/lib",
+            str(tmp_path / "gone"),
+            str(tmp_path / "link"),
+            "",
+        ]
+    )
     # the host's own /tmp stays its own; what exists under it is shared, outermost only
     assert got == sorted([str(clone), str(tmp_path / "link"), str(tmp_path / "site")])
 
 
-def test_a_repository_under_tmp_is_seen_by_hosts(make_testbed: MakeTestbed, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_repository_under_tmp_is_seen_by_hosts(
+    make_testbed: MakeTestbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # CI runs a fresh clone that may lie under /tmp, which every host has its own of
     clone = tmp_path / "clone"
     clone.mkdir()
@@ -270,46 +305,72 @@ def test_h200_profile_reproduces_the_capture(make_testbed: MakeTestbed) -> None:
             if "temperature.gpu" in cmd:  # the second machine ran 1 degree cooler
                 expected = expected.replace(", 36\n", ", 37\n")
             if cmd == "nvidia-smi":  # line 1 is the clock
-                assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} {7}",
-                                    got.split("\n", 1)[0])
+                assert re.fullmatch(
+                    r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} {7}", got.split("\n", 1)[0]
+                )
                 got, expected = got.split("\n", 1)[1], expected.split("\n", 1)[1]
             assert (res.returncode, got) == (rc, expected), cmd
             compared += 1
     assert compared >= 20
     q = tb.ssh("h200", "nvidia-smi -q").stdout.splitlines()
-    expected_q = [line for line in (H200_FIXTURES / "smiq.txt").read_text().splitlines()
-                  if not line.startswith("###")]
-    assert [line for line in q if "Timestamp" not in line] == \
-        [line for line in expected_q if "Timestamp" not in line]
-    host = tb.ssh("h200", "ls /dev/infiniband; cat /proc/driver/nvidia/version; "
-                          "command -v ibv_devinfo || echo no-ibv").stdout
+    expected_q = [
+        line
+        for line in (H200_FIXTURES / "smiq.txt").read_text().splitlines()
+        if not line.startswith("###")
+    ]
+    assert [line for line in q if "Timestamp" not in line] == [
+        line for line in expected_q if "Timestamp" not in line
+    ]
+    host = tb.ssh(
+        "h200",
+        "ls /dev/infiniband; cat /proc/driver/nvidia/version; "
+        "command -v ibv_devinfo || echo no-ibv",
+    ).stdout
     assert host.splitlines()[0] == "rdma_cm"
     assert "580.159.04" in host and host.rstrip().endswith("no-ibv")
 
 
 PROFILE_CHECKS: dict[str, tuple[str, Callable[[str, int], bool]]] = {
-    "rtx6000x2": ("nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version "
-                  "--format=csv,noheader,nounits",
-                  lambda out, rc: rc == 0 and out.splitlines() == [
-                      f"{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, 12.0, 580.95.05"
-                      for i in (0, 1)]),
-    "old-driver": ("nvidia-smi --version",
-                   lambda out, rc: "DRIVER version      : 550.90.07" in out
-                   and "CUDA Version        : 12.4" in out),
+    "rtx6000x2": (
+        "nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version "
+        "--format=csv,noheader,nounits",
+        lambda out, rc: (
+            rc == 0
+            and out.splitlines()
+            == [
+                f"{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, 12.0, 580.95.05"
+                for i in (0, 1)
+            ]
+        ),
+    ),
+    "old-driver": (
+        "nvidia-smi --version",
+        lambda out, rc: (
+            "DRIVER version      : 550.90.07" in out and "CUDA Version        : 12.4" in out
+        ),
+    ),
     "no-driver": ("nvidia-smi; ls /proc/driver", lambda out, rc: "not found" in out),
-    "gpu-busy": ("nvidia-smi --query-compute-apps=pid,process_name,used_memory "
-                 "--format=csv,noheader,nounits",
-                 lambda out, rc: out == "48213, /usr/bin/python3, 81920\n"),
-    "mig": ("nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader; nvidia-smi",
-            lambda out, rc: out.startswith("0, Enabled\n1, Disabled\n") and "MIG devices:" in out),
-    "rtx6000x2-port-down": ("ibv_devinfo; ls /dev/infiniband",
-                            lambda out, rc: "state:\t\t\tPORT_DOWN (1)" in out
-                            and "uverbs0" in out),
-    "rtx6000x2-roce": ("ibv_devinfo -d mlx5_0",
-                       lambda out, rc: "link_layer:\t\tEthernet" in out
-                       and "PORT_ACTIVE (4)" in out),
-    "rtx6000x2-no-rdma": ("ibv_devinfo; ls -A /dev/infiniband | wc -l",
-                          lambda out, rc: "not found" in out and out.rstrip().endswith("0")),
+    "gpu-busy": (
+        "nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+        "--format=csv,noheader,nounits",
+        lambda out, rc: out == "48213, /usr/bin/python3, 81920\n",
+    ),
+    "mig": (
+        "nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader; nvidia-smi",
+        lambda out, rc: out.startswith("0, Enabled\n1, Disabled\n") and "MIG devices:" in out,
+    ),
+    "rtx6000x2-port-down": (
+        "ibv_devinfo; ls /dev/infiniband",
+        lambda out, rc: "state:\t\t\tPORT_DOWN (1)" in out and "uverbs0" in out,
+    ),
+    "rtx6000x2-roce": (
+        "ibv_devinfo -d mlx5_0",
+        lambda out, rc: "link_layer:\t\tEthernet" in out and "PORT_ACTIVE (4)" in out,
+    ),
+    "rtx6000x2-no-rdma": (
+        "ibv_devinfo; ls -A /dev/infiniband | wc -l",
+        lambda out, rc: "not found" in out and out.rstrip().endswith("0"),
+    ),
 }
 
 
@@ -320,8 +381,10 @@ def test_profiles_print_their_values(make_testbed: MakeTestbed) -> None:
         res = tb.ssh(spec.name, f"{{ {cmd}; }} 2>&1")
         assert ok(res.stdout, res.returncode), f"{name}: {cmd}\n{res.stdout}"
     bad = tb.ssh("h0", "nvidia-smi --query-gpu=index,not_a_field --format=csv")
-    assert (bad.returncode, bad.stdout) == (2, 'Field "not_a_field" is not a valid field to '
-                                               'query.\n\n')
+    assert (bad.returncode, bad.stdout) == (
+        2,
+        'Field "not_a_field" is not a valid field to query.\n\n',
+    )
     assert tb.ssh("h0", "nvidia-smi -i 5 --query-gpu=index --format=csv").returncode == 6
 
 
@@ -330,8 +393,10 @@ def test_profiles_print_their_values(make_testbed: MakeTestbed) -> None:
 
 def _engine(tb: Testbed, host: str, name: str, args: str, env: dict[str, str]) -> str:
     envs = " ".join(f"-e {k}={shlex.quote(v)}" for k, v in env.items())
-    cmd = (f"docker run -d --name {name} --network host --ulimit memlock=8388608 "
-           f"--ulimit nofile=20000 {envs} {tb.image} Qwen/Qwen3-0.6B {args}")
+    cmd = (
+        f"docker run -d --name {name} --network host --ulimit memlock=8388608 "
+        f"--ulimit nofile=20000 {envs} {tb.image} Qwen/Qwen3-0.6B {args}"
+    )
     return tb.ssh(host, cmd, check=True, timeout=120).stdout.strip()
 
 
@@ -352,25 +417,55 @@ def test_pd_request_through_the_real_router(testbed_clean: Testbed) -> None:
     for h in (dec, pre):
         h.pull(tb.image)
     ing.pull(tb.router_image)
-    kv = lambda role: shlex.quote(json.dumps({"kv_connector": "NixlConnector",  # noqa: E731
-                                              "kv_role": role}))
-    _engine(tb, "decode", "decode", f"--port 8201 --kv-transfer-config {kv('kv_consumer')}",
-            {"VLLM_NIXL_SIDE_CHANNEL_HOST": dec.address, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5601",
-             "STANDIN_LOAD_SECONDS": "0.2"})
-    _engine(tb, "prefill", "prefill", f"--port 8200 --kv-transfer-config {kv('kv_producer')}",
-            {"VLLM_NIXL_SIDE_CHANNEL_HOST": pre.address, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
-             "STANDIN_LOAD_SECONDS": "0.2"})
-    router = (f"docker run -d --name router --network host {tb.router_image} vllm-router "
-              f"--vllm-pd-disaggregation --prefill http://{pre.address}:8200 "
-              f"--decode http://{dec.address}:8201 --prefill-policy round_robin "
-              f"--decode-policy round_robin --host 0.0.0.0 --port 8000 "
-              f"--request-timeout-secs 60")
+
+    def kv(role):
+        return shlex.quote(
+            json.dumps(
+                {
+                    "kv_connector": "NixlConnector",
+                    "kv_role": role,
+                }
+            )
+        )
+
+    _engine(
+        tb,
+        "decode",
+        "decode",
+        f"--port 8201 --kv-transfer-config {kv('kv_consumer')}",
+        {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": dec.address,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": "5601",
+            "STANDIN_LOAD_SECONDS": "0.2",
+        },
+    )
+    _engine(
+        tb,
+        "prefill",
+        "prefill",
+        f"--port 8200 --kv-transfer-config {kv('kv_producer')}",
+        {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": pre.address,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+            "STANDIN_LOAD_SECONDS": "0.2",
+        },
+    )
+    router = (
+        f"docker run -d --name router --network host {tb.router_image} vllm-router "
+        f"--vllm-pd-disaggregation --prefill http://{pre.address}:8200 "
+        f"--decode http://{dec.address}:8201 --prefill-policy round_robin "
+        f"--decode-policy round_robin --host 0.0.0.0 --port 8000 "
+        f"--request-timeout-secs 60"
+    )
     tb.ssh("ingress", router, check=True)
     _wait_http(f"http://{dec.address}:8201/health")
     _wait_http(f"http://{pre.address}:8200/health")
     _wait_http(f"http://{ing.address}:8000/health")
-    chat = {"model": "Qwen/Qwen3-0.6B", "max_tokens": 8,
-            "messages": [{"role": "user", "content": "Hello from the testbed"}]}
+    chat = {
+        "model": "Qwen/Qwen3-0.6B",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "Hello from the testbed"}],
+    }
     status, body = _http(f"http://{ing.address}:8000/v1/chat/completions", chat)
     assert status == 200, body + tb.ssh("ingress", "docker logs router 2>&1").stdout[-3000:]
     assert json.loads(body)["choices"][0]["message"]["content"]
@@ -382,9 +477,17 @@ def test_pd_request_through_the_real_router(testbed_clean: Testbed) -> None:
 
     # the same request fails when the prefill advertises localhost as its side channel
     tb.ssh("prefill", "docker rm -f prefill", check=True)
-    _engine(tb, "prefill", "prefill", f"--port 8200 --kv-transfer-config {kv('kv_producer')}",
-            {"VLLM_NIXL_SIDE_CHANNEL_HOST": "localhost", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
-             "STANDIN_LOAD_SECONDS": "0.2"})
+    _engine(
+        tb,
+        "prefill",
+        "prefill",
+        f"--port 8200 --kv-transfer-config {kv('kv_producer')}",
+        {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": "localhost",
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+            "STANDIN_LOAD_SECONDS": "0.2",
+        },
+    )
     _wait_http(f"http://{pre.address}:8200/health")
     status, body = _http(f"http://{ing.address}:8000/v1/chat/completions", chat)
     assert status >= 500, body
@@ -401,12 +504,15 @@ def test_pd_request_through_the_real_router(testbed_clean: Testbed) -> None:
 def test_teardown_leaves_nothing(make_testbed: MakeTestbed) -> None:
     tb = make_testbed(["a", "b"])
     tb.hosts["a"].pull(tb.image)
-    tb.ssh("a", f"docker run -d --network host --entrypoint python3 {tb.image} "
-                "-c 'import time; time.sleep(600)'", check=True)
+    tb.ssh(
+        "a",
+        f"docker run -d --network host --entrypoint python3 {tb.image} "
+        "-c 'import time; time.sleep(600)'",
+        check=True,
+    )
     state = read_state(tb.dir)
     assert state is not None
-    pids = [procs.Proc.from_json(p) for h in state["hosts"].values()
-            for p in h["procs"].values()]
+    pids = [procs.Proc.from_json(p) for h in state["hosts"].values() for p in h["procs"].values()]
     net = {netns.netns_inode(h.netns) for h in tb.hosts.values()}
     in_ns = procs.pids_in_namespaces({i for i in net if i}, set())
     assert len(in_ns) >= 4  # sshd, dockerd, containerd, the container at least
@@ -425,8 +531,7 @@ def test_a_pinned_mount_namespace_keeps_its_number() -> None:
     _need_testbed()
 
     def in_new_mount_ns() -> tuple[subprocess.Popen[bytes], procs.Proc, int]:
-        child = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep",
-                                  "60"])
+        child = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "60"])
         deadline = time.monotonic() + 10
         host_ns = procs.ns_inode(os.getpid(), "mnt")
         while (ino := procs.ns_inode(child.pid, "mnt")) in (None, host_ns):
@@ -457,12 +562,15 @@ def test_a_pinned_mount_namespace_keeps_its_number() -> None:
 def test_orphaned_testbed_is_swept(tmp_path: Path) -> None:
     """A harness killed with SIGKILL leaves its testbed; the next start removes it."""
     _need_testbed()
-    code = ("from tests.testbed.harness import Testbed; import os; "
-            "tb = Testbed.start(['x'], images_needed=False); print(tb.dir, flush=True); "
-            "os.kill(os.getpid(), 9)")
+    code = (
+        "from tests.testbed.harness import Testbed; import os; "
+        "tb = Testbed.start(['x'], images_needed=False); print(tb.dir, flush=True); "
+        "os.kill(os.getpid(), 9)"
+    )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     orphan = Path(res.stdout.strip())
     assert orphan.is_dir(), res.stderr
     state = read_state(orphan)
@@ -476,12 +584,15 @@ def test_orphaned_testbed_is_swept(tmp_path: Path) -> None:
 
 def test_sigterm_tears_the_testbed_down() -> None:
     _need_testbed()
-    code = ("from tests.testbed.harness import Testbed; import time; "
-            "tb = Testbed.start(['x', 'y'], images_needed=False); print(tb.dir, flush=True); "
-            "time.sleep(120)")
+    code = (
+        "from tests.testbed.harness import Testbed; import time; "
+        "tb = Testbed.start(['x', 'y'], images_needed=False); print(tb.dir, flush=True); "
+        "time.sleep(120)"
+    )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                             env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert child.stdout is not None
     tb_dir = Path(child.stdout.readline().strip())
     state = read_state(tb_dir)
@@ -490,8 +601,11 @@ def test_sigterm_tears_the_testbed_down() -> None:
     assert child.wait(timeout=60) != 0
     assert not tb_dir.exists()
     assert not netns.link_exists(state["bridge"])
-    assert not any(procs.alive(procs.Proc.from_json(p)) for h in state["hosts"].values()
-                   for p in h["procs"].values())
+    assert not any(
+        procs.alive(procs.Proc.from_json(p))
+        for h in state["hosts"].values()
+        for p in h["procs"].values()
+    )
 
 
 def test_inventory_points_at_the_testbed(testbed: Testbed, tmp_path: Path) -> None:

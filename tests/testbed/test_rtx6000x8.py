@@ -18,9 +18,16 @@ from tests.testbed.harness import HostSpec, Testbed
 MakeTestbed = Callable[..., Testbed]
 
 # host GPU -> (nearest ACTIVE port, distance): mlx5_3 (next to GPUs 6 and 7) is PORT_DOWN
-NEAREST = {0: ("mlx5_0:1", "PIX"), 1: ("mlx5_0:1", "PXB"), 2: ("mlx5_1:1", "PIX"),
-           3: ("mlx5_1:1", "PXB"), 4: ("mlx5_2:1", "PIX"), 5: ("mlx5_2:1", "PXB"),
-           6: ("mlx5_2:1", "NODE"), 7: ("mlx5_2:1", "NODE")}
+NEAREST = {
+    0: ("mlx5_0:1", "PIX"),
+    1: ("mlx5_0:1", "PXB"),
+    2: ("mlx5_1:1", "PIX"),
+    3: ("mlx5_1:1", "PXB"),
+    4: ("mlx5_2:1", "PIX"),
+    5: ("mlx5_2:1", "PXB"),
+    6: ("mlx5_2:1", "NODE"),
+    7: ("mlx5_2:1", "NODE"),
+}
 
 
 def _get(url: str) -> str:
@@ -42,12 +49,20 @@ def _wait_metrics(url: str, deadline_s: float = 60) -> str:
 def _compose(tb: Testbed, name: str, device_ids: list[str], port: int) -> str:
     """A compose project on host gpu8 running the stand-in with a GPU reservation."""
     service = {
-        "image": tb.image, "network_mode": "host",
+        "image": tb.image,
+        "network_mode": "host",
         "command": ["Qwen/Qwen3-0.6B", "--port", str(port)],
         "environment": {"STANDIN_LOAD_SECONDS": "0.2"},
         "ulimits": {"memlock": 8388608, "nofile": 20000},
-        "deploy": {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "device_ids": device_ids, "capabilities": ["gpu"]}]}}},
+        "deploy": {
+            "resources": {
+                "reservations": {
+                    "devices": [
+                        {"driver": "nvidia", "device_ids": device_ids, "capabilities": ["gpu"]}
+                    ]
+                }
+            }
+        },
     }
     path = tb.dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "services": {"engine": service}}))
@@ -64,7 +79,11 @@ def test_rtx6000x8_gpus_nics_and_granted_gpus(make_testbed: MakeTestbed) -> None
 
     ports = parse_ibv_devinfo(tb.ssh("gpu8", "ibv_devinfo").stdout)
     assert [(p.device, p.state) for p in ports] == [
-        ("mlx5_0", "ACTIVE"), ("mlx5_1", "ACTIVE"), ("mlx5_2", "ACTIVE"), ("mlx5_3", "DOWN")]
+        ("mlx5_0", "ACTIVE"),
+        ("mlx5_1", "ACTIVE"),
+        ("mlx5_2", "ACTIVE"),
+        ("mlx5_3", "DOWN"),
+    ]
     devs = parse_devices(tb.ssh("gpu8", "ls /dev/infiniband").stdout)
     assert sorted(devs) == ["rdma_cm", "uverbs0", "uverbs1", "uverbs2", "uverbs3"]
 
@@ -87,8 +106,10 @@ def test_rtx6000x8_gpus_nics_and_granted_gpus(make_testbed: MakeTestbed) -> None
     for i, host_gpu in enumerate((2, 3)):
         assert f'index="{i}",uuid="{uuids[host_gpu]}"' in granted[i]
     inside = tb.ssh("gpu8", f"{project} exec -T engine nvidia-smi -L", check=True).stdout
-    assert inside == f"GPU 0: {host.profile['gpus'][2]['name']} (UUID: {uuids[2]})\n" \
-                     f"GPU 1: {host.profile['gpus'][3]['name']} (UUID: {uuids[3]})\n"
+    assert (
+        inside == f"GPU 0: {host.profile['gpus'][2]['name']} (UUID: {uuids[2]})\n"
+        f"GPU 1: {host.profile['gpus'][3]['name']} (UUID: {uuids[3]})\n"
+    )
     # inside, GPU 0 (the host's GPU 2) still has mlx5_1 on its own PCIe switch
     inner = parse(tb.ssh("gpu8", f"{project} exec -T engine nvidia-smi topo -m").stdout)
     assert [g.index for g in inner.gpus] == [0, 1] and inner.link(0, "mlx5_1") == "PIX"
@@ -98,8 +119,12 @@ def test_rtx6000x8_gpus_nics_and_granted_gpus(make_testbed: MakeTestbed) -> None
     assert f"STAND-IN granted GPUs (NVIDIA_VISIBLE_DEVICES=3,2): 0={uuids[2]}" in logs
 
     # a count: dockerd asks for GPUs 0..N-1
-    two = tb.ssh("gpu8", f"docker run --rm --gpus 2 --entrypoint nvidia-smi {tb.image} "
-                         "--query-gpu=uuid --format=csv,noheader", check=True).stdout
+    two = tb.ssh(
+        "gpu8",
+        f"docker run --rm --gpus 2 --entrypoint nvidia-smi {tb.image} "
+        "--query-gpu=uuid --format=csv,noheader",
+        check=True,
+    ).stdout
     assert two.split() == uuids[:2]
 
     # an id the host does not have: the hook refuses, the container does not start

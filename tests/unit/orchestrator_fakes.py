@@ -17,12 +17,12 @@ from typing import Any
 
 from pdboot.deploy.waits import FakeClock
 from pdboot.events import Event
-from pdboot.preflight import image_args
 from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_ROLE
+from pdboot.preflight import image_args
 from pdboot.transport.connection import CommandResult
 from pdboot.transport.docker_host import PullResult
 from pdboot.transport.docker_parse import EngineError, EngineLost, PullProgress
@@ -62,8 +62,11 @@ PULL_EVENTS: list[dict[str, Any]] = [
 ]
 
 
-ARGS_OK = (0, 'PDBOOT_ARGS {"engines": {"prefill@p1": "", "decode@d1": ""}, '
-           '"version": "0.34.0", "options": ["--port"], "total_s": 2.5}')
+ARGS_OK = (
+    0,
+    'PDBOOT_ARGS {"engines": {"prefill@p1": "", "decode@d1": ""}, '
+    '"version": "0.34.0", "options": ["--port"], "total_s": 2.5}',
+)
 # the after-pull image probe's answer: the stand-in image's, verbatim (GPUs 12.0, arch list
 # with sm_120, NIXL's UCX backend with cuda and ib transports)
 CAPS = Path(__file__).parent / "fixtures" / "image_caps"
@@ -164,8 +167,10 @@ class World:
             and c.labels.get(LABEL_ENGINE, "0") == str(svc.engine_index)
             and c.state == "running"
         ]
-        return bool(cs) and svc.role not in self.never_healthy and all(
-            self.clock.now() >= c.started + self.load.get(svc.role, 0) for c in cs
+        return (
+            bool(cs)
+            and svc.role not in self.never_healthy
+            and all(self.clock.now() >= c.started + self.load.get(svc.role, 0) for c in cs)
         )
 
     def fetch(
@@ -271,9 +276,16 @@ class World:
         params = body.get("kv_transfer_params")
         if role == "prefill":
             kvp = {"do_remote_prefill": True, "remote_engine_id": "e1", "remote_block_ids": [[1]]}
-            return HttpAnswer(200, json.dumps({"choices": [{"text": "x"}],
-                                               "kv_transfer_params": kvp,
-                                               "usage": {"prompt_tokens": 900}}))
+            return HttpAnswer(
+                200,
+                json.dumps(
+                    {
+                        "choices": [{"text": "x"}],
+                        "kv_transfer_params": kvp,
+                        "usage": {"prompt_tokens": 900},
+                    }
+                ),
+            )
         text = self.GATE_ANSWER
         if role == "router" or params:
             self.kv_pulls += 1
@@ -419,9 +431,7 @@ class FakeEngine:
                 self.world.registered.clear()  # IGW mode: a new router knows no workers
             cid = f"c{next(iter(self.world._ids))}"
             labels = {**dict(svc.labels), LABEL_CONFIG_HASH: svc.config_hash}
-            c = Container(
-                cid, self.host, labels, self.world.clock.now(), logs=[f"{role} loading"]
-            )
+            c = Container(cid, self.host, labels, self.world.clock.now(), logs=[f"{role} loading"])
             if role in self.world.crash:
                 c.state, c.exit_code = "exited", 1
                 c.logs.append(self.world.crash[role])

@@ -21,14 +21,23 @@ FIX = Path(__file__).parent / "fixtures" / "aiperf-0.13.0"
 def _load(name: str) -> bench_results.RunResult:
     d = FIX / name
     summary = d / bench_results.SUMMARY_FILE
-    return bench_results.parse_aiperf(summary.read_text() if summary.exists() else None,
-                              (d / bench_results.RECORDS_FILE).read_text())
+    return bench_results.parse_aiperf(
+        summary.read_text() if summary.exists() else None,
+        (d / bench_results.RECORDS_FILE).read_text(),
+    )
 
 
 def test_argv_is_streaming_offline_friendly_and_sized() -> None:
     t = bench.Target("pd", "router", "http://10.0.0.1:8000")
-    argv = bench.aiperf_argv(["aiperf"], t, "Qwen/Qwen3-0.6B", 4, "/tok", Path("/out"),
-                             bench.LoadShape(isl=256, osl=64, requests_per_level=20))
+    argv = bench.aiperf_argv(
+        ["aiperf"],
+        t,
+        "Qwen/Qwen3-0.6B",
+        4,
+        "/tok",
+        Path("/out"),
+        bench.LoadShape(isl=256, osl=64, requests_per_level=20),
+    )
     assert argv[:2] == ["aiperf", "profile"]
     pairs = dict(itertools.pairwise(argv))
     assert pairs["--url"] == "http://10.0.0.1:8000" and pairs["--tokenizer"] == "/tok"
@@ -41,7 +50,8 @@ def test_argv_is_streaming_offline_friendly_and_sized() -> None:
     tight = bench.LoadShape(targets=gp.Targets(ttft_ms=350.5, itl_ms=12))
     tight_argv = bench.aiperf_argv(["aiperf"], t, "m", 1, "/tok", Path("/o"), tight)
     assert dict(itertools.pairwise(tight_argv))["--goodput"] == (
-        "time_to_first_token:350.5 inter_token_latency:12")
+        "time_to_first_token:350.5 inter_token_latency:12"
+    )
     no_count = bench.aiperf_argv(["aiperf"], t, "m", 1, "/tok", Path("/o"), bench.LoadShape())
     assert "--request-count" not in no_count
 
@@ -89,37 +99,51 @@ def test_missing_latencies_are_refused() -> None:
 def _cells(tmp: Path, failing_rc: int = 0) -> list[bench_results.Cell]:
     """run_bench with a runner that lays down the captured files instead of running aiperf
     (the files are real; only the process is replaced)."""
+
     def runner(argv: list[str]) -> tuple[int, str]:
         out = Path(argv[argv.index("--artifact-dir") + 1])
-        src = FIX / ("partial-failure" if "-c16" in str(out) and "baseline" in str(out)
-                     else "pd-c4")
+        src = FIX / (
+            "partial-failure" if "-c16" in str(out) and "baseline" in str(out) else "pd-c4"
+        )
         for f in src.iterdir():
             (out / f.name).write_text(f.read_text())
         return failing_rc, "done\n"
 
-    targets = [bench.Target("pd", "router", "http://r:8000", 3),
-               bench.Target("baseline", "decode alone", "http://d:8200", 1)]
-    return bench.run_bench(targets, "m", "/tok", [1, 16], tmp, bench.LoadShape(), runner,
-                           ["aiperf"])
+    targets = [
+        bench.Target("pd", "router", "http://r:8000", 3),
+        bench.Target("baseline", "decode alone", "http://d:8200", 1),
+    ]
+    return bench.run_bench(
+        targets, "m", "/tok", [1, 16], tmp, bench.LoadShape(), runner, ["aiperf"]
+    )
 
 
 def test_run_bench_lays_out_artifacts_and_refuses_per_cell(tmp_path: Path) -> None:
     cells = _cells(tmp_path)
     assert [(c.role, c.concurrency) for c in cells] == [
-        ("pd", 1), ("baseline", 1), ("pd", 16), ("baseline", 16)]
+        ("pd", 1),
+        ("baseline", 1),
+        ("pd", 16),
+        ("baseline", 16),
+    ]
     assert (tmp_path / "baseline-c16" / bench_results.SUMMARY_FILE).exists()
     assert [c.refused is None for c in cells] == [True, True, True, False]
     rows = bench_results.table_rows(cells)
-    assert [r[:3] for r in rows] == [["1", "P/D", "3"], ["1", "alone", "1"],
-                                     ["16", "P/D", "3"], ["16", "alone", "1"]]
+    assert [r[:3] for r in rows] == [
+        ["1", "P/D", "3"],
+        ["1", "alone", "1"],
+        ["16", "P/D", "3"],
+        ["16", "alone", "1"],
+    ]
     assert rows[3][3] == "REFUSED" and "requests failed" in (cells[3].refused or "")
     assert all(len(r) == len(bench_results.TABLE_HEADER) for r in rows)
     # per GPU: the same run's tokens/s over 3 GPUs (P/D) and over 1 (the engine alone)
     r = cells[0].result
     assert rows[0][5] == f"{r.output_tok_s:.0f}" and rows[0][6] == f"{r.output_tok_s / 3:.0f}"
     assert rows[1][6] == f"{r.output_tok_s:.0f}"
-    v = gp.verdict(bench_results.points(cells, "pd"), bench_results.points(cells, "baseline"),
-                   gp.Targets())
+    v = gp.verdict(
+        bench_results.points(cells, "pd"), bench_results.points(cells, "baseline"), gp.Targets()
+    )
     saved = json.loads(bench_results.results_json(cells, {"model": "m"}, v))
     assert saved["meta"]["model"] == "m" and len(saved["runs"]) == 4
     assert saved["runs"][0]["per_gpu"]["tok_s_per_gpu"] == pytest.approx(r.output_tok_s / 3)
@@ -131,14 +155,14 @@ def test_run_bench_lays_out_artifacts_and_refuses_per_cell(tmp_path: Path) -> No
 
 def test_nonzero_exit_with_clean_files_is_still_refused(tmp_path: Path) -> None:
     cells = _cells(tmp_path, failing_rc=3)
-    assert all(c.refused and "aiperf exited 3" in c.refused for c in cells
-               if c.concurrency == 1)
+    assert all(c.refused and "aiperf exited 3" in c.refused for c in cells if c.concurrency == 1)
 
 
 def test_chart_is_valid_svg_with_the_verdict_both_lines_and_refusals(tmp_path: Path) -> None:
     cells = _cells(tmp_path)
-    v = gp.verdict(bench_results.points(cells, "pd"), bench_results.points(cells, "baseline"),
-                   gp.Targets())
+    v = gp.verdict(
+        bench_results.points(cells, "pd"), bench_results.points(cells, "baseline"), gp.Targets()
+    )
     svg = benchchart.svg_chart(cells, "bench <m>", v, gp.Targets())
     root = ET.fromstring(svg)
     ns = "{http://www.w3.org/2000/svg}"
@@ -174,10 +198,14 @@ def test_targets_are_the_router_and_one_decode_engine() -> None:
     pd, base = bench.targets(plan)
     assert (pd.role, pd.url) == ("pd", plan.router.url)
     decodes = [s for s in plan.services() if s.role == "decode"]
-    assert (base.role, base.url, base.name) == ("baseline", decodes[0].url,
-                                                f"decode@{decodes[0].host}")
-    assert bench.targets(plan, "http://x:1")[1] == bench.Target("baseline", "baseline",
-                                                                  "http://x:1", base.gpus)
+    assert (base.role, base.url, base.name) == (
+        "baseline",
+        decodes[0].url,
+        f"decode@{decodes[0].host}",
+    )
+    assert bench.targets(plan, "http://x:1")[1] == bench.Target(
+        "baseline", "baseline", "http://x:1", base.gpus
+    )
     # per GPU: P/D counts every engine's GPUs, the baseline its one decode engine's
     assert pd.gpus == sum(gp.engine_gpus(s) for s in plan.engines)
     assert base.gpus == gp.engine_gpus(decodes[0])
@@ -227,8 +255,9 @@ def _mixed_records(strip_aiperf_verdicts: bool) -> str:
 
 def test_goodput_is_aiperfs_own_from_its_real_files() -> None:
     summary = json.loads((MIXED / bench_results.SUMMARY_FILE).read_text())
-    r = bench_results.parse_aiperf((MIXED / bench_results.SUMMARY_FILE).read_text(),
-                                   _mixed_records(False), MIXED_TARGETS)
+    r = bench_results.parse_aiperf(
+        (MIXED / bench_results.SUMMARY_FILE).read_text(), _mixed_records(False), MIXED_TARGETS
+    )
     assert r.good_judged_by == "aiperf" and bench_results.refusal(r) is None
     assert r.ok_requests == 12 and r.good_requests == summary["good_request_count"]["avg"] == 2
     assert r.goodput_req_s == pytest.approx(summary["goodput"]["avg"])
@@ -242,25 +271,29 @@ def test_pdboots_own_judgement_matches_aiperfs_per_request() -> None:
     recs = [json.loads(line) for line in _mixed_records(False).splitlines()]
     for rec in recs:
         assert gp.is_good(rec["metrics"], MIXED_TARGETS) == (
-            rec["metrics"]["good_request_count"]["value"] == 1), rec["metrics"]
+            rec["metrics"]["good_request_count"]["value"] == 1
+        ), rec["metrics"]
     stripped = _mixed_records(True)
     own = gp.count_good(stripped, MIXED_TARGETS)
     assert (own.good, own.good_tokens, own.judged_by) == (2, 48 + 56, "pdboot")
-    r = bench_results.parse_aiperf((MIXED / bench_results.SUMMARY_FILE).read_text(), stripped,
-                                   MIXED_TARGETS)
+    r = bench_results.parse_aiperf(
+        (MIXED / bench_results.SUMMARY_FILE).read_text(), stripped, MIXED_TARGETS
+    )
     summary = json.loads((MIXED / bench_results.SUMMARY_FILE).read_text())
     assert r.goodput_req_s == pytest.approx(summary["goodput"]["avg"])
 
 
-@pytest.mark.parametrize(("ttft", "itl", "good"), [
-    (35, 2.0, 2),      # both targets: 2 (an "or" would give 12)
-    (35, 50, 3),       # TTFT alone decides: 13.2, 15.1, 10.4 ms
-    (2000, 2.0, 11),   # ITL alone decides: one request at 2.64 ms misses
-    (2000, 50, 12),
-    (10, 0.2, 0),      # below every request (a ">=" would count them)
-])
-def test_goodput_counts_requests_meeting_both_targets(ttft: float, itl: float,
-                                                      good: int) -> None:
+@pytest.mark.parametrize(
+    ("ttft", "itl", "good"),
+    [
+        (35, 2.0, 2),  # both targets: 2 (an "or" would give 12)
+        (35, 50, 3),  # TTFT alone decides: 13.2, 15.1, 10.4 ms
+        (2000, 2.0, 11),  # ITL alone decides: one request at 2.64 ms misses
+        (2000, 50, 12),
+        (10, 0.2, 0),  # below every request (a ">=" would count them)
+    ],
+)
+def test_goodput_counts_requests_meeting_both_targets(ttft: float, itl: float, good: int) -> None:
     assert gp.count_good(_mixed_records(True), gp.Targets(ttft, itl)).good == good
 
 
@@ -275,8 +308,9 @@ def test_failed_and_warmup_records_are_never_good() -> None:
 
 
 def test_per_gpu_divides_by_each_sides_gpus() -> None:
-    r = bench_results.parse_aiperf((MIXED / bench_results.SUMMARY_FILE).read_text(),
-                                   _mixed_records(False), MIXED_TARGETS)
+    r = bench_results.parse_aiperf(
+        (MIXED / bench_results.SUMMARY_FILE).read_text(), _mixed_records(False), MIXED_TARGETS
+    )
     pd = bench_results.Cell("pd", "router", 4, r, None, "", gpus=4).point()
     alone = bench_results.Cell("baseline", "d", 4, r, None, "", gpus=1).point()
     assert pd.goodput_per_gpu == pytest.approx(r.goodput_req_s / 4)
@@ -310,10 +344,13 @@ def test_verdict_both_ways_and_undecided() -> None:
     win = gp.verdict([_pt(4, 2.0), _pt(16, 7.0)], [_pt(4, 5.0), _pt(16, 3.0)], t)
     assert win.ratio == pytest.approx(1.4)
     assert win.text.startswith(
-        "P/D: 1.40x the goodput per GPU of the same GPUs as independent engines")
+        "P/D: 1.40x the goodput per GPU of the same GPUs as independent engines"
+    )
     assert win.pd == _pt(16, 7.0) and win.baseline == _pt(4, 5.0)
-    assert win.detail == ("P/D 7 good req/s per GPU at c=16, independent 5 good req/s per GPU "
-                          "at c=4; TTFT <= 2000 ms, ITL <= 50 ms")
+    assert win.detail == (
+        "P/D 7 good req/s per GPU at c=16, independent 5 good req/s per GPU "
+        "at c=4; TTFT <= 2000 ms, ITL <= 50 ms"
+    )
     assert win.line == f"{win.text} ({win.detail})"
     lose = gp.verdict([_pt(4, 2.0)], [_pt(4, 2.5)], t)
     assert lose.text.startswith("P/D does not pay off here: 0.80x") and lose.ratio == 0.8
@@ -329,8 +366,7 @@ def test_verdict_both_ways_and_undecided() -> None:
     assert benchchart.verdict_color(win) != benchchart.verdict_color(lose)
 
 
-def test_several_baseline_urls_are_independent_engines_whose_figures_add_up(
-        tmp_path: Path) -> None:
+def test_several_baseline_urls_are_independent_engines_whose_figures_add_up(tmp_path: Path) -> None:
     """`--baseline-url A,B`: each engine measured alone at its share of the level (a load
     balancer's split), the figures summed, the latencies the worst engine's, per GPU over
     both engines' GPUs; one engine's failures refuse the pair."""
@@ -340,25 +376,35 @@ def test_several_baseline_urls_are_independent_engines_whose_figures_add_up(
     plan = build_plan(load_inventory(INVENTORIES / "2p2d.yaml"))
     tgts = bench.targets(plan, "http://a:1, http://b:2")
     assert [(t.role, t.name, t.url, t.gpus) for t in tgts[1:]] == [
-        ("baseline", "baseline1", "http://a:1", 4), ("baseline", "baseline2", "http://b:2", 4)]
+        ("baseline", "baseline1", "http://a:1", 4),
+        ("baseline", "baseline2", "http://b:2", 4),
+    ]
     assert bench.shares(5, 2) == [3, 2] and bench.shares(1, 2) == [1, 0]
     seen: list[tuple[str, str]] = []
 
     def runner(argv: list[str]) -> tuple[int, str]:
         out = Path(argv[argv.index("--artifact-dir") + 1])
         seen.append((argv[argv.index("--url") + 1], argv[argv.index("--concurrency") + 1]))
-        src = FIX / ("partial-failure" if "c8" in str(out) and "engine2" in str(out)
-                     else "pd-c4")
+        src = FIX / ("partial-failure" if "c8" in str(out) and "engine2" in str(out) else "pd-c4")
         for f in src.iterdir():
             (out / f.name).write_text(f.read_text())
         return 0, ""
 
-    cells = bench.run_bench(tgts[1:], "m", "/tok", [1, 4, 8], tmp_path, bench.LoadShape(),
-                            runner, ["aiperf"])
-    assert seen == [("http://a:1", "1"), ("http://a:1", "2"), ("http://b:2", "2"),
-                    ("http://a:1", "4"), ("http://b:2", "4")]
+    cells = bench.run_bench(
+        tgts[1:], "m", "/tok", [1, 4, 8], tmp_path, bench.LoadShape(), runner, ["aiperf"]
+    )
+    assert seen == [
+        ("http://a:1", "1"),
+        ("http://a:1", "2"),
+        ("http://b:2", "2"),
+        ("http://a:1", "4"),
+        ("http://b:2", "4"),
+    ]
     assert [(c.role, c.concurrency, c.gpus) for c in cells] == [
-        ("baseline", 1, 8), ("baseline", 4, 8), ("baseline", 8, 8)]
+        ("baseline", 1, 8),
+        ("baseline", 4, 8),
+        ("baseline", 8, 8),
+    ]
     one = _load("pd-c4")
     both = cells[1]
     assert (tmp_path / "baseline-c4" / "engine2" / bench_results.SUMMARY_FILE).exists()

@@ -74,8 +74,12 @@ def test_render_out_writes_one_project_per_host_and_a_summary(tmp_path: Path) ->
     code, out, _ = run("render", ONE, "--out", str(tmp_path / "out"))
     assert code == 0
     written = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.*"))
-    assert written == ["gpu-a/compose.yaml", "gpu-a/proxy-nginx.conf", "gpu-b/compose.yaml",
-                       "summary.txt"]
+    assert written == [
+        "gpu-a/compose.yaml",
+        "gpu-a/proxy-nginx.conf",
+        "gpu-b/compose.yaml",
+        "summary.txt",
+    ]
     for rel in written:
         assert (tmp_path / "out" / rel).read_text() == (GOLDEN / rel).read_text()
     assert "Start order" in out and "decode@gpu-b" in out
@@ -210,7 +214,11 @@ def test_version_imports_no_command_dependencies() -> None:
         "             or any(m.startswith(h + '.') for h in heavy)))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60,
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
         cwd=ROOT,
     )
     assert proc.stdout.splitlines() == [f"pdboot {__version__}", "[]"], proc.stdout

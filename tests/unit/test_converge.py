@@ -146,8 +146,11 @@ def test_decode_restarts_when_prefill_restarts_under_running_decodes() -> None:
     assert (step.service.key, step.kind) == ("decode@d1", "recreate")
     assert "prefill@p1" in step.reason and "NIXL" in step.reason
     assert _kinds(with_restarts(first, [step])) == [
-        ["decode@d1:recreate"], ["prefill@p1:recreate"], ["router@r:recreate"],
-        ["proxy@r:unchanged"]]
+        ["decode@d1:recreate"],
+        ["prefill@p1:recreate"],
+        ["router@r:recreate"],
+        ["proxy@r:unchanged"],
+    ]
     exited = [
         _obs(s, state="exited" if s.role == "prefill" else "running") for s in plan.services()
     ]

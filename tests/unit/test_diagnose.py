@@ -235,8 +235,13 @@ def test_a_handshake_without_answer_is_named_not_its_broad_traceback() -> None:
     # what the decode logs when the prefill's side channel never answers: the failure line,
     # then the traceback of zmq's timed-out recv (side_channel_unreachable, broad)
     line = next(text for sig, text in QUOTED_CASES if sig == "nixl_handshake_failed")
-    logs = {"decode@d": [line, "Traceback (most recent call last):",
-                         "zmq.error.Again: Resource temporarily unavailable"]}
+    logs = {
+        "decode@d": [
+            line,
+            "Traceback (most recent call last):",
+            "zmq.error.Again: Resource temporarily unavailable",
+        ]
+    }
     assert [f.id for f in diagnose(logs)] == ["nixl_handshake_failed"]
 
 

@@ -115,6 +115,8 @@ def test_docker_unreachable_names_cause_and_fix() -> None:
         "unix:///var/run/docker.sock",
     )
     assert "may not use the Docker socket" in denied and "usermod -aG docker" in denied
-    assert "docker CLI is not installed" in docker_unreachable("x", "bash: docker: command not found")
+    assert "docker CLI is not installed" in docker_unreachable(
+        "x", "bash: docker: command not found"
+    )
     other = docker_unreachable("Error while fetching server API version: HTTP 500", "")
     assert "did not answer" in other and "fix: " in other and "HTTP 500" in other

@@ -91,8 +91,10 @@ def test_local_size_forms() -> None:
 def test_local_sizes_must_add_up() -> None:
     got = issues(decode__data_parallel={"size": 4, "size_local": {"gpu-a": 2, "gpu-b": 1}})
     assert any(
-        m.startswith("inv.yaml:") and "decode.data_parallel.size_local" in m
-        and "add up to 3" in m and "not size 4" in m
+        m.startswith("inv.yaml:")
+        and "decode.data_parallel.size_local" in m
+        and "add up to 3" in m
+        and "not size 4" in m
         for m in got
     ), got
     assert any("does not split evenly" in m for m in issues(decode__data_parallel={"size": 3}))
@@ -121,8 +123,12 @@ def test_side_channel_ranges_of_tiers_on_a_shared_host() -> None:
     assert any("side channels 5601-5604" in m and "shared host 'gpu-a'" in m for m in got), got
     # the whole global range counts, not only the ranks on that host
     ok = inv(
-        prefill={"hosts": ["gpu-a"], "gpus": [2, 3], "side_channel_port": 5700,
-                 "data_parallel": {"size": 2}},
+        prefill={
+            "hosts": ["gpu-a"],
+            "gpus": [2, 3],
+            "side_channel_port": 5700,
+            "data_parallel": {"size": 2},
+        },
         decode={"hosts": ["gpu-a", "gpu-b"], "gpus": [0, 1], "data_parallel": {"size": 4}},
     )
     assert ok.decode.data_parallel is not None
@@ -143,9 +149,7 @@ def test_dp_flags_are_pdboots_and_dp_aware_needs_dp() -> None:
     assert any("--data-parallel-size is set by pdboot" in m for m in got), got
     got = issues(decode__extra_args=["--headless"])
     assert any("--headless is set by pdboot" in m for m in got), got
-    got = issues(
-        prefill={"hosts": ["gpu-c"]}, decode={"hosts": ["gpu-a"]}, router__dp_aware=True
-    )
+    got = issues(prefill={"hosts": ["gpu-c"]}, decode={"hosts": ["gpu-a"]}, router__dp_aware=True)
     assert any("router.dp_aware" in m and "needs a tier with data_parallel" in m for m in got)
 
 
@@ -205,8 +209,13 @@ def test_router_lists_heads_and_dp_aware_is_an_option() -> None:
 
 def observed(services: list[Service]) -> list[Observed]:
     return [
-        Observed(s.host, f"id-{s.key}", s.container_name,
-                 {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash}, "running")
+        Observed(
+            s.host,
+            f"id-{s.key}",
+            s.container_name,
+            {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash},
+            "running",
+        )
         for s in services
     ]
 
@@ -223,10 +232,12 @@ def test_a_change_on_one_host_restarts_the_whole_dp_tier() -> None:
         o if o.host != "gpu-b" else Observed(o.host, o.id, o.name, o.labels, "exited")
         for o in running
     ]
-    kinds = {s.service.key: (s.kind, s.reason) for st in plan_up(build_plan(inv()), gone)
-             for s in st}
+    kinds = {
+        s.service.key: (s.kind, s.reason) for st in plan_up(build_plan(inv()), gone) for s in st
+    }
     assert kinds["decode@gpu-a"] == (
-        "recreate", "its data-parallel tier restarts (decode@gpu-b changed)"
+        "recreate",
+        "its data-parallel tier restarts (decode@gpu-b changed)",
     )
     assert kinds["prefill@gpu-c"][0] == "unchanged"
 
@@ -316,14 +327,16 @@ def test_router_waits_for_heads_only() -> None:
 
 
 def test_ranks_from_the_heads_metrics() -> None:
-    text = "\n".join([
-        "# TYPE vllm:num_requests_running gauge",
-        'vllm:num_requests_running{engine="0",model_name="m"} 0.0',
-        'vllm:num_requests_running{engine="1",model_name="m"} 0.0',
-        'vllm:num_requests_running{engine="10",model_name="m"} 0.0',
-        'vllm:num_requests_running{engine="2",model_name="m"} 1.0',
-        'process_cpu_seconds_total{engine="9"} 1',
-    ])
+    text = "\n".join(
+        [
+            "# TYPE vllm:num_requests_running gauge",
+            'vllm:num_requests_running{engine="0",model_name="m"} 0.0',
+            'vllm:num_requests_running{engine="1",model_name="m"} 0.0',
+            'vllm:num_requests_running{engine="10",model_name="m"} 0.0',
+            'vllm:num_requests_running{engine="2",model_name="m"} 1.0',
+            'process_cpu_seconds_total{engine="9"} 1',
+        ]
+    )
     assert metric_engines(text) == ["0", "1", "2", "10"]
     assert metric_engines("") == []
 
@@ -411,8 +424,9 @@ def test_status_view_lists_the_ranks() -> None:
     from pdboot.views.status import rank_lines
 
     def row(name: str, ranks: str) -> ServiceStatus:
-        return ServiceStatus(name, "decode", name.split("@")[1], "running", "ok", 1.0, "img",
-                             True, "", ranks=ranks)
+        return ServiceStatus(
+            name, "decode", name.split("@")[1], "running", "ok", 1.0, "img", True, "", ranks=ranks
+        )
 
     rows = [
         row("decode@gpu-a", "ranks 0-1 of 4 (head); /metrics engines 0,1,2,3"),

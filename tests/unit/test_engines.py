@@ -176,7 +176,11 @@ def test_a_single_engine_tier_has_no_engine_label() -> None:
     plan = build_plan(inv())
     assert all(LABEL_ENGINE not in dict(s.labels) for s in plan.services())
     assert [s.key for s in plan.services()] == [
-        "decode@gpu-b", "prefill@gpu-a", "router@gpu-a", "proxy@gpu-a"]
+        "decode@gpu-b",
+        "prefill@gpu-a",
+        "router@gpu-a",
+        "proxy@gpu-a",
+    ]
 
 
 def test_render_shows_the_engines_and_what_needs_preflight() -> None:
@@ -245,8 +249,9 @@ def test_fewer_engines_leave_orphans_by_engine() -> None:
     steps = [s for stage in plan_up(after, running, live=True) for s in stage]
     # live workers: the router's hash leaves its worker lists out; the orphan is deregistered
     assert {s.service.key for s in steps if s.kind != "unchanged"} == set()
-    static = _observed(build_plan(inv(prefill__engines_per_host=3, router__live_workers=False))
-                       .services())
+    static = _observed(
+        build_plan(inv(prefill__engines_per_host=3, router__live_workers=False)).services()
+    )
     after = build_plan(inv(prefill__engines_per_host=2, router__live_workers=False))
     steps = [s for stage in plan_up(after, static) for s in stage]
     assert {s.service.key for s in steps if s.kind != "unchanged"} == {"router@gpu-a"}

@@ -85,7 +85,9 @@ def test_engines_run_renders_arguments_and_environment(path: Path) -> None:
     urlhost = {a: w.replace("ADDR", "URLHOST") for a, w in addr.items()}
     keys = re.findall(r"^start_docker (\d+) (\d+) (\S+) ", text, re.M)
     # no proxy on a scheduler: the router is the endpoint there (docs/export.md)
-    assert {k for _, _, k in keys} == {s.key for s in plan.services() if s.role not in ("watch", "proxy")}
+    assert {k for _, _, k in keys} == {
+        s.key for s in plan.services() if s.role not in ("watch", "proxy")
+    }
     compose[plan.router.key]["command"] = endpoint_router_command(plan)
     for n, node, key in keys:
         svc = compose[key]

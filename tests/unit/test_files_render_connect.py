@@ -37,7 +37,7 @@ router: {host: gpu-a}
 
 # --------------------------------------------------------------------------- item 9
 
-ODD = ["a\u2028b", "x\x85y", "p\u2029q", "\ufeffbom", "tab\there", "é–ü", "$HOME ${X}", "a\nb"]
+ODD = ["a\u2028b", "x\x85y", "p\u2029q", "\ufeffbom", "tab\there", "é–ü", "$HOME ${X}", "a\nb"]  # noqa: RUF001
 
 
 @pytest.mark.parametrize("value", ODD)
@@ -67,7 +67,7 @@ def test_a_compose_file_over_128_kib_ships_over_stdin(tmp_path: Path) -> None:
     assert exc.value.errno == 7  # E2BIG
     d = tmp_path / "demo"
     extra = {"rdma.json": '{"x": "é"}'}
-    script, stdin = ship_script(str(d), {"compose.yaml": big, **extra}, "HF_TOKEN=t0k\n")
+    script, _stdin = ship_script(str(d), {"compose.yaml": big, **extra}, "HF_TOKEN=t0k\n")
     assert len(script) < 8192 and "x" * 100 not in script and "t0k" not in script
     Engine(LocalConnection("box"), api=None).ship(str(d), big, "HF_TOKEN=t0k\n", extra)
     assert (d / "compose.yaml").read_text() == big

@@ -66,6 +66,7 @@ def _answers(router: tuple[int, str], decode: tuple[int, str]) -> gate.Post:
     def post(url: str, body: dict[str, object]) -> tuple[int, str]:
         assert url.endswith("/v1/completions") and body == gate.gate_request("m")
         return router if url.startswith("http://router") else decode
+
     return post
 
 
@@ -74,16 +75,28 @@ def _body(text: str) -> str:
 
 
 def test_run_gate_compares_router_and_decode() -> None:
-    ok = gate.run_gate(_answers((200, _body(REF)), (200, _body(REF))),
-                       "http://router:8000/", "http://decode:8200", "m")
+    ok = gate.run_gate(
+        _answers((200, _body(REF)), (200, _body(REF))),
+        "http://router:8000/",
+        "http://decode:8200",
+        "m",
+    )
     assert ok.verdict == "identical"
-    bad = gate.run_gate(_answers((200, _body(" Venus x y z")), (200, _body(REF))),
-                        "http://router:8000", "http://decode:8200", "m")
+    bad = gate.run_gate(
+        _answers((200, _body(" Venus x y z")), (200, _body(REF))),
+        "http://router:8000",
+        "http://decode:8200",
+        "m",
+    )
     assert bad.verdict == "broken" and bad.pd_text == " Venus x y z"
 
 
 def test_run_gate_http_error_fails_with_the_error() -> None:
-    out = gate.run_gate(_answers((500, '{"error": {"message": "KV transfer failed"}}'),
-                                 (200, _body(REF))), "http://router:8000", "http://d:1", "m")
+    out = gate.run_gate(
+        _answers((500, '{"error": {"message": "KV transfer failed"}}'), (200, _body(REF))),
+        "http://router:8000",
+        "http://d:1",
+        "m",
+    )
     assert out.verdict == "broken" and "HTTP 500" in out.pd_text
     assert "KV transfer failed" in out.message()

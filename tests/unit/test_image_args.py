@@ -88,14 +88,18 @@ def test_did_you_mean_comes_from_the_images_own_options() -> None:
     assert ia.did_you_mean("--max-num-inflight-kv-load", probe("0.34.0", {}).options) == (
         "; did you mean --max-num-inflight-kv-loads?"
     )
-    assert "inflight" not in ia.did_you_mean("--max-num-inflight-kv-load", probe("0.33.0", {}).options)
+    assert "inflight" not in ia.did_you_mean(
+        "--max-num-inflight-kv-load", probe("0.33.0", {}).options
+    )
 
 
 def test_the_kv_transfer_config_is_validated_too() -> None:
     bad = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_consumer", "kv_ip": "x"})
     cmds = {"decode@b": ["m", "--kv-transfer-config", bad]}
     (v,) = ia.verdicts(probe("0.34.0", cmds), "img", cmds)
-    assert v.status == "fail" and "refuses --kv-transfer-config" in v.message and "kv_ip" in v.message
+    assert (
+        v.status == "fail" and "refuses --kv-transfer-config" in v.message and "kv_ip" in v.message
+    )
 
 
 @pytest.mark.parametrize(
@@ -116,7 +120,11 @@ def test_an_image_that_cannot_answer_fails(text: str, words: str) -> None:
     [
         ("vllm: error: unrecognized arguments: --foo 1 --bar", [], "--foo"),
         ("vllm serve: error: argument --block-size: invalid int value: 'x'", [], "--block-size"),
-        ("vllm serve: error: argument -tp/--tensor-parallel-size: invalid int", [], "--tensor-parallel-size"),
+        (
+            "vllm serve: error: argument -tp/--tensor-parallel-size: invalid int",
+            [],
+            "--tensor-parallel-size",
+        ),
         ("ValueError: --enable-foo needs --bar", ["m", "--enable-foo"], "--enable-foo"),
         ("something else", ["m"], ""),
     ],

@@ -71,9 +71,13 @@ def test_option_lists_are_generated_from_the_real_captures() -> None:
     assert tuple(serve["0.34.0"]) == optionlists.VLLM_SERVE_BY_VERSION["0.34.0"]
     assert set(optionlists.VLLM_SERVE) == set(serve["0.33.0"]) | set(serve["0.34.0"])
     assert tuple(router) == optionlists.VLLM_ROUTER
-    assert (ROOT / "pdboot" / "inventory" / "optionlists.py").read_text() == gen.module_text(serve, router)
+    assert (ROOT / "pdboot" / "inventory" / "optionlists.py").read_text() == gen.module_text(
+        serve, router
+    )
     # the captures hold what the review used
-    assert "--api-key" in router and "--prometheus-port" in router and "--api-key" in serve["0.33.0"]
+    assert (
+        "--api-key" in router and "--prometheus-port" in router and "--api-key" in serve["0.33.0"]
+    )
     assert "--max-num-inflight-kv-loads" in serve["0.34.0"]
     assert "--max-num-inflight-kv-loads" not in serve["0.33.0"]
     for version, path in gen.SERVE_ARGS.items():
@@ -113,7 +117,7 @@ def test_resolve_agrees_with_argparse_itself() -> None:
     for arg in ("--api-ke", "--prometheus-h", "--request-t", "--por", "--cache-t", "--bal"):
         got = flagnames.resolve(arg, optionlists.VLLM_ROUTER)
         try:
-            ns, rest = p.parse_known_args([arg, "1"])
+            ns, _rest = p.parse_known_args([arg, "1"])
         except (argparse.ArgumentError, SystemExit):
             assert len(got) > 1, (arg, got)  # ambiguous for both
             continue

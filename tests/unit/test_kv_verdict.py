@@ -18,6 +18,7 @@ FIX = Path(__file__).parent / "fixtures" / "vllm"
 def local(n: float) -> dict[str, float]:
     return {"local_compute": float(n)}
 
+
 METRICS = METRICS_JSON  # vLLM 0.33.0's real /metrics names (tests/shared_data.py)
 
 

@@ -83,7 +83,9 @@ def test_the_lock_is_lost_after_silent_heartbeats_and_stays_lost(tmp_path: Path)
     t[0] = lock_holder.LOST_AFTER_S + 0.5
     why = held.lost_reason
     assert why is not None and "no heartbeat reached ingress" in why
-    assert lock_holder.LOST_AFTER_S < lock_holder.STALE_AFTER_S  # lost before anyone may take it over
+    assert (
+        lock_holder.LOST_AFTER_S < lock_holder.STALE_AFTER_S
+    )  # lost before anyone may take it over
     with pytest.raises(lock_holder.LockLost, match="was lost"):
         held.check()
     # the link comes back: a confirmed heartbeat does not make it ours again
@@ -241,7 +243,9 @@ def test_racing_runs_on_an_ownerless_stale_lock_never_both_win(tmp_path: Path) -
         def run() -> None:
             go.wait()
             try:
-                won.append(lock.acquire(Counting(), str(path), "up", wait=False, say=lambda _m: None))
+                won.append(
+                    lock.acquire(Counting(), str(path), "up", wait=False, say=lambda _m: None)
+                )
             except lock.LockBusy as e:
                 busy.append(str(e))
 

@@ -14,10 +14,51 @@ from tests.shared_data import METRICS_JSON
 
 MODEL = "Qwen/Qwen3-0.6B"
 # vLLM 0.33.0 v1/metrics/loggers.py bucket bounds
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
+ITL_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
 
 
 def _real_names() -> set[str]:
@@ -42,24 +83,34 @@ def _hist(name: str, bounds: list[float], obs: list[float], engine: str) -> list
     return lines
 
 
-def exposition(engine: str = "0", *, xfers: Sequence[tuple[float, float]] = (),
-               failed: int = 0, expired: int = 0, success: int = 0,
-               by_source: dict[str, int] | None = None,
-               ttft: Sequence[float] = (), itl: Sequence[float] = ()) -> str:
+def exposition(
+    engine: str = "0",
+    *,
+    xfers: Sequence[tuple[float, float]] = (),
+    failed: int = 0,
+    expired: int = 0,
+    success: int = 0,
+    by_source: dict[str, int] | None = None,
+    ttft: Sequence[float] = (),
+    itl: Sequence[float] = (),
+) -> str:
     """xfers: (bytes, seconds) per NIXL transfer."""
     lines: list[str] = []
-    lines += _hist("vllm:nixl_xfer_time_seconds", [0.001, 0.01, 0.1, 1.0, 10.0],
-                   [s for _, s in xfers], engine)
-    lines += _hist("vllm:nixl_bytes_transferred", [1e6, 1e8, 1e10], [b for b, _ in xfers],
-                   engine)
-    lines += [f"vllm:nixl_num_failed_transfers_total{{{_labels(engine)}}} {float(failed)}",
-              f"vllm:nixl_num_kv_expired_reqs_total{{{_labels(engine)}}} {float(expired)}",
-              f'vllm:request_success_total{{{_labels(engine, finished_reason="length")}}} '
-              f"{float(success)}",
-              f'vllm:request_success_total{{{_labels(engine, finished_reason="stop")}}} 0.0']
+    lines += _hist(
+        "vllm:nixl_xfer_time_seconds", [0.001, 0.01, 0.1, 1.0, 10.0], [s for _, s in xfers], engine
+    )
+    lines += _hist("vllm:nixl_bytes_transferred", [1e6, 1e8, 1e10], [b for b, _ in xfers], engine)
+    lines += [
+        f"vllm:nixl_num_failed_transfers_total{{{_labels(engine)}}} {float(failed)}",
+        f"vllm:nixl_num_kv_expired_reqs_total{{{_labels(engine)}}} {float(expired)}",
+        f"vllm:request_success_total{{{_labels(engine, finished_reason='length')}}} "
+        f"{float(success)}",
+        f"vllm:request_success_total{{{_labels(engine, finished_reason='stop')}}} 0.0",
+    ]
     for src, n in (by_source or {}).items():
-        lines.append(f"vllm:prompt_tokens_by_source_total{{{_labels(engine, source=src)}}} "
-                     f"{float(n)}")
+        lines.append(
+            f"vllm:prompt_tokens_by_source_total{{{_labels(engine, source=src)}}} {float(n)}"
+        )
     lines += _hist("vllm:time_to_first_token_seconds", TTFT_BUCKETS, list(ttft), engine)
     lines += _hist("vllm:inter_token_latency_seconds", ITL_BUCKETS, list(itl), engine)
     return "\n".join(lines) + "\n"
@@ -70,15 +121,27 @@ def test_exposition_uses_only_real_vllm_names() -> None:
     text = exposition(xfers=[(1e6, 0.01)], by_source={"local_compute": 1}, ttft=[0.1])
     used = {s.name for s in pm.parse_exposition(text) if not s.name.endswith("_created")}
     assert used <= real, used - real
-    for name in (pm.FAILED_XFERS, pm.EXPIRED_LEASES, pm.REQUEST_SUCCESS, pm.PROMPT_BY_SOURCE,
-                 f"{pm.XFER_TIME}_sum", f"{pm.XFER_BYTES}_sum", f"{pm.TTFT}_bucket",
-                 f"{pm.ITL}_bucket"):
+    for name in (
+        pm.FAILED_XFERS,
+        pm.EXPIRED_LEASES,
+        pm.REQUEST_SUCCESS,
+        pm.PROMPT_BY_SOURCE,
+        f"{pm.XFER_TIME}_sum",
+        f"{pm.XFER_BYTES}_sum",
+        f"{pm.TTFT}_bucket",
+        f"{pm.ITL}_bucket",
+    ):
         assert name in real
 
 
 def test_engine_facts_counts() -> None:
-    text = exposition(xfers=[(20e6, 0.02), (30e6, 0.03)], failed=1, expired=2, success=5,
-                      by_source={"external_kv_transfer": 900, "local_compute": 5})
+    text = exposition(
+        xfers=[(20e6, 0.02), (30e6, 0.03)],
+        failed=1,
+        expired=2,
+        success=5,
+        by_source={"external_kv_transfer": 900, "local_compute": 5},
+    )
     f = pm.engine_facts(text)["0"]
     assert f.model_name == MODEL
     assert (f.kv_transfers, f.kv_bytes, f.kv_seconds) == (2, 50e6, pytest.approx(0.05))
@@ -96,8 +159,10 @@ def test_several_engines_kept_apart_and_merged() -> None:
 
 
 def test_label_values_with_escapes_and_timestamps() -> None:
-    text = ('vllm:request_success_total{engine="0",finished_reason="length",'
-            'model_name="a \\"b\\", c"} 3.0 1700000000000\n')
+    text = (
+        'vllm:request_success_total{engine="0",finished_reason="length",'
+        'model_name="a \\"b\\", c"} 3.0 1700000000000\n'
+    )
     [s] = pm.parse_exposition(text)
     assert s.labels["model_name"] == 'a "b", c' and s.value == 3
 
@@ -123,19 +188,27 @@ def test_quantile_in_first_bucket_and_in_inf() -> None:
 
 def test_quantile_of_an_inf_only_histogram_is_unknown() -> None:
     # the stand-in (and any exporter with no finite bounds) has a +Inf bucket only
-    text = ('vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4.0\n'
-            'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 4.0\n')
+    text = (
+        'vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4.0\n'
+        'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 4.0\n'
+    )
     assert pm.engine_facts(text)["0"].percentiles("ttft")["p50"] is None
 
 
 def test_delta_between_scrapes() -> None:
-    before = pm.engine_facts(exposition(xfers=[(20e6, 0.02)], success=1,
-                                        by_source={"external_kv_transfer": 100},
-                                        ttft=[0.05]))["0"]
-    after = pm.engine_facts(exposition(xfers=[(20e6, 0.02), (40e6, 0.5)], success=3,
-                                       by_source={"external_kv_transfer": 300,
-                                                  "local_compute": 2},
-                                       ttft=[0.05, 2.0, 2.0]))["0"]
+    before = pm.engine_facts(
+        exposition(
+            xfers=[(20e6, 0.02)], success=1, by_source={"external_kv_transfer": 100}, ttft=[0.05]
+        )
+    )["0"]
+    after = pm.engine_facts(
+        exposition(
+            xfers=[(20e6, 0.02), (40e6, 0.5)],
+            success=3,
+            by_source={"external_kv_transfer": 300, "local_compute": 2},
+            ttft=[0.05, 2.0, 2.0],
+        )
+    )["0"]
     d = after - before
     assert (d.kv_transfers, d.kv_bytes, d.requests) == (1, 40e6, 2)
     assert d.kv_seconds == pytest.approx(0.5)
@@ -144,11 +217,13 @@ def test_delta_between_scrapes() -> None:
 
 
 def test_recompute_flag() -> None:
-    healthy = pm.engine_facts(exposition(success=4, by_source={
-        "external_kv_transfer": 4000, "local_compute": 4}))["0"]
+    healthy = pm.engine_facts(
+        exposition(success=4, by_source={"external_kv_transfer": 4000, "local_compute": 4})
+    )["0"]
     assert pm.decode_recomputes("d0", healthy) is None
-    bad = pm.engine_facts(exposition(success=4, by_source={
-        "external_kv_transfer": 0, "local_compute": 4004}))["0"]
+    bad = pm.engine_facts(
+        exposition(success=4, by_source={"external_kv_transfer": 0, "local_compute": 4004})
+    )["0"]
     flag = pm.decode_recomputes("d0", bad)
     assert flag is not None and flag.level == "fail" and "recomput" in flag.message
 
@@ -201,8 +276,9 @@ def test_same_host_without_rdma_names_the_connector_cost() -> None:
     v = pm.speed_verdict(_speed(100e6, 1.0), None, same_host=True, rdma=False)
     assert v.flag is not None and "52607" in v.flag.message
     assert "NixlPushConnector" in v.flag.message
-    push = pm.speed_verdict(_speed(100e6, 1.0), None, same_host=True, rdma=False,
-                            connector="NixlPushConnector")
+    push = pm.speed_verdict(
+        _speed(100e6, 1.0), None, same_host=True, rdma=False, connector="NixlPushConnector"
+    )
     assert push.flag is None
 
 

@@ -97,7 +97,17 @@ def test_preflight_records_the_mapping_and_the_plan_renders_it() -> None:
     # TP 1, RDMA off, or an explicit UCX list: nothing
     one = EngineNic(("mlx5_bond_0:1",), "PXB", (0,), nics["decode"].pcie_map)
     i1 = inv(decode__gpus=[0])
-    env1 = dict(next(s for s in build_plan(i1, {"gpu-b": True}, engine_nics={"gpu-b": {"decode": one}}).services() if s.name == "decode").environment)
+    env1 = dict(
+        next(
+            s
+            for s in build_plan(
+                i1, {"gpu-b": True}, engine_nics={"gpu-b": {"decode": one}}
+            ).services()
+            if s.name == "decode"
+        ).environment
+    )
     assert "VLLM_GPU_NIC_PCIE_MAPPING" not in env1
     off = build_plan(i, {"gpu-a": False, "gpu-b": False}, engine_nics={"gpu-b": nics})
-    assert "VLLM_GPU_NIC_PCIE_MAPPING" not in dict(next(s for s in off.services() if s.name == "decode").environment)
+    assert "VLLM_GPU_NIC_PCIE_MAPPING" not in dict(
+        next(s for s in off.services() if s.name == "decode").environment
+    )

@@ -31,8 +31,21 @@ DASHBOARD = ROOT / "pdboot/observability/grafana/pdboot-watch.json"
 VLLM_METRICS = ROOT / "../shared/fixtures/vllm-0.33.0/metrics.json"
 ROUTER_METRICS = ROOT / "tests/unit/fixtures/vllm-router-0.1.17/metrics.txt"
 
-_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
-             "or", "unless", "offset", "inf", "nan"}
+_KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+}
 
 
 def metric_names(expr: str) -> set[str]:
@@ -45,7 +58,7 @@ def metric_names(expr: str) -> set[str]:
     names = set()
     e = re.sub(r"\boffset\s+\S+", " ", e)
     for m in re.finditer(r"(?<![A-Za-z0-9_:.])[A-Za-z_:][A-Za-z0-9_:]*", e):
-        rest = e[m.end():].lstrip()
+        rest = e[m.end() :].lstrip()
         if m.group(0) in _KEYWORDS or rest.startswith("("):
             continue
         names.add(m.group(0))
@@ -71,11 +84,14 @@ def dashboard_exprs(d: dict[str, Any]) -> list[str]:
 
 
 def test_the_name_extractor_sees_names_not_functions_or_labels() -> None:
-    expr = ('histogram_quantile(0.99, sum by (le, instance) (rate(vllm:x_bucket{role="decode",'
-            'source="a b"}[5m]))) > 0.5 * sum by (instance) (up_total offset 5m)')
+    expr = (
+        'histogram_quantile(0.99, sum by (le, instance) (rate(vllm:x_bucket{role="decode",'
+        'source="a b"}[5m]))) > 0.5 * sum by (instance) (up_total offset 5m)'
+    )
     assert metric_names(expr) == {"vllm:x_bucket", "up_total"}
     assert metric_names("time() - pdboot_watch_last_round_timestamp_seconds > 300") == {
-        "pdboot_watch_last_round_timestamp_seconds"}
+        "pdboot_watch_last_round_timestamp_seconds"
+    }
 
 
 def _promtool() -> str:
@@ -86,15 +102,21 @@ def _promtool() -> str:
 
 
 def test_promtool_checks_the_alert_rules() -> None:
-    res = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout
 
 
 def test_promtool_unit_tests_of_the_alert_rules_pass() -> None:
-    res = subprocess.run([_promtool(), "test", "rules", RULES_TEST.name], cwd=RULES_TEST.parent,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [_promtool(), "test", "rules", RULES_TEST.name],
+        cwd=RULES_TEST.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -102,8 +124,12 @@ def test_every_metric_in_the_rules_is_really_exported() -> None:
     used = {n for e in rule_exprs() for n in metric_names(e)}
     assert used - known_names() == set()
     # the rules cover the failures watch exists for, under their real names
-    assert {"pdboot_watch_canary_ok", "vllm:nixl_num_failed_transfers_total",
-            "vllm:nixl_num_kv_expired_reqs_total", "vllm:prompt_tokens_by_source_total"} <= used
+    assert {
+        "pdboot_watch_canary_ok",
+        "vllm:nixl_num_failed_transfers_total",
+        "vllm:nixl_num_kv_expired_reqs_total",
+        "vllm:prompt_tokens_by_source_total",
+    } <= used
 
 
 def test_every_metric_on_the_dashboard_is_really_exported() -> None:
@@ -111,8 +137,10 @@ def test_every_metric_on_the_dashboard_is_really_exported() -> None:
     used = {n for e in dashboard_exprs(d) for n in metric_names(e)}
     assert used - known_names() == set()
     watch_names = {name for name, *_ in WATCH_METRICS}
-    assert watch_names - {"pdboot_watch_rounds_total", "pdboot_watch_last_round_timestamp_seconds"
-                          } <= used  # every per-pair / per-engine watch metric has a panel
+    assert (
+        watch_names - {"pdboot_watch_rounds_total", "pdboot_watch_last_round_timestamp_seconds"}
+        <= used
+    )  # every per-pair / per-engine watch metric has a panel
 
 
 def test_the_dashboard_round_trips_through_grafanas_own_models() -> None:
@@ -137,8 +165,7 @@ def test_a_misspelt_dashboard_key_is_caught_by_the_round_trip() -> None:
     plugins.register_default_plugins()
     bad = json.loads(DASHBOARD.read_text())
     bad["panels"][1]["targets"][0]["exprr"] = bad["panels"][1]["targets"][0].pop("expr")
-    back = json.loads(json.dumps(Dashboard.from_json(bad).to_json(),
-                                 default=lambda o: o.to_json()))
+    back = json.loads(json.dumps(Dashboard.from_json(bad).to_json(), default=lambda o: o.to_json()))
     assert "/panels[1]/targets[0]/exprr" in _lost(bad, back)
 
 
@@ -152,8 +179,11 @@ def _lost(a: Any, b: Any, path: str = "") -> list[str]:
     if isinstance(a, list):
         if not isinstance(b, list) or len(a) != len(b):
             return [path]
-        return [p for i, (x, y) in enumerate(zip(a, b, strict=True))
-                for p in _lost(x, y, f"{path}[{i}]")]
+        return [
+            p
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for p in _lost(x, y, f"{path}[{i}]")
+        ]
     return [] if a == b else [path]
 
 
@@ -172,20 +202,31 @@ def test_the_scrape_config_of_every_example_passes_promtool(path: Path, tmp_path
 
     res = CliRunner().invoke(app, ["observability", str(path), "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    check = subprocess.run([_promtool(), "check", "config", "prometheus.yml"], cwd=tmp_path,
-                           capture_output=True, text=True, check=False, timeout=60)
+    check = subprocess.run(
+        [_promtool(), "check", "config", "prometheus.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "1 rules found" not in check.stdout and "rules found" in check.stdout
     doc = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
-    targets = {(g["labels"]["service"], t) for job in doc["scrape_configs"]
-               for g in job["static_configs"] for t in g["targets"]}
+    targets = {
+        (g["labels"]["service"], t)
+        for job in doc["scrape_configs"]
+        for g in job["static_configs"]
+        for t in g["targets"]
+    }
     plan = build_plan(load_inventory(path))
     for s in plan.engines:
         assert ((s.key, f"{s.address}:{s.port}") in targets) is (not s.headless), s.key
     r = plan.router  # behind the proxy the router serves on loopback, its metrics on the host
     assert (r.key, f"{(plan.proxy or r).address}:{r.metrics_port}") in targets
     assert json.loads((tmp_path / "grafana" / "pdboot-watch.json").read_text()) == json.loads(
-        DASHBOARD.read_text())
+        DASHBOARD.read_text()
+    )
 
 
 def test_the_dashboard_and_rules_are_in_the_installed_package(tmp_path: Path) -> None:
@@ -193,9 +234,13 @@ def test_the_dashboard_and_rules_are_in_the_installed_package(tmp_path: Path) ->
     import sys
     import zipfile
 
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                          "-q", "-w", str(tmp_path), str(ROOT)],
-                         capture_output=True, text=True, check=False, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     (wheel,) = tmp_path.glob("pdboot-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -47,8 +47,18 @@ def test_fresh_up_stage_order_and_event_stream() -> None:
     code, rec = run_up(world)
     assert code == 0
     stages = [e.stage for e in rec.of(ev.StageStarted)]
-    assert stages == ["pull", "ship", "converge", "start", "wait", "start", "wait",
-                      "start", "wait", "prove"]  # engines, router, then the proxy in front
+    assert stages == [
+        "pull",
+        "ship",
+        "converge",
+        "start",
+        "wait",
+        "start",
+        "wait",
+        "start",
+        "wait",
+        "prove",
+    ]  # engines, router, then the proxy in front
     started = [e.service for e in rec.of(ev.ServiceStarted)]
     assert set(started[:2]) == {"decode@d1", "prefill@p1"} and started[2] == "router@r"
     ready = [e.service for e in rec.of(ev.ServiceReady)]
@@ -141,25 +151,36 @@ def test_decode_change_recreates_decode_only() -> None:
     assert code == 0
     actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
     # live workers: the router stays; the decode is deregistered, drained, registered again
-    assert actions == {"decode@d1": "recreate", "prefill@p1": "unchanged", "router@r": "unchanged",
-                       "proxy@r": "unchanged"}
+    assert actions == {
+        "decode@d1": "recreate",
+        "prefill@p1": "unchanged",
+        "router@r": "unchanged",
+        "proxy@r": "unchanged",
+    }
     assert world.of_role("prefill")[0].id == prefill and world.of_role("router")[0].id == router
     assert not [n for n in rec.of(ev.Note) if "needing a restart" in n.message]
 
 
 def test_decode_change_with_static_router_lists_recreates_the_router() -> None:
     static = ", live_workers: false}"
-    world = World(parse_inventory((INV % "").replace("router: {host: r}",
-                                                     "router: {host: r" + static)))
+    world = World(
+        parse_inventory((INV % "").replace("router: {host: r}", "router: {host: r" + static))
+    )
     assert run_up(world)[0] == 0
     world.inv = parse_inventory(
         (INV % ", extra_args: [--max-model-len, '4096']").replace(
-            "router: {host: r}", "router: {host: r" + static))
+            "router: {host: r}", "router: {host: r" + static
+        )
+    )
     code, rec = run_up(world)
     assert code == 0
     actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
-    assert actions == {"decode@d1": "recreate", "prefill@p1": "unchanged", "router@r": "recreate",
-                       "proxy@r": "unchanged"}
+    assert actions == {
+        "decode@d1": "recreate",
+        "prefill@p1": "unchanged",
+        "router@r": "recreate",
+        "proxy@r": "unchanged",
+    }
 
 
 def test_failed_preflight_opens_no_host() -> None:
@@ -253,9 +274,11 @@ def test_image_check_after_the_pull_before_the_ship() -> None:
 
 
 def test_an_argument_the_image_refuses_stops_up_before_any_service_starts() -> None:
-    answer = ('PDBOOT_ARGS {"engines": {"decode@d1": "vllm: error: unrecognized arguments: '
-              '--max-num-inflight-kv-loads 4"}, "version": "0.33.0", "options": '
-              '["--max-num-batched-tokens"]}')
+    answer = (
+        'PDBOOT_ARGS {"engines": {"decode@d1": "vllm: error: unrecognized arguments: '
+        '--max-num-inflight-kv-loads 4"}, "version": "0.33.0", "options": '
+        '["--max-num-batched-tokens"]}'
+    )
     world = World(inventory(), args_probe=(0, answer))
     code, rec = _preflighted_up(world)
     assert code == 1
@@ -303,7 +326,10 @@ def test_a_hosts_engines_start_in_one_compose_up_and_converge_per_engine() -> No
     code, rec = run_up(world)
     assert code == 0
     ups = [(h, what) for op, h, what in world.calls if op == "compose_up"]
-    assert ("d1", "decode,decode-1,decode-2") in ups and ups[-2:] == [("r", "router"), ("r", "proxy")]
+    assert ("d1", "decode,decode-1,decode-2") in ups and ups[-2:] == [
+        ("r", "router"),
+        ("r", "proxy"),
+    ]
     assert len(ups) == 4
     started = {e.service for e in rec.of(ev.ServiceStarted)}
     assert {"decode@d1", "decode-1@d1", "decode-2@d1", "prefill@p1"} <= started

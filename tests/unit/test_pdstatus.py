@@ -23,9 +23,14 @@ from tests.unit.test_metrics import exposition
 from tests.unit.test_orchestrator import run_up
 
 # two prefill and two decode engines
-TEXT = (INV % "").replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1, r]}").replace(
-    "decode: {hosts: [d1]}", "decode: {hosts: [d1, p2]}").replace(
-    "  r: {address: 192.0.2.12}", "  r: {address: 192.0.2.12}\n  p2: {address: 192.0.2.13}")
+TEXT = (
+    (INV % "")
+    .replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1, r]}")
+    .replace("decode: {hosts: [d1]}", "decode: {hosts: [d1, p2]}")
+    .replace(
+        "  r: {address: 192.0.2.12}", "  r: {address: 192.0.2.12}\n  p2: {address: 192.0.2.13}"
+    )
+)
 PLAN = build_plan(parse_inventory(TEXT))
 
 
@@ -46,11 +51,18 @@ def healthy_texts(n: int = 4) -> dict[str, str]:
     return {
         "prefill@p1": exposition(success=n, ttft=[0.05] * n, expired=0),
         "prefill@r": exposition(success=n),
-        "decode@d1": exposition(success=n, xfers=[(mb, 0.01)] * n, ttft=[0.08] * n,
-                                itl=[0.02] * (10 * n),
-                                by_source={"external_kv_transfer": 100 * n, "local_compute": n}),
-        "decode@p2": exposition(success=n, xfers=[(mb, 0.01)] * n,
-                                by_source={"external_kv_transfer": 100 * n, "local_compute": n}),
+        "decode@d1": exposition(
+            success=n,
+            xfers=[(mb, 0.01)] * n,
+            ttft=[0.08] * n,
+            itl=[0.02] * (10 * n),
+            by_source={"external_kv_transfer": 100 * n, "local_compute": n},
+        ),
+        "decode@p2": exposition(
+            success=n,
+            xfers=[(mb, 0.01)] * n,
+            by_source={"external_kv_transfer": 100 * n, "local_compute": n},
+        ),
     }
 
 
@@ -65,7 +77,9 @@ def test_totals_per_engine_with_spread_and_no_flags() -> None:
     assert d1.itl is not None and d1.itl["p99"] is not None and d1.itl["p99"] <= 0.025
     assert rows["prefill@r"].ttft == {"p50": None, "p90": None, "p99": None}
     assert {s.tier: s.requests for s in pd.spread} == {
-        "prefill": {"prefill@p1": 4, "prefill@r": 4}, "decode": {"decode@d1": 4, "decode@p2": 4}}
+        "prefill": {"prefill@p1": 4, "prefill@r": 4},
+        "decode": {"decode@d1": 4, "decode@p2": 4},
+    }
 
 
 def test_flags_recompute_failures_expired_idle_prefill_and_pinning() -> None:
@@ -77,8 +91,13 @@ def test_flags_recompute_failures_expired_idle_prefill_and_pinning() -> None:
     }
     pd = pd_status(PLAN, scrape(PLAN, _fetch(texts)))
     codes = {f.code for f in pd.flags}
-    assert codes == {"decode_recomputes", "kv_transfer_failed", "kv_lease_expired",
-                     "prefill_idle", "tier_pinned"}
+    assert codes == {
+        "decode_recomputes",
+        "kv_transfer_failed",
+        "kv_lease_expired",
+        "prefill_idle",
+        "tier_pinned",
+    }
     assert all(f.message for f in pd.flags)
 
 
@@ -86,17 +105,20 @@ def test_watch_window_is_the_delta_and_judges_only_it() -> None:
     before = scrape(PLAN, _fetch(healthy_texts(4)))
     texts = healthy_texts(4)
     # since then decode@d1 served 6 more requests straight (recomputing), none via prefill
-    texts["decode@d1"] = exposition(success=10, xfers=[(30e6, 0.01)] * 4,
-                                    by_source={"external_kv_transfer": 400,
-                                               "local_compute": 4 + 600})
+    texts["decode@d1"] = exposition(
+        success=10,
+        xfers=[(30e6, 0.01)] * 4,
+        by_source={"external_kv_transfer": 400, "local_compute": 4 + 600},
+    )
     pd = pd_status(PLAN, scrape(PLAN, _fetch(texts)), before, 5.0)
     assert pd.window_seconds == 5.0
     rows = {e.service: e for e in pd.engines}
     assert rows["decode@d1"].requests == 6 and rows["decode@d1"].kv_transfers == 0
     assert {f.code for f in pd.flags} >= {"decode_recomputes", "prefill_idle"}
     # the totals alone would not have flagged the idle prefill pool
-    assert "prefill_idle" not in {f.code for f in pd_status(PLAN, scrape(
-        PLAN, _fetch(texts))).flags}
+    assert "prefill_idle" not in {
+        f.code for f in pd_status(PLAN, scrape(PLAN, _fetch(texts))).flags
+    }
 
 
 def test_an_engine_that_restarted_between_scrapes_shows_its_new_totals() -> None:
@@ -144,8 +166,9 @@ def test_status_watch_reports_until_ctrl_c_with_deltas() -> None:
             raise KeyboardInterrupt
         world.kv_pulls += 3  # three more pulls on the decode between reports
 
-    code = status_mod.status(world.inv, rec, hosts_factory=world.hosts, fetch=world.fetch,
-                             watch=2.0, sleep=sleep)
+    code = status_mod.status(
+        world.inv, rec, hosts_factory=world.hosts, fetch=world.fetch, watch=2.0, sleep=sleep
+    )
     assert code == 0 and naps == [2.0, 2.0]
     reports = rec.of(ev.StatusReport)
     assert len(reports) == 2 and rec.of(ev.Done)[-1].exit_code == 0
@@ -160,7 +183,9 @@ def test_status_once_has_pd_metrics(watch: float | None) -> None:
     world = World(parse_inventory(INV % ""))
     assert run_up(world)[0] == 0
     rec = Recorder()
-    assert status_mod.status(world.inv, rec, hosts_factory=world.hosts, fetch=world.fetch,
-                             watch=watch) == 0
+    assert (
+        status_mod.status(world.inv, rec, hosts_factory=world.hosts, fetch=world.fetch, watch=watch)
+        == 0
+    )
     (report,) = rec.of(ev.StatusReport)
     assert {e.service for e in report.pd.engines} == {"prefill@p1", "decode@d1"}

@@ -96,9 +96,7 @@ def test_side_channel_env_is_the_engines_own_routable_address() -> None:
         assert e["VLLM_NIXL_SIDE_CHANNEL_HOST"] == svc.address
         assert e["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(svc.side_channel_port)
         assert e["HF_HOME"] == HF_CACHE_IN_CONTAINER
-    assert env(svc_at(plan, "prefill@p2"))["VLLM_NIXL_SIDE_CHANNEL_HOST"] == (
-        "10.0.0.12"
-    )
+    assert env(svc_at(plan, "prefill@p2"))["VLLM_NIXL_SIDE_CHANNEL_HOST"] == ("10.0.0.12")
     assert "VLLM_KV_TRANSFER_CONFIG" not in {k for s in plan.services() for k, _ in s.environment}
 
 

@@ -42,11 +42,14 @@ def test_each_host_reports_the_images_it_pulls() -> None:
     proxy = "nginx:1.27.3"
     looked[proxy] = Lookup(proxy, error="manifest 1.27.3 not found (no such tag)", missing=True)
     got = images.evaluate(ctx("router"), looked, ROUTER, proxy)
-    assert [(r.id, r.status) for r in got] == [("docker.router_image", "fail"),
-                                               ("docker.proxy_image", "fail")]
+    assert [(r.id, r.status) for r in got] == [
+        ("docker.router_image", "fail"),
+        ("docker.proxy_image", "fail"),
+    ]
     assert "router.proxy_image" in got[1].fix
     assert [r.id for r in images.evaluate(ctx("decode"), looked, ROUTER, proxy)] == [
-        images.ENGINE_ID]
+        images.ENGINE_ID
+    ]
 
 
 def test_agreement_is_reported_on_decode_hosts_only() -> None:
@@ -57,15 +60,21 @@ def test_agreement_is_reported_on_decode_hosts_only() -> None:
 
 def _inv(prefill_args: str, decode_args: str, extra: str = "", tp: tuple[int, int] = (1, 1)) -> str:
     # vLLM 0.33: block sizes need only divide (0.34 wants them equal: test_vllm_target.py)
-    return "image: vllm/vllm-openai:v0.33.0\n" + INV.read_text().replace(
-        "prefill:\n  hosts: [gpu-a]\n",
-        f"prefill:\n  hosts: [gpu-a]\n  tensor_parallel_size: {tp[0]}\n"
-        f"  extra_args: {prefill_args}\n",
-    ).replace(
-        "decode:\n  hosts: [gpu-b]\n",
-        f"decode:\n  hosts: [gpu-b]\n  tensor_parallel_size: {tp[1]}\n"
-        f"  extra_args: {decode_args}\n",
-    ) + extra
+    return (
+        "image: vllm/vllm-openai:v0.33.0\n"
+        + INV.read_text()
+        .replace(
+            "prefill:\n  hosts: [gpu-a]\n",
+            f"prefill:\n  hosts: [gpu-a]\n  tensor_parallel_size: {tp[0]}\n"
+            f"  extra_args: {prefill_args}\n",
+        )
+        .replace(
+            "decode:\n  hosts: [gpu-b]\n",
+            f"decode:\n  hosts: [gpu-b]\n  tensor_parallel_size: {tp[1]}\n"
+            f"  extra_args: {decode_args}\n",
+        )
+        + extra
+    )
 
 
 def test_same_settings_agree() -> None:
@@ -79,8 +88,11 @@ def test_same_settings_agree() -> None:
     [
         ('["--kv-cache-dtype", "fp8"]', "[]", "--kv-cache-dtype: prefill 'fp8', decode 'auto'"),
         ('["--dtype=half"]', '["--dtype", "bfloat16"]', "--dtype: prefill 'half'"),
-        ('["--attention-backend", "FLASHINFER"]', '["-ac", "{\\"backend\\": \\"FLASH_ATTN\\"}"]',
-         "--attention-backend: prefill 'FLASHINFER', decode 'FLASH_ATTN'"),
+        (
+            '["--attention-backend", "FLASHINFER"]',
+            '["-ac", "{\\"backend\\": \\"FLASH_ATTN\\"}"]',
+            "--attention-backend: prefill 'FLASHINFER', decode 'FLASH_ATTN'",
+        ),
         ('["--disable-hybrid-kv-cache-manager"]', "[]", "--disable-hybrid-kv-cache-manager"),
         ('["--block-size", "16"]', '["--block-size", "24"]', "neither divides the other"),
     ],
@@ -95,7 +107,5 @@ def test_a_hashed_difference_fails_naming_both_values(p: str, d: str, needle: st
 def test_block_and_tp_sizes_need_only_divide() -> None:
     ok = parse_inventory(_inv('["--block-size", "16"]', '["--block-size", "64"]', tp=(1, 2)))
     assert agreement.evaluate(ok).status == "pass"
-    bad = agreement.verdict(
-        agreement.TierFacts({}, None, 2), agreement.TierFacts({}, None, 3)
-    )
+    bad = agreement.verdict(agreement.TierFacts({}, None, 2), agreement.TierFacts({}, None, 3))
     assert bad.status == "fail" and "prefill 2, decode 3" in bad.message

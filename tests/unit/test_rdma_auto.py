@@ -68,10 +68,7 @@ def preflight_result() -> PreflightResult:
 
 
 def engines(plan: Plan) -> dict[str, tuple[bool, str | None]]:
-    return {
-        s.key: (s.rdma, dict(s.environment).get("UCX_NET_DEVICES"))
-        for s in plan.engines
-    }
+    return {s.key: (s.rdma, dict(s.environment).get("UCX_NET_DEVICES")) for s in plan.engines}
 
 
 def test_preflight_findings_turn_rdma_on_only_where_a_port_is_active() -> None:

@@ -45,29 +45,35 @@ router: {host: r%s}
 """
 
 
-def plan(tag: str = "v0.33.0", prefill: str = "p1, p2", decode: str = "d1, d2",
-         router: str = "") -> Plan:
+def plan(
+    tag: str = "v0.33.0", prefill: str = "p1, p2", decode: str = "d1, d2", router: str = ""
+) -> Plan:
     return build_plan(parse_inventory(INV % (tag, prefill, decode, router)))
 
 
 def running(p: Plan) -> list[Observed]:
     """What a host reports for each service of ``p``, running, with its hash label."""
     return [
-        Observed(s.host, f"id-{s.key}", s.container_name,
-                 {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash}, "running")
+        Observed(
+            s.host,
+            f"id-{s.key}",
+            s.container_name,
+            {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash},
+            "running",
+        )
         for s in p.services()
     ]
 
 
 def roll(wanted: Plan, now: list[Observed], rolling: bool = True) -> RollPlan:
     first = plan_up(wanted, now, live=rolling)
-    return plan_roll(wanted, first, decode_restarts(first), orphans(wanted, now),
-                     rolling=rolling)
+    return plan_roll(wanted, first, decode_restarts(first), orphans(wanted, now), rolling=rolling)
 
 
 def table(r: RollPlan) -> list[tuple[str, tuple[str, ...], tuple[str, ...], bool]]:
-    return [(s.action, s.keys, tuple(c.describe() for c in s.capacity), s.endpoint_up)
-            for s in r.steps]
+    return [
+        (s.action, s.keys, tuple(c.describe() for c in s.capacity), s.endpoint_up) for s in r.steps
+    ]
 
 
 # --------------------------------------------------------------------------- planner
@@ -94,9 +100,13 @@ def test_a_new_image_rolls_prefill_then_decode_one_engine_at_a_time() -> None:
 
 def test_a_prefill_change_restarts_the_decodes_rolling_after_every_prefill() -> None:
     now = running(plan())
-    wanted = build_plan(parse_inventory(
-        (INV % ("v0.33.0", "p1, p2", "d1, d2", "")).replace(
-            "prefill: {hosts: [p1, p2]}", "prefill: {hosts: [p1, p2], env: {X: '1'}}")))
+    wanted = build_plan(
+        parse_inventory(
+            (INV % ("v0.33.0", "p1, p2", "d1, d2", "")).replace(
+                "prefill: {hosts: [p1, p2]}", "prefill: {hosts: [p1, p2], env: {X: '1'}}"
+            )
+        )
+    )
     r = roll(wanted, now)
     assert [(s.action, s.keys) for s in r.steps] == [
         ("replace", ("prefill@p1",)),
@@ -118,19 +128,24 @@ def test_a_removed_prefill_host_is_drained_then_stopped() -> None:
     assert table(r) == [("remove", ("prefill@p2",), ("prefill 1/1", "decode 2/2"), True)]
     (step,) = r.steps
     assert step.how == "deregister, drain, then stop" and [o.key for o in step.drains] == [
-        "prefill@p2"]
+        "prefill@p2"
+    ]
 
 
 def test_a_replaced_host_serves_before_the_old_one_leaves() -> None:
     # p2 -> p3: the add comes first (surge), then the removal
     inv = (INV % ("v0.33.0", "p1, p3", "d1, d2", "")).replace(
-        "r: {address: 192.0.2.12}", "r: {address: 192.0.2.12}\n  p3: {address: 192.0.2.16}")
+        "r: {address: 192.0.2.12}", "r: {address: 192.0.2.12}\n  p3: {address: 192.0.2.16}"
+    )
     r = roll(build_plan(parse_inventory(inv)), running(plan()))
     assert [(s.action, s.keys) for s in r.steps] == [
-        ("add", ("prefill@p3",)), ("remove", ("prefill@p2",)),
+        ("add", ("prefill@p3",)),
+        ("remove", ("prefill@p2",)),
         # converge cannot tell a new prefill from one removed under a running decode: the
         # decodes restart (NIXL state), rolling, one at a time
-        ("restart", ("decode@d1",)), ("restart", ("decode@d2",))]
+        ("restart", ("decode@d1",)),
+        ("restart", ("decode@d2",)),
+    ]
     assert r.steps[1].capacity[0].serving == 2  # p1 + p3 serve while p2 drains
     assert all(s.endpoint_up for s in r.steps)
 
@@ -153,8 +168,10 @@ def test_bringing_back_a_deployment_that_is_down_asks_nothing() -> None:
     # the only prefill was removed under a running decode: it is created, the decode restarts
     now = [o for o in running(plan(prefill="p1", decode="d1")) if o.role != "prefill"]
     r = roll(plan(prefill="p1", decode="d1"), now)
-    assert [(s.action, s.keys) for s in r.steps] == [("add", ("prefill@p1",)),
-                                                     ("restart", ("decode@d1",))]
+    assert [(s.action, s.keys) for s in r.steps] == [
+        ("add", ("prefill@p1",)),
+        ("restart", ("decode@d1",)),
+    ]
     assert r.steps[1].outage and not r.was_up and r.outages == []
 
 
@@ -185,19 +202,44 @@ def test_a_data_parallel_tier_restarts_as_a_whole() -> None:
 # --------------------------------------------------------------------------- router API
 
 
-ROUTER_WORKERS = json.dumps({  # vllm-router 0.1.17 --enable-igw, GET /workers (tried)
-    "workers": [
-        {"id": "be06e274", "url": "http://127.0.0.1:8100", "model_id": "m", "priority": 50,
-         "cost": 1.0, "worker_type": "prefill", "is_healthy": True, "load": 0,
-         "connection_mode": "Http", "metadata": {"model_id": "m"}},
-        {"id": "f76759f4", "url": "http://127.0.0.1:8200", "model_id": "m", "priority": 50,
-         "cost": 1.0, "worker_type": "decode", "is_healthy": False, "load": 0,
-         "connection_mode": "Http", "metadata": {"model_id": "m"}},
-    ],
-    "total": 2,
-    "stats": {"total_workers": 2, "healthy_workers": 1, "total_models": 1, "total_load": 0,
-              "by_type": {"regular": 0, "prefill": 1, "decode": 1}},
-})
+ROUTER_WORKERS = json.dumps(
+    {  # vllm-router 0.1.17 --enable-igw, GET /workers (tried)
+        "workers": [
+            {
+                "id": "be06e274",
+                "url": "http://127.0.0.1:8100",
+                "model_id": "m",
+                "priority": 50,
+                "cost": 1.0,
+                "worker_type": "prefill",
+                "is_healthy": True,
+                "load": 0,
+                "connection_mode": "Http",
+                "metadata": {"model_id": "m"},
+            },
+            {
+                "id": "f76759f4",
+                "url": "http://127.0.0.1:8200",
+                "model_id": "m",
+                "priority": 50,
+                "cost": 1.0,
+                "worker_type": "decode",
+                "is_healthy": False,
+                "load": 0,
+                "connection_mode": "Http",
+                "metadata": {"model_id": "m"},
+            },
+        ],
+        "total": 2,
+        "stats": {
+            "total_workers": 2,
+            "healthy_workers": 1,
+            "total_models": 1,
+            "total_load": 0,
+            "by_type": {"regular": 0, "prefill": 1, "decode": 1},
+        },
+    }
+)
 
 
 def test_parse_workers_reads_the_real_answer() -> None:
@@ -209,9 +251,12 @@ def test_parse_workers_reads_the_real_answer() -> None:
 
 
 def test_reconcile_removes_extras_then_adds_what_is_missing() -> None:
-    present = parse_workers(ROUTER_WORKERS) + [Worker("http://127.0.0.1:8300", "regular", True)]
-    wanted = {"http://127.0.0.1:8100": "prefill", "http://127.0.0.1:8201": "decode",
-              "http://127.0.0.1:8300": "decode"}
+    present = [*parse_workers(ROUTER_WORKERS), Worker("http://127.0.0.1:8300", "regular", True)]
+    wanted = {
+        "http://127.0.0.1:8100": "prefill",
+        "http://127.0.0.1:8201": "decode",
+        "http://127.0.0.1:8300": "decode",
+    }
     assert [c.describe() for c in reconcile(wanted, present)] == [
         "deregister decode http://127.0.0.1:8200",
         "deregister regular http://127.0.0.1:8300",  # registered with the wrong type
@@ -223,14 +268,20 @@ def test_reconcile_removes_extras_then_adds_what_is_missing() -> None:
 
 def test_plan_workers_are_every_engine_by_url() -> None:
     assert plan_workers(plan()) == {
-        "http://192.0.2.10:8200": "prefill", "http://192.0.2.13:8200": "prefill",
-        "http://192.0.2.11:8201": "decode", "http://192.0.2.14:8201": "decode"}
+        "http://192.0.2.10:8200": "prefill",
+        "http://192.0.2.13:8200": "prefill",
+        "http://192.0.2.11:8201": "decode",
+        "http://192.0.2.14:8201": "decode",
+    }
 
 
 def test_the_client_sends_what_the_router_takes() -> None:
     sent: list[tuple[str, object, object]] = []
-    answers = {"DELETE": HttpAnswer(400, '{"error":"Worker with URL x not found",'
-                                         '"code":"WORKER_NOT_FOUND"}')}
+    answers = {
+        "DELETE": HttpAnswer(
+            400, '{"error":"Worker with URL x not found","code":"WORKER_NOT_FOUND"}'
+        )
+    }
 
     def fetch(url: str, *, body: object = None, method: object = None, **_: object) -> HttpAnswer:
         sent.append((url, body, method))
@@ -240,8 +291,11 @@ def test_the_client_sends_what_the_router_takes() -> None:
     api.add("http://192.0.2.10:8200", "prefill")
     assert api.remove("http://192.0.2.10:8200") is False  # not registered: not an error
     assert sent == [
-        ("http://r:8000/workers", {"url": "http://192.0.2.10:8200", "worker_type": "prefill"},
-         None),
+        (
+            "http://r:8000/workers",
+            {"url": "http://192.0.2.10:8200", "worker_type": "prefill"},
+            None,
+        ),
         ("http://r:8000/workers/http%3A%2F%2F192.0.2.10%3A8200", None, "DELETE"),
     ]
 
@@ -251,8 +305,12 @@ def test_the_client_sends_what_the_router_takes() -> None:
 
 def test_the_drain_reads_vllm_0_33_names() -> None:
     names = {m["name"] for m in json.loads(METRICS.read_text())["metrics"]}
-    assert {"vllm:num_requests_running", "vllm:num_requests_waiting",
-            "vllm:num_requests_kv_fetch_by_stage", "vllm:nixl_num_kv_expired_reqs"} <= names
+    assert {
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_kv_fetch_by_stage",
+        "vllm:nixl_num_kv_expired_reqs",
+    } <= names
     text = (
         'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n'
         'vllm:num_requests_running{engine="1",model_name="m"} 1.0\n'
@@ -286,8 +344,13 @@ def test_a_prefill_waits_for_its_decodes_pulls_within_the_timeout() -> None:
 
 
 def test_an_engine_that_does_not_answer_has_nothing_in_flight() -> None:
-    r = drain("http://x:1", lambda *_a, **_k: HttpAnswer(0, "", "connection refused"),
-              FakeClock(), timeout=10, interval=1)
+    r = drain(
+        "http://x:1",
+        lambda *_a, **_k: HttpAnswer(0, "", "connection refused"),
+        FakeClock(),
+        timeout=10,
+        interval=1,
+    )
     assert r.drained and r.seconds == 0
 
 

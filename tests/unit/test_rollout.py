@@ -77,16 +77,24 @@ def test_a_new_image_rolls_one_engine_at_a_time_through_the_running_router() -> 
     assert code == 0
     seq = [x for x in sequence(world) if not x.startswith("POST")]
     assert seq == [
-        "DELETE http://192.0.2.10:8200", "up prefill@p1",
-        "DELETE http://192.0.2.13:8200", "up prefill@p2",
-        "DELETE http://192.0.2.11:8201", "up decode@d1",
-        "DELETE http://192.0.2.14:8201", "up decode@d2",
+        "DELETE http://192.0.2.10:8200",
+        "up prefill@p1",
+        "DELETE http://192.0.2.13:8200",
+        "up prefill@p2",
+        "DELETE http://192.0.2.11:8201",
+        "up decode@d1",
+        "DELETE http://192.0.2.14:8201",
+        "up decode@d2",
     ]
     assert router_id(world) == router
     assert world.registered == plan_workers(build_plan(world.inv))
     steps = rec.of(ev.RollPlanned)
-    assert [s.services for s in steps] == [("prefill@p1",), ("prefill@p2",), ("decode@d1",),
-                                           ("decode@d2",)]
+    assert [s.services for s in steps] == [
+        ("prefill@p1",),
+        ("prefill@p2",),
+        ("decode@d1",),
+        ("decode@d2",),
+    ]
     assert all(s.endpoint_up for s in steps)
 
 
@@ -106,7 +114,7 @@ def test_an_added_decode_host_is_registered_and_the_router_stays() -> None:
     world = deployed()
     router = router_id(world)
     world.inv = inv(decode="d1, d2, d3")
-    code, rec = run_up(world)
+    code, _rec = run_up(world)
     assert code == 0
     assert sequence(world) == ["up decode@d3", "POST http://192.0.2.15:8201"]
     assert router_id(world) == router and world.registered["http://192.0.2.15:8201"] == "decode"
@@ -137,8 +145,12 @@ def test_plan_shows_the_steps_and_changes_nothing() -> None:
     code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
     assert code == 2
     assert [(s.action, s.services) for s in rec.of(ev.RollPlanned)] == [
-        ("add", ("decode@d3",)), ("replace", ("prefill@p1",)), ("replace", ("prefill@p2",)),
-        ("replace", ("decode@d1",)), ("replace", ("decode@d2",))]
+        ("add", ("decode@d3",)),
+        ("replace", ("prefill@p1",)),
+        ("replace", ("prefill@p2",)),
+        ("replace", ("decode@d1",)),
+        ("replace", ("decode@d2",)),
+    ]
     assert rec.of(ev.RollPlanned)[1].capacity == ("prefill 1/2", "decode 3/3")
     assert not [c for c in world.calls if c[0] in ("pull", "ship", "compose_up", "stop_remove")]
     assert world.locks == []  # --plan takes no lock
@@ -165,9 +177,16 @@ def run_up_confirm(world: World, asked: list[list[str]]) -> int:
         asked.append(outages)
         return True
 
-    return up(world.inv, UpOptions(skip_preflight=True), Recorder(), clock=world.clock,
-              hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock,
-              confirm=confirm)
+    return up(
+        world.inv,
+        UpOptions(skip_preflight=True),
+        Recorder(),
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+        confirm=confirm,
+    )
 
 
 def test_a_failing_replacement_stops_the_roll_and_a_rerun_finishes_it() -> None:
@@ -193,14 +212,18 @@ def test_a_failing_replacement_stops_the_roll_and_a_rerun_finishes_it() -> None:
     assert world.registered == plan_workers(build_plan(world.inv))
     hashes = {s.key: s.config_hash for s in build_plan(world.inv).services()}
     assert {c.labels["io.pdboot.config-hash"] for c in world.containers.values()} == set(
-        hashes.values())
+        hashes.values()
+    )
 
 
 def test_a_router_setting_recreates_it_and_says_the_short_outage() -> None:
     world = deployed()
     router = router_id(world)
-    world.inv = parse_inventory((INV % ("v0.33.0", "p1, p2", "d1, d2")).replace(
-        "router: {host: r}", "router: {host: r, request_timeout_secs: 600}"))
+    world.inv = parse_inventory(
+        (INV % ("v0.33.0", "p1, p2", "d1, d2")).replace(
+            "router: {host: r}", "router: {host: r, request_timeout_secs: 600}"
+        )
+    )
     code, rec = run_up(world)
     assert code == 0 and router_id(world) != router
     (action,) = [a for a in rec.of(ev.ServiceAction) if a.service == "router@r"]

@@ -45,21 +45,25 @@ def test_live_workers_route_both_tiers_with_the_decode_policy() -> None:
 
 def test_one_decode_engine_gets_round_robin() -> None:
     assert _flag(_router_cmd("{host: r, live_workers: false}", INV), "--decode-policy") == (
-        "round_robin")
+        "round_robin"
+    )
     assert _flag(_router_cmd("{host: r}", INV), "--policy") == "round_robin"
 
 
 def test_power_of_two_with_one_engine_is_refused() -> None:
     with pytest.raises(InventoryError, match="refuses power_of_two with fewer than 2 decode"):
-        parse_inventory((INV % "").replace("router: {host: r}",
-                                           "router: {host: r, decode_policy: power_of_two}"))
+        parse_inventory(
+            (INV % "").replace(
+                "router: {host: r}", "router: {host: r, decode_policy: power_of_two}"
+            )
+        )
 
 
 def test_thresholds_follow_the_inventory_and_vanish_without_cache_aware() -> None:
-    cmd = _router_cmd("{host: r, cache_threshold: 0.8, balance_abs_threshold: 16, "
-                      "live_workers: false}")
-    assert (_flag(cmd, "--cache-threshold"), _flag(cmd, "--balance-abs-threshold")) == (
-        "0.8", "16")
+    cmd = _router_cmd(
+        "{host: r, cache_threshold: 0.8, balance_abs_threshold: 16, live_workers: false}"
+    )
+    assert (_flag(cmd, "--cache-threshold"), _flag(cmd, "--balance-abs-threshold")) == ("0.8", "16")
     cmd = _router_cmd("{host: r, prefill_policy: random, live_workers: false}")
     assert "--cache-threshold" not in cmd and "--balance-abs-threshold" not in cmd
     cmd = _router_cmd("{host: r, decode_policy: cache_aware, live_workers: false}")

@@ -147,3 +147,12 @@ def test_test_files_have_unique_basenames() -> None:
     at collection, which a run of one directory does not show; the whole suite would stop."""
     names = [p.name for p in (PKG.parent / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_make_lint_covers_tests_bench_and_scripts() -> None:
+    """Issue 27: the lint that holds pdboot/ holds the tests, benchmarks and scripts too."""
+    makefile = (PKG.parent / "Makefile").read_text()
+    lint = makefile[makefile.index("\nlint:") :].split("\n\n", 1)[0]
+    for tool in ("ruff check", "ruff format --check"):
+        line = next(x for x in lint.splitlines() if tool in x)
+        assert {"pdboot", "tests", "bench", "scripts"} <= set(line.split()), line

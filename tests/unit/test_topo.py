@@ -41,36 +41,72 @@ def _mlx(n: int) -> list[str]:
 #          {(row, col): cell}, {gpu: (cpu affinity, numa affinity, gpu numa id)})
 EXPECTED: dict[str, tuple[int, list[str], dict[Any, str], dict[Any, str], dict[int, Any]]] = {
     "a100_1gpu_5bondnic_lmdeploy_check_env.txt": (
-        1, _bonds(5), {(0, "mlx5_bond_3"): "PXB", (0, "mlx5_bond_4"): "NODE",
-                       (0, "mlx5_bond_0"): "SYS"},
+        1,
+        _bonds(5),
+        {(0, "mlx5_bond_3"): "PXB", (0, "mlx5_bond_4"): "NODE", (0, "mlx5_bond_0"): "SYS"},
         {("NIC4", "NIC4"): "X", ("NIC0", "NIC1"): "NODE"},
-        {0: ("32-63,96-127", "1", None)}),
+        {0: ("32-63,96-127", "1", None)},
+    ),
     "a10_4gpu_pcie_2nic_all_sys.txt": (
-        4, _mlx(2), {(0, "mlx5_0"): "SYS", (3, "mlx5_1"): "SYS"},
-        {("NIC0", "NIC1"): "PIX", ("GPU1", "GPU2"): "SYS"}, {3: ("0-127", "0", None)}),
+        4,
+        _mlx(2),
+        {(0, "mlx5_0"): "SYS", (3, "mlx5_1"): "SYS"},
+        {("NIC0", "NIC1"): "PIX", ("GPU1", "GPU2"): "SYS"},
+        {3: ("0-127", "0", None)},
+    ),
     "a800_8gpu_nvlink_8bondnic_tabs.txt": (
-        8, _bonds(8), {(0, "mlx5_bond_1"): "PIX", (2, "mlx5_bond_2"): "PIX",
-                       (4, "mlx5_bond_0"): "SYS", (7, "mlx5_bond_5"): "NODE"},
+        8,
+        _bonds(8),
+        {
+            (0, "mlx5_bond_1"): "PIX",
+            (2, "mlx5_bond_2"): "PIX",
+            (4, "mlx5_bond_0"): "SYS",
+            (7, "mlx5_bond_5"): "NODE",
+        },
         {("GPU0", "GPU7"): "NV8", ("NIC7", "NIC7"): "X"},
-        {0: ("0-61", "0", None), 4: ("62-123", "1", None)}),
+        {0: ("0-61", "0", None), 4: ("62-123", "1", None)},
+    ),
     "b300_cx8_8gpu_nvlink_8bondnic_deepep590.txt": (
-        8, _bonds(8), {(1, "mlx5_bond_1"): "PXB", (0, "mlx5_bond_1"): "NODE",
-                       (7, "mlx5_bond_0"): "SYS"},
-        {("GPU3", "GPU4"): "NV18"}, {7: ("64-127,192-255", "1", None)}),
+        8,
+        _bonds(8),
+        {(1, "mlx5_bond_1"): "PXB", (0, "mlx5_bond_1"): "NODE", (7, "mlx5_bond_0"): "SYS"},
+        {("GPU3", "GPU4"): "NV18"},
+        {7: ("64-127,192-255", "1", None)},
+    ),
     "h100_8gpu_no_nvlink_in_matrix_12nic_tabs_deepep397.txt": (
-        8, _mlx(12), {(0, "mlx5_0"): "PIX", (0, "mlx5_2"): "PIX", (1, "mlx5_3"): "PIX",
-                      (7, "mlx5_11"): "PIX", (4, "mlx5_0"): "SYS"},
+        8,
+        _mlx(12),
+        {
+            (0, "mlx5_0"): "PIX",
+            (0, "mlx5_2"): "PIX",
+            (1, "mlx5_3"): "PIX",
+            (7, "mlx5_11"): "PIX",
+            (4, "mlx5_0"): "SYS",
+        },
         {("NIC10", "NIC11"): "NODE", ("GPU0", "GPU1"): "NODE"},
-        {0: ("0,2,4,6,8,10", "0", None), 5: ("1,3,5,7,9,11", "1", None)}),
+        {0: ("0,2,4,6,8,10", "0", None), 5: ("1,3,5,7,9,11", "1", None)},
+    ),
     "rtx4090_8gpu_pcie_4nic_phb_blog.txt": (
-        8, _mlx(4), {(6, "mlx5_0"): "PHB", (6, "mlx5_3"): "PHB", (0, "mlx5_0"): "SYS"},
-        {("NIC2", "NIC3"): "PIX"}, {0: ("24-31,88-95", "3", None), 7: ("32-39,96-103", "4", None)}),
+        8,
+        _mlx(4),
+        {(6, "mlx5_0"): "PHB", (6, "mlx5_3"): "PHB", (0, "mlx5_0"): "SYS"},
+        {("NIC2", "NIC3"): "PIX"},
+        {0: ("24-31,88-95", "3", None), 7: ("32-39,96-103", "4", None)},
+    ),
     "rtx_pro_6000_blackwell_8gpu_pcie_no_nic_blog.txt": (
-        8, [], {}, {("GPU0", "GPU1"): "SYS", ("GPU7", "GPU7"): "X"},
-        {4: ("112-119,240-247", "14", None), 7: ("80-87,208-215", "10", None)}),
+        8,
+        [],
+        {},
+        {("GPU0", "GPU1"): "SYS", ("GPU7", "GPU7"): "X"},
+        {4: ("112-119,240-247", "14", None), 7: ("80-87,208-215", "10", None)},
+    ),
     "traverse_4gpu_nv3_4mlx5_oldformat_tabs.txt": (
-        4, _mlx(4), {(0, "mlx5_0"): "NODE", (2, "mlx5_3"): "NODE", (1, "mlx5_2"): "SYS"},
-        {("GPU0", "GPU1"): "NV3", ("mlx5_0", "mlx5_1"): "PIX"}, {2: ("64-127", "8", None)}),
+        4,
+        _mlx(4),
+        {(0, "mlx5_0"): "NODE", (2, "mlx5_3"): "NODE", (1, "mlx5_2"): "SYS"},
+        {("GPU0", "GPU1"): "NV3", ("mlx5_0", "mlx5_1"): "PIX"},
+        {2: ("64-127", "8", None)},
+    ),
     "h200": (1, [], {}, {("GPU0", "GPU0"): "X"}, {0: ("0-15", "0", None)}),
 }
 
@@ -108,8 +144,10 @@ def test_legend_names_the_nic_columns() -> None:
 
 def test_unreadable_parts_become_notes() -> None:
     text = _text("a10_4gpu_pcie_2nic_all_sys.txt")
-    broken = text.replace("GPU2    SYS     SYS      X      SYS     SYS     SYS ",
-                          "GPU2    SYS     SYS      X      SYS     S?S     SYS ")
+    broken = text.replace(
+        "GPU2    SYS     SYS      X      SYS     SYS     SYS ",
+        "GPU2    SYS     SYS      X      SYS     S?S     SYS ",
+    )
     f = parse(broken)
     assert ("GPU2", "NIC0") not in f.cells
     assert f.link(2, "mlx5_0") == "SYS"  # read from NIC0's row instead
@@ -123,11 +161,16 @@ def test_unreadable_parts_become_notes() -> None:
     assert any("NIC0 is not in the NIC Legend" in n for n in no_legend.notes)
 
 
-@pytest.mark.parametrize("text,why", [
-    ("", "empty output"),
-    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
-     "couldn't communicate"),
-])
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("", "empty output"),
+        (
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+            "couldn't communicate",
+        ),
+    ],
+)
 def test_no_matrix(text: str, why: str) -> None:
     f = parse(text)
     assert f.gpus == () and len(f.notes) == 1 and why in f.notes[0]
@@ -200,16 +243,27 @@ def test_across_socket_warning() -> None:
     assert _choose(rtx, [0], _ports(_mlx(4))).across_socket
 
 
-@pytest.mark.parametrize("name,gpus,ports,why", [
-    ("rtx_pro_6000_blackwell_8gpu_pcie_no_nic_blog.txt", [0], _ports(["mlx5_0"]),
-     "lists no NIC"),
-    ("a10_4gpu_pcie_2nic_all_sys.txt", [0], _ports(_mlx(2), down=tuple(_mlx(2))),
-     "no ACTIVE HCA port"),
-    ("a10_4gpu_pcie_2nic_all_sys.txt", [0], [], "no ACTIVE HCA port"),
-    ("a10_4gpu_pcie_2nic_all_sys.txt", [0, 9], _ports(_mlx(2)), "GPU 9 not in"),
-    ("a10_4gpu_pcie_2nic_all_sys.txt", [], _ports(_mlx(2)), "no GPU"),
-    ("a10_4gpu_pcie_2nic_all_sys.txt", [0], _ports(["mlx5_7"]), "lists mlx5_0, mlx5_1"),
-])
+@pytest.mark.parametrize(
+    "name,gpus,ports,why",
+    [
+        (
+            "rtx_pro_6000_blackwell_8gpu_pcie_no_nic_blog.txt",
+            [0],
+            _ports(["mlx5_0"]),
+            "lists no NIC",
+        ),
+        (
+            "a10_4gpu_pcie_2nic_all_sys.txt",
+            [0],
+            _ports(_mlx(2), down=tuple(_mlx(2))),
+            "no ACTIVE HCA port",
+        ),
+        ("a10_4gpu_pcie_2nic_all_sys.txt", [0], [], "no ACTIVE HCA port"),
+        ("a10_4gpu_pcie_2nic_all_sys.txt", [0, 9], _ports(_mlx(2)), "GPU 9 not in"),
+        ("a10_4gpu_pcie_2nic_all_sys.txt", [], _ports(_mlx(2)), "no GPU"),
+        ("a10_4gpu_pcie_2nic_all_sys.txt", [0], _ports(["mlx5_7"]), "lists mlx5_0, mlx5_1"),
+    ],
+)
 def test_nothing_to_choose(name: str, gpus: list[int], ports: list[Port], why: str) -> None:
     c = _choose(name, gpus, ports)
     assert c.ports == () and c.link is None and not c.across_socket and why in c.reason

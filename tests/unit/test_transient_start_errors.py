@@ -10,13 +10,12 @@ RUNC_NO_CAUSE = (
 )
 # Real causes that a retry cannot fix.
 NO_HOOK = (
-    "Error response from daemon: could not select device driver \"nvidia\" with "
-    "capabilities: [[gpu]]"
+    'Error response from daemon: could not select device driver "nvidia" with capabilities: [[gpu]]'
 )
 BAD_MOUNT = (
     "Error response from daemon: failed to create shim task: OCI runtime create failed: "
     "runc create failed: unable to start container process: error during container init: "
-    "error mounting \"/dev/infiniband\" to rootfs at \"/dev/infiniband\": no such file"
+    'error mounting "/dev/infiniband" to rootfs at "/dev/infiniband": no such file'
 )
 
 

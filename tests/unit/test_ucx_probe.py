@@ -17,7 +17,7 @@ from tests.unit.orchestrator_fakes import Recorder, World, inventory
 # "network devices ... are not available", then NIXL's NIXL_ERR_BACKEND)
 SEES_NO_IB = (
     0,
-    'UCX  ERROR network devices \'mlx5_0:1\' are not available\n'
+    "UCX  ERROR network devices 'mlx5_0:1' are not available\n"
     'PDBOOT_UCX {"backend": false, "error": "nixlBackendError: NIXL_ERR_BACKEND", '
     '"ib": [], "net": ["eth0", "lo"], "uverbs": false}\n',
 )

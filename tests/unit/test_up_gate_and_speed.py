@@ -27,8 +27,9 @@ def test_gate_passes_when_both_answers_match() -> None:
     # the gate asked the router and the decode directly, greedy, without kv_transfer_params
     gate_urls = [u for u, b in world.requests if b.get("temperature") == 0 and "seed" in b]
     assert [u.split("/v1")[0] for u in gate_urls] == [
-        build_plan(world.inv).endpoint, next(s.url for s in build_plan(world.inv).services()
-                                             if s.role == "decode")]
+        build_plan(world.inv).endpoint,
+        next(s.url for s in build_plan(world.inv).services() if s.role == "decode"),
+    ]
     assert all("kv_transfer_params" not in b for _, b in world.requests if "seed" in b)
 
 
@@ -92,14 +93,20 @@ def rec_pairs(world: World) -> tuple[ev.PairSpeedLine, ...]:
     rec = Recorder()
     from pdboot.deploy.up import up
 
-    up(world.inv, UpOptions(skip_preflight=True), rec, clock=world.clock,
-       hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
+    up(
+        world.inv,
+        UpOptions(skip_preflight=True),
+        rec,
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+    )
     return tuple(rec.of(ev.KVSpeed)[0].pairs)
 
 
 def test_speed_pairs_cover_every_engine_once() -> None:
-    inv = parse_inventory(INV.replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1, r]}")
-                          % "")
+    inv = parse_inventory(INV.replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1, r]}") % "")
     pairs = [(p.key, d.key) for p, d in speed_pairs(build_plan(inv))]
     assert pairs == [("prefill@p1", "decode@d1"), ("prefill@r", "decode@d1")]
 
@@ -113,8 +120,9 @@ def test_prefill_change_restarts_decode_after_prefill_is_ready() -> None:
     world = World(inventory())
     assert run_up(world)[0] == EXIT_OK
     decode = world.of_role("decode")[0].id
-    world.inv = parse_inventory(INV.replace("prefill: {hosts: [p1]}",
-                                            "prefill: {hosts: [p1], env: {X: '1'}}") % "")
+    world.inv = parse_inventory(
+        INV.replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1], env: {X: '1'}}") % ""
+    )
     world.calls.clear()
     code, rec = run_up(world, UpOptions(skip_preflight=True, yes=True))  # tiers of one
     assert code == EXIT_OK
@@ -161,8 +169,11 @@ def test_terminal_prints_both_outputs_and_the_speed_line() -> None:
     text = out.export_text()
     assert "error: correctness gate: the P/D answer differs" in text
     assert "through the router: ' the the the" in text and "decode alone:" in text
-    world = World(parse_inventory((INV % "") + "requirements: {link_gbps: 100}\n"),
-                  pull_bytes=50_000_000, pull_seconds=0.4)
+    world = World(
+        parse_inventory((INV % "") + "requirements: {link_gbps: 100}\n"),
+        pull_bytes=50_000_000,
+        pull_seconds=0.4,
+    )
     code, rec = run_up(world)
     assert code == EXIT_OK
     out = Console(width=100, file=io.StringIO(), record=True)

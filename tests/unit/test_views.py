@@ -138,9 +138,7 @@ def test_wait_rows_show_the_load_phase_with_a_bar_and_cut_raw_lines_at_the_end()
     from pdboot.views.terminal import progress_cell
 
     # vLLM 0.33's real shard progress line (tqdm through the logger)
-    line = (
-        "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:01<00:01,  1.60it/s]"
-    )
+    line = "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:01<00:01,  1.60it/s]"
     phase = load_phase([line])
     assert phase is not None and (phase.done, phase.total) == (2, 4)
     s = ev.ServiceWait("decode@d1", "waiting", "connection refused", line, phase.text(), 2, 4)

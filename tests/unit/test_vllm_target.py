@@ -87,9 +87,17 @@ def test_the_lists_are_the_real_dumps() -> None:
 @pytest.mark.parametrize(
     ("args", "index", "words"),
     [
-        (["--max-model-lenn", "32768"], 0, r"--max-model-lenn is not an option.*did you mean --max-model-len\?"),
+        (
+            ["--max-model-lenn", "32768"],
+            0,
+            r"--max-model-lenn is not an option.*did you mean --max-model-len\?",
+        ),
         (["--max-model-len 32768"], 0, r"holds a space.*'--max-model-len', '32768'"),
-        (["--enforce-eager", "--gpu-memory-utilisation=0.8"], 1, r"did you mean --gpu-memory-utilization"),
+        (
+            ["--enforce-eager", "--gpu-memory-utilisation=0.8"],
+            1,
+            r"did you mean --gpu-memory-utilization",
+        ),
         (["--max-num"], 0, r"ambiguous abbreviation"),
         (["--max_model_lenn=9"], 0, r"did you mean --max-model-len"),
     ],
@@ -102,8 +110,18 @@ def test_extra_args_refused_with_did_you_mean(args: list[str], index: int, words
 
 def test_values_are_not_options() -> None:
     ok = [
-        "--max-model-len", "32768", "--compilation-config", '{"level": 3, "a b": 1}',
-        "--seed", "-1", "--enforce-eager", "--max-model-len=4096", "-O3", "--max-mod", "1", "--compilation-config.level=3",
+        "--max-model-len",
+        "32768",
+        "--compilation-config",
+        '{"level": 3, "a b": 1}',
+        "--seed",
+        "-1",
+        "--enforce-eager",
+        "--max-model-len=4096",
+        "-O3",
+        "--max-mod",
+        "1",
+        "--compilation-config.level=3",
     ]
     assert extra_args_problems(ok, optionlists.VLLM_SERVE_BY_VERSION["0.34.0"], "x") == []
 
@@ -145,18 +163,31 @@ def test_env_034_refuses_at_start_is_refused_at_load() -> None:
 @pytest.mark.parametrize(
     ("image", "kv", "words"),
     [
-        ("vllm/vllm-openai:v0.34.0", {"kv_connector_extra_config": {"transfer_mode": "pul"}},
-         "Invalid NixlConnector transfer_mode: 'pul'"),
-        ("vllm/vllm-openai:v0.33.0", {"kv_connector_extra_config": {"transfer_mode": "push"}},
-         "ignores transfer_mode"),
-        ("vllm/vllm-openai:v0.34.0",
-         {"kv_connector": "NixlPushConnector", "kv_connector_extra_config": {"transfer_mode": "pull"}},
-         "NixlPushConnector pushes"),
+        (
+            "vllm/vllm-openai:v0.34.0",
+            {"kv_connector_extra_config": {"transfer_mode": "pul"}},
+            "Invalid NixlConnector transfer_mode: 'pul'",
+        ),
+        (
+            "vllm/vllm-openai:v0.33.0",
+            {"kv_connector_extra_config": {"transfer_mode": "push"}},
+            "ignores transfer_mode",
+        ),
+        (
+            "vllm/vllm-openai:v0.34.0",
+            {
+                "kv_connector": "NixlPushConnector",
+                "kv_connector_extra_config": {"transfer_mode": "pull"},
+            },
+            "NixlPushConnector pushes",
+        ),
     ],
 )
 def test_transfer_mode_is_checked(image: str, kv: dict[str, object], words: str) -> None:
     found = messages(inv_text(image, kv=kv))
-    assert any("kv_transfer.kv_connector_extra_config.transfer_mode" in m and words in m for m in found), found
+    assert any(
+        "kv_transfer.kv_connector_extra_config.transfer_mode" in m and words in m for m in found
+    ), found
     parse_inventory(inv_text(kv={"kv_connector_extra_config": {"transfer_mode": "push"}}))
 
 
@@ -168,19 +199,34 @@ def test_one_block_size_per_deployment() -> None:
     assert block_size(parse_inventory(inv_text(dargs=["--block-size", "32"]))) == 32
     # 0.34: different sizes refused (push at the handshake, pull without remote_num_tokens)
     found = messages(inv_text(pargs=["--block-size", "16"], dargs=["--block-size=32"]))
-    assert len(found) == 1 and "one block size on both tiers" in found[0] and "remote_num_tokens" in found[0]
+    assert (
+        len(found) == 1
+        and "one block size on both tiers" in found[0]
+        and "remote_num_tokens" in found[0]
+    )
     push = {"kv_connector": "NixlPushConnector"}
     found = messages(inv_text(pargs=["--block-size", "16"], dargs=["--block-size=32"], kv=push))
     assert "push connector refuses" in found[0]
     # 0.33 maps a ratio: still taken
-    parse_inventory(inv_text("vllm/vllm-openai:v0.33.0", pargs=["--block-size", "16"], dargs=["--block-size=32"]))
+    parse_inventory(
+        inv_text(
+            "vllm/vllm-openai:v0.33.0", pargs=["--block-size", "16"], dargs=["--block-size=32"]
+        )
+    )
     # kv_aware reads 16-token blocks
-    found = messages(inv_text(dargs=["--block-size", "64"], pargs=["--block-size", "64"],
-                              router=", decode_policy: kv_aware"))
+    found = messages(
+        inv_text(
+            dargs=["--block-size", "64"],
+            pargs=["--block-size", "64"],
+            router=", decode_policy: kv_aware",
+        )
+    )
     assert len(found) == 2 and all("kv_aware" in m for m in found)
 
 
 def test_a_non_compact_layout_is_refused_with_the_extensible_kv_cache() -> None:
-    found = messages(inv_text(pargs=["--enable-extensible-kv-cache"], penv={"VLLM_KV_CACHE_LAYOUT": "HND"}))
+    found = messages(
+        inv_text(pargs=["--enable-extensible-kv-cache"], penv={"VLLM_KV_CACHE_LAYOUT": "HND"})
+    )
     assert len(found) == 1 and "block-compact" in found[0]
     parse_inventory(inv_text(penv={"VLLM_KV_CACHE_LAYOUT": "HND"}))  # pdboot disables it

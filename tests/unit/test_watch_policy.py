@@ -23,8 +23,7 @@ from pdboot.verify.watch_policy import (
 P1, P2 = WatchedEngine("p1", "prefill", "http://p1"), WatchedEngine("p2", "prefill", "http://p2")
 D1, D2 = WatchedEngine("d1", "decode", "http://d1"), WatchedEngine("d2", "decode", "http://d2")
 TWO_BY_TWO = [P1, P2, D1, D2]
-CFG = WatchConfig(interval_seconds=1, readmit_after=3, restart_after=2,
-                  restart_backoff_seconds=100)
+CFG = WatchConfig(interval_seconds=1, readmit_after=3, restart_after=2, restart_backoff_seconds=100)
 
 
 def good(p: str, d: str) -> PairCheck:
@@ -39,17 +38,21 @@ def hang(p: str, d: str) -> PairCheck:
     return PairCheck(p, d, "hang", "decode", "timed out")
 
 
-def rnd(now: float, bad: dict[tuple[str, str], PairCheck] | None = None,
-        health: dict[str, bool] | None = None, engines: list[WatchedEngine] = TWO_BY_TWO
-        ) -> Round:
+def rnd(
+    now: float,
+    bad: dict[tuple[str, str], PairCheck] | None = None,
+    health: dict[str, bool] | None = None,
+    engines: list[WatchedEngine] = TWO_BY_TWO,
+) -> Round:
     pres = [e.key for e in engines if e.tier == "prefill"]
     decs = [e.key for e in engines if e.tier == "decode"]
     pairs = tuple((bad or {}).get((p, d), good(p, d)) for p in pres for d in decs)
     return Round(now, pairs, health or {e.key: True for e in engines})
 
 
-def run(rounds: list[Round], engines: list[WatchedEngine] = TWO_BY_TWO,
-        cfg: WatchConfig = CFG) -> tuple[WatchState, list[list[object]]]:
+def run(
+    rounds: list[Round], engines: list[WatchedEngine] = TWO_BY_TWO, cfg: WatchConfig = CFG
+) -> tuple[WatchState, list[list[object]]]:
     state = initial_state(engines)
     out: list[list[object]] = []
     for r in rounds:
@@ -69,15 +72,19 @@ def test_a_decode_wrong_with_every_prefill_is_blamed_not_the_prefills() -> None:
 
 def test_a_prefill_that_breaks_both_decodes_is_blamed_not_the_decodes() -> None:
     one_p = [P1, D1, D2]
-    r = rnd(0, {("p1", "d1"): hang("p1", "d1"), ("p1", "d2"): hang("p1", "d2")},
-            engines=one_p)
+    r = rnd(0, {("p1", "d1"): hang("p1", "d1"), ("p1", "d2"): hang("p1", "d2")}, engines=one_p)
     assert set(blame(one_p, r)) == {"p1"}
 
 
 def test_health_failing_blames_that_engine_and_spares_its_peers() -> None:
-    r = rnd(0, {("p1", "d2"): PairCheck("p1", "d2", "error", "decode", "HTTP 503"),
-                ("p2", "d2"): PairCheck("p2", "d2", "error", "decode", "HTTP 503")},
-            health={"p1": True, "p2": True, "d1": True, "d2": False})
+    r = rnd(
+        0,
+        {
+            ("p1", "d2"): PairCheck("p1", "d2", "error", "decode", "HTTP 503"),
+            ("p2", "d2"): PairCheck("p2", "d2", "error", "decode", "HTTP 503"),
+        },
+        health={"p1": True, "p2": True, "d1": True, "d2": False},
+    )
     assert blame(TWO_BY_TWO, r) == {"d2": Blame("health", "d2: /health failing")}
 
 
@@ -150,8 +157,10 @@ def test_wrong_answers_and_health_never_restart() -> None:
 
 
 def test_a_prefill_restart_names_the_decodes_to_restart_after_it() -> None:
-    ft = {("p1", d): PairCheck("p1", d, "error", "decode", "HTTP 500", failed_transfers=1)
-          for d in ("d1", "d2")}
+    ft = {
+        ("p1", d): PairCheck("p1", d, "error", "decode", "HTTP 500", failed_transfers=1)
+        for d in ("d1", "d2")
+    }
     _, acts = run([rnd(0, ft), rnd(1, ft)])
     assert acts[1] == [Restart("p1", "prefill", ft[("p1", "d1")].reason(), ("d1", "d2"))]
 

@@ -17,8 +17,12 @@ from pdboot.verify.watch_events import WatchActionTaken, WatchRound
 from pdboot.verify.watch_metrics import WATCH_METRICS, WatchMetrics
 from pdboot.verify.watch_policy import WatchConfig, WatchedEngine
 
-ENGINES = [WatchedEngine("p1", "prefill", "http://p1"), WatchedEngine("p2", "prefill", "http://p2"),
-           WatchedEngine("d1", "decode", "http://d1"), WatchedEngine("d2", "decode", "http://d2")]
+ENGINES = [
+    WatchedEngine("p1", "prefill", "http://p1"),
+    WatchedEngine("p2", "prefill", "http://p2"),
+    WatchedEngine("d1", "decode", "http://d1"),
+    WatchedEngine("d2", "decode", "http://d2"),
+]
 
 
 @dataclass
@@ -36,8 +40,9 @@ class FakeEngine:
 
 @dataclass
 class World:
-    engines: dict[str, FakeEngine] = field(default_factory=lambda: {
-        e.key: FakeEngine(e.tier) for e in ENGINES})
+    engines: dict[str, FakeEngine] = field(
+        default_factory=lambda: {e.key: FakeEngine(e.tier) for e in ENGINES}
+    )
     now: float = 0.0
 
     def clock(self) -> float:
@@ -46,23 +51,41 @@ class World:
     def sleep(self, s: float) -> None:
         self.now += s
 
-    def fetch(self, url: str, *, timeout: float = 2.0, body: Any = None,
-              headers: Any = None, method: str | None = None) -> HttpAnswer:
+    def fetch(
+        self,
+        url: str,
+        *,
+        timeout: float = 2.0,
+        body: Any = None,
+        headers: Any = None,
+        method: str | None = None,
+    ) -> HttpAnswer:
         self.now += 0.01
         key, _, path = url.removeprefix("http://").partition("/")
         e = self.engines[key]
         if path == "health":
             return HttpAnswer(200 if e.healthy else 503, "")
         if path == "metrics":
-            return HttpAnswer(200, (
-                f'vllm:nixl_num_failed_transfers_total{{engine="0"}} {e.failed}\n'
-                f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} '
-                f"{e.pulled}\nvllm:num_requests_running {int(self.now < e.busy_until)}\n"))
+            return HttpAnswer(
+                200,
+                (
+                    f'vllm:nixl_num_failed_transfers_total{{engine="0"}} {e.failed}\n'
+                    f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} '
+                    f"{e.pulled}\nvllm:num_requests_running {int(self.now < e.busy_until)}\n"
+                ),
+            )
         prompt = body["prompt"]
         params = body.get("kv_transfer_params")
         if e.tier == "prefill":
-            return HttpAnswer(200, json.dumps({"choices": [{"text": " x"}], "kv_transfer_params": {
-                "do_remote_prefill": True, "remote_engine_id": key}}))
+            return HttpAnswer(
+                200,
+                json.dumps(
+                    {
+                        "choices": [{"text": " x"}],
+                        "kv_transfer_params": {"do_remote_prefill": True, "remote_engine_id": key},
+                    }
+                ),
+            )
         if params:
             if e.hang:
                 self.now += timeout
@@ -108,11 +131,25 @@ class FakeRestarter:
 def watcher(world: World, restarter: bool = True) -> tuple[Watcher, FakeRouter, list[Event]]:
     events: list[Event] = []
     router = FakeRouter()
-    deps = WatchDeps(world.fetch, router, events.append, WatchMetrics(),
-                     FakeRestarter(world) if restarter else None, clock=world.clock,
-                     wall=world.clock, sleep=world.sleep, drain_seconds=1, ready_seconds=5)
-    cfg = WatchConfig(interval_seconds=1, deadline_seconds=0.5, readmit_after=2,
-                      restart_after=2, restart_backoff_seconds=60)
+    deps = WatchDeps(
+        world.fetch,
+        router,
+        events.append,
+        WatchMetrics(),
+        FakeRestarter(world) if restarter else None,
+        clock=world.clock,
+        wall=world.clock,
+        sleep=world.sleep,
+        drain_seconds=1,
+        ready_seconds=5,
+    )
+    cfg = WatchConfig(
+        interval_seconds=1,
+        deadline_seconds=0.5,
+        readmit_after=2,
+        restart_after=2,
+        restart_backoff_seconds=60,
+    )
     return Watcher(ENGINES, "m", cfg, deps), router, events
 
 
@@ -130,11 +167,14 @@ def test_all_good_rounds_change_nothing_and_export_per_pair_metrics() -> None:
     assert [len(r.pairs) for r in rounds] == [4, 4]
     assert all(p.result == "good" and p.pulled_tokens == 40 for p in rounds[0].pairs)
     text = w.deps.metrics.exposition()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for s in parse_exposition(text)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in parse_exposition(text)}
     assert samples[("pdboot_watch_canary_ok", (("decode", "d1"), ("prefill", "p1")))] == 1
-    assert samples[("pdboot_watch_canaries_total",
-                    (("decode", "d2"), ("prefill", "p2"), ("result", "ok")))] == 2
+    assert (
+        samples[
+            ("pdboot_watch_canaries_total", (("decode", "d2"), ("prefill", "p2"), ("result", "ok")))
+        ]
+        == 2
+    )
     assert samples[("pdboot_watch_rounds_total", ())] == 2
     assert {s.name for s in parse_exposition(text)} <= {m[0] for m in WATCH_METRICS}
 
@@ -173,8 +213,11 @@ def test_a_hung_decode_is_evicted_then_restarted_and_readmitted() -> None:
     assert world.engines["d2"].restarts == 1
     w.round()
     w.round()
-    assert [a for a in actions(events)] == [("evict", "d2", True), ("restart", "d2", True),
-                                            ("readmit", "d2", True)]
+    assert [a for a in actions(events)] == [
+        ("evict", "d2", True),
+        ("restart", "d2", True),
+        ("readmit", "d2", True),
+    ]
     restart = next(e for e in events if isinstance(e, WatchActionTaken) and e.action == "restart")
     assert restart.detail.startswith("still busy after 1.0s (1 running"), restart.detail
     assert w.deps.metrics.value("pdboot_watch_restarts_total", "d2", "decode") == 1
@@ -189,9 +232,15 @@ def test_a_prefill_with_a_dead_side_channel_restarts_then_each_decode_one_at_a_t
     acts = actions(events)
     assert acts[0] == ("evict", "p1", True) and ("restart", "p1", True) in acts
     # each decode: out of the router, restarted, back in, never both out at once
-    tail = acts[acts.index(("restart", "p1", True)) + 1:]
-    assert tail == [("evict", "d1", True), ("restart", "d1", True), ("readmit", "d1", True),
-                    ("evict", "d2", True), ("restart", "d2", True), ("readmit", "d2", True)]
+    tail = acts[acts.index(("restart", "p1", True)) + 1 :]
+    assert tail == [
+        ("evict", "d1", True),
+        ("restart", "d1", True),
+        ("readmit", "d1", True),
+        ("evict", "d2", True),
+        ("restart", "d2", True),
+        ("readmit", "d2", True),
+    ]
     assert world.engines["d1"].restarts == world.engines["d2"].restarts == 1
 
 

@@ -90,16 +90,26 @@ def test_the_service_command_parses_in_the_real_cli_and_compose_accepts_it(
 def _after_the_proof(events: list[ev.Event]) -> bool:
     """watch's canaries would count in the KV proof's window: it starts after the proof."""
     proof = next(i for i, e in enumerate(events) if isinstance(e, ev.KVVerdict))
-    start = next(i for i, e in enumerate(events)
-                 if isinstance(e, ev.ServiceStarted) and e.service == "watch@r")
+    start = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, ev.ServiceStarted) and e.service == "watch@r"
+    )
     return proof < start
 
 
 def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
     world = World(with_watch())
     rec = Recorder()
-    code = up(world.inv, UpOptions(skip_preflight=True), rec, clock=world.clock,
-              hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
+    code = up(
+        world.inv,
+        UpOptions(skip_preflight=True),
+        rec,
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+    )
     assert code == 0, [e for e in rec.events if isinstance(e, ev.Failure)]
     started = [e.service for e in rec.of(ev.ServiceStarted)]
     assert started[-3:] == ["router@r", "proxy@r", "watch@r"]
@@ -109,8 +119,15 @@ def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
     assert set(world.registered.values()) == {"prefill", "decode"}
     # a re-run with watch running: removed for up's checks, started again after them
     again = Recorder()
-    code = up(world.inv, UpOptions(skip_preflight=True), again, clock=world.clock,
-              hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
+    code = up(
+        world.inv,
+        UpOptions(skip_preflight=True),
+        again,
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+    )
     assert code == 0, [e for e in again.events if isinstance(e, ev.Failure)]
     assert [e.service for e in again.of(ev.ServiceStarted)] == ["watch@r"]
     assert _after_the_proof(again.events)
@@ -126,12 +143,30 @@ def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
 def test_status_shows_the_last_verdict_per_pair() -> None:
     world = World(with_watch())
     rec = Recorder()
-    up(world.inv, UpOptions(skip_preflight=True, prove=False), rec, clock=world.clock,
-       hosts_factory=world.hosts, fetch=world.fetch, lock_factory=world.take_lock)
-    doc = {"rounds": 7, "out_of_rotation": ["decode@d1"], "pairs": [
-        {"prefill": "prefill@p1", "decode": "decode@d1", "ok": False, "result": "wrong",
-         "fault": "wrong_answer", "reason": "prefill@p1 -> decode@d1: wrong answer",
-         "seconds": 0.2}]}
+    up(
+        world.inv,
+        UpOptions(skip_preflight=True, prove=False),
+        rec,
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+    )
+    doc = {
+        "rounds": 7,
+        "out_of_rotation": ["decode@d1"],
+        "pairs": [
+            {
+                "prefill": "prefill@p1",
+                "decode": "decode@d1",
+                "ok": False,
+                "result": "wrong",
+                "fault": "wrong_answer",
+                "reason": "prefill@p1 -> decode@d1: wrong answer",
+                "seconds": 0.2,
+            }
+        ],
+    }
 
     def fetch(url: str, **kw: Any) -> HttpAnswer:
         if url == "http://192.0.2.12:29111/verdicts":

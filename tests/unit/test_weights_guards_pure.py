@@ -92,7 +92,7 @@ def test_plain_http_only_when_asked_by_name() -> None:
     ],
 )
 def test_work_and_cache_dirs_under_world_writable_temp_trees_are_refused(extra: str) -> None:
-    with pytest.raises(InventoryError, match="temporary|system"):
+    with pytest.raises(InventoryError, match=r"temporary|system"):
         parse_inventory(GOOD + extra)
 
 

@@ -321,9 +321,9 @@ def test_the_seed_port_is_checked_on_the_first_engine_host_only() -> None:
 
 
 def test_every_other_engine_host_probes_the_seed_port() -> None:
-    from pdboot.preflight.contexts import contexts
     from pdboot.preflight.checks import MISSING
     from pdboot.preflight.checks.network import ProbeFact, _probe
+    from pdboot.preflight.contexts import contexts
 
     inv = parse_inventory(INV + "weights: {seed: first_host, seed_port: 9100}\n")
     ctxs = contexts(inv)

@@ -28,8 +28,11 @@ from tests.conftest import started_testbed
 from tests.testbed.harness import HostSpec, Testbed
 
 ROOT = Path(__file__).resolve().parents[3]
-HOSTS = (HostSpec("prefill", profile="cpu-only"), HostSpec("decode", profile="cpu-only"),
-         HostSpec("ingress", profile="cpu-only"))
+HOSTS = (
+    HostSpec("prefill", profile="cpu-only"),
+    HostSpec("decode", profile="cpu-only"),
+    HostSpec("ingress", profile="cpu-only"),
+)
 
 
 SHARED = "real1"
@@ -60,13 +63,17 @@ TWO_DECODES = {"decode": {"engines_per_host": 2, "cpus": [[1], [0]]}}
 @pytest.fixture(scope="package")
 def real_deployment(real_tb: Testbed) -> Iterator[Deployed]:
     real_tb.reset()
-    inv = real_tb.inventory(real_tb.dir / f"{SHARED}.yaml", name=SHARED, engine="vllm",
-                            overrides=TWO_DECODES)
+    inv = real_tb.inventory(
+        real_tb.dir / f"{SHARED}.yaml", name=SHARED, engine="vllm", overrides=TWO_DECODES
+    )
     ev = real_tb.dir / f"{SHARED}-up.jsonl"
     t0 = time.monotonic()
     res = pdboot("up", str(inv), "--events", str(ev))  # WITH preflight and the image probe
-    print(f"\n[real-engine] pdboot up (preflight, pulls, engines, checks): "
-          f"{time.monotonic() - t0:.0f}s", file=sys.stderr)
+    print(
+        f"\n[real-engine] pdboot up (preflight, pulls, engines, checks): "
+        f"{time.monotonic() - t0:.0f}s",
+        file=sys.stderr,
+    )
     try:
         yield Deployed(real_tb, inv, res, events(ev) if ev.exists() else [])
     finally:
@@ -78,8 +85,14 @@ def pdboot(
     *args: str, timeout: float = 900, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200", TERM="dumb", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "pdboot", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pdboot", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def output(res: subprocess.CompletedProcess[str]) -> str:
@@ -111,8 +124,15 @@ def container_ids(tb: Testbed, deployment: str) -> dict[str, str]:
     """container name -> id, for every container of the deployment on every host."""
     out = {}
     for h in tb.hosts.values():
-        res = h.docker("ps", "-a", "--no-trunc", "--format", "{{.Names}} {{.ID}}", "--filter",
-                       f"label=io.pdboot.deployment={deployment}")
+        res = h.docker(
+            "ps",
+            "-a",
+            "--no-trunc",
+            "--format",
+            "{{.Names}} {{.ID}}",
+            "--filter",
+            f"label=io.pdboot.deployment={deployment}",
+        )
         out.update(dict(line.split() for line in res.stdout.splitlines() if line.strip()))
     return out
 
@@ -134,19 +154,31 @@ def pd_probe(prefill: str, decode: str, tokens: int = 4) -> dict[str, Any]:
     from pdboot.verify.pdcheck import PREFILL_PARAMS
     from tests.testbed.inventory import REAL_SERVED_NAME
 
-    body = {"model": REAL_SERVED_NAME, "prompt": "one two three four five six seven eight",
-            "max_tokens": 1, "temperature": 0}
+    body = {
+        "model": REAL_SERVED_NAME,
+        "prompt": "one two three four five six seven eight",
+        "max_tokens": 1,
+        "temperature": 0,
+    }
     pre = http_json(f"{prefill}/v1/completions", {**body, "kv_transfer_params": PREFILL_PARAMS})
-    reply: dict[str, Any] = http_json(f"{decode}/v1/completions", {
-        **body, "max_tokens": tokens, "kv_transfer_params": pre["kv_transfer_params"]})
+    reply: dict[str, Any] = http_json(
+        f"{decode}/v1/completions",
+        {**body, "max_tokens": tokens, "kv_transfer_params": pre["kv_transfer_params"]},
+    )
     assert reply["usage"]["completion_tokens"] == tokens, reply
     return reply
 
 
 def container(tb: Testbed, host: str, deployment: str, role: str) -> str:
-    res = tb.hosts[host].docker("ps", "-aq", "--no-trunc", "--filter",
-                                f"label=io.pdboot.deployment={deployment}", "--filter",
-                                f"label=io.pdboot.role={role}")
+    res = tb.hosts[host].docker(
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        f"label=io.pdboot.deployment={deployment}",
+        "--filter",
+        f"label=io.pdboot.role={role}",
+    )
     ids = res.stdout.split()
     assert ids, f"no {role} container of {deployment} on {host}"
     return ids[0]

@@ -33,20 +33,31 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.real_vllm]
 
 # What pdboot reads from an engine's /metrics: family -> the label keys it selects on.
 READ = {
-    pm.XFER_TIME: set(), pm.XFER_BYTES: set(), pm.FAILED_XFERS: set(),
-    pm.EXPIRED_LEASES: set(), pm.REQUEST_SUCCESS: set(), pm.GENERATION_TOKENS: set(),
-    pm.TTFT: set(), pm.ITL: set(), pm.PROMPT_BY_SOURCE: {"source"},
-    probes.KV_XFERS: set(), probes.KV_FAILED: set(),
+    pm.XFER_TIME: set(),
+    pm.XFER_BYTES: set(),
+    pm.FAILED_XFERS: set(),
+    pm.EXPIRED_LEASES: set(),
+    pm.REQUEST_SUCCESS: set(),
+    pm.GENERATION_TOKENS: set(),
+    pm.TTFT: set(),
+    pm.ITL: set(),
+    pm.PROMPT_BY_SOURCE: {"source"},
+    probes.KV_XFERS: set(),
+    probes.KV_FAILED: set(),
     **{name: set() for name in pm.KV_EVIDENCE if name != pm.PROMPT_BY_SOURCE},
 }
 # The phases both engines must show in their start-up log (CUDA graphs: GPU only).
-SHARED_PHASES = {"starting", "loading weights", "allocating KV cache", "starting API server",
-                 "ready"}
+SHARED_PHASES = {
+    "starting",
+    "loading weights",
+    "allocating KV cache",
+    "starting API server",
+    "ready",
+}
 
 
 class Side:
-    def __init__(self, name: str, prefill: str, decode: str, model: str,
-                 decode_log: str) -> None:
+    def __init__(self, name: str, prefill: str, decode: str, model: str, decode_log: str) -> None:
         self.name, self.prefill, self.decode, self.model = name, prefill, decode, model
         self.decode_log = decode_log
 
@@ -61,8 +72,11 @@ def families(text: str) -> dict[str, set[frozenset[str]]]:
         if not m:
             continue
         name = m.group(1)
-        keys = frozenset(k for k in re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="', m.group(2) or "")
-                         if k not in ("le", "model_name", "engine"))
+        keys = frozenset(
+            k
+            for k in re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="', m.group(2) or "")
+            if k not in ("le", "model_name", "engine")
+        )
         for suffix in ("_bucket", "_count", "_sum", "_created"):
             if name.endswith(suffix) and not name.endswith("_total"):
                 out.setdefault(name[: -len(suffix)], set()).add(keys)
@@ -78,12 +92,19 @@ def get(url: str) -> tuple[int, str, str]:
 def pd_request(side: Side) -> dict[str, Any]:
     """pdboot's own P/D probe (pdcheck): the prefill with do_remote_decode, then the decode
     with the prefill's kv_transfer_params; returns the prefill's reply."""
-    body = {"model": side.model, "prompt": "one two three four five six seven eight nine",
-            "max_tokens": 1, "temperature": 0}
-    pre: dict[str, Any] = http_json(f"{side.prefill}/v1/completions",
-                                    {**body, "kv_transfer_params": PREFILL_PARAMS})
-    http_json(f"{side.decode}/v1/completions",
-              {**body, "max_tokens": 4, "kv_transfer_params": pre["kv_transfer_params"]})
+    body = {
+        "model": side.model,
+        "prompt": "one two three four five six seven eight nine",
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    pre: dict[str, Any] = http_json(
+        f"{side.prefill}/v1/completions", {**body, "kv_transfer_params": PREFILL_PARAMS}
+    )
+    http_json(
+        f"{side.decode}/v1/completions",
+        {**body, "max_tokens": 4, "kv_transfer_params": pre["kv_transfer_params"]},
+    )
     return pre
 
 
@@ -104,14 +125,23 @@ STANDIN_VERSIONS = ("0.34.0", "0.33.0")
 
 
 @pytest.fixture(scope="module", params=STANDIN_VERSIONS)
-def standin(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-            ) -> Iterator[Side]:
+def standin(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Side]:
     tmp: Path = tmp_path_factory.mktemp(f"standin-contract-{request.param}")
     env = {"STANDIN_LOAD_SECONDS": "0.2", "VLLM_STANDIN_VERSION": request.param}
-    p = Engine(tmp, "prefill", ["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                                kv_config("kv_producer")], env)
-    d = Engine(tmp, "decode", ["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                               kv_config("kv_consumer")], env)
+    p = Engine(
+        tmp,
+        "prefill",
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")],
+        env,
+    )
+    d = Engine(
+        tmp,
+        "decode",
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_consumer")],
+        env,
+    )
     try:
         p.wait_healthy()
         d.wait_healthy()
@@ -158,10 +188,14 @@ def test_metric_families_and_labels_pdboot_reads_match(both: dict[str, Side]) ->
                 problems.append(f"{k}: no {name}")
             elif not any(keys <= ks for ks in fams[k][name]):
                 problems.append(f"{k}: {name} lacks labels {sorted(keys)}")
-        if name in fams["real"] and name in fams["standin"] and \
-                fams["real"][name] != fams["standin"][name]:
-            problems.append(f"{name}: label keys real {fams['real'][name]} "
-                                f"vs stand-in {fams['standin'][name]}")
+        if (
+            name in fams["real"]
+            and name in fams["standin"]
+            and fams["real"][name] != fams["standin"][name]
+        ):
+            problems.append(
+                f"{name}: label keys real {fams['real'][name]} vs stand-in {fams['standin'][name]}"
+            )
     assert not problems, "\n".join(problems)
 
 
@@ -169,14 +203,17 @@ def test_prompt_token_sources_match(both: dict[str, Side]) -> None:
     values = {}
     for k, s in both.items():
         text = get(f"{s.decode}/metrics")[2]
-        values[k] = set(re.findall(rf'^{re.escape(pm.PROMPT_BY_SOURCE)}\{{[^}}]*source="([a-z_]+)"',
-                                   text, re.M))
+        values[k] = set(
+            re.findall(rf'^{re.escape(pm.PROMPT_BY_SOURCE)}\{{[^}}]*source="([a-z_]+)"', text, re.M)
+        )
     assert values["real"] == values["standin"], values
     assert "external_kv_transfer" in values["real"]
 
 
 def test_start_up_log_lines_loadphase_reads_match(both: dict[str, Side]) -> None:
-    phases = {k: {p.phase for line in s.decode_log.splitlines()
-                  if (p := phase_of_line(line)) is not None} for k, s in both.items()}
+    phases = {
+        k: {p.phase for line in s.decode_log.splitlines() if (p := phase_of_line(line)) is not None}
+        for k, s in both.items()
+    }
     for k in both:
         assert phases[k] >= SHARED_PHASES, (k, sorted(phases[k]))

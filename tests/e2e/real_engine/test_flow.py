@@ -48,9 +48,16 @@ def _of(evs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def chat(d: Deployed, url: str, text: str, tokens: int = 8) -> dict[str, Any]:
-    reply: dict[str, Any] = http_json(f"{url}/v1/chat/completions", {
-        "model": REAL_SERVED_NAME, "messages": [{"role": "user", "content": text}],
-        "max_tokens": tokens, "temperature": 0, "ignore_eos": True})
+    reply: dict[str, Any] = http_json(
+        f"{url}/v1/chat/completions",
+        {
+            "model": REAL_SERVED_NAME,
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        },
+    )
     return reply
 
 
@@ -76,14 +83,18 @@ def test_up_preflight_probe_proof_gate_speed(deployed: Deployed) -> None:
 def test_chat_through_router_pulls_kv_over_nixl(deployed: Deployed) -> None:
     ds = deployed.decodes  # the router picks the decode: count over both
     ext = "vllm:prompt_tokens_by_source_total"
-    before = (total(ds, ext, source="external_kv_transfer"),
-              total(ds, "vllm:nixl_bytes_transferred_sum"),
-              total(ds, "vllm:nixl_xfer_time_seconds_count"))
+    before = (
+        total(ds, ext, source="external_kv_transfer"),
+        total(ds, "vllm:nixl_bytes_transferred_sum"),
+        total(ds, "vllm:nixl_xfer_time_seconds_count"),
+    )
     reply = chat(deployed, deployed.router, "hello prefill and decode, one two three four")
     assert reply["usage"]["completion_tokens"] == 8
-    after = (total(ds, ext, source="external_kv_transfer"),
-             total(ds, "vllm:nixl_bytes_transferred_sum"),
-             total(ds, "vllm:nixl_xfer_time_seconds_count"))
+    after = (
+        total(ds, ext, source="external_kv_transfer"),
+        total(ds, "vllm:nixl_bytes_transferred_sum"),
+        total(ds, "vllm:nixl_xfer_time_seconds_count"),
+    )
     prompt = reply["usage"]["prompt_tokens"]
     # the decode computed at most the last prompt token; the rest came over NIXL
     assert after[0] - before[0] >= prompt - 1, (before, after, prompt)
@@ -100,8 +111,9 @@ def test_two_decode_engines_on_one_host_each_pull_kv(deployed: Deployed) -> None
         env = json.loads(dec.docker("inspect", "--format", "{{json .Config.Env}}", name).stdout)
         kv = dict(e.split("=", 1) for e in env)
         seen[name] = (kv["VLLM_CPU_OMP_THREADS_BIND"], kv["VLLM_NIXL_SIDE_CHANNEL_PORT"])
-    assert seen == {"pdboot-real1-decode": ("1", "5601"),
-                    "pdboot-real1-decode-1": ("0", "5611")}, seen
+    assert seen == {"pdboot-real1-decode": ("1", "5601"), "pdboot-real1-decode-1": ("0", "5611")}, (
+        seen
+    )
     speed = _of(deployed.events, "kv_speed")[-1]["pairs"]
     assert sorted(p["decode"] for p in speed) == ["decode-1@decode", "decode@decode"], speed
     assert all(p["megabytes"] > 0 and p["gbps"] for p in speed), speed
@@ -121,7 +133,12 @@ def test_status_reads_real_pd_metrics(deployed: Deployed) -> None:
     doc = json.loads(st.stdout)
     assert doc["healthy"] is True
     assert {s["service"] for s in doc["services"]} == {
-        "prefill@prefill", "decode@decode", "decode-1@decode", "router@ingress", "proxy@ingress"}
+        "prefill@prefill",
+        "decode@decode",
+        "decode-1@decode",
+        "router@ingress",
+        "proxy@ingress",
+    }
     assert doc.get("pd"), doc
     text = json.dumps(doc["pd"])
     assert "decode@decode" in text and "decode-1@decode" in text and "prefill@prefill" in text
@@ -131,8 +148,11 @@ def test_load_phases_from_real_log_lines(deployed: Deployed) -> None:
     tb = deployed.tb
     cid = container(tb, "decode", NAME, "decode")
     logs = tb.hosts["decode"].docker("logs", cid, timeout=60)
-    phases = [p.phase for line in (logs.stdout + logs.stderr).splitlines()
-              if (p := phase_of_line(line)) is not None]
+    phases = [
+        p.phase
+        for line in (logs.stdout + logs.stderr).splitlines()
+        if (p := phase_of_line(line)) is not None
+    ]
     for want in ("starting", "loading weights", "allocating KV cache", "ready"):
         assert want in phases, (want, sorted(set(phases)))
 
@@ -158,9 +178,24 @@ def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
     ds = deployed.decodes
     pulls = total(ds, "vllm:nixl_xfer_time_seconds_count")
     env = {"PDBOOT_AIPERF": aiperf[0]}
-    res = pdboot("bench", str(deployed.inv), "--tokenizer", str(deployed.tb.cpu_model),
-                 "--concurrency", "2", "--isl", "48", "--osl", "6", "--requests", "6",
-                 "--out-dir", str(tmp_path), env=env, timeout=600)
+    res = pdboot(
+        "bench",
+        str(deployed.inv),
+        "--tokenizer",
+        str(deployed.tb.cpu_model),
+        "--concurrency",
+        "2",
+        "--isl",
+        "48",
+        "--osl",
+        "6",
+        "--requests",
+        "6",
+        "--out-dir",
+        str(tmp_path),
+        env=env,
+        timeout=600,
+    )
     assert res.returncode == 0, output(res)[-6000:]
     doc = json.loads((tmp_path / "results.json").read_text())
     assert [r["role"] for r in doc["runs"]] == ["pd", "baseline"], doc["runs"]

@@ -30,6 +30,7 @@ from tests.testbed.images import CPU_REPO, CPU_TAG
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.real_vllm]
 
+
 def _ts(ev: dict[str, object]) -> datetime:
     return datetime.fromisoformat(str(ev["ts"]))
 
@@ -41,7 +42,9 @@ def test_an_argument_only_034_knows_stops_up_after_the_pull(
     retag(real_tb.registry, CPU_REPO, CPU_TAG, MOVED_TAG)
     name = "argcheck"
     inv = real_tb.inventory(
-        tmp_path / "inv.yaml", name=name, engine="vllm",
+        tmp_path / "inv.yaml",
+        name=name,
+        engine="vllm",
         overrides={
             "image": f"{real_tb.registry}/{CPU_REPO}:{MOVED_TAG}",
             "decode": {"extra_args": ["--max-num-inflight-kv-loads", "4"]},
@@ -74,6 +77,8 @@ def test_an_argument_only_034_knows_stops_up_after_the_pull(
     took = (_ts(failed[0]) - stages["image_check"]).total_seconds()
     parsed = float(re.search(r"parsed in ([\d.]+) s", msg).group(1))  # type: ignore[union-attr]
     imported = re.search(r"([\d.]+) s of it importing vLLM", msg)
-    print(f"\n[image-args] image check {took:.1f}s after the pull; the image's parser "
-          f"{parsed:.1f}s (container start, vLLM import "
-          f"{imported.group(1) if imported else '?'}s, parse)")
+    print(
+        f"\n[image-args] image check {took:.1f}s after the pull; the image's parser "
+        f"{parsed:.1f}s (container start, vLLM import "
+        f"{imported.group(1) if imported else '?'}s, parse)"
+    )

@@ -54,8 +54,12 @@ def logs_of(tb: Testbed, name: str, host: str, role: str) -> list[str]:
 
 
 def findings(tb: Testbed, name: str) -> set[str]:
-    found = diagnose({f"{r}@{h}": logs_of(tb, name, h, r)
-                      for h, r in (("prefill", "prefill"), ("decode", "decode"))})
+    found = diagnose(
+        {
+            f"{r}@{h}": logs_of(tb, name, h, r)
+            for h, r in (("prefill", "prefill"), ("decode", "decode"))
+        }
+    )
     return {f.id for f in found}
 
 
@@ -73,16 +77,24 @@ def down(tb: Testbed, name: str) -> None:
 
 def test_engine_refusing_an_argument_is_diagnosed(tb: Testbed) -> None:
     # an option no release has: refused at load, against the image's release's option list
-    bad = tb.inventory(tb.dir / "badarg0.yaml", name="badarg", engine="vllm",
-                       overrides={"decode": {"extra_args": [*TIER_ARGS, "--no-such-flag"]}})
+    bad = tb.inventory(
+        tb.dir / "badarg0.yaml",
+        name="badarg",
+        engine="vllm",
+        overrides={"decode": {"extra_args": [*TIER_ARGS, "--no-such-flag"]}},
+    )
     early = pdboot("render", str(bad))
     assert early.returncode == 2 and "--no-such-flag is not an option" in output(early)
     # an image that moved (rendered for 0.34.0, holding 0.32.0) with its own argument check
     # skipped (--skip-preflight): the engine refuses at start and vLLM's text is diagnosed
     retag(tb.registry, CPU_REPO, CPU_TAG, MOVED_TAG)
     flag = "--max-num-inflight-kv-loads"
-    res, evs = up(tb, "badarg", image=f"{tb.registry}/{CPU_REPO}:{MOVED_TAG}",
-                  decode={"extra_args": [*TIER_ARGS, flag, "4"]})
+    res, evs = up(
+        tb,
+        "badarg",
+        image=f"{tb.registry}/{CPU_REPO}:{MOVED_TAG}",
+        decode={"extra_args": [*TIER_ARGS, flag, "4"]},
+    )
     try:
         assert res.returncode == 1, output(res)[-3000:]
         out = output(res)
@@ -112,8 +124,12 @@ def test_tiers_disagreeing_on_dtype_fail_the_handshake(tb: Testbed) -> None:
 
 
 def _pd_probe(prefill: str, decode: str) -> tuple[dict[str, Any], str]:
-    body = {"model": REAL_SERVED_NAME, "prompt": "one two three four five six seven eight",
-            "max_tokens": 1, "temperature": 0}
+    body = {
+        "model": REAL_SERVED_NAME,
+        "prompt": "one two three four five six seven eight",
+        "max_tokens": 1,
+        "temperature": 0,
+    }
     pre = http_json(f"{prefill}/v1/completions", {**body, "kv_transfer_params": PREFILL_PARAMS})
     return pre["kv_transfer_params"], json.dumps(body)
 
@@ -127,8 +143,12 @@ def test_a_dropped_side_channel_fails_preflight_and_up_names_it(tb: Testbed) -> 
     `up --skip-preflight` starts the engines, the decode's handshake gets no answer, and up
     fails naming vLLM's own handshake failure. Once the port is open again, `up` (with
     preflight) passes on the same engines: the deployment is the next test's."""
-    inv = tb.inventory(tb.dir / "kill.yaml", name="kill", engine="vllm",
-                       overrides={"kv_transfer": {"kv_load_failure_policy": "fail"}})
+    inv = tb.inventory(
+        tb.dir / "kill.yaml",
+        name="kill",
+        engine="vllm",
+        overrides={"kv_transfer": {"kv_load_failure_policy": "fail"}},
+    )
     prefill = tb.hosts["prefill"]
     prefill.exec(["iptables", "-I", *DROP_SIDE_CHANNEL], check=True)
     try:
@@ -143,7 +163,9 @@ def test_a_dropped_side_channel_fails_preflight_and_up_names_it(tb: Testbed) -> 
         assert res.returncode == 1, output(res)[-4000:]
         causes = [line for e in events(ev) if e["event"] == "diagnosis" for line in e["lines"]]
         assert any("NIXL handshake with a prefill failed" in c for c in causes), (
-            causes, output(res)[-4000:])
+            causes,
+            output(res)[-4000:],
+        )
     finally:
         prefill.exec(["iptables", "-D", *DROP_SIDE_CHANNEL], check=False)
     # --skip-preflight as the up above: with preflight's facts up would now give the engines
@@ -178,6 +200,11 @@ def test_prefill_killed_before_the_pull_fail_then_recompute(tb: Testbed) -> None
         assert metric(m, "vllm:nixl_num_failed_transfers_total") >= 1, policy
         dec = logs_of(tb, "kill", "decode", "decode")
         ids = {f.id for f in diagnose({"decode@decode": dec})}
-        assert ids & {"nixl_handshake_failed", "side_channel_unreachable", "nixl_handshake",
-                      "ucx_endpoint_timeout", "nixl_transfer_failed"}, (policy, ids, dec[-30:])
+        assert ids & {
+            "nixl_handshake_failed",
+            "side_channel_unreachable",
+            "nixl_handshake",
+            "ucx_endpoint_timeout",
+            "nixl_transfer_failed",
+        }, (policy, ids, dec[-30:])
     down(tb, "kill")

@@ -11,8 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-STATES = {"DOWN": ("PORT_DOWN", 1), "INIT": ("PORT_INIT", 2), "ARMED": ("PORT_ARMED", 3),
-          "ACTIVE": ("PORT_ACTIVE", 4)}
+STATES = {
+    "DOWN": ("PORT_DOWN", 1),
+    "INIT": ("PORT_INIT", 2),
+    "ARMED": ("PORT_ARMED", 3),
+    "ACTIVE": ("PORT_ACTIVE", 4),
+}
 
 
 def hca(dev: dict[str, Any]) -> str:
@@ -21,27 +25,29 @@ def hca(dev: dict[str, Any]) -> str:
     active = num == 4
     mtu = "4096 (5)" if ib else "1024 (3)"
     guid = dev.get("node_guid", "b83f:d203:00c5:a3b0")
-    return "".join([
-        f"hca_id:\t{dev['name']}\n",
-        "\ttransport:\t\t\tInfiniBand (0)\n",
-        f"\tfw_ver:\t\t\t\t{dev.get('fw_ver', '28.39.2048')}\n",
-        f"\tnode_guid:\t\t\t{guid}\n",
-        f"\tsys_image_guid:\t\t\t{guid}\n",
-        "\tvendor_id:\t\t\t0x02c9\n",
-        f"\tvendor_part_id:\t\t\t{dev.get('vendor_part_id', 4129)}\n",
-        "\thw_ver:\t\t\t\t0x0\n",
-        f"\tboard_id:\t\t\t{dev.get('board_id', 'MT_0000000838')}\n",
-        "\tphys_port_cnt:\t\t\t1\n",
-        "\t\tport:\t1\n",
-        f"\t\t\tstate:\t\t\t{state} ({num})\n",
-        "\t\t\tmax_mtu:\t\t4096 (5)\n",
-        f"\t\t\tactive_mtu:\t\t{mtu}\n",
-        f"\t\t\tsm_lid:\t\t\t{1 if ib and active else 0}\n",
-        f"\t\t\tport_lid:\t\t{dev.get('lid', 12) if ib and active else 0}\n",
-        "\t\t\tport_lmc:\t\t0x00\n",
-        f"\t\t\tlink_layer:\t\t{'InfiniBand' if ib else 'Ethernet'}\n",
-        "\n",
-    ])
+    return "".join(
+        [
+            f"hca_id:\t{dev['name']}\n",
+            "\ttransport:\t\t\tInfiniBand (0)\n",
+            f"\tfw_ver:\t\t\t\t{dev.get('fw_ver', '28.39.2048')}\n",
+            f"\tnode_guid:\t\t\t{guid}\n",
+            f"\tsys_image_guid:\t\t\t{guid}\n",
+            "\tvendor_id:\t\t\t0x02c9\n",
+            f"\tvendor_part_id:\t\t\t{dev.get('vendor_part_id', 4129)}\n",
+            "\thw_ver:\t\t\t\t0x0\n",
+            f"\tboard_id:\t\t\t{dev.get('board_id', 'MT_0000000838')}\n",
+            "\tphys_port_cnt:\t\t\t1\n",
+            "\t\tport:\t1\n",
+            f"\t\t\tstate:\t\t\t{state} ({num})\n",
+            "\t\t\tmax_mtu:\t\t4096 (5)\n",
+            f"\t\t\tactive_mtu:\t\t{mtu}\n",
+            f"\t\t\tsm_lid:\t\t\t{1 if ib and active else 0}\n",
+            f"\t\t\tport_lid:\t\t{dev.get('lid', 12) if ib and active else 0}\n",
+            "\t\t\tport_lmc:\t\t0x00\n",
+            f"\t\t\tlink_layer:\t\t{'InfiniBand' if ib else 'Ethernet'}\n",
+            "\n",
+        ]
+    )
 
 
 def main(argv: list[str]) -> int:

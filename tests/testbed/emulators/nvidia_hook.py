@@ -61,8 +61,9 @@ def memory_utilization(args: list[str]) -> float:
     return DEFAULT_GPU_MEMORY_UTILIZATION
 
 
-def record_holder(profile_path: Path, state: dict[str, Any], args: list[str],
-                  gpus: list[dict[str, Any]]) -> None:
+def record_holder(
+    profile_path: Path, state: dict[str, Any], args: list[str], gpus: list[dict[str, Any]]
+) -> None:
     """The container's first process (state["pid"], the engine once runc execs it) holds
     its share of each granted GPU's memory: written for the host's nvidia-smi to read."""
     pid = state.get("pid")
@@ -103,9 +104,11 @@ def prestart(state: dict[str, Any]) -> None:
     (share / "profile.json").write_text(json.dumps(view))
     smi = root / "usr" / "bin" / "nvidia-smi"
     smi.parent.mkdir(parents=True, exist_ok=True)
-    smi.write_text("#!/bin/sh\n# EMULATED nvidia-smi, installed by the testbed's toolkit hook\n"
-                   "PDT_PROFILE=/usr/local/share/pdt-nvidia/profile.json "
-                   'exec /usr/bin/python3 -S -E /usr/local/share/pdt-nvidia/nvidia_smi.py "$@"\n')
+    smi.write_text(
+        "#!/bin/sh\n# EMULATED nvidia-smi, installed by the testbed's toolkit hook\n"
+        "PDT_PROFILE=/usr/local/share/pdt-nvidia/profile.json "
+        'exec /usr/bin/python3 -S -E /usr/local/share/pdt-nvidia/nvidia_smi.py "$@"\n'
+    )
     smi.chmod(0o755)
 
 

@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (verbatim lines of the real tool output are wider than 100)
 """EMULATED nvidia-smi for pdboot's testbed hosts (no GPU here): answers from the host's
 profile (JSON at $PDT_PROFILE) in the formats of the real capture in
 shared/fixtures/h200-host/ (table, -L, --version, --query-gpu/--query-compute-apps CSV,
@@ -43,8 +42,15 @@ def engine_processes(profile_path: Path) -> list[dict[str, Any]]:
         if str(r["id"]) not in cgroup:
             continue
         for index, mib in r["memory_mib"].items():
-            out.append({"gpu": int(index), "pid": int(r["pid"]), "type": "C", "name": comm,
-                        "used_memory": int(mib)})
+            out.append(
+                {
+                    "gpu": int(index),
+                    "pid": int(r["pid"]),
+                    "type": "C",
+                    "name": comm,
+                    "used_memory": int(mib),
+                }
+            )
     return out
 
 
@@ -73,18 +79,28 @@ def table(p: dict[str, Any], gpus: list[dict[str, Any]]) -> str:
     out = [time.strftime("%a %b %e %H:%M:%S %Y") + "       "]
     bar = "+" + "-" * W + "+"
     out.append(bar)
-    out.append(f"| NVIDIA-SMI {p['driver']:<23}Driver Version: {p['driver']:<15}"
-               f"CUDA Version: {p['cuda']:<9}|")
+    out.append(
+        f"| NVIDIA-SMI {p['driver']:<23}Driver Version: {p['driver']:<15}"
+        f"CUDA Version: {p['cuda']:<9}|"
+    )
     sep = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"
     out.append(("|" + sep[1:]) if driver_major(p) < 580 else sep)
-    out.append("| GPU  Name                 Persistence-M | Bus-Id          Disp.A "
-               "| Volatile Uncorr. ECC |")
-    out.append("| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage "
-               "| GPU-Util  Compute M. |")
-    out.append("|                                         |                        "
-               "|               MIG M. |")
-    out.append("|=========================================+========================"
-               "+======================|")
+    out.append(
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A "
+        "| Volatile Uncorr. ECC |"
+    )
+    out.append(
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage "
+        "| GPU-Util  Compute M. |"
+    )
+    out.append(
+        "|                                         |                        "
+        "|               MIG M. |"
+    )
+    out.append(
+        "|=========================================+========================"
+        "+======================|"
+    )
     for g in gpus:
         name = g["name"] if len(g["name"]) <= 27 else g["name"][:24] + "..."
         pm = "On" if g["persistence_mode"] == "Enabled" else "Off"
@@ -95,35 +111,50 @@ def table(p: dict[str, Any], gpus: list[dict[str, Any]]) -> str:
         mig_on = g["mig_mode"] == "Enabled"
         mig = g["mig_mode"] if g["mig_mode"] in ("Enabled", "Disabled") else "N/A"
         fan = g["fan"] if g["fan"] == "N/A" else f"{g['fan']}%"
-        mem = f"{'N/A':>21}   " if mig_on else \
-            f"{str(g['memory_used']) + 'MiB':>11} / {str(g['memory_total']) + 'MiB':>9} "
+        mem = (
+            f"{'N/A':>21}   "
+            if mig_on
+            else f"{str(g['memory_used']) + 'MiB':>11} / {str(g['memory_total']) + 'MiB':>9} "
+        )
         util = "N/A" if mig_on else f"{g['utilization']}%"
-        out.append(f"|{g['index']:>4}  {name:<27}{pm:>6}  |{g['bus_id']:>19} "
-                   f"{g['display_active']:>3} |{ecc:>21} |")
-        out.append(f"|{fan:>4}{str(g['temperature']) + 'C':>6}{g['pstate']:>6}"
-                   f"{str(int(g['power_draw'])) + 'W':>16} / "
-                   f"{str(int(g['power_limit'])) + 'W':>5} "
-                   f"|{mem}|{util:>8}{g['compute_mode']:>13} |")
+        out.append(
+            f"|{g['index']:>4}  {name:<27}{pm:>6}  |{g['bus_id']:>19} "
+            f"{g['display_active']:>3} |{ecc:>21} |"
+        )
+        out.append(
+            f"|{fan:>4}{str(g['temperature']) + 'C':>6}{g['pstate']:>6}"
+            f"{str(int(g['power_draw'])) + 'W':>16} / "
+            f"{str(int(g['power_limit'])) + 'W':>5} "
+            f"|{mem}|{util:>8}{g['compute_mode']:>13} |"
+        )
         out.append(f"|{'':41}|{'':24}|{mig:>21} |")
         out.append(sep)
     if p.get("mig_devices"):
         out += ["", bar, "| MIG devices:" + " " * (W - 13) + "|", _MIG_HEAD]
         for m in p["mig_devices"]:
-            out.append(f"|{m['gpu']:>3}{m['gi']:>5}{m['ci']:>4}{m['dev']:>4}  |"
-                       f"{str(m['memory_used']) + 'MiB':>19} / "
-                       f"{str(m['memory_total']) + 'MiB':>8}"
-                       f"    |{m['sm']:>3}{'N/A':>7} |  1   1    1    0    1 |")
-            out.append(f"|{'':18}|{str(m['bar1_used']) + 'MiB':>19} / "
-                       f"{str(m['bar1_total']) + 'MiB':>8}    |{'':11}|{'':23}|")
+            out.append(
+                f"|{m['gpu']:>3}{m['gi']:>5}{m['ci']:>4}{m['dev']:>4}  |"
+                f"{str(m['memory_used']) + 'MiB':>19} / "
+                f"{str(m['memory_total']) + 'MiB':>8}"
+                f"    |{m['sm']:>3}{'N/A':>7} |  1   1    1    0    1 |"
+            )
+            out.append(
+                f"|{'':18}|{str(m['bar1_used']) + 'MiB':>19} / "
+                f"{str(m['bar1_total']) + 'MiB':>8}    |{'':11}|{'':23}|"
+            )
             out.append(_MIG_SEP)
     out += ["", bar, "| Processes:" + " " * (W - 11) + "|"]
     old = driver_major(p) < 560
     if old:
-        out.append("|  GPU   GI   CI        PID   Type   Process name"
-                   "                              GPU Memory |")
+        out.append(
+            "|  GPU   GI   CI        PID   Type   Process name"
+            "                              GPU Memory |"
+        )
     else:
-        out.append("|  GPU   GI   CI              PID   Type   Process name"
-                   "                        GPU Memory |")
+        out.append(
+            "|  GPU   GI   CI              PID   Type   Process name"
+            "                        GPU Memory |"
+        )
     out.append("|        ID   ID" + " " * 63 + "Usage      |")
     out.append("|" + "=" * W + "|")
     indices = {g["index"] for g in gpus}
@@ -145,7 +176,9 @@ _MIG_HEAD = """+------------------+----------------------------------+----------
 |      ID  ID  Dev |                Shared BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |
 |                  |                                  |        ECC|                       |
 |==================+==================================+===========+=======================|"""
-_MIG_SEP = "+------------------+----------------------------------+-----------+-----------------------+"
+_MIG_SEP = (
+    "+------------------+----------------------------------+-----------+-----------------------+"
+)
 
 
 # ---------------------------------------------------------------------- CSV queries
@@ -162,53 +195,89 @@ def _field_table() -> dict[str, str]:
     return names
 
 
-UNITS = {"memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB",
-         "memory.reserved": "MiB", "power.draw": "W", "power.limit": "W",
-         "enforced.power.limit": "W", "power.default_limit": "W", "power.min_limit": "W",
-         "power.max_limit": "W", "power.draw.average": "W", "power.draw.instant": "W",
-         "clocks.current.graphics": "MHz", "clocks.current.sm": "MHz",
-         "clocks.current.memory": "MHz", "clocks.max.graphics": "MHz", "clocks.max.sm": "MHz",
-         "clocks.max.memory": "MHz", "utilization.gpu": "%", "utilization.memory": "%",
-         "fan.speed": "%"}
+UNITS = {
+    "memory.total": "MiB",
+    "memory.used": "MiB",
+    "memory.free": "MiB",
+    "memory.reserved": "MiB",
+    "power.draw": "W",
+    "power.limit": "W",
+    "enforced.power.limit": "W",
+    "power.default_limit": "W",
+    "power.min_limit": "W",
+    "power.max_limit": "W",
+    "power.draw.average": "W",
+    "power.draw.instant": "W",
+    "clocks.current.graphics": "MHz",
+    "clocks.current.sm": "MHz",
+    "clocks.current.memory": "MHz",
+    "clocks.max.graphics": "MHz",
+    "clocks.max.sm": "MHz",
+    "clocks.max.memory": "MHz",
+    "utilization.gpu": "%",
+    "utilization.memory": "%",
+    "fan.speed": "%",
+}
 
 
 def gpu_value(p: dict[str, Any], g: dict[str, Any], f: str, count: int) -> str:
     bus = g["bus_id"]
-    free = g.get("memory_free",
-                 g["memory_total"] - g["memory_used"] - g.get("memory_reserved", 0))
+    free = g.get("memory_free", g["memory_total"] - g["memory_used"] - g.get("memory_reserved", 0))
     values: dict[str, Any] = {
-        "timestamp": time.strftime("%Y/%m/%d %H:%M:%S.")
-        + f"{int(time.time() * 1000) % 1000:03d}",
-        "driver_version": p["driver"], "count": count, "name": g["name"],
-        "serial": g.get("serial", "[N/A]"), "uuid": g["uuid"], "pci.bus_id": bus,
-        "pci.domain": "0x" + bus[4:8], "pci.bus": "0x" + bus[9:11],
-        "pci.device": "0x" + bus[12:14], "index": g["index"], "display_active": "Disabled",
+        "timestamp": time.strftime("%Y/%m/%d %H:%M:%S.") + f"{int(time.time() * 1000) % 1000:03d}",
+        "driver_version": p["driver"],
+        "count": count,
+        "name": g["name"],
+        "serial": g.get("serial", "[N/A]"),
+        "uuid": g["uuid"],
+        "pci.bus_id": bus,
+        "pci.domain": "0x" + bus[4:8],
+        "pci.bus": "0x" + bus[9:11],
+        "pci.device": "0x" + bus[12:14],
+        "index": g["index"],
+        "display_active": "Disabled",
         "display_mode": "Requested functionality has been deprecated",
-        "persistence_mode": g["persistence_mode"], "mig.mode.current": g["mig_mode"],
-        "mig.mode.pending": g["mig_mode"], "ecc.mode.current": g["ecc_mode"],
-        "ecc.mode.pending": g["ecc_mode"], "memory.total": g["memory_total"],
-        "memory.used": g["memory_used"], "memory.free": free,
-        "memory.reserved": g.get("memory_reserved", 0), "compute_cap": g["compute_cap"],
-        "power.draw": f"{g['power_draw']:.2f}", "power.draw.instant": f"{g['power_draw']:.2f}",
-        "power.draw.average": f"{g['power_draw']:.2f}", "power.limit": f"{g['power_limit']:.2f}",
+        "persistence_mode": g["persistence_mode"],
+        "mig.mode.current": g["mig_mode"],
+        "mig.mode.pending": g["mig_mode"],
+        "ecc.mode.current": g["ecc_mode"],
+        "ecc.mode.pending": g["ecc_mode"],
+        "memory.total": g["memory_total"],
+        "memory.used": g["memory_used"],
+        "memory.free": free,
+        "memory.reserved": g.get("memory_reserved", 0),
+        "compute_cap": g["compute_cap"],
+        "power.draw": f"{g['power_draw']:.2f}",
+        "power.draw.instant": f"{g['power_draw']:.2f}",
+        "power.draw.average": f"{g['power_draw']:.2f}",
+        "power.limit": f"{g['power_limit']:.2f}",
         "enforced.power.limit": f"{g['power_limit']:.2f}",
         "power.default_limit": f"{g['power_limit']:.2f}",
-        "power.max_limit": f"{g['power_limit']:.2f}", "clocks.max.sm": g["clocks_max_sm"],
-        "clocks.max.graphics": g["clocks_max_sm"], "clocks.current.sm": g["clocks_max_sm"],
-        "clocks.current.graphics": g["clocks_max_sm"], "temperature.gpu": g["temperature"],
-        "utilization.gpu": g["utilization"], "utilization.memory": 0,
-        "fan.speed": "[N/A]" if g["fan"] == "N/A" else g["fan"], "pstate": g["pstate"],
-        "compute_mode": g["compute_mode"], "pcie.link.gen.max": g["pcie_gen_max"],
-        "pcie.link.gen.current": g["pcie_gen_max"], "pcie.link.gen.gpumax": g["pcie_gen_max"],
+        "power.max_limit": f"{g['power_limit']:.2f}",
+        "clocks.max.sm": g["clocks_max_sm"],
+        "clocks.max.graphics": g["clocks_max_sm"],
+        "clocks.current.sm": g["clocks_max_sm"],
+        "clocks.current.graphics": g["clocks_max_sm"],
+        "temperature.gpu": g["temperature"],
+        "utilization.gpu": g["utilization"],
+        "utilization.memory": 0,
+        "fan.speed": "[N/A]" if g["fan"] == "N/A" else g["fan"],
+        "pstate": g["pstate"],
+        "compute_mode": g["compute_mode"],
+        "pcie.link.gen.max": g["pcie_gen_max"],
+        "pcie.link.gen.current": g["pcie_gen_max"],
+        "pcie.link.gen.gpumax": g["pcie_gen_max"],
         "pcie.link.width.max": g["pcie_width_max"],
-        "pcie.link.width.current": g["pcie_width_max"], "vbios_version": g.get("vbios", "[N/A]"),
+        "pcie.link.width.current": g["pcie_width_max"],
+        "vbios_version": g.get("vbios", "[N/A]"),
         "inforom.img": g.get("inforom_img", "[N/A]"),
     }
     for kind in ("corrected", "uncorrected"):
         for scope in ("volatile", "aggregate"):
             n = g["ecc_errors_uncorrected"] if kind == "uncorrected" else 0
-            values[f"ecc.errors.{kind}.{scope}.total"] = n if g["ecc_mode"] == "Enabled" \
-                else "[N/A]"
+            values[f"ecc.errors.{kind}.{scope}.total"] = (
+                n if g["ecc_mode"] == "Enabled" else "[N/A]"
+            )
     return str(values.get(f, "[N/A]"))
 
 
@@ -230,8 +299,7 @@ def parse_format(fmt: str | None) -> tuple[bool, bool]:
     return header, units
 
 
-def query_gpu(p: dict[str, Any], gpus: list[dict[str, Any]], fields: str,
-              fmt: str | None) -> str:
+def query_gpu(p: dict[str, Any], gpus: list[dict[str, Any]], fields: str, fmt: str | None) -> str:
     table_ = _field_table()
     wanted = fields.split(",")
     for f in wanted:
@@ -253,14 +321,21 @@ def query_gpu(p: dict[str, Any], gpus: list[dict[str, Any]], fields: str,
     return "".join(line + "\n" for line in lines)
 
 
-APP_FIELDS = {"timestamp": "timestamp", "gpu_name": "gpu_name", "gpu_bus_id": "gpu_bus_id",
-              "gpu_serial": "gpu_serial", "gpu_uuid": "gpu_uuid", "pid": "pid",
-              "process_name": "process_name", "name": "process_name",
-              "used_gpu_memory": "used_gpu_memory", "used_memory": "used_gpu_memory"}
+APP_FIELDS = {
+    "timestamp": "timestamp",
+    "gpu_name": "gpu_name",
+    "gpu_bus_id": "gpu_bus_id",
+    "gpu_serial": "gpu_serial",
+    "gpu_uuid": "gpu_uuid",
+    "pid": "pid",
+    "process_name": "process_name",
+    "name": "process_name",
+    "used_gpu_memory": "used_gpu_memory",
+    "used_memory": "used_gpu_memory",
+}
 
 
-def query_apps(p: dict[str, Any], gpus: list[dict[str, Any]], fields: str,
-               fmt: str | None) -> str:
+def query_apps(p: dict[str, Any], gpus: list[dict[str, Any]], fields: str, fmt: str | None) -> str:
     wanted = fields.split(",")
     for f in wanted:
         if f not in APP_FIELDS:
@@ -275,11 +350,16 @@ def query_apps(p: dict[str, Any], gpus: list[dict[str, Any]], fields: str,
         g = by_index.get(pr["gpu"])
         if g is None or pr.get("type") == "G":
             continue
-        vals = {"timestamp": time.strftime("%Y/%m/%d %H:%M:%S.000"), "gpu_name": g["name"],
-                "gpu_bus_id": g["bus_id"], "gpu_serial": g.get("serial", "[N/A]"),
-                "gpu_uuid": g["uuid"], "pid": str(pr["pid"]), "process_name": pr["name"],
-                "used_gpu_memory": f"{pr['used_memory']} MiB" if units else
-                str(pr["used_memory"])}
+        vals = {
+            "timestamp": time.strftime("%Y/%m/%d %H:%M:%S.000"),
+            "gpu_name": g["name"],
+            "gpu_bus_id": g["bus_id"],
+            "gpu_serial": g.get("serial", "[N/A]"),
+            "gpu_uuid": g["uuid"],
+            "pid": str(pr["pid"]),
+            "process_name": pr["name"],
+            "used_gpu_memory": f"{pr['used_memory']} MiB" if units else str(pr["used_memory"]),
+        }
         lines.append(", ".join(vals[c] for c in canon))
     return "".join(line + "\n" for line in lines)
 
@@ -293,16 +373,18 @@ def list_gpus(p: dict[str, Any], gpus: list[dict[str, Any]]) -> str:
         out.append(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
         for m in p.get("mig_devices", []):
             if m["gpu"] == g["index"]:
-                uuid = (f"MIG-{g['uuid'][4:12]}-{m['gi']:04d}-{m['ci']:04d}-0000-"
-                        f"{m['dev']:012d}")
-                out.append(f"  MIG {m.get('profile', '1g.24gb'):<11} Device {m['dev']:>2}: "
-                           f"(UUID: {uuid})")
+                uuid = f"MIG-{g['uuid'][4:12]}-{m['gi']:04d}-{m['ci']:04d}-0000-{m['dev']:012d}"
+                out.append(
+                    f"  MIG {m.get('profile', '1g.24gb'):<11} Device {m['dev']:>2}: (UUID: {uuid})"
+                )
     return "".join(line + "\n" for line in out)
 
 
 def version(p: dict[str, Any]) -> str:
-    return (f"NVIDIA-SMI version  : {p['driver']}\nNVML version        : {p['nvml']}\n"
-            f"DRIVER version      : {p['driver']}\nCUDA Version        : {p['cuda']}\n")
+    return (
+        f"NVIDIA-SMI version  : {p['driver']}\nNVML version        : {p['nvml']}\n"
+        f"DRIVER version      : {p['driver']}\nCUDA Version        : {p['cuda']}\n"
+    )
 
 
 def query_q(p: dict[str, Any], gpus: list[dict[str, Any]]) -> str:
@@ -344,26 +426,40 @@ def _set(line: str, value: str) -> str:
 
 
 def _q_value(p: dict[str, Any], g: dict[str, Any], section: str, key: str) -> str | None:
-    free = g.get("memory_free",
-                 g["memory_total"] - g["memory_used"] - g.get("memory_reserved", 0))
-    simple = {"Product Name": g["name"], "Product Architecture": g.get("architecture", "N/A"),
-              "Persistence Mode": g["persistence_mode"], "GPU UUID": g["uuid"],
-              "Serial Number": g.get("serial", "N/A"), "Minor Number": str(g["index"]),
-              "VBIOS Version": g.get("vbios", "N/A"), "Bus Id": g["bus_id"],
-              "GSP Firmware Version": p["driver"], "Performance State": g["pstate"],
-              "Compute Mode": g["compute_mode"],
-              "Fan Speed": "N/A" if g["fan"] == "N/A" else f"{g['fan']} %",
-              "GPU Current Temp": f"{g['temperature']} C", "Image Version": g.get("inforom_img")}
+    free = g.get("memory_free", g["memory_total"] - g["memory_used"] - g.get("memory_reserved", 0))
+    simple = {
+        "Product Name": g["name"],
+        "Product Architecture": g.get("architecture", "N/A"),
+        "Persistence Mode": g["persistence_mode"],
+        "GPU UUID": g["uuid"],
+        "Serial Number": g.get("serial", "N/A"),
+        "Minor Number": str(g["index"]),
+        "VBIOS Version": g.get("vbios", "N/A"),
+        "Bus Id": g["bus_id"],
+        "GSP Firmware Version": p["driver"],
+        "Performance State": g["pstate"],
+        "Compute Mode": g["compute_mode"],
+        "Fan Speed": "N/A" if g["fan"] == "N/A" else f"{g['fan']} %",
+        "GPU Current Temp": f"{g['temperature']} C",
+        "Image Version": g.get("inforom_img"),
+    }
     if section == "MIG Mode" and key in ("Current", "Pending"):
         return str(g["mig_mode"])
     if section == "ECC Mode" and key in ("Current", "Pending"):
         return str(g["ecc_mode"])
     if section == "FB Memory Usage":
-        return {"Total": f"{g['memory_total']} MiB",
-                "Reserved": f"{g.get('memory_reserved', 0)} MiB",
-                "Used": f"{g['memory_used']} MiB", "Free": f"{free} MiB"}.get(key)
-    if section == "GPU Power Readings" and key in ("Current Power Limit", "Requested Power Limit",
-                                                   "Default Power Limit", "Max Power Limit"):
+        return {
+            "Total": f"{g['memory_total']} MiB",
+            "Reserved": f"{g.get('memory_reserved', 0)} MiB",
+            "Used": f"{g['memory_used']} MiB",
+            "Free": f"{free} MiB",
+        }.get(key)
+    if section == "GPU Power Readings" and key in (
+        "Current Power Limit",
+        "Requested Power Limit",
+        "Default Power Limit",
+        "Max Power Limit",
+    ):
         return f"{g['power_limit']:.2f} W"
     if section == "Utilization" and key == "GPU":
         return f"{g['utilization']} %"
@@ -394,16 +490,20 @@ def topo(p: dict[str, Any], gpus: list[dict[str, Any]]) -> str:
     names = [f"GPU{g['index']}" for g in gpus] + [f"NIC{i}" for i in range(len(nics))]
     # R580's layout (as the A800 and H200 outputs show): tabs, an underlined header, " X "
     # on the diagonal, an extra empty cell before GPU NUMA ID, NIC rows without affinity
-    out = ["\t\x1b[4m" + "".join(f"{n}\t" for n in names)
-           + "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"]
+    out = [
+        "\t\x1b[4m"
+        + "".join(f"{n}\t" for n in names)
+        + "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"
+    ]
     for i, (name, a) in enumerate(zip(names, places)):
         cells = "\t".join(" X " if j == i else _link(a, b) for j, b in enumerate(places))
         tail = f"\t{a['cpus']}\t{a['numa']}\t\tN/A" if i < len(gpus) else ""
         out.append(f"{name}\t{cells}{tail}")
     text = "\n".join(out) + "\n" + LEGEND
     if nics:
-        text += "\nNIC Legend:\n\n" + "".join(f"  NIC{i}: {d['name']}\n"
-                                               for i, d in enumerate(nics))
+        text += "\nNIC Legend:\n\n" + "".join(
+            f"  NIC{i}: {d['name']}\n" for i, d in enumerate(nics)
+        )
     return text
 
 
@@ -420,8 +520,11 @@ def _link(a: dict[str, Any], b: dict[str, Any]) -> str:
 def _topo_flat(gpus: list[dict[str, Any]]) -> str:
     """Profiles without placements: every GPU pair SYS, no NIC (the older profiles' output)."""
     n = len(gpus)
-    head = "\t\x1b[4m" + "".join(f"GPU{i}\t" for i in range(n)) + \
-        "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    head = (
+        "\t\x1b[4m"
+        + "".join(f"GPU{i}\t" for i in range(n))
+        + "CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    )
     rows = ""
     for i in range(n):
         cells = "".join(" X \t" if j == i else "SYS\t" for j in range(n))
@@ -440,8 +543,11 @@ def select(p: dict[str, Any], ids: str | None) -> list[dict[str, Any]]:
         return gpus
     chosen = []
     for ident in ids.split(","):
-        match = [g for g in gpus if str(g["index"]) == ident or g["uuid"] == ident
-                 or g["bus_id"] == ident]
+        match = [
+            g
+            for g in gpus
+            if str(g["index"]) == ident or g["uuid"] == ident or g["bus_id"] == ident
+        ]
         if not match:
             raise Exit(6, "No devices were found\n")
         chosen += match
@@ -460,19 +566,41 @@ def run(argv: list[str]) -> str:
     while i < len(argv):
         a = argv[i]
         name, eq, val = a.partition("=")
-        if name in ("--query-gpu", "--query-compute-apps", "--format", "-i", "--id", "-d",
-                    "--display"):
+        if name in (
+            "--query-gpu",
+            "--query-compute-apps",
+            "--format",
+            "-i",
+            "--id",
+            "-d",
+            "--display",
+        ):
             if not eq:
                 if i + 1 >= len(argv):
-                    raise Exit(255, f"ERROR: Option {a} requires an argument. "
-                               "Please run 'nvidia-smi -h'.\n\n")
+                    raise Exit(
+                        255,
+                        f"ERROR: Option {a} requires an argument. Please run 'nvidia-smi -h'.\n\n",
+                    )
                 i += 1
                 val = argv[i]
             opts[{"--id": "-i", "--display": "-d"}.get(name, name)] = val
-        elif a in ("-L", "--list-gpus", "--version", "-q", "--query", "-x", "--xml-format",
-                   "-h", "--help", "--help-query-gpu"):
-            flags.add({"--list-gpus": "-L", "--query": "-q", "--xml-format": "-x",
-                       "--help": "-h"}.get(a, a))
+        elif a in (
+            "-L",
+            "--list-gpus",
+            "--version",
+            "-q",
+            "--query",
+            "-x",
+            "--xml-format",
+            "-h",
+            "--help",
+            "--help-query-gpu",
+        ):
+            flags.add(
+                {"--list-gpus": "-L", "--query": "-q", "--xml-format": "-x", "--help": "-h"}.get(
+                    a, a
+                )
+            )
         else:
             raise Exit(255, f"ERROR: Option {a} is not recognized. Please run 'nvidia-smi -h'.\n\n")
         i += 1

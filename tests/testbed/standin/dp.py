@@ -52,14 +52,29 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-parallel-address", "-dpa", default=None)
     p.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=None)
     p.add_argument("--data-parallel-backend", "-dpb", default="mp")
-    p.add_argument("--data-parallel-hybrid-lb", "--no-data-parallel-hybrid-lb", "-dph",
-                   action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument("--data-parallel-external-lb", "--no-data-parallel-external-lb", "-dpe",
-                   action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument(
+        "--data-parallel-hybrid-lb",
+        "--no-data-parallel-hybrid-lb",
+        "-dph",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+    )
+    p.add_argument(
+        "--data-parallel-external-lb",
+        "--no-data-parallel-external-lb",
+        "-dpe",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+    )
     p.add_argument("--data-parallel-multi-port-external-lb", "-dpm", action="store_true")
     p.add_argument("--data-parallel-supervisor-port", type=int, default=9256)
-    p.add_argument("--enable-expert-parallel", "-ep", "--disable-expert-parallel",
-                   action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument(
+        "--enable-expert-parallel",
+        "-ep",
+        "--disable-expert-parallel",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+    )
     p.add_argument("--headless", action="store_true")
     p.add_argument("--api-server-count", "-asc", type=int, default=None)
 
@@ -87,10 +102,14 @@ def layout(args: argparse.Namespace) -> Layout:
     local = args.data_parallel_size_local
     if local is None:  # vLLM: all ranks local unless told otherwise
         local = size
-    return Layout(size=size, local=local, start=args.data_parallel_start_rank or 0,
-                  address=args.data_parallel_address or "127.0.0.1",
-                  rpc_port=args.data_parallel_rpc_port or DEFAULT_RPC_PORT,
-                  headless=args.headless)
+    return Layout(
+        size=size,
+        local=local,
+        start=args.data_parallel_start_rank or 0,
+        address=args.data_parallel_address or "127.0.0.1",
+        rpc_port=args.data_parallel_rpc_port or DEFAULT_RPC_PORT,
+        headless=args.headless,
+    )
 
 
 BASE: dict[str, Any] = {}  # the engine id and side-channel port before any rank suffix
@@ -105,9 +124,16 @@ def rank_engine(eng: Any, rank: int, size: int) -> Any:
     suffix = rank
     if os.environ.get("STANDIN_DP_ENGINE_ID_RANK", "global") == "local":
         suffix = rank - (eng.args.data_parallel_start_rank or 0)
-    return dataclasses.replace(eng, engine_id=f"{base[0]}_dp{suffix}", side_port=base[1] + rank,
-                               leases={}, counters={}, lock=threading.Lock(), next_block=1,
-                               requests_done=0)
+    return dataclasses.replace(
+        eng,
+        engine_id=f"{base[0]}_dp{suffix}",
+        side_port=base[1] + rank,
+        leases={},
+        counters={},
+        lock=threading.Lock(),
+        next_block=1,
+        requests_done=0,
+    )
 
 
 def _send(sock_file: Any, lock: threading.Lock, obj: dict[str, Any]) -> None:
@@ -177,16 +203,18 @@ class Head:
         if self.lay.local >= self.lay.size:
             return
         try:
-            infos = socket.getaddrinfo(self.lay.address, self.lay.rpc_port,
-                                       type=socket.SOCK_STREAM)
+            infos = socket.getaddrinfo(self.lay.address, self.lay.rpc_port, type=socket.SOCK_STREAM)
             fam, *_, addr = sorted(infos, key=lambda i: i[0] != socket.AF_INET)[0]
             srv = socket.socket(fam, socket.SOCK_STREAM)
             srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             srv.bind(addr[:2])
             srv.listen(64)
         except OSError as e:
-            reason = "Cannot assign requested address" if isinstance(e, socket.gaierror) or \
-                e.errno == 99 else (e.strerror or str(e))
+            reason = (
+                "Cannot assign requested address"
+                if isinstance(e, socket.gaierror) or e.errno == 99
+                else (e.strerror or str(e))
+            )
             die(["  ...", f"zmq.error.ZMQError: {reason} (addr='{self.lay.handshake}')"])
             return
         self.srv = srv
@@ -212,12 +240,23 @@ class Head:
         if hello.get("status") != "HELLO" or idx not in range(self.lay.local, self.lay.size):
             self.fail(f"Message from engine with unexpected data parallel rank: {idx}")
         if idx in self.remote:
-            self.fail(f"Unexpected HELLO message for remote engine {idx} in "
-                      "CoreEngineState.CONNECTED state.")
+            self.fail(
+                f"Unexpected HELLO message for remote engine {idx} in "
+                "CoreEngineState.CONNECTED state."
+            )
         rem = Remote(int(idx), f)
         self.remote[rem.rank] = rem
-        _send(f, rem.lock, {"status": "INIT", "parallel_config": {
-            "data_parallel_master_ip": self.lay.address, "data_parallel_size": self.lay.size}})
+        _send(
+            f,
+            rem.lock,
+            {
+                "status": "INIT",
+                "parallel_config": {
+                    "data_parallel_master_ip": self.lay.address,
+                    "data_parallel_size": self.lay.size,
+                },
+            },
+        )
         rem.reader()
         self.log("ERROR", "core_client.py:2", f"Lost connection to DP rank {rem.rank}")
 
@@ -235,19 +274,25 @@ class Head:
             for r in sorted(set(ready) - told):
                 info = self.remote[r].info
                 told.add(r)
-                self.log("INFO", "utils.py:1010", f"DP rank {r} ready: engine_id "
-                         f"{info.get('engine_id')}, NIXL side channel "
-                         f"{info.get('side_host')}:{info.get('side_port')}")
+                self.log(
+                    "INFO",
+                    "utils.py:1010",
+                    f"DP rank {r} ready: engine_id "
+                    f"{info.get('engine_id')}, NIXL side channel "
+                    f"{info.get('side_host')}:{info.get('side_port')}",
+                )
             if len(ready) == len(remote):
                 return
             if time.monotonic() - last >= 10:
                 last = time.monotonic()
                 unseen = len([r for r in remote if r not in self.remote])
-                for n, what in ((unseen, "connect"), (len(remote) - len(ready) - unseen,
-                                                      "start")):
+                for n, what in ((unseen, "connect"), (len(remote) - len(ready) - unseen, "start")):
                     if n:
-                        self.log("DEBUG", "utils.py:1003", f"Waiting for 0 local, {n} remote "
-                                 f"core engine proc(s) to {what}.")
+                        self.log(
+                            "DEBUG",
+                            "utils.py:1003",
+                            f"Waiting for 0 local, {n} remote core engine proc(s) to {what}.",
+                        )
             time.sleep(0.05)
 
     def pick(self, header: str | None) -> int:
@@ -267,8 +312,9 @@ class Head:
 HEAD: Head | None = None
 
 
-def start_head(eng: Any, args: argparse.Namespace, log: Callable[..., None],
-               die: Callable[[list[str]], None]) -> Any:
+def start_head(
+    eng: Any, args: argparse.Namespace, log: Callable[..., None], die: Callable[[list[str]], None]
+) -> Any:
     """Called once the HTTP port is bound: rank `start`'s engine, the RPC port bound."""
     global HEAD
     lay = layout(args)
@@ -310,8 +356,11 @@ def routed(handler: Any) -> Iterator[bool]:
         header = None  # not a rank of this engine: balanced like any other request
     rank = HEAD.pick(header)
     if header is not None:  # a stand-in line: lets a test see who chose the rank
-        HEAD.log("DEBUG", "standin.py:2", f"STAND-IN request for DP rank {rank} "
-                 f"({RANK_HEADER}: {header})")
+        HEAD.log(
+            "DEBUG",
+            "standin.py:2",
+            f"STAND-IN request for DP rank {rank} ({RANK_HEADER}: {header})",
+        )
     try:
         if rank in HEAD.local:
             handler.engine = HEAD.local[rank]
@@ -328,18 +377,27 @@ def relay(handler: Any, rem: Remote) -> None:
     body = json.dumps(handler.read_body()).encode()
     skip = {"content-length", "transfer-encoding", "connection"}
     head = f"{handler.command} {handler.path} HTTP/1.1\r\n" + "".join(
-        f"{k}: {v}\r\n" for k, v in handler.headers.items() if k.lower() not in skip)
+        f"{k}: {v}\r\n" for k, v in handler.headers.items() if k.lower() not in skip
+    )
     raw = (head + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
     try:
         ans = rem.call({"type": "http", "raw": base64.b64encode(raw).decode()})
         handler.wfile.write(base64.b64decode(ans["raw"]))
     except (OSError, KeyError) as e:
-        msg = json.dumps({"error": {"message": f"EngineCore DP rank {rem.rank}: {e}",
-                                    "type": "InternalServerError", "param": None,
-                                    "code": 500}}).encode()
-        handler.wfile.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: "
-                            b"application/json\r\ncontent-length: " + str(len(msg)).encode()
-                            + b"\r\n\r\n" + msg)
+        msg = json.dumps(
+            {
+                "error": {
+                    "message": f"EngineCore DP rank {rem.rank}: {e}",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
+                }
+            }
+        ).encode()
+        handler.wfile.write(
+            b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: "
+            b"application/json\r\ncontent-length: " + str(len(msg)).encode() + b"\r\n\r\n" + msg
+        )
     handler.wfile.flush()
 
 
@@ -379,15 +437,28 @@ def merge(texts: list[str]) -> str:
 
 
 # ---------------------------------------------------------------- a headless follower
-def run_headless(eng: Any, args: argparse.Namespace, api: type, bind_side: Callable[[Any], None],
-                 render: Callable[[Any], str], log: Callable[..., None]) -> None:
+def run_headless(
+    eng: Any,
+    args: argparse.Namespace,
+    api: type,
+    bind_side: Callable[[Any], None],
+    render: Callable[[Any], str],
+    log: Callable[..., None],
+) -> None:
     lay = layout(args)
-    log("INFO", "serve.py:241", f"Launching {lay.local} data parallel engine(s) in headless "
-        f"mode, with head node address {lay.handshake}.", proc="APIServer")
+    log(
+        "INFO",
+        "serve.py:241",
+        f"Launching {lay.local} data parallel engine(s) in headless "
+        f"mode, with head node address {lay.handshake}.",
+        proc="APIServer",
+    )
     for rank in lay.ranks:
-        threading.Thread(target=follower_rank, daemon=True,
-                         args=(rank_engine(eng, rank, lay.size), rank, lay, api, bind_side,
-                               render)).start()
+        threading.Thread(
+            target=follower_rank,
+            daemon=True,
+            args=(rank_engine(eng, rank, lay.size), rank, lay, api, bind_side, render),
+        ).start()
     while True:  # join_first: the engine threads end the process
         time.sleep(3600)
 
@@ -402,11 +473,16 @@ def connect(lay: Layout, deadline: float) -> socket.socket | None:
     return None
 
 
-def follower_rank(eng: Any, rank: int, lay: Layout, api: type,
-                  bind_side: Callable[[Any], None], render: Callable[[Any], str]) -> None:
+def follower_rank(
+    eng: Any,
+    rank: int,
+    lay: Layout,
+    api: type,
+    bind_side: Callable[[Any], None],
+    render: Callable[[Any], str],
+) -> None:
     proc = f"EngineCore_DP{rank}"
-    wait_s = float(os.environ.get("STANDIN_DP_HANDSHAKE_TIMEOUT_S",
-                                  HANDSHAKE_TIMEOUT_MINS * 60))
+    wait_s = float(os.environ.get("STANDIN_DP_HANDSHAKE_TIMEOUT_S", HANDSHAKE_TIMEOUT_MINS * 60))
     deadline = time.monotonic() + wait_s
     sock = connect(lay, deadline)
     init: dict[str, Any] = {}
@@ -421,31 +497,56 @@ def follower_rank(eng: Any, rank: int, lay: Layout, api: type,
             init = {}
     if init.get("status") != "INIT":
         stamp = time.strftime("%m-%d %H:%M:%S")
-        print(f"({proc} pid={os.getpid()}) ERROR {stamp} [core.py:1087] EngineCore failed to "
-              "start.", flush=True)
-        _die(proc, ['  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", '
-                    'line 1072, in run_engine_core', "    ...",
-                    "RuntimeError: Did not receive response from front-end process within "
-                    f"{HANDSHAKE_TIMEOUT_MINS} minutes"], 0)
+        print(
+            f"({proc} pid={os.getpid()}) ERROR {stamp} [core.py:1087] EngineCore failed to start.",
+            flush=True,
+        )
+        _die(
+            proc,
+            [
+                '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", '
+                "line 1072, in run_engine_core",
+                "    ...",
+                "RuntimeError: Did not receive response from front-end process within "
+                f"{HANDSHAKE_TIMEOUT_MINS} minutes",
+            ],
+            0,
+        )
     assert sock is not None
     sock.settimeout(None)
     time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "1")))
     if eng.role is not None:
         bind_side(eng)
         threading.Thread(target=eng.sweep, daemon=True).start()
-    _send(f, lock, {"status": "READY", "local": False, "index": rank,
-                    "engine_id": eng.engine_id, "side_host": eng.side_host,
-                    "side_port": eng.side_port})
+    _send(
+        f,
+        lock,
+        {
+            "status": "READY",
+            "local": False,
+            "index": rank,
+            "engine_id": eng.engine_id,
+            "side_host": eng.side_host,
+            "side_port": eng.side_port,
+        },
+    )
     handler = type(f"Rank{rank}Api", (api,), {"engine": eng})
     for raw in f:
         msg = json.loads(raw)
-        threading.Thread(target=serve_one, daemon=True,
-                         args=(msg, f, lock, handler, eng, render)).start()
+        threading.Thread(
+            target=serve_one, daemon=True, args=(msg, f, lock, handler, eng, render)
+        ).start()
     _die(proc, ["  ...", "RuntimeError: lost the connection to the head node (front-end)"], 0)
 
 
-def serve_one(msg: dict[str, Any], f: Any, lock: threading.Lock, handler: type, eng: Any,
-              render: Callable[[Any], str]) -> None:
+def serve_one(
+    msg: dict[str, Any],
+    f: Any,
+    lock: threading.Lock,
+    handler: type,
+    eng: Any,
+    render: Callable[[Any], str],
+) -> None:
     if msg.get("type") == "metrics":
         _send(f, lock, {"id": msg["id"], "text": render(eng)})
         return

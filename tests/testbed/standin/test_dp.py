@@ -26,9 +26,14 @@ from test_standin import (
 )
 from test_standin import engines as standin  # noqa: F401  (the fixture, as `standin`)
 
-PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
-                  "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
-                  "remote_port": None}
+PREFILL_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
 
 
 def free_run(n: int) -> int:
@@ -73,18 +78,50 @@ def test_head_waits_for_its_follower_then_ranks_serve_and_advertise(standin: Any
     rpc, base = free_port(), free_run(3)
     kv = ["--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")]
     side = {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(base)}
-    head = standin(["org/m", *kv, "--data-parallel-size", "3", "--data-parallel-size-local", "2",
-                    "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc),
-                    "--enable-expert-parallel"], side, name="head", healthy=False)
+    head = standin(
+        [
+            "org/m",
+            *kv,
+            "--data-parallel-size",
+            "3",
+            "--data-parallel-size-local",
+            "2",
+            "--data-parallel-address",
+            "127.0.0.1",
+            "--data-parallel-rpc-port",
+            str(rpc),
+            "--enable-expert-parallel",
+        ],
+        side,
+        name="head",
+        healthy=False,
+    )
     head.wait_log("Started DP Coordinator")
     time.sleep(1.0)
     assert head.proc.poll() is None and refuses(head.url), "healthy before rank 2 joined"
 
     # The follower runs on "another host" (127.0.0.2): its rank's side channel binds there.
-    follower = standin(["org/m", *kv, "-dp", "3", "-dpl", "1", "-dpr", "2", "-dpa", "127.0.0.1",
-                        "-dpp", str(rpc), "--headless", "-ep"],
-                       {**side, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.2"}, name="follower",
-                       healthy=False)
+    follower = standin(
+        [
+            "org/m",
+            *kv,
+            "-dp",
+            "3",
+            "-dpl",
+            "1",
+            "-dpr",
+            "2",
+            "-dpa",
+            "127.0.0.1",
+            "-dpp",
+            str(rpc),
+            "--headless",
+            "-ep",
+        ],
+        {**side, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.2"},
+        name="follower",
+        healthy=False,
+    )
     follower.wait_log(f"with head node address tcp://127.0.0.1:{rpc}")
     head.wait_healthy()
     assert refuses(follower.url)  # headless: no HTTP
@@ -94,25 +131,44 @@ def test_head_waits_for_its_follower_then_ranks_serve_and_advertise(standin: Any
 
     seen = {}
     for rank in (0, 1, 2):
-        status, body = post(head.url + "/v1/completions",
-                            {**REQ, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
-                            {"X-data-parallel-rank": str(rank)})
+        status, body = post(
+            head.url + "/v1/completions",
+            {**REQ, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
+            {"X-data-parallel-rank": str(rank)},
+        )
         assert status == 200, body
         seen[rank] = body["kv_transfer_params"]
-    assert [p["remote_engine_id"].rsplit("_", 1)[1] for p in seen.values()] == \
-        ["dp0", "dp1", "dp2"]
-    assert seen[0]["remote_engine_id"].rsplit("_", 1)[0] == \
-        seen[1]["remote_engine_id"].rsplit("_", 1)[0]  # one head: one base id
-    assert [(p["remote_host"], p["remote_port"]) for p in seen.values()] == \
-        [("127.0.0.1", base), ("127.0.0.1", base + 1), ("127.0.0.2", base + 2)]
+    assert [p["remote_engine_id"].rsplit("_", 1)[1] for p in seen.values()] == ["dp0", "dp1", "dp2"]
+    assert (
+        seen[0]["remote_engine_id"].rsplit("_", 1)[0]
+        == seen[1]["remote_engine_id"].rsplit("_", 1)[0]
+    )  # one head: one base id
+    assert [(p["remote_host"], p["remote_port"]) for p in seen.values()] == [
+        ("127.0.0.1", base),
+        ("127.0.0.1", base + 1),
+        ("127.0.0.2", base + 2),
+    ]
 
     # A decode engine with two local ranks pulls rank 2's blocks on the follower's host.
     dbase = free_run(2)
-    dec = standin(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                   kv_config("kv_consumer"), "-dp", "2"],
-                  {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(dbase)}, name="decode")
-    status, body = post(dec.url + "/v1/completions", {**REQ, "kv_transfer_params": seen[2]},
-                        {"X-data-parallel-rank": "1"})
+    dec = standin(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_consumer"),
+            "-dp",
+            "2",
+        ],
+        {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(dbase)},
+        name="decode",
+    )
+    status, body = post(
+        dec.url + "/v1/completions",
+        {**REQ, "kv_transfer_params": seen[2]},
+        {"X-data-parallel-rank": "1"},
+    )
     assert status == 200, body
     dm = get(dec.url + "/metrics")[1]
     assert by_engine(dm, "vllm:nixl_xfer_time_seconds_count") == {"0": 0.0, "1": 1.0}
@@ -130,12 +186,15 @@ def test_head_waits_for_its_follower_then_ranks_serve_and_advertise(standin: Any
     assert after == {"0": 2.0, "1": 2.0, "2": 2.0}
 
     # A stream served by the follower's rank reaches the client whole, same text as rank 0's.
-    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
-            "stream": True}
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 5,
+        "stream": True,
+    }
     texts = []
     for rank in ("0", "2"):
-        status, raw = post(head.url + "/v1/chat/completions", chat,
-                           {"X-data-parallel-rank": rank})
+        status, raw = post(head.url + "/v1/chat/completions", chat, {"X-data-parallel-rank": rank})
         assert status == 200, raw
         texts.append(sse_text(raw, chat=True))
     assert texts[0] == texts[1] and len(texts[0].split()) == 5
@@ -143,12 +202,25 @@ def test_head_waits_for_its_follower_then_ranks_serve_and_advertise(standin: Any
 
 def test_all_local_ranks_bind_no_rpc_port(standin: Any) -> None:  # noqa: F811
     rpc, base = free_port(), free_run(2)
-    e = standin(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_producer", engine_id="pf"), "-dp", "2", "-dpp", str(rpc)],
-                {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(base)})
-    status, body = post(e.url + "/v1/completions",
-                        {**REQ, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
-                        {"X-data-parallel-rank": "1"})
+    e = standin(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_producer", engine_id="pf"),
+            "-dp",
+            "2",
+            "-dpp",
+            str(rpc),
+        ],
+        {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(base)},
+    )
+    status, body = post(
+        e.url + "/v1/completions",
+        {**REQ, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
+        {"X-data-parallel-rank": "1"},
+    )
     assert status == 200, body
     assert body["kv_transfer_params"]["remote_engine_id"] == "pf_dp1"
     assert body["kv_transfer_params"]["remote_port"] == base + 1
@@ -157,12 +229,27 @@ def test_all_local_ranks_bind_no_rpc_port(standin: Any) -> None:  # noqa: F811
 
 
 def test_follower_without_a_head_fails_like_vllm() -> None:
-    r = run_once(["org/m", "--headless", "-dp", "2", "-dpl", "1", "-dpr", "1",
-                  "-dpa", "127.0.0.1", "-dpp", str(free_port())],
-                 {"STANDIN_DP_HANDSHAKE_TIMEOUT_S": "1"})
+    r = run_once(
+        [
+            "org/m",
+            "--headless",
+            "-dp",
+            "2",
+            "-dpl",
+            "1",
+            "-dpr",
+            "1",
+            "-dpa",
+            "127.0.0.1",
+            "-dpp",
+            str(free_port()),
+        ],
+        {"STANDIN_DP_HANDSHAKE_TIMEOUT_S": "1"},
+    )
     assert "EngineCore failed to start." in r.stdout
-    assert ("RuntimeError: Did not receive response from front-end process within 5 minutes"
-            in r.stderr)
+    assert (
+        "RuntimeError: Did not receive response from front-end process within 5 minutes" in r.stderr
+    )
     assert r.returncode == 0  # run_headless returns normally after join_first
 
 
@@ -179,27 +266,71 @@ def test_a_rank_joining_twice_ends_the_head(standin: Any) -> None:  # noqa: F811
     assert "Unexpected HELLO message for remote engine 2 in CoreEngineState.CONNECTED" in head.log
 
 
-def test_real_router_dp_aware_pd_mode_reaches_every_rank(standin: Any,  # noqa: F811
-                                                        tmp_path: Path) -> None:
+def test_real_router_dp_aware_pd_mode_reaches_every_rank(
+    standin: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """vllm-router's --intra-node-data-parallel-size against DP heads in P/D mode: it learns
     the ranks from /metrics and sends X-data-parallel-rank, which the heads honour."""
     binary = router_binary()
     pbase, dbase = free_run(2), free_run(2)
-    p = standin(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_producer"), "-dp", "2"],
-                {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(pbase)}, name="prefill")
-    d = standin(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer"), "-dp", "2"],
-                {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(dbase)}, name="decode")
+    p = standin(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_producer"),
+            "-dp",
+            "2",
+        ],
+        {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(pbase)},
+        name="prefill",
+    )
+    d = standin(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_consumer"),
+            "-dp",
+            "2",
+        ],
+        {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(dbase)},
+        name="decode",
+    )
     port = free_port()
     log = tmp_path / "router.log"
     with log.open("wb") as out:
         router = subprocess.Popen(
-            [binary, "--vllm-pd-disaggregation", "--prefill", p.url, "--decode", d.url,
-             "--prefill-policy", "round_robin", "--decode-policy", "round_robin",
-             "--intra-node-data-parallel-size", "2", "--api-key", "k",
-             "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-             "--prometheus-port", str(free_port())], stdout=out, stderr=subprocess.STDOUT)
+            [
+                binary,
+                "--vllm-pd-disaggregation",
+                "--prefill",
+                p.url,
+                "--decode",
+                d.url,
+                "--prefill-policy",
+                "round_robin",
+                "--decode-policy",
+                "round_robin",
+                "--intra-node-data-parallel-size",
+                "2",
+                "--api-key",
+                "k",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--prometheus-host",
+                "127.0.0.1",
+                "--prometheus-port",
+                str(free_port()),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         end = time.monotonic() + 30

@@ -19,19 +19,28 @@ def _facts(url: str) -> pdmetrics.EngineFacts:
 
 def test_kv_speed_of_a_pair_from_real_metric_names(engines: Any) -> None:
     env = {"STANDIN_KV_BLOCK_BYTES": str(BLOCK)}
-    p = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_producer")], env, name="prefill")
-    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer")], env, name="decode")
+    p = engines(
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")],
+        env,
+        name="prefill",
+    )
+    d = engines(
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_consumer")],
+        env,
+        name="decode",
+    )
     before = _facts(d.url)
     req = {"model": "m", "prompt": PROMPT, "max_tokens": 4}
     for i in range(2):
-        status, body = post(p.url + "/v1/completions",
-                            {**req, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
-                            {"X-Request-Id": f"r{i}"})
+        status, body = post(
+            p.url + "/v1/completions",
+            {**req, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
+            {"X-Request-Id": f"r{i}"},
+        )
         assert status == 200, body
-        status, body = post(d.url + "/v1/completions",
-                            {**req, "kv_transfer_params": body["kv_transfer_params"]})
+        status, body = post(
+            d.url + "/v1/completions", {**req, "kv_transfer_params": body["kv_transfer_params"]}
+        )
         assert status == 200, body
     delta = _facts(d.url) - before
     assert delta.kv_transfers == 2 and delta.kv_bytes == 2 * 19 * BLOCK

@@ -23,9 +23,28 @@ from tests.testbed.standin.test_standin import (
 from tests.testbed.standin.test_standin_corrupt_kv import _wait_router
 
 __all__ = ["engines"]
-TOPICS = ["rivers", "volcanoes", "bridges", "owls", "tea", "glaciers", "chess", "violins",
-          "comets", "bees", "deserts", "lighthouses", "coral", "maps", "bread", "kites",
-          "caves", "clocks", "salt", "wolves"]
+TOPICS = [
+    "rivers",
+    "volcanoes",
+    "bridges",
+    "owls",
+    "tea",
+    "glaciers",
+    "chess",
+    "violins",
+    "comets",
+    "bees",
+    "deserts",
+    "lighthouses",
+    "coral",
+    "maps",
+    "bread",
+    "kites",
+    "caves",
+    "clocks",
+    "salt",
+    "wolves",
+]
 
 
 def _served(url: str) -> float:
@@ -34,45 +53,74 @@ def _served(url: str) -> float:
 
 @pytest.fixture
 def pool(engines: Any) -> tuple[list[Any], list[Any]]:
-    pre = [engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                    kv_config("kv_producer")], name="prefill") for _ in range(4)]
-    dec = [engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                    kv_config("kv_consumer")], name="decode") for _ in range(4)]
+    pre = [
+        engines(
+            ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")],
+            name="prefill",
+        )
+        for _ in range(4)
+    ]
+    dec = [
+        engines(
+            ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_consumer")],
+            name="decode",
+        )
+        for _ in range(4)
+    ]
     return pre, dec
 
 
-def _route(pool: tuple[list[Any], list[Any]], tmp: Path, prefill_policy: str,
-           decode_policy: str) -> tuple[pdmetrics.Spread, pdmetrics.Spread]:
+def _route(
+    pool: tuple[list[Any], list[Any]], tmp: Path, prefill_policy: str, decode_policy: str
+) -> tuple[pdmetrics.Spread, pdmetrics.Spread]:
     pre, dec = pool
     before = {e.url: _served(e.url) for e in pre + dec}
     port = free_port()
-    cmd = [router_binary(), "--vllm-pd-disaggregation",
-           *[a for e in pre for a in ("--prefill", e.url)],
-           *[a for e in dec for a in ("--decode", e.url)],
-           "--prefill-policy", prefill_policy, "--decode-policy", decode_policy,
-           "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-           "--prometheus-port", str(free_port())]
+    cmd = [
+        router_binary(),
+        "--vllm-pd-disaggregation",
+        *[a for e in pre for a in ("--prefill", e.url)],
+        *[a for e in dec for a in ("--decode", e.url)],
+        "--prefill-policy",
+        prefill_policy,
+        "--decode-policy",
+        decode_policy,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),
+    ]
     log = tmp / f"router-{prefill_policy}-{decode_policy}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
         url = _wait_router(proc, f"http://127.0.0.1:{port}", log)
         for i, topic in enumerate(TOPICS):
-            body = {"model": "m", "max_tokens": 4,
-                    "prompt": f"Write two sentences about {topic} (request {i})."}
+            body = {
+                "model": "m",
+                "max_tokens": 4,
+                "prompt": f"Write two sentences about {topic} (request {i}).",
+            }
             assert post(url + "/v1/completions", body)[0] == 200
     finally:
         proc.terminate()
         proc.wait(timeout=DEADLINE)
 
     def tier(name: str, es: list[Any]) -> pdmetrics.Spread:
-        return pdmetrics.Spread(name, {f"{name[0]}{i}": _served(e.url) - before[e.url]
-                                       for i, e in enumerate(es)})
+        return pdmetrics.Spread(
+            name, {f"{name[0]}{i}": _served(e.url) - before[e.url] for i, e in enumerate(es)}
+        )
+
     return tier("prefill", pre), tier("decode", dec)
 
 
 def test_cache_aware_pins_sequential_requests_to_the_first_engine(
-        pool: Any, tmp_path: Path) -> None:
+    pool: Any, tmp_path: Path
+) -> None:
     p, d = _route(pool, tmp_path, "cache_aware", "cache_aware")
     assert list(p.requests.values()) == [20, 0, 0, 0]
     assert list(d.requests.values()) == [20, 0, 0, 0]

@@ -32,8 +32,12 @@ def free_port() -> int:
 
 
 def kv_config(role: str, policy: str = "fail", **extra: Any) -> str:
-    cfg: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": role,
-                           "kv_buffer_device": "cuda", "kv_load_failure_policy": policy}
+    cfg: dict[str, Any] = {
+        "kv_connector": "NixlConnector",
+        "kv_role": role,
+        "kv_buffer_device": "cuda",
+        "kv_load_failure_policy": policy,
+    }
     cfg.update(extra)
     return json.dumps(cfg)
 
@@ -45,13 +49,16 @@ class Engine:
         self.port = free_port()
         self.side_port = free_port()
         self.log_path = tmp / f"{name}.log"
-        full_env = {**os.environ, "STANDIN_LOAD_SECONDS": "0",
-                    "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
-                    "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_port), **env}
+        full_env = {
+            **os.environ,
+            "STANDIN_LOAD_SECONDS": "0",
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_port),
+            **env,
+        }
         argv = [sys.executable, str(STANDIN), "serve", *args, "--port", str(self.port)]
         with self.log_path.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                         env=full_env)
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=full_env)
         self.url = f"http://127.0.0.1:{self.port}"
 
     @property
@@ -105,10 +112,13 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None
-         ) -> tuple[int, Any]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=DEADLINE) as r:
             raw = r.read().decode()
@@ -118,7 +128,7 @@ def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None
 
 
 def sse_text(raw: str, chat: bool) -> str:
-    events = [ln[len("data: "):] for ln in raw.splitlines() if ln.startswith("data: ")]
+    events = [ln[len("data: ") :] for ln in raw.splitlines() if ln.startswith("data: ")]
     assert events[-1] == "[DONE]"
     out = ""
     for ev in events[:-1]:
@@ -131,8 +141,9 @@ def sse_text(raw: str, chat: bool) -> str:
 def engines(tmp_path: Path) -> Iterator[Any]:
     started: list[Engine] = []
 
-    def start(args: list[str], env: dict[str, str] | None = None, name: str = "e",
-              healthy: bool = True) -> Engine:
+    def start(
+        args: list[str], env: dict[str, str] | None = None, name: str = "e", healthy: bool = True
+    ) -> Engine:
         e = Engine(tmp_path, f"{name}{len(started)}", args, env or {})
         started.append(e)
         if healthy:
@@ -144,26 +155,52 @@ def engines(tmp_path: Path) -> Iterator[Any]:
         e.stop()
 
 
-def pd_pair(engines: Any, policy: str = "fail", decode_model: str = "org/m",
-            extra: dict[str, Any] | None = None) -> tuple[Engine, Engine]:
-    p = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_producer", **(extra or {}))], name="prefill")
-    d = engines([decode_model, "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer", policy)], name="decode")
+def pd_pair(
+    engines: Any,
+    policy: str = "fail",
+    decode_model: str = "org/m",
+    extra: dict[str, Any] | None = None,
+) -> tuple[Engine, Engine]:
+    p = engines(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_producer", **(extra or {})),
+        ],
+        name="prefill",
+    )
+    d = engines(
+        [
+            decode_model,
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_consumer", policy),
+        ],
+        name="decode",
+    )
     return p, d
 
 
-PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
-                  "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
-                  "remote_port": None}
-REQ = {"model": "m", "prompt": "The quick brown fox jumps over the lazy dog " * 5,
-       "max_tokens": 8}
+PREFILL_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+REQ = {"model": "m", "prompt": "The quick brown fox jumps over the lazy dog " * 5, "max_tokens": 8}
 
 
 def prefill(p: Engine, rid: str = "req-1") -> dict[str, Any]:
-    status, body = post(p.url + "/v1/completions",
-                        {**REQ, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
-                        {"X-Request-Id": rid})
+    status, body = post(
+        p.url + "/v1/completions",
+        {**REQ, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS},
+        {"X-Request-Id": rid},
+    )
     assert status == 200, body
     assert len(body["choices"][0]["text"].split()) == 1
     params: dict[str, Any] = body["kv_transfer_params"]
@@ -180,8 +217,9 @@ def test_pd_flow_by_hand_pulls_blocks_over_the_side_channel(engines: Any) -> Non
     assert params["remote_num_tokens"] == 45 and params["tp_size"] == 1
     assert sum(len(g) for g in blocks) == 3  # 45 tokens in blocks of 16
 
-    status, body = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params},
-                        {"X-Request-Id": "req-1"})
+    status, body = post(
+        d.url + "/v1/completions", {**REQ, "kv_transfer_params": params}, {"X-Request-Id": "req-1"}
+    )
     assert status == 200, body
     assert body["id"] == "cmpl-req-1"
     dm, pm = d.metrics(), p.metrics()
@@ -212,10 +250,14 @@ def test_pd_flow_by_hand_pulls_blocks_over_the_side_channel(engines: Any) -> Non
 
 def test_decode_connects_to_the_advertised_address(engines: Any) -> None:
     # The side channel binds and advertises VLLM_NIXL_SIDE_CHANNEL_HOST, not localhost.
-    p = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_producer")], {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.2"})
-    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer")], {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.3"})
+    p = engines(
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")],
+        {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.2"},
+    )
+    d = engines(
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_consumer")],
+        {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.3"},
+    )
     params = prefill(p)
     assert params["remote_host"] == "127.0.0.2"
     with pytest.raises(ConnectionRefusedError):  # bound to that address only
@@ -227,9 +269,14 @@ def test_decode_connects_to_the_advertised_address(engines: Any) -> None:
 def test_fail_policy_when_advertised_side_channel_is_unreachable(engines: Any) -> None:
     p, d = pd_pair(engines)
     params = {**prefill(p), "remote_port": free_port()}  # nothing listens there
-    status, err = post(d.url + "/v1/chat/completions",
-                       {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                        "kv_transfer_params": params})
+    status, err = post(
+        d.url + "/v1/chat/completions",
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "kv_transfer_params": params,
+        },
+    )
     assert (status, err["error"]["message"]) == (500, "Internal server error")  # no cause
     m = d.metrics()
     assert (m["standin_kv_pull_failures_total"], m["standin_kv_pulls_total"]) == (1, 0)
@@ -271,10 +318,28 @@ def test_different_model_strings_fail_the_compatibility_check(engines: Any) -> N
 def test_compat_hash_covers_what_vllm_hashes(
     engines: Any, prefill_args: list[str], decode_args: list[str], same: bool
 ) -> None:
-    p = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_producer"), *prefill_args], {})
-    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer"), *decode_args], {})
+    p = engines(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_producer"),
+            *prefill_args,
+        ],
+        {},
+    )
+    d = engines(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_consumer"),
+            *decode_args,
+        ],
+        {},
+    )
     status, _ = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": prefill(p)})
     assert (status == 200) is same
     assert ("NIXL compatibility hash mismatch" in d.log) is not same
@@ -282,10 +347,28 @@ def test_compat_hash_covers_what_vllm_hashes(
 
 def test_compat_check_can_be_disabled_as_vllm_says(engines: Any) -> None:
     off = {"kv_connector_extra_config": {"enforce_handshake_compat": False}}
-    p = engines(["org/m", "--served-model-name", "m", "--kv-cache-dtype", "fp8",
-                 "--kv-transfer-config", kv_config("kv_producer")], {})
-    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer", **off)], {})
+    p = engines(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-cache-dtype",
+            "fp8",
+            "--kv-transfer-config",
+            kv_config("kv_producer"),
+        ],
+        {},
+    )
+    d = engines(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_consumer", **off),
+        ],
+        {},
+    )
     post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": prefill(p)})
     assert "NIXL compatibility hash mismatch" not in d.log
 
@@ -308,11 +391,12 @@ def test_streaming_matches_non_streaming(engines: Any) -> None:
     status, raw = post(e.url + "/v1/completions", {**REQ, "model": "org/m", "stream": True})
     assert status == 200
     assert sse_text(raw, chat=False) == plain["choices"][0]["text"]
-    chat = {"model": "org/m", "messages": [{"role": "user", "content": "hello"}],
-            "max_tokens": 5}
+    chat = {"model": "org/m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
     _, cplain = post(e.url + "/v1/chat/completions", chat)
-    status, craw = post(e.url + "/v1/chat/completions",
-                        {**chat, "stream": True, "stream_options": {"include_usage": True}})
+    status, craw = post(
+        e.url + "/v1/chat/completions",
+        {**chat, "stream": True, "stream_options": {"include_usage": True}},
+    )
     assert sse_text(craw, chat=True) == cplain["choices"][0]["message"]["content"]
     assert '"completion_tokens": 5' in craw
 
@@ -325,34 +409,60 @@ def test_endpoints_and_api_key(engines: Any) -> None:
     assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == ["a", "b"]
     assert json.loads(get(e.url + "/version")[1])["version"] == "0.33.0"
     assert post(e.url + "/v1/completions", {**REQ, "model": "a"})[0] == 401
-    status, err = post(e.url + "/v1/completions", {**REQ, "model": "nope"},
-                       {"Authorization": "Bearer sekret"})
+    status, err = post(
+        e.url + "/v1/completions", {**REQ, "model": "nope"}, {"Authorization": "Bearer sekret"}
+    )
     assert status == 404 and "does not exist" in err["error"]["message"]
     assert "sekret" not in e.log
 
 
-def run_once(args: list[str], env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess[str]:
+def run_once(
+    args: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "STANDIN_LOAD_SECONDS": "0", **(env or {})}
-    return subprocess.run([sys.executable, str(STANDIN), "serve", *args, "--port", "0"],
-                          env=full, capture_output=True, text=True, timeout=DEADLINE)
+    return subprocess.run(
+        [sys.executable, str(STANDIN), "serve", *args, "--port", "0"],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
 
 
-@pytest.mark.parametrize(("cfg", "rc", "needle"), [
-    ('{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_rank":0}', 2,
-     "vllm serve: error: argument --kv-transfer-config: 1 validation error for KVTransferConfig"
-     "\nkv_rank\n  Unexpected keyword argument"),
-    ('{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"10.0.0.1",'
-     '"kv_buffer_size":1e9}', 2, "2 validation errors for KVTransferConfig"),
-    ('{"kv_connector":"NixlConnector","kv_role":"producer"}', 2, "kv_role\n  Input should be"),
-    ('{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"gpu"}', 2,
-     "kv_buffer_device"),
-    ('{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_load_failure_policy":"retry"}',
-     2, "kv_load_failure_policy"),
-    ('{"kv_connector":"NixlConnector","kv_role":', 2, "argument --kv-transfer-config"),
-    ('{"kv_connector":"NoSuchConnector","kv_role":"kv_consumer"}', 1,
-     "Unsupported connector type"),
-])
+@pytest.mark.parametrize(
+    ("cfg", "rc", "needle"),
+    [
+        (
+            '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_rank":0}',
+            2,
+            "vllm serve: error: argument --kv-transfer-config: 1 validation error for KVTransferConfig"
+            "\nkv_rank\n  Unexpected keyword argument",
+        ),
+        (
+            '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"10.0.0.1",'
+            '"kv_buffer_size":1e9}',
+            2,
+            "2 validation errors for KVTransferConfig",
+        ),
+        ('{"kv_connector":"NixlConnector","kv_role":"producer"}', 2, "kv_role\n  Input should be"),
+        (
+            '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_buffer_device":"gpu"}',
+            2,
+            "kv_buffer_device",
+        ),
+        (
+            '{"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_load_failure_policy":"retry"}',
+            2,
+            "kv_load_failure_policy",
+        ),
+        ('{"kv_connector":"NixlConnector","kv_role":', 2, "argument --kv-transfer-config"),
+        (
+            '{"kv_connector":"NoSuchConnector","kv_role":"kv_consumer"}',
+            1,
+            "Unsupported connector type",
+        ),
+    ],
+)
 def test_refuses_bad_kv_transfer_config(cfg: str, rc: int, needle: str) -> None:
     r = run_once(["org/m", "--kv-transfer-config", cfg])
     assert r.returncode == rc
@@ -367,10 +477,27 @@ def test_unknown_flag_exits_2_like_argparse() -> None:
 
 
 def test_tolerates_common_flags_and_logs_like_vllm(engines: Any) -> None:
-    e = engines(["--model", "org/m", "--max-model-len", "4096", "--gpu-memory-utilization",
-                 "0.85", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8", "--block-size", "32",
-                 "--enforce-eager", "--tensor-parallel-size", "2", "--kv-transfer-config",
-                 kv_config("kv_consumer")])
+    e = engines(
+        [
+            "--model",
+            "org/m",
+            "--max-model-len",
+            "4096",
+            "--gpu-memory-utilization",
+            "0.85",
+            "--dtype",
+            "bfloat16",
+            "--kv-cache-dtype",
+            "fp8",
+            "--block-size",
+            "32",
+            "--enforce-eager",
+            "--tensor-parallel-size",
+            "2",
+            "--kv-transfer-config",
+            kv_config("kv_consumer"),
+        ]
+    )
     log = e.log
     assert "vLLM API server version 0.33.0" in log
     assert "non-default args:" in log and "'max_model_len': 4096" in log
@@ -380,17 +507,24 @@ def test_tolerates_common_flags_and_logs_like_vllm(engines: Any) -> None:
 
 def test_side_channel_host_it_cannot_bind_is_refused() -> None:
     # 192.0.2.1 (TEST-NET-1) is no address of this machine: vLLM binds what it advertises.
-    r = run_once(["org/m", "--kv-transfer-config", kv_config("kv_producer")],
-                 {"VLLM_NIXL_SIDE_CHANNEL_HOST": "192.0.2.1",
-                  "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())})
+    r = run_once(
+        ["org/m", "--kv-transfer-config", kv_config("kv_producer")],
+        {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": "192.0.2.1",
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()),
+        },
+    )
     assert r.returncode == 1
     assert "Cannot assign requested address (addr='tcp://192.0.2.1:" in r.stderr
 
 
-@pytest.mark.parametrize(("visible", "needle"), [
-    ("0", "World size (2) is larger than the number of available GPUs (1)"),
-    ("void", "No CUDA GPUs are available"),
-])
+@pytest.mark.parametrize(
+    ("visible", "needle"),
+    [
+        ("0", "World size (2) is larger than the number of available GPUs (1)"),
+        ("void", "No CUDA GPUs are available"),
+    ],
+)
 def test_tensor_parallel_needs_the_gpus_docker_exposed(visible: str, needle: str) -> None:
     r = run_once(["org/m", "-tp", "2"], {"NVIDIA_VISIBLE_DEVICES": visible})
     assert r.returncode == 1 and needle in r.stderr
@@ -401,11 +535,14 @@ def test_tensor_parallel_fits_the_gpus_docker_exposed(engines: Any) -> None:
     assert "tensor_parallel_size=2" in e.log
 
 
-@pytest.mark.parametrize(("kind", "needle"), [
-    ("oom", "torch.OutOfMemoryError: CUDA out of memory"),
-    ("gated", "401 Client Error"),
-    ("cuda_driver", "CUDA driver version is insufficient for CUDA runtime version"),
-])
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [
+        ("oom", "torch.OutOfMemoryError: CUDA out of memory"),
+        ("gated", "401 Client Error"),
+        ("cuda_driver", "CUDA driver version is insufficient for CUDA runtime version"),
+    ],
+)
 def test_crash_at_start(kind: str, needle: str) -> None:
     r = run_once(["org/m"], {"STANDIN_CRASH_AT_START": kind})
     assert r.returncode == 1 and needle in r.stderr
@@ -449,9 +586,25 @@ def test_real_vllm_router_drives_the_pd_flow(engines: Any, tmp_path: Path) -> No
     log = tmp_path / "router.log"
     with log.open("wb") as out:
         router = subprocess.Popen(
-            [binary, "--vllm-pd-disaggregation", "--prefill", p.url, "--decode", d.url,
-             "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-             "--prometheus-port", str(free_port())], stdout=out, stderr=subprocess.STDOUT)
+            [
+                binary,
+                "--vllm-pd-disaggregation",
+                "--prefill",
+                p.url,
+                "--decode",
+                d.url,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--prometheus-host",
+                "127.0.0.1",
+                "--prometheus-port",
+                str(free_port()),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         end = time.monotonic() + DEADLINE
@@ -467,8 +620,12 @@ def test_real_vllm_router_drives_the_pd_flow(engines: Any, tmp_path: Path) -> No
         status, body = post(url + "/v1/completions", REQ)
         assert status == 200, body
         assert len(body["choices"][0]["text"].split()) == REQ["max_tokens"]
-        chat = {"model": "m", "messages": [{"role": "user", "content": "hello"}],
-                "max_tokens": 4, "stream": True}
+        chat = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 4,
+            "stream": True,
+        }
         status, raw = post(url + "/v1/chat/completions", chat)
         assert status == 200 and len(sse_text(raw, chat=True).split()) == 4
     finally:
@@ -504,15 +661,22 @@ def test_parser_accepts_exactly_the_options_of_vllm_serve() -> None:
 
 
 def test_unknown_option_is_refused_as_vllm_does() -> None:
-    r = subprocess.run([sys.executable, str(STANDIN), "serve", "org/m", "--kv-rank", "0"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, str(STANDIN), "serve", "org/m", "--kv-rank", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2
     assert "vllm: error: unrecognized arguments: --kv-rank 0" in r.stderr
 
 
 def test_exports_only_real_vllm_names_besides_its_private_prefix(engines: Any) -> None:
-    exposed = {n for m in json.loads((FIXTURES / "metrics.json").read_text())["metrics"]
-               for n in m["exposed_as"]}
+    exposed = {
+        n
+        for m in json.loads((FIXTURES / "metrics.json").read_text())["metrics"]
+        for n in m["exposed_as"]
+    }
     p, d = pd_pair(engines)
     post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": prefill(p)})
     names = set(d.metrics()) | set(p.metrics())
@@ -521,13 +685,20 @@ def test_exports_only_real_vllm_names_besides_its_private_prefix(engines: Any) -
 
 
 def test_load_prints_vllms_start_up_lines(engines: Any) -> None:
-    e = engines(["org/m", "--served-model-name", "m"],
-                {"STANDIN_LOAD_SECONDS": "0.3", "STANDIN_LOAD_SHARDS": "3"})
+    e = engines(
+        ["org/m", "--served-model-name", "m"],
+        {"STANDIN_LOAD_SECONDS": "0.3", "STANDIN_LOAD_SHARDS": "3"},
+    )
     e.wait_healthy()
-    for text in ("Loading safetensors checkpoint shards:  66% Completed | 2/3",
-                 "Model loading took", "torch.compile took", "GPU KV cache size:",
-                 "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|",
-                 "Graph capturing finished in", "Starting vLLM API server 0 on"):
+    for text in (
+        "Loading safetensors checkpoint shards:  66% Completed | 2/3",
+        "Model loading took",
+        "torch.compile took",
+        "GPU KV cache size:",
+        "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|",
+        "Graph capturing finished in",
+        "Starting vLLM API server 0 on",
+    ):
         assert text in e.log, text
 
 
@@ -537,28 +708,67 @@ def test_load_prints_vllms_start_up_lines(engines: Any) -> None:
 @pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
 def test_it_plays_the_release_it_is_told(version: str) -> None:
     env = {**os.environ, "VLLM_STANDIN_VERSION": version}
-    r = subprocess.run([sys.executable, str(STANDIN), "--version"], env=env,
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, str(STANDIN), "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.stdout.strip() == version
     # an option only 0.34.0's real parser has (serve-args-0.34.0.json), beside one neither has
-    r = subprocess.run([sys.executable, str(STANDIN), "serve", "org/m",
-                        "--max-num-inflight-kv-loads", "4", "--kv-rank", "0"], env=env,
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(STANDIN),
+            "serve",
+            "org/m",
+            "--max-num-inflight-kv-loads",
+            "4",
+            "--kv-rank",
+            "0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2
     refused = r.stderr.strip().splitlines()[-1]
     if version == "0.34.0":
         assert refused == "vllm: error: unrecognized arguments: --kv-rank 0"
     else:
-        assert refused == ("vllm: error: unrecognized arguments: --max-num-inflight-kv-loads 4 "
-                           "--kv-rank 0")
+        assert refused == (
+            "vllm: error: unrecognized arguments: --max-num-inflight-kv-loads 4 --kv-rank 0"
+        )
 
 
 def test_a_034_decode_declines_other_block_sizes_without_remote_num_tokens(engines: Any) -> None:
     env = {"VLLM_STANDIN_VERSION": "0.34.0"}
-    p = engines(["org/m", "--served-model-name", "m", "--block-size", "16",
-                 "--kv-transfer-config", kv_config("kv_producer")], env, name="prefill")
-    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer", "recompute")], env, name="decode")  # 64: 0.34's
+    p = engines(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--block-size",
+            "16",
+            "--kv-transfer-config",
+            kv_config("kv_producer"),
+        ],
+        env,
+        name="prefill",
+    )
+    d = engines(
+        [
+            "org/m",
+            "--served-model-name",
+            "m",
+            "--kv-transfer-config",
+            kv_config("kv_consumer", "recompute"),
+        ],
+        env,
+        name="decode",
+    )  # 64: 0.34's
     params = prefill(p)
     assert params["remote_num_tokens"] > 0  # what a 0.34 prefill returns, as since 0.33
     status, _ = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})

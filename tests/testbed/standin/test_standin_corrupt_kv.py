@@ -32,10 +32,15 @@ __all__ = ["engines"]  # the fixture, re-exported for pytest
 
 
 def _pd_answer(engines: Any, env: dict[str, str]) -> tuple[str, str, dict[str, float]]:
-    p = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_producer")], name="prefill")
-    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer")], env, name="decode")
+    p = engines(
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")],
+        name="prefill",
+    )
+    d = engines(
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_consumer")],
+        env,
+        name="decode",
+    )
     params = prefill(p)
     status, body = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
     assert status == 200, body
@@ -83,10 +88,25 @@ def _router(prefill_e: Engine, decode_e: Engine, tmp: Path) -> Iterator[str]:
     log = tmp / "router.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [router_binary(), "--vllm-pd-disaggregation", "--prefill", prefill_e.url,
-             "--decode", decode_e.url, "--host", "127.0.0.1", "--port", str(port),
-             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())],
-            stdout=out, stderr=subprocess.STDOUT)
+            [
+                router_binary(),
+                "--vllm-pd-disaggregation",
+                "--prefill",
+                prefill_e.url,
+                "--decode",
+                decode_e.url,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--prometheus-host",
+                "127.0.0.1",
+                "--prometheus-port",
+                str(free_port()),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         yield _wait_router(proc, f"http://127.0.0.1:{port}", log)
     finally:
@@ -97,10 +117,15 @@ def _router(prefill_e: Engine, decode_e: Engine, tmp: Path) -> Iterator[str]:
 @pytest.mark.parametrize("corrupt", [False, True])
 def test_gate_through_the_real_router(engines: Any, tmp_path: Path, corrupt: bool) -> None:
     env = {"STANDIN_CORRUPT_PULLED_KV": "1"} if corrupt else {}
-    p = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_producer")], name="prefill")
-    d = engines(["org/m", "--served-model-name", "m", "--kv-transfer-config",
-                 kv_config("kv_consumer")], env, name="decode")
+    p = engines(
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")],
+        name="prefill",
+    )
+    d = engines(
+        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_consumer")],
+        env,
+        name="decode",
+    )
     with _router(p, d, tmp_path) as url:
         out = gate.run_gate(_post_text, url, d.url, "m")
     assert d.metrics()["vllm:nixl_bytes_transferred_count"] == 1  # the P/D path was taken

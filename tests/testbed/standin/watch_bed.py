@@ -49,9 +49,16 @@ def stable_port() -> int:
 class Proc:
     """One stand-in engine on fixed ports; restart() brings it back on the same ones."""
 
-    def __init__(self, tmp: Path, name: str, role: str, env: dict[str, str],
-                 host: str = "127.0.0.1", port: int | None = None,
-                 side_port: int | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        role: str,
+        env: dict[str, str],
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        side_port: int | None = None,
+    ) -> None:
         self.name, self.role, self.tmp, self.host = name, role, tmp, host
         self.port, self.side_port = port or stable_port(), side_port or stable_port()
         self.env = env
@@ -63,13 +70,28 @@ class Proc:
     def start(self) -> None:
         self.starts += 1
         log = self.tmp / f"{self.name}.{self.starts}.log"
-        env = {**os.environ, "STANDIN_LOAD_SECONDS": "0",
-               "VLLM_NIXL_SIDE_CHANNEL_HOST": self.host,
-               "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_port), **self.env}
+        env = {
+            **os.environ,
+            "STANDIN_LOAD_SECONDS": "0",
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": self.host,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_port),
+            **self.env,
+        }
         kv = "kv_producer" if self.role == "prefill" else "kv_consumer"
-        argv = [sys.executable, str(STANDIN), "serve", "org/m", "--served-model-name", MODEL,
-                "--kv-transfer-config", kv_config(kv), "--host", self.host,
-                "--port", str(self.port)]
+        argv = [
+            sys.executable,
+            str(STANDIN),
+            "serve",
+            "org/m",
+            "--served-model-name",
+            MODEL,
+            "--kv-transfer-config",
+            kv_config(kv),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+        ]
         with log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
@@ -111,20 +133,38 @@ class Proc:
 
 
 class Router:
-    def __init__(self, tmp: Path, prefill: str, decode: str, host: str = "127.0.0.1",
-                 port: int | None = None) -> None:
+    def __init__(
+        self, tmp: Path, prefill: str, decode: str, host: str = "127.0.0.1", port: int | None = None
+    ) -> None:
         self.port, self.metrics_port = port or free_port(), free_port()
         self.url = f"http://{host}:{self.port}"
         log = tmp / "router.log"
         self.log = log
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [router_binary(), "--vllm-pd-disaggregation", "--enable-igw",
-                 # required by its argument check, ignored in --enable-igw mode (facts file)
-                 "--prefill", prefill, "--decode", decode,
-                 "--policy", "round_robin", "--host", host, "--port", str(self.port),
-                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port)],
-                stdout=out, stderr=subprocess.STDOUT)
+                [
+                    router_binary(),
+                    "--vllm-pd-disaggregation",
+                    "--enable-igw",
+                    # required by its argument check, ignored in --enable-igw mode (facts file)
+                    "--prefill",
+                    prefill,
+                    "--decode",
+                    decode,
+                    "--policy",
+                    "round_robin",
+                    "--host",
+                    host,
+                    "--port",
+                    str(self.port),
+                    "--prometheus-host",
+                    "127.0.0.1",
+                    "--prometheus-port",
+                    str(self.metrics_port),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         try:
             end = time.monotonic() + DEADLINE
             while True:

@@ -48,20 +48,41 @@ def tokenizer(out: Path) -> dict[str, int]:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=[BOS, EOS, PAD],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=[BOS, EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus(4000), trainer)
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-        "pad_token": PAD, "add_bos_token": False, "model_max_length": 16384,
-        "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE,
-    }, indent=1, sort_keys=True) + "\n")
-    (out / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=1, sort_keys=True) + "\n")
-    return {"vocab": tok.get_vocab_size(), "bos": tok.token_to_id(BOS),
-            "eos": tok.token_to_id(EOS), "pad": tok.token_to_id(PAD)}
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": BOS,
+                "eos_token": EOS,
+                "pad_token": PAD,
+                "add_bos_token": False,
+                "model_max_length": 16384,
+                "clean_up_tokenization_spaces": False,
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n"
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=1, sort_keys=True)
+        + "\n"
+    )
+    return {
+        "vocab": tok.get_vocab_size(),
+        "bos": tok.token_to_id(BOS),
+        "eos": tok.token_to_id(EOS),
+        "pad": tok.token_to_id(PAD),
+    }
 
 
 def model(out: Path, ids: dict[str, int]) -> None:
@@ -69,11 +90,21 @@ def model(out: Path, ids: dict[str, int]) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
-    cfg = LlamaConfig(vocab_size=ids["vocab"], hidden_size=256, intermediate_size=512,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=64, max_position_embeddings=16384, bos_token_id=ids["bos"],
-                      eos_token_id=ids["eos"], pad_token_id=ids["pad"],
-                      tie_word_embeddings=False, torch_dtype="float32")
+    cfg = LlamaConfig(
+        vocab_size=ids["vocab"],
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=16384,
+        bos_token_id=ids["bos"],
+        eos_token_id=ids["eos"],
+        pad_token_id=ids["pad"],
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
     m = LlamaForCausalLM(cfg)
     m.save_pretrained(str(out), safe_serialization=True)
 

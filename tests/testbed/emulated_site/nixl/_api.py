@@ -12,8 +12,13 @@ MODULE_DIR = "/tmp/pdt-ucx"
 
 
 class nixl_agent_config:
-    def __init__(self, enable_prog_thread: bool = True, enable_listen_thread: bool = False,
-                 listen_port: int = 0, backends: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        enable_prog_thread: bool = True,
+        enable_listen_thread: bool = False,
+        listen_port: int = 0,
+        backends: list[str] | None = None,
+    ) -> None:
         self.backends = ["UCX"] if backends is None else backends
 
 
@@ -29,8 +34,12 @@ def _load_ucx_modules() -> None:
 
 
 class nixl_agent:
-    def __init__(self, agent_name: str, nixl_conf: nixl_agent_config | None = None,
-                 instantiate_all: bool = False) -> None:
+    def __init__(
+        self,
+        agent_name: str,
+        nixl_conf: nixl_agent_config | None = None,
+        instantiate_all: bool = False,
+    ) -> None:
         self.name = agent_name
         self.plugin_list = ["UCX"] if _pdt_image.knob("nixl", True) else []
         if not self.plugin_list:
