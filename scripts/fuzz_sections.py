@@ -1,5 +1,7 @@
 """The fuzzer's part for the sections added after it was written (issue 32, item F): the
-`watch:` and `weights:` sections, generated at random onto a base, their refused classes
+`watch:` and `weights:` sections and the front door's router keys (the proxy's image, the
+router's loopback port, the body limit, TLS references, watch.bind), generated at random onto
+a base, their refused classes
 (each must be refused with file:line), and the oracles an accepted inventory must pass,
 written from the docs (docs/watch.md, the weights section of the README) and the plan, not
 from pdboot's validators. Imported by scripts/fuzz_inventory.py."""
@@ -36,6 +38,30 @@ def add_sections(d: Data, r: random.Random) -> None:
         if r.random() < 0.3:
             wt["endpoint"] = r.choice(["https://hub.example", "http://10.0.0.5:8080/mirror"])
         d["weights"] = wt
+    router = d.get("router")
+    if isinstance(router, dict) and r.random() < 0.5:  # the front door (issue 28)
+        if r.random() < 0.5:
+            router["internal_port"] = r.choice([8081, 18081, 9000, 40001])
+        if r.random() < 0.5:
+            router["proxy_image"] = r.choice(["reg.example:5000/nginx:1.27.3", "nginx:1.27.3"])
+        if r.random() < 0.5:
+            router["max_request_mb"] = r.choice([1, 32, 512])
+        if r.random() < 0.3:
+            router["tls"] = {"cert": "file:/etc/pdboot/ep.pem", "key": "env:PDBOOT_EP_KEY"}
+        if r.random() < 0.3 and isinstance(d.get("watch"), dict):
+            d["watch"]["bind"] = r.choice(["10.0.0.5", "::1", "192.0.2.10"])
+
+
+def _internal_clash(d: Data, r: random.Random) -> bool:
+    """The router's loopback port on a port the router host already serves (its public
+    port, its metrics): the proxy and the router would fight over it."""
+    router = _router(d)
+    if not router:
+        return False
+    router["internal_port"] = r.choice(
+        [router.get("port", 8000), router.get("metrics_port", 29000)]
+    )
+    return True
 
 
 def _router(d: Data) -> Data:
@@ -98,6 +124,13 @@ INVALID: list[tuple[str, Mutator]] = [
                                  ["ftp://x", "http://a b", "javascript:x", "https://"])),
     ("privileged seed port", _nested(("weights", "seed_port"), [80, 0, 1023])),
     ("watch interval", _nested(("watch", "interval_seconds"), [0, -1, 0.1])),
+    ("router internal port clash", _internal_clash),
+    ("invalid proxy image", _nested(("router", "proxy_image"), ["Bad/Img:1", "a b", "-x", "x;id"])),
+    ("request body limit", _nested(("router", "max_request_mb"), [0, -1, 5000])),
+    ("TLS value, not a reference", _nested(("router", "tls"),
+                                           [{"cert": "-----BEGIN CERT", "key": "file:/k"},
+                                            {"cert": "file:/c"}])),
+    ("watch bind", _nested(("watch", "bind"), ["not-an-ip", "0.0.0.0 ; id", ""])),
 ]  # fmt: skip
 
 
@@ -116,6 +149,17 @@ def invariants(inv: Any, plan: Any, reference: re.Pattern[str]) -> list[str]:
         bad.append(f"weights.endpoint {wt.endpoint!r} accepted")
     if wt.seed_port < 1024:
         bad.append(f"weights.seed_port {wt.seed_port} accepted")
+    r = inv.router
+    if not reference.fullmatch(r.proxy_image):
+        bad.append(f"router.proxy_image {r.proxy_image!r} accepted")
+    if not 1 <= r.max_request_mb <= 4096:
+        bad.append(f"router.max_request_mb {r.max_request_mb} accepted")
+    if r.internal_port in (r.port, r.metrics_port):
+        bad.append(f"router.internal_port {r.internal_port} on the router's own port accepted")
+    if r.tls is not None and not all(
+        v.startswith(("env:", "file:", "/", "~", "./")) for v in (r.tls.cert, r.tls.key)
+    ):
+        bad.append("router.tls holding a value, not a reference, accepted")
     return bad + listener_clashes(inv, plan)
 
 
@@ -161,4 +205,6 @@ def bypasses(inv: Any) -> list[dict[str, Any]]:
         },
         {"watch": Watch.model_construct(image="Bad/Img", port=61000, interval_seconds=30.0)},
         {"weights": inv.weights.model_copy(update={"endpoint": "ftp://x"})},
+        {"router": router.model_copy(update={"proxy_image": "Bad/Img"})},
+        {"router": router.model_copy(update={"internal_port": router.port})},
     ]

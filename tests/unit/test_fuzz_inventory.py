@@ -20,8 +20,16 @@ def test_a_short_fuzz_run_finds_nothing() -> None:
     assert "250 cases" in out
     for what in ("traceback: 0", "hang: 0", "unlocated: 0", "escaped: 0"):
         assert what in out, out
-    # the watch: and weights: sections are generated, and their refused classes reached
-    # (scripts/fuzz_sections.py; issue 32)
-    for cls in ("watch port clash", "seed port clash", "invalid watch image", "weights endpoint"):
+    # the watch: and weights: sections and the front door's router keys are generated, and
+    # their refused classes reached (scripts/fuzz_sections.py; issue 32)
+    for cls in (
+        "watch port clash",
+        "seed port clash",
+        "invalid watch image",
+        "weights endpoint",
+        "router internal port clash",
+        "invalid proxy image",
+        "TLS value, not a reference",
+    ):
         line = next((ln for ln in out.splitlines() if ln.endswith(cls)), "")
         assert line and int(line.split(":")[1].split()[0]) > 0, out
