@@ -212,7 +212,8 @@ def targets(plan: Plan, baseline_url: str | None = None) -> list[Target]:
     independent engines instead, each taken to use as many GPUs as the first decode engine."""
     decodes = [s for s in plan.services() if s.role == "decode"]
     urls = [u.strip() for u in (baseline_url or "").split(",") if u.strip()]
-    out = [Target("pd", "router", plan.router.url, pd_gpus(plan))]
+    # the public endpoint (the proxy in front of the router), as clients reach it
+    out = [Target("pd", "router", plan.endpoint, pd_gpus(plan))]
     if len(urls) > 1:
         for i, u in enumerate(urls):
             out.append(Target("baseline", f"baseline{i + 1}", u, baseline_gpus(plan)))

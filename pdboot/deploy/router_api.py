@@ -13,6 +13,7 @@ router reads the model id from the engine first), posting a URL already register
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class WorkerChange:
         return f"{verb} {self.worker_type} {self.url}"
 
 
+_DP_RANK = re.compile(r"@\d+$")
+
+
 def parse_workers(text: str) -> list[Worker]:
     """GET /workers' body -> its workers (anything unexpected is skipped, never guessed)."""
     try:
@@ -60,7 +64,11 @@ def parse_workers(text: str) -> list[Worker]:
     for w in items if isinstance(items, list) else []:
         if isinstance(w, dict) and isinstance(w.get("url"), str):
             kind = str(w.get("worker_type", "regular")).lower()
-            out.append(Worker(w["url"].rstrip("/"), kind, bool(w.get("is_healthy", True))))
+            # a DP-aware router (--intra-node-data-parallel-size) lists each rank of an
+            # engine as URL@rank: one engine, the URL pdboot registered
+            url = _DP_RANK.sub("", w["url"].rstrip("/"))
+            if all(x.url != url for x in out):
+                out.append(Worker(url, kind, bool(w.get("is_healthy", True))))
     return out
 
 

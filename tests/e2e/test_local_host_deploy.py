@@ -150,7 +150,14 @@ def test_local_host_up_status_down_inside_a_testbed_host(
     # the token file went with the containers; the project and preflight's RDMA record stay
     left = solo.exec("ls -A /var/lib/pdboot/localdep").stdout.split()
     # + up's marker and the proxy's nginx.conf (its key file, had there been one, is gone)
-    assert left == [".pdboot-deployment", "compose.yaml", "proxy-nginx.conf", "rdma.json"]
+    # .pdboot-pulled: what up pulled, so that down --purge removes only that
+    assert left == [
+        ".pdboot-deployment",
+        ".pdboot-pulled",
+        "compose.yaml",
+        "proxy-nginx.conf",
+        "rdma.json",
+    ]
     purge = pdboot_on(solo, "down", str(inv), "--purge")
     assert purge.returncode == 0, out(purge)
     assert solo.exec("ls -A /var/lib/pdboot").stdout.split() == ["hf-cache"]  # kept

@@ -236,12 +236,11 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "unknown role" in output(bad)
     every = pdboot("logs", str(inv), "--tail", "2")  # no service: each one's tail, named
     lines = every.stdout.strip().splitlines()
-    assert every.returncode == 0 and len(lines) == 6, output(every)
-    assert {line.split(" | ", 1)[0].strip() for line in lines} == {
-        "decode@decode",
-        "prefill@prefill",
-        "router@ingress",
-    }
+    assert every.returncode == 0, output(every)
+    named = [line.split(" | ", 1)[0].strip() for line in lines]
+    # the proxy logs each client request (at least the chat above); the others have more
+    assert set(named) == {"decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"}
+    assert all(named.count(s) == 2 for s in ("decode@decode", "prefill@prefill", "router@ingress"))
     later = pdboot("logs", str(inv), "decode@decode", "--since", "2099-01-01T00:00:00Z")
     assert later.returncode == 0 and later.stdout.strip() == "", output(later)
 

@@ -196,7 +196,7 @@ def test_targets_are_the_router_and_one_decode_engine() -> None:
 
     plan = build_plan(load_inventory(INVENTORIES / "2p2d.yaml"))
     pd, base = bench.targets(plan)
-    assert (pd.role, pd.url) == ("pd", plan.router.url)
+    assert (pd.role, pd.url) == ("pd", plan.endpoint)  # the proxy: the router is on loopback
     decodes = [s for s in plan.services() if s.role == "decode"]
     assert (base.role, base.url, base.name) == (
         "baseline",

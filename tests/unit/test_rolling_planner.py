@@ -379,3 +379,23 @@ def test_a_new_engine_on_a_host_another_engine_leaves_starts_after_it_left() -> 
     assert acts.index(("add", ("prefill@d2",))) > gone
     late = r.steps[acts.index(("add", ("prefill@d2",)))]
     assert late.how.startswith("start after the engines leaving its host")
+
+
+def test_a_dp_aware_routers_ranks_are_one_engine() -> None:
+    """vllm-router with --intra-node-data-parallel-size lists each rank as URL@rank (seen on
+    the testbed: http://10.77.4.10:8201@0 ... @3): status and watch must read one engine,
+    not four foreign workers and a missing one."""
+    import json
+
+    body = json.dumps(
+        {
+            "workers": [
+                {"url": f"http://10.77.4.10:8201@{i}", "worker_type": "decode"} for i in range(4)
+            ]
+            + [{"url": "http://10.77.4.12:8200@0", "worker_type": "prefill"}]
+        }
+    )
+    assert [(w.url, w.worker_type) for w in parse_workers(body)] == [
+        ("http://10.77.4.10:8201", "decode"),
+        ("http://10.77.4.12:8200", "prefill"),
+    ]
