@@ -24,6 +24,7 @@ from pdboot.cli_app import (
     stderr,
     stdout,
     views,
+    warn_example_addresses,
 )
 from pdboot.cli_options import (
     DETAILED_HELP,
@@ -72,6 +73,7 @@ def render(
     from pdboot.views.render import print_projects, print_written, projects_json
 
     inv = load(inventory)
+    warn_example_addresses(inv)
     plan = build_plan(inv)
     texts = render_all(plan)
     summary = render_summary(plan, inv.weights, inv.model_revision)

@@ -136,21 +136,33 @@ def load(path: Path | None) -> Inventory:
         raise typer.Exit(EXIT_USAGE) from None
 
 
-def refuse_example_addresses(inv: Inventory) -> None:
-    """Before a verb connects: an address from the documentation ranges (an example's,
-    unedited) would only time out after seconds; exit 2 naming each at once."""
+def example_addresses(inv: Inventory) -> list[str]:
+    """One line per host whose address is from the documentation ranges (an example's)."""
     from pdboot.inventory.safety import is_documentation_address
 
-    found = [
+    return [
         f"hosts.{name}: {h.address} is a documentation address (an example's): put the "
         "host's own address there"
         for name, h in inv.hosts.items()
         if is_documentation_address(h.address)
     ]
+
+
+def refuse_example_addresses(inv: Inventory) -> None:
+    """Before a verb connects: an address from the documentation ranges (an example's,
+    unedited) would only time out after seconds; exit 2 naming each at once."""
+    found = example_addresses(inv)
     for line in found:
         stderr().print(line, style="red", highlight=False, markup=False)
     if found:
         raise typer.Exit(EXIT_USAGE)
+
+
+def warn_example_addresses(inv: Inventory) -> None:
+    """`render` works offline on an example as it is; it says what preflight/up will refuse."""
+    for line in example_addresses(inv):
+        note = f"note: {line} before preflight/up"
+        stderr().print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def _version(value: bool) -> None:

@@ -269,7 +269,8 @@ def render_summary(plan: Plan, weights: Weights | None = None, model_revision: s
     ]
     lines += [f"  ({i}) {text}" for i, text in enumerate(notes, 1)]
     lines += [f"Needs preflight's facts: {u}" for u in plan.unresolved]
-    lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via the router)")
+    via = "the proxy, then the router" if plan.proxy is not None else "the router"
+    lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via {via})")
     if plan.router.metrics_port is not None:
         public = url_host((plan.proxy or plan.router).address)  # the router's own is loopback
         lines.append(f"Router metrics: http://{public}:{plan.router.metrics_port}/metrics")

@@ -114,9 +114,9 @@ def test_inventory_from_the_environment_then_the_working_directory(
 
 
 def test_render_json_is_json_with_every_service() -> None:
-    code, text = run("render", str(ONE), "--json")
-    assert code == 0
-    doc = json.loads(text)
+    result = runner.invoke(app, ["render", str(ONE), "--json"])
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)  # notes go to stderr: stdout is the JSON alone
     assert set(doc["hosts"]) and doc["endpoint"].endswith("/v1")
     roles = {s["role"] for s in doc["services"]}
     assert {"prefill", "decode", "router"} <= roles
@@ -189,3 +189,10 @@ def test_documentation_addresses(address: str, doc: bool) -> None:
     from pdboot.inventory.safety import is_documentation_address
 
     assert is_documentation_address(address) is doc
+
+
+def test_render_notes_documentation_addresses_and_still_renders() -> None:
+    # offline on an unedited example works, and says what preflight/up will refuse
+    result = runner.invoke(app, ["render", str(ONE)])
+    assert result.exit_code == 0 and "services:" in result.stdout
+    assert "192.0.2.10 is a documentation address" in result.stderr
