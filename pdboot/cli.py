@@ -136,22 +136,36 @@ def preflight(
     ] = False,
 ) -> None:
     """Check every host before anything is pulled."""
-    from pdboot.preflight import run as pf
-    from pdboot.preflight.checks import AREAS
-    from pdboot.views import preflight as report
-
     inv = load(inventory)
-    sel = pf.Selection.of(
-        [x for v in only or [] for x in v.split(",") if x],
-        [x for v in skip or [] for x in v.split(",") if x],
-    )
-    if sel.unknown():
-        stderr().print(
-            f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})"
+    opening = None
+    if not only and not skip:  # no selection to refuse: the handshakes overlap the imports
+        from pdboot.inventory.rules import deployment_hosts
+        from pdboot.transport.preconnect import Opening
+
+        refuse_example_addresses(inv)
+        opening = Opening(inv, deployment_hosts(inv), accept_new_host_keys=accept_new_host_keys)
+    try:
+        from pdboot.preflight import run as pf
+        from pdboot.preflight.checks import AREAS
+        from pdboot.views import preflight as report
+
+        sel = pf.Selection.of(
+            [x for v in only or [] for x in v.split(",") if x],
+            [x for v in skip or [] for x in v.split(",") if x],
         )
-        raise typer.Exit(EXIT_USAGE)
-    refuse_example_addresses(inv)
-    result = pf.run_preflight(inv, accept_new_host_keys=accept_new_host_keys, selection=sel)
+        if sel.unknown():
+            stderr().print(
+                f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})"
+            )
+            raise typer.Exit(EXIT_USAGE)
+        if opening is None:
+            refuse_example_addresses(inv)
+        result = pf.run_preflight(
+            inv, accept_new_host_keys=accept_new_host_keys, selection=sel, opening=opening
+        )
+    finally:
+        if opening is not None:
+            opening.close_untaken()
     if json_out:
         sys.stdout.write(report.to_json(result) + "\n")
     else:

@@ -49,6 +49,7 @@ from pdboot.preflight.lookups import insecure_registries as insecure_registries
 from pdboot.preflight.lookups import with_lookup as with_lookup
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.fanout import Outcome, fan_out
+from pdboot.transport.preconnect import Opening
 from pdboot.transport.ssh import connect, effective_ssh
 from pdboot.weights.local import Listing
 
@@ -317,9 +318,11 @@ def run_preflight(
     accept_new_host_keys: bool = False,
     selection: Selection = Selection(),
     connections: Mapping[str, Connection] | None = None,
+    opening: Opening | None = None,
 ) -> PreflightResult:
     """Check every host in parallel; reported in inventory order. ``connections``: already
-    open ones to reuse (kept open); any other host gets a connection opened and closed here."""
+    open ones to reuse (kept open); ``opening``: connects already started (taken and closed
+    here); any other host gets a connection opened and closed here."""
     ctxs = contexts(inv)
     given = dict(connections or {})
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
@@ -333,7 +336,9 @@ def run_preflight(
     def one(name: str, ctx: HostContext) -> _Batch:
         conn = given.get(name)
         own = conn is None
-        if conn is None:
+        if conn is None and opening is not None and name in opening:
+            conn = opening.take(name)
+        elif conn is None:
             conn = connect(
                 name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
             )
