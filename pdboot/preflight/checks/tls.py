@@ -6,9 +6,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
 from pdboot.inventory.schema import Inventory
 from pdboot.preflight.checks import CheckResult
 from pdboot.transport.secret_refs import SecretError
@@ -29,6 +26,11 @@ def evaluate(inv: Inventory, now: datetime) -> list[CheckResult]:
 
 
 def evaluate_pair(cert_pem: str, key_pem: str, now: datetime) -> CheckResult:
+    # imported here: cryptography's x509 costs every preflight tens of ms, and only a
+    # deployment with router.tls has a pair to read
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     fix = "point router.tls.cert and router.tls.key at a matching, current pair (PEM)"
     try:
         cert = x509.load_pem_x509_certificate(cert_pem.encode())
