@@ -20,8 +20,8 @@ from pdboot.plan.render import render_host
 from pdboot.plan.watch import WATCH_INVENTORY, watch_inventory_text
 from pdboot.preflight.findings import RECORD_FILE
 from pdboot.transport.docker_parse import PullProgress as EnginePull
+from pdboot.transport.fanout import in_thread
 from pdboot.transport.hosts import Hosts, Link
-from pdboot.weights.stage import in_thread
 
 Errors = dict[str, str]
 

@@ -19,6 +19,7 @@ from pdboot.deploy.logscan import explain_services, report_lines
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import WorkerDiff, worker_diff
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
+from pdboot.deploy.weights.staging import as_recorded
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.cpu_layout import describe
@@ -34,7 +35,6 @@ from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose as diagnose_logs
 from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
 from pdboot.verify.watch_verdicts import WatchVerdicts, read_verdicts
-from pdboot.weights.stage import as_recorded
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pdboot.deploy.readiness import Prober
 from pdboot.deploy.rollout import Rollout, emit_plan
 from pdboot.deploy.router_api import RouterWorkerApi, plan_workers
 from pdboot.deploy.waits import Clock
+from pdboot.deploy.weights.staging import NOTHING_STAGED, Staging
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
@@ -26,7 +27,6 @@ from pdboot.preflight import ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
-from pdboot.weights.stage import NOTHING_STAGED, Staging
 
 # asked with the outages in words before a tier that cannot roll goes down; True: go on
 Confirm = Callable[[list[str]], bool]

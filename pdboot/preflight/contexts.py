@@ -14,6 +14,7 @@ from pdboot.inventory.rules import advertised_address, deployment_hosts, engine_
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan, Service
+from pdboot.plan.weights.hub import WeightsAsk, hub_endpoint
 from pdboot.preflight.checks import (
     CpuNeed,
     GpuNeed,
@@ -22,7 +23,6 @@ from pdboot.preflight.checks import (
     Probe,
     size_bytes,
 )
-from pdboot.weights.hub import WeightsAsk, hub_endpoint
 
 
 def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:

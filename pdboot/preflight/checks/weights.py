@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pdboot.plan.weights.hub import HubProblem, Resolution, host_port
+from pdboot.plan.weights.local import Listing, differing, listing_command, missing, parse_listing
 from pdboot.preflight.checks import CheckResult, Command, HostContext, Section, gib, human_bytes
-from pdboot.weights.hub import HubProblem, Resolution, host_port
-from pdboot.weights.local import Listing, differing, listing_command, missing, parse_listing
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.facts import HostFacts
