@@ -318,7 +318,7 @@ class StatusReport(Event):
     healthy: bool
     services: tuple[Any, ...]  # status.ServiceStatus rows
     pd: Any = None  # pdstatus.PDStatus: per-engine P/D metrics, spread, flags (None: not read)
-    watch: Any = None  # watch_verdicts.WatchVerdicts: the last verdict per pair (None: no watch)
+    watch: Any = None  # watch.verdicts.WatchVerdicts: the last verdict per pair (None: no watch)
     revision: str = ""  # the --revision every engine is planned with ("": vLLM's default)
     workers: Any = None  # router_api.WorkerDiff: foreign / missing router workers (None: not read)
 

@@ -19,6 +19,7 @@ from pdboot.deploy.logscan import explain_services, report_lines
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import WorkerDiff, worker_diff
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
+from pdboot.deploy.watch.verdicts import read_verdicts
 from pdboot.deploy.weights.staging import as_recorded
 from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -27,6 +28,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, owned
 from pdboot.plan.model import ROLES, Plan, Service
+from pdboot.plan.watch.verdicts import WatchVerdicts
 from pdboot.preflight.findings import plan_from
 from pdboot.timestamps import parse_rfc3339
 from pdboot.transport.docker_parse import EngineError
@@ -34,7 +36,6 @@ from pdboot.transport.hosts import EngineOps, open_hosts, register_inventory_sec
 from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose as diagnose_logs
 from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
-from pdboot.verify.watch_verdicts import WatchVerdicts, read_verdicts
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_restarts
 from pdboot.plan.model import WATCH_SECRETS_FILE, Plan, Service
 from pdboot.plan.proxy import proxy_files
-from pdboot.plan.watch import watch_secrets_text
+from pdboot.plan.watch.sidecar import watch_secrets_text
 from pdboot.preflight import ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
 from pdboot.transport.hosts import Hosts

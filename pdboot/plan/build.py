@@ -46,7 +46,7 @@ from pdboot.plan.proxy import ROUTER_INTERNAL_ADDRESS, proxy_service
 from pdboot.plan.render import service_definition
 from pdboot.plan.router_flags import cache_aware_flags, without_workers
 from pdboot.plan.vllm_args import nic_rank_env, version_args
-from pdboot.plan.watch import watch_service
+from pdboot.plan.watch.sidecar import watch_service
 from pdboot.plan.weights.engine_args import engine_hub_env, revision_args, revision_of
 
 

@@ -13,8 +13,8 @@ from rich.text import Text
 
 from pdboot.deploy.status import ServiceStatus, human_seconds, short_endpoint, short_image
 from pdboot.events import StatusReport
+from pdboot.plan.watch.verdicts import WatchVerdicts
 from pdboot.verify.pdstatus import PDStatus
-from pdboot.verify.watch_verdicts import WatchVerdicts
 
 
 def print_status(out: Console, report: StatusReport) -> None:
