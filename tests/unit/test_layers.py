@@ -106,6 +106,21 @@ def test_imports_point_down_the_order() -> None:
     assert wrong == [], "\n".join(wrong)
 
 
+def test_views_only_render_events() -> None:
+    """views/ sits above deploy/ in the order, yet runs nothing: no import of the
+    orchestrator, not even for annotations (`up`'s preflight gate is deploy/preflight_gate.py)."""
+    wrong = []
+    for path in sorted((PKG / "views").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for n in ast.walk(tree):
+            names = [n.module or ""] if isinstance(n, ast.ImportFrom) else []
+            names += [a.name for a in n.names] if isinstance(n, ast.Import) else []
+            wrong += [
+                f"{path.name}:{n.lineno}: {m}" for m in names if m.startswith("pdboot.deploy")
+            ]
+    assert wrong == []
+
+
 def test_no_package_level_cycle() -> None:
     graph: dict[str, set[str]] = {}
     for src, dst, *_ in _edges():
