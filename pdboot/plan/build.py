@@ -24,6 +24,7 @@ from pdboot.inventory.rules import (
     router_uses_secrets,
 )
 from pdboot.inventory.schema import LOCAL, Inventory, Tier, tier_policy
+from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import (
     HF_CACHE_IN_CONTAINER,
     KV_ROLE,
@@ -401,39 +402,24 @@ def _nic_for(e: EngineSpec, nics: Mapping[str, Mapping[str, EngineNic]]) -> Engi
     return nic
 
 
-def build_plan(
-    inv: Inventory,
-    rdma_present: Mapping[str, bool] | None = None,
-    rdma_ports: Mapping[str, Sequence[str]] | None = None,
-    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
-    *,
-    engine_nics: Mapping[str, Mapping[str, EngineNic]] | None = None,
-    gpu_counts: Mapping[str, int] | None = None,
-) -> Plan:
-    """The deployment plan. ``rdma_present``: per host, whether preflight found RDMA
-    devices (used when kv_transfer.rdma is `auto`); None for a dry run. ``rdma_ports``:
-    per host, the ``device:port`` names it found ACTIVE (UCX_NET_DEVICES when the
-    inventory declares no rdma_devices). ``tcp_ifaces``: per host, the interface(s) that
-    reach the peer engine hosts (UCX_NET_DEVICES when RDMA is off). ``engine_nics``: per
-    host, per engine name, the port(s) nearest the engine's GPUs (preflight's topo choice,
-    or its record). ``gpu_counts``: per host, the GPUs preflight found
-    (``engines_per_host: all``)."""
-    nics = engine_nics or {}
-    ifaces = tcp_ifaces or {}
+def build_plan(inv: Inventory, facts: PlanFacts | None = None) -> Plan:
+    """The deployment plan; ``facts``: what preflight found on the hosts (or recorded there),
+    None for a dry run."""
+    f = facts or PlanFacts()
     cores = engine_cores(inv) if inv.device == "cpu" else {}
     services = [
         _with_hash(
             _engine(
                 inv,
                 e,
-                rdma_present,
-                rdma_ports,
-                _nic_for(e, nics),
-                ifaces.get(e.host),
+                f.rdma_present,
+                f.rdma_ports,
+                _nic_for(e, f.engine_nics),
+                f.tcp_ifaces.get(e.host),
                 cores.get(e.host, {}).get((e.role, e.index)),
             )
         )
-        for e in engines(inv, gpu_counts)
+        for e in engines(inv, f.gpu_counts)
     ]
     decodes = [s for s in services if s.role == "decode"]
     prefills = [s for s in services if s.role == "prefill"]
@@ -463,7 +449,7 @@ def build_plan(
         router=router,
         proxy=proxy,
         hf_token_ref=inv.secrets.hf_token,
-        unresolved=tuple(unresolved(inv, gpu_counts)),
+        unresolved=tuple(unresolved(inv, f.gpu_counts)),
         device=inv.device,
         kv_cache_gib=inv.cpu.kv_cache_gib if inv.device == "cpu" else 0,
         watch=watch,
