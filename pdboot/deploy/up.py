@@ -68,7 +68,7 @@ from pdboot.inventory.rules import live_workers
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, orphans, plan_up
-from pdboot.plan.model import SECRETS_FILE, Plan, Service
+from pdboot.plan.model import ENGINE_ROLES, SECRETS_FILE, Plan, Service
 from pdboot.plan.weights.hub import is_hub_model
 from pdboot.preflight import image_args, image_probe
 from pdboot.preflight.findings import (
@@ -95,7 +95,6 @@ from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_
 from pdboot.verify.rootcause import READ_LINES, first_error
 
 LOG_LINES_ON_FAILURE = 50
-ENGINE_TIERS = ("decode", "prefill")
 _Stop = UpStopped  # a step failed and was reported; `up` exits 1
 
 
@@ -399,7 +398,7 @@ class _Up(ChangeSteps):
         tiers = (
             ("router",)
             if router
-            else tuple(r for r in ENGINE_TIERS if any(s.role == r for s in services))
+            else tuple(r for r in ENGINE_ROLES if any(s.role == r for s in services))
         )
         self.emit(TierReady(tiers, what, took))
 

@@ -145,7 +145,11 @@ class DataParallel(Strict):
     rpc_port: int | None = Field(default=None, ge=1, le=65535)  # None: the tier's default
 
 
-TierName = Literal["prefill", "decode"]  # the two engine tiers
+# The two engine tiers: the one type of a tier's name and their one order, prefill first (a
+# request's path; rules, checks, reports and the roll list them so). Start order: decode first
+# (ENGINE_ROLES, TIERS reversed).
+TierName = Literal["prefill", "decode"]
+TIERS: tuple[TierName, ...] = ("prefill", "decode")
 
 
 class Tier(Strict):

@@ -10,7 +10,6 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Literal
 
 from pdboot.inventory.cpu_layout import CPU_DTYPE, engine_cores, flag_value, threads_bind
 from pdboot.inventory.dp import router_dp_size
@@ -23,7 +22,7 @@ from pdboot.inventory.rules import (
     live_workers,
     router_uses_secrets,
 )
-from pdboot.inventory.schema import LOCAL, Inventory, Tier, tier_policy
+from pdboot.inventory.schema import LOCAL, Inventory, Tier, TierName, tier_policy
 from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import (
     HF_CACHE_IN_CONTAINER,
@@ -55,7 +54,7 @@ def project_name(inv: Inventory) -> str:
     return f"pdboot-{inv.name}"
 
 
-def kv_transfer_config(inv: Inventory, role: Literal["prefill", "decode"]) -> dict[str, object]:
+def kv_transfer_config(inv: Inventory, role: TierName) -> dict[str, object]:
     """The --kv-transfer-config object: only fields vLLM 0.33's KVTransferConfig accepts."""
     kv = inv.kv_transfer
     cfg: dict[str, object] = {

@@ -11,7 +11,7 @@ from pdboot.inventory.cpu_layout import engine_dtype
 from pdboot.inventory.dp import layouts
 from pdboot.inventory.engines import is_auto, tier_engines
 from pdboot.inventory.rules import advertised_address, deployment_hosts, engine_hosts
-from pdboot.inventory.schema import Inventory
+from pdboot.inventory.schema import TIERS, Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan, Service
 from pdboot.plan.weights.hub import WeightsAsk, hub_endpoint
@@ -62,7 +62,7 @@ def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
 
 def _side_ports(inv: Inventory, s: Service, whose: str = "'s") -> list[tuple[int, str]]:
     """The NIXL side-channel ports an engine listens on, with what they are."""
-    if s.side_channel_port is None or s.role not in ("prefill", "decode"):
+    if s.side_channel_port is None or s.role not in TIERS:
         return []
     if not s.dp_role:
         return [(s.side_channel_port, f"{s.name}{whose} NIXL side channel")]

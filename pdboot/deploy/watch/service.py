@@ -23,7 +23,7 @@ from pdboot.deploy.router_api import RouterWorkerApi
 from pdboot.deploy.watch.run import Restarter, WatchDeps, Watcher
 from pdboot.events import Done, Emit, Note
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pdboot.inventory.schema import Inventory
+from pdboot.inventory.schema import TIERS, Inventory
 from pdboot.inventory.watch_schema import Watch
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan
@@ -48,7 +48,7 @@ def watch_engines(plan: Plan) -> list[WatchedEngine]:
     return [
         WatchedEngine(s.key, s.role, s.url.rstrip("/"))
         for s in plan.services()
-        if s.role in ("prefill", "decode") and not s.headless
+        if s.role in TIERS and not s.headless
     ]
 
 
