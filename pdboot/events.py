@@ -83,7 +83,7 @@ class PullDone(Event):
 
 @dataclass(frozen=True)
 class WeightsPinned(Event):
-    """The one commit every engine loads (pdboot/weights/pin.py chose it)."""
+    """The one commit every engine loads (pdboot/plan/weights/pin.py chose it)."""
 
     kind: ClassVar[str] = "weights_pinned"
     model: str

@@ -48,7 +48,7 @@ class UpOptions:
     plan_only: bool = False  # --plan: print the steps, change nothing
     detailed_exitcode: bool = False  # with --plan: exit 2 when there are changes (terraform's)
     yes: bool = False  # --yes: accept the outage of a tier that cannot roll
-    refresh_weights: bool = False  # move to the commit model_revision names now (weights/pin.py)
+    refresh_weights: bool = False  # move to the commit model_revision names now (plan/weights/)
 
 
 @dataclass(frozen=True)

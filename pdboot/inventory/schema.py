@@ -431,7 +431,7 @@ class Inventory(Strict):
     requirements: Requirements = Requirements()
     timeouts: Timeouts = Timeouts()
     watch: Watch | None = None  # None: no watch section (`pdboot watch` uses the defaults)
-    # a branch, tag or commit of a hub model; pdboot pins it to one commit (pdboot/weights/)
+    # a branch, tag or commit of a hub model; pdboot pins it to one commit (plan/weights/pin.py)
     model_revision: str = Field(default="main", pattern=f"^{_REVISION_RE}$")
     weights: Weights = Weights()
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host

@@ -166,7 +166,7 @@ def _peer_addresses(inv: Inventory, name: str) -> list[str]:
 
 def _seed_host(inv: Inventory) -> str | None:
     """weights.seed first_host: the engine host that serves the weights to the others."""
-    hosts = engine_hosts(inv)  # the order weights/seed.py seeds in: its first is the server
+    hosts = engine_hosts(inv)  # the order deploy/weights/seed.py seeds in: its first is the server
     if inv.weights.seed != "first_host" or len(hosts) < 2:
         return None
     return hosts[0]

