@@ -183,7 +183,7 @@ def stage(
     as_json: JsonEventsOpt = False,
 ) -> None:
     """Fetch the model's pinned commit into each engine host's HF cache; start nothing."""
-    from pdboot.weights.command import stage as stage_weights
+    from pdboot.deploy.stage import stage as stage_weights
 
     inv = load(inventory)
     target = events_target(events, as_json)
@@ -251,10 +251,10 @@ def up(
         raise typer.Exit(EXIT_USAGE)
     target = events_target(events, as_json)
     refuse_example_addresses(inv)
-    with views(target) as (emit, console):
-        from pdboot.views.preflight import up_gate
+    with views(target) as (emit, _):
+        from pdboot.deploy.preflight_gate import preflight_gate
 
-        gate = up_gate(console)
+        gate = preflight_gate(emit)
         code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pdboot.deploy.rollout import emit_plan
 from pdboot.deploy.seams import OP_DEADLINE, HostsFactory, read_records, report_errors
+from pdboot.deploy.weights.staging import as_recorded
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK
 from pdboot.inventory.rules import live_workers
@@ -16,7 +17,6 @@ from pdboot.plan.model import Plan
 from pdboot.plan.rolling import RollPlan, plan_roll
 from pdboot.preflight.findings import plan_from
 from pdboot.transport.hosts import Hosts
-from pdboot.weights.stage import as_recorded
 
 
 def roll_plan(

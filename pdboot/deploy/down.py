@@ -17,6 +17,7 @@ from pdboot.deploy.seams import (
     report_errors,
     take_lock,
 )
+from pdboot.deploy.weights.staging import remove_oneshots
 from pdboot.events import Done, Emit, Note, StageStarted, Stopped
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.inventory.schema import Inventory
@@ -25,7 +26,6 @@ from pdboot.plan.converge import Observed, plan_down
 from pdboot.plan.model import PRIVATE_FILES, SECRETS_FILE, Plan
 from pdboot.transport.hosts import Hosts, Link, project_dir
 from pdboot.transport.pulled_record import to_purge
-from pdboot.weights.stage import remove_oneshots
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from pdboot.deploy.seams import (
 )
 from pdboot.deploy.up_steps import ChangeSteps, Confirm, UpEnv, UpOptions, UpStopped
 from pdboot.deploy.waits import Clock, MonotonicClock, Tick, WaitError, WaitFailed, wait_all
+from pdboot.deploy.weights.staging import pin_weights, remove_oneshots, with_stage_image
 from pdboot.events import (
     Diagnosis,
     Done,
@@ -67,7 +68,8 @@ from pdboot.inventory.rules import live_workers
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, orphans, plan_up
-from pdboot.plan.model import SECRETS_FILE, Plan, Service
+from pdboot.plan.model import ENGINE_ROLES, SECRETS_FILE, Plan, Service
+from pdboot.plan.weights.hub import is_hub_model
 from pdboot.preflight import image_args, image_probe
 from pdboot.preflight.findings import (
     Findings,
@@ -91,11 +93,8 @@ from pdboot.verify.diagnose import diagnose
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
 from pdboot.verify.rootcause import READ_LINES, first_error
-from pdboot.weights.hub import is_hub_model
-from pdboot.weights.stage import pin_weights, remove_oneshots, with_stage_image
 
 LOG_LINES_ON_FAILURE = 50
-ENGINE_TIERS = ("decode", "prefill")
 _Stop = UpStopped  # a step failed and was reported; `up` exits 1
 
 
@@ -399,7 +398,7 @@ class _Up(ChangeSteps):
         tiers = (
             ("router",)
             if router
-            else tuple(r for r in ENGINE_TIERS if any(s.role == r for s in services))
+            else tuple(r for r in ENGINE_ROLES if any(s.role == r for s in services))
         )
         self.emit(TierReady(tiers, what, took))
 

@@ -15,18 +15,18 @@ from pdboot.deploy.readiness import Prober
 from pdboot.deploy.rollout import Rollout, emit_plan
 from pdboot.deploy.router_api import RouterWorkerApi, plan_workers
 from pdboot.deploy.waits import Clock
+from pdboot.deploy.weights.staging import NOTHING_STAGED, Staging
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_restarts
 from pdboot.plan.model import WATCH_SECRETS_FILE, Plan, Service
 from pdboot.plan.proxy import proxy_files
-from pdboot.plan.watch import watch_secrets_text
+from pdboot.plan.watch.sidecar import watch_secrets_text
 from pdboot.preflight import ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
-from pdboot.weights.stage import NOTHING_STAGED, Staging
 
 # asked with the outages in words before a tier that cannot roll goes down; True: go on
 Confirm = Callable[[list[str]], bool]
@@ -48,7 +48,7 @@ class UpOptions:
     plan_only: bool = False  # --plan: print the steps, change nothing
     detailed_exitcode: bool = False  # with --plan: exit 2 when there are changes (terraform's)
     yes: bool = False  # --yes: accept the outage of a tier that cannot roll
-    refresh_weights: bool = False  # move to the commit model_revision names now (weights/pin.py)
+    refresh_weights: bool = False  # move to the commit model_revision names now (plan/weights/)
 
 
 @dataclass(frozen=True)
