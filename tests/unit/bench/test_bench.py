@@ -14,8 +14,9 @@ from pdboot.bench import chart as benchchart
 from pdboot.bench import goodput as gp
 from pdboot.bench import results as bench_results
 from pdboot.bench import run as bench
+from tests.unit.paths import FIXTURES, INVENTORIES, ROOT
 
-FIX = Path(__file__).parent / "fixtures" / "aiperf-0.13.0"
+FIX = FIXTURES / "aiperf-0.13.0"
 
 
 def _load(name: str) -> bench_results.RunResult:
@@ -187,7 +188,7 @@ def test_aiperf_command_found_or_not(monkeypatch: pytest.MonkeyPatch, found: boo
     assert bench.aiperf_command() == (["/x/aiperf"] if found else None)
 
 
-INVENTORIES = Path(__file__).parent / "inventories"
+INVENTORIES = INVENTORIES
 
 
 def test_targets_are_the_router_and_one_decode_engine() -> None:
@@ -229,7 +230,7 @@ def test_one_aiperf_version_for_the_extra_setup_and_tests() -> None:
 
     from tests.conftest import AIPERF_VERSION
 
-    root = Path(__file__).parents[2]
+    root = ROOT
     extra = re.search(r'bench = \["aiperf==([\d.]+)"\]', (root / "pyproject.toml").read_text())
     setup = re.search(r"^AIPERF_VERSION=([\d.]+)$", (root / ".ci/setup").read_text(), re.M)
     assert extra and setup
