@@ -20,8 +20,9 @@ from pdboot import __version__
 from pdboot.cli import app
 from pdboot.cli_ops import since_time
 from pdboot.inventory import yamlsafe
+from tests.unit.paths import UNIT
 
-HERE = Path(__file__).parent
+HERE = UNIT
 ROOT = HERE.parents[1]
 ONE = HERE / "inventories" / "1p1d.yaml"
 runner = CliRunner()

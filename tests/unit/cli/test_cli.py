@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from pdboot import __version__
 from pdboot.cli import app
+from tests.unit.paths import UNIT
 
-HERE = Path(__file__).parent
+HERE = UNIT
 ROOT = HERE.parents[1]
 ONE = str(HERE / "inventories" / "1p1d.yaml")
 GOLDEN = HERE / "golden" / "1p1d"
