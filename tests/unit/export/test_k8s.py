@@ -31,10 +31,11 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan
 from pdboot.plan.render import render_all
+from tests.unit.paths import INVENTORIES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = ROOT
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-INVENTORIES = Path(__file__).parent / "inventories"
+INVENTORIES = INVENTORIES
 K8S_VERSION = "1.37.0"
 
 
