@@ -1,5 +1,8 @@
-"""Issue 18, items 9-14: rendering, shipping, reading and connecting, each on the
-reproduction the review gave (real bash, real sockets, real YAML reloads)."""
+"""Shipping, reading and connecting (issue 18, items 10-14), each on the reproduction the review
+gave (real bash, real sockets): a compose file over 128 KiB, SSH deadlines on every hop, a
+known_hosts that forgets, FIFOs as secret or known_hosts files. The same review's rendering,
+inventory and route-script cases: plan/test_render_round_trip.py, inventory/test_special_files.py,
+preflight/test_route_script.py."""
 
 from __future__ import annotations
 
@@ -11,50 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from fabric import Connection as FabricConnection
 
-from pdboot.inventory.load import InventoryError, load_inventory, parse_inventory
 from pdboot.inventory.schema import SSHSettings
-from pdboot.plan.build import build_plan
-from pdboot.plan.render import render_all
-from pdboot.preflight.checks import route
 from pdboot.transport import sshdeadline
 from pdboot.transport.connection import LocalConnection, RemoteError
 from pdboot.transport.docker_host import PROJECT_MARKER, Engine, ship_script
 from pdboot.transport.ssh import SSHConnection
-
-GOOD = """\
-name: demo
-model: meta-llama/Llama-3.1-8B-Instruct
-hosts:
-  gpu-a: {address: 192.0.2.10}
-  gpu-b: {address: 192.0.2.11}
-prefill: {hosts: [gpu-a]}
-decode: {hosts: [gpu-b]}
-router: {host: gpu-a}
-"""
-
-# --------------------------------------------------------------------------- item 9
-
-ODD = ["a\u2028b", "x\x85y", "p\u2029q", "\ufeffbom", "tab\there", "é–ü", "$HOME ${X}", "a\nb"]  # noqa: RUF001
-
-
-@pytest.mark.parametrize("value", ODD)
-def test_extra_args_read_back_identically_from_the_rendered_yaml(value: str) -> None:
-    import json
-
-    text = GOOD.replace(
-        "decode: {hosts: [gpu-b]}",
-        f"decode: {{hosts: [gpu-b], extra_args: [--chat-template-content-format, {json.dumps(value)}]}}",
-    )
-    plan = build_plan(parse_inventory(text))
-    rendered = render_all(plan)["gpu-b"]
-    cmd = yaml.safe_load(rendered)["services"]["decode"]["command"]
-    # compose un-doubles $$ (render's interpolation escape); nothing else may change
-    assert [c.replace("$$", "$") for c in cmd][-1] == value
-    assert [c.replace("$$", "$") for c in cmd] == list(plan.hosts["gpu-b"].services[0].command)
-
 
 # --------------------------------------------------------------------------- item 10
 
@@ -75,21 +41,6 @@ def test_a_compose_file_over_128_kib_ships_over_stdin(tmp_path: Path) -> None:
     assert (d / "secrets.env").read_text() == "HF_TOKEN=t0k\n"
     assert (d / "secrets.env").stat().st_mode & 0o777 == 0o600
     assert (d / PROJECT_MARKER).read_text() == "demo\n"
-
-
-# --------------------------------------------------------------------------- item 11
-
-
-@pytest.mark.timeout(20)
-def test_a_fifo_inventory_is_refused_at_once(tmp_path: Path) -> None:
-    fifo = tmp_path / "inv.yaml"
-    os.mkfifo(fifo)
-    t0 = time.monotonic()
-    with pytest.raises(InventoryError, match="FIFO"):
-        load_inventory(fifo)
-    assert time.monotonic() - t0 < 5
-    with pytest.raises(InventoryError, match="directory"):
-        load_inventory(tmp_path)
 
 
 # --------------------------------------------------------------------------- item 12
@@ -200,15 +151,6 @@ def test_accept_new_with_a_known_hosts_that_forgets_is_refused(tmp_path: Path) -
 
 
 # --------------------------------------------------------------------------- item 14
-
-
-def test_route_script_quotes_the_peer_everywhere() -> None:
-    evil = 'x"; touch /tmp/PWNED-route; echo "'
-    script = route.script([evil])
-    assert evil not in script.replace(f"'{evil}'", "")
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
-    assert f"peer={evil}" in out.stdout
-    assert not Path("/tmp/PWNED-route").exists()
 
 
 @pytest.mark.timeout(20)

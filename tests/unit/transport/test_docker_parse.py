@@ -5,7 +5,6 @@ inspect and list JSON, a real pull event stream, and real pull errors."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from pdboot.transport.docker_parse import (
     PullProgress,
@@ -14,8 +13,9 @@ from pdboot.transport.docker_parse import (
     pull_error_cause,
     split_image,
 )
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures" / "deploy"
+FIX = FIXTURES / "deploy"
 
 
 def _jsonl(name: str) -> list[dict[str, object]]:

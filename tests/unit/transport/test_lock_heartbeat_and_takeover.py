@@ -1,7 +1,7 @@
-"""Issue 18, items 1-4: the deployment lock when it is lost, when a takeover fails, when
-two runs race for an ownerless lock, and behind a login shell that prints. The scripts run
-in real bash on a temporary directory (the same scripts the hosts run over SSH); the
-orchestrator test uses the fakes of test_orchestrator."""
+"""The deployment lock's heartbeat and takeover (issue 18, items 1-4): when it is lost, when a
+takeover fails, when two runs race for an ownerless lock, and behind a login shell that prints.
+The scripts run in real bash on a temporary directory (the same scripts the hosts run over SSH);
+what up, down and stage do when the lock is lost: tests/unit/deploy/test_lock_lost.py."""
 
 from __future__ import annotations
 
@@ -13,12 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pdboot import events as ev
-from pdboot.deploy.down import DownOptions, down
-from pdboot.deploy.up import UpOptions, up
 from pdboot.transport import lock, lock_holder
 from pdboot.transport.connection import CommandResult, LocalConnection, RemoteError
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
 
 OWNER = lock.Owner("ana", "laptop-1", 4242, "a1b2c3d4", "up", "2026-11-30T20:00:00+00:00")
 
@@ -116,59 +112,6 @@ def test_a_lock_taken_over_by_another_run_is_lost_at_the_next_beat(tmp_path: Pat
     assert "another run took it over" in (held.lost_reason or "")
     held.release()  # not ours: left alone
     assert (path / "owner").read_text() == OWNER.text()
-
-
-def test_up_stops_before_its_next_step_when_the_lock_is_lost() -> None:
-    """Lost during the engine wait (which uses HTTP, not SSH): the router is never
-    started, nothing is rolled back or removed, exit 1 with a message naming the lock."""
-    world = World(inventory(), load={"decode": 30.0, "prefill": 30.0})
-    world.lock_lost_at = 10.0
-    rec = Recorder()
-    code = up(
-        world.inv,
-        UpOptions(skip_preflight=True, rollback=True),
-        rec,
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
-    assert code == 1
-    started = [w for op, _h, w in world.calls if op == "compose_up"]
-    assert "router" not in started and started  # engines started, the router never
-    assert not rec.of(ev.Rollback) and not any(op == "remove" for op, _h, _w in world.calls)
-    err = [n for n in rec.of(ev.Note) if n.level == "error"]
-    assert err and "deployment lock on r was lost" in err[-1].message
-    assert "pdboot status" in err[-1].message
-    assert world.clock.now() < 12.0  # stopped within a poll or two of the loss
-    assert isinstance(rec.events[-1], ev.Done) and rec.events[-1].exit_code == 1
-    assert world.locks == ["take up", "release up"]
-
-
-def test_down_stops_when_the_lock_is_lost_at_once() -> None:
-    world = World(inventory())
-    world.lock_lost_at = 0.0
-    rec = Recorder()
-    code = down(
-        world.inv, DownOptions(purge=True), rec, hosts_factory=world.hosts,
-        lock_factory=world.take_lock,
-    )  # fmt: skip
-    assert code == 1
-    assert any("was lost" in n.message for n in rec.of(ev.Note))
-
-
-def test_stage_stops_when_the_lock_is_lost_at_once() -> None:
-    # pdboot stage holds the lock as up does (weights/command.py through deploy/lockguard.py)
-    from pdboot.weights.command import stage
-
-    world = World(inventory())
-    world.lock_lost_at = 0.0
-    rec = Recorder()
-    code = stage(world.inv, rec, hosts_factory=world.hosts, fetch=world.fetch,
-                 lock_factory=world.take_lock)  # fmt: skip
-    assert code == 1
-    assert any("deployment lock on r was lost" in n.message for n in rec.of(ev.Note))
-    assert world.locks == ["take stage", "release stage"]
 
 
 # --------------------------------------------------------------------------- item 2
