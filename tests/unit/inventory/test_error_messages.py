@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from pdboot.inventory.jsonschema import inventory_schema
 from pdboot.inventory.load import _PATTERN_WORDS, InventoryError, parse_inventory
+from tests.unit.paths import INVENTORIES
 
-BASE = (Path(__file__).parent / "inventories" / "1p1d.yaml").read_text()
+BASE = (INVENTORIES / "1p1d.yaml").read_text()
 
 
 def messages(text: str) -> list[str]:

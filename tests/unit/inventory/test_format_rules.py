@@ -12,9 +12,10 @@ import yaml
 
 from pdboot.inventory.load import InventoryError, InventoryIssue, load_inventory, parse_inventory
 from pdboot.inventory.schema import DEFAULT_ROUTER_IMAGE, DEFAULT_VLLM_IMAGE
+from tests.unit.paths import INVENTORIES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-INVENTORIES = Path(__file__).parent / "inventories"
+ROOT = ROOT
+INVENTORIES = INVENTORIES
 
 BASE: dict[str, Any] = {
     "name": "demo",

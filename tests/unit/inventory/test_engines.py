@@ -3,7 +3,6 @@ nearest-NIC choice per engine and its record. Plain values and real-format outpu
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +29,9 @@ from pdboot.preflight.findings import (
     plan_from,
     records_to_ship,
 )
+from tests.unit.paths import FIXTURES
 
-DERIVED = Path(__file__).parent / "fixtures" / "derived"
+DERIVED = FIXTURES / "derived"
 TOPO8 = parse_sections((DERIVED / "topo-rtx6000x8.txt").read_text())["nvidia-smi topo -m"].output
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -14,11 +13,12 @@ from pdboot.inventory.hostpaths import sensitive_reason
 from pdboot.inventory.imageref import check_image_reference
 from pdboot.inventory.load import InventoryError, InventoryIssue, parse_inventory
 from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
+from tests.unit.paths import FIXTURES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = ROOT
 SERVE_ARGS = SERVE_ARGS_JSON  # the copy of ../shared's capture every checkout has
 SERVE_ARGS_034 = SERVE_ARGS_034_JSON
-ROUTER_HELP = Path(__file__).parent / "fixtures" / "vllm-router-0.1.17-help.txt"
+ROUTER_HELP = FIXTURES / "vllm-router-0.1.17-help.txt"
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
 
 GOOD = """\
