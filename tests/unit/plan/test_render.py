@@ -2,7 +2,7 @@
 vllm-router argument parser.
 
 Regenerate the goldens after an intended change with
-``PDBOOT_UPDATE_GOLDEN=1 pytest tests/unit/test_render.py`` and review the diff.
+``PDBOOT_UPDATE_GOLDEN=1 pytest tests/unit/plan/test_render.py`` and review the diff.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from pdboot.plan.model import (
 )
 from pdboot.plan.proxy import proxy_conf_text
 from pdboot.plan.render import UnknownHostError, render_all, render_host, render_summary
+from tests.unit.paths import UNIT
 
-HERE = Path(__file__).parent
+HERE = UNIT
 ROOT = HERE.parents[1]
 INVENTORIES = HERE / "inventories"
 GOLDEN = HERE / "golden"

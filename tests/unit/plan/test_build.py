@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,9 @@ from pdboot.inventory.load import load_inventory, parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan, project_name
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER, Plan, Service
+from tests.unit.paths import INVENTORIES
 
-INVENTORIES = Path(__file__).parent / "inventories"
+INVENTORIES = INVENTORIES
 
 
 def svc_at(plan: Plan, key: str) -> Service:
@@ -271,7 +271,7 @@ def test_every_service_has_a_distinct_key_and_health_url(name: str) -> None:
 
 def test_power_of_two_counts_engines_not_hosts() -> None:
     # one decode host with two engines: vllm-router 0.1.17's power_of_two has its 2 workers
-    text = Path(__file__).with_name("inventories").joinpath("1p1d.yaml").read_text()
+    text = INVENTORIES.joinpath("1p1d.yaml").read_text()
     doc = text + "\n"  # the 1p1d inventory with the decode tier on one host
     from pdboot.inventory.load import InventoryError
 

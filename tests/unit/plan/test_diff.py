@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
@@ -13,8 +12,9 @@ from pdboot.plan.converge import Observed, plan_up
 from pdboot.plan.diff import argument_changes, config_changes, options
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_HOST, LABEL_ROLE, Service
 from pdboot.transport.docker_parse import observed_from_inspect
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures" / "deploy"
+FIX = FIXTURES / "deploy"
 INV = """
 name: demo
 model: m

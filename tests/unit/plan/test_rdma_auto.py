@@ -4,8 +4,6 @@ output, plain values)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory, Requirements
 from pdboot.plan.build import build_plan
@@ -22,9 +20,10 @@ from pdboot.preflight.findings import (
     records_to_ship,
 )
 from pdboot.preflight.run import DOMAINS, HostReport, PreflightResult, evaluate_host, rdma_usable
+from tests.unit.paths import FIXTURES, INVENTORIES
 
-FIX = Path(__file__).parent / "fixtures" / "derived"
-INVENTORIES = Path(__file__).parent / "inventories"
+FIX = FIXTURES / "derived"
+INVENTORIES = INVENTORIES
 
 
 def svc_at(plan: Plan, key: str) -> Service:

@@ -6,7 +6,6 @@ from small inventories, observed containers made from them, a real vllm-router 0
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from pdboot.deploy.drain import drain, parse_load
 from pdboot.deploy.router_api import (
@@ -24,8 +23,8 @@ from pdboot.plan.model import LABEL_CONFIG_HASH, Plan
 from pdboot.plan.rolling import RollPlan, plan_roll
 from pdboot.transport.http import HttpAnswer
 from tests.shared_data import METRICS_JSON
+from tests.unit.paths import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
 METRICS = METRICS_JSON  # the copy of ../shared/fixtures/vllm-0.33.0/metrics.json
 
 INV = """
