@@ -17,9 +17,10 @@ from pdboot.preflight.checks import parse_sections as sections_of
 from pdboot.preflight.contexts import contexts
 from pdboot.transport.connection import LocalConnection
 from pdboot.transport.fanout import Outcome
+from tests.unit.paths import FIXTURES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-OWNERS = Path(__file__).parent / "fixtures" / "owners"
+ROOT = ROOT
+OWNERS = FIXTURES / "owners"
 
 
 def router(n: int) -> HostContext:

@@ -10,8 +10,9 @@ from pdboot.inventory.load import load_inventory
 from pdboot.preflight import run as pf
 from pdboot.preflight.checks import prepull, secret_refs
 from pdboot.preflight.checks.secret_refs import check
+from tests.unit.paths import INVENTORIES
 
-INVENTORY = Path(__file__).parent / "inventories" / "1p1d.yaml"
+INVENTORY = INVENTORIES / "1p1d.yaml"
 TOKEN = "hf_" + "a" * 30
 
 

@@ -36,8 +36,9 @@ from pdboot.preflight.checks import (
 )
 from pdboot.preflight.checks import cuda as cu
 from pdboot.preflight.checks import docker as dk
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 
 
 def parse_ps(text: str) -> object:

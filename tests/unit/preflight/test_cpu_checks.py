@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +16,9 @@ from pdboot.preflight.checks import CpuNeed, HostContext, ParseError, Section, c
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.host import DiskFacts, HostSysFacts, Mount
 from pdboot.preflight.run import contexts, evaluate_host, host_commands
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures" / "cpu"
+FIX = FIXTURES / "cpu"
 
 
 def test_the_captures_hold_what_the_checks_decide_on() -> None:

@@ -3,16 +3,15 @@ from the inventory (what vLLM 0.33's NIXL compatibility hash covers)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pdboot.inventory.load import load_inventory, parse_inventory
 from pdboot.inventory.schema import Requirements
 from pdboot.preflight.checks import HostContext, agreement, images, prepull
 from pdboot.preflight.registry import ImageConfig, Lookup
+from tests.unit.paths import INVENTORIES
 
-INV = Path(__file__).parent / "inventories" / "1p1d.yaml"
+INV = INVENTORIES / "1p1d.yaml"
 ENGINE, ROUTER = "vllm/vllm-openai:v0.33.0", "vllm/vllm-router:v0.1.17"
 CFG = ImageConfig(ENGINE, "sha256:" + "a" * 64, "amd64", "linux", 9_000_000_000)
 

@@ -6,8 +6,6 @@ captures carry no PCI addresses; those come from the second command's output (nv
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pdboot.inventory.engines import EngineNic
 from pdboot.plan.build import build_plan
 from pdboot.preflight.checks import Section
@@ -17,9 +15,10 @@ from pdboot.preflight.checks.rdma import Port, RdmaFacts
 from pdboot.preflight.checks.topo import choose, engine_nics, facts
 from pdboot.preflight.contexts import contexts
 from pdboot.preflight.findings import parse_engines, record_text
-from tests.unit.test_engines import _facts, inv
+from tests.unit.inventory.test_engines import _facts, inv
+from tests.unit.paths import FIXTURES
 
-TOPO = Path(__file__).parent / "fixtures" / "topo"
+TOPO = FIXTURES / "topo"
 B300 = (TOPO / "b300_cx8_8gpu_nvlink_8bondnic_deepep590.txt").read_text()
 A800 = (TOPO / "a800_8gpu_nvlink_8bondnic_tabs.txt").read_text()
 # nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader (its 8-digit domain), then the

@@ -8,7 +8,6 @@ path from output to report runs; only the area made to raise differs between the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
@@ -19,9 +18,10 @@ from pdboot.preflight.checks import HostContext
 from pdboot.preflight.checks import topo as topo_checks
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.transport.connection import CommandResult, Connection
-from tests.unit.test_checks import batch
+from tests.unit.paths import INVENTORIES
+from tests.unit.preflight.test_checks import batch
 
-INVENTORY = Path(__file__).parent / "inventories" / "1p1d.yaml"
+INVENTORY = INVENTORIES / "1p1d.yaml"
 # No docker/host areas: those would look the images up in their registry.
 SELECTION = pf.Selection.of(only=["gpu", "rdma", "topo"])
 

@@ -7,7 +7,6 @@ No network: the registry documents are files under fixtures/registry/ (see its R
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +16,10 @@ from pdboot.preflight.checks import Section
 from pdboot.preflight.checks import cuda as cu
 from pdboot.preflight.checks import docker as dk
 from pdboot.preflight.run import insecure_registries, with_lookup
-from tests.unit.test_checks import ctx, results
+from tests.unit.paths import FIXTURES
+from tests.unit.preflight.test_checks import ctx, results
 
-REG = Path(__file__).parent / "fixtures" / "registry"
+REG = FIXTURES / "registry"
 OLD = "r550-old-driver.txt"  # driver 550.90.07
 NOT_HERE = {"@image": Section("Error: No such image: vllm/vllm-openai:v0.33.0\n", 1)}
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,9 @@ from pdboot.inventory.load import load_inventory
 from pdboot.plan.build import build_plan
 from pdboot.preflight import image_probe
 from pdboot.preflight.checks import image_caps as ic
+from tests.unit.paths import FIXTURES, INVENTORIES
 
-FIX = Path(__file__).parent / "fixtures" / "image_caps"
+FIX = FIXTURES / "image_caps"
 IMG = "vllm/vllm-openai:v0.33.0"
 # REAL torch.cuda.get_arch_list() outputs (pytorch/pytorch#182250)
 CU128 = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
@@ -101,7 +101,7 @@ def test_the_command_is_one_docker_run_with_the_hosts_gpus() -> None:
 
 
 def test_the_probe_gets_the_gpus_of_the_hosts_engines() -> None:
-    inv = load_inventory(Path(__file__).parent / "inventories" / "colocated.yaml")
+    inv = load_inventory(INVENTORIES / "colocated.yaml")
     box = build_plan(inv).hosts["box"]
     engines = [s for s in box.services if s.is_engine]
     assert image_probe.host_gpus(engines) == (0, 1)  # prefill GPU 0 + decode GPU 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +14,9 @@ from pdboot.preflight.checks import Section, parse_sections
 from pdboot.preflight.checks.rdma import Port
 from pdboot.preflight.checks.topo import NicChoice, TopoFacts, choose, facts, rank, ucx_net_devices
 from pdboot.preflight.checks.topo import parse_matrix as parse
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 TOPO = FIX / "topo"
 TOPO_FILES = sorted(p.name for p in TOPO.glob("*.txt"))
 

@@ -3,8 +3,6 @@ interface reaching UCX_NET_DEVICES through the plan."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pdboot.inventory.load import load_inventory
 from pdboot.inventory.schema import Requirements
 from pdboot.plan.build import build_plan
@@ -13,9 +11,10 @@ from pdboot.preflight.checks import HostContext, Section, route
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.rdma import Port, RdmaFacts
 from pdboot.preflight.checks.route import RouteFacts
+from tests.unit.paths import FIXTURES, INVENTORIES
 
-FIX = Path(__file__).parent / "fixtures" / "route"
-INV = Path(__file__).parent / "inventories" / "1p1d.yaml"
+FIX = FIXTURES / "route"
+INV = INVENTORIES / "1p1d.yaml"
 
 
 def text(name: str) -> str:

@@ -32,8 +32,9 @@ from pdboot.preflight.checks import host as hostc
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.run import DOMAINS, Selection, evaluate_host, rdma_usable
 from pdboot.transport.connection import LocalConnection
+from tests.unit.paths import FIXTURES, INVENTORIES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 DERIVED = FIX / "derived"
 H200 = FIX / "h200-host"
 
@@ -423,7 +424,7 @@ def test_contexts_follow_the_inventory() -> None:
     from pdboot.preflight.contexts import contexts
     from pdboot.preflight.run import host_commands
 
-    inv = load_inventory(Path(__file__).parent / "inventories" / "2p2d.yaml")
+    inv = load_inventory(INVENTORIES / "2p2d.yaml")
     c = contexts(inv)
     assert list(c) == ["d1", "d2", "p1", "p2", "edge"]
     d1, p1, edge = c["d1"], c["p1"], c["edge"]

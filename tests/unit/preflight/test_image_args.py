@@ -9,15 +9,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.preflight import image_args as ia
+from tests.unit.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = ROOT
 SITE = ROOT / "tests" / "testbed" / "emulated_site"
 STANDIN = ROOT / "tests" / "testbed" / "standin"
 

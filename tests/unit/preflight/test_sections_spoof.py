@@ -7,7 +7,7 @@ from __future__ import annotations
 from pdboot.preflight.checks import Command, Section, batch_script, gpu, model, parse_sections
 from pdboot.preflight.run import evaluate_host
 from pdboot.transport.connection import LocalConnection
-from tests.unit.test_checks import DERIVED, batch, ctx, sections
+from tests.unit.preflight.test_checks import DERIVED, batch, ctx, sections
 
 
 def _host_text(token: str, spoof: str) -> str:

@@ -9,8 +9,9 @@ from pdboot.inventory.schema import Requirements
 from pdboot.preflight.checks import HostContext, Section, gdr
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.rdma import Port, RdmaFacts
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 
 
 def _line(path: Path, prefix: str) -> str:

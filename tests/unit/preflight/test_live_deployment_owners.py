@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,9 @@ from pdboot.preflight.checks import CheckResult, HostContext, Section, gpu, owne
 from pdboot.preflight.checks import host as hostc
 from pdboot.preflight.contexts import contexts
 from pdboot.transport.fanout import Outcome
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures" / "owners"
+FIX = FIXTURES / "owners"
 EXPECTED = json.loads((FIX / "expected.json").read_text())
 HOSTS = ("decode", "prefill", "ingress")
 
