@@ -10,8 +10,8 @@ from typing import Any
 from pdboot import events as ev
 from pdboot.transport.connection import HostLost
 from pdboot.transport.hosts import RELINKS_PER_HOST, Hosts, Link
-from tests.unit.test_orchestrator import run_up
-from tests.unit.test_rollout import OOM, deployed, inv
+from tests.unit.deploy.test_orchestrator import run_up
+from tests.unit.deploy.test_rollout import OOM, deployed, inv
 
 WHY = "no answer for 13s (SSH keepalives unanswered: network link down, or the host hung or off)"
 

@@ -12,8 +12,8 @@ from pdboot.deploy.router_api import plan_workers
 from pdboot.deploy.up_steps import UpOptions
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
+from tests.unit.deploy.test_orchestrator import run_up
 from tests.unit.orchestrator_fakes import World
-from tests.unit.test_orchestrator import run_up
 
 INV = """
 name: demo

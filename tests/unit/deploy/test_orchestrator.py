@@ -270,7 +270,7 @@ def test_image_check_after_the_pull_before_the_ship() -> None:
             "docker.image_args",
             "docker.ucx_devices",
         )
-    }  # the last: preflight/ucx_probe.py (tests/unit/test_ucx_probe.py)
+    }  # the last: preflight/ucx_probe.py (tests/unit/preflight/test_ucx_probe.py)
 
 
 def test_an_argument_the_image_refuses_stops_up_before_any_service_starts() -> None:

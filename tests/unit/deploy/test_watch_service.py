@@ -22,9 +22,9 @@ from pdboot.plan.render import render_host
 from pdboot.plan.watch import WATCH_INVENTORY, WATCH_INVENTORY_IN_CONTAINER
 from pdboot.transport.http import HttpAnswer
 from pdboot.views.status import print_status, status_json
+from tests.unit.deploy.test_orchestrator import run_down
 from tests.unit.orchestrator_fakes import INV, Recorder, World
-from tests.unit.test_orchestrator import run_down
-from tests.unit.test_render import compose_config
+from tests.unit.plan.test_render import compose_config
 
 WATCH = "watch: {image: registry.example/pdboot:0.1, interval_seconds: 5, port: 29111}\n"
 

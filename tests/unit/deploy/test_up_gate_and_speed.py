@@ -13,8 +13,8 @@ from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.preflight.findings import from_preflight
 from pdboot.verify.pdcheck import link_rate, speed_pairs, speed_prompt
+from tests.unit.deploy.test_orchestrator import run_up
 from tests.unit.orchestrator_fakes import INV, Recorder, World, inventory
-from tests.unit.test_orchestrator import run_up
 
 
 def test_gate_passes_when_both_answers_match() -> None:
@@ -139,7 +139,7 @@ def test_prefill_change_restarts_decode_after_prefill_is_ready() -> None:
 
 
 def test_link_rate_from_preflight_ports_else_declared() -> None:
-    from tests.unit.test_rdma_auto import preflight_result
+    from tests.unit.plan.test_rdma_auto import preflight_result
 
     f = from_preflight(preflight_result())
     assert set(f.gbps) == {"gpu-a"} and f.gbps["gpu-a"] > 0  # the real sysfs rate
