@@ -8,15 +8,15 @@ policy started it once more."""
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 from rich.console import Console
 
 from pdboot import events as ev
 from pdboot.verify.rootcause import body, first_error
 from pdboot.views.terminal import TerminalView
+from tests.unit.paths import FIXTURES
 
-LOG = (Path(__file__).parent / "fixtures" / "vllm" / "cpu-no-cxx-compiler.log").read_text()
+LOG = (FIXTURES / "vllm" / "cpu-no-cxx-compiler.log").read_text()
 LINES = LOG.splitlines()
 CAUSE = (
     "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found in "
@@ -59,8 +59,8 @@ def test_the_failure_report_leads_with_it() -> None:
 
 
 def test_up_puts_the_first_error_in_its_failure_event() -> None:
+    from tests.unit.deploy.test_orchestrator import OOM, run_up
     from tests.unit.orchestrator_fakes import World, inventory
-    from tests.unit.test_orchestrator import OOM, run_up
 
     world = World(inventory(), crash={"prefill": OOM})
     code, rec = run_up(world)

@@ -18,9 +18,9 @@ from pdboot.transport.http import HttpAnswer
 from pdboot.verify.metrics import EngineFacts
 from pdboot.verify.pdstatus import pd_status, scrape
 from pdboot.views.status import pd_table, print_status, status_json
+from tests.unit.deploy.test_orchestrator import run_up
 from tests.unit.orchestrator_fakes import INV, Recorder, World
-from tests.unit.test_metrics import exposition
-from tests.unit.test_orchestrator import run_up
+from tests.unit.verify.test_metrics import exposition
 
 # two prefill and two decode engines
 TEXT = (

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from pdboot.verify.diagnose import SIGNATURES, diagnose, diagnose_lines, match_line
 from tests.shared_data import NIXL_MESSAGES_034_JSON
+from tests.unit.paths import FIXTURES
 
-MESSAGES = json.loads(
-    (Path(__file__).parent / "fixtures" / "vllm" / "nixl-messages.json").read_text()
-)["messages"]
+MESSAGES = json.loads((FIXTURES / "vllm" / "nixl-messages.json").read_text())["messages"]
 PREFIX = "(EngineCore_DP0 pid=181) ERROR 11-30 20:01:02 [base_worker.py:1197] "
 
 

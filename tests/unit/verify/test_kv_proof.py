@@ -4,15 +4,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pdboot.verify.metrics as metrics
 import pdboot.verify.probes as probes
 from pdboot.verify.metrics import EngineFacts, engine_facts, server_facts, total
 from pdboot.verify.probes import kv_verdict
 from tests.shared_data import METRICS_JSON
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures" / "vllm"
+FIX = FIXTURES / "vllm"
 
 
 def local(n: float) -> dict[str, float]:

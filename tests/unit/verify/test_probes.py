@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pdboot.verify.metrics import server_facts
 from pdboot.verify.probes import RouterWorkers, completion_text
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures" / "deploy"
+FIX = FIXTURES / "deploy"
 
 
 def _read(name: str) -> str:

@@ -11,8 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pdboot.verify.exposition import parse_exposition
+from tests.unit.paths import FIXTURES
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 CAPTURES = sorted([*(FIX / "vllm").glob("*.txt"), *(FIX / "deploy").glob("*metrics*.txt")])
 
 
