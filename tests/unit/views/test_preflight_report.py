@@ -8,7 +8,6 @@ import json
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from pathlib import Path
 
 from rich.console import Console
 
@@ -20,9 +19,10 @@ from pdboot.preflight.checks import CheckResult, HostContext, Section
 from pdboot.preflight.run import DOMAINS, HostReport, PreflightResult, evaluate_host
 from pdboot.transport.connection import CommandResult, Connection
 from pdboot.views import preflight as report
-from tests.unit.test_checks import batch, ctx
+from tests.unit.paths import INVENTORIES
+from tests.unit.preflight.test_checks import batch, ctx
 
-INVENTORY = Path(__file__).parent / "inventories" / "1p1d.yaml"
+INVENTORY = INVENTORIES / "1p1d.yaml"
 
 CHECKS = [
     CheckResult("ssh.connect", "pass", "connected"),
