@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.paths import ROOT
+
+ROOT = ROOT
 
 
 def test_a_short_fuzz_run_finds_nothing() -> None:

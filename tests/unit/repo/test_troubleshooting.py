@@ -14,8 +14,9 @@ from pdboot.preflight.checks import CheckResult
 from pdboot.preflight.run import HostReport, PreflightResult
 from pdboot.verify.diagnose import SIGNATURES, diagnose
 from pdboot.views import preflight as report
+from tests.unit.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = ROOT
 DOC = ROOT / "docs" / "troubleshooting.md"
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1]
+from tests.unit.paths import ROOT
+
+TESTS = ROOT / "tests"
 DIRS = (TESTS / "e2e", TESTS / "testbed")
 
 

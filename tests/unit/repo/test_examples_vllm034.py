@@ -17,8 +17,9 @@ from pdboot.inventory.load import load_inventory
 from pdboot.inventory.schema import DEFAULT_VLLM_IMAGE
 from pdboot.plan.build import build_plan
 from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
+from tests.unit.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = ROOT
 EXAMPLES = sorted([*(ROOT / "examples").glob("*.yaml"), ROOT / "inventory.example.yaml"])
 
 

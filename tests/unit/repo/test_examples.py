@@ -3,16 +3,15 @@ outside, so a broken one must fail here first)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from pdboot.inventory.load import load_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.render import render_all, render_summary
+from tests.unit.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = ROOT
 EXAMPLES = ROOT / "examples"
 FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[2] / "pdboot"
+from tests.unit.paths import ROOT
+
+PKG = ROOT / "pdboot"
 # every module of the package: rich only in the views and the CLI, functions short everywhere
 MODULES = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py"))
 VIEWS = [m for m in MODULES if m.startswith("views/") or m.startswith("cli")]
