@@ -188,9 +188,6 @@ def test_aiperf_command_found_or_not(monkeypatch: pytest.MonkeyPatch, found: boo
     assert bench.aiperf_command() == (["/x/aiperf"] if found else None)
 
 
-INVENTORIES = INVENTORIES
-
-
 def test_targets_are_the_router_and_one_decode_engine() -> None:
     from pdboot.inventory.load import load_inventory
     from pdboot.plan.build import build_plan

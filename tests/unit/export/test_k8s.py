@@ -33,9 +33,7 @@ from pdboot.plan.model import Plan
 from pdboot.plan.render import render_all
 from tests.unit.paths import INVENTORIES, ROOT
 
-ROOT = ROOT
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-INVENTORIES = INVENTORIES
 K8S_VERSION = "1.37.0"
 
 

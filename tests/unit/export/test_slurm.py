@@ -24,9 +24,7 @@ from pdboot.plan.model import Plan
 from pdboot.plan.render import render_all
 from tests.unit.paths import INVENTORIES, ROOT
 
-ROOT = ROOT
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-INVENTORIES = INVENTORIES
 _ARRAY = re.compile(r"^CMD_(\d+)=\(\n(.*?)\n\)$", re.M | re.S)
 
 

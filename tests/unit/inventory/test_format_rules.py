@@ -14,9 +14,6 @@ from pdboot.inventory.load import InventoryError, InventoryIssue, load_inventory
 from pdboot.inventory.schema import DEFAULT_ROUTER_IMAGE, DEFAULT_VLLM_IMAGE
 from tests.unit.paths import INVENTORIES, ROOT
 
-ROOT = ROOT
-INVENTORIES = INVENTORIES
-
 BASE: dict[str, Any] = {
     "name": "demo",
     "model": "meta-llama/Llama-3.1-8B-Instruct",

@@ -15,7 +15,6 @@ from pdboot.inventory.load import InventoryError, InventoryIssue, parse_inventor
 from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
 from tests.unit.paths import FIXTURES, ROOT
 
-ROOT = ROOT
 SERVE_ARGS = SERVE_ARGS_JSON  # the copy of ../shared's capture every checkout has
 SERVE_ARGS_034 = SERVE_ARGS_034_JSON
 ROUTER_HELP = FIXTURES / "vllm-router-0.1.17-help.txt"

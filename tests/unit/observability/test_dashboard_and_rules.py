@@ -25,7 +25,6 @@ from pdboot.verify.exposition import parse_exposition
 from pdboot.verify.watch_metrics import WATCH_METRICS
 from tests.unit.paths import ROOT
 
-ROOT = ROOT
 RULES = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.yml"
 RULES_TEST = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.test.yml"
 DASHBOARD = ROOT / "pdboot/observability/grafana/pdboot-watch.json"

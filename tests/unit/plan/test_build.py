@@ -13,8 +13,6 @@ from pdboot.plan.build import build_plan, project_name
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER, Plan, Service
 from tests.unit.paths import INVENTORIES
 
-INVENTORIES = INVENTORIES
-
 
 def svc_at(plan: Plan, key: str) -> Service:
     """The planned service ``role@host``."""

@@ -23,7 +23,6 @@ from pdboot.preflight.run import DOMAINS, HostReport, PreflightResult, evaluate_
 from tests.unit.paths import FIXTURES, INVENTORIES
 
 FIX = FIXTURES / "derived"
-INVENTORIES = INVENTORIES
 
 
 def svc_at(plan: Plan, key: str) -> Service:

@@ -17,7 +17,6 @@ from pdboot.plan.build import build_plan
 from pdboot.preflight import image_args as ia
 from tests.unit.paths import ROOT
 
-ROOT = ROOT
 SITE = ROOT / "tests" / "testbed" / "emulated_site"
 STANDIN = ROOT / "tests" / "testbed" / "standin"
 

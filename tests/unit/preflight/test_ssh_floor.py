@@ -19,7 +19,6 @@ from pdboot.transport.connection import LocalConnection
 from pdboot.transport.fanout import Outcome
 from tests.unit.paths import FIXTURES, ROOT
 
-ROOT = ROOT
 OWNERS = FIXTURES / "owners"
 
 

@@ -11,7 +11,6 @@ import pytest
 
 from tests.unit.paths import ROOT
 
-ROOT = ROOT
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 

@@ -11,7 +11,6 @@ from pdboot.plan.build import build_plan
 from pdboot.plan.render import render_all, render_summary
 from tests.unit.paths import ROOT
 
-ROOT = ROOT
 EXAMPLES = ROOT / "examples"
 FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 

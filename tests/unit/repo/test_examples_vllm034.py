@@ -19,7 +19,6 @@ from pdboot.plan.build import build_plan
 from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
 from tests.unit.paths import ROOT
 
-ROOT = ROOT
 EXAMPLES = sorted([*(ROOT / "examples").glob("*.yaml"), ROOT / "inventory.example.yaml"])
 
 

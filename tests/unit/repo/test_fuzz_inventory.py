@@ -8,8 +8,6 @@ import sys
 
 from tests.unit.paths import ROOT
 
-ROOT = ROOT
-
 
 def test_a_short_fuzz_run_finds_nothing() -> None:
     proc = subprocess.run(

@@ -16,7 +16,6 @@ from pdboot.verify.diagnose import SIGNATURES, diagnose
 from pdboot.views import preflight as report
 from tests.unit.paths import ROOT
 
-ROOT = ROOT
 DOC = ROOT / "docs" / "troubleshooting.md"
 
 
