@@ -3,7 +3,6 @@ its file:line), the cores each engine gets, and what a CPU engine is rendered wi
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -16,39 +15,23 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan, Service
 from pdboot.plan.render import render_all, render_summary
+from tests.unit.builders import as_text, changed, inventory_doc
 
-CPU: dict[str, Any] = {
+CPU_KW: dict[str, Any] = {
     "name": "rehearsal",
     "model": "/srv/models/tiny",
     "device": "cpu",
     "image": "registry.example:5000/vllm-cpu:0.32.0",
-    "hosts": {"cpu-a": {"address": "192.0.2.20"}, "cpu-b": {"address": "192.0.2.21"}},
-    "prefill": {"hosts": ["cpu-a"]},
-    "decode": {"hosts": ["cpu-b"]},
-    "router": {"host": "cpu-a"},
 }
-ONE_HOST: dict[str, Any] = {
-    **CPU,
-    "hosts": {"box": {"address": "192.0.2.30"}},
-    "prefill": {"hosts": ["box"]},
-    "decode": {"hosts": ["box"]},
-    "router": {"host": "box"},
-}
+CPU = inventory_doc(
+    {"cpu-a": "192.0.2.20", "cpu-b": "192.0.2.21"}, ["cpu-a"], ["cpu-b"], "cpu-a", **CPU_KW
+)
+ONE_HOST = inventory_doc({"box": "192.0.2.30"}, ["box"], ["box"], "box", **CPU_KW)
 
 
 def text(base: dict[str, Any] = CPU, **changes: Any) -> str:
-    """YAML of ``base`` with ``a__b=value`` changes (None deletes)."""
-    data = copy.deepcopy(base)
-    for dotted, value in changes.items():
-        keys = dotted.split("__")
-        node = data
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        if value is None:
-            node.pop(keys[-1], None)
-        else:
-            node[keys[-1]] = value
-    return yaml.safe_dump(data, sort_keys=False)
+    """YAML of ``base`` with ``a__b=value`` changes (builders.changed's ``a.b``; None deletes)."""
+    return as_text(changed(base, {k.replace("__", "."): v for k, v in changes.items()}))
 
 
 def load(base: dict[str, Any] = CPU, **changes: Any) -> Inventory:

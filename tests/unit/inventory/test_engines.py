@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pdboot.inventory.engines import ENGINE_PORT_STRIDE, EngineNic, engine_ports, tier_groups
-from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.inventory.load import InventoryError
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, orphans, plan_up
@@ -29,6 +29,7 @@ from pdboot.preflight.findings import (
     plan_from,
     records_to_ship,
 )
+from tests.unit.builders import inventory
 from tests.unit.paths import FIXTURES
 
 DERIVED = FIXTURES / "derived"
@@ -36,21 +37,15 @@ TOPO8 = parse_sections((DERIVED / "topo-rtx6000x8.txt").read_text())["nvidia-smi
 
 
 def inv(**tiers: Any) -> Inventory:
-    doc: dict[str, Any] = {
-        "name": "t",
-        "model": "Qwen/Qwen3-32B",
-        "hosts": {"gpu-a": {"address": "10.0.0.1"}, "gpu-b": {"address": "10.0.0.2"}},
-        "prefill": {"hosts": ["gpu-a"]},
-        "decode": {"hosts": ["gpu-b"]},
-        "router": {"host": "gpu-a"},
-    }
-    for k, v in tiers.items():
-        tier, _, field = k.partition("__")
-        if field:
-            doc[tier][field] = v
-        else:
-            doc[tier] = v
-    return parse_inventory(yaml.safe_dump(doc))
+    return inventory(
+        {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"},
+        ["gpu-a"],
+        ["gpu-b"],
+        "gpu-a",
+        name="t",
+        model="Qwen/Qwen3-32B",
+        overrides={k.replace("__", "."): v for k, v in tiers.items()},
+    )
 
 
 def issues(**tiers: Any) -> list[str]:

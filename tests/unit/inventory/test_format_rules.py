@@ -12,40 +12,30 @@ import yaml
 
 from pdboot.inventory.load import InventoryError, InventoryIssue, load_inventory, parse_inventory
 from pdboot.inventory.schema import DEFAULT_ROUTER_IMAGE, DEFAULT_VLLM_IMAGE
+from tests.unit.builders import as_text, changed, inventory_doc
 from tests.unit.paths import INVENTORIES, ROOT
 
-BASE: dict[str, Any] = {
-    "name": "demo",
-    "model": "meta-llama/Llama-3.1-8B-Instruct",
-    "hosts": {"gpu-a": {"address": "192.0.2.10"}, "gpu-b": {"address": "192.0.2.11"}},
-    "prefill": {"hosts": ["gpu-a"]},
-    "decode": {"hosts": ["gpu-b"]},
-    "router": {"host": "gpu-a"},
-}
+BASE = inventory_doc(
+    {"gpu-a": "192.0.2.10", "gpu-b": "192.0.2.11"},
+    ["gpu-a"],
+    ["gpu-b"],
+    "gpu-a",
+    model="meta-llama/Llama-3.1-8B-Instruct",
+)
 
-COLOCATED: dict[str, Any] = {
-    "name": "solo",
-    "model": "m",
-    "hosts": {"box": {"address": "10.0.0.5"}},
-    "prefill": {"hosts": ["box"], "gpus": [0]},
-    "decode": {"hosts": ["box"], "gpus": [1]},
-    "router": {"host": "box"},
-}
+COLOCATED = inventory_doc(
+    {"box": "10.0.0.5"},
+    ["box"],
+    ["box"],
+    "box",
+    name="solo",
+    overrides={"prefill.gpus": [0], "decode.gpus": [1]},
+)
 
 
 def inv_text(base: dict[str, Any] = BASE, **changes: Any) -> str:
-    """YAML text of ``base`` with dotted-key changes applied (value None deletes)."""
-    data = copy.deepcopy(base)
-    for dotted, value in changes.items():
-        keys = dotted.split("__")
-        node = data
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        if value is None:
-            node.pop(keys[-1], None)
-        else:
-            node[keys[-1]] = value
-    return yaml.safe_dump(data, sort_keys=False)
+    """YAML text of ``base`` with ``a__b=value`` changes (builders.changed's ``a.b``; None deletes)."""
+    return as_text(changed(base, {k.replace("__", "."): v for k, v in changes.items()}))
 
 
 def issues(text: str) -> list[InventoryIssue]:

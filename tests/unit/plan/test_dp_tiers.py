@@ -9,47 +9,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import yaml
 
 from pdboot.deploy.readiness import Prober
 from pdboot.deploy.status import metric_engines
 from pdboot.inventory.dp import layouts, local_sizes
-from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.inventory.load import InventoryError
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_up
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DP_RANKS, Plan, Service
 from pdboot.transport.http import HttpAnswer
 from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
+from tests.unit.builders import changed, inventory_doc, load
+
+MOE = inventory_doc(
+    {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2", "gpu-c": "10.0.0.3"},
+    ["gpu-c"],
+    ["gpu-a", "gpu-b"],
+    "gpu-c",
+    name="moe",
+    model="Qwen/Qwen3-30B-A3B",
+    overrides={
+        "prefill.data_parallel": {"size": 2},
+        "decode.data_parallel": {"size": 4, "expert_parallel": True},
+    },
+)
 
 
 def doc(**tiers: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "name": "moe",
-        "model": "Qwen/Qwen3-30B-A3B",
-        "hosts": {
-            "gpu-a": {"address": "10.0.0.1"},
-            "gpu-b": {"address": "10.0.0.2"},
-            "gpu-c": {"address": "10.0.0.3"},
-        },
-        "prefill": {"hosts": ["gpu-c"], "data_parallel": {"size": 2}},
-        "decode": {
-            "hosts": ["gpu-a", "gpu-b"],
-            "data_parallel": {"size": 4, "expert_parallel": True},
-        },
-        "router": {"host": "gpu-c"},
-    }
-    for k, v in tiers.items():
-        tier, _, key = k.partition("__")
-        if key:
-            d[tier][key] = v
-        else:
-            d[tier] = v
-    return d
+    """MOE with ``tier__key=value`` changes (builders.changed's ``tier.key``)."""
+    return changed(MOE, {k.replace("__", "."): v for k, v in tiers.items()})
 
 
 def inv(**tiers: Any) -> Inventory:
-    return parse_inventory(yaml.safe_dump(doc(**tiers), sort_keys=False), "inv.yaml")
+    return load(doc(**tiers), "inv.yaml")
 
 
 def issues(**tiers: Any) -> list[str]:
