@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import (
     Observed,
@@ -23,22 +23,12 @@ from pdboot.plan.model import (
     Plan,
     Service,
 )
-
-INV = """
-name: demo
-model: m
-hosts:
-  p1: {address: 192.0.2.10}
-  d1: {address: 192.0.2.11}
-  r: {address: 192.0.2.12}
-prefill: {hosts: [p1]}
-decode: {hosts: [d1]}
-router: {host: r}
-"""
+from tests.unit.builders import inventory
 
 
-def _plan(text: str = INV) -> Plan:
-    return build_plan(parse_inventory(text))
+def _plan(**kw: Any) -> Plan:
+    """The plan of builders.inventory(**kw): 1P1D, p1 -> d1, router on r."""
+    return build_plan(inventory(**kw))
 
 
 def _obs(
@@ -84,11 +74,7 @@ def test_same_hashes_change_nothing() -> None:
 
 def test_decode_only_change_recreates_decode_and_router_not_prefill() -> None:
     old = _plan()
-    new = _plan(
-        INV.replace(
-            "decode: {hosts: [d1]}", "decode: {hosts: [d1], extra_args: [--max-model-len, '4096']}"
-        )
-    )
+    new = _plan(overrides={"decode.extra_args": ["--max-model-len", "4096"]})
     obs = [_obs(s) for s in old.services()]
     stages = plan_up(new, obs)
     assert _kinds(stages) == [
@@ -131,7 +117,7 @@ def test_partial_deployment_down_only_has_what_exists() -> None:
 
 
 def test_orphans_when_a_host_leaves_a_tier() -> None:
-    old = _plan(INV.replace("decode: {hosts: [d1]}", "decode: {hosts: [d1, r]}"))
+    old = _plan(decode=["d1", "r"])
     new = _plan()
     obs = [_obs(s) for s in old.services()]
     assert [o.key for o in orphans(new, obs)] == ["decode@r"]

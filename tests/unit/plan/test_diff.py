@@ -6,26 +6,16 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from pdboot.inventory.load import parse_inventory
+from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_up
 from pdboot.plan.diff import argument_changes, config_changes, options
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_HOST, LABEL_ROLE, Service
 from pdboot.transport.docker_parse import observed_from_inspect
+from tests.unit.builders import inventory
 from tests.unit.paths import FIXTURES
 
 FIX = FIXTURES / "deploy"
-INV = """
-name: demo
-model: m
-hosts:
-  p1: {address: 192.0.2.10}
-  d1: {address: 192.0.2.11}
-  r: {address: 192.0.2.12}
-prefill: {hosts: [p1]}
-decode: {hosts: [d1]}
-router: {host: r}
-"""
 
 
 def running(svc: Service) -> Observed:
@@ -48,10 +38,10 @@ def running(svc: Service) -> Observed:
     )
 
 
-def reason_for(new_inventory: str, role: str = "decode") -> str:
-    old = build_plan(parse_inventory(INV))
+def reason_for(new_inventory: Inventory, role: str = "decode") -> str:
+    old = build_plan(inventory())
     obs = [running(s) for s in old.services()]
-    steps = [s for st in plan_up(build_plan(parse_inventory(new_inventory)), obs) for s in st]
+    steps = [s for st in plan_up(build_plan(new_inventory), obs) for s in st]
     return next(s.reason for s in steps if s.service.role == role)
 
 
@@ -63,22 +53,20 @@ def test_inspect_capture_gives_command_environment_and_gpus() -> None:
 
 
 def test_an_argument_change_is_named_with_both_values() -> None:
-    new = INV.replace(
-        "decode: {hosts: [d1]}", "decode: {hosts: [d1], extra_args: [--max-num-seqs, '64']}"
-    )
+    new = inventory(overrides={"decode.extra_args": ["--max-num-seqs", "64"]})
     why = reason_for(new)
     assert why == "configuration changed: --max-num-seqs 64 added", why
 
 
 def test_an_image_change_is_named() -> None:
-    new = INV + "image: vllm/vllm-openai:v0.99.0\n"
+    new = inventory(image="vllm/vllm-openai:v0.99.0")
     why = reason_for(new)
     assert "image vllm/vllm-openai:" in why and "-> vllm/vllm-openai:v0.99.0" in why, why
     assert "->" in why and "other settings" not in why  # no hashes when inspect shows the cause
 
 
 def test_environment_and_gpus_name_the_planned_keys_only() -> None:
-    svc = build_plan(parse_inventory(INV)).decode_engines[0]
+    svc = build_plan(inventory()).decode_engines[0]
     cur = running(svc)
     moved = dataclasses.replace(svc, environment=(*svc.environment, ("UCX_TLS", "tcp")), gpus=(1,))
     why = config_changes(moved, cur)
@@ -87,7 +75,7 @@ def test_environment_and_gpus_name_the_planned_keys_only() -> None:
 
 
 def test_nothing_visible_falls_back_to_the_hashes() -> None:
-    svc = build_plan(parse_inventory(INV)).decode_engines[0]
+    svc = build_plan(inventory()).decode_engines[0]
     cur = dataclasses.replace(running(svc), labels={LABEL_CONFIG_HASH: "0ld"})
     assert (
         config_changes(svc, cur)

@@ -6,6 +6,8 @@ from small inventories, observed containers made from them, a real vllm-router 0
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from pdboot.deploy.drain import drain, parse_load
 from pdboot.deploy.router_api import (
@@ -17,37 +19,54 @@ from pdboot.deploy.router_api import (
 )
 from pdboot.deploy.waits import FakeClock
 from pdboot.inventory.load import parse_inventory
+from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, decode_restarts, orphans, plan_up
 from pdboot.plan.model import LABEL_CONFIG_HASH, Plan
 from pdboot.plan.rolling import RollPlan, plan_roll
 from pdboot.transport.http import HttpAnswer
 from tests.shared_data import METRICS_JSON
+from tests.unit.builders import inventory
 from tests.unit.paths import FIXTURES
 
 METRICS = METRICS_JSON  # the copy of ../shared/fixtures/vllm-0.33.0/metrics.json
 
-INV = """
-name: demo
-model: m
-image: vllm/vllm-openai:%s
-hosts:
-  p1: {address: 192.0.2.10}
-  p2: {address: 192.0.2.13}
-  d1: {address: 192.0.2.11}
-  d2: {address: 192.0.2.14}
-  d3: {address: 192.0.2.15}
-  r: {address: 192.0.2.12}
-prefill: {hosts: [%s]}
-decode: {hosts: [%s]}
-router: {host: r%s}
-"""
+HOSTS = {
+    "p1": "192.0.2.10",
+    "p2": "192.0.2.13",
+    "d1": "192.0.2.11",
+    "d2": "192.0.2.14",
+    "d3": "192.0.2.15",
+    "r": "192.0.2.12",
+}
+
+
+def inv(
+    tag: str = "v0.33.0",
+    prefill: str = "p1, p2",
+    decode: str = "d1, d2",
+    router: Mapping[str, Any] | None = None,
+    hosts: Mapping[str, str] = HOSTS,
+    overrides: Mapping[str, Any] | None = None,
+) -> Inventory:
+    """The tiers as host lists ("p1, p2"), ``router`` its keys beside the host."""
+    changes = {f"router.{k}": v for k, v in (router or {}).items()}
+    return inventory(
+        hosts,
+        prefill.split(", "),
+        decode.split(", "),
+        image=f"vllm/vllm-openai:{tag}",
+        overrides={**changes, **(overrides or {})},
+    )
 
 
 def plan(
-    tag: str = "v0.33.0", prefill: str = "p1, p2", decode: str = "d1, d2", router: str = ""
+    tag: str = "v0.33.0",
+    prefill: str = "p1, p2",
+    decode: str = "d1, d2",
+    router: Mapping[str, Any] | None = None,
 ) -> Plan:
-    return build_plan(parse_inventory(INV % (tag, prefill, decode, router)))
+    return build_plan(inv(tag, prefill, decode, router))
 
 
 def running(p: Plan) -> list[Observed]:
@@ -99,13 +118,7 @@ def test_a_new_image_rolls_prefill_then_decode_one_engine_at_a_time() -> None:
 
 def test_a_prefill_change_restarts_the_decodes_rolling_after_every_prefill() -> None:
     now = running(plan())
-    wanted = build_plan(
-        parse_inventory(
-            (INV % ("v0.33.0", "p1, p2", "d1, d2", "")).replace(
-                "prefill: {hosts: [p1, p2]}", "prefill: {hosts: [p1, p2], env: {X: '1'}}"
-            )
-        )
-    )
+    wanted = build_plan(inv(overrides={"prefill.env": {"X": "1"}}))
     r = roll(wanted, now)
     assert [(s.action, s.keys) for s in r.steps] == [
         ("replace", ("prefill@p1",)),
@@ -133,10 +146,8 @@ def test_a_removed_prefill_host_is_drained_then_stopped() -> None:
 
 def test_a_replaced_host_serves_before_the_old_one_leaves() -> None:
     # p2 -> p3: the add comes first (surge), then the removal
-    inv = (INV % ("v0.33.0", "p1, p3", "d1, d2", "")).replace(
-        "r: {address: 192.0.2.12}", "r: {address: 192.0.2.12}\n  p3: {address: 192.0.2.16}"
-    )
-    r = roll(build_plan(parse_inventory(inv)), running(plan()))
+    moved = inv(prefill="p1, p3", hosts={**HOSTS, "p3": "192.0.2.16"})
+    r = roll(build_plan(moved), running(plan()))
     assert [(s.action, s.keys) for s in r.steps] == [
         ("add", ("prefill@p3",)),
         ("remove", ("prefill@p2",)),
@@ -157,7 +168,7 @@ def test_a_tier_of_one_cannot_roll_and_says_so() -> None:
 
 
 def test_the_router_is_recreated_only_when_its_own_settings_change() -> None:
-    r = roll(plan(router=", internal_port: 8090"), running(plan()))
+    r = roll(plan(router={"internal_port": 8090}), running(plan()))
     (step,) = r.steps
     assert step.action == "router" and not step.endpoint_up and "router restarts" in step.outage
     assert not r.outages  # a router restart is said, not asked for
@@ -358,9 +369,8 @@ def test_an_api_key_keeps_the_static_worker_lists() -> None:
     with secrets.api_key, static lists; the proxy checks the clients' key either way."""
     from pdboot.inventory.rules import live_workers
 
-    base = INV % ("v0.33.0", "p1", "d1", "")
-    assert live_workers(parse_inventory(base))
-    keyed = parse_inventory(base + "secrets: {api_key: 'env:PDBOOT_KEY'}\n")
+    assert live_workers(inv(prefill="p1", decode="d1"))
+    keyed = inv(prefill="p1", decode="d1", overrides={"secrets.api_key": "env:PDBOOT_KEY"})
     assert not live_workers(keyed)
     router = next(s for s in build_plan(keyed).services() if s.role == "router")
     assert "--enable-igw" not in router.command
