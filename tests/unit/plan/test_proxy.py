@@ -5,28 +5,29 @@ files, and preflight's tls.certificate (issue 28). nginx itself runs in the test
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from pdboot.inventory.load import parse_inventory
+from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import PRIVATE_FILES
 from pdboot.plan.proxy import ADMIN_PATHS, proxy_auth_text, proxy_conf_text, proxy_files
 from pdboot.preflight.checks.tls import evaluate_pair
+from tests.unit.builders import inventory
 
-INV = """
-name: demo
-model: m
-hosts:
-  a: {address: 192.0.2.10}
-  b: {address: 192.0.2.11}
-prefill: {hosts: [a]}
-decode: {hosts: [b]}
-router: {host: a, request_timeout_secs: 600, max_request_mb: 8%s}
-"""
+ROUTER = {"router.request_timeout_secs": 600, "router.max_request_mb": 8}
+
+
+def demo(**overrides: Any) -> Inventory:
+    """Two hosts, the router on a with a 600 s timeout and an 8 MB body limit."""
+    hosts = {"a": "192.0.2.10", "b": "192.0.2.11"}
+    return inventory(hosts, ["a"], ["b"], "a", overrides={**ROUTER, **overrides})
+
+
 NOW = datetime(2026, 12, 4, tzinfo=timezone.utc)
 
 
@@ -46,7 +47,7 @@ def pem_pair(days: int = 90, start: int = -1) -> tuple[str, str, ec.EllipticCurv
 
 
 def test_conf_forwards_the_client_api_only_and_applies_the_limits() -> None:
-    inv = parse_inventory(INV % "")
+    inv = demo()
     text = proxy_conf_text(inv)
     assert "listen 8000;" in text and "server 127.0.0.1:8081;" in text
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health"):
@@ -60,7 +61,7 @@ def test_conf_forwards_the_client_api_only_and_applies_the_limits() -> None:
 
 
 def test_with_a_key_the_conf_includes_a_0600_file_and_never_holds_the_key() -> None:
-    inv = parse_inventory(INV % "" + "secrets: {api_key: 'env:K'}\n")
+    inv = demo(**{"secrets.api_key": "env:K"})
     text = proxy_conf_text(inv)
     assert "include /etc/pdboot-proxy/auth.conf;" in text and text.count("return 401") == 3
     files = proxy_files(inv, "k-123")
@@ -72,7 +73,7 @@ def test_with_a_key_the_conf_includes_a_0600_file_and_never_holds_the_key() -> N
 
 
 def test_tls_listens_with_ssl_ships_the_pair_0600_and_the_endpoint_is_https() -> None:
-    inv = parse_inventory(INV % ", tls: {cert: 'file:/etc/pdboot/c.pem', key: 'env:TLS_KEY'}")
+    inv = demo(**{"router.tls": {"cert": "file:/etc/pdboot/c.pem", "key": "env:TLS_KEY"}})
     text = proxy_conf_text(inv)
     assert "listen 8000 ssl;" in text and "ssl_certificate_key /etc/pdboot-proxy/tls.key;" in text
     files = proxy_files(inv, None, ("CERT", "KEY"))
