@@ -6,16 +6,16 @@ skipped with the reason."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
-from pdboot.inventory.load import parse_inventory
 from pdboot.preflight.checks import CpuNeed, HostContext, ParseError, Section, cpu, parse_sections
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.host import DiskFacts, HostSysFacts, Mount
 from pdboot.preflight.run import contexts, evaluate_host, host_commands
+from tests.unit.builders import changed, inventory_doc, load
 from tests.unit.paths import FIXTURES
 
 FIX = FIXTURES / "cpu"
@@ -62,22 +62,24 @@ def test_id_lists_as_lscpu_writes_them() -> None:
 
 # --------------------------------------------------------------------------- verdicts
 
-CPU_INV = """\
-name: rehearsal
-model: /srv/models/tiny
-device: cpu
-image: registry.example:5000/vllm-cpu:0.32.0
-cpu: {kv_cache_gib: 1, cores_per_engine: 1}
-hosts:
-  box: {address: 192.0.2.30}
-prefill: {hosts: [box]}
-decode: {hosts: [box]}
-router: {host: box}
-"""
+REHEARSAL: dict[str, Any] = {
+    "name": "rehearsal",
+    "model": "/srv/models/tiny",
+    "device": "cpu",
+    "image": "registry.example:5000/vllm-cpu:0.32.0",
+}
+CPU = inventory_doc(
+    {"box": "192.0.2.30"},
+    ["box"],
+    ["box"],
+    "box",
+    **REHEARSAL,
+    overrides={"cpu": {"kv_cache_gib": 1, "cores_per_engine": 1}},
+)
 
 
-def ctx_of(text: str = CPU_INV, host: str = "box") -> HostContext:
-    return contexts(parse_inventory(text, "inv.yaml"))[host]
+def ctx_of(doc: Mapping[str, Any] = CPU, host: str = "box") -> HostContext:
+    return contexts(load(doc, "inv.yaml"))[host]
 
 
 def this_machine() -> str:
@@ -109,10 +111,7 @@ def test_a_cpu_host_runs_cpu_checks_and_skips_the_gpu_ones_with_the_reason() -> 
 
 def test_a_gpu_host_runs_no_cpu_checks() -> None:
     ctx = ctx_of(
-        CPU_INV.replace("device: cpu\n", "")
-        .replace("cpu: {kv_cache_gib: 1, cores_per_engine: 1}\n", "")
-        .replace("decode: {hosts: [box]}", "decode: {hosts: [box], gpus: [1]}")
-        .replace("prefill: {hosts: [box]}", "prefill: {hosts: [box], gpus: [0]}")
+        changed(CPU, {"device": None, "cpu": None, "decode.gpus": [1], "prefill.gpus": [0]})
     )
     assert not [c for c in host_commands(ctx) if c.area == "cpu"]
     results, _ = evaluate_host(ctx, this_machine())
@@ -121,7 +120,7 @@ def test_a_gpu_host_runs_no_cpu_checks() -> None:
 
 
 def test_missing_flags_fail_with_a_fix() -> None:
-    ctx = ctx_of(CPU_INV + "requirements: {cpu_flags: [avx2, amx_tile]}\n")
+    ctx = ctx_of(changed(CPU, {"requirements.cpu_flags": ["avx2", "amx_tile"]}))
     r = by_id(evaluate_host(ctx, this_machine())[0])["cpu.flags"]
     assert (
         r.status == "fail" and "lacks amx_tile" in r.message and "requirements.cpu_flags" in r.fix
@@ -129,10 +128,7 @@ def test_missing_flags_fail_with_a_fix() -> None:
 
 
 def test_bf16_on_an_amx_cpu_is_warned_about() -> None:
-    text = CPU_INV.replace(
-        "prefill: {hosts: [box]}", "prefill: {hosts: [box], extra_args: [--dtype, bfloat16]}"
-    )
-    ctx = ctx_of(text)
+    ctx = ctx_of(changed(CPU, {"prefill.extra_args": ["--dtype", "bfloat16"]}))
     flags = cpu.parse_flags(this_machine().split("### exit", 1)[0])
     amx = flags | {"amx_bf16", "amx_tile"}
     f = cpu.CpuFacts(Section("", 0), Section("", 0), Section("", 0), amx, None, None)
@@ -143,14 +139,14 @@ def test_bf16_on_an_amx_cpu_is_warned_about() -> None:
 
 
 def test_cores_the_host_lacks_fail_with_a_fix() -> None:
-    ctx = ctx_of(CPU_INV.replace("cores_per_engine: 1", "cores_per_engine: 2"))
+    ctx = ctx_of(changed(CPU, {"cpu.cores_per_engine": 2}))
     r = by_id(evaluate_host(ctx, this_machine())[0])["cpu.cores"]
     assert r.status == "fail" and "decode@box: core(s) [2, 3]" in r.message
     assert "cpus or cpu.cores_per_engine" in r.fix
 
 
 def test_memory_kv_cache_and_overhead_per_engine() -> None:
-    ctx = ctx_of(CPU_INV.replace("kv_cache_gib: 1", "kv_cache_gib: 10"))
+    ctx = ctx_of(changed(CPU, {"cpu.kv_cache_gib": 10}))
     r = by_id(evaluate_host(ctx, this_machine())[0])["cpu.memory"]
     # 2 x (10 + 2) GiB = 24 GiB > 22.5 GiB available on this machine
     assert r.status == "fail" and "24.0 GiB" in r.message and "cpu.kv_cache_gib" in r.fix
@@ -184,8 +180,7 @@ def test_shm_needs_512_mib_free_per_engine() -> None:
     ],
 )
 def test_ucx_needs_tcp_without_rdma(tls: str, rdma: str, status: str) -> None:
-    text = CPU_INV + f"kv_transfer: {{rdma: '{rdma}', ucx: {{tls: '{tls}'}}}}\n"
-    r = cpu._ucx_tcp(ctx_of(text))
+    r = cpu._ucx_tcp(ctx_of(changed(CPU, {"kv_transfer": {"rdma": rdma, "ucx": {"tls": tls}}})))
     assert r.status == status, r.message
     if status == "fail":
         assert "tcp" in r.fix
@@ -212,30 +207,22 @@ def test_cpu_needs_carry_each_engines_cores_and_dtype() -> None:
 def test_tier_agreement_counts_pdboots_cpu_dtype() -> None:
     from pdboot.preflight.checks import agreement
 
-    same = CPU_INV.replace(
-        "prefill: {hosts: [box]}", "prefill: {hosts: [box], extra_args: [--dtype, float32]}"
-    )
-    assert agreement.evaluate(parse_inventory(same, "inv.yaml")).status == "pass"
-    differ = CPU_INV.replace(
-        "prefill: {hosts: [box]}", "prefill: {hosts: [box], extra_args: [--dtype, bfloat16]}"
-    )
-    r = agreement.evaluate(parse_inventory(differ, "inv.yaml"))
+    same = changed(CPU, {"prefill.extra_args": ["--dtype", "float32"]})
+    assert agreement.evaluate(load(same, "inv.yaml")).status == "pass"
+    differ = changed(CPU, {"prefill.extra_args": ["--dtype", "bfloat16"]})
+    r = agreement.evaluate(load(differ, "inv.yaml"))
     assert r.status == "fail" and "prefill 'bfloat16', decode 'float32'" in r.message
 
 
 def test_tp_ranks_left_to_vllm_need_a_numa_node_each() -> None:
-    text = """\
-name: rehearsal
-model: /srv/models/tiny
-device: cpu
-image: registry.example:5000/vllm-cpu:0.32.0
-hosts:
-  box: {address: 192.0.2.30}
-  box2: {address: 192.0.2.31}
-prefill: {hosts: [box2], tensor_parallel_size: 2}
-decode: {hosts: [box], tensor_parallel_size: 2}
-router: {host: box}
-"""
-    r = by_id(evaluate_host(ctx_of(text, "box2"), this_machine())[0])["cpu.cores"]
+    doc = inventory_doc(
+        {"box": "192.0.2.30", "box2": "192.0.2.31"},
+        ["box2"],
+        ["box"],
+        "box",
+        **REHEARSAL,
+        overrides={"prefill.tensor_parallel_size": 2, "decode.tensor_parallel_size": 2},
+    )
+    r = by_id(evaluate_host(ctx_of(doc, "box2"), this_machine())[0])["cpu.cores"]
     assert r.status == "fail" and "prefill@box2" in r.message and "this host has 1" in r.message
     assert "cpu.cores_per_engine" in r.fix
