@@ -12,25 +12,13 @@ import sys
 
 import pytest
 
-from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.preflight import image_args as ia
+from tests.unit.builders import inventory
 from tests.unit.paths import ROOT
 
 SITE = ROOT / "tests" / "testbed" / "emulated_site"
 STANDIN = ROOT / "tests" / "testbed" / "standin"
-
-INV = """\
-name: demo
-model: meta-llama/Llama-3.1-8B-Instruct
-image: vllm/vllm-openai:v0.34.0
-hosts:
-  gpu-a: {address: 192.0.2.10}
-  gpu-b: {address: 192.0.2.11}
-prefill: {hosts: [gpu-a]}
-decode: {hosts: [gpu-b], extra_args: ["--max-num-inflight-kv-loads", "4"]}
-router: {host: gpu-a}
-"""
 
 
 def probe(version: str, commands: dict[str, list[str]]) -> ia.ImageArgs:
@@ -51,7 +39,16 @@ def probe(version: str, commands: dict[str, list[str]]) -> ia.ImageArgs:
 
 
 def commands(image: str) -> dict[str, list[str]]:
-    plan = build_plan(parse_inventory(INV.replace("vllm/vllm-openai:v0.34.0", image)))
+    inv = inventory(
+        {"gpu-a": "192.0.2.10", "gpu-b": "192.0.2.11"},
+        ["gpu-a"],
+        ["gpu-b"],
+        "gpu-a",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        image=image,
+        overrides={"decode.extra_args": ["--max-num-inflight-kv-loads", "4"]},
+    )
+    plan = build_plan(inv)
     return {f"{s.name}@{s.host}": list(s.command) for s in plan.services() if s.is_engine}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from pdboot.deploy.status import rows_for
-from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_CONFIG_HASH, Plan
@@ -14,26 +13,29 @@ from pdboot.transport.http import HttpAnswer
 from pdboot.verify import metrics as pm
 from pdboot.verify.pdcheck import link_rate
 from pdboot.views.status import core_lines, nic_lines
-
-INV = """\
-name: rehearsal
-model: /srv/models/tiny
-device: cpu
-image: registry.example:5000/vllm-cpu:0.32.0
-cpu: {kv_cache_gib: 1, cores_per_engine: 1}
-hosts:
-  cpu-a: {address: 192.0.2.20}
-  cpu-b: {address: 192.0.2.21}
-prefill: {hosts: [cpu-a]}
-decode: {hosts: [cpu-b], engines_per_host: 2}
-router: {host: cpu-a}
-kv_transfer: {rdma: "off"}
-requirements: {link_gbps: 10}
-"""
+from tests.unit.builders import inventory
 
 
 def plan() -> Plan:
-    return build_plan(parse_inventory(INV, "inv.yaml"))
+    """Two CPU hosts over TCP: one prefill on cpu-a, two decode engines on cpu-b."""
+    inv = inventory(
+        {"cpu-a": "192.0.2.20", "cpu-b": "192.0.2.21"},
+        ["cpu-a"],
+        ["cpu-b"],
+        "cpu-a",
+        name="rehearsal",
+        model="/srv/models/tiny",
+        device="cpu",
+        image="registry.example:5000/vllm-cpu:0.32.0",
+        overrides={
+            "cpu": {"kv_cache_gib": 1, "cores_per_engine": 1},
+            "decode.engines_per_host": 2,
+            "kv_transfer.rdma": "off",
+            "requirements.link_gbps": 10,
+        },
+        source="inv.yaml",
+    )
+    return build_plan(inv)
 
 
 def test_cpu_tcp_speed_is_judged_against_the_tcp_link_not_as_a_fallback() -> None:
