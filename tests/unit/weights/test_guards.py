@@ -4,26 +4,26 @@ the endpoint and directory refusals at inventory load, the HF cache directory's 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.inventory.load import InventoryError
+from pdboot.inventory.schema import Inventory
 from pdboot.transport.http import HttpAnswer
 from pdboot.weights.hub import HubProblem, Resolution, endpoint_refusal, parse_revision
 from pdboot.weights.workdir import cache_dir_problem
+from tests.unit.builders import inventory
 
 C1 = "a" * 40
 EP = "https://huggingface.co"
-GOOD = """\
-name: demo
-model: org/m
-hosts:
-  a: {address: 192.0.2.10}
-  b: {address: 192.0.2.11}
-prefill: {hosts: [a], gpus: [[0]]}
-decode: {hosts: [b], gpus: [[0]]}
-router: {host: a}
-"""
+
+
+def good(**overrides: Any) -> Inventory:
+    """Two hosts, one GPU engine on each, then ``overrides`` (builders.changed's dotted paths)."""
+    hosts = {"a": "192.0.2.10", "b": "192.0.2.11"}
+    gpus = {"prefill.gpus": [[0]], "decode.gpus": [[0]]}
+    return inventory(hosts, ["a"], ["b"], "a", model="org/m", overrides={**gpus, **overrides})
 
 
 def answer(siblings: list[dict[str, object]]) -> HttpAnswer:
@@ -75,29 +75,31 @@ def test_plain_http_only_when_asked_by_name() -> None:
     assert endpoint_refusal("http://10.0.0.1:5080", True) is None
     assert endpoint_refusal("ftp://x", True) is not None
     with pytest.raises(InventoryError, match="allow_plain_http"):
-        parse_inventory(GOOD + "weights: {endpoint: 'http://mirror:8080'}\n")
-    inv = parse_inventory(GOOD + "weights: {endpoint: 'http://m:80', allow_plain_http: true}\n")
+        good(weights={"endpoint": "http://mirror:8080"})
+    inv = good(weights={"endpoint": "http://m:80", "allow_plain_http": True})
     assert inv.weights.endpoint == "http://m:80"
-    assert parse_inventory(GOOD + "weights: {endpoint: 'https://m'}\n").weights.endpoint
+    assert good(weights={"endpoint": "https://m"}).weights.endpoint
 
 
 @pytest.mark.parametrize(
-    "extra",
+    ("key", "path"),
     [
-        "container: {hf_cache: /tmp/hf}\n",
-        "container: {hf_cache: /var/tmp/pd/hf}\n",
-        "container: {hf_cache: /dev/shm/hf}\n",
-        "remote_dir: /tmp/pdboot\n",
-        "remote_dir: /var/tmp/x\n",
+        ("container.hf_cache", "/tmp/hf"),
+        ("container.hf_cache", "/var/tmp/pd/hf"),
+        ("container.hf_cache", "/dev/shm/hf"),
+        ("remote_dir", "/tmp/pdboot"),
+        ("remote_dir", "/var/tmp/x"),
     ],
 )
-def test_work_and_cache_dirs_under_world_writable_temp_trees_are_refused(extra: str) -> None:
+def test_work_and_cache_dirs_under_world_writable_temp_trees_are_refused(
+    key: str, path: str
+) -> None:
     with pytest.raises(InventoryError, match=r"temporary|system"):
-        parse_inventory(GOOD + extra)
+        good(**{key: path})
 
 
 def test_tmp_lookalikes_are_fine() -> None:
-    assert parse_inventory(GOOD + "container: {hf_cache: /tmpdata/hf}\n").container.hf_cache
+    assert good(**{"container.hf_cache": "/tmpdata/hf"}).container.hf_cache
 
 
 @pytest.mark.parametrize(
