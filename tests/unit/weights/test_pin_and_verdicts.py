@@ -5,9 +5,9 @@ what the engines are told, and the preflight verdicts."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from pdboot.inventory.load import parse_inventory
-from pdboot.inventory.schema import Weights
+from pdboot.inventory.schema import Inventory, Weights
 from pdboot.plan.build import build_plan
 from pdboot.preflight.checks import HostContext, Section
 from pdboot.preflight.checks import weights as wchecks
@@ -28,6 +28,7 @@ from pdboot.weights.local import differing, missing, parse_listing
 from pdboot.weights.pin import Pin, choose, parse_pin
 from pdboot.weights.progress import StageLine, StageState, parse_line
 from pdboot.weights.stage import pinned_inventory
+from tests.unit.builders import inventory
 
 C1 = "a" * 40
 C2 = "b" * 40
@@ -221,20 +222,15 @@ def test_the_host_that_differs_is_named() -> None:
 
 # ---------------------------------------------------------------------- engines
 
-INV = """
-name: demo
-model: org/m
-hosts:
-  p1: {address: 192.0.2.10}
-  d1: {address: 192.0.2.11}
-prefill: {hosts: [p1]}
-decode: {hosts: [d1]}
-router: {host: p1}
-"""
+
+def two_hosts(**overrides: Any) -> Inventory:
+    """p1 -> d1 of org/m, the router on p1, then ``overrides`` (builders.changed's paths)."""
+    hosts = {"p1": "192.0.2.10", "d1": "192.0.2.11"}
+    return inventory(hosts, router="p1", model="org/m", overrides=overrides)
 
 
 def test_a_pinned_inventory_gives_every_engine_the_commit_offline() -> None:
-    inv = parse_inventory(INV)
+    inv = two_hosts()
     plan = build_plan(pinned_inventory(inv, C1))
     engines = [s for s in plan.services() if s.is_engine]
     assert len(engines) == 2
@@ -250,7 +246,7 @@ def test_a_pinned_inventory_gives_every_engine_the_commit_offline() -> None:
 
 def test_a_tiers_own_revision_flag_is_not_reported_as_the_commit() -> None:
     # the api-key e2e passes a secret as the decode's --revision; status printed it as the commit
-    inv = parse_inventory(INV)
+    inv = two_hosts()
     own = inv.model_copy(
         update={"decode": inv.decode.model_copy(update={"extra_args": ["--revision", "x"]})}
     )
@@ -314,10 +310,10 @@ def test_preflight_fails_disk_reach_and_gated() -> None:
 def test_the_seed_port_is_checked_on_the_first_engine_host_only() -> None:
     from pdboot.preflight.contexts import seed_ports
 
-    inv = parse_inventory(INV + "weights: {seed: first_host, seed_port: 9100}\n")
+    inv = two_hosts(weights={"seed": "first_host", "seed_port": 9100})
     assert seed_ports(inv, "p1") == [(9100, "weights seed server")]
     assert seed_ports(inv, "d1") == []
-    assert seed_ports(parse_inventory(INV), "p1") == []
+    assert seed_ports(two_hosts(), "p1") == []
 
 
 def test_every_other_engine_host_probes_the_seed_port() -> None:
@@ -325,7 +321,7 @@ def test_every_other_engine_host_probes_the_seed_port() -> None:
     from pdboot.preflight.checks.network import ProbeFact, _probe
     from pdboot.preflight.contexts import contexts
 
-    inv = parse_inventory(INV + "weights: {seed: first_host, seed_port: 9100}\n")
+    inv = two_hosts(weights={"seed": "first_host", "seed_port": 9100})
     ctxs = contexts(inv)
     seeds = {h: [p for p in c.probes if p.check_id == "network.seed"] for h, c in ctxs.items()}
     assert seeds["p1"] == []  # the first engine host serves
@@ -334,7 +330,7 @@ def test_every_other_engine_host_probes_the_seed_port() -> None:
     assert probe.address == inv.hosts["p1"].address
     failed = _probe(ctxs["d1"], ProbeFact(probe, MISSING, "timeout", "no answer within 3s"))
     assert failed.status == "fail" and "weights.seed: none" in failed.fix
-    no_seed = contexts(parse_inventory(INV))
+    no_seed = contexts(two_hosts())
     assert not [p for c in no_seed.values() for p in c.probes if p.check_id == "network.seed"]
 
 
