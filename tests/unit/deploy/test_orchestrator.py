@@ -9,9 +9,8 @@ from pdboot.deploy.down import DownOptions, down
 from pdboot.deploy.seams import PreflightOutcome
 from pdboot.deploy.up import up
 from pdboot.deploy.up_steps import UpOptions
-from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory
-from tests.unit.orchestrator_fakes import CAPS, INV, Recorder, World, inventory
+from tests.unit.orchestrator_fakes import CAPS, Recorder, World, inventory
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
@@ -146,7 +145,7 @@ def test_decode_change_recreates_decode_only() -> None:
     world = World(inventory())
     assert run_up(world)[0] == 0
     prefill, router = world.of_role("prefill")[0].id, world.of_role("router")[0].id
-    world.inv = inventory(", extra_args: [--max-model-len, '4096']")
+    world.inv = inventory({"decode.extra_args": ["--max-model-len", "4096"]})
     code, rec = run_up(world, UpOptions(skip_preflight=True, yes=True))  # a tier of one
     assert code == 0
     actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
@@ -162,16 +161,10 @@ def test_decode_change_recreates_decode_only() -> None:
 
 
 def test_decode_change_with_static_router_lists_recreates_the_router() -> None:
-    static = ", live_workers: false}"
-    world = World(
-        parse_inventory((INV % "").replace("router: {host: r}", "router: {host: r" + static))
-    )
+    static = {"router.live_workers": False}
+    world = World(inventory(static))
     assert run_up(world)[0] == 0
-    world.inv = parse_inventory(
-        (INV % ", extra_args: [--max-model-len, '4096']").replace(
-            "router: {host: r}", "router: {host: r" + static
-        )
-    )
+    world.inv = inventory({**static, "decode.extra_args": ["--max-model-len", "4096"]})
     code, rec = run_up(world)
     assert code == 0
     actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
@@ -322,7 +315,7 @@ def test_down_router_then_prefill_then_decode() -> None:
 
 
 def test_a_hosts_engines_start_in_one_compose_up_and_converge_per_engine() -> None:
-    world = World(inventory(", engines_per_host: 3"))
+    world = World(inventory({"decode.engines_per_host": 3}))
     code, rec = run_up(world)
     assert code == 0
     ups = [(h, what) for op, h, what in world.calls if op == "compose_up"]
@@ -339,7 +332,7 @@ def test_a_hosts_engines_start_in_one_compose_up_and_converge_per_engine() -> No
     assert {e.action for e in again.of(ev.ServiceAction)} == {"unchanged"}
 
     world.calls.clear()
-    world.inv = inventory(", gpus: [[0], [5], [2]]")  # engine 1 moves to GPU 5
+    world.inv = inventory({"decode.gpus": [[0], [5], [2]]})  # engine 1 moves to GPU 5
     code, rec = run_up(world)
     assert code == 0
     changed = {e.service: e.action for e in rec.of(ev.ServiceAction) if e.action != "unchanged"}
@@ -350,7 +343,7 @@ def test_a_hosts_engines_start_in_one_compose_up_and_converge_per_engine() -> No
 
 
 def test_engines_per_host_all_is_not_deployed_from_a_guess() -> None:
-    world = World(inventory(", engines_per_host: all"))
+    world = World(inventory({"decode.engines_per_host": "all"}))
     code, rec = run_up(world)
     assert code == 1
     assert any("needs preflight's GPU count" in n.message for n in rec.of(ev.Note))

@@ -9,12 +9,11 @@ from dataclasses import replace
 from pdboot import events as ev
 from pdboot.deploy.up_steps import UpOptions
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
-from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.preflight.findings import from_preflight
 from pdboot.verify.pdcheck import link_rate, speed_pairs, speed_prompt
 from tests.unit.deploy.test_orchestrator import run_up
-from tests.unit.orchestrator_fakes import INV, Recorder, World, inventory
+from tests.unit.orchestrator_fakes import Recorder, World, inventory
 
 
 def test_gate_passes_when_both_answers_match() -> None:
@@ -56,7 +55,7 @@ def test_late_divergence_warns_and_up_goes_on() -> None:
 
 
 def test_speed_line_against_declared_link_and_tcp_fallback() -> None:
-    inv = parse_inventory((INV % "") + "requirements: {link_gbps: 100}\n")
+    inv = inventory({"requirements.link_gbps": 100})
     world = World(inv, pull_bytes=50_000_000, pull_seconds=0.4)  # 1 Gbit/s of 100
     code, rec = run_up(world)
     assert code == EXIT_OK
@@ -74,7 +73,7 @@ def test_speed_line_against_declared_link_and_tcp_fallback() -> None:
 
 
 def test_fast_path_has_no_flag_and_no_speed_skips_it() -> None:
-    inv = parse_inventory((INV % "") + "requirements: {link_gbps: 100}\n")
+    inv = inventory({"requirements.link_gbps": 100})
     world = World(inv, pull_bytes=50_000_000, pull_seconds=0.005)  # 80 Gbit/s
     code, rec = run_up(world)
     (p,) = rec.of(ev.KVSpeed)[0].pairs
@@ -106,7 +105,7 @@ def rec_pairs(world: World) -> tuple[ev.PairSpeedLine, ...]:
 
 
 def test_speed_pairs_cover_every_engine_once() -> None:
-    inv = parse_inventory(INV.replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1, r]}") % "")
+    inv = inventory({"prefill.hosts": ["p1", "r"]})
     pairs = [(p.key, d.key) for p, d in speed_pairs(build_plan(inv))]
     assert pairs == [("prefill@p1", "decode@d1"), ("prefill@r", "decode@d1")]
 
@@ -120,9 +119,7 @@ def test_prefill_change_restarts_decode_after_prefill_is_ready() -> None:
     world = World(inventory())
     assert run_up(world)[0] == EXIT_OK
     decode = world.of_role("decode")[0].id
-    world.inv = parse_inventory(
-        INV.replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1], env: {X: '1'}}") % ""
-    )
+    world.inv = inventory({"prefill.env": {"X": "1"}})
     world.calls.clear()
     code, rec = run_up(world, UpOptions(skip_preflight=True, yes=True))  # tiers of one
     assert code == EXIT_OK
@@ -143,7 +140,7 @@ def test_link_rate_from_preflight_ports_else_declared() -> None:
 
     f = from_preflight(preflight_result())
     assert set(f.gbps) == {"gpu-a"} and f.gbps["gpu-a"] > 0  # the real sysfs rate
-    plan = build_plan(parse_inventory(INV % ""))
+    plan = build_plan(inventory())
     pre, dec = speed_pairs(plan)[0]
     on = {"p1": 400.0, "d1": 200.0}
     # both ends on RDMA with a rate read: the slower port; otherwise the declared link_gbps
@@ -170,7 +167,7 @@ def test_terminal_prints_both_outputs_and_the_speed_line() -> None:
     assert "error: correctness gate: the P/D answer differs" in text
     assert "through the router: ' the the the" in text and "decode alone:" in text
     world = World(
-        parse_inventory((INV % "") + "requirements: {link_gbps: 100}\n"),
+        inventory({"requirements.link_gbps": 100}),
         pull_bytes=50_000_000,
         pull_seconds=0.4,
     )

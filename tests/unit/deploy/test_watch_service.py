@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,31 +24,32 @@ from pdboot.plan.watch import WATCH_INVENTORY, WATCH_INVENTORY_IN_CONTAINER
 from pdboot.transport.http import HttpAnswer
 from pdboot.views.status import print_status, status_json
 from tests.unit.deploy.test_orchestrator import run_down
-from tests.unit.orchestrator_fakes import INV, Recorder, World
+from tests.unit.orchestrator_fakes import Recorder, World, inventory
 from tests.unit.plan.test_render import compose_config
 
-WATCH = "watch: {image: registry.example/pdboot:0.1, interval_seconds: 5, port: 29111}\n"
+WATCH = {"image": "registry.example/pdboot:0.1", "interval_seconds": 5, "port": 29111}
 
 
-def with_watch(section: str = WATCH) -> Any:
-    return parse_inventory(INV % "" + section)
+def with_watch(section: Mapping[str, Any] = WATCH, **overrides: Any) -> Any:
+    """The fake world's inventory with this watch: section (and other ``overrides``)."""
+    return inventory({"watch": section, **overrides})
 
 
 def test_watch_section_defaults_and_refusals() -> None:
-    inv = with_watch("watch: {}\n")
+    inv = with_watch({})
     assert inv.watch is not None and inv.watch.interval_seconds == 30
     assert inv.watch.readmit_after == 3 and inv.watch.image is None
-    assert parse_inventory(INV % "").watch is None
+    assert inventory().watch is None
     with pytest.raises(InventoryError, match="intervall"):
-        with_watch("watch: {intervall_seconds: 5}\n")
+        with_watch({"intervall_seconds": 5})
     with pytest.raises(InventoryError, match="image"):
-        with_watch("watch: {image: 'a b; rm -rf /'}\n")
+        with_watch({"image": "a b; rm -rf /"})
     with pytest.raises(InventoryError, match="interval_seconds"):
-        with_watch("watch: {interval_seconds: 0}\n")
+        with_watch({"interval_seconds": 0})
 
 
 def test_no_image_no_service() -> None:
-    plan = build_plan(with_watch("watch: {interval_seconds: 5}\n"))
+    plan = build_plan(with_watch({"interval_seconds": 5}))
     assert plan.watch is None and len(plan.stages) == 4  # engines x2, router, proxy
 
 
@@ -190,18 +192,18 @@ def test_status_shows_the_last_verdict_per_pair() -> None:
 
 
 def test_the_service_binds_where_asked_and_gets_only_the_api_key() -> None:
-    keyed = "secrets: {api_key: 'env:K', hf_token: 'env:T'}\n"
-    plan = build_plan(with_watch(WATCH + keyed))
+    keyed = {"secrets": {"api_key": "env:K", "hf_token": "env:T"}}
+    plan = build_plan(with_watch(**keyed))
     assert plan.watch is not None
     assert "192.0.2.12:29111" in plan.watch.command  # default: the router host's address
     assert plan.watch.env_file == "watch-secrets.env"  # not secrets.env (the HF token)
     from pdboot.plan.watch import watch_secrets_text
 
     assert watch_secrets_text("k1") == "VLLM_API_KEY=k1\n"
-    bound = build_plan(with_watch(WATCH.replace("port: 29111", "port: 29111, bind: 127.0.0.1")))
+    bound = build_plan(with_watch({**WATCH, "bind": "127.0.0.1"}))
     assert bound.watch is not None and "127.0.0.1:29111" in bound.watch.command
     with pytest.raises(InventoryError):
-        with_watch(WATCH.replace("port: 29111", "port: 29111, bind: 'x; rm -rf /'"))
+        with_watch({**WATCH, "bind": "x; rm -rf /"})
 
 
 def test_the_http_server_drops_stalled_clients_and_caps_connections(

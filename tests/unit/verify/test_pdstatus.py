@@ -12,26 +12,24 @@ from rich.console import Console
 
 from pdboot import events as ev
 from pdboot.deploy import status as status_mod
-from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.transport.http import HttpAnswer
 from pdboot.verify.metrics import EngineFacts
 from pdboot.verify.pdstatus import pd_status, scrape
 from pdboot.views.status import pd_table, print_status, status_json
 from tests.unit.deploy.test_orchestrator import run_up
-from tests.unit.orchestrator_fakes import INV, Recorder, World
+from tests.unit.orchestrator_fakes import Recorder, World, inventory
 from tests.unit.verify.test_metrics import exposition
 
 # two prefill and two decode engines
-TEXT = (
-    (INV % "")
-    .replace("prefill: {hosts: [p1]}", "prefill: {hosts: [p1, r]}")
-    .replace("decode: {hosts: [d1]}", "decode: {hosts: [d1, p2]}")
-    .replace(
-        "  r: {address: 192.0.2.12}", "  r: {address: 192.0.2.12}\n  p2: {address: 192.0.2.13}"
-    )
+TWO_BY_TWO = inventory(
+    {
+        "prefill.hosts": ["p1", "r"],
+        "decode.hosts": ["d1", "p2"],
+        "hosts.p2": {"address": "192.0.2.13"},
+    }
 )
-PLAN = build_plan(parse_inventory(TEXT))
+PLAN = build_plan(TWO_BY_TWO)
 
 
 def _fetch(texts: dict[str, str]) -> Any:
@@ -155,7 +153,7 @@ def test_table_fits_80_columns_and_json_carries_it() -> None:
 
 
 def test_status_watch_reports_until_ctrl_c_with_deltas() -> None:
-    world = World(parse_inventory(INV % ""))
+    world = World(inventory())
     assert run_up(world)[0] == 0
     rec = Recorder()
     naps: list[float] = []
@@ -180,7 +178,7 @@ def test_status_watch_reports_until_ctrl_c_with_deltas() -> None:
 
 @pytest.mark.parametrize("watch", [None])
 def test_status_once_has_pd_metrics(watch: float | None) -> None:
-    world = World(parse_inventory(INV % ""))
+    world = World(inventory())
     assert run_up(world)[0] == 0
     rec = Recorder()
     assert (
