@@ -6,38 +6,48 @@ roll with the old engines serving, and a re-run finishes it."""
 from __future__ import annotations
 
 import urllib.parse
+from typing import Any
 
 from pdboot import events as ev
 from pdboot.deploy.router_api import plan_workers
 from pdboot.deploy.up_steps import UpOptions
-from pdboot.inventory.load import parse_inventory
+from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
+from tests.unit.builders import inventory
 from tests.unit.deploy.test_orchestrator import run_up
 from tests.unit.orchestrator_fakes import World
 
-INV = """
-name: demo
-model: m
-image: vllm/vllm-openai:%s
-hosts:
-  p1: {address: 192.0.2.10}
-  p2: {address: 192.0.2.13}
-  d1: {address: 192.0.2.11}
-  d2: {address: 192.0.2.14}
-  d3: {address: 192.0.2.15}
-  r: {address: 192.0.2.12}
-prefill: {hosts: [%s]}
-decode: {hosts: [%s]}
-router: {host: r}
-timeouts: {ready_seconds: 60, router_ready_seconds: 30, poll_interval_seconds: 0.5,
-           drain_seconds: 20}
-weights: {stage: false}  # staging: test_weights_pin_and_verdicts.py, e2e test_weights_staged_once_per_host.py
-"""
+HOSTS = {
+    "p1": "192.0.2.10",
+    "p2": "192.0.2.13",
+    "d1": "192.0.2.11",
+    "d2": "192.0.2.14",
+    "d3": "192.0.2.15",
+    "r": "192.0.2.12",
+}
+FAST = {
+    "timeouts": {
+        "ready_seconds": 60,
+        "router_ready_seconds": 30,
+        "poll_interval_seconds": 0.5,
+        "drain_seconds": 20,
+    },
+    "weights": {"stage": False},  # staging: weights/test_pin_and_verdicts.py, e2e's staged once
+}
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
 
 
-def inv(tag: str = "v0.33.0", prefill: str = "p1, p2", decode: str = "d1, d2"):  # type: ignore[no-untyped-def]
-    return parse_inventory(INV % (tag, prefill, decode))
+def inv(
+    tag: str = "v0.33.0", prefill: str = "p1, p2", decode: str = "d1, d2", **overrides: Any
+) -> Inventory:
+    """The tiers as host lists ("p1, p2"), then ``overrides`` (builders.changed's paths)."""
+    return inventory(
+        HOSTS,
+        prefill.split(", "),
+        decode.split(", "),
+        image=f"vllm/vllm-openai:{tag}",
+        overrides={**FAST, **overrides},
+    )
 
 
 def deployed() -> World:
@@ -219,11 +229,7 @@ def test_a_failing_replacement_stops_the_roll_and_a_rerun_finishes_it() -> None:
 def test_a_router_setting_recreates_it_and_says_the_short_outage() -> None:
     world = deployed()
     router = router_id(world)
-    world.inv = parse_inventory(
-        (INV % ("v0.33.0", "p1, p2", "d1, d2")).replace(
-            "router: {host: r}", "router: {host: r, request_timeout_secs: 600}"
-        )
-    )
+    world.inv = inv(**{"router.request_timeout_secs": 600})
     code, rec = run_up(world)
     assert code == 0 and router_id(world) != router
     (action,) = [a for a in rec.of(ev.ServiceAction) if a.service == "router@r"]

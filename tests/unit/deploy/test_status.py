@@ -15,23 +15,20 @@ from pdboot.deploy.status import (
     service_status,
     uptime,
 )
-from pdboot.inventory.load import parse_inventory
+from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ROLE
 from pdboot.transport.hosts import SecretError, read_hf_token, secrets_env
+from tests.unit.builders import inventory
 
-INV = """
-name: demo
-model: m
-hosts:
-  a: {address: 192.0.2.10}
-  b: {address: 192.0.2.11}
-  c: {address: 192.0.2.12}
-prefill: {hosts: [a]}
-decode: {hosts: [b, c]}
-router: {host: a}
-"""
+
+def one_by_two() -> Inventory:
+    """One prefill on a, decodes on b and c, the router on a."""
+    hosts = {"a": "192.0.2.10", "b": "192.0.2.11", "c": "192.0.2.12"}
+    return inventory(hosts, ["a"], ["b", "c"], "a")
+
+
 NOW = datetime(2026, 11, 30, 1, 0, 0, tzinfo=timezone.utc)
 
 
@@ -42,7 +39,7 @@ def test_uptime_from_docker_nanoseconds() -> None:
 
 
 def test_service_status_rows() -> None:
-    inv = parse_inventory(INV)
+    inv = one_by_two()
     svc = build_plan(inv).decode_engines[0]
     obs = Observed(
         host="b",
@@ -60,7 +57,7 @@ def test_service_status_rows() -> None:
 
 
 def test_select_service() -> None:
-    inv = parse_inventory(INV)
+    inv = one_by_two()
     assert select_service(inv, "router").key == "router@a"
     assert select_service(inv, "decode@c").key == "decode@c"
     with pytest.raises(SelectorError, match="pick one"):
@@ -175,7 +172,7 @@ def test_unreachable_rows_carry_the_reason_in_json_and_table() -> None:
     from pdboot.events import StatusReport
     from pdboot.views.status import reason_lines, status_json
 
-    svc = build_plan(parse_inventory(INV)).decode_engines[0]
+    svc = build_plan(one_by_two()).decode_engines[0]
     why = "cannot reach Docker: the Docker daemon is not running (...) (fix: start dockerd)"
     row = service_status(svc, None, reachable=False, now=NOW, health="-", reason=why)
     assert row.state == "unreachable" and row.reason == why
@@ -196,7 +193,7 @@ def test_status_names_foreign_and_missing_router_workers() -> None:
     from pdboot.transport.http import HttpAnswer
     from pdboot.views.status import status_json
 
-    plan = build_plan(parse_inventory(INV))
+    plan = build_plan(one_by_two())
     asked: list[str] = []
     listed = [
         {"url": "http://192.0.2.10:8200", "worker_type": "prefill"},
