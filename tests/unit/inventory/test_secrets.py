@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pdboot.inventory.load import parse_inventory
+from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.render import render_all, render_summary
 from pdboot.transport.connection import LocalConnection
@@ -22,6 +22,7 @@ from pdboot.transport.hosts import (
     secrets_env,
 )
 from pdboot.transport.masking import mask
+from tests.unit.builders import inventory
 
 
 def render(plan: Any, inv: Any) -> tuple[dict[str, str], str]:
@@ -32,32 +33,28 @@ def render(plan: Any, inv: Any) -> tuple[dict[str, str], str]:
     return render_all(plan), render_summary(plan)  # type: ignore[call-arg]
 
 
-BASE = """\
-name: demo
-model: meta-llama/Llama-3.1-8B-Instruct
-hosts:
-  gpu-a: {address: 192.0.2.10}
-  gpu-b: {address: 192.0.2.11}
-  gpu-c: {address: 192.0.2.12}
-prefill: {hosts: [gpu-a]}
-decode: {hosts: [gpu-b]}
-router: {host: gpu-c}
-"""
+HOSTS = {"gpu-a": "192.0.2.10", "gpu-b": "192.0.2.11", "gpu-c": "192.0.2.12"}
 
 KEY = "pdk-Zq7-not-a-real-key-but-long-enough"
 TOKEN = "hf_NotARealTokenButLooksLikeOne0123"
 
 
-def inv(secrets: str = "") -> object:
-    return parse_inventory(BASE + secrets)
+def inv(**secrets: Any) -> Inventory:
+    """Three hosts (the router on its own), with this secrets: section when given."""
+    return inventory(
+        HOSTS,
+        ["gpu-a"],
+        ["gpu-b"],
+        "gpu-c",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        overrides={"secrets": secrets} if secrets else {},
+    )
 
 
 def test_read_secrets_maps_each_reference_to_its_variables(tmp_path: Path) -> None:
     f = tmp_path / "wandb"
     f.write_text("wandb-value-123\n")
-    i = parse_inventory(
-        BASE + f"secrets: {{hf_token: env:T, api_key: env:K, env: {{WANDB_API_KEY: file:{f}}}}}\n"
-    )
+    i = inv(hf_token="env:T", api_key="env:K", env={"WANDB_API_KEY": f"file:{f}"})
     values = read_secrets(i, {"T": TOKEN, "K": KEY})
     assert values == {
         "HF_TOKEN": TOKEN,
@@ -72,7 +69,7 @@ def test_read_secrets_maps_each_reference_to_its_variables(tmp_path: Path) -> No
 
 
 def test_no_secrets_reads_nothing() -> None:
-    i = parse_inventory(BASE)
+    i = inv()
     assert read_secrets(i, {}) == {} and api_key_headers({}) == {}
 
 
@@ -83,19 +80,19 @@ def test_no_secrets_reads_nothing() -> None:
      ({"K": "x$y"}, "does not look like a token")],
 )  # fmt: skip
 def test_unresolvable_api_key_names_the_reference(environ: dict[str, str], words: str) -> None:
-    i = parse_inventory(BASE + "secrets: {api_key: env:K}\n")
+    i = inv(api_key="env:K")
     with pytest.raises(SecretError, match=words.replace("$", r"\$")):
         read_secrets(i, environ)
 
 
 def test_secrets_are_masked_after_registration() -> None:
-    i = parse_inventory(BASE + "secrets: {api_key: env:K, hf_token: env:MISSING}\n")
+    i = inv(api_key="env:K", hf_token="env:MISSING")
     register_inventory_secrets(i, {"K": KEY})  # the missing one is skipped, not fatal
     assert mask(f"engine said Bearer {KEY}") == "engine said Bearer ***"
 
 
 def test_api_key_reaches_engines_and_router_only_through_the_env_file() -> None:
-    i = parse_inventory(BASE + "secrets: {api_key: env:K}\n")
+    i = inv(api_key="env:K")
     plan = build_plan(i)
     texts, _ = render(plan, i)
     for host in ("gpu-a", "gpu-b", "gpu-c"):  # prefill, decode, router
@@ -107,7 +104,7 @@ def test_api_key_reaches_engines_and_router_only_through_the_env_file() -> None:
 
 
 def test_router_gets_no_env_file_without_an_api_key() -> None:
-    i = parse_inventory(BASE + "secrets: {hf_token: env:T}\n")
+    i = inv(hf_token="env:T")
     plan = build_plan(i)
     assert not plan.router.uses_secrets
     assert all(s.uses_secrets for s in plan.engines)
