@@ -12,7 +12,6 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pdboot.deploy.waits import FakeClock
@@ -29,6 +28,7 @@ from pdboot.transport.hosts import Hosts, Link
 from pdboot.transport.http import HttpAnswer
 from pdboot.transport.lock import LockBusy
 from tests.unit.builders import changed, inventory_doc, load
+from tests.unit.paths import FIXTURES
 
 # builders' 1P1D (p1 -> d1, router on r) with short waits and no weights staging
 # (weights/test_pin_and_verdicts.py and tests/e2e/test_weights_staged_once_per_host.py cover it)
@@ -64,7 +64,7 @@ ARGS_OK = (
 )
 # the after-pull image probe's answer: the stand-in image's, verbatim (GPUs 12.0, arch list
 # with sm_120, NIXL's UCX backend with cuda and ib transports)
-CAPS = Path(__file__).parent / "fixtures" / "image_caps"
+CAPS = FIXTURES / "image_caps"
 PROBE_OK = (0, (CAPS / "standin-rtx6000.txt").read_text())
 
 
