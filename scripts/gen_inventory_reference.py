@@ -1,6 +1,6 @@
 """Writes docs/inventory-reference.md from the inventory's pydantic models: every key, its type
 and default as the validator has them, and what it is for from the comments beside the field
-in the source (above it, or after it on its line). tests/unit/test_examples.py holds the
+in the source (above it, or after it on its line). tests/unit/repo/test_examples.py holds the
 committed file to this output, so a key added without a word fails the tests.
 
     python scripts/gen_inventory_reference.py            # rewrite the doc

@@ -3,10 +3,10 @@
 Sources (all real captures): ``serve-args.json`` of each vLLM release pdboot knows (the
 argparse actions of `vllm serve` 0.33.0 and 0.34.0; read from their copies
 tests/testbed/standin/serve-args.json and serve-args-0.34.0.json, which
-tests/unit/test_shared_copies.py holds byte-identical to ``../shared/fixtures/vllm-<v>/``)
+tests/unit/repo/test_shared_copies.py holds byte-identical to ``../shared/fixtures/vllm-<v>/``)
 and ``tests/unit/fixtures/vllm-router-0.1.17-help.txt``
-(`vllm-router --help` of the PyPI wheel 0.1.17). tests/unit/test_inventory_refusals.py checks that
-the module is what this script writes, so a new capture cannot be forgotten.
+(`vllm-router --help` of the PyPI wheel 0.1.17). tests/unit/inventory/test_refused_values.py
+checks that the module is what this script writes, so a new capture cannot be forgotten.
 
     python3 scripts/gen_option_lists.py > pdboot/inventory/optionlists.py
 """

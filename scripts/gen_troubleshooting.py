@@ -5,7 +5,7 @@ Sources: the log signatures `up`, `status` and `logs --diagnose` match
 with the failure and warning texts and fixes its code prints, read from the source of
 pdboot/preflight/ (the calls ``CheckResult(id, status, message, fix)``, gpu's
 ``_fail(id, message, fix)`` and ``unparsed(id, ...)``); a part of a message computed at run
-time shows as <expression>. tests/unit/test_troubleshooting.py checks that the committed
+time shows as <expression>. tests/unit/repo/test_troubleshooting.py checks that the committed
 file is what this script writes and that it names every signature and check id.
 
     python3 scripts/gen_troubleshooting.py > docs/troubleshooting.md

@@ -39,7 +39,7 @@ def settled(inv: Path) -> tuple[bool, str]:
     under load included, as if removed meanwhile, so the plan saw "create: not running";
     and an RDMA record that could not be read counted as none, a changed config hash.
     Both are errors now (exit 1 with --detailed-exitcode, naming the host), so one look
-    either agrees or says why it could not look (tests/unit/test_unreadable_state.py)."""
+    either agrees or says why it could not look (tests/unit/transport/test_unreadable_state.py)."""
     code, text = plan(inv)
     return code == 0, text
 

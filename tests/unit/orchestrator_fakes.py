@@ -10,14 +10,12 @@ import itertools
 import json
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pdboot.deploy.waits import FakeClock
 from pdboot.events import Event
-from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
@@ -29,20 +27,17 @@ from pdboot.transport.docker_parse import EngineError, EngineLost, PullProgress
 from pdboot.transport.hosts import Hosts, Link
 from pdboot.transport.http import HttpAnswer
 from pdboot.transport.lock import LockBusy
+from tests.unit.builders import changed, inventory_doc, load
+from tests.unit.paths import FIXTURES
 
-INV = """
-name: demo
-model: m
-hosts:
-  p1: {address: 192.0.2.10}
-  d1: {address: 192.0.2.11}
-  r: {address: 192.0.2.12}
-prefill: {hosts: [p1]}
-decode: {hosts: [d1]%s}
-router: {host: r}
-timeouts: {ready_seconds: 60, router_ready_seconds: 30, poll_interval_seconds: 0.5}
-weights: {stage: false}  # test_weights_pin_and_verdicts.py and tests/e2e/test_weights_staged_once_per_host.py cover staging
-"""
+# builders' 1P1D (p1 -> d1, router on r) with short waits and no weights staging
+# (weights/test_pin_and_verdicts.py and tests/e2e/test_weights_staged_once_per_host.py cover it)
+FAKE = inventory_doc(
+    overrides={
+        "timeouts": {"ready_seconds": 60, "router_ready_seconds": 30, "poll_interval_seconds": 0.5},
+        "weights": {"stage": False},
+    }
+)
 
 # the daemon's own events for one small layer (docker pull ... stream=True, decode=True)
 UCX_OK = (
@@ -69,12 +64,13 @@ ARGS_OK = (
 )
 # the after-pull image probe's answer: the stand-in image's, verbatim (GPUs 12.0, arch list
 # with sm_120, NIXL's UCX backend with cuda and ib transports)
-CAPS = Path(__file__).parent / "fixtures" / "image_caps"
+CAPS = FIXTURES / "image_caps"
 PROBE_OK = (0, (CAPS / "standin-rtx6000.txt").read_text())
 
 
-def inventory(decode_extra: str = "") -> Inventory:
-    return parse_inventory(INV % decode_extra)
+def inventory(overrides: Mapping[str, Any] | None = None) -> Inventory:
+    """The fake world's deployment, with ``overrides`` (builders.changed's dotted paths)."""
+    return load(changed(FAKE, overrides or {}))
 
 
 @dataclass

@@ -207,7 +207,7 @@ def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
     assert total(ds, "vllm:nixl_xfer_time_seconds_count") - pulls >= 6
     assert total(ds, "vllm:nixl_num_failed_transfers_total") == 0
     assert "<polyline" in (tmp_path / "chart.svg").read_text()
-    # (a target where nothing answers is refused: tests/unit/test_bench.py, on real AIPerf
+    # (a target where nothing answers is refused: tests/unit/bench/test_bench.py, on real AIPerf
     # 0.13.0's files for it, captured; not run again here to spare the critical path)
 
 

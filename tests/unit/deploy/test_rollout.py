@@ -1,0 +1,251 @@
+"""`up` on a running 2P2D deployment through the fake hosts and clock (orchestrator_fakes):
+changes roll through the running router (registered and deregistered over its worker API),
+engines drain before they stop, `--plan` changes nothing, a failing replacement stops the
+roll with the old engines serving, and a re-run finishes it."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+from pdboot import events as ev
+from pdboot.deploy.router_api import plan_workers
+from pdboot.deploy.up_steps import UpOptions
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from tests.unit.builders import inventory
+from tests.unit.deploy.test_orchestrator import run_up
+from tests.unit.orchestrator_fakes import World
+
+HOSTS = {
+    "p1": "192.0.2.10",
+    "p2": "192.0.2.13",
+    "d1": "192.0.2.11",
+    "d2": "192.0.2.14",
+    "d3": "192.0.2.15",
+    "r": "192.0.2.12",
+}
+FAST = {
+    "timeouts": {
+        "ready_seconds": 60,
+        "router_ready_seconds": 30,
+        "poll_interval_seconds": 0.5,
+        "drain_seconds": 20,
+    },
+    "weights": {"stage": False},  # staging: weights/test_pin_and_verdicts.py, e2e's staged once
+}
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+
+
+def inv(
+    tag: str = "v0.33.0", prefill: str = "p1, p2", decode: str = "d1, d2", **overrides: Any
+) -> Inventory:
+    """The tiers as host lists ("p1, p2"), then ``overrides`` (builders.changed's paths)."""
+    return inventory(
+        HOSTS,
+        prefill.split(", "),
+        decode.split(", "),
+        image=f"vllm/vllm-openai:{tag}",
+        overrides={**FAST, **overrides},
+    )
+
+
+def deployed() -> World:
+    world = World(inv())
+    code, _ = run_up(world)
+    assert code == 0
+    assert world.registered == plan_workers(build_plan(world.inv))
+    world.calls.clear()
+    world.locks.clear()
+    return world
+
+
+def router_id(world: World) -> str:
+    (router,) = world.of_role("router")
+    return router.id
+
+
+def sequence(world: World) -> list[str]:
+    """compose up, stop and the router's worker calls, in order."""
+    out = []
+    for op, host, what in world.calls:
+        if op == "compose_up":
+            out.append(f"up {what}@{host}")
+        elif op == "stop_remove":
+            out.append(f"stop @{host}")
+        elif op == "router" and host != "GET":
+            url = urllib.parse.unquote(what.removeprefix("/workers").lstrip("/"))
+            out.append(f"{host} {url}".strip())
+    return out
+
+
+def test_a_new_image_rolls_one_engine_at_a_time_through_the_running_router() -> None:
+    world = deployed()
+    router = router_id(world)
+    world.inv = inv("v0.34.0")
+    code, rec = run_up(world)
+    assert code == 0
+    seq = [x for x in sequence(world) if not x.startswith("POST")]
+    assert seq == [
+        "DELETE http://192.0.2.10:8200",
+        "up prefill@p1",
+        "DELETE http://192.0.2.13:8200",
+        "up prefill@p2",
+        "DELETE http://192.0.2.11:8201",
+        "up decode@d1",
+        "DELETE http://192.0.2.14:8201",
+        "up decode@d2",
+    ]
+    assert router_id(world) == router
+    assert world.registered == plan_workers(build_plan(world.inv))
+    steps = rec.of(ev.RollPlanned)
+    assert [s.services for s in steps] == [
+        ("prefill@p1",),
+        ("prefill@p2",),
+        ("decode@d1",),
+        ("decode@d2",),
+    ]
+    assert all(s.endpoint_up for s in steps)
+
+
+def test_an_engine_is_stopped_only_once_its_requests_finished() -> None:
+    world = deployed()
+    world.in_flight["http://192.0.2.10:8200"] = 6  # six /metrics reads before it reads 0
+    t0 = world.clock.now()
+    world.inv = inv("v0.34.0", prefill="p1, p2")
+    assert run_up(world)[0] == 0
+    drained = [e for e in world.calls if e[0] == "compose_up"]
+    assert drained[0][2] == "prefill"
+    assert world.clock.now() - t0 >= 2.5  # 6 reads at 0.5 s, then the settle read
+    assert world.in_flight["http://192.0.2.10:8200"] == 0
+
+
+def test_an_added_decode_host_is_registered_and_the_router_stays() -> None:
+    world = deployed()
+    router = router_id(world)
+    world.inv = inv(decode="d1, d2, d3")
+    code, _rec = run_up(world)
+    assert code == 0
+    assert sequence(world) == ["up decode@d3", "POST http://192.0.2.15:8201"]
+    assert router_id(world) == router and world.registered["http://192.0.2.15:8201"] == "decode"
+
+
+def test_a_removed_prefill_host_is_deregistered_drained_then_stopped() -> None:
+    world = deployed()
+    router = router_id(world)
+    world.in_flight["http://192.0.2.13:8200"] = 3
+    world.inv = inv(prefill="p1")
+    code, rec = run_up(world)
+    assert code == 0
+    assert sequence(world) == ["DELETE http://192.0.2.13:8200", "stop @p2"]
+    assert world.in_flight["http://192.0.2.13:8200"] == 0  # drained before the stop
+    assert router_id(world) == router
+    assert "http://192.0.2.13:8200" not in world.registered
+    drained = [e.detail for e in rec.of(ev.RollProgress) if e.phase == "drained"]
+    assert drained and "drained in" in drained[0]
+
+
+def test_plan_shows_the_steps_and_changes_nothing() -> None:
+    world = deployed()
+    code, rec = run_up(world, UpOptions(plan_only=True))
+    assert code == 0 and not rec.of(ev.RollPlanned)
+    world.inv = inv("v0.34.0", decode="d1, d2, d3")
+    code, _ = run_up(world, UpOptions(plan_only=True))
+    assert code == 0  # as terraform plan: changes are a success unless asked
+    code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
+    assert code == 2
+    assert [(s.action, s.services) for s in rec.of(ev.RollPlanned)] == [
+        ("add", ("decode@d3",)),
+        ("replace", ("prefill@p1",)),
+        ("replace", ("prefill@p2",)),
+        ("replace", ("decode@d1",)),
+        ("replace", ("decode@d2",)),
+    ]
+    assert rec.of(ev.RollPlanned)[1].capacity == ("prefill 1/2", "decode 3/3")
+    assert not [c for c in world.calls if c[0] in ("pull", "ship", "compose_up", "stop_remove")]
+    assert world.locks == []  # --plan takes no lock
+
+
+def test_a_tier_of_one_needs_yes() -> None:
+    world = World(inv(prefill="p1", decode="d1"))
+    assert run_up(world)[0] == 0
+    world.calls.clear()
+    world.inv = inv("v0.34.0", prefill="p1", decode="d1")
+    code, rec = run_up(world)
+    assert code == 1 and not [c for c in world.calls if c[0] == "compose_up"]
+    assert any("cannot roll" in n.message for n in rec.of(ev.Note))
+    asked: list[list[str]] = []
+    code = run_up_confirm(world, asked)
+    assert code == 0 and len(asked) == 1 and "one engine" in asked[0][0]
+
+
+def run_up_confirm(world: World, asked: list[list[str]]) -> int:
+    from pdboot.deploy.up import up
+    from tests.unit.orchestrator_fakes import Recorder
+
+    def confirm(outages: list[str]) -> bool:
+        asked.append(outages)
+        return True
+
+    return up(
+        world.inv,
+        UpOptions(skip_preflight=True),
+        Recorder(),
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+        confirm=confirm,
+    )
+
+
+def test_a_failing_replacement_stops_the_roll_and_a_rerun_finishes_it() -> None:
+    world = deployed()
+    world.crash = {"prefill": OOM}
+    world.inv = inv("v0.34.0")
+    code, rec = run_up(world)
+    assert code == 1
+    (stopped,) = rec.of(ev.RollStopped)
+    rows = dict(stopped.engines)
+    assert rows["prefill@p1"] == "not running" or "failed" in rows["prefill@p1"]
+    assert rows["prefill@p2"].startswith("old configuration")
+    assert rows["decode@d1"].startswith("old configuration")
+    # the old engines still serve through the router; the failed one is out of it
+    assert "http://192.0.2.13:8200" in world.registered
+    assert "http://192.0.2.10:8200" not in world.registered
+    assert not [c for c in world.calls if c[0] == "compose_up" and c[1] != "p1"]
+
+    world.crash = {}
+    world.calls.clear()
+    code, rec = run_up(world)
+    assert code == 0
+    assert world.registered == plan_workers(build_plan(world.inv))
+    hashes = {s.key: s.config_hash for s in build_plan(world.inv).services()}
+    assert {c.labels["io.pdboot.config-hash"] for c in world.containers.values()} == set(
+        hashes.values()
+    )
+
+
+def test_a_router_setting_recreates_it_and_says_the_short_outage() -> None:
+    world = deployed()
+    router = router_id(world)
+    world.inv = inv(**{"router.request_timeout_secs": 600})
+    code, rec = run_up(world)
+    assert code == 0 and router_id(world) != router
+    (action,) = [a for a in rec.of(ev.ServiceAction) if a.service == "router@r"]
+    assert action.action == "recreate" and "short outage" in action.reason
+    (step,) = rec.of(ev.RollPlanned)
+    assert step.action == "router" and not step.endpoint_up and "router restarts" in step.outage
+    # the new router knows no engine until pdboot registers them all
+    assert world.registered == plan_workers(build_plan(world.inv))
+    # the proxy applies request_timeout_secs too: its nginx.conf changed with it
+    assert [c[2] for c in world.calls if c[0] == "compose_up" and c[2] != "router"] == ["proxy"]
+
+
+def test_no_rolling_with_live_workers_deregisters_a_removed_engine() -> None:
+    world = deployed()
+    world.inv = inv(prefill="p1")
+    code, rec = run_up(world, UpOptions(skip_preflight=True, rolling=False))
+    assert code == 0
+    assert world.registered == plan_workers(build_plan(world.inv))
+    assert [e.action for e in rec.of(ev.RollPlanned)] == ["together"]

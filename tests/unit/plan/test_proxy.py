@@ -1,0 +1,98 @@
+"""The proxy in front of the router (plan/proxy.py): its nginx.conf, the key check and TLS
+files, and preflight's tls.certificate (issue 28). nginx itself runs in the testbed tests
+(tests/e2e/test_api_key_secrets.py, test_proxy_tls.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.model import PRIVATE_FILES
+from pdboot.plan.proxy import ADMIN_PATHS, proxy_auth_text, proxy_conf_text, proxy_files
+from pdboot.preflight.checks.tls import evaluate_pair
+from tests.unit.builders import inventory
+
+ROUTER = {"router.request_timeout_secs": 600, "router.max_request_mb": 8}
+
+
+def demo(**overrides: Any) -> Inventory:
+    """Two hosts, the router on a with a 600 s timeout and an 8 MB body limit."""
+    hosts = {"a": "192.0.2.10", "b": "192.0.2.11"}
+    return inventory(hosts, ["a"], ["b"], "a", overrides={**ROUTER, **overrides})
+
+
+NOW = datetime(2026, 12, 4, tzinfo=timezone.utc)
+
+
+def pem_pair(days: int = 90, start: int = -1) -> tuple[str, str, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "endpoint.test")])
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(1)
+        .not_valid_before(NOW + timedelta(days=start)).not_valid_after(NOW + timedelta(days=days))
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem, key
+
+
+def test_conf_forwards_the_client_api_only_and_applies_the_limits() -> None:
+    inv = demo()
+    text = proxy_conf_text(inv)
+    assert "listen 8000;" in text and "server 127.0.0.1:8081;" in text
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health"):
+        assert f"location = {path} {{" in text
+    assert "location / {\n            return 404" in text  # /workers, /add_worker, ...
+    assert "/workers" in ADMIN_PATHS and "/add_worker" in ADMIN_PATHS
+    assert "proxy_buffering off;" in text and "proxy_read_timeout 600s;" in text
+    assert "client_max_body_size 8m;" in text and "$remote_addr" in text
+    assert "pdboot_key_ok" not in text  # no key: no check
+    assert set(proxy_files(inv, None)) == {"proxy-nginx.conf"}
+
+
+def test_with_a_key_the_conf_includes_a_0600_file_and_never_holds_the_key() -> None:
+    inv = demo(**{"secrets.api_key": "env:K"})
+    text = proxy_conf_text(inv)
+    assert "include /etc/pdboot-proxy/auth.conf;" in text and text.count("return 401") == 3
+    files = proxy_files(inv, "k-123")
+    assert "k-123" not in files["proxy-nginx.conf"]
+    assert files["proxy-auth.conf"] == '"Bearer k-123" 1;\n' and "proxy-auth.conf" in PRIVATE_FILES
+    assert proxy_auth_text('a"b') == '"Bearer a\\"b" 1;\n'
+    plan = build_plan(inv)
+    assert plan.proxy is not None and not plan.proxy.uses_secrets
+
+
+def test_tls_listens_with_ssl_ships_the_pair_0600_and_the_endpoint_is_https() -> None:
+    inv = demo(**{"router.tls": {"cert": "file:/etc/pdboot/c.pem", "key": "env:TLS_KEY"}})
+    text = proxy_conf_text(inv)
+    assert "listen 8000 ssl;" in text and "ssl_certificate_key /etc/pdboot-proxy/tls.key;" in text
+    files = proxy_files(inv, None, ("CERT", "KEY"))
+    assert files["proxy-tls.crt"] == "CERT" and files["proxy-tls.key"] == "KEY"
+    assert {"proxy-tls.crt", "proxy-tls.key"} <= PRIVATE_FILES
+    plan = build_plan(inv)
+    assert plan.endpoint == "https://192.0.2.10:8000"
+    assert plan.router.url == "http://127.0.0.1:8081"  # behind the proxy: plain, loopback
+
+
+def test_preflight_checks_the_pair_and_its_dates() -> None:
+    cert, key, _ = pem_pair()
+    ok = evaluate_pair(cert, key, NOW)
+    assert ok.status == "pass" and "key matches" in ok.message
+    _, other, _ = pem_pair()
+    assert evaluate_pair(cert, other, NOW).status == "fail"
+    old, old_key, _ = pem_pair(days=-1, start=-30)
+    gone = evaluate_pair(old, old_key, NOW)
+    assert gone.status == "fail" and "expired" in gone.message
+    soon, soon_key, _ = pem_pair(days=5)
+    assert evaluate_pair(soon, soon_key, NOW).status == "warn"
+    assert evaluate_pair("junk", key, NOW).status == "fail"
