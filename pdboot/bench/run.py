@@ -44,7 +44,7 @@ class Target:
 
 
 # The AIPerf whose output files pdboot reads (pyproject's `bench` extra and .ci/setup agree:
-# tests/unit/test_bench.py). pdboot is not on PyPI: the hint names AIPerf itself.
+# tests/unit/bench/test_bench.py). pdboot is not on PyPI: the hint names AIPerf itself.
 AIPERF_VERSION = "0.13.0"
 
 

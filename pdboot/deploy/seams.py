@@ -1,7 +1,7 @@
 """What the orchestrator needs from the outside world, as small interfaces.
 
 `up` and `down` take these as injection points, so a unit test can drive them with fake
-hosts, a fake engine, a fake HTTP function and a fake clock (tests/unit/test_orchestrator*.py).
+hosts, a fake engine, a fake HTTP function and a fake clock (tests/unit/deploy/test_orchestrator.py).
 """
 
 from __future__ import annotations

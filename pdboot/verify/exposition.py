@@ -2,7 +2,7 @@
 quantile Prometheus' ``histogram_quantile`` computes. pdboot's one exposition parser.
 
 Lenient on purpose: a scrape is evidence, not a contract, so comment and junk lines are
-skipped rather than failing the whole read. ``tests/unit/test_exposition.py`` holds it to
+skipped rather than failing the whole read. ``tests/unit/verify/test_exposition.py`` holds it to
 prometheus_client's own parser on real vLLM 0.33.0 output.
 """
 
