@@ -169,7 +169,7 @@ def stage(
     as_json: JsonEventsOpt = False,
 ) -> None:
     """Fetch the model's pinned commit into each engine host's HF cache; start nothing."""
-    from pdboot.weights.command import stage as stage_weights
+    from pdboot.deploy.stage import stage as stage_weights
 
     inv = load(inventory)
     target = events_target(events, as_json)

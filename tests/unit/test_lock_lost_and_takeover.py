@@ -158,8 +158,8 @@ def test_down_stops_when_the_lock_is_lost_at_once() -> None:
 
 
 def test_stage_stops_when_the_lock_is_lost_at_once() -> None:
-    # pdboot stage holds the lock as up does (weights/command.py through deploy/lockguard.py)
-    from pdboot.weights.command import stage
+    # pdboot stage holds the lock as up does (deploy/stage.py through deploy/lockguard.py)
+    from pdboot.deploy.stage import stage
 
     world = World(inventory())
     world.lock_lost_at = 0.0
