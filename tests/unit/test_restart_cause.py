@@ -1,0 +1,64 @@
+"""A restart has a typed cause (plan/converge.Cause): rolling.py restarts a decode rather
+than replaces it on the cause converge sets, never on the words of its reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pdboot.inventory.load import parse_inventory
+from pdboot.plan.build import build_plan
+from pdboot.plan.converge import Cause, Observed, decode_restarts, orphans, plan_up
+from pdboot.plan.model import Plan
+from pdboot.plan.rolling import plan_roll
+from pdboot.plan.render import render_host
+from tests.unit.test_rolling_planner import INV, plan, running
+
+
+def _prefill_env_change() -> tuple[Plan, list[Observed]]:
+    now = running(plan())
+    text = (INV % ("v0.33.0", "p1, p2", "d1, d2", "")).replace(
+        "prefill: {hosts: [p1, p2]}", "prefill: {hosts: [p1, p2], env: {X: '1'}}"
+    )
+    return build_plan(parse_inventory(text)), now
+
+
+def test_converge_sets_each_steps_cause_where_it_says_why() -> None:
+    wanted, now = _prefill_env_change()
+    first = plan_up(wanted, now, live=True)
+    by_key = {s.service.key: s for st in first for s in st}
+    assert by_key["prefill@p1"].cause is Cause.CONFIG_CHANGED
+    assert by_key["decode@d1"].cause is Cause.SAME and by_key["decode@d1"].kind == "unchanged"
+    restarts = decode_restarts(first)
+    assert [s.cause for s in restarts] == [Cause.NIXL_STATE, Cause.NIXL_STATE]
+    fresh = plan_up(plan(), [])
+    assert {s.cause for st in fresh for s in st} == {Cause.NOT_RUNNING}
+
+
+def test_the_roll_action_follows_the_cause_not_the_reason_text() -> None:
+    wanted, now = _prefill_env_change()
+    first = plan_up(wanted, now, live=True)
+    restarts = decode_restarts(first)
+    gone = orphans(wanted, now)
+    # the words changed, the cause kept: still a restart
+    reworded = [replace(s, reason="reworded for operators") for s in restarts]
+    r = plan_roll(wanted, first, reworded, gone, rolling=True)
+    assert [s.action for s in r.steps][-2:] == ["restart", "restart"]
+    assert r.steps[-1].reason == "reworded for operators"
+    # the words of a NIXL restart on a step whose cause is a config change: a replace
+    mimic = [replace(s, cause=Cause.CONFIG_CHANGED) for s in restarts]
+    assert "NIXL state" in mimic[0].reason
+    r2 = plan_roll(wanted, first, mimic, gone, rolling=True)
+    assert [s.action for s in r2.steps][-2:] == ["replace", "replace"]
+
+
+def test_render_places_an_unresolved_line_by_its_host_not_its_words() -> None:
+    text = (INV % ("v0.33.0", "p1, p2", "d1", "")).replace(
+        "prefill: {hosts: [p1, p2]}",
+        "prefill: {hosts: [p1, p2], engines_per_host: all, tensor_parallel_size: 1}",
+    )
+    p = build_plan(parse_inventory(text))
+    assert [h for h, _ in p.unresolved_on] == ["p1", "p2"]
+    assert [line for _, line in p.unresolved_on] == list(p.unresolved)
+    on_p1 = render_host(p, "p1")
+    assert "Needs preflight's facts: prefill on p1:" in on_p1
+    assert "prefill on p2:" not in on_p1
