@@ -9,8 +9,8 @@ from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Cause, Observed, decode_restarts, orphans, plan_up
 from pdboot.plan.model import Plan
-from pdboot.plan.rolling import plan_roll
 from pdboot.plan.render import render_host
+from pdboot.plan.rolling import plan_roll
 from tests.unit.test_rolling_planner import INV, plan, running
 
 

@@ -9,7 +9,7 @@ import urllib.parse
 
 from pdboot import events as ev
 from pdboot.deploy.router_api import plan_workers
-from pdboot.deploy.up_steps import UpOptions
+from pdboot.deploy.up_options import UpOptions
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from tests.unit.orchestrator_fakes import World
