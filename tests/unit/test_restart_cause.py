@@ -1,9 +1,13 @@
 """A restart has a typed cause (plan/converge.Cause): rolling.py restarts a decode rather
-than replaces it on the cause converge sets, never on the words of its reason."""
+than replaces it on the cause converge sets, never on the words of its reason. Nor do other
+decisions of plan/ and deploy/ read message text: render places an unresolved line by its
+host, deregistering reads the router's error code."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+import pytest
 
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
@@ -62,3 +66,19 @@ def test_render_places_an_unresolved_line_by_its_host_not_its_words() -> None:
     on_p1 = render_host(p, "p1")
     assert "Needs preflight's facts: prefill on p1:" in on_p1
     assert "prefill on p2:" not in on_p1
+
+
+def test_deregistering_reads_the_routers_error_code_not_its_message() -> None:
+    from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi
+    from pdboot.transport.http import HttpAnswer
+
+    def api(status: int, body: str) -> RouterWorkerApi:
+        return RouterWorkerApi("http://r:8000", lambda *_a, **_k: HttpAnswer(status, body))
+
+    gone = '{"error":"Worker with URL x not found","code":"WORKER_NOT_FOUND"}'
+    assert api(400, gone).remove("http://x:1") is False
+    # the words without the code: an error, not "was not registered"
+    with pytest.raises(RouterApiError):
+        api(400, '{"error":"NOT_FOUND in words","code":"BAD_REQUEST"}').remove("http://x:1")
+    with pytest.raises(RouterApiError):
+        api(404, "NOT_FOUND").remove("http://x:1")
