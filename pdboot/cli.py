@@ -237,10 +237,10 @@ def up(
         raise typer.Exit(EXIT_USAGE)
     target = events_target(events, as_json)
     refuse_example_addresses(inv)
-    with views(target) as (emit, console):
-        from pdboot.views.preflight import up_gate
+    with views(target) as (emit, _):
+        from pdboot.deploy.preflight_gate import preflight_gate
 
-        gate = up_gate(console)
+        gate = preflight_gate(emit)
         code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
 

@@ -190,7 +190,7 @@ def watch(
 ) -> None:
     """Keep proving each P->D pair (Ctrl-C stops); a failing engine leaves the router till
     good."""
-    from pdboot.deploy.watch_service import WatchOptions, run_watch
+    from pdboot.deploy.watch.service import WatchOptions, run_watch
     from pdboot.views.watch import WatchView
 
     inv = load(inventory)

@@ -38,6 +38,29 @@ class PreflightDone(Event):
 
 
 @dataclass(frozen=True)
+class PreflightHost(Event):
+    """`up`'s preflight reached (or not) one host; its checks follow as PreflightCheck."""
+
+    kind: ClassVar[str] = "preflight_host"
+    host: str
+    reachable: bool
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class PreflightCheck(Event):
+    """One check of `up`'s preflight on one host: the fields of a check in `pdboot preflight
+    --json` (id, status, message, fix) and the host it ran on."""
+
+    kind: ClassVar[str] = "preflight_check"
+    host: str
+    id: str
+    status: Literal["pass", "warn", "fail", "skip"]
+    message: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
 class PullProgress(Event):
     kind: ClassVar[str] = "pull_progress"
     host: str
@@ -60,7 +83,7 @@ class PullDone(Event):
 
 @dataclass(frozen=True)
 class WeightsPinned(Event):
-    """The one commit every engine loads (pdboot/weights/pin.py chose it)."""
+    """The one commit every engine loads (pdboot/plan/weights/pin.py chose it)."""
 
     kind: ClassVar[str] = "weights_pinned"
     model: str
@@ -311,14 +334,41 @@ class Note(Event):
 
 
 @dataclass(frozen=True)
+class ServiceStatus:
+    service: str
+    role: str
+    host: str
+    state: str  # running, exited, ..., absent, unreachable
+    health: str  # ok, HTTP 503, connection refused, -
+    uptime_seconds: float | None
+    image: str
+    matches_inventory: bool | None
+    endpoint: str
+    planned: bool = True
+    # an engine's UCX_NET_DEVICES and where it came from ("mlx5_0:1 (PIX, nearest GPUs 0)")
+    nic: str = ""
+    # a data-parallel engine's ranks here; the head adds the ranks its /metrics reports
+    ranks: str = ""
+    # device: cpu engines: the cores their threads are bound to ("cores 0-1")
+    cores: str = ""
+    # why the state could not be read (state unreachable): the SSH or Docker error, with
+    # its fix, as `preflight` words it
+    reason: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "running" and self.health == "ok"
+
+
+@dataclass(frozen=True)
 class StatusReport(Event):
     kind: ClassVar[str] = "status"
     deployment: str
     endpoint: str
     healthy: bool
-    services: tuple[Any, ...]  # status.ServiceStatus rows
+    services: tuple[ServiceStatus, ...]
     pd: Any = None  # pdstatus.PDStatus: per-engine P/D metrics, spread, flags (None: not read)
-    watch: Any = None  # watch_verdicts.WatchVerdicts: the last verdict per pair (None: no watch)
+    watch: Any = None  # watch.verdicts.WatchVerdicts: the last verdict per pair (None: no watch)
     revision: str = ""  # the --revision every engine is planned with ("": vLLM's default)
     workers: Any = None  # router_api.WorkerDiff: foreign / missing router workers (None: not read)
 

@@ -18,11 +18,11 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Step
 from pdboot.plan.model import Plan
 from pdboot.plan.render import render_host
-from pdboot.plan.watch import WATCH_INVENTORY, watch_inventory_text
+from pdboot.plan.watch.sidecar import WATCH_INVENTORY, watch_inventory_text
 from pdboot.preflight.findings import RECORD_FILE
 from pdboot.transport.docker_parse import PullProgress as EnginePull
+from pdboot.transport.fanout import in_thread
 from pdboot.transport.hosts import Hosts, Link
-from pdboot.weights.stage import in_thread
 
 Errors = dict[str, str]
 

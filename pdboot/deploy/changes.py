@@ -7,13 +7,13 @@ from __future__ import annotations
 from pdboot.deploy.frame import Frame
 from pdboot.deploy.rollout import emit_plan
 from pdboot.deploy.seams import OP_DEADLINE, read_records, report_errors
+from pdboot.deploy.weights.staging import as_recorded
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK
 from pdboot.inventory.rules import deployment_hosts
 from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
 from pdboot.plan.converge import Step
 from pdboot.preflight.findings import plan_from
-from pdboot.weights.stage import as_recorded
 
 ROUTER_OUTAGE = "a short outage: the endpoint refuses connections until the new router answers"
 

@@ -15,6 +15,7 @@ from pdboot.deploy.seams import (
     default_lock,
     report_errors,
 )
+from pdboot.deploy.weights.staging import remove_oneshots
 from pdboot.events import Emit, Note, StageStarted, Stopped
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.inventory.rules import deployment_hosts
@@ -24,7 +25,6 @@ from pdboot.plan.converge import Observed, plan_down
 from pdboot.plan.model import PRIVATE_FILES, SECRETS_FILE, Plan
 from pdboot.transport.hosts import Hosts, Link, project_dir
 from pdboot.transport.pulled_record import to_purge
-from pdboot.weights.stage import remove_oneshots
 
 
 @dataclass(frozen=True)

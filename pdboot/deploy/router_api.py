@@ -19,11 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from pdboot.inventory.schema import TierName
 from pdboot.plan.model import Plan, Service
 from pdboot.transport.http import HttpFn
-
-WorkerType = Literal["prefill", "decode"]
-WORKER_TYPES: tuple[WorkerType, ...] = ("prefill", "decode")
 
 
 class RouterApiError(Exception):
@@ -83,17 +81,17 @@ def parse_workers(text: str) -> list[Worker]:
     return out
 
 
-def worker_of(svc: Service) -> tuple[str, WorkerType] | None:
+def worker_of(svc: Service) -> tuple[str, TierName] | None:
     """The router worker an engine is (a DP tier registers its head only)."""
     if not svc.is_engine or svc.headless:
         return None
-    kind: WorkerType = "prefill" if svc.role == "prefill" else "decode"
+    kind: TierName = "prefill" if svc.role == "prefill" else "decode"
     return svc.url.rstrip("/"), kind
 
 
-def wanted_workers(services: Iterable[Service]) -> dict[str, WorkerType]:
+def wanted_workers(services: Iterable[Service]) -> dict[str, TierName]:
     """URL -> worker type, for the engines among ``services``."""
-    out: dict[str, WorkerType] = {}
+    out: dict[str, TierName] = {}
     for s in services:
         w = worker_of(s)
         if w is not None:
@@ -101,7 +99,7 @@ def wanted_workers(services: Iterable[Service]) -> dict[str, WorkerType]:
     return out
 
 
-def plan_workers(plan: Plan) -> dict[str, WorkerType]:
+def plan_workers(plan: Plan) -> dict[str, TierName]:
     """What the inventory says the router serves: every engine of the plan."""
     return wanted_workers(plan.services())
 
@@ -164,7 +162,7 @@ class RouterWorkerApi:
             raise RouterApiError(f"GET /workers: {a.describe()} {a.body[:200]}".strip())
         return parse_workers(a.body)
 
-    def add(self, url: str, worker_type: WorkerType | str) -> None:
+    def add(self, url: str, worker_type: TierName | str) -> None:
         a = self.fetch(
             f"{self.base}/workers",
             body={"url": url, "worker_type": worker_type},

@@ -32,14 +32,13 @@ from pdboot.events import (
 )
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step
-from pdboot.plan.model import Plan, Service
+from pdboot.plan.model import ENGINE_ROLES, Plan, Service
 from pdboot.transport.hosts import Hosts, project_dir
 from pdboot.transport.http import HttpFn
 from pdboot.verify.diagnose import diagnose
 from pdboot.verify.rootcause import READ_LINES, first_error
 
 LOG_LINES_ON_FAILURE = 50
-ENGINE_TIERS = ("decode", "prefill")
 
 
 @dataclass(frozen=True)
@@ -151,7 +150,7 @@ class ServiceOps:
         tiers = (
             ("router",)
             if router
-            else tuple(r for r in ENGINE_TIERS if any(s.role == r for s in services))
+            else tuple(r for r in ENGINE_ROLES if any(s.role == r for s in services))
         )
         self.emit(TierReady(tiers, what, took))
 

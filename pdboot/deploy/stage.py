@@ -16,12 +16,17 @@ from pdboot.deploy.seams import (
     default_lock,
     report_errors,
 )
+from pdboot.deploy.weights.staging import (
+    engine_hosts,
+    pin_weights,
+    remove_oneshots,
+    with_stage_image,
+)
 from pdboot.events import Emit, Note, StageStarted
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.schema import Inventory
 from pdboot.transport.hosts import Hosts, SecretError, read_secrets, register_secrets
 from pdboot.transport.http import HttpFn, http
-from pdboot.weights.stage import engine_hosts, pin_weights, remove_oneshots, with_stage_image
 
 
 def stage(

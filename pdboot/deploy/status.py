@@ -19,13 +19,16 @@ from pdboot.deploy.logscan import explain_services, report_lines
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import WorkerDiff, worker_diff
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
-from pdboot.events import Diagnosis, Done, Emit, Note, StatusReport
+from pdboot.deploy.watch.verdicts import read_verdicts
+from pdboot.deploy.weights.staging import as_recorded
+from pdboot.events import Diagnosis, Done, Emit, Note, ServiceStatus, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.cpu_layout import describe
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, owned
 from pdboot.plan.model import ROLES, Plan, Service
+from pdboot.plan.watch.verdicts import WatchVerdicts
 from pdboot.preflight.findings import plan_from
 from pdboot.timestamps import parse_rfc3339
 from pdboot.transport.docker_parse import EngineError
@@ -33,53 +36,11 @@ from pdboot.transport.hosts import EngineOps, open_hosts, register_inventory_sec
 from pdboot.transport.http import HttpFn, http
 from pdboot.verify.diagnose import diagnose as diagnose_logs
 from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
-from pdboot.verify.watch_verdicts import WatchVerdicts, read_verdicts
-from pdboot.weights.stage import as_recorded
-
-
-@dataclass(frozen=True)
-class ServiceStatus:
-    service: str
-    role: str
-    host: str
-    state: str  # running, exited, ..., absent, unreachable
-    health: str  # ok, HTTP 503, connection refused, -
-    uptime_seconds: float | None
-    image: str
-    matches_inventory: bool | None
-    endpoint: str
-    planned: bool = True
-    # an engine's UCX_NET_DEVICES and where it came from ("mlx5_0:1 (PIX, nearest GPUs 0)")
-    nic: str = ""
-    # a data-parallel engine's ranks here; the head adds the ranks its /metrics reports
-    ranks: str = ""
-    # device: cpu engines: the cores their threads are bound to ("cores 0-1")
-    cores: str = ""
-    # why the state could not be read (state unreachable): the SSH or Docker error, with
-    # its fix, as `preflight` words it
-    reason: str = ""
-
-    @property
-    def healthy(self) -> bool:
-        return self.state == "running" and self.health == "ok"
 
 
 def uptime(started_at: str, now: datetime) -> float | None:
     t = parse_rfc3339(started_at)
     return None if t is None else max((now - t).total_seconds(), 0.0)
-
-
-def human_seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def service_status(
@@ -274,19 +235,6 @@ def _report(
     if sick and diagnose:  # known causes in the logs of what runs but is not healthy
         emit(Diagnosis("not healthy", tuple(report_lines(explain_services(inv, sick)))))
     return EXIT_OK if healthy else EXIT_FAILED
-
-
-def short_image(ref: str) -> str:
-    """`10.77.2.1:5000/vllm/vllm-openai:v0.33.0` -> `vllm-openai:v0.33.0` (the full
-    reference is in --json); a digest is cut to 12 hex digits."""
-    name = ref.rsplit("/", 1)[-1]
-    m = re.match(r"^(.*sha256:)([0-9a-f]{12})[0-9a-f]*$", name)
-    return m.group(1) + m.group(2) if m else name
-
-
-def short_endpoint(url: str) -> str:
-    """`http://10.77.2.10:8201` -> `10.77.2.10:8201`."""
-    return url.split("://", 1)[-1].rstrip("/")
 
 
 # --------------------------------------------------------------------------- logs

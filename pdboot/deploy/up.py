@@ -25,6 +25,7 @@ from pdboot.deploy.seams import (
 from pdboot.deploy.up_options import Confirm, UpEnv, UpOptions, UpStopped
 from pdboot.deploy.up_run import UpRun
 from pdboot.deploy.waits import Clock, MonotonicClock
+from pdboot.deploy.weights.staging import pin_weights, remove_oneshots
 from pdboot.events import (
     Emit,
     Interrupted,
@@ -36,6 +37,7 @@ from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_O
 from pdboot.inventory.rules import deployment_hosts, live_workers
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.change_plan import ChangeOptions
+from pdboot.plan.weights.hub import is_hub_model
 from pdboot.preflight.findings import (
     Findings,
     describe,
@@ -50,8 +52,6 @@ from pdboot.transport.hosts import (
 )
 from pdboot.transport.http import HttpFn, http
 from pdboot.transport.tls_files import read_tls
-from pdboot.weights.hub import is_hub_model
-from pdboot.weights.stage import pin_weights, remove_oneshots
 
 
 def up(

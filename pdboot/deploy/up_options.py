@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pdboot.deploy.waits import Clock
+from pdboot.deploy.weights.staging import NOTHING_STAGED, Staging
 from pdboot.transport.http import HttpFn
-from pdboot.weights.stage import NOTHING_STAGED, Staging
 
 # asked with the outages in words before a tier that cannot roll goes down; True: go on
 Confirm = Callable[[list[str]], bool]
@@ -30,7 +30,7 @@ class UpOptions:
     plan_only: bool = False  # --plan: print the steps, change nothing
     detailed_exitcode: bool = False  # with --plan: exit 2 when there are changes (terraform's)
     yes: bool = False  # --yes: accept the outage of a tier that cannot roll
-    refresh_weights: bool = False  # move to the commit model_revision names now (weights/pin.py)
+    refresh_weights: bool = False  # move to the commit model_revision names now (plan/weights/)
 
 
 @dataclass(frozen=True)

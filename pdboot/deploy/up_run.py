@@ -24,6 +24,7 @@ from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.seams import report_errors
 from pdboot.deploy.service_ops import ServiceOps, Where
 from pdboot.deploy.up_options import UpEnv, UpOptions, UpStopped
+from pdboot.deploy.weights.staging import with_stage_image
 from pdboot.events import (
     Diagnosis,
     Emit,
@@ -39,13 +40,12 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.change_plan import ChangeOptions, change_plan
 from pdboot.plan.model import SECRETS_FILE, WATCH_SECRETS_FILE, Plan
 from pdboot.plan.proxy import proxy_files
-from pdboot.plan.watch import watch_secrets_text
+from pdboot.plan.watch.sidecar import watch_secrets_text
 from pdboot.preflight import image_args, image_probe, ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
 from pdboot.transport.hosts import Hosts, api_key_headers, project_dir, secrets_env
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
-from pdboot.weights.stage import with_stage_image
 
 
 class UpRun:

@@ -39,7 +39,6 @@ from pdboot.inventory.dp import (
 )
 from pdboot.inventory.schema import Inventory, Tier, TierName
 
-EngineRole = TierName
 ENGINE_PORT_STRIDE = 10
 AUTO_ASSUMED_GPUS = 8  # an `engines_per_host: all` host before preflight counted its GPUs
 
@@ -51,7 +50,7 @@ Path = tuple[str | int, ...]
 class EngineSpec:
     """One engine of a tier on a host."""
 
-    role: EngineRole
+    role: TierName
     host: str
     index: int  # 0-based on this host, in GPU order
     count: int  # engines of this tier on this host
@@ -134,7 +133,7 @@ def tier_groups(tier: Tier, gpu_count: int | None = None) -> list[Gpus]:
 
 
 def tier_engines(
-    role: EngineRole, tier: Tier, host: str, gpu_count: int | None = None
+    role: TierName, tier: Tier, host: str, gpu_count: int | None = None
 ) -> list[EngineSpec]:
     if tier.data_parallel is not None:
         return _dp_engines(role, tier, host)
@@ -146,7 +145,7 @@ def tier_engines(
     return out
 
 
-def _dp_engines(role: EngineRole, tier: Tier, host: str) -> list[EngineSpec]:
+def _dp_engines(role: TierName, tier: Tier, host: str) -> list[EngineSpec]:
     """A DP tier: one engine per host (the head, or the host's headless ranks) on
     local size x TP GPUs."""
     lay = layouts(role, tier).get(host)

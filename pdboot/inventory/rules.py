@@ -15,7 +15,7 @@ from pdboot.inventory.safety import (
     looks_like_token,
     secret_env_name,
 )
-from pdboot.inventory.schema import LOCAL, SECRET_ENV_OWNED, Host, Inventory
+from pdboot.inventory.schema import LOCAL, SECRET_ENV_OWNED, TIERS, Host, Inventory
 from pdboot.inventory.vllm_rules import vllm_rules
 
 
@@ -69,7 +69,7 @@ def validate_rules(inv: Inventory) -> list[Rule]:
         _topology_rules(inv)
         + _address_rules(inv)
         + _port_and_gpu_rules(inv)
-        + _managed_rules(inv, ("prefill", "decode"))
+        + _managed_rules(inv, TIERS)
         + secret_rules(inv)
         + _managed_rules(inv, ("router",))
         + _policy_rules(inv)

@@ -145,7 +145,11 @@ class DataParallel(Strict):
     rpc_port: int | None = Field(default=None, ge=1, le=65535)  # None: the tier's default
 
 
-TierName = Literal["prefill", "decode"]  # the two engine tiers
+# The two engine tiers: the one type of a tier's name and their one order, prefill first (a
+# request's path; rules, checks, reports and the roll list them so). Start order: decode first
+# (ENGINE_ROLES, TIERS reversed).
+TierName = Literal["prefill", "decode"]
+TIERS: tuple[TierName, ...] = ("prefill", "decode")
 
 
 class Tier(Strict):
@@ -427,7 +431,7 @@ class Inventory(Strict):
     requirements: Requirements = Requirements()
     timeouts: Timeouts = Timeouts()
     watch: Watch | None = None  # None: no watch section (`pdboot watch` uses the defaults)
-    # a branch, tag or commit of a hub model; pdboot pins it to one commit (pdboot/weights/)
+    # a branch, tag or commit of a hub model; pdboot pins it to one commit (plan/weights/pin.py)
     model_revision: str = Field(default="main", pattern=f"^{_REVISION_RE}$")
     weights: Weights = Weights()
     remote_dir: str = "/var/lib/pdboot"  # where compose projects are shipped on each host

@@ -1,5 +1,5 @@
 """The inventory's ``watch`` section: how `pdboot watch` checks the deployment and acts
-(docs/watch.md; the decisions: pdboot/verify/watch_policy.py)."""
+(docs/watch.md; the decisions: pdboot/plan/watch/policy.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The inventory's ``weights`` section: how the model's files reach the engine hosts
-(pdboot/weights/)."""
+(pdboot/plan/weights/, pdboot/deploy/weights/)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pdboot.inventory.strict import Strict
 
 
 class Weights(Strict):
-    """How the model's files reach the engine hosts (pdboot/weights/): staged once per host
+    """How the model's files reach the engine hosts (deploy/weights/): staged once per host
     at the pinned commit before any engine starts (stage), or fetched by each engine itself
     at start-up (stage: false, vLLM's own download). seed first_host: download on the
     first engine host only and copy from it to the others over the hosts' own network."""

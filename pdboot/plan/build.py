@@ -10,7 +10,6 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Literal
 
 from pdboot.inventory.cpu_layout import CPU_DTYPE, engine_cores, flag_value, threads_bind
 from pdboot.inventory.dp import router_dp_size
@@ -23,7 +22,8 @@ from pdboot.inventory.rules import (
     live_workers,
     router_uses_secrets,
 )
-from pdboot.inventory.schema import LOCAL, Inventory, Tier, tier_policy
+from pdboot.inventory.schema import LOCAL, Inventory, Tier, TierName, tier_policy
+from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import (
     HF_CACHE_IN_CONTAINER,
     KV_ROLE,
@@ -46,15 +46,15 @@ from pdboot.plan.proxy import ROUTER_INTERNAL_ADDRESS, proxy_service
 from pdboot.plan.render import service_definition
 from pdboot.plan.router_flags import cache_aware_flags, without_workers
 from pdboot.plan.vllm_args import nic_rank_env, version_args
-from pdboot.plan.watch import watch_service
-from pdboot.weights.engine_args import engine_hub_env, revision_args, revision_of
+from pdboot.plan.watch.sidecar import watch_service
+from pdboot.plan.weights.engine_args import engine_hub_env, revision_args, revision_of
 
 
 def project_name(inv: Inventory) -> str:
     return f"pdboot-{inv.name}"
 
 
-def kv_transfer_config(inv: Inventory, role: Literal["prefill", "decode"]) -> dict[str, object]:
+def kv_transfer_config(inv: Inventory, role: TierName) -> dict[str, object]:
     """The --kv-transfer-config object: only fields vLLM 0.33's KVTransferConfig accepts."""
     kv = inv.kv_transfer
     cfg: dict[str, object] = {
@@ -401,39 +401,24 @@ def _nic_for(e: EngineSpec, nics: Mapping[str, Mapping[str, EngineNic]]) -> Engi
     return nic
 
 
-def build_plan(
-    inv: Inventory,
-    rdma_present: Mapping[str, bool] | None = None,
-    rdma_ports: Mapping[str, Sequence[str]] | None = None,
-    tcp_ifaces: Mapping[str, Sequence[str]] | None = None,
-    *,
-    engine_nics: Mapping[str, Mapping[str, EngineNic]] | None = None,
-    gpu_counts: Mapping[str, int] | None = None,
-) -> Plan:
-    """The deployment plan. ``rdma_present``: per host, whether preflight found RDMA
-    devices (used when kv_transfer.rdma is `auto`); None for a dry run. ``rdma_ports``:
-    per host, the ``device:port`` names it found ACTIVE (UCX_NET_DEVICES when the
-    inventory declares no rdma_devices). ``tcp_ifaces``: per host, the interface(s) that
-    reach the peer engine hosts (UCX_NET_DEVICES when RDMA is off). ``engine_nics``: per
-    host, per engine name, the port(s) nearest the engine's GPUs (preflight's topo choice,
-    or its record). ``gpu_counts``: per host, the GPUs preflight found
-    (``engines_per_host: all``)."""
-    nics = engine_nics or {}
-    ifaces = tcp_ifaces or {}
+def build_plan(inv: Inventory, facts: PlanFacts | None = None) -> Plan:
+    """The deployment plan; ``facts``: what preflight found on the hosts (or recorded there),
+    None for a dry run."""
+    f = facts or PlanFacts()
     cores = engine_cores(inv) if inv.device == "cpu" else {}
     services = [
         _with_hash(
             _engine(
                 inv,
                 e,
-                rdma_present,
-                rdma_ports,
-                _nic_for(e, nics),
-                ifaces.get(e.host),
+                f.rdma_present,
+                f.rdma_ports,
+                _nic_for(e, f.engine_nics),
+                f.tcp_ifaces.get(e.host),
                 cores.get(e.host, {}).get((e.role, e.index)),
             )
         )
-        for e in engines(inv, gpu_counts)
+        for e in engines(inv, f.gpu_counts)
     ]
     decodes = [s for s in services if s.role == "decode"]
     prefills = [s for s in services if s.role == "prefill"]
@@ -453,7 +438,7 @@ def build_plan(
             project=project_name(inv),
             services=tuple(s for s in every if s.host == name),
         )
-    needs = unresolved_on(inv, gpu_counts)
+    needs = unresolved_on(inv, f.gpu_counts)
     return Plan(
         deployment=inv.name,
         model=inv.model,

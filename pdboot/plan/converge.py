@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Literal
 
 from pdboot.inventory.engines import engine_name
+from pdboot.inventory.schema import TIERS
 from pdboot.plan.diff import config_changes
 from pdboot.plan.model import (
     LABEL_CONFIG_HASH,
@@ -168,7 +169,7 @@ def _whole_dp_tiers(steps: list[Step]) -> list[Step]:
     starts (its RPC socket closes once it serves), so a follower cannot rejoin a running
     head, and a new head waits for every follower (docs/data-parallel.md)."""
     out = list(steps)
-    for role in ("prefill", "decode"):
+    for role in TIERS:
         tier = [i for i, s in enumerate(out) if s.service.role == role and s.service.dp_role]
         changed = [out[i].service.key for i in tier if out[i].kind != "unchanged"]
         if not changed:

@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Role = Literal["decode", "prefill", "router", "proxy", "watch"]
+from pdboot.inventory.schema import TIERS, TierName
+
+Role = Literal[TierName, "router", "proxy", "watch"]
 # How plans and reports group services. `up` starts both engine tiers together, then the
 # router, then the proxy in front of it (the public endpoint, plan/proxy.py), then watch
 # (`pdboot watch` as a service, optional); `down` stops in the reverse order.
-ROLES: tuple[Role, ...] = ("decode", "prefill", "router", "proxy", "watch")
-ENGINE_ROLES: tuple[Role, ...] = ("decode", "prefill")
+ENGINE_ROLES: tuple[TierName, ...] = TIERS[::-1]
+ROLES: tuple[Role, ...] = (*ENGINE_ROLES, "router", "proxy", "watch")
 
 LABEL_DEPLOYMENT = "io.pdboot.deployment"
 LABEL_ROLE = "io.pdboot.role"

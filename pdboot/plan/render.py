@@ -23,7 +23,7 @@ from pdboot.plan.model import (
     Service,
     url_host,
 )
-from pdboot.weights.hub import is_commit, is_hub_model
+from pdboot.plan.weights.hub import is_commit, is_hub_model
 
 
 class _Dumper(yaml.SafeDumper):

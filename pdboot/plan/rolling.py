@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from pdboot.inventory.schema import TIERS
 from pdboot.plan.converge import Cause, Observed, Step
 from pdboot.plan.model import LABEL_DP_RANKS, Plan, Service
 
 RollAction = Literal["add", "remove", "replace", "restart", "router", "together"]
-TIERS = ("prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def _is_worker(s: Service) -> bool:
 
 
 def _serving(steps: Sequence[Step], gone: Sequence[Observed]) -> dict[str, int]:
-    out = {t: 0 for t in TIERS}
+    out: dict[str, int] = {t: 0 for t in TIERS}
     for s in steps:
         if _is_worker(s.service) and s.current is not None and s.current.running:
             out[s.service.role] += 1

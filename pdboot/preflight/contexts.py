@@ -11,9 +11,10 @@ from pdboot.inventory.cpu_layout import engine_dtype
 from pdboot.inventory.dp import layouts
 from pdboot.inventory.engines import is_auto, tier_engines
 from pdboot.inventory.rules import advertised_address, deployment_hosts, engine_hosts
-from pdboot.inventory.schema import Inventory
+from pdboot.inventory.schema import TIERS, Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan, Service
+from pdboot.plan.weights.hub import WeightsAsk, hub_endpoint
 from pdboot.preflight.checks import (
     CpuNeed,
     GpuNeed,
@@ -22,7 +23,6 @@ from pdboot.preflight.checks import (
     Probe,
     size_bytes,
 )
-from pdboot.weights.hub import WeightsAsk, hub_endpoint
 
 
 def _gpu_needs(inv: Inventory, host: str) -> tuple[GpuNeed, ...]:
@@ -62,7 +62,7 @@ def _probes(inv: Inventory, plan: Plan, roles: tuple[str, ...]) -> list[Probe]:
 
 def _side_ports(inv: Inventory, s: Service, whose: str = "'s") -> list[tuple[int, str]]:
     """The NIXL side-channel ports an engine listens on, with what they are."""
-    if s.side_channel_port is None or s.role not in ("prefill", "decode"):
+    if s.side_channel_port is None or s.role not in TIERS:
         return []
     if not s.dp_role:
         return [(s.side_channel_port, f"{s.name}{whose} NIXL side channel")]
@@ -166,7 +166,7 @@ def _peer_addresses(inv: Inventory, name: str) -> list[str]:
 
 def _seed_host(inv: Inventory) -> str | None:
     """weights.seed first_host: the engine host that serves the weights to the others."""
-    hosts = engine_hosts(inv)  # the order weights/seed.py seeds in: its first is the server
+    hosts = engine_hosts(inv)  # the order deploy/weights/seed.py seeds in: its first is the server
     if inv.weights.seed != "first_host" or len(hosts) < 2:
         return None
     return hosts[0]

@@ -29,6 +29,7 @@ from typing import Literal, Protocol
 from pdboot.inventory.engines import EngineNic
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
+from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import Plan
 from pdboot.preflight.checks.facts import HostFacts
 
@@ -226,7 +227,14 @@ def records_to_ship(findings: Findings | None) -> dict[str, str]:
 def plan_from(inv: Inventory, f: Findings) -> Plan:
     """The plan built on what preflight found (or recorded): RDMA, TCP interfaces, each
     engine's nearest NIC, the GPU count."""
-    return build_plan(inv, f.present, f.ports, f.ifaces, engine_nics=f.nics, gpu_counts=f.gpus)
+    facts = PlanFacts(
+        rdma_present=f.present,
+        rdma_ports=f.ports,
+        tcp_ifaces=f.ifaces,
+        engine_nics=f.nics,
+        gpu_counts=f.gpus,
+    )
+    return build_plan(inv, facts)
 
 
 def describe_nics(plan: Plan) -> list[str]:

@@ -12,19 +12,13 @@ import time
 from collections.abc import Collection
 
 from pdboot.inventory.schema import Inventory
+from pdboot.plan.weights.hub import HubProblem, Resolution, hub_endpoint, is_hub_model
 from pdboot.preflight import registry
 from pdboot.preflight.checks import HostContext, ParseError, parse_sections
 from pdboot.preflight.checks import docker as docker_checks
 from pdboot.transport.http import http
+from pdboot.transport.hub import RESOLVE_TIMEOUT, resolve
 from pdboot.transport.masking import register_secret
-from pdboot.weights.hub import (
-    RESOLVE_TIMEOUT,
-    HubProblem,
-    Resolution,
-    hub_endpoint,
-    is_hub_model,
-    resolve,
-)
 
 # --------------------------------------------------------------------------- images
 

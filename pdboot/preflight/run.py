@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 
 from pdboot.inventory.engines import EngineNic
 from pdboot.inventory.schema import Inventory
+from pdboot.plan.weights.local import Listing
 from pdboot.preflight import registry
 from pdboot.preflight.cascade import collapse
 from pdboot.preflight.checks import (
@@ -50,7 +51,6 @@ from pdboot.preflight.lookups import with_lookup as with_lookup
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.fanout import Outcome, fan_out
 from pdboot.transport.ssh import connect, effective_ssh
-from pdboot.weights.local import Listing
 
 T = TypeVar("T")
 

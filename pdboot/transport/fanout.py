@@ -70,3 +70,25 @@ def fan_out(
                 error=RemoteError(name, "timeout", f"no answer within {deadline:g}s")
             )
     return {name: final[name] for name, _ in pairs}
+
+
+def in_thread(fn: Callable[[], None]) -> Callable[[], None]:
+    """Start fn in a thread; the returned join re-raises what it raised (so a failed
+    staging fails the host's pull step, with the host named by Hosts.each)."""
+    box: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # handed to the joining thread
+            box.append(e)
+
+    t = threading.Thread(target=run, daemon=True, name="pdboot-stage")
+    t.start()
+
+    def join() -> None:
+        t.join()
+        if box:
+            raise box[0]
+
+    return join

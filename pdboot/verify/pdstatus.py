@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from pdboot.inventory.schema import TIERS
 from pdboot.plan.model import Plan
 from pdboot.transport.http import HttpFn
 from pdboot.verify.metrics import (
@@ -169,7 +170,7 @@ def _flags(roles: Mapping[str, str], facts: Mapping[str, EngineFacts]) -> list[F
             found += [decode_recomputes(key, f), failing_transfers(key, f)]
         else:
             found.append(expired_leases(key, f))
-    tiers = {t: {k: f for k, f in facts.items() if roles[k] == t} for t in ("prefill", "decode")}
+    tiers = {t: {k: f for k, f in facts.items() if roles[k] == t} for t in TIERS}
     found.append(idle_prefill_pool(tiers["prefill"], tiers["decode"]))
     found += [spread(t, fs).flag() for t, fs in tiers.items()]
     return [f for f in found if f is not None]
@@ -184,8 +185,7 @@ def pd_status(
     rows = tuple(_row(k, roles[k], f) for k, f in data.items())
     facts = {k: f for k, f in data.items() if isinstance(f, EngineFacts)}
     spreads = tuple(
-        TierSpread(t, {k: f.requests for k, f in facts.items() if roles[k] == t})
-        for t in ("prefill", "decode")
+        TierSpread(t, {k: f.requests for k, f in facts.items() if roles[k] == t}) for t in TIERS
     )
     flags = tuple(_flags(roles, facts))
     return PDStatus(rows, spreads, flags, seconds if before is not None else None)

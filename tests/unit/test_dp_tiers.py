@@ -420,7 +420,7 @@ def test_moe_weights_per_rank_with_expert_parallelism() -> None:
 
 
 def test_status_view_lists_the_ranks() -> None:
-    from pdboot.deploy.status import ServiceStatus
+    from pdboot.events import ServiceStatus
     from pdboot.views.status import rank_lines
 
     def row(name: str, ranks: str) -> ServiceStatus:

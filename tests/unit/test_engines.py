@@ -14,6 +14,7 @@ from pdboot.inventory.load import InventoryError, parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, orphans, plan_up
+from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_ENGINE
 from pdboot.plan.render import render_all, render_summary
 from pdboot.preflight.checks import parse_sections
@@ -194,7 +195,7 @@ def test_render_shows_the_engines_and_what_needs_preflight() -> None:
     auto = build_plan(inv(prefill__engines_per_host="all"))
     assert auto.unresolved and "gpu-a" in auto.unresolved[0]
     assert "Needs preflight's facts: prefill on gpu-a" in render_summary(auto)
-    counted = build_plan(inv(prefill__engines_per_host="all"), gpu_counts={"gpu-a": 4})
+    counted = build_plan(inv(prefill__engines_per_host="all"), PlanFacts(gpu_counts={"gpu-a": 4}))
     assert counted.unresolved == () and len(counted.prefill_engines) == 4
 
 
@@ -202,7 +203,12 @@ def test_nearest_nic_sets_each_engines_ucx_devices_and_explicit_wins() -> None:
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}
     i = inv(decode__engines_per_host=2)
     plan = build_plan(
-        i, {"gpu-a": True, "gpu-b": True}, {"gpu-b": ["mlx5_0:1", "mlx5_2:1"]}, engine_nics=nics
+        i,
+        PlanFacts(
+            rdma_present={"gpu-a": True, "gpu-b": True},
+            rdma_ports={"gpu-b": ["mlx5_0:1", "mlx5_2:1"]},
+            engine_nics=nics,
+        ),
     )
     by = {s.key: dict(s.environment) for s in plan.services()}
     assert by["decode-1@gpu-b"]["UCX_NET_DEVICES"] == "mlx5_0:1"
@@ -212,7 +218,7 @@ def test_nearest_nic_sets_each_engines_ucx_devices_and_explicit_wins() -> None:
     explicit = i.model_copy(
         update={"kv_transfer": i.kv_transfer.model_validate(doc["kv_transfer"])}
     )
-    plan = build_plan(explicit, {"gpu-b": True}, engine_nics=nics)
+    plan = build_plan(explicit, PlanFacts(rdma_present={"gpu-b": True}, engine_nics=nics))
     assert {dict(s.environment).get("UCX_NET_DEVICES") for s in plan.decode_engines} == {"mlx5_9:1"}
 
 
@@ -410,7 +416,14 @@ def test_model_fits_and_kv_estimate_per_engine() -> None:
 def test_a_recorded_nic_for_other_gpus_is_not_used() -> None:
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}
     moved = inv(decode__gpus=[[0], [6]])
-    plan = build_plan(moved, {"gpu-b": True}, {"gpu-b": ["mlx5_0:1", "mlx5_2:1"]}, engine_nics=nics)
+    plan = build_plan(
+        moved,
+        PlanFacts(
+            rdma_present={"gpu-b": True},
+            rdma_ports={"gpu-b": ["mlx5_0:1", "mlx5_2:1"]},
+            engine_nics=nics,
+        ),
+    )
     env = dict(plan.stages[0][1].environment)
     assert env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_2:1"
 
@@ -441,7 +454,9 @@ def test_status_rows_per_engine_with_their_nic() -> None:
     from pdboot.views.status import nic_lines
 
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_0:1",), "PXB", (1,))}}
-    plan = build_plan(inv(decode__engines_per_host=2), {"gpu-b": True}, engine_nics=nics)
+    plan = build_plan(
+        inv(decode__engines_per_host=2), PlanFacts(rdma_present={"gpu-b": True}, engine_nics=nics)
+    )
     running = _observed(plan.services())
     rows = rows_for(
         plan, running, set(), datetime.now(timezone.utc), lambda *_a, **_k: HttpAnswer(200, "")
@@ -456,7 +471,11 @@ def test_status_rows_per_engine_with_their_nic() -> None:
     assert all(r.healthy and r.matches_inventory for r in rows)
     assert "  decode-1@gpu-b  mlx5_0:1 (PXB, nearest GPUs 1)" in nic_lines(rows)
     # a leftover engine (a tier that shrank) shows under its own name
-    more = _observed(build_plan(inv(decode__engines_per_host=3), {"gpu-b": True}).services())
+    more = _observed(
+        build_plan(
+            inv(decode__engines_per_host=3), PlanFacts(rdma_present={"gpu-b": True})
+        ).services()
+    )
     extra = [o for o in more if o.service_name == "decode-2"]
     rows = rows_for(
         plan,

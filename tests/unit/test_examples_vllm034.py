@@ -16,6 +16,7 @@ import pytest
 from pdboot.inventory.load import load_inventory
 from pdboot.inventory.schema import DEFAULT_VLLM_IMAGE
 from pdboot.plan.build import build_plan
+from pdboot.plan.facts import PlanFacts
 from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,7 @@ def engine_commands(path: Path) -> list[tuple[str, tuple[str, ...]]]:
     inv = load_inventory(path)
     if inv.image != DEFAULT_VLLM_IMAGE:  # the CPU example: its own image, as a 0.34 one
         inv = inv.model_copy(update={"image": "registry.example:5000/pdboot/vllm-cpu:0.34.0"})
-    plan = build_plan(inv, gpu_counts=dict.fromkeys(inv.hosts, 8))
+    plan = build_plan(inv, PlanFacts(gpu_counts=dict.fromkeys(inv.hosts, 8)))
     return [(s.name, s.command) for s in plan.services() if s.is_engine]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pdboot.inventory.engines import EngineNic
 from pdboot.plan.build import build_plan
+from pdboot.plan.facts import PlanFacts
 from pdboot.preflight.checks import Section
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.nic_ranks import pairs, parse
@@ -86,7 +87,9 @@ def test_preflight_records_the_mapping_and_the_plan_renders_it() -> None:
     # the record on the host keeps it (up without preflight reads it back)
     again, _ = parse_engines(record_text(True, [], nics=nics))
     assert again["decode"] == nics["decode"]
-    plan = build_plan(i, {"gpu-a": True, "gpu-b": True}, engine_nics={"gpu-b": nics})
+    plan = build_plan(
+        i, PlanFacts(rdma_present={"gpu-a": True, "gpu-b": True}, engine_nics={"gpu-b": nics})
+    )
     env = dict(next(s for s in plan.services() if s.name == "decode").environment)
     assert env["VLLM_GPU_NIC_PCIE_MAPPING"] == (
         "00000000:18:00.0=0000:19:00.0,00000000:2a:00.0=0000:2b:00.0"
@@ -101,13 +104,15 @@ def test_preflight_records_the_mapping_and_the_plan_renders_it() -> None:
         next(
             s
             for s in build_plan(
-                i1, {"gpu-b": True}, engine_nics={"gpu-b": {"decode": one}}
+                i1, PlanFacts(rdma_present={"gpu-b": True}, engine_nics={"gpu-b": {"decode": one}})
             ).services()
             if s.name == "decode"
         ).environment
     )
     assert "VLLM_GPU_NIC_PCIE_MAPPING" not in env1
-    off = build_plan(i, {"gpu-a": False, "gpu-b": False}, engine_nics={"gpu-b": nics})
+    off = build_plan(
+        i, PlanFacts(rdma_present={"gpu-a": False, "gpu-b": False}, engine_nics={"gpu-b": nics})
+    )
     assert "VLLM_GPU_NIC_PCIE_MAPPING" not in dict(
         next(s for s in off.services() if s.name == "decode").environment
     )

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pdboot.plan.watch.metrics import WATCH_METRICS
 from pdboot.verify.exposition import parse_exposition
-from pdboot.verify.watch_metrics import WATCH_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.yml"

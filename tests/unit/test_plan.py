@@ -11,6 +11,7 @@ from pdboot.inventory.kv_schema import KV_TRANSFER_FIELDS
 from pdboot.inventory.load import load_inventory, parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan, project_name
+from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER, Plan, Service
 
 INVENTORIES = Path(__file__).parent / "inventories"
@@ -142,13 +143,15 @@ def test_rdma_modes() -> None:
     auto = parse_inventory(base)  # both hosts declare mlx5_0
     assert all(s.rdma for s in build_plan(auto).services() if s.is_engine)
     # auto follows what preflight saw, per host
-    plan = build_plan(auto, rdma_present={"gpu-a": False, "gpu-b": True})
+    plan = build_plan(auto, PlanFacts(rdma_present={"gpu-a": False, "gpu-b": True}))
     assert (svc_at(plan, "prefill@gpu-a").rdma, svc_at(plan, "decode@gpu-b").rdma) == (
         False,
         True,
     )
     off = parse_inventory(base + 'kv_transfer: {rdma: "off"}\n')
-    assert not any(s.rdma for s in build_plan(off, rdma_present={"gpu-a": True}).services())
+    assert not any(
+        s.rdma for s in build_plan(off, PlanFacts(rdma_present={"gpu-a": True})).services()
+    )
     on = parse_inventory(base.replace("rdma_devices: [mlx5_0]", "") + 'kv_transfer: {rdma: "on"}\n')
     assert all(s.rdma for s in build_plan(on).services() if s.is_engine)
     assert not build_plan(on).router.rdma

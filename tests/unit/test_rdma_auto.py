@@ -9,6 +9,7 @@ from pathlib import Path
 from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory, Requirements
 from pdboot.plan.build import build_plan
+from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import Plan, Service
 from pdboot.preflight.checks import HostContext, Section, parse_sections
 from pdboot.preflight.findings import (
@@ -80,7 +81,7 @@ def test_preflight_findings_turn_rdma_on_only_where_a_port_is_active() -> None:
     f = from_preflight(preflight_result())
     assert f.present == {"gpu-a": True, "gpu-b": False}
     assert f.ports == {"gpu-a": ["mlx5_0:1"]}
-    plan = build_plan(inv, f.present, f.ports)
+    plan = build_plan(inv, PlanFacts(rdma_present=f.present, rdma_ports=f.ports))
     assert engines(plan) == {"decode@gpu-b": (False, None), "prefill@gpu-a": (True, "mlx5_0:1")}
     lines = describe(inv, plan, f, skipped=False)
     assert lines == [
@@ -98,20 +99,23 @@ def test_a_down_port_is_not_usable_rdma() -> None:
 
 def test_declared_devices_name_the_ucx_devices_even_when_preflight_found_others() -> None:
     inv = parse_inventory((INVENTORIES / "1p1d.yaml").read_text())  # declares mlx5_0
-    plan = build_plan(inv, {"gpu-a": True, "gpu-b": True}, {"gpu-a": ["mlx5_3:1"]})
+    plan = build_plan(
+        inv,
+        PlanFacts(rdma_present={"gpu-a": True, "gpu-b": True}, rdma_ports={"gpu-a": ["mlx5_3:1"]}),
+    )
     assert engines(plan)["prefill@gpu-a"] == (True, "mlx5_0:1")
 
 
 def test_the_record_rebuilds_the_same_config_hashes_without_preflight() -> None:
     inv = undeclared()
     f = from_preflight(preflight_result())
-    deployed = build_plan(inv, f.present, f.ports)
+    deployed = build_plan(inv, PlanFacts(rdma_present=f.present, rdma_ports=f.ports))
     shipped = records_to_ship(f)
     assert set(shipped) == {"gpu-a", "gpu-b"}
     # what status / up --skip-preflight read back from the hosts (gpu-c never preflighted)
     back = from_records({**shipped, "gpu-c": None})
     assert back.source == "recorded" and back.present == f.present
-    again = build_plan(inv, back.present, back.ports)
+    again = build_plan(inv, PlanFacts(rdma_present=back.present, rdma_ports=back.ports))
     assert [s.config_hash for s in again.services()] == [s.config_hash for s in deployed.services()]
     # ... whereas the declared-devices fallback would have reported prefill@gpu-a changed
     naive = {s.key: s.config_hash for s in build_plan(inv).services()}

@@ -8,6 +8,7 @@ from pathlib import Path
 from pdboot.inventory.load import load_inventory
 from pdboot.inventory.schema import Requirements
 from pdboot.plan.build import build_plan
+from pdboot.plan.facts import PlanFacts
 from pdboot.preflight import findings
 from pdboot.preflight.checks import HostContext, Section, route
 from pdboot.preflight.checks.facts import HostFacts
@@ -78,10 +79,20 @@ def test_judged_only_where_kv_goes_over_tcp() -> None:
 def test_the_found_interface_becomes_ucx_net_devices_unless_set_or_rdma() -> None:
     inv = load_inventory(INV)
     off = {"gpu-a": False, "gpu-b": False}
-    env = dict(build_plan(inv, off, {}, {"gpu-b": ["eth0"]}).hosts["gpu-b"].services[0].environment)
+    env = dict(
+        build_plan(inv, PlanFacts(rdma_present=off, rdma_ports={}, tcp_ifaces={"gpu-b": ["eth0"]}))
+        .hosts["gpu-b"]
+        .services[0]
+        .environment
+    )
     assert env["UCX_NET_DEVICES"] == "eth0"
     on = {"gpu-a": True, "gpu-b": True}
-    env = dict(build_plan(inv, on, {}, {"gpu-b": ["eth0"]}).hosts["gpu-b"].services[0].environment)
+    env = dict(
+        build_plan(inv, PlanFacts(rdma_present=on, rdma_ports={}, tcp_ifaces={"gpu-b": ["eth0"]}))
+        .hosts["gpu-b"]
+        .services[0]
+        .environment
+    )
     assert env["UCX_NET_DEVICES"] == "mlx5_0:1"  # the declared HCA, not the TCP interface
 
 

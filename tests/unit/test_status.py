@@ -10,7 +10,6 @@ import pytest
 
 from pdboot.deploy.status import (
     SelectorError,
-    human_seconds,
     select_service,
     service_status,
     uptime,
@@ -20,6 +19,7 @@ from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ROLE
 from pdboot.transport.hosts import SecretError, read_hf_token, secrets_env
+from pdboot.views.status import human_seconds
 
 INV = """
 name: demo
@@ -90,7 +90,7 @@ def test_secret_error_never_contains_the_value() -> None:
 
 
 def _row(service: str, state: str, health: str, image: str, endpoint: str, **kw: object) -> Any:
-    from pdboot.deploy.status import ServiceStatus
+    from pdboot.events import ServiceStatus
 
     role, _, host = service.partition("@")
     args: dict[str, Any] = {"uptime_seconds": 6.0, "matches_inventory": True, "planned": True}
@@ -117,7 +117,7 @@ def _render(rows: list[Any], width: int) -> list[str]:
 
 
 def test_short_image_and_endpoint() -> None:
-    from pdboot.deploy.status import short_endpoint, short_image
+    from pdboot.views.status import short_endpoint, short_image
 
     assert short_image(REG + "vllm-openai:v0.33.0") == "vllm-openai:v0.33.0"
     assert short_image("vllm/vllm-openai@sha256:" + "ab" * 32) == "vllm-openai@sha256:" + "ab" * 6

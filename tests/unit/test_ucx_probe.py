@@ -9,6 +9,7 @@ from pdboot.deploy.seams import PreflightOutcome
 from pdboot.deploy.up import up
 from pdboot.deploy.up_options import UpOptions
 from pdboot.plan.build import build_plan
+from pdboot.plan.facts import PlanFacts
 from pdboot.preflight import ucx_probe as u
 from pdboot.preflight.findings import Findings
 from tests.unit.orchestrator_fakes import Recorder, World, inventory
@@ -26,7 +27,7 @@ FINDINGS = Findings({"p1": True, "d1": True}, {"p1": ["mlx5_0:1"], "d1": ["mlx5_
 
 def test_the_probe_runs_the_engines_own_ucx_environment_and_devices() -> None:
     inv = inventory()
-    plan = build_plan(inv, FINDINGS.present, FINDINGS.ports)
+    plan = build_plan(inv, PlanFacts(rdma_present=FINDINGS.present, rdma_ports=FINDINGS.ports))
     svc = next(s for s in plan.engines if s.host == "p1")
     argv = u.argv(svc)
     assert "UCX_NET_DEVICES=mlx5_0:1" in argv

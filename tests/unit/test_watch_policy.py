@@ -4,7 +4,7 @@ once per backoff window."""
 
 from __future__ import annotations
 
-from pdboot.verify.watch_policy import (
+from pdboot.plan.watch.policy import (
     Alert,
     Blame,
     Evict,

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdboot.deploy.router_api import Worker
-from pdboot.deploy.watch_run import WatchDeps, Watcher
+from pdboot.deploy.watch.run import WatchDeps, Watcher
 from pdboot.events import Event
+from pdboot.plan.watch.events import WatchActionTaken, WatchRound
+from pdboot.plan.watch.metrics import WATCH_METRICS, WatchMetrics
+from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.http import HttpAnswer
 from pdboot.verify.exposition import parse_exposition
-from pdboot.verify.watch_events import WatchActionTaken, WatchRound
-from pdboot.verify.watch_metrics import WATCH_METRICS, WatchMetrics
-from pdboot.verify.watch_policy import WatchConfig, WatchedEngine
 
 ENGINES = [
     WatchedEngine("p1", "prefill", "http://p1"),

@@ -15,11 +15,11 @@ from pdboot import events as ev
 from pdboot.cli import app
 from pdboot.deploy.status import status
 from pdboot.deploy.up import UpOptions, up
-from pdboot.deploy.watch_service import WatchOptions
+from pdboot.deploy.watch.service import WatchOptions
 from pdboot.inventory.load import InventoryError, parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.render import render_host
-from pdboot.plan.watch import WATCH_INVENTORY, WATCH_INVENTORY_IN_CONTAINER
+from pdboot.plan.watch.sidecar import WATCH_INVENTORY, WATCH_INVENTORY_IN_CONTAINER
 from pdboot.transport.http import HttpAnswer
 from pdboot.views.status import print_status, status_json
 from tests.unit.orchestrator_fakes import INV, Recorder, World
@@ -195,7 +195,7 @@ def test_the_service_binds_where_asked_and_gets_only_the_api_key() -> None:
     assert plan.watch is not None
     assert "192.0.2.12:29111" in plan.watch.command  # default: the router host's address
     assert plan.watch.env_file == "watch-secrets.env"  # not secrets.env (the HF token)
-    from pdboot.plan.watch import watch_secrets_text
+    from pdboot.plan.watch.sidecar import watch_secrets_text
 
     assert watch_secrets_text("k1") == "VLLM_API_KEY=k1\n"
     bound = build_plan(with_watch(WATCH.replace("port: 29111", "port: 29111, bind: 127.0.0.1")))
@@ -210,8 +210,8 @@ def test_the_http_server_drops_stalled_clients_and_caps_connections(
     import socket
     import time
 
-    from pdboot.deploy import watch_service as ws
-    from pdboot.verify.watch_metrics import WatchMetrics
+    from pdboot.deploy.watch import service as ws
+    from pdboot.plan.watch.metrics import WatchMetrics
 
     monkeypatch.setattr(ws, "REQUEST_TIMEOUT", 0.5)
     monkeypatch.setattr(ws, "MAX_CONNECTIONS", 2)

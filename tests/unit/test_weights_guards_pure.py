@@ -7,10 +7,11 @@ import json
 
 import pytest
 
+from pdboot.deploy.weights.workdir import cache_dir_problem
 from pdboot.inventory.load import InventoryError, parse_inventory
+from pdboot.plan.weights.hub import HubProblem, Resolution, endpoint_refusal
 from pdboot.transport.http import HttpAnswer
-from pdboot.weights.hub import HubProblem, Resolution, endpoint_refusal, parse_revision
-from pdboot.weights.workdir import cache_dir_problem
+from pdboot.transport.hub import parse_revision
 
 C1 = "a" * 40
 EP = "https://huggingface.co"

@@ -6,28 +6,28 @@ from __future__ import annotations
 
 import json
 
+from pdboot.deploy.weights.staging import pinned_inventory
 from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Weights
 from pdboot.plan.build import build_plan
-from pdboot.preflight.checks import HostContext, Section
-from pdboot.preflight.checks import weights as wchecks
-from pdboot.preflight.checks.facts import HostFacts
-from pdboot.preflight.checks.host import DiskFacts, HostSysFacts, Mount
-from pdboot.transport.http import HttpAnswer
-from pdboot.weights.engine_args import engine_hub_env, revision_args
-from pdboot.weights.hub import (
+from pdboot.plan.weights.engine_args import engine_hub_env, revision_args
+from pdboot.plan.weights.hub import (
     HubProblem,
     Resolution,
     WeightsAsk,
     host_port,
     hub_endpoint,
-    parse_revision,
     revision_url,
 )
-from pdboot.weights.local import differing, missing, parse_listing
-from pdboot.weights.pin import Pin, choose, parse_pin
-from pdboot.weights.progress import StageLine, StageState, parse_line
-from pdboot.weights.stage import pinned_inventory
+from pdboot.plan.weights.local import differing, missing, parse_listing
+from pdboot.plan.weights.pin import Pin, choose, parse_pin
+from pdboot.plan.weights.progress import StageLine, StageState, parse_line
+from pdboot.preflight.checks import HostContext, Section
+from pdboot.preflight.checks import weights as wchecks
+from pdboot.preflight.checks.facts import HostFacts
+from pdboot.preflight.checks.host import DiskFacts, HostSysFacts, Mount
+from pdboot.transport.http import HttpAnswer
+from pdboot.transport.hub import parse_revision
 
 C1 = "a" * 40
 C2 = "b" * 40

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from pdboot.inventory.schema import Requirements, Tier, TierName
+from pdboot.plan.weights.hub import WeightsAsk
 from pdboot.preflight.registry import Lookup
-from pdboot.weights.hub import WeightsAsk
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.owners import Fate

@@ -1,5 +1,5 @@
 """Weights checks, before anything is pulled: the hub knows the model and revision and
-lets us in (asked once, from here: weights/hub.py), each engine host reaches the hub, its
+lets us in (asked once, from here: transport/hub.py), each engine host reaches the hub, its
 HF cache's disk has room for the commit's files, and a local model path is complete on
 every host (the same on every host is judged across hosts: `sameness`)."""
 
@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pdboot.plan.weights.hub import HubProblem, Resolution, host_port
+from pdboot.plan.weights.local import Listing, differing, listing_command, missing, parse_listing
 from pdboot.preflight.checks import CheckResult, Command, HostContext, Section, gib, human_bytes
-from pdboot.weights.hub import HubProblem, Resolution, host_port
-from pdboot.weights.local import Listing, differing, listing_command, missing, parse_listing
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.facts import HostFacts

@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 
 from pdboot.deploy.router_api import RouterWorkerApi
-from pdboot.deploy.watch_run import WatchDeps, Watcher
-from pdboot.deploy.watch_service import serve
+from pdboot.deploy.watch.run import WatchDeps, Watcher
+from pdboot.deploy.watch.service import serve
 from pdboot.events import Event
+from pdboot.plan.watch.events import WatchActionTaken, WatchRound
+from pdboot.plan.watch.metrics import WatchMetrics
+from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.http import http
 from pdboot.verify.exposition import parse_exposition
-from pdboot.verify.watch_events import WatchActionTaken, WatchRound
-from pdboot.verify.watch_metrics import WatchMetrics
-from pdboot.verify.watch_policy import WatchConfig, WatchedEngine
 from tests.testbed.standin.test_standin import free_port, get, post
 from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router
 

@@ -7,7 +7,7 @@ the host's cache, so the engine starts with HF_HUB_OFFLINE=1 and never asks the 
 from __future__ import annotations
 
 from pdboot.inventory.schema import Weights
-from pdboot.weights.hub import is_commit, is_hub_model
+from pdboot.plan.weights.hub import is_commit, is_hub_model
 
 
 def revision_args(model: str, revision: str) -> list[str]:

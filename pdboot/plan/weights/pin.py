@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pdboot.weights.hub import is_commit
+from pdboot.plan.weights.hub import is_commit
 
 PIN_FILE = "weights.pin"
 

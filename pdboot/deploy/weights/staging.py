@@ -11,29 +11,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pdboot.deploy.weights.script import SECRET_FILE, STAGE_SCRIPT
+from pdboot.deploy.weights.seed import Seeder
+from pdboot.deploy.weights.workdir import check_cache_dir
 from pdboot.events import Emit, Note, WeightsDone, WeightsPinned, WeightsProgress
 from pdboot.inventory.rules import engine_hosts as engine_hosts  # its home moved
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
-from pdboot.transport.hosts import Hosts, Link, project_dir
-from pdboot.transport.http import HttpFn
-from pdboot.weights.hub import (
+from pdboot.plan.weights.hub import (
     HubProblem,
     Resolution,
     hub_endpoint,
     is_hub_model,
-    resolve,
 )
-from pdboot.weights.pin import PIN_FILE, Pin, choose
-from pdboot.weights.progress import StageState, parse_line
-from pdboot.weights.script import SECRET_FILE, STAGE_SCRIPT
-from pdboot.weights.seed import Seeder
-from pdboot.weights.workdir import check_cache_dir
+from pdboot.plan.weights.pin import PIN_FILE, Pin, choose
+from pdboot.plan.weights.progress import StageState, parse_line
+from pdboot.transport.hosts import Hosts, Link, project_dir
+from pdboot.transport.http import HttpFn
+from pdboot.transport.hub import resolve
 
 PROGRESS_EVERY_S = 0.5
 
@@ -286,25 +285,3 @@ def remove_oneshots(inv: Inventory, hosts: Hosts) -> dict[str, str]:
 
     wanted = [h for h in engine_hosts(inv) if h in hosts.links]
     return hosts.each(remove, 120.0, only=wanted)[1]
-
-
-def in_thread(fn: Callable[[], None]) -> Callable[[], None]:
-    """Start fn in a thread; the returned join re-raises what it raised (so a failed
-    staging fails the host's pull step, with the host named by Hosts.each)."""
-    box: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            fn()
-        except BaseException as e:  # handed to the joining thread
-            box.append(e)
-
-    t = threading.Thread(target=run, daemon=True, name="pdboot-stage")
-    t.start()
-
-    def join() -> None:
-        t.join()
-        if box:
-            raise box[0]
-
-    return join

@@ -1,5 +1,5 @@
 """`pdboot watch INVENTORY`: the deployment's engines and router from the plan, the loop of
-pdboot.deploy.watch_run, and a small HTTP server beside it (``/metrics`` in Prometheus text,
+pdboot.deploy.watch.run, and a small HTTP server beside it (``/metrics`` in Prometheus text,
 ``/verdicts`` the last verdict per pair as JSON, which `status` reads).
 
 The same entry point runs in the foreground (restarts through SSH and Docker on the engine
@@ -20,13 +20,15 @@ from typing import Any
 from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import RouterWorkerApi
-from pdboot.deploy.watch_run import Restarter, WatchDeps, Watcher
+from pdboot.deploy.watch.run import Restarter, WatchDeps, Watcher
 from pdboot.events import Done, Emit, Note
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from pdboot.inventory.schema import Inventory
+from pdboot.inventory.schema import TIERS, Inventory
 from pdboot.inventory.watch_schema import Watch
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan
+from pdboot.plan.watch.metrics import WatchMetrics
+from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.docker_parse import EngineError
 from pdboot.transport.hosts import (
     SecretError,
@@ -36,8 +38,6 @@ from pdboot.transport.hosts import (
     register_inventory_secrets,
 )
 from pdboot.transport.http import http
-from pdboot.verify.watch_metrics import WatchMetrics
-from pdboot.verify.watch_policy import WatchConfig, WatchedEngine
 
 log = logging.getLogger(__name__)
 RESTART_TIMEOUT = 180.0  # `docker restart` of one engine (its stop grace is 30 s)
@@ -48,7 +48,7 @@ def watch_engines(plan: Plan) -> list[WatchedEngine]:
     return [
         WatchedEngine(s.key, s.role, s.url.rstrip("/"))
         for s in plan.services()
-        if s.role in ("prefill", "decode") and not s.headless
+        if s.role in TIERS and not s.headless
     ]
 
 

@@ -1,5 +1,5 @@
 """`pdboot watch`'s loop: every interval, a canary through every prefill->decode pair, then the
-actions pdboot.verify.watch_policy decides, carried out through the router's worker API and a
+actions pdboot.plan.watch.policy decides, carried out through the router's worker API and a
 restarter, each one an event, a log line and a metric.
 
 The loop owns no decision: observations -> ``step`` -> actions. What it needs from outside
@@ -19,13 +19,11 @@ from typing import Literal, Protocol
 
 from pdboot.deploy.drain import drain
 from pdboot.deploy.router_api import RouterApiError, Worker
+from pdboot.deploy.watch.canary import CanaryContext, health, run_canary
 from pdboot.events import Emit
-from pdboot.transport.http import HttpFn
-from pdboot.verify.metrics import EngineFacts, engine_facts, merged
-from pdboot.verify.watch_canary import CanaryContext, health, run_canary
-from pdboot.verify.watch_events import WatchActionTaken, WatchPairLine, WatchRound
-from pdboot.verify.watch_metrics import WatchMetrics
-from pdboot.verify.watch_policy import (
+from pdboot.plan.watch.events import WatchActionTaken, WatchPairLine, WatchRound
+from pdboot.plan.watch.metrics import WatchMetrics
+from pdboot.plan.watch.policy import (
     Alert,
     Evict,
     PairCheck,
@@ -39,6 +37,8 @@ from pdboot.verify.watch_policy import (
     initial_state,
     step,
 )
+from pdboot.transport.http import HttpFn
+from pdboot.verify.metrics import EngineFacts, engine_facts, merged
 
 log = logging.getLogger(__name__)
 ActionName = Literal["evict", "readmit", "restart", "alert"]

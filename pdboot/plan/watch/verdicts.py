@@ -1,6 +1,6 @@
 """What `status` shows of `pdboot watch`: its last verdict per pair, read from its /verdicts.
 
-Pure parsing plus one request through the caller's HttpFn; an unreachable watch is a verdict
+Pure parsing (pdboot.deploy.watch.verdicts asks for it); an unreadable answer is a verdict
 set with an error, never an exception.
 """
 
@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-
-from pdboot.transport.http import HttpFn
 
 
 @dataclass(frozen=True)
@@ -51,11 +49,3 @@ def parse_verdicts(url: str, text: str) -> WatchVerdicts:
         return WatchVerdicts(url, int(doc.get("rounds", 0)), pairs, out)
     except (ValueError, KeyError, TypeError) as e:
         return WatchVerdicts(url, error=f"unreadable /verdicts: {e}")
-
-
-def read_verdicts(fetch: HttpFn, base_url: str) -> WatchVerdicts:
-    url = f"{base_url.rstrip('/')}/verdicts"
-    a = fetch(url, timeout=5.0)
-    if not a.ok:
-        return WatchVerdicts(url, error=f"watch not answering: {a.describe()}")
-    return parse_verdicts(url, a.body)

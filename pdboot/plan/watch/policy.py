@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-Tier = Literal["prefill", "decode"]
+from pdboot.inventory.schema import TierName
+
 # good: identical answers; late: the gate's late divergence (numerics, counted good);
 # wrong: the P/D answer differs early or is empty; hang: a step ran past its deadline;
 # error: a step failed (HTTP error, connection refused, no kv_transfer_params)
@@ -35,7 +36,7 @@ PEER_FAULTS = frozenset({"failed_transfers", "hang"})
 @dataclass(frozen=True)
 class WatchedEngine:
     key: str  # service key, e.g. prefill@gpu-a
-    tier: Tier
+    tier: TierName
     url: str  # what the router lists it as
 
 
@@ -125,7 +126,7 @@ def initial_state(engines: Sequence[WatchedEngine]) -> WatchState:
 @dataclass(frozen=True)
 class Evict:
     engine: str
-    tier: Tier
+    tier: TierName
     fault: str
     reason: str
 
@@ -133,7 +134,7 @@ class Evict:
 @dataclass(frozen=True)
 class Readmit:
     engine: str
-    tier: Tier
+    tier: TierName
     good_rounds: int
 
 
@@ -143,7 +144,7 @@ class Restart:
     (a prefill restart leaves the decodes that held NIXL state for it broken)."""
 
     engine: str
-    tier: Tier
+    tier: TierName
     reason: str
     then_decodes: tuple[str, ...] = ()
 
@@ -151,7 +152,7 @@ class Restart:
 @dataclass(frozen=True)
 class Alert:
     engine: str
-    tier: Tier
+    tier: TierName
     fault: str
     reason: str
 

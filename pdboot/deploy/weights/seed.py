@@ -20,14 +20,14 @@ import secrets
 import threading
 from typing import TYPE_CHECKING
 
+from pdboot.deploy.weights.script import SECRET_FILE, SERVE_SCRIPT
 from pdboot.inventory.rules import advertised_address
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
 from pdboot.transport.hosts import Link
 from pdboot.transport.masking import register_secret
-from pdboot.weights.script import SECRET_FILE, SERVE_SCRIPT
 
 if TYPE_CHECKING:
-    from pdboot.weights.stage import Stager
+    from pdboot.deploy.weights.staging import Stager
 
 WAIT_FOR_FIRST_S = 24 * 3600.0  # bounded by the pull step's own deadline in practice
 LISTEN_TIMEOUT_S = 120.0

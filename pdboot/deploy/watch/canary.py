@@ -3,7 +3,7 @@
 Thin I/O over the gate (pdboot.verify.gate: the request body, the answer, the rule) and the
 metrics parser (pdboot.verify.metrics): requests go through the caller's HttpFn, each step with
 its own deadline (a step past it is a hang, not a slow success). Nothing here decides: the
-result is a PairCheck for pdboot.verify.watch_policy.
+result is a PairCheck for pdboot.plan.watch.policy.
 
 The router's P/D flow by hand, as pdboot.verify.pdcheck.measure_pair does: the prefill with
 ``do_remote_decode`` and ``max_tokens: 1``, then the decode with the ``kv_transfer_params`` the
@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pdboot.plan.watch.policy import CanaryResult, PairCheck, WatchedEngine
 from pdboot.transport.http import HttpAnswer, HttpFn
 from pdboot.verify.gate import GATE_PROMPT, GATE_SEED, answer_text, classify
 from pdboot.verify.metrics import EngineFacts, engine_facts, merged
 from pdboot.verify.pdcheck import PREFILL_PARAMS, kv_params
-from pdboot.verify.watch_policy import CanaryResult, PairCheck, WatchedEngine
 
 # Short: a canary runs every interval for every pair. Past the gate's LATE_AFTER (8 words),
 # so a late divergence (numerics) is still told from a broken KV path.

@@ -1,0 +1,28 @@
+"""What the plan takes from the hosts: the facts preflight found (or recorded on each host),
+as one typed value. ``PlanFacts()`` (no facts) is a dry run: `render`, `export`, the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pdboot.inventory.engines import EngineNic
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    """Per host (host name -> fact).
+
+    ``rdma_present``: whether preflight found usable RDMA devices (read when
+    kv_transfer.rdma is `auto`); None: not asked (a dry run). ``rdma_ports``: the
+    ``device:port`` names found ACTIVE (UCX_NET_DEVICES when the inventory declares no
+    rdma_devices). ``tcp_ifaces``: the interface(s) that reach the peer engine hosts
+    (UCX_NET_DEVICES when RDMA is off). ``engine_nics``: per engine name, the port(s) nearest
+    the engine's GPUs (preflight's topo choice, or its record). ``gpu_counts``: the GPUs
+    preflight found (``engines_per_host: all``)."""
+
+    rdma_present: Mapping[str, bool] | None = None
+    rdma_ports: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    tcp_ifaces: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    engine_nics: Mapping[str, Mapping[str, EngineNic]] = field(default_factory=dict)
+    gpu_counts: Mapping[str, int] = field(default_factory=dict)
