@@ -230,7 +230,7 @@ def up(
     answers are right (correctness gate); measure the KV path; print the endpoint. On a
     running deployment, changes roll through the running router one engine at a time."""
     from pdboot.deploy import up as up_mod
-    from pdboot.deploy.up_steps import UpOptions
+    from pdboot.deploy.up_options import UpOptions
     from pdboot.views.terminal import confirm_outage
 
     inv = load(inventory)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from pdboot.deploy.frame import NEVER_CANCELLED, CancelToken
 from pdboot.deploy.seams import OP_DEADLINE, report_errors
 from pdboot.events import Emit, Endpoint, PullDone, PullProgress, ServiceStarted
 from pdboot.inventory.schema import Inventory
@@ -33,24 +34,30 @@ def pull_all(
     deadline: float,
     then: tuple[str, Callable[[str, Link], None]] | None = None,
     record_dir: str | None = None,
+    *,
+    token: CancelToken = NEVER_CANCELLED,
 ) -> Errors:
     """Every host pulls its images (``wanted``: host -> images), streaming progress. Hosts
     not in ``wanted`` (in no tier any more; `up` visits them for what is left there) pull
     nothing. ``then`` (image, fn): that image first, then fn(host, link) in a thread while
     the host's other images pull (the weights staging, which runs in the engine image); its
     failure is the host's. ``record_dir``: the project dir whose record of pulled images
-    (pdboot/transport/pulled_record.py) gets what was pulled, for `down --purge`."""
+    (pdboot/transport/pulled_record.py) gets what was pulled, for `down --purge`.
+    ``token``: checked by each host's thread at every progress report and before each image
+    (a lost lock stops the pulls; the caller checks it again before reporting errors)."""
 
     def pull_host(host: str, link: Link) -> None:
         after = None
         pulled: list[tuple[str, str]] = []
         first = then[0] if then is not None else None
         for img in sorted(wanted[host], key=lambda i: i != first):
+            token.check()
             done = [0]
             t0 = time.monotonic()
 
             def on_progress(p: EnginePull, img: str = img, done: list[int] = done) -> None:
                 done[0] = p.done
+                token.check()
                 emit(PullProgress(host, img, p.done, p.total, p.status))
 
             r = link.engine.pull(img, on_progress)

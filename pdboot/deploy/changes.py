@@ -1,33 +1,19 @@
-"""What `up` changes on a running deployment, before it changes it: the roll plan from what
-runs (config hash labels) against the inventory, `up --plan` (prints it, changes nothing), and
-the hosts that left every tier (visited to find the engines left there)."""
+"""What `up` changes on a running deployment, before it changes it: the change plan
+(plan/change_plan.py) from what runs (config hash labels) against the inventory, shown as
+events, and `up --plan` (prints it, changes nothing)."""
 
 from __future__ import annotations
 
+from pdboot.deploy.frame import Frame
 from pdboot.deploy.rollout import emit_plan
-from pdboot.deploy.seams import OP_DEADLINE, HostsFactory, read_records, report_errors
+from pdboot.deploy.seams import OP_DEADLINE, read_records, report_errors
 from pdboot.deploy.weights.staging import as_recorded
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK
-from pdboot.inventory.rules import live_workers
-from pdboot.inventory.schema import Inventory
-from pdboot.plan.build import build_plan
-from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
-from pdboot.plan.model import Plan
-from pdboot.plan.rolling import RollPlan, plan_roll
+from pdboot.inventory.rules import deployment_hosts
+from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
+from pdboot.plan.converge import Step
 from pdboot.preflight.findings import plan_from
-from pdboot.transport.hosts import Hosts
-
-
-def roll_plan(
-    plan: Plan, observed: list[Observed], *, live: bool, rolling: bool
-) -> tuple[list[list[Step]], RollPlan]:
-    """Converge's steps (as `up` shows them) and the roll steps, from what runs (pure)."""
-    first = plan_up(plan, observed, live=live)
-    restarts = decode_restarts(first)
-    stages = with_restarts(first, restarts, live=live)
-    return stages, plan_roll(plan, first, restarts, orphans(plan, observed), rolling=rolling)
-
 
 ROUTER_OUTAGE = "a short outage: the endpoint refuses connections until the new router answers"
 
@@ -39,65 +25,42 @@ def action_reason(s: Step) -> str:
     return s.reason
 
 
-def plan_only(
-    inv: Inventory, rolling: bool, accept_new: bool, emit: Emit, hosts_factory: HostsFactory
-) -> int:
+def show_changes(emit: Emit, change: ChangePlan, stage: str) -> None:
+    """The converge table, then the roll steps: what `up` shows before it acts, and all
+    that `up --plan` shows."""
+    emit(StageStarted(stage))
+    for steps in change.stages:
+        for s in steps:
+            emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
+    emit_plan(emit, change.roll)
+
+
+def plan_only(frame: Frame, opts: ChangeOptions) -> int:
     """`up --plan`: what runs (config hash labels) against the inventory, as the steps `up`
     would take; nothing is pulled, shipped, started or stopped. EXIT_OK: nothing to do,
     EXIT_CHANGES: changes, EXIT_FAILED: the hosts could not be read."""
-    hosts = hosts_factory(inv, list(build_plan(inv).hosts), accept_new)
-    add_former_hosts(inv, hosts, emit, hosts_factory, accept_new)
-    try:
-        if hosts.errors:
-            report_errors(emit, "cannot reach", hosts.errors)
-            return EXIT_FAILED
-        inv, commit = as_recorded(inv, hosts)  # the commit `up` pinned: no hub request
-        if commit:
-            emit(Note(f"weights: {inv.model} at commit {commit} (pinned by an earlier up)"))
-        findings, unread = read_records(inv, hosts)
-        if unread:
-            report_errors(emit, "cannot read the RDMA record on", unread)
-            return EXIT_FAILED
-        plan = plan_from(inv, findings)
-        values, errors = hosts.each(
-            lambda _h, link: link.engine.containers(plan.deployment), OP_DEADLINE
-        )
-        if errors:
-            report_errors(emit, "cannot list containers on", errors)
-            return EXIT_FAILED
-        observed = [o for obs in values.values() for o in obs]
-        live = live_workers(inv)
-        stages, roll = roll_plan(plan, observed, live=live, rolling=live and rolling)
-        emit(StageStarted("plan"))
-        for steps in stages:
-            for s in steps:
-                emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
-        emit_plan(emit, roll)
-        for line in roll.notes:
-            emit(Note(line, "warn"))
-        proxy = any(s.kind != "unchanged" for st in stages for s in st if s.service.role == "proxy")
-        return EXIT_CHANGES if roll.changes or proxy else EXIT_OK
-    finally:
-        hosts.close()
-
-
-def add_former_hosts(
-    inv: Inventory, hosts: Hosts, emit: Emit, hosts_factory: HostsFactory, accept_new: bool
-) -> None:
-    """Hosts of the inventory that no tier uses any more (a prefill host removed from its
-    tier): visited only to find this deployment's engines left there, which `up` drains and
-    stops. One that cannot be reached is a warning, not a failure: nothing runs there that
-    the inventory wants."""
-    former = [h for h in inv.hosts if h not in hosts.links and h not in hosts.errors]
-    if not former:
-        return
-    extra = hosts_factory(inv, former, accept_new)
-    hosts.links.update(extra.links)
-    for host, why in sorted(extra.errors.items()):
-        emit(
-            Note(
-                f"{host} is in no tier and cannot be reached ({why}): engines pdboot "
-                "started there earlier are left as they are",
-                "warn",
-            )
-        )
+    inv, emit = frame.inv, frame.emit
+    hosts = frame.open(deployment_hosts(inv), former=True)
+    if hosts.errors:
+        report_errors(emit, "cannot reach", hosts.errors)
+        return EXIT_FAILED
+    inv, commit = as_recorded(inv, hosts)  # the commit `up` pinned: no hub request
+    if commit:
+        emit(Note(f"weights: {inv.model} at commit {commit} (pinned by an earlier up)"))
+    findings, unread = read_records(inv, hosts)
+    if unread:
+        report_errors(emit, "cannot read the RDMA record on", unread)
+        return EXIT_FAILED
+    plan = plan_from(inv, findings)
+    values, errors = hosts.each(
+        lambda _h, link: link.engine.containers(plan.deployment), OP_DEADLINE
+    )
+    if errors:
+        report_errors(emit, "cannot list containers on", errors)
+        return EXIT_FAILED
+    observed = [o for obs in values.values() for o in obs]
+    change = change_plan(plan, observed, opts)
+    show_changes(emit, change, "plan")
+    for line in change.roll.notes:
+        emit(Note(line, "warn"))
+    return EXIT_CHANGES if change.changes else EXIT_OK

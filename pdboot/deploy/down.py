@@ -4,10 +4,9 @@ containers carrying this deployment's labels. Also the teardown `up --rollback` 
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
-from pdboot.deploy.lockguard import LockLost, guarded, stopped_message
+from pdboot.deploy.frame import NEVER_CANCELLED, CancelToken, Frame, LockSpec, run_framed
 from pdboot.deploy.seams import (
     OP_DEADLINE,
     HostsFactory,
@@ -15,11 +14,11 @@ from pdboot.deploy.seams import (
     default_hosts,
     default_lock,
     report_errors,
-    take_lock,
 )
 from pdboot.deploy.weights.staging import remove_oneshots
-from pdboot.events import Done, Emit, Note, StageStarted, Stopped
+from pdboot.events import Emit, Note, StageStarted, Stopped
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
+from pdboot.inventory.rules import deployment_hosts
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_down
@@ -45,69 +44,63 @@ def down(
 ) -> int:
     """Run `down` under the deployment lock; without it when the lock's host (the
     router's) is unreachable: what can be reached is removed all the same."""
-    held = take_lock(
-        emit, lock_factory, inv, "down", no_wait=opts.no_wait, accept_new=opts.accept_new_host_keys
+    return run_framed(
+        "down",
+        inv,
+        emit,
+        lambda frame: _down(frame, opts),
+        lock_spec=LockSpec(lock_factory, opts.no_wait),
+        accept_new=opts.accept_new_host_keys,
+        hosts_factory=hosts_factory,
     )
-    if isinstance(held, int):
-        emit(Done("down", held, 0.0))
-        return held
-    try:
-        return _down(inv, opts, emit if held is None else guarded(emit, held), hosts_factory)
-    except LockLost as e:
-        emit(Note(stopped_message(inv.router.host, str(e), "down"), "error"))
-        emit(Done("down", EXIT_FAILED, 0.0))
-        return EXIT_FAILED
-    finally:
-        if held is not None:
-            held.release()
 
 
-def _down(inv: Inventory, opts: DownOptions, emit: Emit, hosts_factory: HostsFactory) -> int:
-    t0 = time.monotonic()
+def _down(frame: Frame, opts: DownOptions) -> int:
+    inv, emit, token = frame.inv, frame.emit, frame.token
+    hosts = frame.open(deployment_hosts(inv))
+    token.check()
     plan = build_plan(inv)
-    hosts = hosts_factory(inv, list(plan.hosts), opts.accept_new_host_keys)
-    try:
-        failed_any = bool(hosts.errors)
-        report_errors(emit, "cannot reach", hosts.errors)
-        if hosts.errors:
-            left = ", ".join(sorted(hosts.errors))
-            emit(Note(f"the containers on {left} are left as they are", "warn"))
-        # The token file is not needed by running containers (compose read it at
-        # creation): remove it while the tiers stop. --purge waits for the containers,
-        # since images in use cannot be removed.
-        cleaned: list[bool] = []
-        cleaner = threading.Thread(
-            target=lambda: cleaned.append(clean_files(hosts, inv, plan, False, emit)),
-            daemon=True,
-        )
-        if not opts.purge:
-            cleaner.start()
-        removed, errors = teardown(hosts, plan.deployment, emit)
-        failed_any |= errors
-        # an interrupted run's staging or seed server (labelled by pdboot as its own)
-        oneshot_errors = remove_oneshots(inv, hosts)
-        report_errors(emit, "cannot remove the staging containers on", oneshot_errors)
-        failed_any |= bool(oneshot_errors)
-        if opts.purge:
-            cleaned.append(clean_files(hosts, inv, plan, True, emit))
-        else:
-            cleaner.join(OP_DEADLINE)
-        failed_any |= not (cleaned and cleaned[0])
-        code = EXIT_FAILED if failed_any else EXIT_OK
-        if removed == 0 and not failed_any:
-            summary = "nothing of this deployment is running"
-        elif not failed_any:
-            summary = f"removed {removed} container(s)"
-        else:
-            summary = ""
-        emit(Done("down", code, time.monotonic() - t0, summary))
-        return code
-    finally:
-        hosts.close()
+    failed_any = bool(hosts.errors)
+    report_errors(emit, "cannot reach", hosts.errors)
+    if hosts.errors:
+        left = ", ".join(sorted(hosts.errors))
+        emit(Note(f"the containers on {left} are left as they are", "warn"))
+    # The token file is not needed by running containers (compose read it at
+    # creation): remove it while the tiers stop. --purge waits for the containers,
+    # since images in use cannot be removed.
+    cleaned: list[bool] = []
+    cleaner = threading.Thread(
+        target=lambda: cleaned.append(clean_files(hosts, inv, plan, False, emit)),
+        daemon=True,
+    )
+    if not opts.purge:
+        cleaner.start()
+    removed, errors = teardown(hosts, plan.deployment, emit, token)
+    failed_any |= errors
+    token.check()
+    # an interrupted run's staging or seed server (labelled by pdboot as its own)
+    oneshot_errors = remove_oneshots(inv, hosts)
+    report_errors(emit, "cannot remove the staging containers on", oneshot_errors)
+    failed_any |= bool(oneshot_errors)
+    if opts.purge:
+        token.check()  # a lost lock: no purge
+        cleaned.append(clean_files(hosts, inv, plan, True, emit))
+    else:
+        cleaner.join(OP_DEADLINE)
+    failed_any |= not (cleaned and cleaned[0])
+    if removed == 0 and not failed_any:
+        frame.summary = "nothing of this deployment is running"
+    elif not failed_any:
+        frame.summary = f"removed {removed} container(s)"
+    return EXIT_FAILED if failed_any else EXIT_OK
 
 
-def teardown(hosts: Hosts, deployment: str, emit: Emit) -> tuple[int, bool]:
-    """Remove this deployment's containers: router, prefill, decode. (count, any error)"""
+def teardown(
+    hosts: Hosts, deployment: str, emit: Emit, token: CancelToken = NEVER_CANCELLED
+) -> tuple[int, bool]:
+    """Remove this deployment's containers: router, prefill, decode. (count, any error)
+    ``token``: checked before each tier (a lost lock stops it there)."""
+    token.check()
     emit(StageStarted("teardown"))
     values, errors = hosts.each(lambda _h, link: link.engine.containers(deployment), OP_DEADLINE)
     report_errors(emit, "cannot list containers on", errors)
@@ -115,6 +108,7 @@ def teardown(hosts: Hosts, deployment: str, emit: Emit) -> tuple[int, bool]:
     removed = 0
     any_error = bool(errors)
     for role, batch in plan_down(deployment, observed):
+        token.check()
         any_error |= not stop_remove(hosts, batch, emit)
         removed += len(batch)
         emit(Stopped(role, tuple(o.key for o in batch)))

@@ -14,6 +14,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from pdboot.deploy.drain import DrainResult
+from pdboot.deploy.frame import NEVER_CANCELLED, Cancelled, CancelToken
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import (
     RouterApiError,
@@ -66,11 +67,12 @@ class Rollout:
         api: RouterWorkerApi,
         emit: Emit,
         addresses: Mapping[str, str],
+        token: CancelToken = NEVER_CANCELLED,
     ) -> None:
         """``addresses``: every inventory host's advertised address (a host that left its
         tier is not in the plan, and its engines' router URLs start with it)."""
         self.plan, self.roll, self.ops, self.api, self.emit = plan, roll, ops, api, emit
-        self.addresses = addresses
+        self.addresses, self.token = addresses, token
         # a router created or recreated in this roll registers every engine when it is up;
         # until then there is no (or no lasting) router to register with
         self.router_later = any(s.action == "router" for s in roll.steps)
@@ -78,10 +80,11 @@ class Rollout:
 
     def run(self) -> None:
         for step in self.roll.steps:
+            self.token.check()
             try:
                 self._step(step)
-            except KeyboardInterrupt:
-                raise
+            except (KeyboardInterrupt, Cancelled):
+                raise  # a lost lock: nothing further, not even re-registering
             except Exception:
                 self.stopped(step)
                 raise

@@ -51,6 +51,17 @@ class WorkerChange:
 _DP_RANK = re.compile(r"@\d+$")
 
 
+def _error_code(body: str) -> str:
+    """The router's machine-readable error code (``{"error": ..., "code":
+    "WORKER_NOT_FOUND"}``); "" when the body is not that JSON. Its message is never read."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    code = data.get("code") if isinstance(data, dict) else None
+    return code if isinstance(code, str) else ""
+
+
 def parse_workers(text: str) -> list[Worker]:
     """GET /workers' body -> its workers (anything unexpected is skipped, never guessed)."""
     try:
@@ -172,7 +183,7 @@ class RouterWorkerApi:
         )
         if a.ok:
             return True
-        if a.status in (400, 404) and "NOT_FOUND" in a.body:
+        if a.status in (400, 404) and _error_code(a.body).endswith("NOT_FOUND"):
             return False
         raise RouterApiError(f"deregister {url}: {a.describe()} {a.body[:200]}".strip())
 

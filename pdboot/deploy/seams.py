@@ -1,7 +1,8 @@
 """What the orchestrator needs from the outside world, as small interfaces.
 
 `up` and `down` take these as injection points, so a unit test can drive them with fake
-hosts, a fake engine, a fake HTTP function and a fake clock (tests/unit/deploy/test_orchestrator.py).
+hosts, a fake engine, a fake HTTP function and a fake clock
+(tests/unit/deploy/test_orchestrator.py).
 """
 
 from __future__ import annotations
@@ -10,12 +11,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from pdboot.events import Emit, HostErrors, Interrupted, Note
-from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED
+from pdboot.events import Emit, HostErrors
 from pdboot.inventory.schema import Inventory
 from pdboot.preflight.findings import RECORD_FILE, Findings, from_records
 from pdboot.transport import lock
-from pdboot.transport.connection import RemoteError
 from pdboot.transport.hosts import Hosts, open_hosts, project_dir
 
 OP_DEADLINE = 300.0  # compose up / stop of one host's services
@@ -81,43 +80,3 @@ def default_lock(
     inv: Inventory, operation: str, wait: bool, accept_new: bool, say: Callable[[str], None]
 ) -> HeldLock:
     return lock.take(inv, operation, wait=wait, say=say, accept_new_host_keys=accept_new)
-
-
-# SSH errors that mean "the host does not answer" (``connection.ErrorKind``): the only
-# ones `down` goes on without the lock for.
-UNANSWERED = ("unreachable", "timeout")
-
-
-def take_lock(
-    emit: Emit,
-    factory: LockFactory,
-    inv: Inventory,
-    operation: str,
-    *,
-    no_wait: bool,
-    accept_new: bool,
-) -> HeldLock | int | None:
-    """The deployment lock (see lock.py); the exit code when it cannot be had; None for
-    `down` when the lock's host does not answer (down removes what it can reach). Any other
-    SSH error of that host (a changed or unknown host key, refused credentials) stops
-    `down` as it stops `up`: a key that changed is a reason to stop, not to go on unlocked."""
-    try:
-        return factory(inv, operation, not no_wait, accept_new, lambda m: emit(Note(m, "warn")))
-    except lock.LockBusy as e:
-        emit(Note(f"error: {e}", "error"))
-    except RemoteError as e:
-        why = f"{e.message} (fix: {e.fix})" if e.fix else e.message
-        if operation == "down" and e.kind in UNANSWERED:
-            emit(
-                Note(
-                    f"the deployment lock's host {e.host} is unreachable ({why}); going on "
-                    "without the lock: what can be reached is removed",
-                    "warn",
-                )
-            )
-            return None
-        emit(Note(f"error: cannot take the deployment lock on {e.host}: {why}", "error"))
-    except KeyboardInterrupt:
-        emit(Interrupted(started=False))
-        return EXIT_INTERRUPTED
-    return EXIT_FAILED

@@ -5,18 +5,16 @@ moved branch asks the hub again unless an earlier `up` pinned it."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 
 from pdboot.deploy.actions import pull_all
-from pdboot.deploy.lockguard import under_lock
+from pdboot.deploy.frame import CancelToken, Frame, LockSpec, run_framed
 from pdboot.deploy.seams import (
     HostsFactory,
     LockFactory,
     default_hosts,
     default_lock,
     report_errors,
-    take_lock,
 )
 from pdboot.deploy.weights.staging import (
     engine_hosts,
@@ -24,8 +22,8 @@ from pdboot.deploy.weights.staging import (
     remove_oneshots,
     with_stage_image,
 )
-from pdboot.events import Done, Emit, Note, StageStarted
-from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from pdboot.events import Emit, Note, StageStarted
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.schema import Inventory
 from pdboot.transport.hosts import Hosts, SecretError, read_secrets, register_secrets
 from pdboot.transport.http import HttpFn, http
@@ -42,31 +40,22 @@ def stage(
     fetch: HttpFn = http,
     lock_factory: LockFactory = default_lock,
 ) -> int:
-    t0 = time.monotonic()
-    held = take_lock(
-        emit, lock_factory, inv, "stage", no_wait=no_wait, accept_new=accept_new_host_keys
+    """As `up`: under the deployment lock, a lost lock stops it with an error, Ctrl-C is
+    exit 130 (deploy/frame.py)."""
+    return run_framed(
+        "stage",
+        inv,
+        emit,
+        lambda frame: _stage(frame, refresh, fetch),
+        lock_spec=LockSpec(lock_factory, no_wait),
+        accept_new=accept_new_host_keys,
+        hosts_factory=hosts_factory,
+        summary=lambda code, took: f"staged in {took:.1f}s" if code == EXIT_OK else "",
     )
-    if isinstance(held, int) or held is None:
-        code = held or EXIT_FAILED
-    else:
-        try:  # as `up`: a lost lock stops it with an error (deploy/lockguard.py)
-            code = under_lock(emit, held, inv.router.host, "stage", lambda checked: _stage(
-                inv, checked, refresh, accept_new_host_keys, hosts_factory, fetch))  # fmt: skip
-        except KeyboardInterrupt:
-            code = EXIT_INTERRUPTED
-    took = time.monotonic() - t0
-    emit(Done("stage", code, took, f"staged in {took:.1f}s" if code == EXIT_OK else ""))
-    return code
 
 
-def _stage(
-    inv: Inventory,
-    emit: Emit,
-    refresh: bool,
-    accept_new: bool,
-    hosts_factory: HostsFactory,
-    fetch: HttpFn,
-) -> int:
+def _stage(frame: Frame, refresh: bool, fetch: HttpFn) -> int:
+    inv, emit = frame.inv, frame.emit
     try:
         secrets = read_secrets(inv) or None
     except SecretError as e:
@@ -74,17 +63,16 @@ def _stage(
         return EXIT_USAGE
     if secrets:
         register_secrets(secrets)
-    hosts = hosts_factory(inv, engine_hosts(inv), accept_new)
-    try:
-        return _on_hosts(inv, emit, refresh, hosts, fetch, secrets)
-    finally:  # Ctrl-C, or a host given up on: no staging or seed container is left
-        remove_oneshots(inv, hosts)
-        hosts.close()
+    # Ctrl-C, or a host given up on: no staging or seed container is left
+    frame.at_close(lambda hosts: remove_oneshots(inv, hosts))
+    hosts = frame.open(engine_hosts(inv))
+    return _on_hosts(inv, emit, frame.token, refresh, hosts, fetch, secrets)
 
 
 def _on_hosts(
     inv: Inventory,
     emit: Emit,
+    token: CancelToken,
     refresh: bool,
     hosts: Hosts,
     fetch: HttpFn,
@@ -93,18 +81,23 @@ def _on_hosts(
     if hosts.errors:
         report_errors(emit, "cannot reach", hosts.errors)
         return EXIT_FAILED
+    token.check()
     pinned = pin_weights(inv, hosts, fetch, secrets, emit, refresh)
     if pinned is None:
         return EXIT_FAILED
     if pinned.resolution is None:
         emit(Note("nothing to stage: a local model path, or weights.stage is false"))
         return EXIT_OK
-    then = pinned.after_pull(secrets, emit)  # staging, or seeding from the first host
+    token.check()
+    # staging, or seeding from the first host: its thread stops at its next report once the
+    # lock is lost
+    then = pinned.after_pull(secrets, token.checking(emit))
     wanted = {h: [inv.image] for h in engine_hosts(inv)}
     if then is not None:  # the staging image first: staging overlaps the engine image's pull
         wanted = with_stage_image(wanted, then[0], inv)
     emit(StageStarted("pull", tuple(f"{h}: {inv.image}" for h in wanted)))
-    errors = pull_all(hosts, wanted, emit, inv.timeouts.pull_seconds, then)
+    errors = pull_all(hosts, wanted, emit, inv.timeouts.pull_seconds, then, token=token)
+    token.check()  # a host's pull stopped by a lost lock is not a failed staging
     if errors:
         report_errors(emit, "staging failed on", errors)
         return EXIT_FAILED

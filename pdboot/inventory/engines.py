@@ -170,15 +170,21 @@ def engines(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> list
     return out
 
 
-def unresolved(inv: Inventory, gpu_counts: Mapping[str, int] | None = None) -> list[str]:
-    """Hosts whose engine count needs preflight's GPU count, in words (empty: none)."""
+def unresolved_on(
+    inv: Inventory, gpu_counts: Mapping[str, int] | None = None
+) -> list[tuple[str, str]]:
+    """Hosts whose engine count needs preflight's GPU count: (host, the line in words);
+    empty: none."""
     counts = gpu_counts or {}
     out = []
     for role, tier in inv.tiers():
         if is_auto(tier):
             out += [
-                f"{role} on {h}: engines_per_host: all needs preflight's GPU count "
-                f"(assumed {AUTO_ASSUMED_GPUS} GPUs here)"
+                (
+                    h,
+                    f"{role} on {h}: engines_per_host: all needs preflight's GPU count "
+                    f"(assumed {AUTO_ASSUMED_GPUS} GPUs here)",
+                )
                 for h in tier.hosts
                 if h not in counts
             ]

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from pdboot.inventory.cpu_layout import CPU_DTYPE, engine_cores, flag_value, threads_bind
 from pdboot.inventory.dp import router_dp_size
-from pdboot.inventory.engines import EngineNic, EngineSpec, engines, unresolved
+from pdboot.inventory.engines import EngineNic, EngineSpec, engines, unresolved_on
 from pdboot.inventory.rules import (
     advertised_address,
     deployment_hosts,
@@ -438,6 +438,7 @@ def build_plan(inv: Inventory, facts: PlanFacts | None = None) -> Plan:
             project=project_name(inv),
             services=tuple(s for s in every if s.host == name),
         )
+    needs = unresolved_on(inv, f.gpu_counts)
     return Plan(
         deployment=inv.name,
         model=inv.model,
@@ -448,7 +449,8 @@ def build_plan(inv: Inventory, facts: PlanFacts | None = None) -> Plan:
         router=router,
         proxy=proxy,
         hf_token_ref=inv.secrets.hf_token,
-        unresolved=tuple(unresolved(inv, f.gpu_counts)),
+        unresolved=tuple(line for _h, line in needs),
+        unresolved_on=tuple(needs),
         device=inv.device,
         kv_cache_gib=inv.cpu.kv_cache_gib if inv.device == "cpu" else 0,
         watch=watch,

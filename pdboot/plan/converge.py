@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import Literal
 
 from pdboot.inventory.engines import engine_name
@@ -90,12 +91,27 @@ class Observed:
         return self.state in ("running", "restarting")
 
 
+class Cause(Enum):
+    """Why a step does what it does, as a value: decisions read this, the reason says it
+    in words (rolling.py restarts rather than replaces on NIXL_STATE)."""
+
+    NOT_RUNNING = "not running"  # no container: create
+    DUPLICATES = "duplicates"  # more than one container for the service
+    CONFIG_CHANGED = "config changed"  # the config hash label differs
+    WORKERS_RESTARTED = "workers restarted"  # a static-list router whose engines changed
+    STOPPED = "stopped"  # the container is not running (exited, created, ...)
+    DP_TIER = "dp tier"  # its data-parallel tier restarts as a whole
+    NIXL_STATE = "nixl state"  # a decode holding NIXL state for a prefill that restarts
+    SAME = "same"  # running with the same configuration: unchanged
+
+
 @dataclass(frozen=True)
 class Step:
     service: Service
     kind: StepKind
     reason: str
     current: Observed | None = None
+    cause: Cause = Cause.SAME
 
 
 def owned(observed: Iterable[Observed], deployment: str) -> list[Observed]:
@@ -132,17 +148,19 @@ def plan_up(plan: Plan, observed: Iterable[Observed], *, live: bool = False) -> 
 
 def _step(svc: Service, found: Sequence[Observed], workers_changed: bool) -> Step:
     if not found:
-        return Step(svc, "create", "not running")
+        return Step(svc, "create", "not running", cause=Cause.NOT_RUNNING)
     cur = found[0]
     if len(found) > 1:
-        return Step(svc, "recreate", f"{len(found)} containers found, expected one", cur)
+        why = f"{len(found)} containers found, expected one"
+        return Step(svc, "recreate", why, cur, Cause.DUPLICATES)
     if cur.config_hash != svc.config_hash:
-        return Step(svc, "recreate", f"configuration changed: {config_changes(svc, cur)}", cur)
+        why = f"configuration changed: {config_changes(svc, cur)}"
+        return Step(svc, "recreate", why, cur, Cause.CONFIG_CHANGED)
     if workers_changed:
-        return Step(svc, "recreate", "its workers were (re)started", cur)
+        return Step(svc, "recreate", "its workers were (re)started", cur, Cause.WORKERS_RESTARTED)
     if cur.state != "running":
         code = f", exit code {cur.exit_code}" if cur.exit_code is not None else ""
-        return Step(svc, "recreate", f"container is {cur.state}{code}", cur)
+        return Step(svc, "recreate", f"container is {cur.state}{code}", cur, Cause.STOPPED)
     return Step(svc, "unchanged", "running with the same configuration", cur)
 
 
@@ -160,7 +178,7 @@ def _whole_dp_tiers(steps: list[Step]) -> list[Step]:
             s = out[i]
             if s.kind == "unchanged":
                 why = f"its data-parallel tier restarts ({', '.join(changed)} changed)"
-                out[i] = Step(s.service, "recreate", why, s.current)
+                out[i] = Step(s.service, "recreate", why, s.current, Cause.DP_TIER)
     return out
 
 
@@ -216,6 +234,7 @@ def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:
                 "recreate",
                 f"{why}: drops NIXL state held for the old prefill",
                 d.current,
+                Cause.NIXL_STATE,
             )
         )
     return out
@@ -235,7 +254,8 @@ def with_restarts(
             if s.service.key in by_key:
                 s = by_key[s.service.key]
             elif restarts and s.service.role == "router" and s.kind == "unchanged" and not live:
-                s = Step(s.service, "recreate", "its workers were (re)started", s.current)
+                why = "its workers were (re)started"
+                s = Step(s.service, "recreate", why, s.current, Cause.WORKERS_RESTARTED)
             new.append(s)
         out.append(new)
     return out

@@ -177,6 +177,7 @@ class Plan:
     # What this plan had to assume without preflight's facts, in words (render says so;
     # `up` must not deploy an `engines_per_host: all` tier from an assumed GPU count).
     unresolved: tuple[str, ...] = ()
+    unresolved_on: tuple[tuple[str, str], ...] = ()  # the same lines as (host, line)
     device: str = "cuda"  # the inventory's: cuda, or cpu (render writes its notes)
     kv_cache_gib: int = 0  # device: cpu: VLLM_CPU_KVCACHE_SPACE of each engine
     watch: Service | None = None  # `pdboot watch` as a service beside the router (watch.image)

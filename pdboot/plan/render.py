@@ -116,7 +116,7 @@ def _engine_lines(plan: Plan, hp: HostPlan) -> list[str]:
             )
             if s.dp_ranks:
                 lines.append(f"#   {'':<10} data parallel: {_dp_note(s)}")
-    lines += [f"# Needs preflight's facts: {u}" for u in plan.unresolved if f" on {hp.host}:" in u]
+    lines += [f"# Needs preflight's facts: {u}" for h, u in plan.unresolved_on if h == hp.host]
     return lines if len(lines) > 1 else []
 
 

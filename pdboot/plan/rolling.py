@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pdboot.inventory.schema import TIERS
-from pdboot.plan.converge import Observed, Step
+from pdboot.plan.converge import Cause, Observed, Step
 from pdboot.plan.model import LABEL_DP_RANKS, Plan, Service
 
 RollAction = Literal["add", "remove", "replace", "restart", "router", "together"]
@@ -276,7 +276,7 @@ def _replace(b: _Builder, tier: str, unit: tuple[Step, ...], notes: list[str]) -
     if serving_now:
         during[tier] -= 1
     dp = bool(head.service.dp_role)
-    action: RollAction = "restart" if "NIXL state" in head.reason else "replace"
+    action: RollAction = "restart" if head.cause is Cause.NIXL_STATE else "replace"
     outage = ""
     if serving_now and during[tier] == 0:
         what = (

@@ -7,7 +7,7 @@ heartbeat was confirmed for ``LOST_AFTER_S``: a link flap, after which other run
 the lock over (``STALE_AFTER_S`` after the last beat, on the host's clock). The heartbeat
 reopens its connection after a failure (a watchdog-closed SSH connection never reopens
 itself) and beats again at once. ``lost_reason`` is what the orchestrators check before
-every further step (deploy/lockguard.py).
+every further step (through the cancellation token of deploy/frame.py).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_down_stops_when_the_lock_is_lost_at_once() -> None:
 
 
 def test_stage_stops_when_the_lock_is_lost_at_once() -> None:
-    # pdboot stage holds the lock as up does (deploy/stage.py through deploy/lockguard.py)
+    # pdboot stage holds the lock as up does (deploy/stage.py in the frame of deploy/frame.py)
     from pdboot.deploy.stage import stage
 
     world = World(inventory())

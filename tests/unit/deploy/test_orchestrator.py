@@ -8,7 +8,7 @@ from pdboot import events as ev
 from pdboot.deploy.down import DownOptions, down
 from pdboot.deploy.seams import PreflightOutcome
 from pdboot.deploy.up import up
-from pdboot.deploy.up_steps import UpOptions
+from pdboot.deploy.up_options import UpOptions
 from pdboot.inventory.schema import Inventory
 from tests.unit.orchestrator_fakes import CAPS, Recorder, World, inventory
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pdboot import events as ev
 from pdboot.deploy.router_api import plan_workers
-from pdboot.deploy.up_steps import UpOptions
+from pdboot.deploy.up_options import UpOptions
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from tests.unit.builders import inventory

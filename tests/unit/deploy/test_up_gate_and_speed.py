@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pdboot import events as ev
-from pdboot.deploy.up_steps import UpOptions
+from pdboot.deploy.up_options import UpOptions
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.plan.build import build_plan
 from pdboot.preflight.findings import from_preflight

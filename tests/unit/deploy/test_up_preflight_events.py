@@ -12,7 +12,7 @@ from rich.console import Console
 from pdboot import events as ev
 from pdboot.deploy.preflight_gate import preflight_events, preflight_gate
 from pdboot.deploy.up import up
-from pdboot.deploy.up_steps import UpOptions
+from pdboot.deploy.up_options import UpOptions
 from pdboot.inventory.schema import Inventory
 from pdboot.preflight.checks import CheckResult
 from pdboot.preflight.run import HostReport, PreflightResult

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pdboot import events as ev
 from pdboot.deploy.seams import PreflightOutcome
 from pdboot.deploy.up import up
-from pdboot.deploy.up_steps import UpOptions
+from pdboot.deploy.up_options import UpOptions
 from pdboot.plan.build import build_plan
 from pdboot.plan.facts import PlanFacts
 from pdboot.preflight import ucx_probe as u

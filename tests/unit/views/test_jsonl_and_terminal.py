@@ -92,7 +92,7 @@ def test_terminal_view_in_a_log_prints_the_finished_lines() -> None:
 
 def test_terminal_view_on_a_terminal_runs_bars_and_live_table_through_a_real_up() -> None:
     from pdboot.deploy.up import up
-    from pdboot.deploy.up_steps import UpOptions
+    from pdboot.deploy.up_options import UpOptions
     from tests.unit.orchestrator_fakes import World, inventory
 
     console = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)

@@ -1,0 +1,221 @@
+"""The services of a deployment on its hosts: start, wait (for /health, or for the router
+to list every engine), stop, observe, drain. The small protocol `up`'s converger
+(converger.py) and the rollout (rollout.py's RollOps) drive; each step checks the run's
+cancellation token first and emits what it did. A step that fails reports it and raises
+UpStopped."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pdboot.deploy.actions import start_all
+from pdboot.deploy.down import clean_files, stop_remove, teardown
+from pdboot.deploy.drain import DrainResult, drain
+from pdboot.deploy.frame import CancelToken
+from pdboot.deploy.readiness import Prober, find_container
+from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi, plan_workers
+from pdboot.deploy.seams import OP_DEADLINE, report_errors
+from pdboot.deploy.up_options import UpStopped
+from pdboot.deploy.waits import Clock, Tick, WaitError, WaitFailed, wait_all
+from pdboot.events import (
+    Emit,
+    Failure,
+    Note,
+    Rollback,
+    ServiceAction,
+    ServiceReady,
+    StageStarted,
+    TierReady,
+    WaitTick,
+)
+from pdboot.inventory.schema import Inventory
+from pdboot.plan.converge import Observed, Step
+from pdboot.plan.model import ENGINE_ROLES, Plan, Service
+from pdboot.transport.hosts import Hosts, project_dir
+from pdboot.transport.http import HttpFn
+from pdboot.verify.diagnose import diagnose
+from pdboot.verify.rootcause import READ_LINES, first_error
+
+LOG_LINES_ON_FAILURE = 50
+
+
+@dataclass(frozen=True)
+class Where:
+    """What the services' steps act on and report to."""
+
+    inv: Inventory
+    plan: Plan
+    hosts: Hosts
+    emit: Emit
+    token: CancelToken
+    fetch: HttpFn  # the router's worker API through admin.py's channel, the engines' /health
+    clock: Clock
+    live: bool  # router.live_workers: engines are registered through its worker API
+    rollback: bool  # --rollback: a failed wait removes this deployment's containers
+
+
+class ServiceOps:
+    """start/wait/stop/observe/drain over the hosts (rollout.RollOps)."""
+
+    def __init__(self, where: Where) -> None:
+        self.w = where
+        self.plan, self.hosts, self.emit, self.token = (
+            where.plan,
+            where.hosts,
+            where.emit,
+            where.token,
+        )
+        self.dir = project_dir(where.inv)
+        engines = {h: link.engine for h, link in where.hosts.links.items()}
+        self.prober = Prober(
+            where.plan, engines, {}, where.fetch, where.clock, relink=where.hosts.relink
+        )
+
+    # ---- observe, stop
+
+    def observe(self, only: Sequence[str] | None = None) -> list[Observed]:
+        self.token.check()
+        values, errors = self.hosts.each(
+            lambda _h, link: link.engine.containers(self.plan.deployment), OP_DEADLINE, only=only
+        )
+        self.token.check()
+        if errors:
+            report_errors(self.emit, "cannot list containers on", errors)
+            raise UpStopped
+        return [o for obs in values.values() for o in obs]
+
+    def stop(self, gone: list[Observed]) -> None:
+        """What the inventory no longer has: stopped and removed."""
+        if not gone:
+            return
+        self.token.check()
+        for o in gone:
+            self.emit(ServiceAction(o.key, "remove", "no longer in the inventory"))
+        stop_remove(self.hosts, gone, self.emit)
+
+    # ---- start and wait
+
+    def start(self, steps: list[Step]) -> None:
+        self.token.check()
+        self.emit(StageStarted("start", tuple(s.service.key for s in steps)))
+        errors = start_all(self.hosts, self.plan, self.dir, steps, self.emit)
+        self.token.check()
+        if errors:
+            report_errors(self.emit, "cannot start services on", errors)
+            raise UpStopped
+
+    def locate(self, services: Sequence[Service]) -> None:
+        """Each service's container, found by its labels (never by a built name)."""
+        observed = self.observe(sorted({s.host for s in services}))
+        for svc in services:
+            o = find_container(observed, self.plan.deployment, svc)
+            if o is not None:
+                self.prober.container_ids[svc.key] = o.id
+
+    def wait(self, services: list[Service], *, router: bool) -> None:
+        self.token.check()
+        self.locate(services)
+        t = self.w.inv.timeouts
+        if router:
+            engines = [s for s in self.plan.services() if s.is_engine]
+            register = self.register_all if self.w.live else None
+            if register is not None:
+                # a running router may still list engines that are gone (removed above);
+                # a router that does not answer yet is registered by its probe below
+                with contextlib.suppress(RouterApiError):
+                    register()
+            probes = {s.key: self.prober.router(s, engines, register) for s in services}
+            deadline = t.router_ready_seconds
+            what = "/health 200 and every engine in /workers"
+        else:
+            probes = {s.key: self.prober.engine(s) for s in services}
+            deadline = t.ready_seconds
+            what = "/health 200"
+        self.emit(StageStarted("wait", tuple(probes)))
+        announced: set[str] = set()
+        try:
+            took = wait_all(
+                probes,
+                what=what,
+                deadline=deadline,
+                interval=t.poll_interval_seconds,
+                clock=self.w.clock,
+                on_tick=lambda tick: self.on_tick(tick, announced),
+            )
+        except WaitError as e:
+            self.fail(next(s for s in services if s.key == e.key), e)
+            raise UpStopped from None
+        tiers = (
+            ("router",)
+            if router
+            else tuple(r for r in ENGINE_ROLES if any(s.role == r for s in services))
+        )
+        self.emit(TierReady(tiers, what, took))
+
+    def on_tick(self, t: Tick, announced: set[str]) -> None:
+        self.token.check()  # each poll of a wait is a step boundary: a lost lock stops it
+        for key, p in t.states.items():
+            if p.state == "ready" and key not in announced:
+                announced.add(key)
+                self.emit(ServiceReady(key, t.elapsed))
+        rows = tuple(self.prober.service_wait(k, p.state, p.detail) for k, p in t.states.items())
+        self.emit(WaitTick(t.elapsed, rows))
+
+    def fail(self, svc: Service, e: WaitError) -> None:
+        cid = self.prober.container_ids.get(svc.key)
+        try:
+            if cid is None:
+                raise LookupError(f"no container labelled {svc.key} found")
+            lines = self.hosts.links[svc.host].engine.logs(cid, tail=READ_LINES)
+        except Exception as le:  # still report the failure itself
+            lines = [f"(cannot read logs: {le})"]
+        known = diagnose({svc.key: lines})
+        self.emit(
+            Failure(
+                svc.key,
+                str(e),
+                isinstance(e, WaitFailed),
+                tuple(lines[-LOG_LINES_ON_FAILURE:]),
+                tuple(line for f in known for line in f.lines()),
+                first_error(lines),
+            )
+        )
+        self.token.check()  # a lost lock: nothing further, no rollback either
+        if self.w.rollback:
+            self.emit(Rollback("--rollback: removing this deployment's containers"))
+            teardown(self.hosts, self.plan.deployment, self.emit)
+            clean_files(self.hosts, self.w.inv, self.plan, False, self.emit)
+        else:
+            kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"
+            if e.probe.host_lost:
+                kind = "is out of reach (its host was lost)"
+            self.emit(
+                Note(
+                    f"{svc.key} {kind}; everything started is left in place for inspection "
+                    f"(`pdboot logs INVENTORY {svc.key}`; `pdboot down INVENTORY` removes it)"
+                )
+            )
+
+    # ---- the router's workers, an engine's drain
+
+    def router_api(self) -> RouterWorkerApi:
+        return RouterWorkerApi(self.plan.router.url, self.w.fetch)
+
+    def register_all(self) -> None:
+        """Live workers: the router's list made equal to the inventory's (a new router
+        knows no engine; this also removes what the inventory no longer has)."""
+        for c in self.router_api().sync(plan_workers(self.plan)):
+            self.emit(Note(f"router: {c.describe()}"))
+
+    def drain(self, url: str, pullers: Sequence[str]) -> DrainResult:
+        t = self.w.inv.timeouts
+        return drain(
+            url,
+            self.w.fetch,
+            self.w.clock,
+            timeout=t.drain_seconds,
+            interval=t.poll_interval_seconds,
+            pullers=pullers,
+        )
