@@ -25,13 +25,13 @@ from pdboot.preflight.args_cache import Cache
 from pdboot.preflight.checks import CheckResult
 from pdboot.preflight.image_args import (
     ARGS_ID,
-    FIX_PROBE,
     INSPECT_TIMEOUT_S,
     TIMEOUT_S,
     default_cache,
     engine_commands,
     image_id,
     judge,
+    not_run,
 )
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.masking import mask
@@ -130,11 +130,9 @@ class ArgsProbes:
             try:
                 self.results[host] = host_check(run, images, self.cache, self.timeout)
             except RemoteError as e:
-                msg = f"could not run the argument check: {e.kind}: {e.message}"
-                self.results[host] = [CheckResult(ARGS_ID, "fail", msg, FIX_PROBE)]
+                self.results[host] = [not_run(f"{e.kind}: {e.message}")]
             except Exception as e:  # a bug must not take down the other checks
-                msg = f"internal error in the argument check: {type(e).__name__}: {e}"
-                self.results[host] = [CheckResult(ARGS_ID, "fail", msg, FIX_PROBE)]
+                self.results[host] = [not_run(f"internal error: {type(e).__name__}: {e}")]
             finally:
                 holders.release()
 
@@ -149,8 +147,8 @@ class ArgsProbes:
         for host, t in self.threads.items():
             t.join(max(0.0, end - time.monotonic()))
             if t.is_alive():
-                msg = f"the image's parser did not answer within {self.timeout:.0f} s"
-                self.results[host] = [CheckResult(ARGS_ID, "fail", msg, FIX_PROBE)]
+                why = f"the image's parser did not answer within {self.timeout:.0f} s"
+                self.results[host] = [not_run(why)]
         return dict(self.results)
 
 

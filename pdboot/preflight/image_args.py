@@ -310,9 +310,13 @@ def image_args_check(
     values, errors = hosts.each(one, timeout + INSPECT_TIMEOUT_S + 30, only=engines)
     results = dict(values)
     for host, why in errors.items():
-        msg = f"could not run the argument check: {why}"
-        results[host] = [CheckResult(ARGS_ID, "fail", msg, FIX_PROBE)]
+        results[host] = [not_run(why)]
     return results
+
+
+def not_run(why: str) -> CheckResult:
+    """The check could not be made on a host (SSH, Docker, no answer in time)."""
+    return CheckResult(ARGS_ID, "fail", f"could not run the argument check: {why}", FIX_PROBE)
 
 
 __all__ = [
@@ -324,6 +328,7 @@ __all__ = [
     "image_args_check",
     "image_id",
     "judge",
+    "not_run",
     "offending",
     "parse",
     "verdicts",
