@@ -28,11 +28,14 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pdboot.plan.model import Plan
 from pdboot.preflight.args_cache import Cache, argv_key
 from pdboot.preflight.checks import CheckResult
-from pdboot.transport.hosts import Hosts, Link
+
+if TYPE_CHECKING:  # `up`'s types: preflight --json loads no Docker SDK (test_preflight_floor)
+    from pdboot.transport.hosts import Hosts, Link
 
 ARGS_ID = "docker.image_args"
 MARK = "PDBOOT_ARGS "
