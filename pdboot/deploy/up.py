@@ -68,7 +68,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, orphans, plan_up
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
-from pdboot.preflight import image_args, image_probe
+from pdboot.preflight import image_probe
 from pdboot.preflight.findings import (
     Findings,
     describe,
@@ -300,10 +300,8 @@ class _Up(ChangeSteps):
         if self.opts.skip_preflight:
             return
         self.emit(StageStarted("image_check"))
-        results = image_probe.image_caps_check(self.plan, self.hosts)
-        # the image's own `vllm serve` parser on every engine command (preflight/image_args.py)
-        for host, found in image_args.image_args_check(self.plan, self.hosts).items():
-            results.setdefault(host, []).extend(found)
+        # with the image's own `vllm serve` parser on every engine command, side by side
+        results = image_probe.image_checks(self.plan, self.hosts)
         for host in sorted(results):
             for r in results[host]:
                 self.emit(ImageCheck(host, r.id, r.status, r.message, r.fix))

@@ -28,14 +28,10 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pdboot.plan.model import Plan
 from pdboot.preflight.args_cache import Cache, argv_key
 from pdboot.preflight.checks import CheckResult
-
-if TYPE_CHECKING:  # `up`'s types: preflight --json loads no Docker SDK (test_preflight_floor)
-    from pdboot.transport.hosts import Hosts, Link
 
 ARGS_ID = "docker.image_args"
 MARK = "PDBOOT_ARGS "
@@ -296,27 +292,6 @@ def default_cache() -> Cache:
     return Cache.default(PROBE)
 
 
-def image_args_check(
-    plan: Plan, hosts: Hosts, timeout: float = TIMEOUT_S, cache: Cache | None = None
-) -> dict[str, list[CheckResult]]:
-    """host -> results (docker.image_args) for every engine host, one container per image
-    whose verdicts are not in the cache (``cache``: the default one on pdboot's machine)."""
-    engines = engine_commands(plan)
-    kept = cache or default_cache()
-
-    def one(host: str, link: Link) -> list[CheckResult]:
-        out: list[CheckResult] = []
-        for image in sorted(engines[host]):
-            out += judge(link.engine.run_once, image, engines[host][image], kept, timeout)
-        return out
-
-    values, errors = hosts.each(one, timeout + INSPECT_TIMEOUT_S + 30, only=engines)
-    results = dict(values)
-    for host, why in errors.items():
-        results[host] = [not_run(why)]
-    return results
-
-
 def not_run(why: str) -> CheckResult:
     """The check could not be made on a host (SSH, Docker, no answer in time)."""
     return CheckResult(ARGS_ID, "fail", f"could not run the argument check: {why}", FIX_PROBE)
@@ -328,7 +303,6 @@ __all__ = [
     "did_you_mean",
     "docker_argv",
     "engine_commands",
-    "image_args_check",
     "image_id",
     "judge",
     "not_run",
