@@ -22,6 +22,7 @@ for what is not there yet.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import re
@@ -272,7 +273,9 @@ def judge(
     result = parse(text, rc, time.monotonic() - t0)
     if cache is not None and iid and not (result.problem or result.error):
         errors = {tuple(a): result.refused.get(e, "") for e, a in commands.items()}
-        cache.store(iid, result.version, result.options, errors)
+        # a cache that cannot be written (read-only home, full disk) costs a rerun only
+        with contextlib.suppress(OSError):
+            cache.store(iid, result.version, result.options, errors)
     return verdicts(result, image, commands)
 
 

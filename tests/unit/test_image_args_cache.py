@@ -144,6 +144,14 @@ def test_a_new_version_under_an_id_drops_the_old_verdicts(tmp_path: Path) -> Non
     assert kept.lookup(IMAGE_ID, [["m", "--a"]]) is None
 
 
+def test_a_cache_that_cannot_be_written_still_gives_the_verdict(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    host = Host(IMAGE_ID)
+    (v,) = ia.judge(host.run, "img", CMDS, args_cache.Cache(blocked / "image-args", ia.PROBE))
+    assert v.status == "fail" and "refuses" in v.message and host.probes == 1
+
+
 @pytest.mark.parametrize("bad", ["", "sha256:../../etc", "sha256:XYZ"])
 def test_an_image_id_is_never_a_path(tmp_path: Path, bad: str) -> None:
     with pytest.raises(ValueError):
