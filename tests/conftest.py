@@ -14,8 +14,11 @@ packages missing). Under CI=true it fails instead: never a silent skip.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +27,19 @@ from tests.testbed.harness import HostSpec, Testbed, can_run
 
 SESSION_HOSTS = (HostSpec("decode"), HostSpec("prefill"), HostSpec("ingress"))
 _FIXTURES = {"testbed", "testbed_clean", "make_testbed"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pdboot's cache on this machine (the image parser's verdicts, preflight/args_cache.py):
+    one fresh directory per test process, so no test reads a verdict another run left, and
+    none writes into the user's ~/.cache. A test that needs its own sets PDBOOT_CACHE_DIR."""
+    os.environ["PDBOOT_CACHE_DIR"] = tempfile.mkdtemp(prefix="pdboot-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = os.environ.get("PDBOOT_CACHE_DIR")
+    if made and Path(made).name.startswith("pdboot-test-cache-"):
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks

@@ -41,7 +41,7 @@ from pdboot.plan.change_plan import ChangeOptions, change_plan
 from pdboot.plan.model import SECRETS_FILE, WATCH_SECRETS_FILE, Plan
 from pdboot.plan.proxy import proxy_files
 from pdboot.plan.watch.sidecar import watch_secrets_text
-from pdboot.preflight import image_args, image_probe, ucx_probe
+from pdboot.preflight import image_probe, ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
 from pdboot.transport.hosts import Hosts, api_key_headers, project_dir, secrets_env
 from pdboot.verify.kv_proof import prove_kv
@@ -152,10 +152,8 @@ class UpRun:
             return
         self.token.check()
         self.emit(StageStarted("image_check"))
-        results = image_probe.image_caps_check(self.plan, self.hosts)
-        # the image's own `vllm serve` parser on every engine command (preflight/image_args.py)
-        for host, found in image_args.image_args_check(self.plan, self.hosts).items():
-            results.setdefault(host, []).extend(found)
+        # with the image's own `vllm serve` parser on every engine command, side by side
+        results = image_probe.image_checks(self.plan, self.hosts)
         for host in sorted(results):
             for r in results[host]:
                 self.emit(ImageCheck(host, r.id, r.status, r.message, r.fix))

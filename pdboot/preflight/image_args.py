@@ -13,20 +13,26 @@ the serve subcommand is imported, so nothing asks CUDA), builds `vllm serve`'s p
 ``validate_parsed_serve_args``. It prints one line ``PDBOOT_ARGS {json}``: the image's vLLM
 version, its option strings (for a did-you-mean from the image's own list), and per engine
 the parser's error, if any. ``parse`` and ``verdicts`` are pure.
+
+``judge`` is the one path both `up` (after the pull) and preflight (an image already on the
+host, preflight/args_preflight.py) take: the image ID first, then the verdicts kept on
+pdboot's machine for that ID and those argv (preflight/args_cache.py), the container only
+for what is not there yet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pdboot.plan.model import Plan
+from pdboot.preflight.args_cache import Cache, argv_key
 from pdboot.preflight.checks import CheckResult
-from pdboot.transport.hosts import Hosts, Link
 
 ARGS_ID = "docker.image_args"
 MARK = "PDBOOT_ARGS "
@@ -112,6 +118,7 @@ class ImageArgs:
     problem: str = ""  # the probe did not answer at all
     seconds: float = 0.0  # the container's whole run, measured by pdboot
     import_s: float = 0.0  # of which importing the image's vLLM (the probe's own clock)
+    cached: str = ""  # when the verdicts were judged, if read from the cache
 
 
 def parse(output: str, rc: int = 0, seconds: float = 0.0) -> ImageArgs:
@@ -164,9 +171,11 @@ def verdicts(
 ) -> list[CheckResult]:
     """One result per refused engine (or one pass for the image), naming the engine, the
     argument, the image's vLLM version and a did-you-mean from the image's own options."""
-    took = f"{result.seconds:.1f} s" + (
+    took = f"parsed in {result.seconds:.1f} s" + (
         f", {result.import_s:.1f} s of it importing vLLM" if result.import_s else ""
     )
+    if result.cached:
+        took = f"the verdict cached on pdboot's machine, judged {result.cached}"
     if result.problem or result.error:
         why = result.problem or f"its vLLM cannot build the `vllm serve` parser: {result.error}"
         return [CheckResult(ARGS_ID, "fail", f"{image}: {why}", FIX_PROBE)]
@@ -183,7 +192,7 @@ def verdicts(
                 ARGS_ID,
                 "fail",
                 f"{engine}: the image's vLLM {version} refuses {named}({error}){hint} "
-                f"[{image}, parsed in {took}]",
+                f"[{image}, {took}]",
                 f"fix or remove {arg or 'that argument'} in the tier's extra_args, or use an "
                 f"image whose vLLM takes it (pdboot renders for the release the tag names)",
             )
@@ -207,28 +216,88 @@ FIX_PROBE = (
 )
 
 
-def image_args_check(
-    plan: Plan, hosts: Hosts, timeout: float = TIMEOUT_S
-) -> dict[str, list[CheckResult]]:
-    """host -> results (docker.image_args) for every engine host, one container per image."""
-    engines = {h: [s for s in hp.services if s.is_engine] for h, hp in plan.hosts.items()}
-    engines = {h: svcs for h, svcs in engines.items() if svcs}
+Run = Callable[[list[str], float], tuple[int, str]]  # argv, timeout -> (rc, output)
+INSPECT_TIMEOUT_S = 60.0
+_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
-    def one(host: str, link: Link) -> list[CheckResult]:
-        out: list[CheckResult] = []
-        for image in sorted({s.image for s in engines[host]}):
-            cmds = {f"{s.name}@{host}": s.command for s in engines[host] if s.image == image}
-            t0 = time.monotonic()
-            rc, text = link.engine.run_once(docker_argv(image, list(cmds.items())), timeout)
-            out += verdicts(parse(text, rc, time.monotonic() - t0), image, cmds)
-        return out
 
-    values, errors = hosts.each(one, timeout + 30, only=engines)
-    results = dict(values)
-    for host, why in errors.items():
-        msg = f"could not run the argument check: {why}"
-        results[host] = [CheckResult(ARGS_ID, "fail", msg, FIX_PROBE)]
-    return results
+def inspect_argv(image: str) -> list[str]:
+    return ["docker", "image", "inspect", "--format", "{{.Id}}", image]
+
+
+def image_id(run: Run, image: str) -> tuple[str, str]:
+    """(the image's ID, "") when the reference the plan uses is on the host; else ("", why):
+    "absent" when Docker says there is no such image, else its first line."""
+    rc, text = run(inspect_argv(image), INSPECT_TIMEOUT_S)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if rc == 0 and lines and _ID.fullmatch(lines[0]):
+        return lines[0], ""
+    if re.search(r"no such (image|object)", text, re.I):
+        return "", "absent"
+    return "", lines[0][:200] if lines else f"docker image inspect exited {rc}"
+
+
+def from_record(
+    cache: Cache, image_id_: str, commands: Mapping[str, Sequence[str]]
+) -> ImageArgs | None:
+    """The verdicts kept for this image ID and these argv, as the probe would answer."""
+    rec = cache.lookup(image_id_, list(commands.values()))
+    if rec is None:
+        return None
+    judged = {e: rec.verdicts[argv_key(a)] for e, a in commands.items()}
+    return ImageArgs(
+        version=rec.version,
+        options=rec.options,
+        refused={e: v.error for e, v in judged.items() if v.error},
+        cached=max(v.checked_at for v in judged.values()),
+    )
+
+
+def judge(
+    run: Run,
+    image: str,
+    commands: Mapping[str, Sequence[str]],
+    cache: Cache | None,
+    timeout: float = TIMEOUT_S,
+    known_id: str = "",
+) -> list[CheckResult]:
+    """The image's verdicts on ``commands`` (engine -> argv): from the cache when it holds
+    every argv for this image ID, else from the image's parser (then kept). ``known_id``:
+    the ID already read; else it is inspected here (no ID: no cache)."""
+    iid = known_id or (image_id(run, image)[0] if cache is not None else "")
+    cached = from_record(cache, iid, commands) if cache is not None and iid else None
+    if cached is not None:
+        return verdicts(cached, image, commands)
+    t0 = time.monotonic()
+    rc, text = run(docker_argv(image, list(commands.items())), timeout)
+    result = parse(text, rc, time.monotonic() - t0)
+    if cache is not None and iid and not (result.problem or result.error):
+        errors = {tuple(a): result.refused.get(e, "") for e, a in commands.items()}
+        # a cache that cannot be written (read-only home, full disk) costs a rerun only
+        with contextlib.suppress(OSError):
+            cache.store(iid, result.version, result.options, errors)
+    return verdicts(result, image, commands)
+
+
+def engine_commands(plan: Plan) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """host -> image -> engine (``name@host``) -> its rendered argv, for every engine host."""
+    out: dict[str, dict[str, dict[str, list[str]]]] = {}
+    for host, hp in plan.hosts.items():
+        for s in hp.services:
+            if s.is_engine:
+                out.setdefault(host, {}).setdefault(s.image, {})[f"{s.name}@{host}"] = list(
+                    s.command
+                )
+    return out
+
+
+def default_cache() -> Cache:
+    return Cache.default(PROBE)
+
+
+def not_run(why: str) -> CheckResult:
+    """The check could not be made on a host (SSH, Docker, no answer in time)."""
+    return CheckResult(ARGS_ID, "fail", f"could not run the argument check: {why}", FIX_PROBE)
 
 
 __all__ = [
@@ -236,7 +305,10 @@ __all__ = [
     "ImageArgs",
     "did_you_mean",
     "docker_argv",
-    "image_args_check",
+    "engine_commands",
+    "image_id",
+    "judge",
+    "not_run",
     "offending",
     "parse",
     "verdicts",

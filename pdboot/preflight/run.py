@@ -18,6 +18,7 @@ from pdboot.inventory.engines import EngineNic
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.weights.local import Listing
 from pdboot.preflight import registry
+from pdboot.preflight.args_preflight import ArgsProbes
 from pdboot.preflight.cascade import collapse
 from pdboot.preflight.checks import (
     AREAS,
@@ -45,6 +46,7 @@ from pdboot.preflight.checks import weights as weights_checks
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.contexts import contexts
 from pdboot.preflight.findings import from_preflight, plan_from
+from pdboot.preflight.image_args import ARGS_ID
 from pdboot.preflight.lookups import HubLookup, ImageLookups, with_hub_answer
 from pdboot.preflight.lookups import insecure_registries as insecure_registries
 from pdboot.preflight.lookups import with_lookup as with_lookup
@@ -333,6 +335,9 @@ def run_preflight(
         else ()
     )
 
+    # the image's own parser, where the image is on the host: its own thread per host
+    args = ArgsProbes.of(inv, selection.keep(CheckResult(ARGS_ID, "skip", "")))
+
     def one(name: str, ctx: HostContext) -> _Batch:
         conn = given.get(name)
         own = conn is None
@@ -342,14 +347,14 @@ def run_preflight(
             conn = connect(
                 name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
             )
+        done = args.start(name, conn, conn.close if own else None)
         try:
             script = batch_script(host_commands(ctx, selection))
             t0 = time.time()
             res = conn.run(["bash", "-s"], stdin=script)  # whatever the login shell is
             return res.stdout, t0, res.seconds
         finally:
-            if own:
-                conn.close()
+            done()
 
     settings = [effective_ssh(inv.ssh, inv.hosts[n]) for n in ctxs]
     deadline = max(s.connect_timeout + s.command_timeout for s in settings) + 10
@@ -365,6 +370,9 @@ def run_preflight(
     ctxs = {n: with_hub_answer(c, hub_answer) for n, c in ctxs.items()}
     reports, read = read_reports(outcomes, ctxs, looked)
     judge_reports(inv, reports, read, looked, selection)
+    for n, found in args.wait().items():
+        if n in reports and reports[n].reachable:
+            reports[n].checks += [r for r in found if selection.keep(r)]
     if selection.area_wanted("network") and "network.clock" not in selection.skip:
         offsets = {n: r.clock_offset for n, r in reports.items() if r.clock_offset is not None}
         for n, res in network_checks.evaluate_clocks(

@@ -453,6 +453,9 @@ class FakeEngine:
         return list(self.world.pulled_record.get(self.host, []))
 
     def run_once(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        if argv[:3] == ["docker", "image", "inspect"]:  # the argument check's image ID
+            self._call("inspect_id", argv[-1])
+            return 1, f"Error: No such image: {argv[-1]}"  # no ID: no cache
         if len(argv) > 1 and argv[-2] == image_args.PROBE:
             self._call("run_once_args", argv[-4])
             return self.world.args_probe
