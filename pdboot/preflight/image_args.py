@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pdboot.plan.model import Plan
+from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.preflight.checks import CheckResult
 from pdboot.transport.hosts import Hosts, Link
 
@@ -88,6 +89,13 @@ for name, argv in json.loads(sys.argv[1]):
         o["engines"][name] = text[-1] if text else "the parser exited"
     except BaseException as e:
         o["engines"][name] = "%s: %s" % (type(e).__name__, e)
+for where in ("vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata",
+              "vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector"):
+    try:  # a hash input of NIXL's handshake; after the parsing, so it never hides its answer
+        o["connector_version"] = str(__import__(where, fromlist=["x"]).NIXL_CONNECTOR_VERSION)
+        break
+    except BaseException:
+        pass
 o["total_s"] = round(time.monotonic() - t0, 2)
 print("PDBOOT_ARGS " + json.dumps(o), flush=True)
 """
@@ -106,6 +114,7 @@ def docker_argv(image: str, commands: Sequence[tuple[str, Sequence[str]]]) -> li
 @dataclass(frozen=True)
 class ImageArgs:
     version: str = ""
+    connector_version: str = ""  # NIXL_CONNECTOR_VERSION where the image's module has it
     options: tuple[str, ...] = ()
     refused: Mapping[str, str] = field(default_factory=dict)  # engine -> the parser's error
     error: str = ""  # the image's vLLM could not build its parser
@@ -126,6 +135,7 @@ def parse(output: str, rc: int = 0, seconds: float = 0.0) -> ImageArgs:
     engines = d.get("engines") if isinstance(d.get("engines"), dict) else {}
     return ImageArgs(
         version=str(d.get("version") or ""),
+        connector_version=str(d.get("connector_version") or ""),
         options=tuple(str(o) for o in d.get("options") or ()),
         refused={str(k): str(v) for k, v in engines.items() if v},
         error=str(d.get("error") or ""),
@@ -208,11 +218,16 @@ FIX_PROBE = (
 
 
 def image_args_check(
-    plan: Plan, hosts: Hosts, timeout: float = TIMEOUT_S
+    plan: Plan,
+    hosts: Hosts,
+    timeout: float = TIMEOUT_S,
+    versions: dict[str, ImageVersion] | None = None,
 ) -> dict[str, list[CheckResult]]:
-    """host -> results (docker.image_args) for every engine host, one container per image."""
+    """host -> results (docker.image_args) for every engine host, one container per image.
+    ``versions``, when given, gets image -> the vLLM and NIXL connector versions read."""
     engines = {h: [s for s in hp.services if s.is_engine] for h, hp in plan.hosts.items()}
     engines = {h: svcs for h, svcs in engines.items() if svcs}
+    read: dict[str, ImageVersion] = {}
 
     def one(host: str, link: Link) -> list[CheckResult]:
         out: list[CheckResult] = []
@@ -220,7 +235,10 @@ def image_args_check(
             cmds = {f"{s.name}@{host}": s.command for s in engines[host] if s.image == image}
             t0 = time.monotonic()
             rc, text = link.engine.run_once(docker_argv(image, list(cmds.items())), timeout)
-            out += verdicts(parse(text, rc, time.monotonic() - t0), image, cmds)
+            result = parse(text, rc, time.monotonic() - t0)
+            if result.version:  # one image, one build: any host's answer stands for all
+                read[image] = ImageVersion(result.version, result.connector_version)
+            out += verdicts(result, image, cmds)
         return out
 
     values, errors = hosts.each(one, timeout + 30, only=engines)
@@ -228,6 +246,8 @@ def image_args_check(
     for host, why in errors.items():
         msg = f"could not run the argument check: {why}"
         results[host] = [CheckResult(ARGS_ID, "fail", msg, FIX_PROBE)]
+    if versions is not None:
+        versions.update(read)
     return results
 
 
