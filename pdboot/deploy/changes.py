@@ -4,6 +4,7 @@ the hosts that left every tier (visited to find the engines left there)."""
 
 from __future__ import annotations
 
+from pdboot.deploy import versions
 from pdboot.deploy.rollout import emit_plan
 from pdboot.deploy.seams import OP_DEADLINE, HostsFactory, read_records, report_errors
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
@@ -68,6 +69,15 @@ def plan_only(
         observed = [o for obs in values.values() for o in obs]
         live = live_workers(inv)
         stages, roll = roll_plan(plan, observed, live=live, rolling=live and rolling)
+        if roll.rolling:  # which path, and why: a new build never rolls (versions.py)
+            steps = [s for st in stages for s in st]
+            images = versions.image_versions(hosts, steps, {})  # unpulled: unknown
+            path = versions.upgrade_path(
+                plan, stages, images, versions.running_versions(hosts, steps)
+            )
+            versions.emit_path(emit, path)
+            if path.kind == "outage":
+                stages, roll = roll_plan(plan, observed, live=live, rolling=False)
         emit(StageStarted("plan"))
         for steps in stages:
             for s in steps:

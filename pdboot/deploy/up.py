@@ -68,7 +68,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, Step, orphans, plan_up
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
-from pdboot.preflight import image_args, image_probe
+from pdboot.preflight import image_probe
 from pdboot.preflight.findings import (
     Findings,
     describe,
@@ -301,8 +301,8 @@ class _Up(ChangeSteps):
             return
         self.emit(StageStarted("image_check"))
         results = image_probe.image_caps_check(self.plan, self.hosts)
-        # the image's own `vllm serve` parser on every engine command (preflight/image_args.py)
-        for host, found in image_args.image_args_check(self.plan, self.hosts).items():
+        # the image's own `vllm serve` parser on every engine command, and its versions
+        for host, found in self.image_args().items():
             results.setdefault(host, []).extend(found)
         for host in sorted(results):
             for r in results[host]:

@@ -5,14 +5,16 @@ deploy.up._Up, which owns starting, waiting and the events around them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
+from pdboot.deploy import pair_guard, versions
 from pdboot.deploy.changes import action_reason, roll_plan
 from pdboot.deploy.down import stop_remove
 from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.readiness import Prober
-from pdboot.deploy.rollout import Rollout, emit_plan
+from pdboot.deploy.rollout import PairRefused, Rollout, emit_plan
 from pdboot.deploy.router_api import RouterWorkerApi, plan_workers
 from pdboot.deploy.waits import Clock
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
@@ -20,11 +22,14 @@ from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_restarts
 from pdboot.plan.model import WATCH_SECRETS_FILE, Plan, Service
+from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
+from pdboot.plan.rolling import RollStep
 from pdboot.plan.watch import watch_secrets_text
-from pdboot.preflight import ucx_probe
+from pdboot.preflight import image_args, ucx_probe
+from pdboot.preflight.checks import CheckResult
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
-from pdboot.transport.hosts import Hosts
+from pdboot.transport.hosts import Hosts, api_key_headers
 from pdboot.transport.http import HttpFn
 from pdboot.weights.stage import NOTHING_STAGED, Staging
 
@@ -75,6 +80,18 @@ class ChangeSteps:
     records: dict[str, str]  # host -> RDMA record text to ship
     findings: Findings = Findings({}, {}, "recorded")  # what the plan was built on
     prober: Prober
+    dir: str  # the compose project dir on every host
+    # host -> the compose.yaml that ran before this up (pair_guard), read as up ships
+    previous: Mapping[str, str] = MappingProxyType({})
+    versions: Mapping[str, ImageVersion] = MappingProxyType({})  # image -> what it holds
+
+    def image_args(self) -> dict[str, list[CheckResult]]:
+        """The image's own `vllm serve` parser on every engine command (image_args.py); the
+        vLLM and NIXL connector versions it reads are kept for the upgrade path."""
+        found: dict[str, ImageVersion] = {}
+        results = image_args.image_args_check(self.plan, self.hosts, versions=found)
+        self.versions = found
+        return results
 
     def check_ucx(self) -> bool:
         """After the image check: each engine's UCX backend as it will create it
@@ -107,6 +124,25 @@ class ChangeSteps:
     def observe(self, only: Sequence[str] | None = None) -> list[Observed]:
         raise NotImplementedError
 
+    def explain(self, context: str) -> None:
+        raise NotImplementedError
+
+    def pairs_ok(self, joining: list[Service], number: int) -> bool:
+        """Rollout's guard: every P/D pair the joining engines create moves KV."""
+        headers = api_key_headers(self.env.token or {})
+        return pair_guard.pairs_ok(
+            self.plan, self.env.fetch, headers, joining, self.emit, self.explain, number
+        )
+
+    def restore(self, step: RollStep) -> None:
+        """Undo a step whose pairs failed; the engines brought back are waited for."""
+        back = pair_guard.restore(
+            step, self.plan, self.hosts, self.dir, self.previous, self.observe(), self.emit
+        )
+        if back:
+            self.prober.container_ids.clear()
+            self.wait(back, router=False)
+
     def start_proxy(self, proxy: list[Step]) -> None:
         """The public endpoint (plan/proxy.py), once the router behind it serves every
         engine; an unchanged proxy keeps serving throughout."""
@@ -118,6 +154,10 @@ class ChangeSteps:
         """Host -> files beside compose.yaml: the weights pin, the proxy's nginx.conf and its
         key check (PRIVATE_FILES: 0600)."""
         out = {h: dict(files) for h, files in self.env.weights.pin_files().items()}
+        if self.live and self.opts.rolling:
+            self.previous = pair_guard.keep_previous(self.hosts, self.plan, self.dir)
+        for host, text in self.previous.items():  # what a failed pair brings back
+            out.setdefault(host, {})[pair_guard.PREVIOUS_COMPOSE] = text
         key = (self.env.token or {}).get("VLLM_API_KEY")
         here = out.setdefault(self.inv.router.host, {})
         here.update(proxy_files(self.inv, key, self.env.tls))
@@ -136,11 +176,23 @@ class ChangeSteps:
         """Live workers: the router stays, engines change one worker at a time
         (rolling.py's order, rollout.py's steps)."""
         stages, roll = roll_plan(self.plan, observed, live=True, rolling=True)
+        steps = [s for st in stages for s in st]
+        running = versions.running_versions(self.hosts, steps)
+        images = versions.image_versions(self.hosts, steps, self.versions)
+        path = versions.upgrade_path(self.plan, stages, images, running)
+        versions.emit_path(self.emit, path)
+        if path.kind == "outage":  # old and new builds must never pair: all at once
+            self.accept_outages([path.why])
+            self.recreate(observed)
+            return
         self.show_steps(stages)
         emit_plan(self.emit, roll)
         self.accept_outages(roll.outages)
         addresses = {h: advertised_address(spec) for h, spec in self.inv.hosts.items()}
-        Rollout(self.plan, roll, self, self.router_api(), self.emit, addresses).run()
+        try:
+            Rollout(self.plan, roll, self, self.router_api(), self.emit, addresses).run()
+        except PairRefused:
+            raise UpStopped from None
         if not any(s.action == "router" for s in roll.steps):
             self.wait([self.plan.router], router=True)  # every engine registered, healthy
 

@@ -104,6 +104,7 @@ def inventory(
     prefill: list[str] | None = None,
     decode: list[str] | None = None,
     decode_env: dict[str, str] | None = None,
+    prefill_env: dict[str, str] | None = None,
     live: bool = True,
 ) -> Path:
     env = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_REQUEST_SECONDS": REQUEST_SECONDS}
@@ -117,7 +118,7 @@ def inventory(
         overrides={
             "image": image,
             "router": {"live_workers": live},
-            "prefill": {"env": env},
+            "prefill": {"env": {**env, **(prefill_env or {})}},
             "decode": {"env": {**env, **(decode_env or {})}},
             "timeouts": {"drain_seconds": 30, "poll_interval_seconds": 0.2},
         },
