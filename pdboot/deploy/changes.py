@@ -75,8 +75,11 @@ def plan_only(
             path = versions.upgrade_path(
                 plan, stages, images, versions.running_versions(hosts, steps)
             )
-            versions.emit_path(emit, path)
-            if path.kind == "outage":
+            if versions.unread_build_only(path):
+                versions.emit_pending(emit, path)
+            else:
+                versions.emit_path(emit, path)
+            if path.kind == "outage" and not versions.unread_build_only(path):
                 stages, roll = roll_plan(plan, observed, live=live, rolling=False)
         emit(StageStarted("plan"))
         for steps in stages:

@@ -131,6 +131,26 @@ def upgrade_path(
     return choose(replaced_engines(steps), compat, blue, green, blue_green=False)
 
 
+def unread_build_only(path: UpgradePath) -> bool:
+    """The only differences are new images whose vLLM version is not known yet (`up --plan`
+    pulls nothing): the path depends on what `up` reads after the pull."""
+    diffs = path.compat.differences
+    return bool(diffs) and all(d.factor == "vllm_version" and d.new == UNKNOWN for d in diffs)
+
+
+def emit_pending(emit: Emit, path: UpgradePath) -> None:
+    olds = sorted({d.old for d in path.compat.differences})
+    emit(
+        Note(
+            "upgrade path: roll engine by engine if the new image holds the build that runs "
+            f"(vLLM {', '.join(olds)}); `up` reads its version after the pull, and a new "
+            "build is never rolled: every engine is then replaced at once (an outage, asked "
+            "first; --yes accepts it)",
+            "warn",
+        )
+    )
+
+
 def emit_path(emit: Emit, path: UpgradePath) -> None:
     """The path and why; the phases of a path that is not a roll (a roll's are its steps)."""
     if path.kind == "none":
@@ -158,10 +178,12 @@ def emit_path(emit: Emit, path: UpgradePath) -> None:
 
 __all__ = [
     "emit_path",
+    "emit_pending",
     "exec_argv",
     "image_versions",
     "parse",
     "run_argv",
     "running_versions",
+    "unread_build_only",
     "upgrade_path",
 ]

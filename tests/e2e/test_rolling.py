@@ -45,6 +45,9 @@ def settled(inv: Path) -> tuple[bool, str]:
     return code == 0, text
 
 
+KINDS = ("create", "recreate", "unchanged", "remove")
+
+
 def pair_refused_is_undone(tb: Any, path: Path) -> None:
     """Issue 29, defence in depth: a change pdboot counts as compatible (an environment
     variable) that still changes NIXL's compatibility hash (the stand-in hashes the version
@@ -67,8 +70,10 @@ def pair_refused_is_undone(tb: Any, path: Path) -> None:
     # what runs is the inventory before the refused change: the old prefill is back (the
     # decodes, which met a restarted prefill, are due the usual NIXL-state restart)
     _, text = plan(path)
-    rows = [
-        ln.split() for ln in text.splitlines() if ln.strip().startswith(("prefill@", "decode@"))
+    rows = [  # the converge table: service, action, reason
+        r
+        for r in (ln.split() for ln in text.splitlines())
+        if len(r) > 1 and r[0].startswith(("prefill@", "decode@")) and r[1] in KINDS
     ]
     assert rows and all(r[1] == "unchanged" for r in rows if r[0].startswith("prefill@")), text
     assert all("NIXL state" in " ".join(r) for r in rows if r[1] != "unchanged"), text

@@ -339,3 +339,14 @@ def test_plan_says_which_path_and_why() -> None:
     assert any("phase 1:" in n and "ENDPOINT DOWN" in n for n in notes), notes
     assert next(s.action for s in rec.of(ev.RollPlanned)) == "together"
     assert not [c for c in world.calls if c[0] in ("pull", "ship", "compose_up", "stop_remove")]
+
+
+def test_plan_with_an_image_not_pulled_yet_shows_the_roll_and_the_condition() -> None:
+    world = deployed()
+    world.image_version = ""  # `up --plan` pulls nothing: the new image cannot answer
+    world.inv = inv("v0.33.0-rebuild")
+    code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert code == 2
+    assert any("roll engine by engine if the new image holds" in n for n in notes), notes
+    assert {s.action for s in rec.of(ev.RollPlanned)} == {"replace"}
