@@ -187,7 +187,9 @@ class ChangeSteps:
             self.emit(Note(f"router: {c.describe()}"))
 
     def router_api(self) -> RouterWorkerApi:
-        return RouterWorkerApi(self.plan.router.url, self.env.fetch)
+        return RouterWorkerApi(
+            self.plan.router.url, self.env.fetch, model_id=self.plan.served_model_name
+        )
 
     def drain(self, url: str, pullers: Sequence[str]) -> DrainResult:
         t = self.inv.timeouts
