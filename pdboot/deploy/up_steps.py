@@ -14,6 +14,7 @@ from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.readiness import Prober
 from pdboot.deploy.rollout import Rollout, emit_plan
 from pdboot.deploy.router_api import RouterWorkerApi, plan_workers
+from pdboot.deploy.router_swap import RouterSwapError, SwapContext, move_router
 from pdboot.deploy.waits import Clock
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.inventory.rules import advertised_address
@@ -21,6 +22,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_restarts
 from pdboot.plan.model import WATCH_SECRETS_FILE, Plan, Service
 from pdboot.plan.proxy import proxy_files
+from pdboot.plan.rolling import RollPlan
 from pdboot.plan.watch import watch_secrets_text
 from pdboot.preflight import ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
@@ -126,17 +128,17 @@ class ChangeSteps:
             here[WATCH_SECRETS_FILE] = watch_env
         return out
 
-    def show_steps(self, stages: list[list[Step]]) -> None:
+    def show_steps(self, stages: list[list[Step]], roll: RollPlan | None = None) -> None:
         self.emit(StageStarted("converge"))
         for steps in stages:
             for s in steps:
-                self.emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
+                self.emit(ServiceAction(s.service.key, s.kind, action_reason(s, roll)))
 
     def roll(self, observed: list[Observed]) -> None:
         """Live workers: the router stays, engines change one worker at a time
         (rolling.py's order, rollout.py's steps)."""
         stages, roll = roll_plan(self.plan, observed, live=True, rolling=True)
-        self.show_steps(stages)
+        self.show_steps(stages, roll)
         emit_plan(self.emit, roll)
         self.accept_outages(roll.outages)
         addresses = {h: advertised_address(spec) for h, spec in self.inv.hosts.items()}
@@ -185,6 +187,25 @@ class ChangeSteps:
         knows no engine; this also removes what the inventory no longer has)."""
         for c in self.router_api().sync(plan_workers(self.plan)):
             self.emit(Note(f"router: {c.describe()}"))
+
+    def swap_router(self) -> None:
+        """The router's settings changed: swapped with no outage (router_swap.py), the
+        new settings from the compose.yaml `up` shipped."""
+        ctx = SwapContext(
+            self.inv,
+            self.plan,
+            self.hosts,
+            self.env.fetch,
+            self.emit,
+            plan_workers(self.plan),
+            self.plan.served_model_name,
+            clock=self.env.clock,
+        )
+        try:
+            move_router(ctx)
+        except RouterSwapError as e:
+            self.emit(Note(f"error: {e}", "error"))
+            raise UpStopped from e
 
     def router_api(self) -> RouterWorkerApi:
         return RouterWorkerApi(

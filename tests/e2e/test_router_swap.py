@@ -1,5 +1,7 @@
 """Issue 28, point 6: the router swapped with no outage, on the testbed (real sshd, dockerd,
-Compose, vllm-router 0.1.17, nginx; stand-in engines).
+Compose, vllm-router 0.1.17, nginx; stand-in engines). Then `up` with a router policy change
+under a client loop: `up --plan` says the router is swapped, no request fails, the proxy is
+the same container.
 
 The primitive (deploy/router_swap.py) under a client loop: a new router beside the old on
 the spare loopback port, every worker registered, the proxy moved by a graceful reload, the
@@ -21,7 +23,7 @@ from pdboot.inventory.load import load_inventory
 from pdboot.plan.build import build_plan
 from pdboot.transport.hosts import open_hosts
 from pdboot.transport.http import http
-from tests.testbed.rolling_load import ClientLoop, inventory, pdboot
+from tests.testbed.rolling_load import ClientLoop, change_under_load, inventory, pdboot
 from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -84,6 +86,26 @@ def test_the_swap_primitive_moves_the_router_under_load(make_testbed: Any, tmp_p
         "exec", "pdboot-roll-proxy", "sh", "-c", "read -r l < /tmp/pdboot-route.conf; echo $l"
     )
     assert route.stdout.strip() == "set $pdboot_upstream pdboot_router;", route
+
+    # `up` with a router policy change swaps it: --plan says so, the loop loses nothing
+    inventory(tb, path, prefill=["p1"], decode=["d1", "d2"], decode_policy="round_robin")
+    shown = pdboot("up", str(path), "--plan", "--detailed-exitcode")
+    text = shown.stdout + shown.stderr
+    assert shown.returncode == 2, text
+    assert "swapped with no outage" in text and "swap: the new router starts beside" in text, text
+    assert "ENDPOINT DOWN" not in text and "endpoint up" in text, text
+    proxy = containers(tb)["pdboot-roll-proxy"]
+    case = change_under_load(tb, "policy", "rolling", path, ["--skip-preflight"])
+    assert case.rc == 0, case.output
+    assert case.failed == 0 and case.served >= 20, (case.errors, case.output)
+    assert "router swap: the proxy forwards to pdboot-roll-router-swap" in case.output
+    assert "decode pulled the KV cache from a prefill engine" in case.output, case.output
+    now = containers(tb)
+    assert now["pdboot-roll-proxy"] == proxy and "pdboot-roll-router-swap" not in now, now
+    cmd = tb.hosts["p1"].docker("inspect", "--format", "{{json .Config.Cmd}}", "pdboot-roll-router")
+    assert '"--policy","round_robin"' in cmd.stdout, cmd.stdout
+    assert pdboot("up", str(path), "--plan", "--detailed-exitcode").returncode == 0
+    plan = build_plan(load_inventory(path))
 
     # move_router does both moves; down removes a spare left by an interrupted swap too
     hosts = open_hosts(inv, [plan.router.host])
