@@ -4,6 +4,8 @@ the hosts that left every tier (visited to find the engines left there)."""
 
 from __future__ import annotations
 
+import os
+
 from pdboot.deploy import versions
 from pdboot.deploy.rollout import emit_plan
 from pdboot.deploy.seams import OP_DEADLINE, HostsFactory, read_records, report_errors
@@ -23,20 +25,28 @@ from pdboot.weights.stage import as_recorded
 def roll_plan(
     plan: Plan, observed: list[Observed], *, live: bool, rolling: bool
 ) -> tuple[list[list[Step]], RollPlan]:
-    """Converge's steps (as `up` shows them) and the roll steps, from what runs (pure)."""
+    """Converge's steps (as `up` shows them) and the roll steps, from what runs (pure but
+    for ROUTER_RECREATE_ENV). A rolling change of the router swaps it (router_swap.py)."""
     first = plan_up(plan, observed, live=live)
     restarts = decode_restarts(first)
     stages = with_restarts(first, restarts, live=live)
-    return stages, plan_roll(plan, first, restarts, orphans(plan, observed), rolling=rolling)
+    swap = live and rolling and os.environ.get(ROUTER_RECREATE_ENV, "") != "1"
+    gone = orphans(plan, observed)
+    return stages, plan_roll(plan, first, restarts, gone, rolling=rolling, swap=swap)
 
 
+# Internal, for bench/rolling.py's baseline only: "1" makes a router change recreate the
+# router (the outage of before issue 28) instead of swapping it.
+ROUTER_RECREATE_ENV = "PDBOOT_BENCH_ROUTER_RECREATE"
 ROUTER_OUTAGE = "a short outage: the endpoint refuses connections until the new router answers"
+ROUTER_SWAP = "swapped with no outage: a new router beside the old, then the proxy moves"
 
 
-def action_reason(s: Step) -> str:
-    """The converge table's reason; a router recreate says what it costs."""
+def action_reason(s: Step, roll: RollPlan | None = None) -> str:
+    """The converge table's reason; a router change says what it costs."""
     if s.service.role == "router" and s.kind == "recreate":
-        return f"{s.reason}; {ROUTER_OUTAGE}"
+        swap = roll is not None and roll.router_swap
+        return f"{s.reason}; {ROUTER_SWAP if swap else ROUTER_OUTAGE}"
     return s.reason
 
 
@@ -84,7 +94,7 @@ def plan_only(
         emit(StageStarted("plan"))
         for steps in stages:
             for s in steps:
-                emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
+                emit(ServiceAction(s.service.key, s.kind, action_reason(s, roll)))
         emit_plan(emit, roll)
         for line in roll.notes:
             emit(Note(line, "warn"))

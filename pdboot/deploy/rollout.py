@@ -39,6 +39,8 @@ class RollOps(Protocol):
 
     def observe(self, only: Sequence[str] | None = None) -> list[Observed]: ...
 
+    def swap_router(self) -> None: ...
+
     def pairs_ok(self, joining: list[Service], number: int) -> bool: ...
 
     def restore(self, step: RollStep) -> None: ...
@@ -81,7 +83,8 @@ class Rollout:
         self.addresses = addresses
         # a router created or recreated in this roll registers every engine when it is up;
         # until then there is no (or no lasting) router to register with
-        self.router_later = any(s.action == "router" for s in roll.steps)
+        # (a swapped router is not: the old one serves, and takes the changes, until then)
+        self.router_later = not roll.router_swap and any(s.action == "router" for s in roll.steps)
         self.decodes = [s.url for s in plan.services() if s.role == "decode" and not s.headless]
         self.restored: set[str] = set()  # engines brought back in their old configuration
 
@@ -124,8 +127,12 @@ class Rollout:
                 self._register(step.number, svc)
 
     def _router(self, step: RollStep) -> None:
-        """`up`'s router wait registers every engine once the new router answers /health."""
-        self.ops.start(list(step.steps))
+        """`up`'s router wait registers every engine once the new router answers /health;
+        a swap registers them on the new router before the proxy moves to it."""
+        if self.roll.router_swap:
+            self.ops.swap_router()
+        else:
+            self.ops.start(list(step.steps))
         self.ops.wait([step.steps[0].service], router=True)
 
     def _take_out(self, number: int, url: str, role: str) -> None:

@@ -16,6 +16,7 @@ from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.readiness import Prober
 from pdboot.deploy.rollout import PairRefused, Rollout, emit_plan
 from pdboot.deploy.router_api import RouterWorkerApi, plan_workers
+from pdboot.deploy.router_swap import RouterSwapError, SwapContext, move_router
 from pdboot.deploy.waits import Clock
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.inventory.rules import advertised_address
@@ -24,7 +25,7 @@ from pdboot.plan.converge import Observed, Step, decode_restarts, plan_up, with_
 from pdboot.plan.model import WATCH_SECRETS_FILE, Plan, Service
 from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
-from pdboot.plan.rolling import RollStep
+from pdboot.plan.rolling import RollPlan, RollStep
 from pdboot.plan.watch import watch_secrets_text
 from pdboot.preflight import image_args, ucx_probe
 from pdboot.preflight.checks import CheckResult
@@ -166,11 +167,11 @@ class ChangeSteps:
             here[WATCH_SECRETS_FILE] = watch_env
         return out
 
-    def show_steps(self, stages: list[list[Step]]) -> None:
+    def show_steps(self, stages: list[list[Step]], roll: RollPlan | None = None) -> None:
         self.emit(StageStarted("converge"))
         for steps in stages:
             for s in steps:
-                self.emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
+                self.emit(ServiceAction(s.service.key, s.kind, action_reason(s, roll)))
 
     def roll(self, observed: list[Observed]) -> None:
         """Live workers: the router stays, engines change one worker at a time
@@ -185,7 +186,7 @@ class ChangeSteps:
             self.accept_outages([path.why])
             self.recreate(observed)
             return
-        self.show_steps(stages)
+        self.show_steps(stages, roll)
         emit_plan(self.emit, roll)
         self.accept_outages(roll.outages)
         addresses = {h: advertised_address(spec) for h, spec in self.inv.hosts.items()}
@@ -238,8 +239,29 @@ class ChangeSteps:
         for c in self.router_api().sync(plan_workers(self.plan)):
             self.emit(Note(f"router: {c.describe()}"))
 
+    def swap_router(self) -> None:
+        """The router's settings changed: swapped with no outage (router_swap.py), the
+        new settings from the compose.yaml `up` shipped."""
+        ctx = SwapContext(
+            self.inv,
+            self.plan,
+            self.hosts,
+            self.env.fetch,
+            self.emit,
+            plan_workers(self.plan),
+            self.plan.served_model_name,
+            clock=self.env.clock,
+        )
+        try:
+            move_router(ctx)
+        except RouterSwapError as e:
+            self.emit(Note(f"error: {e}", "error"))
+            raise UpStopped from e
+
     def router_api(self) -> RouterWorkerApi:
-        return RouterWorkerApi(self.plan.router.url, self.env.fetch)
+        return RouterWorkerApi(
+            self.plan.router.url, self.env.fetch, model_id=self.plan.served_model_name
+        )
 
     def drain(self, url: str, pullers: Sequence[str]) -> DrainResult:
         t = self.inv.timeouts
