@@ -5,6 +5,7 @@ the hosts that left every tier (visited to find the engines left there)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from pdboot.deploy import versions
 from pdboot.deploy.rollout import emit_plan
@@ -79,6 +80,7 @@ def plan_only(
         observed = [o for obs in values.values() for o in obs]
         live = live_workers(inv)
         stages, roll = roll_plan(plan, observed, live=live, rolling=live and rolling)
+        changed = False
         if roll.rolling:  # which path, and why: a new build never rolls (versions.py)
             steps = [s for st in stages for s in st]
             images = versions.image_versions(hosts, steps, {})  # unpulled: unknown
@@ -86,11 +88,15 @@ def plan_only(
                 plan, stages, images, versions.running_versions(hosts, steps)
             )
             if versions.unread_build_only(path):
-                versions.emit_pending(emit, path)
+                versions.emit_pending(emit, path)  # what `up` does depends on the pull
             else:
                 versions.emit_path(emit, path)
-            if path.kind == "outage" and not versions.unread_build_only(path):
+            pending = versions.unread_build_only(path)
+            if path.kind == "outage" and not pending:
                 stages, roll = roll_plan(plan, observed, live=live, rolling=False)
+            elif path.kind == "blue-green" and not pending:  # its phases (above) are the steps
+                roll = replace(roll, steps=())
+                changed = True
         emit(StageStarted("plan"))
         for steps in stages:
             for s in steps:
@@ -99,7 +105,7 @@ def plan_only(
         for line in roll.notes:
             emit(Note(line, "warn"))
         proxy = any(s.kind != "unchanged" for st in stages for s in st if s.service.role == "proxy")
-        return EXIT_CHANGES if roll.changes or proxy else EXIT_OK
+        return EXIT_CHANGES if roll.changes or proxy or changed else EXIT_OK
     finally:
         hosts.close()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pdboot.deploy.admin import AdminFetch
@@ -107,7 +107,13 @@ def move_router(ctx: SwapContext, router: Service | None = None) -> None:
     swap_router(ctx, new, to="home")
 
 
-def swap_router(ctx: SwapContext, router: Service, *, to: Slot) -> None:
+def swap_router(
+    ctx: SwapContext,
+    router: Service,
+    *,
+    to: Slot,
+    check: Callable[[Service, HttpFn], None] | None = None,
+) -> None:
     """Start ``router`` in place ``to`` beside the router running in the other place,
     register every worker of ``ctx.workers`` on it, wait until it serves them, point the
     proxy at it (graceful reload), drain the old router and stop it.
@@ -116,13 +122,20 @@ def swap_router(ctx: SwapContext, router: Service, *, to: Slot) -> None:
     for ``to="home"`` the router host's compose.yaml holds ``router`` (compose starts it).
     After: ``router`` serves in ``to``, the other place is stopped (the spare's container
     removed). A failure before the proxy moved leaves the old router serving and the new one
-    removed; raises RouterSwapError."""
+    removed; raises RouterSwapError. ``check`` (the new router and an HttpFn that reaches
+    it) runs once it serves, before the proxy moves; its RouterSwapError is a failure too."""
     new = ctx.placed(router, to)
     old = ctx.placed(router, other(to))
     ctx.emit(Note(f"router swap: starting {new.container_name} on 127.0.0.1:{new.port}"))
     _start(ctx, new, to)
     try:
         _ready(ctx, new)
+        if check is not None:  # blue/green: green proven on its own router (bluegreen.py)
+            fetch = ctx.admin(new)
+            try:
+                check(new, fetch)
+            finally:
+                fetch.close()
     except RouterSwapError:
         _stop(ctx, new, remove=to == "spare")
         raise

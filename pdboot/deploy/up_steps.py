@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from pdboot.deploy import pair_guard, versions
+from pdboot.deploy.bluegreen import BlueGreen, BlueGreenFailed
 from pdboot.deploy.changes import action_reason, roll_plan
 from pdboot.deploy.down import stop_remove
 from pdboot.deploy.drain import DrainResult, drain
@@ -186,6 +187,9 @@ class ChangeSteps:
             self.accept_outages([path.why])
             self.recreate(observed)
             return
+        if path.kind == "blue-green":  # a new set beside the old, switched at the proxy
+            self.blue_green(steps)
+            return
         self.show_steps(stages, roll)
         emit_plan(self.emit, roll)
         self.accept_outages(roll.outages)
@@ -196,6 +200,17 @@ class ChangeSteps:
             raise UpStopped from None
         if not any(s.action == "router" for s in roll.steps):
             self.wait([self.plan.router], router=True)  # every engine registered, healthy
+
+    def blue_green(self, steps: list[Step]) -> None:
+        headers = api_key_headers(self.env.token or {})
+        bg = BlueGreen(
+            self.inv, self.plan, self.hosts, self, self.emit, self.env.fetch, headers, self.dir
+        )
+        try:
+            bg.run(steps)
+        except (BlueGreenFailed, RouterSwapError) as e:
+            self.emit(Note(f"error: blue/green stopped: {e}", "error"))
+            raise UpStopped from None
 
     def recreate(self, observed: list[Observed]) -> None:
         """The recreate path (static router lists, or --no-rolling): every changed engine at

@@ -128,7 +128,10 @@ def upgrade_path(
         for t in TIERS
     }
     green = {t: [s.key for s in plan.services() if s.role == t and not s.headless] for t in TIERS}
-    return choose(replaced_engines(steps), compat, blue, green, blue_green=False)
+    # blue/green replaces every engine: one kept as it runs would pair old with new
+    every = all(s.kind == "recreate" for s in steps if s.service.is_engine and s.current)
+    ok = plan.proxy is not None and every
+    return choose(replaced_engines(steps), compat, blue, green, blue_green=ok)
 
 
 def unread_build_only(path: UpgradePath) -> bool:
@@ -144,8 +147,8 @@ def emit_pending(emit: Emit, path: UpgradePath) -> None:
         Note(
             "upgrade path: roll engine by engine if the new image holds the build that runs "
             f"(vLLM {', '.join(olds)}); `up` reads its version after the pull, and a new "
-            "build is never rolled: every engine is then replaced at once (an outage, asked "
-            "first; --yes accepts it)",
+            "build is never rolled: it then goes blue/green, or, where a tier has one engine "
+            "or no proxy is in front, every engine is replaced at once (an outage, asked first)",
             "warn",
         )
     )

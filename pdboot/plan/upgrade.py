@@ -11,8 +11,8 @@
   every engine is replaced at once (the recreate path) and the endpoint fails requests until
   the new set is ready; `up` asks for --yes first, as for any tier that cannot roll.
 
-``blue_green`` says whether this `up` runs the blue/green phases; where it does not, an
-incompatible change takes the outage path too, and the plan says so.
+``blue_green`` says whether blue/green can run (a proxy in front, every running engine
+replaced); where it cannot, an incompatible change takes the outage path, and says so.
 """
 
 from __future__ import annotations
@@ -114,8 +114,9 @@ def choose(
         return UpgradePath("outage", why, compat, _outage(blue, green))
     if not blue_green:
         why = (
-            f"{compat.why}; old and new engines would refuse each other's KV, and this "
-            "pdboot does not run blue/green yet: every engine is replaced at once"
+            f"{compat.why}; old and new engines would refuse each other's KV, and blue/green "
+            "needs the proxy in front and every engine replaced: every engine is replaced "
+            "at once"
         )
         return UpgradePath("outage", why, compat, _outage(blue, green))
     return UpgradePath("blue-green", compat.why, compat, blue_green_phases(blue, green))

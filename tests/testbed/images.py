@@ -49,6 +49,9 @@ STANDIN_DIR = Path(__file__).resolve().parent / "standin"
 # EMULATED torch / nixl answering pdboot's after-pull probe (emulated_site/README.md)
 EMULATED_SITE = Path(__file__).resolve().parent / "emulated_site"
 ENGINE_REPO, ENGINE_TAG = "vllm/vllm-openai", "v0.33.0"
+# the stand-in told another version string (a nightly of 0.33.0): its NIXL compatibility
+# hash differs from the v0.33.0 image's, as a real nightly's does (issue 29)
+STANDIN_NIGHTLY_TAG, STANDIN_NIGHTLY_VERSION = "v0.33.0-nightly", "0.33.0+nightly.1"
 ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
 ROUTER_VERSION = "0.1.17"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -243,14 +246,12 @@ def wanted(real_vllm: bool = False, *, pdboot: bool = False) -> dict[str, str]:
     standin += [
         str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes() for f in _emulated_site_files()
     ]
+    engine = _sha(
+        base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin, f"huggingface_hub=={HF_HUB_VERSION}"
+    )
     out = {
-        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(
-            base_key(),
-            VLLM_LAUNCHER,
-            *ENGINE_CHANGES,
-            *standin,
-            f"huggingface_hub=={HF_HUB_VERSION}",
-        ),
+        f"{ENGINE_REPO}:{ENGINE_TAG}": engine,
+        f"{ENGINE_REPO}:{STANDIN_NIGHTLY_TAG}": _sha(engine, STANDIN_NIGHTLY_VERSION),
         f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(
             base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES, ROUTER_VERSION
         ),
@@ -489,6 +490,8 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         vllm_cpu.build_rootfs(work, wheels, debs)
     elif ref.startswith(ENGINE_REPO):
         changes = ENGINE_CHANGES
+        if ref.endswith(f":{STANDIN_NIGHTLY_TAG}"):
+            changes = [*ENGINE_CHANGES, f"ENV VLLM_STANDIN_VERSION={STANDIN_NIGHTLY_VERSION}"]
         dest = work / "opt" / "vllm-standin"
         dest.mkdir(parents=True)
         files = _standin_files()

@@ -131,7 +131,7 @@ def test_a_tier_of_one_is_an_outage_and_says_which() -> None:
 
 def test_without_blue_green_an_incompatible_change_is_an_outage() -> None:
     path = up.choose(REPLACED, NIGHTLY, BLUE, BLUE, blue_green=False)  # type: ignore[arg-type]
-    assert path.kind == "outage" and "does not run blue/green yet" in path.why
+    assert path.kind == "outage" and "blue/green needs the proxy" in path.why
 
 
 def test_nothing_replaced_is_no_upgrade() -> None:

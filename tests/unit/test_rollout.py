@@ -292,16 +292,22 @@ def test_pairs_of_one_build_pass_and_the_roll_goes_on() -> None:
 
 def test_a_new_vllm_build_never_rolls_it_is_an_outage_asked_first() -> None:
     """Issue 29: the running engines answer 0.33.0, the new image's parser 0.34.0: a roll
-    would pair the two builds, so `up` says the path and why, asks (refused here: nothing
-    changes), and with --yes replaces every engine at once (the recreate path)."""
-    world = deployed()
+    would pair the two builds, and a tier of one leaves no half for blue/green, so `up` says
+    the path and why, asks (refused here: nothing changes), and with --yes replaces every
+    engine at once (the recreate path)."""
+    world = World(inv(prefill="p1", decode="d1"))
+    assert run_up(world)[0] == 0
+    world.calls.clear()
     world.running_version = "0.33.0"
-    world.inv = inv("v0.34.0")
+    world.inv = inv("v0.34.0", prefill="p1", decode="d1")
     code, rec = run_up(world)
     assert code == 1
     notes = [n.message for n in rec.of(ev.Note)]
     assert any(
-        "upgrade path: outage" in n and "vLLM version 0.33.0 -> 0.34.0" in n for n in notes
+        "upgrade path: outage" in n
+        and "vLLM version 0.33.0 -> 0.34.0" in n
+        and "the prefill tier and the decode tier has one engine" in n
+        for n in notes
     ), notes
     assert not [c for c in world.calls if c[0] == "compose_up"]
     assert not rec.of(ev.RollPlanned)
@@ -325,7 +331,7 @@ def test_the_same_build_under_another_tag_still_rolls() -> None:
 
 def test_plan_says_which_path_and_why() -> None:
     """`up --plan`: a same-build change rolls; a new build (running 0.33.0, the image
-    answers 0.34.0) is the outage path, its phases and the factor named; nothing changes."""
+    answers 0.34.0) goes blue/green, its five phases and the factor named; nothing changes."""
     world = deployed()
     world.inv = inv("v0.33.0-rebuild")
     code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
@@ -335,9 +341,11 @@ def test_plan_says_which_path_and_why() -> None:
     code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
     notes = [n.message for n in rec.of(ev.Note)]
     assert code == 2
-    assert any("upgrade path: outage" in n and "0.33.0 -> 0.34.0" in n for n in notes), notes
-    assert any("phase 1:" in n and "ENDPOINT DOWN" in n for n in notes), notes
-    assert next(s.action for s in rec.of(ev.RollPlanned)) == "together"
+    assert any("upgrade path: blue/green" in n and "0.33.0 -> 0.34.0" in n for n in notes), notes
+    phases = [n for n in notes if n.strip().startswith("phase ")]
+    assert len(phases) == 5 and all("endpoint up" in p for p in phases), phases
+    assert "clients on green (prefill 1/2, decode 1/2)" in phases[2], phases
+    assert not rec.of(ev.RollPlanned)  # the phases are the steps
     assert not [c for c in world.calls if c[0] in ("pull", "ship", "compose_up", "stop_remove")]
 
 
