@@ -150,7 +150,8 @@ class BlueGreen:
             self.ops.start([replace(s, kind="create") for s in first])
             self.ops.wait([s.service for s in first], router=False)
         except Exception as e:  # the wait reported the engine's logs; undo below
-            raise BlueGreenFailed(f"a green engine did not start ({type(e).__name__})") from e
+            keys = ", ".join(s.service.key for s in first)
+            raise BlueGreenFailed(f"a green engine of {keys} did not start (above)") from e
         self.pairs([s.service for s in first], [])
 
     def pairs(self, joining: list[Service], serving: list[Service]) -> None:

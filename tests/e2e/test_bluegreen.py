@@ -4,7 +4,8 @@ behind the real vllm-router and nginx proxy. A client loop sends a completion ev
 through the endpoint while `pdboot up` moves a 2P2D deployment from the stand-in image
 (0.33.0) to its nightly (0.33.0+nightly.1): half of each tier drained, green started and
 proven on its own router in the spare place, the proxy switched, blue stopped, green grown,
-its router moved home. No request fails and no engine logs a compatibility hash mismatch."""
+its router moved home. No request fails and no engine logs a compatibility hash mismatch.
+First a green whose decode dies at start: blue keeps serving, the drained half comes back."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.testbed.rolling_load import NAME, change_under_load, inventory, pdboo
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 HOSTS = ["p1", "p2", "d1", "d2"]
+KINDS = ("create", "recreate", "unchanged", "remove")
 
 
 def engine_logs(tb: Any) -> str:
@@ -39,6 +41,27 @@ def test_a_new_build_goes_blue_green_with_no_failed_request(make_testbed: Any) -
     path = inventory(tb, work / "inv.yaml")
     res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
     assert res.returncode == 0, res.stdout + res.stderr
+
+    # a green that fails (its decode dies at start) leaves blue serving: the drained half
+    # comes back in its old configuration, `up` exits 1, no client request failed
+    broken = inventory(
+        tb,
+        work / "broken.yaml",
+        tag=STANDIN_NIGHTLY_TAG,
+        decode_env={"STANDIN_CRASH_AT_START": "oom"},
+    )
+    case = change_under_load(tb, "green-fails", "bluegreen", broken, [])
+    assert case.rc == 1, case.output
+    assert "green failed before any client reached it" in case.output, case.output
+    assert "decode@d2 back in its old configuration" in case.output, case.output
+    assert case.failed == 0 and case.served >= 20, (case.errors, case.output)
+    res = pdboot("up", str(path), "--plan")
+    rows = [  # the converge table: what runs is the inventory before the change
+        r
+        for r in (ln.split() for ln in (res.stdout + res.stderr).splitlines())
+        if len(r) > 1 and r[0].startswith(("prefill@", "decode@")) and r[1] in KINDS
+    ]
+    assert rows and not any("image" in " ".join(r) for r in rows), rows  # the old build
 
     nightly = inventory(tb, work / "nightly.yaml", tag=STANDIN_NIGHTLY_TAG)
     case = change_under_load(tb, "bluegreen", "bluegreen", nightly, [])
