@@ -85,10 +85,11 @@ class BlueGreen:
         blue = {t: sorted((s for s in engines if _runs(s) and s.service.role == t), key=_key)
                 for t in TIERS}  # fmt: skip
         freed = {t: blue[t][len(blue[t]) - len(blue[t]) // 2 :] for t in TIERS}
-        hosts = {s.service.host for t in TIERS for s in freed[t]}
-        first = [s for s in engines if s.service.host in hosts]
-        rest = [s for s in engines if s not in first]
         gone = [s for t in TIERS for s in freed[t]]
+        # green's first engines take exactly the freed engines' places (same host, name,
+        # ports, GPUs or cores); another engine on the same host is blue's and still serves
+        first = [s for s in engines if s in gone]
+        rest = [s for s in engines if s not in first]
         self.say(1, f"drain and stop half of each blue tier: {_keys(gone)}")
         self.take_out(gone, blue_router=True)
         self.say(2, f"start green on the freed room: {_keys(first)}")

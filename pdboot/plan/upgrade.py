@@ -169,11 +169,9 @@ def blue_green_phases(
 
 
 def _first_green(wanted: Sequence[str], freed: Sequence[str]) -> list[str]:
-    """The inventory's engines on the freed hosts first, topped up to as many as were freed."""
-    hosts = {k.split("@", 1)[1] for k in freed if "@" in k}
-    on_freed = [k for k in sorted(wanted) if k.split("@", 1)[-1] in hosts]
-    rest = [k for k in sorted(wanted) if k not in on_freed]
-    return (on_freed + rest)[: max(1, len(freed))]
+    """The inventory's engines in the freed engines' places (same key: host and name), never
+    one beside them on the same host (that is blue's, still serving)."""
+    return [k for k in sorted(wanted) if k in set(freed)]
 
 
 __all__ = [

@@ -136,3 +136,17 @@ def test_without_blue_green_an_incompatible_change_is_an_outage() -> None:
 
 def test_nothing_replaced_is_no_upgrade() -> None:
     assert up.choose([], NIGHTLY, BLUE, BLUE, blue_green=True).kind == "none"
+
+
+def test_green_starts_in_the_freed_places_only_never_beside_blue_on_one_host() -> None:
+    """Two prefills on one host: freeing one (the last by name, prefill@a) must not start
+    green's prefill-1@a, which is blue's and still serving."""
+    blue = {"prefill": ["prefill-1@a", "prefill@a"], "decode": ["decode-1@b", "decode@b"]}
+    phases = up.blue_green_phases(blue, blue)
+    assert phases[0].running == ("blue: prefill-1@a", "blue: decode-1@b")
+    assert phases[1].running == (
+        "blue: prefill-1@a",
+        "blue: decode-1@b",
+        "green: prefill@a",
+        "green: decode@b",
+    )
