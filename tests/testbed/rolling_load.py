@@ -150,14 +150,19 @@ def push_second_tag(tb: Any) -> str:
     return SECOND_TAG
 
 
+# the pdboot checkout `pdboot` runs: this one, or a baseline's (bench/rolling.py --baseline)
+CHECKOUT = {"root": ROOT}
+
+
 def pdboot(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200", TERM="dumb")
+    root = CHECKOUT["root"]
+    env = dict(os.environ, COLUMNS="200", TERM="dumb", PYTHONPATH=str(root))
     return subprocess.run(
         [sys.executable, "-m", "pdboot", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=root,
         env=env,
     )
 
@@ -249,3 +254,27 @@ def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
     if down.returncode != 0:
         raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
     return out
+
+
+def run_build_case(tb: Any, work: Path, mode: str, checkout: Path) -> Case:
+    """Issue 29: from a fresh 2P2D deployment, the engine image moves to the stand-in's
+    nightly (the same release, another version string: NIXL refuses old/new pairs) under the
+    client loop, with the pdboot of ``checkout`` (a baseline's, that rolls it; or this one,
+    that goes blue/green)."""
+    from tests.testbed.images import STANDIN_NIGHTLY_TAG
+
+    CHECKOUT["root"] = checkout
+    try:
+        path = work / f"inv-build-{mode}.yaml"
+        inventory(tb, path)
+        res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+        if res.returncode != 0:
+            raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
+        nightly = inventory(tb, work / f"inv-build-{mode}-nightly.yaml", tag=STANDIN_NIGHTLY_TAG)
+        case = change_under_load(tb, "d: new vLLM build (nightly)", mode, nightly, [])
+        down = pdboot("down", str(nightly))
+        if down.returncode != 0:
+            raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
+        return case
+    finally:
+        CHECKOUT["root"] = ROOT
