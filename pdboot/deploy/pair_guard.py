@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pdboot.deploy.down import stop_remove
+from pdboot.deploy.down import PREVIOUS_COMPOSE, stop_remove
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.seams import OP_DEADLINE
 from pdboot.events import Emit, Note, RollProgress
@@ -22,8 +22,6 @@ from pdboot.plan.rolling import RollStep
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
 from pdboot.verify.pairs import check_pairs
-
-PREVIOUS_COMPOSE = "compose.previous.yaml"
 
 
 def keep_previous(hosts: Hosts, plan: Plan, project_dir: str) -> dict[str, str]:
