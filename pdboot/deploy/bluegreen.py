@@ -27,7 +27,7 @@ from typing import Protocol
 from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.down import stop_remove
 from pdboot.deploy.drain import DrainResult
-from pdboot.deploy.pair_guard import PREVIOUS_COMPOSE
+from pdboot.deploy.pair_guard import PREVIOUS_COMPOSE, holds
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi, WorkerType, worker_of
 from pdboot.deploy.router_swap import RouterSwapError, SwapContext, swap_router
@@ -71,11 +71,13 @@ class BlueGreen:
         fetch: HttpFn,
         headers: Mapping[str, str],
         project_dir: str,
+        previous: Mapping[str, str],
     ) -> None:
         """``fetch``: pdboot's plain HTTP function (each router is reached through the
         router host's connection by an AdminFetch of its own)."""
         self.inv, self.plan, self.hosts, self.ops, self.emit = inv, plan, hosts, ops, emit
         self.fetch, self.headers, self.dir = fetch, headers, project_dir
+        self.previous = previous  # host -> the compose.yaml that ran (pair_guard.keep_previous)
         self.green: list[Service] = []  # green's first engines (proven before the switch)
 
     # ---- the whole change
@@ -209,6 +211,10 @@ class BlueGreen:
             AdminFetch(self.plan, self.hosts, self.fetch),
             model_id=self.plan.served_model_name,
         )
+        back = [s for s in gone if holds(self.previous, s)]
+        for s in sorted(set(gone) - set(back), key=_key):
+            self.emit(Note(f"blue/green: {s.service.key}: no kept compose file holds what ran"))
+        gone = back
         for s in gone:
             link = self.hosts.links[s.service.host]
             link.engine.compose_up(

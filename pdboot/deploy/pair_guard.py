@@ -16,7 +16,7 @@ from pdboot.deploy.down import PREVIOUS_COMPOSE, stop_remove
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.seams import OP_DEADLINE
 from pdboot.events import Emit, Note, RollProgress
-from pdboot.plan.converge import Observed
+from pdboot.plan.converge import Observed, Step
 from pdboot.plan.model import Plan, Service
 from pdboot.plan.rolling import RollStep
 from pdboot.transport.hosts import Hosts
@@ -69,6 +69,14 @@ def pairs_ok(
     return False
 
 
+def holds(previous: Mapping[str, str], step: Step) -> bool:
+    """The kept compose file of the step's host renders what ran (its config hash label): an
+    `up` that shipped and then stopped (an outage refused) leaves a compose.yaml nothing runs."""
+    text = previous.get(step.service.host)
+    ran = step.current.config_hash if step.current is not None else None
+    return bool(text) and bool(ran) and str(ran) in str(text)
+
+
 def restore(
     step: RollStep,
     plan: Plan,
@@ -90,8 +98,14 @@ def restore(
     for s in step.steps:
         if s.kind == "create":
             continue
-        if s.service.host not in previous:
-            emit(Note(f"{s.service.key}: no earlier compose file to bring it back from", "warn"))
+        if not holds(previous, s):
+            emit(
+                Note(
+                    f"{s.service.key}: the compose file kept before this up does not hold the "
+                    "configuration that ran (an earlier up shipped and stopped): not brought back",
+                    "warn",
+                )
+            )
             continue
         link = hosts.links[s.service.host]
         link.engine.compose_up(
@@ -107,4 +121,11 @@ def restore(
     return back
 
 
-__all__ = ["PREVIOUS_COMPOSE", "keep_previous", "pairs_ok", "restore", "serving_engines"]
+__all__ = [
+    "PREVIOUS_COMPOSE",
+    "holds",
+    "keep_previous",
+    "pairs_ok",
+    "restore",
+    "serving_engines",
+]

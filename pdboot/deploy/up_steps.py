@@ -204,7 +204,15 @@ class ChangeSteps:
     def blue_green(self, steps: list[Step]) -> None:
         headers = api_key_headers(self.env.token or {})
         bg = BlueGreen(
-            self.inv, self.plan, self.hosts, self, self.emit, self.env.fetch, headers, self.dir
+            self.inv,
+            self.plan,
+            self.hosts,
+            self,
+            self.emit,
+            self.env.fetch,
+            headers,
+            self.dir,
+            self.previous,
         )
         try:
             bg.run(steps)

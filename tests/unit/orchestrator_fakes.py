@@ -495,7 +495,13 @@ class FakeEngine:
 
     def read_file(self, path: str) -> str | None:
         if path.endswith("/compose.yaml") and self.world.previous_inv is not None:
-            return f"compose.yaml of {self.host}"  # what runs there (previous_inv's)
+            with self.world.lock:  # what runs there (previous_inv's): its config hash labels
+                ran = [
+                    c.labels[LABEL_CONFIG_HASH]
+                    for c in self.world.containers.values()
+                    if c.host == self.host
+                ]
+            return f"compose.yaml of {self.host}: {' '.join(ran)}"
         return None
 
     def local_digests(self, image: str) -> list[str]:
