@@ -13,6 +13,12 @@ served/failed requests, the `up` exit code and seconds, and whether the router c
 (id and StartedAt) stayed the same.
 
     python bench/rolling.py [--runs 1] [--json FILE]   (root; starts and stops its own testbed)
+
+Issue 29's case, (d) a new vLLM build (the stand-in's nightly: same release, another version
+string, which NIXL's handshake refuses to pair with the old one): with ``--baseline PATH``,
+the pdboot of another checkout (say main before issue 29, which rolls it) and this one
+(blue/green), each from a fresh 2P2D deployment, in the same run; ``--build-only`` runs only
+that case (about 4 minutes instead of 12).
 """
 
 from __future__ import annotations
@@ -27,13 +33,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.testbed.harness import Testbed  # noqa: E402
-from tests.testbed.rolling_load import HOSTS, Case, push_second_tag, run_cases  # noqa: E402
+from tests.testbed.rolling_load import (  # noqa: E402
+    HOSTS,
+    Case,
+    push_second_tag,
+    run_build_case,
+    run_cases,
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="write every case here")
+    ap.add_argument("--baseline", type=Path, default=None, help="a pdboot checkout to compare")
+    ap.add_argument("--build-only", action="store_true", help="only the new-build case (d)")
     args = ap.parse_args()
     cases: list[Case] = []
     with Testbed.start(HOSTS) as tb:
@@ -41,9 +55,14 @@ def main() -> None:
         work = tb.dir / "bench-rolling"
         work.mkdir(parents=True, exist_ok=True)
         for _ in range(args.runs):
-            for mode in ("recreate", "no-rolling", "rolling"):
+            for mode in () if args.build_only else ("recreate", "no-rolling", "rolling"):
                 cases += run_cases(tb, work, mode)
                 print(f"... {mode} done", flush=True)
+            if args.baseline is not None:
+                cases.append(run_build_case(tb, work, "baseline", args.baseline.resolve()))
+                print("... new build, baseline done", flush=True)
+            cases.append(run_build_case(tb, work, "blue-green", ROOT))
+            print("... new build, blue/green done", flush=True)
     table(cases)
     if args.json is not None:
         args.json.write_text(

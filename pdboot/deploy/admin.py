@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from pdboot.plan.model import Plan
+from pdboot.plan.model import Plan, Service
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpAnswer, HttpFn
 from pdboot.transport.ssh import SSHConnection
@@ -26,11 +26,16 @@ from pdboot.transport.tunnel import Forward
 class AdminFetch:
     """An HttpFn; ``close()`` ends the channel's listener."""
 
-    def __init__(self, plan: Plan, hosts: Hosts, fetch: HttpFn) -> None:
-        self.base = plan.router.url.rstrip("/")
-        self.host = plan.router.host
-        self.port = plan.router.port
-        self.address = plan.router.address
+    def __init__(
+        self, plan: Plan, hosts: Hosts, fetch: HttpFn, router: Service | None = None
+    ) -> None:
+        """``router``: another router on the plan's router host (a router swap's spare,
+        deploy/router_swap.py); the plan's by default."""
+        r = router or plan.router
+        self.base = r.url.rstrip("/")
+        self.host = r.host
+        self.port = r.port
+        self.address = r.address
         hp = plan.hosts.get(self.host)
         self.local = hp is not None and hp.is_local
         self.hosts = hosts

@@ -4,6 +4,9 @@ events, and `up --plan` (prints it, changes nothing)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from pdboot.deploy import versions
 from pdboot.deploy.frame import Frame
 from pdboot.deploy.rollout import emit_plan
 from pdboot.deploy.seams import OP_DEADLINE, read_records, report_errors
@@ -13,15 +16,21 @@ from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK
 from pdboot.inventory.rules import deployment_hosts
 from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
 from pdboot.plan.converge import Step
+from pdboot.plan.rolling import RollPlan
 from pdboot.preflight.findings import plan_from
 
+# Internal, for bench/rolling.py's baseline only: "1" makes a router change recreate the
+# router (the outage of before issue 28) instead of swapping it.
+ROUTER_RECREATE_ENV = "PDBOOT_BENCH_ROUTER_RECREATE"
 ROUTER_OUTAGE = "a short outage: the endpoint refuses connections until the new router answers"
+ROUTER_SWAP = "swapped with no outage: a new router beside the old, then the proxy moves"
 
 
-def action_reason(s: Step) -> str:
-    """The converge table's reason; a router recreate says what it costs."""
+def action_reason(s: Step, roll: RollPlan | None = None) -> str:
+    """The converge table's reason; a router change says what it costs."""
     if s.service.role == "router" and s.kind == "recreate":
-        return f"{s.reason}; {ROUTER_OUTAGE}"
+        swap = roll is not None and roll.router_swap
+        return f"{s.reason}; {ROUTER_SWAP if swap else ROUTER_OUTAGE}"
     return s.reason
 
 
@@ -31,7 +40,7 @@ def show_changes(emit: Emit, change: ChangePlan, stage: str) -> None:
     emit(StageStarted(stage))
     for steps in change.stages:
         for s in steps:
-            emit(ServiceAction(s.service.key, s.kind, action_reason(s)))
+            emit(ServiceAction(s.service.key, s.kind, action_reason(s, change.roll)))
     emit_plan(emit, change.roll)
 
 
@@ -60,7 +69,24 @@ def plan_only(frame: Frame, opts: ChangeOptions) -> int:
         return EXIT_FAILED
     observed = [o for obs in values.values() for o in obs]
     change = change_plan(plan, observed, opts)
+    blue_green = False
+    if change.rolls:  # which path, and why: a new build never rolls (versions.py)
+        steps = [s for st in change.stages for s in st]
+        images = versions.image_versions(hosts, steps, {})  # unpulled: unknown
+        path = versions.upgrade_path(
+            plan, change.stages, images, versions.running_versions(hosts, steps)
+        )
+        pending = versions.unread_build_only(path)
+        if pending:
+            versions.emit_pending(emit, path)  # what `up` does depends on the pull
+        else:
+            versions.emit_path(emit, path)
+        if path.kind == "outage" and not pending:
+            change = change_plan(plan, observed, replace(opts, rolling=False))
+        elif path.kind == "blue-green" and not pending:  # its phases (above) are the steps
+            change = replace(change, roll=replace(change.roll, steps=()))
+            blue_green = True
     show_changes(emit, change, "plan")
     for line in change.roll.notes:
         emit(Note(line, "warn"))
-    return EXIT_CHANGES if change.changes else EXIT_OK
+    return EXIT_CHANGES if change.changes or blue_green else EXIT_OK

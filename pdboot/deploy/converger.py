@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from pdboot.deploy.changes import show_changes
 from pdboot.deploy.frame import CancelToken
-from pdboot.deploy.rollout import RollOps, Rollout
+from pdboot.deploy.rollout import PairRefused, RollOps, Rollout
 from pdboot.deploy.router_api import RouterWorkerApi
 from pdboot.deploy.up_options import Confirm, UpStopped
 from pdboot.events import Emit, Note
@@ -49,9 +49,12 @@ class Converger:
         """Live workers: the router stays, engines change one worker at a time
         (rolling.py's order, rollout.py's steps)."""
         self.accept_outages(change.roll.outages)
-        Rollout(
-            self.plan, change.roll, self.ops, self.api, self.emit, self.addresses, self.token
-        ).run()
+        try:
+            Rollout(
+                self.plan, change.roll, self.ops, self.api, self.emit, self.addresses, self.token
+            ).run()
+        except PairRefused:  # reported by the pair guard, the old engine back
+            raise UpStopped from None
         if not any(s.action == "router" for s in change.roll.steps):
             self.ops.wait([self.plan.router], router=True)  # every engine registered, healthy
 

@@ -34,6 +34,11 @@ class DownOptions:
     no_wait: bool = False  # a held deployment lock: exit 1 at once instead of waiting
 
 
+# the compose file that ran before an `up` shipped its own, kept beside compose.yaml for the
+# roll's pair guard and blue/green to bring an old engine back (deploy/pair_guard.py)
+PREVIOUS_COMPOSE = "compose.previous.yaml"
+
+
 def down(
     inv: Inventory,
     opts: DownOptions,
@@ -149,7 +154,8 @@ def clean_files(hosts: Hosts, inv: Inventory, plan: Plan, purge: bool, emit: Emi
             link.engine.remove_project_dir(pdir)
         else:
             secret = [SECRETS_FILE, *sorted(PRIVATE_FILES)]  # the proxy's key check, watch's key
-            link.conn.run(["rm", "-f", *(f"{pdir}/{name}" for name in secret)])
+            gone = [*secret, PREVIOUS_COMPOSE]  # what a roll's failed pair restores from
+            link.conn.run(["rm", "-f", *(f"{pdir}/{name}" for name in gone)])
         return notes
 
     values, errors = hosts.each(clean, OP_DEADLINE)

@@ -40,6 +40,16 @@ class RollOps(Protocol):
 
     def observe(self, only: Sequence[str] | None = None) -> list[Observed]: ...
 
+    def swap_router(self) -> None: ...
+
+    def pairs_ok(self, joining: list[Service], number: int) -> bool: ...
+
+    def restore(self, step: RollStep) -> None: ...
+
+
+class PairRefused(Exception):
+    """A pair the step created failed its P/D probe: the step was undone and reported."""
+
 
 def emit_plan(emit: Emit, roll: RollPlan) -> None:
     for s in roll.steps:
@@ -75,8 +85,10 @@ class Rollout:
         self.addresses, self.token = addresses, token
         # a router created or recreated in this roll registers every engine when it is up;
         # until then there is no (or no lasting) router to register with
-        self.router_later = any(s.action == "router" for s in roll.steps)
+        # (a swapped router is not: the old one serves, and takes the changes, until then)
+        self.router_later = not roll.router_swap and any(s.action == "router" for s in roll.steps)
         self.decodes = [s.url for s in plan.services() if s.role == "decode" and not s.headless]
+        self.restored: set[str] = set()  # engines brought back in their old configuration
 
     def run(self) -> None:
         for step in self.roll.steps:
@@ -106,12 +118,24 @@ class Rollout:
             )
             self.ops.start(list(step.steps))
             self.ops.wait(step.services, router=False)
+            # before the router may send a client to it: every pair it creates moves KV
+            # (a deployment that was not serving is proven whole after: the KV proof, gate)
+            joining = [s for s in step.services if s.is_engine] if self.roll.was_up else []
+            if joining and not self.ops.pairs_ok(joining, step.number):
+                self.emit(RollProgress(step.number, "undo", ", ".join(step.keys)))
+                self.ops.restore(step)
+                self.restored.update(step.keys)
+                raise PairRefused(step.number)
             for svc in step.services:
                 self._register(step.number, svc)
 
     def _router(self, step: RollStep) -> None:
-        """`up`'s router wait registers every engine once the new router answers /health."""
-        self.ops.start(list(step.steps))
+        """`up`'s router wait registers every engine once the new router answers /health;
+        a swap registers them on the new router before the proxy moves to it."""
+        if self.roll.router_swap:
+            self.ops.swap_router()
+        else:
+            self.ops.start(list(step.steps))
         self.ops.wait([step.steps[0].service], router=True)
 
     def _take_out(self, number: int, url: str, role: str) -> None:
@@ -179,7 +203,9 @@ class Rollout:
                 self._deregister_quietly(svc)
                 continue
             new = o.config_hash == svc.config_hash
-            failed = svc.key in step.keys and step.action != "remove"
+            failed = (
+                svc.key in step.keys and step.action != "remove" and svc.key not in self.restored
+            )
             rows.append(
                 (
                     svc.key,

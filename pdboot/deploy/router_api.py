@@ -8,6 +8,12 @@ router reads the model id from the engine first), posting a URL already register
 `WORKER_NOT_FOUND`, `GET /workers` lists `{"workers": [{"url", "worker_type", "is_healthy",
 ...}]}`. `up` uses it to register engines once healthy and deregister them before they stop;
 `reconcile` (pure) says what makes the router's list equal the inventory's.
+
+Every registration names the served model (`model_id`): without it the router reads the id
+from the engine's `GET /v1/models`, which it sends without a key, so with `secrets.api_key`
+the engine answers 401, the worker lands under model "unknown", a request for the real name
+finds no P/D worker and the router's default (regular) router sends it to any one engine:
+200, but no KV moved (tried with 0.1.17 and key-checking stand-ins, issue 28).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class Worker:
     url: str  # without a trailing slash
     worker_type: str  # prefill, decode, regular
     healthy: bool
+    model_id: str = ""  # as the router filed it ("unknown" when it could not read it)
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,15 @@ def parse_workers(text: str) -> list[Worker]:
             # engine as URL@rank: one engine, the URL pdboot registered
             url = _DP_RANK.sub("", w["url"].rstrip("/"))
             if all(x.url != url for x in out):
-                out.append(Worker(url, kind, bool(w.get("is_healthy", True))))
+                model = w.get("model_id")
+                out.append(
+                    Worker(
+                        url,
+                        kind,
+                        bool(w.get("is_healthy", True)),
+                        model if isinstance(model, str) else "",
+                    )
+                )
     return out
 
 
@@ -104,19 +119,23 @@ def plan_workers(plan: Plan) -> dict[str, TierName]:
     return wanted_workers(plan.services())
 
 
-def reconcile(wanted: Mapping[str, str], present: Sequence[Worker]) -> list[WorkerChange]:
-    """Removals first (a worker registered with the wrong type is removed and added again),
-    then additions, each in URL order so the same lists give the same steps."""
+def reconcile(
+    wanted: Mapping[str, str], present: Sequence[Worker], model_id: str = ""
+) -> list[WorkerChange]:
+    """Removals first (a worker registered with the wrong type, or filed under another
+    model than ``model_id`` when one is given, is removed and added again), then additions,
+    each in URL order so the same lists give the same steps."""
     have = {w.url: w.worker_type for w in present}
+    stale = {w.url for w in present if model_id and w.model_id and w.model_id != model_id}
     out = [
         WorkerChange("remove", url, kind)
         for url, kind in sorted(have.items())
-        if wanted.get(url) != kind
+        if wanted.get(url) != kind or url in stale
     ]
     out += [
         WorkerChange("add", url, kind)
         for url, kind in sorted(wanted.items())
-        if have.get(url) != kind
+        if have.get(url) != kind or url in stale
     ]
     return out
 
@@ -142,7 +161,8 @@ def worker_diff(plan: Plan, fetch: HttpFn, headers: Mapping[str, str] | None = N
 
 
 class RouterWorkerApi:
-    """The calls, over pdboot's one HTTP function (a test hands in its own)."""
+    """The calls, over pdboot's one HTTP function (a test hands in its own). ``model_id``:
+    the served model name every registration names (module docstring)."""
 
     def __init__(
         self,
@@ -150,11 +170,13 @@ class RouterWorkerApi:
         fetch: HttpFn,
         headers: Mapping[str, str] | None = None,
         timeout: float = 10.0,
+        model_id: str = "",
     ) -> None:
         self.base = router_url.rstrip("/")
         self.fetch = fetch
         self.headers = dict(headers or {})
         self.timeout = timeout
+        self.model_id = model_id
 
     def workers(self) -> list[Worker]:
         a = self.fetch(f"{self.base}/workers", timeout=self.timeout, headers=self.headers)
@@ -163,9 +185,12 @@ class RouterWorkerApi:
         return parse_workers(a.body)
 
     def add(self, url: str, worker_type: TierName | str) -> None:
+        body: dict[str, str] = {"url": url, "worker_type": str(worker_type)}
+        if self.model_id:
+            body["model_id"] = self.model_id
         a = self.fetch(
             f"{self.base}/workers",
-            body={"url": url, "worker_type": worker_type},
+            body=body,
             timeout=self.timeout,
             headers=self.headers,
         )
@@ -196,6 +221,6 @@ class RouterWorkerApi:
 
     def sync(self, wanted: Mapping[str, str]) -> list[WorkerChange]:
         """Make the router's workers equal ``wanted``; returns what was changed."""
-        changes = reconcile(wanted, self.workers())
+        changes = reconcile(wanted, self.workers(), self.model_id)
         self.apply(changes)
         return changes

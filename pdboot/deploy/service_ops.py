@@ -7,15 +7,18 @@ UpStopped."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
+from pdboot.deploy import pair_guard
 from pdboot.deploy.actions import start_all
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.frame import CancelToken
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi, plan_workers
+from pdboot.deploy.router_swap import RouterSwapError, SwapContext, move_router
 from pdboot.deploy.seams import OP_DEADLINE, report_errors
 from pdboot.deploy.up_options import UpStopped
 from pdboot.deploy.waits import Clock, Tick, WaitError, WaitFailed, wait_all
@@ -33,6 +36,7 @@ from pdboot.events import (
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step
 from pdboot.plan.model import ENGINE_ROLES, Plan, Service
+from pdboot.plan.rolling import RollStep
 from pdboot.transport.hosts import Hosts, project_dir
 from pdboot.transport.http import HttpFn
 from pdboot.verify.diagnose import diagnose
@@ -54,6 +58,10 @@ class Where:
     clock: Clock
     live: bool  # router.live_workers: engines are registered through its worker API
     rollback: bool  # --rollback: a failed wait removes this deployment's containers
+    headers: Mapping[str, str] = field(default_factory=dict)  # the API key, for pair probes
+    explain: Callable[[str], None] = lambda _context: None  # known causes in the logs
+    # host -> the compose.yaml that ran before this up (pair_guard), read as up ships
+    previous: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class ServiceOps:
@@ -201,7 +209,46 @@ class ServiceOps:
     # ---- the router's workers, an engine's drain
 
     def router_api(self) -> RouterWorkerApi:
-        return RouterWorkerApi(self.plan.router.url, self.w.fetch)
+        return RouterWorkerApi(
+            self.plan.router.url, self.w.fetch, model_id=self.plan.served_model_name
+        )
+
+    def swap_router(self) -> None:
+        """The router's settings changed: swapped with no outage (router_swap.py), the
+        new settings from the compose.yaml `up` shipped."""
+        self.token.check()
+        ctx = SwapContext(
+            self.w.inv,
+            self.plan,
+            self.hosts,
+            self.w.fetch,
+            self.emit,
+            plan_workers(self.plan),
+            self.plan.served_model_name,
+            clock=self.w.clock,
+        )
+        try:
+            move_router(ctx)
+        except RouterSwapError as e:
+            self.emit(Note(f"error: {e}", "error"))
+            raise UpStopped from e
+
+    # ---- a roll's pair guard (pair_guard.py)
+
+    def pairs_ok(self, joining: list[Service], number: int) -> bool:
+        """Rollout's guard: every P/D pair the joining engines create moves KV."""
+        return pair_guard.pairs_ok(
+            self.plan, self.w.fetch, self.w.headers, joining, self.emit, self.w.explain, number
+        )
+
+    def restore(self, step: RollStep) -> None:
+        """Undo a step whose pairs failed; the engines brought back are waited for."""
+        back = pair_guard.restore(
+            step, self.plan, self.hosts, self.dir, self.w.previous, self.observe(), self.emit
+        )
+        if back:
+            self.prober.container_ids.clear()
+            self.wait(back, router=False)
 
     def register_all(self) -> None:
         """Live workers: the router's list made equal to the inventory's (a new router

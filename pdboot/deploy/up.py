@@ -9,9 +9,10 @@ parameters). This module acts and emits events, never prints.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
-from pdboot.deploy.changes import plan_only
+from pdboot.deploy.changes import ROUTER_RECREATE_ENV, plan_only
 from pdboot.deploy.frame import Frame, LockSpec, run_framed
 from pdboot.deploy.seams import (
     HostsFactory,
@@ -71,7 +72,9 @@ def up(
     `--plan` changes nothing and takes no lock. ``confirm``: asked (with the outages, in
     words) before a tier that cannot roll is replaced without --yes; None: refuse."""
     clk = clock or MonotonicClock()
-    changes = ChangeOptions(live_workers(inv), opts.rolling, opts.rollback)
+    # PDBOOT_BENCH_ROUTER_RECREATE (changes.py): the bench's baseline recreates the router
+    swap = os.environ.get(ROUTER_RECREATE_ENV, "") != "1"
+    changes = ChangeOptions(live_workers(inv), opts.rolling, opts.rollback, swap)
     if opts.plan_only:
 
         def plan_body(frame: Frame) -> int:

@@ -8,8 +8,11 @@ cancellation token first; a failed step is reported and raises UpStopped."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
+from pdboot.deploy import pair_guard, versions
 from pdboot.deploy.actions import (
     endpoint_event,
     pull_all,
@@ -18,9 +21,11 @@ from pdboot.deploy.actions import (
     watch_held_back,
 )
 from pdboot.deploy.admin import AdminFetch
+from pdboot.deploy.bluegreen import BlueGreen, BlueGreenFailed
 from pdboot.deploy.converger import Converger
 from pdboot.deploy.frame import CancelToken
 from pdboot.deploy.logscan import explain, report_lines
+from pdboot.deploy.router_swap import RouterSwapError
 from pdboot.deploy.seams import report_errors
 from pdboot.deploy.service_ops import ServiceOps, Where
 from pdboot.deploy.up_options import UpEnv, UpOptions, UpStopped
@@ -37,9 +42,11 @@ from pdboot.events import (
 )
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.change_plan import ChangeOptions, change_plan
+from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
 from pdboot.plan.model import SECRETS_FILE, WATCH_SECRETS_FILE, Plan
+from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
+from pdboot.plan.upgrade import UpgradePath
 from pdboot.plan.watch.sidecar import watch_secrets_text
 from pdboot.preflight import image_probe, ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
@@ -70,6 +77,9 @@ class UpRun:
         self.findings = findings  # what the plan was built on
         self.records = records_to_ship(findings)  # host -> RDMA record text to ship
         self.port_gbps = findings.gbps  # host -> RDMA port rate preflight read
+        self.versions: dict[str, ImageVersion] = {}  # image -> what the parser read in it
+        # host -> the compose.yaml that ran before this up (pair_guard), read as up ships
+        self.previous: Mapping[str, str] = MappingProxyType({})
 
     # ---- the sequence
 
@@ -83,7 +93,7 @@ class UpRun:
         self.token.check()
         watch = watch_held_back(self.hosts, change.watch, self.emit)
         addresses = {h: advertised_address(spec) for h, spec in self.inv.hosts.items()}
-        Converger(
+        converger = Converger(
             self.plan,
             ops,
             ops.router_api(),
@@ -92,7 +102,16 @@ class UpRun:
             addresses=addresses,
             yes=self.opts.yes,
             confirm=self.env.confirm,
-        ).apply(change)
+        )
+        path = self.upgrade_path(change) if change.rolls else None
+        if path is not None and path.kind == "outage":  # two builds must never pair: at once
+            converger.accept_outages([path.why])
+            change = change_plan(self.plan, ops.observe(), replace(self.changes, rolling=False))
+        if path is not None and path.kind == "blue-green":  # beside the old, then the proxy
+            self.blue_green(ops, change)
+            converger.start_proxy(change.proxy)
+        else:
+            converger.apply(change)
         if self.opts.prove:
             self.prove()
             self.gate()
@@ -103,6 +122,34 @@ class UpRun:
             ops.wait([s.service for s in watch], router=False)
         self.token.check()
         self.emit(endpoint_event(self.plan))
+
+    def upgrade_path(self, change: ChangePlan) -> UpgradePath:
+        """Roll, blue/green or outage (plan/upgrade.py), from the builds that run and the
+        ones the new images hold (read by the image check, else in the image)."""
+        steps = [s for st in change.stages for s in st]
+        running = versions.running_versions(self.hosts, steps)
+        images = versions.image_versions(self.hosts, steps, self.versions)
+        path = versions.upgrade_path(self.plan, change.stages, images, running)
+        versions.emit_path(self.emit, path)
+        return path
+
+    def blue_green(self, ops: ServiceOps, change: ChangePlan) -> None:
+        bg = BlueGreen(
+            self.inv,
+            self.plan,
+            self.hosts,
+            ops,
+            self.emit,
+            self.env.fetch,
+            api_key_headers(self.env.token or {}),
+            self.dir,
+            self.previous,
+        )
+        try:
+            bg.run([s for st in change.stages for s in st])
+        except (BlueGreenFailed, RouterSwapError) as e:
+            self.emit(Note(f"error: blue/green stopped: {e}", "error"))
+            raise UpStopped from None
 
     def service_ops(self) -> ServiceOps:
         return ServiceOps(
@@ -116,6 +163,9 @@ class UpRun:
                 self.env.clock,
                 live=self.changes.live,
                 rollback=self.opts.rollback,
+                headers=api_key_headers(self.env.token or {}),
+                explain=self.explain,
+                previous=self.previous,
             )
         )
 
@@ -153,7 +203,7 @@ class UpRun:
         self.token.check()
         self.emit(StageStarted("image_check"))
         # with the image's own `vllm serve` parser on every engine command, side by side
-        results = image_probe.image_checks(self.plan, self.hosts)
+        results = image_probe.image_checks(self.plan, self.hosts, versions=self.versions)
         for host in sorted(results):
             for r in results[host]:
                 self.emit(ImageCheck(host, r.id, r.status, r.message, r.fix))
@@ -203,6 +253,10 @@ class UpRun:
         """Host -> files beside compose.yaml: the weights pin, the proxy's nginx.conf and its
         key check (PRIVATE_FILES: 0600)."""
         out = {h: dict(files) for h, files in self.env.weights.pin_files().items()}
+        if self.changes.rolls:  # what a roll's failed pair brings back
+            self.previous = pair_guard.keep_previous(self.hosts, self.plan, self.dir)
+        for host, text in self.previous.items():
+            out.setdefault(host, {})[pair_guard.PREVIOUS_COMPOSE] = text
         key = (self.env.token or {}).get("VLLM_API_KEY")
         here = out.setdefault(self.inv.router.host, {})
         here.update(proxy_files(self.inv, key, self.env.tls))

@@ -16,6 +16,7 @@ host (``scontrol show node``: NodeAddr). Secrets stay on the nodes: a file there
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from typing import Literal
@@ -238,6 +239,8 @@ def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -
         f"ENDPOINT_PORT={endpoint_port(plan)}",
         f"WORKERS={sum(1 for s in es if not s.headless)}",
         f"LIVE_WORKERS={1 if '--enable-igw' in plan.router.command else 0}",
+        # the served name as a JSON string, for add_worker's body
+        f"MODEL_ID_JSON={shlex.quote(json.dumps(plan.served_model_name))}",
         PRELUDE,
         "# --- engines: every one together, as `pdboot up` starts them ---",
     ]

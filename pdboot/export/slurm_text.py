@@ -106,8 +106,10 @@ wait_router_health() { # n
 }
 
 add_worker() { # url prefill|decode: the router was started to take its workers at runtime
+  # model_id named: the router cannot read it from an engine that checks an API key
   curl -fsS -o /dev/null --max-time 30 -H 'Content-Type: application/json' \
-    -d "{\"url\":\"$1\",\"worker_type\":\"$2\"}" "$(ROUTER_URL)/workers" ||
+    -d "{\"url\":\"$1\",\"worker_type\":\"$2\",\"model_id\":$MODEL_ID_JSON}" \
+    "$(ROUTER_URL)/workers" ||
     die "the router refused worker $1 ($2)"
   log "registered $2 worker $1"
 }

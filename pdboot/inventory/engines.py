@@ -315,6 +315,8 @@ def _port_rules(inv: Inventory) -> list[tuple[Path, str]]:
     claim(r.host, r.port, "the proxy (public endpoint)", ("router", "port"))
     claim(r.host, r.internal_port, "router HTTP (loopback)", ("router", "internal_port"))
     claim(r.host, r.metrics_port, "router metrics", ("router", "metrics_port"))
+    claim(r.host, r.swap_port, "the swap router's HTTP (loopback)", ("router", "swap_port"))
+    claim(r.host, r.swap_metrics_port, "the swap router's metrics", ("router", "swap_metrics_port"))
     # The front-door proxy (the router's host) claims its port here, after the router's.
     for host, port, what, path in _service_listeners(inv):
         claim(host, port, what, path)

@@ -383,10 +383,8 @@ _ROUTER_MANAGED_FLAGS = {
 
 def live_workers(inv: Inventory) -> bool:
     """Does `up` register the workers at runtime (router.live_workers)? Not with DP-aware
-    routing: its rank expansion was tried only with the static lists. Not with
-    `secrets.api_key` either: tried again behind the proxy (issue 28) with vllm-router 0.1.17
-    in gateway mode and stand-in engines that check the key, the completion through the
-    router answered 200 but the decode computed the whole prompt itself (no KV from the
-    prefill: 11 of 11 tokens local), so pdboot keeps the static lists, which send
-    OPENAI_API_KEY on both legs (tests/e2e/test_api_key_secrets.py)."""
-    return inv.router.live_workers and not inv.router.dp_aware and inv.secrets.api_key is None
+    routing: its rank expansion was tried only with the static lists. With
+    `secrets.api_key` too: the proxy checks the key, the router sends OPENAI_API_KEY to the
+    engines on both legs, and every registration names the served model (the router could
+    not read it from an engine that checks the key: deploy/router_api.py)."""
+    return inv.router.live_workers and not inv.router.dp_aware

@@ -251,6 +251,10 @@ class Router(Strict):
     port: int = Field(default=8000, ge=1, le=65535)
     internal_port: int = Field(default=8081, ge=1, le=65535)
     metrics_port: int = Field(default=29000, ge=1, le=65535)
+    # a router change starts the new router beside the old one on these (loopback HTTP, its
+    # metrics), the proxy switches to it with a graceful reload (deploy/router_swap.py)
+    swap_port: int = Field(default=8082, ge=1, le=65535)
+    swap_metrics_port: int = Field(default=29001, ge=1, le=65535)
     proxy_image: str = DEFAULT_PROXY_IMAGE
     # the largest request body the proxy accepts (nginx client_max_body_size), in MiB
     max_request_mb: int = Field(default=32, ge=1, le=4096)

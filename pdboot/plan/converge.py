@@ -27,6 +27,7 @@ from pdboot.plan.model import (
     LABEL_ENGINE,
     LABEL_HOST,
     LABEL_ROLE,
+    LABEL_ROUTER_SLOT,
     ROLES,
     Plan,
     Role,
@@ -78,6 +79,8 @@ class Observed:
     def service_name(self) -> str:
         """The plan's Service.name it stands for: ``decode``, ``prefill-2``, ``router``."""
         role = self.role or "?"
+        if role == "router" and self.labels.get(LABEL_ROUTER_SLOT) == "spare":
+            return "router-swap"  # a router swap's successor (plan/router_slots.py)
         if role in ("router", "proxy", "watch"):
             return role
         return engine_name(role, self.engine_index)

@@ -25,6 +25,7 @@ LABEL_HOST = "io.pdboot.host"
 # and config hashes, and adding engines to a tier leaves its engine 0 running.
 LABEL_ENGINE = "io.pdboot.engine"
 LABEL_CONFIG_HASH = "io.pdboot.config-hash"
+LABEL_ROUTER_SLOT = "io.pdboot.router-slot"  # "spare": a router swap's successor
 # A data-parallel engine's ranks on that host, "<first>-<last>/<size>" (DP tiers only).
 LABEL_DP_RANKS = "io.pdboot.dp-ranks"
 

@@ -48,11 +48,27 @@ CLIENT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
 ADMIN_PATHS = ("/workers", "/workers/<url>", "/add_worker", "/remove_worker", "/list_workers")
 
 
-def proxy_conf_text(inv: Inventory, *, upstream_port: int | None = None) -> str:
-    """nginx.conf for the proxy. ``upstream_port``: the router it forwards to (the router's
-    internal_port unless a router swap points it at another)."""
+# Which router the proxy forwards to (deploy/router_swap.py): the home one (router.internal_port)
+# unless the route file, written inside the proxy's container during a swap, names the spare
+# (router.swap_port). A glob include: no file, no route, home. The file lives in the
+# container's /tmp, never on the host: a restarted proxy forgets it and forwards home, where
+# the router runs outside a swap; `up`'s shipped nginx.conf never changes for a swap, so a
+# swap neither needs a file on the host (a bind mount pins the old inode) nor changes the
+# proxy's config hash.
+UPSTREAM_HOME = "pdboot_router"
+UPSTREAM_SPARE = "pdboot_router_swap"
+ROUTE_FILE = "/tmp/pdboot-route.conf"  # noqa: S108 - inside the container
+ROUTE_GLOB = "/tmp/pdboot-route*.conf"  # noqa: S108 - inside the container
+
+
+def route_text(upstream: str) -> str:
+    """The route file's text: the upstream requests go to."""
+    return f"set $pdboot_upstream {upstream};\n"
+
+
+def proxy_conf_text(inv: Inventory) -> str:
+    """nginx.conf for the proxy: both routers' upstreams, home by default."""
     r = inv.router
-    port = r.internal_port if upstream_port is None else upstream_port
     timeout = r.request_timeout_secs
     keyed = inv.secrets.api_key is not None
     auth = (
@@ -77,16 +93,23 @@ def proxy_conf_text(inv: Inventory, *, upstream_port: int | None = None) -> str:
         else []
     )
     forward = [
-        "            proxy_pass http://pdboot_router;",
+        "            proxy_pass http://$pdboot_upstream;",
     ]
     lines = [
         *_http_head(inv, auth),
-        "    upstream pdboot_router {",
-        f"        server {ROUTER_INTERNAL_ADDRESS}:{port};",
+        f"    upstream {UPSTREAM_HOME} {{",
+        f"        server {ROUTER_INTERNAL_ADDRESS}:{r.internal_port};",
+        "        keepalive 64;",
+        "    }",
+        "    # a router change: its successor, until the home router runs the new settings",
+        f"    upstream {UPSTREAM_SPARE} {{",
+        f"        server {ROUTER_INTERNAL_ADDRESS}:{r.swap_port};",
         "        keepalive 64;",
         "    }",
         "    server {",
         *_listen(inv),
+        f"        set $pdboot_upstream {UPSTREAM_HOME};",
+        f"        include {ROUTE_GLOB};",
         "        proxy_http_version 1.1;",
         '        proxy_set_header Connection "";',
         "        proxy_set_header Host $host;",

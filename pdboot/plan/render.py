@@ -8,6 +8,7 @@ which `up` writes separately with mode 0600.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -65,9 +66,15 @@ def render_host(plan: Plan, host: str) -> str:
             f"host {host!r} runs nothing in this deployment "
             f"(hosts that do: {', '.join(plan.hosts) or 'none'})"
         )
+    return render_services(hp.project, hp.services, _header(plan, hp))
+
+
+def render_services(project: str, services: Sequence[Service], header: str = "") -> str:
+    """A compose project of just these services (the spare router's file during a router
+    swap, deploy/router_swap.py), laid out as render_host lays out a host's."""
     doc: dict[str, Any] = {
-        "name": hp.project,
-        "services": {s.name: service_definition(s) for s in hp.services},
+        "name": project,
+        "services": {s.name: service_definition(s) for s in services},
     }
     body = yaml.dump(
         _escape(doc),
@@ -77,7 +84,7 @@ def render_host(plan: Plan, host: str) -> str:
         width=10_000,  # never fold the --kv-transfer-config JSON
         allow_unicode=True,
     )
-    return _header(plan, hp) + body
+    return header + body
 
 
 def _header(plan: Plan, hp: HostPlan) -> str:

@@ -81,6 +81,9 @@ class RollPlan:
     rolling: bool
     notes: tuple[str, ...] = ()  # what cannot roll, in words
     was_up: bool = True  # both tiers had a serving worker before the change
+    # the router's step swaps it (deploy/router_swap.py): the old router serves until the
+    # proxy moves to the new one, so engine steps before it go through the old one as usual
+    router_swap: bool = False
 
     @property
     def changes(self) -> bool:
@@ -180,9 +183,11 @@ def plan_roll(
     gone: Sequence[Observed],
     *,
     rolling: bool,
+    swap: bool = False,
 ) -> RollPlan:
     """``stages``: converge.plan_up's; ``restarts``: converge.decode_restarts'; ``gone``:
-    converge.orphans'. Steps in the order `up` runs them; none when nothing changes."""
+    converge.orphans'; ``swap``: a router change swaps the router (can_swap) rather than
+    recreating it. Steps in the order `up` runs them; none when nothing changes."""
     every = [s for stage in stages for s in stage]
     engines = [s for s in every if s.service.is_engine]  # watch: up starts it at the end
     router = [s for s in every if s.service.role == "router"]
@@ -205,8 +210,9 @@ def plan_roll(
         for unit in _units(changed):
             _replace(b, tier, unit, notes)
     _adds(b, [s for s in new if s.service.host in busy], after="the engines leaving its host")
-    _router_steps(b, router)
-    return RollPlan(tuple(b.out), True, tuple(notes), was_up)
+    swapped = swap and can_swap(every)
+    _router_steps(b, router, swapped)
+    return RollPlan(tuple(b.out), True, tuple(notes), was_up, swapped)
 
 
 def _adds(b: _Builder, new: list[Step], after: str = "") -> None:
@@ -243,9 +249,34 @@ def _removals(b: _Builder, gone: Sequence[Observed]) -> None:
             b.serving = during
 
 
-def _router_steps(b: _Builder, router: Sequence[Step]) -> None:
+ROUTER_SWAP_HOW = (
+    "swap: the new router starts beside the old one, gets every engine, the proxy moves to "
+    "it (graceful reload), the old one drains and stops"
+)
+
+
+def can_swap(steps: Sequence[Step]) -> bool:
+    """A router change can swap the router (no outage) when the old router runs and the
+    proxy in front of it runs unchanged: its nginx.conf already names the spare upstream,
+    and nothing else recreates it in this `up`."""
+    router = [s for s in steps if s.service.role == "router"]
+    proxy = [s for s in steps if s.service.role == "proxy"]
+    return (
+        len(router) == 1
+        and router[0].kind == "recreate"
+        and router[0].current is not None
+        and router[0].current.running
+        and len(proxy) == 1
+        and proxy[0].kind == "unchanged"
+    )
+
+
+def _router_steps(b: _Builder, router: Sequence[Step], swap: bool = False) -> None:
     for s in router:
         if s.kind == "unchanged":
+            continue
+        if swap:
+            b.add("router", "router", (s,), (), ROUTER_SWAP_HOW, s.reason, dict(b.serving))
             continue
         b.router_down = s.kind == "recreate"
         outage = (

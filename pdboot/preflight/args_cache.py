@@ -62,6 +62,7 @@ class Record:
     version: str
     options: tuple[str, ...]
     verdicts: Mapping[str, Verdict]  # argv_key -> verdict
+    connector_version: str = ""  # NIXL's, a hash input of its handshake (plan/nixl_compat.py)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Cache:
                     str(k): Verdict(str(v["error"]), str(v["checked_at"]))
                     for k, v in dict(d["verdicts"]).items()
                 },
+                str(d.get("connector_version") or ""),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None  # none yet, or unreadable: judged again, then rewritten
@@ -109,6 +111,7 @@ class Cache:
         options: Sequence[str],
         errors: Mapping[tuple[str, ...], str],
         now: datetime | None = None,
+        connector_version: str = "",
     ) -> Record:
         """Add the verdicts (argv -> the parser's error, "" = accepted) to the image's record."""
         at = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")
@@ -117,10 +120,11 @@ class Cache:
             old = self.read(image_id)
             kept = dict(old.verdicts) if old is not None and old.version == version else {}
             kept.update({argv_key(a): Verdict(e, at) for a, e in errors.items()})
-            rec = Record(version, tuple(options), kept)
+            rec = Record(version, tuple(options), kept, connector_version)
             body = {
                 "image_id": image_id,
                 "version": version,
+                "connector_version": connector_version,
                 "options": list(rec.options),
                 "verdicts": {
                     k: {"error": v.error, "checked_at": v.checked_at} for k, v in kept.items()

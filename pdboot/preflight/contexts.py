@@ -108,6 +108,9 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             ports += _side_ports(inv, s, "")
             if s.metrics_port is not None:
                 ports.append((s.metrics_port, f"{s.role} metrics"))
+            if s.role == "router":  # a router change starts its successor there
+                ports.append((inv.router.swap_port, "swap router HTTP (loopback)"))
+                ports.append((inv.router.swap_metrics_port, "swap router metrics"))
         rpc_ports, rpc_probes = _dp_rpc(inv, name)
         ports += rpc_ports
         ports += seed_ports(inv, name)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pdboot.plan.model import Plan
+from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.preflight.args_cache import Cache, argv_key
 from pdboot.preflight.checks import CheckResult
 
@@ -94,6 +95,13 @@ for name, argv in json.loads(sys.argv[1]):
         o["engines"][name] = text[-1] if text else "the parser exited"
     except BaseException as e:
         o["engines"][name] = "%s: %s" % (type(e).__name__, e)
+for where in ("vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata",
+              "vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector"):
+    try:  # a hash input of NIXL's handshake; after the parsing, so it never hides its answer
+        o["connector_version"] = str(__import__(where, fromlist=["x"]).NIXL_CONNECTOR_VERSION)
+        break
+    except BaseException:
+        pass
 o["total_s"] = round(time.monotonic() - t0, 2)
 print("PDBOOT_ARGS " + json.dumps(o), flush=True)
 """
@@ -112,6 +120,7 @@ def docker_argv(image: str, commands: Sequence[tuple[str, Sequence[str]]]) -> li
 @dataclass(frozen=True)
 class ImageArgs:
     version: str = ""
+    connector_version: str = ""  # NIXL_CONNECTOR_VERSION where the image's module has it
     options: tuple[str, ...] = ()
     refused: Mapping[str, str] = field(default_factory=dict)  # engine -> the parser's error
     error: str = ""  # the image's vLLM could not build its parser
@@ -133,6 +142,7 @@ def parse(output: str, rc: int = 0, seconds: float = 0.0) -> ImageArgs:
     engines = d.get("engines") if isinstance(d.get("engines"), dict) else {}
     return ImageArgs(
         version=str(d.get("version") or ""),
+        connector_version=str(d.get("connector_version") or ""),
         options=tuple(str(o) for o in d.get("options") or ()),
         refused={str(k): str(v) for k, v in engines.items() if v},
         error=str(d.get("error") or ""),
@@ -247,6 +257,7 @@ def from_record(
     judged = {e: rec.verdicts[argv_key(a)] for e, a in commands.items()}
     return ImageArgs(
         version=rec.version,
+        connector_version=rec.connector_version,
         options=rec.options,
         refused={e: v.error for e, v in judged.items() if v.error},
         cached=max(v.checked_at for v in judged.values()),
@@ -260,13 +271,17 @@ def judge(
     cache: Cache | None,
     timeout: float = TIMEOUT_S,
     known_id: str = "",
+    versions: dict[str, ImageVersion] | None = None,
 ) -> list[CheckResult]:
     """The image's verdicts on ``commands`` (engine -> argv): from the cache when it holds
     every argv for this image ID, else from the image's parser (then kept). ``known_id``:
-    the ID already read; else it is inspected here (no ID: no cache)."""
+    the ID already read; else it is inspected here (no ID: no cache). ``versions``, when
+    given, gets image -> the vLLM and NIXL connector versions read (the upgrade path's)."""
     iid = known_id or (image_id(run, image)[0] if cache is not None else "")
     cached = from_record(cache, iid, commands) if cache is not None and iid else None
     if cached is not None:
+        if versions is not None and cached.version:
+            versions[image] = ImageVersion(cached.version, cached.connector_version)
         return verdicts(cached, image, commands)
     t0 = time.monotonic()
     rc, text = run(docker_argv(image, list(commands.items())), timeout)
@@ -275,7 +290,15 @@ def judge(
         errors = {tuple(a): result.refused.get(e, "") for e, a in commands.items()}
         # a cache that cannot be written (read-only home, full disk) costs a rerun only
         with contextlib.suppress(OSError):
-            cache.store(iid, result.version, result.options, errors)
+            cache.store(
+                iid,
+                result.version,
+                result.options,
+                errors,
+                connector_version=result.connector_version,
+            )
+    if versions is not None and result.version:
+        versions[image] = ImageVersion(result.version, result.connector_version)
     return verdicts(result, image, commands)
 
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from pdboot.plan.model import Plan, Service
+from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.preflight import image_args
 from pdboot.preflight.args_cache import Cache
 from pdboot.preflight.checks import CheckResult
@@ -39,23 +40,29 @@ def image_checks(
     timeout: float = PROBE_TIMEOUT_S,
     args_timeout: float = image_args.TIMEOUT_S,
     cache: Cache | None = None,
+    versions: dict[str, ImageVersion] | None = None,
 ) -> dict[str, list[CheckResult]]:
     """After the pull: per engine host, the image probe (docker.image_arch, docker.image_nixl)
     and the image's own parser (docker.image_args, its verdicts cached on pdboot's machine),
     the latter in a thread of its own beside the former. Results: the probe's, then the
     parser's. A host where the probe could not be run gets one failed docker.image_arch;
-    where the parser could not, one failed docker.image_args."""
+    where the parser could not, one failed docker.image_args. ``versions``, when given, gets
+    image -> the vLLM and NIXL connector versions the parser read (one image, one build:
+    any host's answer stands for all)."""
     engines = {h: [s for s in hp.services if s.is_engine] for h, hp in plan.hosts.items()}
     engines = {h: svcs for h, svcs in engines.items() if svcs}
     commands = image_args.engine_commands(plan)
     kept = cache or image_args.default_cache()
+    read: dict[str, ImageVersion] = {}  # filled from the hosts' threads, one key per image
 
     def parsed(host: str, link: Link) -> list[CheckResult]:
         out: list[CheckResult] = []
         try:
             for image in sorted(commands.get(host, {})):
                 cmds = commands[host][image]
-                out += image_args.judge(link.engine.run_once, image, cmds, kept, args_timeout)
+                out += image_args.judge(
+                    link.engine.run_once, image, cmds, kept, args_timeout, versions=read
+                )
         except (RemoteError, EngineError) as e:
             return [image_args.not_run(e.message)]
         return out
@@ -77,6 +84,8 @@ def image_checks(
     for host, why in errors.items():
         msg = f"could not run the image probe: {why}"
         results[host] = [CheckResult(caps.ARCH_ID, "fail", msg, caps.FIX_PROBE)]
+    if versions is not None:
+        versions.update(read)
     return results
 
 

@@ -291,6 +291,7 @@ class Engine:
         *,
         recreate: bool,
         timeout: float,
+        file: str = "compose.yaml",
     ) -> None:
         """`docker compose up` of one service, or several at once (compose starts them in
         parallel: the engines of a host)."""
@@ -303,7 +304,7 @@ class Engine:
             "--project-directory",
             project_dir,
             "--file",
-            f"{project_dir}/compose.yaml",
+            f"{project_dir}/{file}",  # another: a roll bringing an old engine back
             "up",
             "--detach",
             "--no-deps",

@@ -117,6 +117,7 @@ class EngineOps(Protocol):
         *,
         recreate: bool,
         timeout: float,
+        file: str = "compose.yaml",
     ) -> None: ...
 
     def stop_remove(self, container_ids: list[str], grace: int = 30) -> None: ...

@@ -149,7 +149,7 @@ def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_p
     assert post(f"{endpoint}/v1/chat/completions", body, KEY) == 200
     assert get(f"{endpoint}/v1/models") == 401 and get(f"{endpoint}/v1/models", KEY) == 200
     assert get(f"{endpoint}/health") == 200  # load balancers probe it without a key
-    # static lists with a key (rules.live_workers): both engines from the command line
+    # live workers with a key (rules.live_workers): both engines registered at runtime
     before = router_workers(tb)
     assert sorted(w["worker_type"] for w in before) == ["decode", "prefill"], before
     # the worker API from a client that is not the router host (this machine), even with

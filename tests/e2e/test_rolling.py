@@ -15,6 +15,7 @@ import pytest
 
 from tests.testbed.rolling_load import (
     HOSTS,
+    SECOND_TAG,
     change_under_load,
     inventory,
     pdboot,
@@ -44,6 +45,40 @@ def settled(inv: Path) -> tuple[bool, str]:
     return code == 0, text
 
 
+KINDS = ("create", "recreate", "unchanged", "remove")
+
+
+def pair_refused_is_undone(tb: Any, path: Path) -> None:
+    """Issue 29, defence in depth: a change pdboot counts as compatible (an environment
+    variable) that still changes NIXL's compatibility hash (the stand-in hashes the version
+    it is told, as real vLLM hashes its own). The new prefill's pairs are probed before the
+    router may send it a client: they fail, the old prefill comes back from the kept compose
+    file, `up` stops (exit 1) naming the mismatch, and no client request failed."""
+    rebuilt = inventory(
+        tb,
+        path.with_name("rebuild.yaml"),
+        tag=SECOND_TAG,
+        prefill_env={"VLLM_STANDIN_VERSION": "0.33.0+rebuild"},
+    )
+    case = change_under_load(tb, "pairs", "rolling", rebuilt, [])
+    assert case.rc == 1, case.output
+    assert "FAILED" in case.output and "pair" in case.output, case.output
+    assert "NIXL compatibility hash" in case.output, case.output  # the diagnosis
+    assert "brought back in its old configuration" in case.output, case.output
+    assert case.failed == 0 and case.served >= 20, (case.errors, case.output)
+    assert case.router_kept, case.output
+    # what runs is the inventory before the refused change: the old prefill is back (the
+    # decodes, which met a restarted prefill, are due the usual NIXL-state restart)
+    _, text = plan(path)
+    rows = [  # the converge table: service, action, reason
+        r
+        for r in (ln.split() for ln in text.splitlines())
+        if len(r) > 1 and r[0].startswith(("prefill@", "decode@")) and r[1] in KINDS
+    ]
+    assert rows and all(r[1] == "unchanged" for r in rows if r[0].startswith("prefill@")), text
+    assert all("NIXL state" in " ".join(r) for r in rows if r[1] != "unchanged"), text
+
+
 def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Path) -> None:
     tb = make_testbed(HOSTS)
     tag = push_second_tag(tb)
@@ -71,6 +106,8 @@ def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Pa
         assert case.router_kept, case.output
         ok, text = settled(path)
         assert ok, text
+        if name == "a":
+            pair_refused_is_undone(tb, path)
     assert router_identity(tb) == first_router
 
     # a replacement that crashes stops the roll; the old decodes keep serving

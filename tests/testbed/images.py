@@ -49,6 +49,9 @@ STANDIN_DIR = Path(__file__).resolve().parent / "standin"
 # EMULATED torch / nixl answering pdboot's after-pull probe (emulated_site/README.md)
 EMULATED_SITE = Path(__file__).resolve().parent / "emulated_site"
 ENGINE_REPO, ENGINE_TAG = "vllm/vllm-openai", "v0.33.0"
+# the stand-in told another version string (a nightly of 0.33.0): its NIXL compatibility
+# hash differs from the v0.33.0 image's, as a real nightly's does (issue 29)
+STANDIN_NIGHTLY_TAG, STANDIN_NIGHTLY_VERSION = "v0.33.0-nightly", "0.33.0+nightly.1"
 ROUTER_REPO, ROUTER_TAG = "vllm/vllm-router", "v0.1.17"
 ROUTER_VERSION = "0.1.17"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +65,10 @@ PROXY_PACKAGES = ["nginx", "nginx-common", "libpcre2-8-0"]
 HF_HUB_VERSION = "2.4.0"
 # the REAL vLLM engine (CPU build): only for testbeds started with real_vllm=True
 CPU_REPO, CPU_TAG = vllm_cpu.REPO, vllm_cpu.TAG
+# ... and the same build with only its version string changed: what a nightly rebuild is to
+# NIXL's compatibility hash, which hashes vllm.__version__ (issue 29). Derived from the image
+# above on the build engine (one small layer): no second install.
+NIGHTLY_TAG, NIGHTLY_VERSION = "v0.32.0-nightly", "0.32.0+nightly.1"
 CPU_MODEL_NAME = vllm_cpu.MODEL_NAME
 BUILT_FILE = "pdboot-built.json"
 RECIPE_VERSION = "3"  # bump when the way images are built changes
@@ -239,14 +246,12 @@ def wanted(real_vllm: bool = False, *, pdboot: bool = False) -> dict[str, str]:
     standin += [
         str(f.relative_to(EMULATED_SITE)).encode() + f.read_bytes() for f in _emulated_site_files()
     ]
+    engine = _sha(
+        base_key(), VLLM_LAUNCHER, *ENGINE_CHANGES, *standin, f"huggingface_hub=={HF_HUB_VERSION}"
+    )
     out = {
-        f"{ENGINE_REPO}:{ENGINE_TAG}": _sha(
-            base_key(),
-            VLLM_LAUNCHER,
-            *ENGINE_CHANGES,
-            *standin,
-            f"huggingface_hub=={HF_HUB_VERSION}",
-        ),
+        f"{ENGINE_REPO}:{ENGINE_TAG}": engine,
+        f"{ENGINE_REPO}:{STANDIN_NIGHTLY_TAG}": _sha(engine, STANDIN_NIGHTLY_VERSION),
         f"{ROUTER_REPO}:{ROUTER_TAG}": _sha(
             base_key(), ROUTER_LAUNCHER, *ROUTER_CHANGES, ROUTER_VERSION
         ),
@@ -256,7 +261,8 @@ def wanted(real_vllm: bool = False, *, pdboot: bool = False) -> dict[str, str]:
         f"{PROXY_REPO}:{PROXY_TAG}": _sha(base_key(), *PROXY_CHANGES, *PROXY_PACKAGES),
     }
     if real_vllm:
-        out[f"{CPU_REPO}:{CPU_TAG}"] = cpu_key()
+        out[f"{CPU_REPO}:{CPU_TAG}"] = cpu_key()  # first: the nightly is derived from it
+        out[f"{CPU_REPO}:{NIGHTLY_TAG}"] = _sha(cpu_key(), NIGHTLY_VERSION, RENAME_VERSION)
     if pdboot:
         pkg = [str(f.relative_to(REPO_ROOT)).encode() + f.read_bytes() for f in _pdboot_files()]
         out[PDBOOT_REF] = _sha(
@@ -436,7 +442,42 @@ class _BuildEngine:
         self.tb.save()
 
 
+RENAME_VERSION = """\
+import pathlib, sys
+site = pathlib.Path("/usr/local/lib/python3.11/dist-packages")
+new = sys.argv[1]
+v = site / "vllm" / "_version.py"
+text = v.read_text()
+assert "__version__ = version = '0.32.0'" in text, text
+v.write_text(text.replace("__version__ = version = '0.32.0'", f"__version__ = version = {new!r}"))
+for meta in site.glob("vllm_cpu-*.dist-info/METADATA"):
+    meta.write_text(meta.read_text().replace("\\nVersion: 0.32.0\\n", f"\\nVersion: {new}\\n", 1))
+for cached in (site / "vllm" / "__pycache__").glob("_version.*.pyc"):
+    cached.unlink()
+"""
+
+
+def _build_nightly(builder: _BuildEngine, registry: str) -> None:
+    """The real CPU image with only vLLM's version string changed (vllm/_version.py and the
+    distribution's METADATA), committed as one layer with the base image's settings."""
+    base, target = f"{registry}/{CPU_REPO}:{CPU_TAG}", f"{registry}/{CPU_REPO}:{NIGHTLY_TAG}"
+    builder.docker("pull", "-q", base)
+    name = "pdboot-nightly-build"
+    builder.docker("rm", "-f", name, check=False)
+    builder.docker(
+        "run", "--name", name, "--network", "none", "--entrypoint", "python3",
+        base, "-c", RENAME_VERSION, NIGHTLY_VERSION,
+    )  # fmt: skip
+    changes = [a for c in vllm_cpu.CHANGES for a in ("--change", c)]
+    builder.docker("commit", *changes, name, target)
+    builder.docker("rm", "-f", name, check=False)
+    builder.docker("push", "-q", target)
+
+
 def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
+    if ref == f"{CPU_REPO}:{NIGHTLY_TAG}":
+        _build_nightly(builder, registry)
+        return
     base = base_rootfs()
     work = builder.dir / "rootfs"
     shutil.rmtree(work, ignore_errors=True)
@@ -449,6 +490,8 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
         vllm_cpu.build_rootfs(work, wheels, debs)
     elif ref.startswith(ENGINE_REPO):
         changes = ENGINE_CHANGES
+        if ref.endswith(f":{STANDIN_NIGHTLY_TAG}"):
+            changes = [*ENGINE_CHANGES, f"ENV VLLM_STANDIN_VERSION={STANDIN_NIGHTLY_VERSION}"]
         dest = work / "opt" / "vllm-standin"
         dest.mkdir(parents=True)
         files = _standin_files()

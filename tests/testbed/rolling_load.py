@@ -51,9 +51,12 @@ class Counts:
                 self.errors[why] = self.errors.get(why, 0) + 1
 
 
-def _one(url: str, model: str, counts: Counts) -> None:
+def _one(url: str, model: str, counts: Counts, key: str | None = None) -> None:
     body = json.dumps({"model": model, "prompt": "Say hello.", "max_tokens": 4}).encode()
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=body, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             text = json.loads(r.read())["choices"][0].get("text", "")
@@ -68,9 +71,12 @@ class ClientLoop:
     """Requests at a fixed cadence (each in its own thread, so a slow one does not stall
     the cadence); stops when told or after ``limit`` seconds, whichever comes first."""
 
-    def __init__(self, endpoint: str, model: str, limit: float = 600.0) -> None:
+    def __init__(
+        self, endpoint: str, model: str, limit: float = 600.0, key: str | None = None
+    ) -> None:
         self.url = f"{endpoint}/v1/completions"
         self.model = model
+        self.key = key
         self.limit = limit
         self.counts = Counts()
         self._stop = threading.Event()
@@ -90,7 +96,9 @@ class ClientLoop:
     def _run(self) -> None:
         t0 = time.monotonic()
         while not self._stop.is_set() and time.monotonic() - t0 < self.limit:
-            t = threading.Thread(target=_one, args=(self.url, self.model, self.counts), daemon=True)
+            t = threading.Thread(
+                target=_one, args=(self.url, self.model, self.counts, self.key), daemon=True
+            )
             t.start()
             self._threads.append(t)
             self._stop.wait(EVERY)
@@ -104,7 +112,10 @@ def inventory(
     prefill: list[str] | None = None,
     decode: list[str] | None = None,
     decode_env: dict[str, str] | None = None,
+    prefill_env: dict[str, str] | None = None,
     live: bool = True,
+    api_key_env: str | None = None,
+    decode_policy: str | None = None,
 ) -> Path:
     env = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_REQUEST_SECONDS": REQUEST_SECONDS}
     image = tb.image if tag is None else tb.image.rsplit(":", 1)[0] + f":{tag}"
@@ -116,12 +127,15 @@ def inventory(
         router="p1",
         overrides={
             "image": image,
-            "router": {"live_workers": live},
-            "prefill": {"env": env},
+            "router": {"live_workers": live}
+            | ({"decode_policy": decode_policy} if decode_policy else {}),
+            "prefill": {"env": {**env, **(prefill_env or {})}},
             "decode": {"env": {**env, **(decode_env or {})}},
             "timeouts": {"drain_seconds": 30, "poll_interval_seconds": 0.2},
         },
     )
+    if api_key_env:
+        doc["secrets"] = {"api_key": f"env:{api_key_env}"}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -136,14 +150,19 @@ def push_second_tag(tb: Any) -> str:
     return SECOND_TAG
 
 
+# the pdboot checkout `pdboot` runs: this one, or a baseline's (bench/rolling.py --baseline)
+CHECKOUT = {"root": ROOT}
+
+
 def pdboot(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200", TERM="dumb")
+    root = CHECKOUT["root"]
+    env = dict(os.environ, COLUMNS="200", TERM="dumb", PYTHONPATH=str(root))
     return subprocess.run(
         [sys.executable, "-m", "pdboot", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=root,
         env=env,
     )
 
@@ -179,13 +198,15 @@ class Case:
     output: str
 
 
-def change_under_load(tb: Any, name: str, mode: str, inv: Path, extra: list[str]) -> Case:
+def change_under_load(
+    tb: Any, name: str, mode: str, inv: Path, extra: list[str], key: str | None = None
+) -> Case:
     """`pdboot up INV` (plus ``extra``) while the client loop runs; the loop starts 1 s
-    before and stops 1 s after."""
+    before and stops 1 s after. ``key``: the clients' API key (secrets.api_key)."""
     before = router_identity(tb)
     endpoint = f"http://{tb.hosts['p1'].address}:8000"
     t0 = time.monotonic()
-    with ClientLoop(endpoint, "Qwen/Qwen3-0.6B") as loop:
+    with ClientLoop(endpoint, "Qwen/Qwen3-0.6B", key=key) as loop:
         time.sleep(1.0)
         res = pdboot("up", str(inv), "--no-speed", *extra)
         time.sleep(1.0)
@@ -233,3 +254,27 @@ def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
     if down.returncode != 0:
         raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
     return out
+
+
+def run_build_case(tb: Any, work: Path, mode: str, checkout: Path) -> Case:
+    """Issue 29: from a fresh 2P2D deployment, the engine image moves to the stand-in's
+    nightly (the same release, another version string: NIXL refuses old/new pairs) under the
+    client loop, with the pdboot of ``checkout`` (a baseline's, that rolls it; or this one,
+    that goes blue/green)."""
+    from tests.testbed.images import STANDIN_NIGHTLY_TAG
+
+    CHECKOUT["root"] = checkout
+    try:
+        path = work / f"inv-build-{mode}.yaml"
+        inventory(tb, path)
+        res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+        if res.returncode != 0:
+            raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
+        nightly = inventory(tb, work / f"inv-build-{mode}-nightly.yaml", tag=STANDIN_NIGHTLY_TAG)
+        case = change_under_load(tb, "d: new vLLM build (nightly)", mode, nightly, [])
+        down = pdboot("down", str(nightly))
+        if down.returncode != 0:
+            raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
+        return case
+    finally:
+        CHECKOUT["root"] = ROOT

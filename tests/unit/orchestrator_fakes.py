@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdboot.deploy import versions
 from pdboot.deploy.waits import FakeClock
 from pdboot.events import Event
 from pdboot.inventory.schema import Inventory
@@ -79,6 +80,9 @@ class Container:
     host: str
     labels: dict[str, str]
     started: float
+    build: str = ""  # the inventory's image when it started: what NIXL's hash sees here
+    command: tuple[str, ...] = ()  # what docker inspect reports (Config.Cmd, Config.Env)
+    env: tuple[tuple[str, str], ...] = ()
     state: str = "running"
     exit_code: int | None = None
     logs: list[str] = field(default_factory=list)
@@ -123,6 +127,13 @@ class World:
     pulled_record: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     # host -> fake-clock time from which listing its containers fails (a cut Docker read)
     unreadable_from: dict[str, float] = field(default_factory=dict)
+    # issue 29: engines of different builds (images) refuse each other's KV at the NIXL
+    # handshake, as real vLLM does; `up` keeps each host's compose file, and the previous
+    # inventory is what compose.previous.yaml starts (a roll bringing an old engine back)
+    hash_checks: bool = False
+    running_version: str = "0.34.0"  # what a running engine's vLLM answers (ARGS_OK's)
+    image_version: str = "0.34.0"  # what a new image's answers when asked alone
+    previous_inv: Inventory | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterable[int] = field(default_factory=itertools.count)
 
@@ -225,7 +236,7 @@ class World:
             }
             return HttpAnswer(200, json.dumps(answer))
         if path == "/v1/completions":
-            return self.completion(role, dict(body or {}), url)
+            return self.completion(role, dict(body or {}), url, self.build_of(svc))
         return HttpAnswer(404, "")
 
     def gone_engine(self, url: str) -> HttpAnswer:
@@ -267,11 +278,30 @@ class World:
 
     GATE_ANSWER = " Venus is the hottest planet. Earth has liquid water. Mars is red and cold."
 
-    def completion(self, role: str, body: dict[str, Any], url: str) -> HttpAnswer:
+    def build_of(self, svc: Any) -> str:
+        return next(
+            (
+                c.build
+                for c in self.of_role(svc.role)
+                if c.host == svc.host
+                and c.labels.get(LABEL_ENGINE, "0") == str(svc.engine_index)
+                and c.state == "running"
+            ),
+            "",
+        )
+
+    def completion(self, role: str, body: dict[str, Any], url: str, build: str = "") -> HttpAnswer:
         self.requests.append((url, body))
         params = body.get("kv_transfer_params")
+        if role == "decode" and params and self.hash_checks and params.get("build") != build:
+            return HttpAnswer(500, '{"error": "Internal server error"}')
         if role == "prefill":
-            kvp = {"do_remote_prefill": True, "remote_engine_id": "e1", "remote_block_ids": [[1]]}
+            kvp = {
+                "do_remote_prefill": True,
+                "remote_engine_id": "e1",
+                "remote_block_ids": [[1]],
+                "build": build,
+            }
             return HttpAnswer(
                 200,
                 json.dumps(
@@ -378,7 +408,15 @@ class FakeEngine:
 
     def _observed(self, c: Container) -> Observed:
         return Observed(
-            self.host, c.id, f"x-{c.id}", dict(c.labels), c.state, exit_code=c.exit_code
+            self.host,
+            c.id,
+            f"x-{c.id}",
+            dict(c.labels),
+            c.state,
+            image=c.build,
+            exit_code=c.exit_code,
+            command=c.command,
+            env=c.env,
         )
 
     def _reach(self) -> None:
@@ -406,14 +444,17 @@ class FakeEngine:
         *,
         recreate: bool,
         timeout: float,
+        file: str = "compose.yaml",
     ) -> None:
         names = [service] if isinstance(service, str) else list(service)
-        self._call("compose_up", ",".join(names))
+        self._call("compose_up", ",".join(names) + ("" if file == "compose.yaml" else f" ({file})"))
+        inv = self.world.inv if file == "compose.yaml" else self.world.previous_inv
+        assert inv is not None, f"{file}: no previous inventory in this world"
         for name in names:
-            self._start(name)
+            self._start(name, inv)
 
-    def _start(self, name: str) -> None:
-        plan = build_plan(self.world.inv)
+    def _start(self, name: str, inv: Inventory) -> None:
+        plan = build_plan(inv)
         svc = next(s for s in plan.services() if s.host == self.host and s.name == name)
         role = svc.role
         with self.world.lock:
@@ -427,7 +468,16 @@ class FakeEngine:
                 self.world.registered.clear()  # IGW mode: a new router knows no workers
             cid = f"c{next(iter(self.world._ids))}"
             labels = {**dict(svc.labels), LABEL_CONFIG_HASH: svc.config_hash}
-            c = Container(cid, self.host, labels, self.world.clock.now(), logs=[f"{role} loading"])
+            c = Container(
+                cid,
+                self.host,
+                labels,
+                self.world.clock.now(),
+                svc.image,
+                svc.command,
+                svc.environment,
+                logs=[f"{role} loading"],
+            )
             if role in self.world.crash:
                 c.state, c.exit_code = "exited", 1
                 c.logs.append(self.world.crash[role])
@@ -440,6 +490,14 @@ class FakeEngine:
                 self.world.containers.pop(cid, None)
 
     def read_file(self, path: str) -> str | None:
+        if path.endswith("/compose.yaml") and self.world.previous_inv is not None:
+            with self.world.lock:  # what runs there (previous_inv's): its config hash labels
+                ran = [
+                    c.labels[LABEL_CONFIG_HASH]
+                    for c in self.world.containers.values()
+                    if c.host == self.host
+                ]
+            return f"compose.yaml of {self.host}: {' '.join(ran)}"
         return None
 
     def local_digests(self, image: str) -> list[str]:
@@ -459,6 +517,12 @@ class FakeEngine:
         if len(argv) > 1 and argv[-2] == image_args.PROBE:
             self._call("run_once_args", argv[-4])
             return self.world.args_probe
+        if argv[:2] == ["docker", "exec"]:  # a running engine's vLLM version (deploy/versions)
+            self._call("exec_version", argv[2])
+            return 0, f'PDBOOT_VERSION {{"version": "{self.world.running_version}"}}'
+        if argv[-1:] == [versions.SCRIPT]:  # a new image's, when the image check was skipped
+            self._call("image_version", argv[-3])
+            return 0, f'PDBOOT_VERSION {{"version": "{self.world.image_version}"}}'
         if any("PDBOOT_UCX" in a for a in argv):
             env = " ".join(a for a in argv if a.startswith("UCX_"))
             self._call("ucx_probe", env)

@@ -216,7 +216,7 @@ def run_watch(
         admin = AdminFetch(plan, router_host, http)
     deps = WatchDeps(
         http,
-        RouterWorkerApi(plan.router.url, admin or http, headers),
+        RouterWorkerApi(plan.router.url, admin or http, headers, model_id=plan.served_model_name),
         emit,
         metrics,
         restarter,

@@ -167,6 +167,56 @@ def test_up_again_changes_nothing(deployed: Deployed) -> None:
     assert container_ids(deployed.tb, NAME) == before
 
 
+def test_a_nightly_of_the_real_image_is_never_rolled(deployed: Deployed) -> None:
+    """Issue 29 on REAL vLLM: the testbed's v0.32.0-nightly is the same build with only its
+    version string changed (0.32.0+nightly.1), which real vLLM hashes into every NIXL
+    handshake. `up` to it reads both versions (the after-pull probe in the new image, the
+    running engines' own), says the factor, and never rolls: with a prefill tier of one there
+    is no half for blue/green, so it is an outage it asks for, and without --yes nothing
+    changes. A client through the endpoint meanwhile: no request fails, no engine logs a
+    hash mismatch."""
+    import threading
+
+    import yaml
+
+    doc = yaml.safe_load(deployed.inv.read_text())
+    doc["image"] = doc["image"].rsplit(":", 1)[0] + ":v0.32.0-nightly"
+    nightly = deployed.inv.with_name("nightly.yaml")
+    nightly.write_text(yaml.safe_dump(doc, sort_keys=False))
+    before = container_ids(deployed.tb, NAME)
+    counts = {"ok": 0, "failed": 0}
+    stop = threading.Event()
+
+    def client() -> None:  # one request at a time: real engines on 2 cores
+        while not stop.is_set():
+            try:
+                reply = chat(deployed, deployed.router, "one two three", tokens=2)
+                counts["ok" if reply.get("choices") else "failed"] += 1
+            except (OSError, ValueError):
+                counts["failed"] += 1
+            stop.wait(0.5)
+
+    t = threading.Thread(target=client, daemon=True)
+    t.start()
+    try:
+        res = pdboot("up", str(nightly), "--no-speed")
+    finally:
+        stop.set()
+        t.join(timeout=120)
+    text = output(res)
+    assert res.returncode == 1, text[-4000:]
+    assert "vLLM version 0.32.0 -> 0.32.0+nightly.1" in text, text[-4000:]
+    assert "upgrade path: outage" in text and "nothing was changed" in text, text[-4000:]
+    assert container_ids(deployed.tb, NAME) == before
+    assert counts["failed"] == 0 and counts["ok"] > 0, counts
+    for host in ("prefill", "decode"):
+        h = deployed.tb.hosts[host]
+        ids = h.docker("ps", "-q", "--filter", f"label=io.pdboot.deployment={NAME}").stdout
+        for cid in ids.split():
+            logs = h.docker("logs", cid, timeout=60)
+            assert "compatibility hash mismatch" not in logs.stdout + logs.stderr, host
+
+
 def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
     deployed: Deployed, tmp_path: Path
 ) -> None:

@@ -345,6 +345,31 @@ def test_compat_hash_covers_what_vllm_hashes(
     assert ("NIXL compatibility hash mismatch" in d.log) is not same
 
 
+@pytest.mark.parametrize(
+    ("prefill_version", "decode_version", "same"),
+    [
+        ("0.33.0", "0.33.0", True),
+        ("0.33.0+nightly.1", "0.33.0", False),  # a nightly: same release, another string
+        ("0.34.0", "0.33.0", False),  # and the connector version, 16 against 15
+    ],
+)
+def test_the_version_string_enters_the_compat_hash_as_in_vllm(
+    engines: Any, prefill_version: str, decode_version: str, same: bool
+) -> None:
+    """Issue 29: real vLLM hashes ``vllm.__version__`` (and NIXL_CONNECTOR_VERSION) into the
+    handshake's compatibility hash, so two builds never pair; the stand-in, told its version
+    by VLLM_STANDIN_VERSION, refuses the same pairs with the same text."""
+
+    def one(role: str, version: str) -> Any:
+        argv = ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config(role)]
+        return engines(argv, {"VLLM_STANDIN_VERSION": version})
+
+    p, d = one("kv_producer", prefill_version), one("kv_consumer", decode_version)
+    status, _ = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": prefill(p)})
+    assert (status == 200) is same
+    assert ("RuntimeError: NIXL compatibility hash mismatch. Local: " in d.log) is not same
+
+
 def test_compat_check_can_be_disabled_as_vllm_says(engines: Any) -> None:
     off = {"kv_connector_extra_config": {"enforce_handshake_compat": False}}
     p = engines(

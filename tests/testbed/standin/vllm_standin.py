@@ -36,9 +36,18 @@ import weights  # the model's files from the HF cache / hub: weights.py beside t
 # defaults (the KV block size: 16 up to 0.33, 64 from 0.34, config/cache.py).
 VERSION = os.environ.get("VLLM_STANDIN_VERSION", "0.33.0")
 SERVE_ARGS_FILES = {"0.33.0": "serve-args.json", "0.34.0": "serve-args-0.34.0.json"}
-if VERSION not in SERVE_ARGS_FILES:
+# A nightly or a local rebuild carries its release plus a suffix ("0.33.0+nightly", what
+# vLLM's setuptools-scm versions look like): it plays that release, and its whole version
+# string enters the NIXL compatibility hash, as in real vLLM.
+RELEASE = next(
+    (r for r in SERVE_ARGS_FILES if r == VERSION or VERSION.startswith((r + "+", r + ".dev"))),
+    "",
+)
+if not RELEASE:
     sys.exit(f"stand-in: VLLM_STANDIN_VERSION {VERSION!r}: only {', '.join(SERVE_ARGS_FILES)}")
-DEFAULT_BLOCK_SIZE = 64 if VERSION >= "0.34" else 16
+DEFAULT_BLOCK_SIZE = 64 if RELEASE >= "0.34" else 16
+# NIXL_CONNECTOR_VERSION (nixl/metadata.py): 15 in 0.33, 16 in 0.34 (vllm-0.34-changes.md)
+CONNECTOR_VERSION = 16 if RELEASE >= "0.34" else 15
 PID = os.getpid()
 WORDS = (
     "the",
@@ -144,7 +153,7 @@ def human_int(value: str) -> int:
     return int(float(value[:-1] if scale > 1 else value) * scale)
 
 
-SERVE_ARGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), SERVE_ARGS_FILES[VERSION])
+SERVE_ARGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), SERVE_ARGS_FILES[RELEASE])
 
 
 class EnableDisable(argparse.Action):
@@ -302,13 +311,14 @@ def block_payload(compat: str, prompt: str, nblocks: int, block_bytes: int) -> b
 
 
 def compat_factors(args: argparse.Namespace, kv: dict[str, Any]) -> dict[str, Any]:
-    """What vLLM 0.33's compute_nixl_compatibility_hash (nixl/metadata.py) hashes: vLLM and
+    """What vLLM 0.33's compute_nixl_compatibility_hash (nixl/metadata.py) hashes: vLLM (the
+    whole version string it is told: a rebuild with another one is refused, as in real vLLM) and
     NIXL connector versions, model, dtype, KV heads/head size/layers (fixed by the model
     here), attention backend, KV cache dtype, cross-layer blocks and HMA; plus the connector
     (push and pull never pair). TP, block size and KV layout are checked after the hash."""
     return {
         "vllm_version": VERSION,
-        "nixl_connector_version": 4,
+        "nixl_connector_version": CONNECTOR_VERSION,
         "model": args.model,
         "dtype": args.dtype,
         "attn_backend_name": args.attention_backend or "FLASH_ATTN",
@@ -654,7 +664,7 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
                 )
             pbs = int(hello.get("block_size") or DEFAULT_BLOCK_SIZE)
             dbs = eng.args.block_size or DEFAULT_BLOCK_SIZE
-            if VERSION >= "0.34" and pbs != dbs:
+            if RELEASE >= "0.34" and pbs != dbs:
                 if (
                     eng.kv.get("kv_connector") == "NixlPushConnector"
                     or (eng.kv.get("kv_connector_extra_config") or {}).get("transfer_mode")

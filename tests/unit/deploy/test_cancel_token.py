@@ -165,7 +165,7 @@ def test_a_lock_lost_mid_roll_stops_at_the_next_step_and_registers_nothing() -> 
     """Lost while the first engine is replaced: no further roll step, no re-registration of
     what serves (another run may own the deployment now), the lock's error, exit 1."""
     world = deployed()
-    world.inv = roll_inv("v0.34.0")
+    world.inv = roll_inv("v0.33.0-rebuild")  # the same build, retagged: it rolls
     started = world.clock.now()
     released: list[str] = []
     lock = Lock(lambda: world.clock.now() >= started + 1.0, released)

@@ -58,7 +58,7 @@ def test_converge_runs_once_and_the_plan_is_built_once_per_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     world = deployed()
-    world.inv = roll_inv("v0.34.0", decode="d1, d2, d3")
+    world.inv = roll_inv("v0.33.0-rebuild", decode="d1, d2, d3")
     converged = _count(monkeypatch, converge.plan_up)
     restarts = _count(monkeypatch, converge.decode_restarts)
     built = _count(monkeypatch, build.build_plan)
@@ -73,7 +73,7 @@ def test_the_recreate_path_converges_once_too(
     monkeypatch: pytest.MonkeyPatch, opts: UpOptions
 ) -> None:
     world = deployed()
-    world.inv = roll_inv("v0.34.0")
+    world.inv = roll_inv("v0.33.0-rebuild")
     converged = _count(monkeypatch, converge.plan_up)
     built = _count(monkeypatch, build.build_plan)
     code, rec = run_up(world, opts)
@@ -128,7 +128,7 @@ def test_up_plan_and_up_compute_the_same_change_plan(
     else:
         world = deployed()
         world.inv = {
-            "image": roll_inv("v0.34.0"),
+            "image": roll_inv("v0.33.0-rebuild"),
             "removed": roll_inv(prefill="p1"),
             "added": roll_inv(decode="d1, d2, d3"),
         }[change]

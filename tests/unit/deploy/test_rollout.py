@@ -82,7 +82,7 @@ def sequence(world: World) -> list[str]:
 def test_a_new_image_rolls_one_engine_at_a_time_through_the_running_router() -> None:
     world = deployed()
     router = router_id(world)
-    world.inv = inv("v0.34.0")
+    world.inv = inv("v0.33.0-rebuild")
     code, rec = run_up(world)
     assert code == 0
     seq = [x for x in sequence(world) if not x.startswith("POST")]
@@ -112,7 +112,7 @@ def test_an_engine_is_stopped_only_once_its_requests_finished() -> None:
     world = deployed()
     world.in_flight["http://192.0.2.10:8200"] = 6  # six /metrics reads before it reads 0
     t0 = world.clock.now()
-    world.inv = inv("v0.34.0", prefill="p1, p2")
+    world.inv = inv("v0.33.0-rebuild", prefill="p1, p2")
     assert run_up(world)[0] == 0
     drained = [e for e in world.calls if e[0] == "compose_up"]
     assert drained[0][2] == "prefill"
@@ -149,7 +149,7 @@ def test_plan_shows_the_steps_and_changes_nothing() -> None:
     world = deployed()
     code, rec = run_up(world, UpOptions(plan_only=True))
     assert code == 0 and not rec.of(ev.RollPlanned)
-    world.inv = inv("v0.34.0", decode="d1, d2, d3")
+    world.inv = inv("v0.33.0-rebuild", decode="d1, d2, d3")
     code, _ = run_up(world, UpOptions(plan_only=True))
     assert code == 0  # as terraform plan: changes are a success unless asked
     code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
@@ -170,7 +170,7 @@ def test_a_tier_of_one_needs_yes() -> None:
     world = World(inv(prefill="p1", decode="d1"))
     assert run_up(world)[0] == 0
     world.calls.clear()
-    world.inv = inv("v0.34.0", prefill="p1", decode="d1")
+    world.inv = inv("v0.33.0-rebuild", prefill="p1", decode="d1")
     code, rec = run_up(world)
     assert code == 1 and not [c for c in world.calls if c[0] == "compose_up"]
     assert any("cannot roll" in n.message for n in rec.of(ev.Note))
@@ -202,7 +202,7 @@ def run_up_confirm(world: World, asked: list[list[str]]) -> int:
 def test_a_failing_replacement_stops_the_roll_and_a_rerun_finishes_it() -> None:
     world = deployed()
     world.crash = {"prefill": OOM}
-    world.inv = inv("v0.34.0")
+    world.inv = inv("v0.33.0-rebuild")
     code, rec = run_up(world)
     assert code == 1
     (stopped,) = rec.of(ev.RollStopped)
@@ -249,3 +249,113 @@ def test_no_rolling_with_live_workers_deregisters_a_removed_engine() -> None:
     assert code == 0
     assert world.registered == plan_workers(build_plan(world.inv))
     assert [e.action for e in rec.of(ev.RollPlanned)] == ["together"]
+
+
+def test_a_new_pair_that_refuses_kv_undoes_its_step_and_stops_the_roll() -> None:
+    """Issue 29: a build the probe cannot tell apart (the fake's version answer is the same
+    for both tags) whose engines still refuse the old ones' KV, as a nightly does: the new
+    prefill is probed with every decode before the router may send it a client; its pairs
+    fail, so the old prefill comes back from the kept compose file, serves again, and the
+    roll stops with exit 1 before touching another engine."""
+    world = deployed()
+    world.hash_checks, world.previous_inv = True, world.inv
+    world.inv = inv("v0.33.0-rebuild")
+    code, rec = run_up(world)
+    assert code == 1
+    assert [x for x in sequence(world) if not x.startswith("POST")] == [
+        "DELETE http://192.0.2.10:8200",
+        "up prefill@p1",  # never registered: its pairs are probed first
+        "up prefill (compose.previous.yaml)@p1",
+    ]
+    seq = sequence(world)  # p1 registered only after the old one came back
+    assert seq.index("POST http://192.0.2.10:8200") > seq.index(
+        "up prefill (compose.previous.yaml)@p1"
+    )
+    pairs = [e.detail for e in rec.of(ev.RollProgress) if e.phase == "pair"]
+    assert len(pairs) == 2 and all("FAILED" in p for p in pairs), pairs
+    assert world.registered == plan_workers(build_plan(world.previous_inv))
+    builds = {c.host: c.build for c in world.containers.values() if c.host != "r"}
+    assert set(builds.values()) == {world.previous_inv.image}, builds
+    (stopped,) = rec.of(ev.RollStopped)
+    assert dict(stopped.engines)["prefill@p1"].startswith("old configuration")
+    assert rec.of(ev.Diagnosis), "the failed pair's logs are read for a diagnosis"
+
+
+def test_pairs_of_one_build_pass_and_the_roll_goes_on() -> None:
+    world = deployed()
+    world.hash_checks, world.previous_inv = True, world.inv
+    world.inv = inv(**{"decode.extra_args": ["--max-num-seqs", "8"]})
+    code, rec = run_up(world)
+    assert code == 0
+    pairs = [e.detail for e in rec.of(ev.RollProgress) if e.phase == "pair"]
+    assert len(pairs) == 4 and not [p for p in pairs if "FAILED" in p], pairs
+
+
+def test_a_new_vllm_build_never_rolls_it_is_an_outage_asked_first() -> None:
+    """Issue 29: the running engines answer 0.33.0, the new image's parser 0.34.0: a roll
+    would pair the two builds, and a tier of one leaves no half for blue/green, so `up` says
+    the path and why, asks (refused here: nothing changes), and with --yes replaces every
+    engine at once (the recreate path)."""
+    world = World(inv(prefill="p1", decode="d1"))
+    assert run_up(world)[0] == 0
+    world.calls.clear()
+    world.running_version = "0.33.0"
+    world.inv = inv("v0.34.0", prefill="p1", decode="d1")
+    code, rec = run_up(world)
+    assert code == 1
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert any(
+        "upgrade path: outage" in n
+        and "vLLM version 0.33.0 -> 0.34.0" in n
+        and "the prefill tier and the decode tier has one engine" in n
+        for n in notes
+    ), notes
+    assert not [c for c in world.calls if c[0] == "compose_up"]
+    assert not rec.of(ev.RollPlanned)
+
+    world.calls.clear()
+    code, rec = run_up(world, UpOptions(yes=True))
+    assert code == 0
+    assert next(s.action for s in rec.of(ev.RollPlanned)) == "together"  # all at once
+    assert world.registered == plan_workers(build_plan(world.inv))
+
+
+def test_the_same_build_under_another_tag_still_rolls() -> None:
+    world = deployed()  # running 0.34.0 (the fake's default), the new tag's parser 0.34.0
+    world.inv = inv("v0.33.0-rebuild")
+    code, rec = run_up(world)
+    assert code == 0
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert any("upgrade path: roll engine by engine" in n for n in notes), notes
+    assert len([c for c in world.calls if c[0] == "exec_version"]) == 4
+
+
+def test_plan_says_which_path_and_why() -> None:
+    """`up --plan`: a same-build change rolls; a new build (running 0.33.0, the image
+    answers 0.34.0) goes blue/green, its five phases and the factor named; nothing changes."""
+    world = deployed()
+    world.inv = inv("v0.33.0-rebuild")
+    code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert code == 2 and any("upgrade path: roll engine by engine" in n for n in notes), notes
+    world.running_version = "0.33.0"
+    code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert code == 2
+    assert any("upgrade path: blue/green" in n and "0.33.0 -> 0.34.0" in n for n in notes), notes
+    phases = [n for n in notes if n.strip().startswith("phase ")]
+    assert len(phases) == 5 and all("endpoint up" in p for p in phases), phases
+    assert "clients on green (prefill 1/2, decode 1/2)" in phases[2], phases
+    assert not rec.of(ev.RollPlanned)  # the phases are the steps
+    assert not [c for c in world.calls if c[0] in ("pull", "ship", "compose_up", "stop_remove")]
+
+
+def test_plan_with_an_image_not_pulled_yet_shows_the_roll_and_the_condition() -> None:
+    world = deployed()
+    world.image_version = ""  # `up --plan` pulls nothing: the new image cannot answer
+    world.inv = inv("v0.33.0-rebuild")
+    code, rec = run_up(world, UpOptions(plan_only=True, detailed_exitcode=True))
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert code == 2
+    assert any("roll engine by engine if the new image holds" in n for n in notes), notes
+    assert {s.action for s in rec.of(ev.RollPlanned)} == {"replace"}

@@ -254,8 +254,8 @@ ROUTER_WORKERS = json.dumps(
 
 def test_parse_workers_reads_the_real_answer() -> None:
     assert parse_workers(ROUTER_WORKERS) == [
-        Worker("http://127.0.0.1:8100", "prefill", True),
-        Worker("http://127.0.0.1:8200", "decode", False),
+        Worker("http://127.0.0.1:8100", "prefill", True, "m"),
+        Worker("http://127.0.0.1:8200", "decode", False, "m"),
     ]
     assert parse_workers("not json") == [] and parse_workers('{"workers": 3}') == []
 
@@ -364,16 +364,18 @@ def test_an_engine_that_does_not_answer_has_nothing_in_flight() -> None:
     assert r.drained and r.seconds == 0
 
 
-def test_an_api_key_keeps_the_static_worker_lists() -> None:
-    """Gateway mode with a key lost the KV transfer on the testbed (rules.live_workers):
-    with secrets.api_key, static lists; the proxy checks the clients' key either way."""
+def test_an_api_key_keeps_live_workers() -> None:
+    """Issue 28: with secrets.api_key the router still takes its workers at runtime (the
+    registrations name the model, test_router_api_model.py); the key reaches it only as
+    OPENAI_API_KEY from secrets.env, never on its command line."""
     from pdboot.inventory.rules import live_workers
 
     assert live_workers(inv(prefill="p1", decode="d1"))
     keyed = inv(prefill="p1", decode="d1", overrides={"secrets.api_key": "env:PDBOOT_KEY"})
-    assert not live_workers(keyed)
+    assert live_workers(keyed)
     router = next(s for s in build_plan(keyed).services() if s.role == "router")
-    assert "--enable-igw" not in router.command
+    assert "--enable-igw" in router.command and "--api-key" not in router.command
+    assert router.env_file is not None
 
 
 def test_a_new_engine_on_a_host_another_engine_leaves_starts_after_it_left() -> None:

@@ -432,7 +432,8 @@ def test_contexts_follow_the_inventory() -> None:
     assert d1.gpu_needs == (GpuNeed("decode", 4, "all"),)
     assert p1.gpu_needs == (GpuNeed("prefill", 2, (0, 1)),)
     assert (8201, "decode HTTP") in d1.ports and (5601, "decode NIXL side channel") in d1.ports
-    assert {p for p, _ in edge.ports} == {80, 8081, 29000}  # proxy, router (loopback), metrics
+    # proxy, router (loopback), metrics, and the swap router's two (deploy/router_swap.py)
+    assert {p for p, _ in edge.ports} == {80, 8081, 29000, 8082, 29001}
     # decode pulls KV from every prefill host; the router reaches every engine
     assert [(p.address, p.port) for p in d1.probes] == [("10.0.0.11", 5600), ("10.0.0.12", 5600)]
     assert {(p.address, p.port) for p in edge.probes} == {

@@ -127,3 +127,13 @@ def test_an_image_that_cannot_answer_fails(text: str, words: str) -> None:
 )
 def test_the_offending_argument(error: str, argv: list[str], arg: str) -> None:
     assert ia.offending(error, argv) == arg
+
+
+@pytest.mark.parametrize(
+    ("version", "connector"),
+    [("0.33.0", "15"), ("0.34.0", "16"), ("0.33.0+nightly", "15")],
+)
+def test_the_probe_reports_the_vllm_and_connector_versions(version: str, connector: str) -> None:
+    """Both enter NIXL's compatibility hash: a rebuild's version string is reported whole."""
+    got = probe(version, {"decode@b": ["m", "--port", "8200"]})
+    assert (got.version, got.connector_version) == (version, connector), got

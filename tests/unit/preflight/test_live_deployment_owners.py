@@ -106,7 +106,8 @@ def test_live_deployment_passes_with_notes_naming_its_containers() -> None:
     ingress = check(result, "ingress", "host.ports")
     assert ingress.status == "pass", ingress
     assert ingress.message == (
-        "ports 8081 free; 29000 (router metrics), 8000 (proxy HTTP) held by this deployment: "
+        "ports 8081, 8082, 29001 free; 29000 (router metrics), 8000 (proxy HTTP) held by this "
+        "deployment: "
         "router@ingress (up replaces it: configuration changed)"
     )
     for host, key in (("decode", "decode@decode"), ("prefill", "prefill@prefill")):

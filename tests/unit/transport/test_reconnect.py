@@ -89,7 +89,7 @@ def test_reconnects_are_bounded() -> None:
 def test_a_roll_that_cannot_read_the_state_reports_unknown_not_not_running() -> None:
     world = deployed()
     world.crash = {"prefill": OOM}
-    world.inv = inv("v0.34.0")
+    world.inv = inv("v0.33.0-rebuild")
     world.unreadable_from = {"d1": world.clock.now() + 0.5}  # after up's first look
     code, rec = run_up(world)
     assert code == 1

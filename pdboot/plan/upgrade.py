@@ -1,0 +1,188 @@
+"""Which path a change takes, and why (pure): a roll, blue/green, or an outage.
+
+- *roll*: every replaced engine keeps its NIXL hash inputs (nixl_compat.py), so an old and
+  a new engine pair as two old ones did: rolling.py's steps, engine by engine.
+- *blue/green*: a hash input changes (a new vLLM build, another dtype...): old and new
+  engines would refuse each other's KV at every handshake, so no roll may pair them. A new
+  set (green: its own router and engines) is proven alone, then the proxy switches to it.
+  Its room is freed by draining and stopping half of each blue tier (never below one engine
+  per tier); the phases below say which engines run and each tier's capacity.
+- *outage*: a hash input changes and a tier has one engine: there is no half to free, so
+  every engine is replaced at once (the recreate path) and the endpoint fails requests until
+  the new set is ready; `up` asks for --yes first, as for any tier that cannot roll.
+
+``blue_green`` says whether blue/green can run (a proxy in front, every running engine
+replaced); where it cannot, an incompatible change takes the outage path, and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pdboot.inventory.schema import TIERS, TierName
+from pdboot.plan.converge import Step
+from pdboot.plan.nixl_compat import (
+    Compatibility,
+    HashInputs,
+    ImageVersion,
+    classify,
+    hash_inputs,
+    same_image_version,
+)
+from pdboot.plan.rolling import Capacity
+
+PathKind = Literal["none", "roll", "blue-green", "outage"]
+
+
+@dataclass(frozen=True)
+class Phase:
+    number: int
+    what: str
+    running: tuple[str, ...]  # "blue: prefill@p1" / "green: decode@d2"
+    capacity: tuple[Capacity, ...]  # of the set the endpoint serves from
+    endpoint_up: bool
+    serving: str  # "blue" or "green": which set the proxy sends clients to
+
+
+@dataclass(frozen=True)
+class UpgradePath:
+    kind: PathKind
+    why: str
+    compat: Compatibility
+    phases: tuple[Phase, ...] = ()
+
+    def describe(self) -> str:
+        words = {
+            "none": "no engine is replaced",
+            "roll": "roll engine by engine",
+            "blue-green": "blue/green (a new set beside the old, proven alone, then switched)",
+            "outage": "outage (every engine replaced at once)",
+        }[self.kind]
+        return f"upgrade path: {words}: {self.why}"
+
+
+def replaced_engines(steps: Sequence[Step]) -> list[Step]:
+    """The steps that recreate a running engine (its old and new settings both known)."""
+    return [
+        s for s in steps if s.service.is_engine and s.kind == "recreate" and s.current is not None
+    ]
+
+
+def compatibility(
+    steps: Sequence[Step],
+    versions: Mapping[str, ImageVersion],
+    running: Mapping[str, ImageVersion],
+) -> Compatibility:
+    """``versions``: image -> what the after-pull probe read in it; ``running``: engine key
+    -> what was read in its running container (where its image changes)."""
+    changes: dict[str, tuple[HashInputs, HashInputs]] = {}
+    for s in replaced_engines(steps):
+        o = s.current
+        assert o is not None  # replaced_engines keeps only those
+        old_v, new_v = same_image_version(
+            o.image, s.service.image, versions, running.get(s.service.key)
+        )
+        changes[s.service.key] = (
+            hash_inputs(o.command, dict(o.env), old_v),
+            hash_inputs(s.service.command, dict(s.service.environment), new_v),
+        )
+    return classify(changes)
+
+
+def choose(
+    replaced: Sequence[Step],
+    compat: Compatibility,
+    blue: Mapping[TierName, Sequence[str]],
+    green: Mapping[TierName, Sequence[str]],
+    *,
+    blue_green: bool,
+) -> UpgradePath:
+    """``replaced``: the engine steps that recreate a running engine; ``blue``: tier ->
+    the keys of the engines serving now; ``green``: tier -> the keys the inventory wants."""
+    if not replaced:
+        return UpgradePath("none", "no running engine changes its configuration", compat)
+    if compat.compatible:
+        return UpgradePath("roll", compat.why, compat)
+    single = [t for t in TIERS if len(blue.get(t, ())) < 2]
+    if single:
+        tiers = " and ".join(f"the {t} tier" for t in single)
+        why = (
+            f"{compat.why}; {tiers} has one engine: no half can be freed for a new set, "
+            "so every engine is replaced at once"
+        )
+        return UpgradePath("outage", why, compat, _outage(blue, green))
+    if not blue_green:
+        why = (
+            f"{compat.why}; old and new engines would refuse each other's KV, and blue/green "
+            "needs the proxy in front and every engine replaced: every engine is replaced "
+            "at once"
+        )
+        return UpgradePath("outage", why, compat, _outage(blue, green))
+    return UpgradePath("blue-green", compat.why, compat, blue_green_phases(blue, green))
+
+
+def _caps(
+    counts: Mapping[TierName, int], wanted: Mapping[TierName, Sequence[str]]
+) -> tuple[Capacity, ...]:
+    return tuple(Capacity(t, counts.get(t, 0), len(wanted.get(t, ()))) for t in TIERS)
+
+
+def _outage(
+    blue: Mapping[TierName, Sequence[str]], green: Mapping[TierName, Sequence[str]]
+) -> tuple[Phase, ...]:
+    every = tuple(f"green: {k}" for t in TIERS for k in green.get(t, ()))
+    return (
+        Phase(1, "stop every engine and start the new ones at once", every,
+              _caps({}, green), False, "green"),
+        Phase(2, "the new set serves once every engine is ready", every,
+              _caps({t: len(green.get(t, ())) for t in TIERS}, green), True, "green"),
+    )  # fmt: skip
+
+
+def blue_green_phases(
+    blue: Mapping[TierName, Sequence[str]], green: Mapping[TierName, Sequence[str]]
+) -> tuple[Phase, ...]:
+    """Half of each blue tier (rounded down, so at least one stays) is drained and stopped;
+    green's first engines are the inventory's on the hosts that freed (as many per tier as
+    were freed); once green serves, blue stops and green grows to the whole inventory."""
+    freed = {t: sorted(blue.get(t, ()))[len(blue.get(t, ())) - len(blue.get(t, ())) // 2 :]
+             for t in TIERS}  # fmt: skip
+    kept = {t: [k for k in sorted(blue.get(t, ())) if k not in freed[t]] for t in TIERS}
+    first = {t: _first_green(green.get(t, ()), freed[t]) for t in TIERS}
+    blue_kept = tuple(f"blue: {k}" for t in TIERS for k in kept[t])
+    green_first = tuple(f"green: {k}" for t in TIERS for k in first[t])
+    green_all = tuple(f"green: {k}" for t in TIERS for k in green.get(t, ()))
+    n_kept = {t: len(kept[t]) for t in TIERS}
+    n_first = {t: len(first[t]) for t in TIERS}
+    return (
+        Phase(1, "drain and stop half of each blue tier: "
+              + ", ".join(k for t in TIERS for k in freed[t]),
+              blue_kept, _caps(n_kept, blue), True, "blue"),
+        Phase(2, "start green on the freed room behind its own router; prove it there "
+              "(KV proof, correctness gate) before any client reaches it",
+              blue_kept + green_first, _caps(n_kept, blue), True, "blue"),
+        Phase(3, "the proxy switches to green's router (graceful reload)",
+              blue_kept + green_first, _caps(n_first, green), True, "green"),
+        Phase(4, "blue drains and stops", green_first, _caps(n_first, green), True, "green"),
+        Phase(5, "green grows to the whole inventory (live adds)", green_all,
+              _caps({t: len(green.get(t, ())) for t in TIERS}, green), True, "green"),
+    )  # fmt: skip
+
+
+def _first_green(wanted: Sequence[str], freed: Sequence[str]) -> list[str]:
+    """The inventory's engines in the freed engines' places (same key: host and name), never
+    one beside them on the same host (that is blue's, still serving)."""
+    return [k for k in sorted(wanted) if k in set(freed)]
+
+
+__all__ = [
+    "PathKind",
+    "Phase",
+    "UpgradePath",
+    "blue_green_phases",
+    "choose",
+    "compatibility",
+    "replaced_engines",
+]

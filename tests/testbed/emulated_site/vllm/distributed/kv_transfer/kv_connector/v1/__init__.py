@@ -1,0 +1,1 @@
+"""EMULATED (see vllm/__init__.py)."""
