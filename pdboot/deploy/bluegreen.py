@@ -212,8 +212,9 @@ class BlueGreen:
             model_id=self.plan.served_model_name,
         )
         back = [s for s in gone if holds(self.previous, s)]
-        for s in sorted(set(gone) - set(back), key=_key):
-            self.emit(Note(f"blue/green: {s.service.key}: no kept compose file holds what ran"))
+        for s in gone:
+            if s not in back:
+                self.emit(Note(f"blue/green: {s.service.key}: no kept compose file holds what ran"))
         gone = back
         for s in gone:
             link = self.hosts.links[s.service.host]
