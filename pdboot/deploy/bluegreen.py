@@ -198,9 +198,14 @@ class BlueGreen:
         )
         for s in rest:
             w = worker_of(s.service)
-            if w is not None:
+            if w is None:
+                continue
+            try:
                 api.add(*w)
-                self.emit(Note(f"blue/green: {s.service.key} registered with green's router"))
+            except RouterApiError as e:  # green serves on what it has; `up` stops and says so
+                why = f"cannot register {s.service.key} with green's router: {e}"
+                raise BlueGreenFailed(why) from e
+            self.emit(Note(f"blue/green: {s.service.key} registered with green's router"))
 
     def undo(self, first: Sequence[Step], gone: Sequence[Step]) -> None:
         """Green removed; the drained half back in its old configuration, registered."""
@@ -211,8 +216,9 @@ class BlueGreen:
             model_id=self.plan.served_model_name,
         )
         back = [s for s in gone if holds(self.previous, s)]
-        for s in sorted(set(gone) - set(back), key=_key):
-            self.emit(Note(f"blue/green: {s.service.key}: no kept compose file holds what ran"))
+        for s in gone:
+            if s not in back:
+                self.emit(Note(f"blue/green: {s.service.key}: no kept compose file holds what ran"))
         gone = back
         for s in gone:
             link = self.hosts.links[s.service.host]
