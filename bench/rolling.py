@@ -12,7 +12,14 @@ router (every changed engine at once, the router kept). Printed per case:
 served/failed requests, the `up` exit code and seconds, and whether the router container
 (id and StartedAt) stayed the same.
 
-    python bench/rolling.py [--runs 1] [--json FILE]   (root; starts and stops its own testbed)
+Issue 28 adds the router case (`--cases router`, or `all`): the decode tier's router policy
+changed through `up` on a live 2P2D deployment, the router swapped (a new one beside the old,
+the proxy moved by a graceful nginx reload) against today's recreate before issue 28 (forced
+with PDBOOT_BENCH_ROUTER_RECREATE=1, an internal switch for this baseline), alternately on
+the same deployment, in the same run; printed as failed/sent per case and summed per mode.
+
+    python bench/rolling.py [--runs 1] [--cases all|engines|router] [--json FILE]
+    (root; starts and stops its own testbed)
 """
 
 from __future__ import annotations
@@ -27,24 +34,47 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.testbed.harness import Testbed  # noqa: E402
-from tests.testbed.rolling_load import HOSTS, Case, push_second_tag, run_cases  # noqa: E402
+from tests.testbed.rolling_load import (  # noqa: E402
+    HOSTS,
+    Case,
+    push_second_tag,
+    router_policy_cases,
+    run_cases,
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="write every case here")
+    ap.add_argument("--cases", choices=("all", "engines", "router"), default="all")
     args = ap.parse_args()
     cases: list[Case] = []
     with Testbed.start(HOSTS) as tb:
         push_second_tag(tb)
         work = tb.dir / "bench-rolling"
         work.mkdir(parents=True, exist_ok=True)
-        for _ in range(args.runs):
-            for mode in ("recreate", "no-rolling", "rolling"):
-                cases += run_cases(tb, work, mode)
-                print(f"... {mode} done", flush=True)
+        if args.cases in ("all", "engines"):
+            for _ in range(args.runs):
+                for mode in ("recreate", "no-rolling", "rolling"):
+                    cases += run_cases(tb, work, mode)
+                    print(f"... {mode} done", flush=True)
+        if args.cases in ("all", "router"):
+            cases += router_policy_cases(tb, work, args.runs)
+            print("... router policy done", flush=True)
     table(cases)
+    swapped = [c for c in cases if c.mode == "swap"]
+    recreated = [c for c in cases if c.mode == "recreate" and c.name.startswith("router")]
+    if swapped and recreated:
+
+        def sums(cs: list[Case]) -> tuple[int, int]:
+            return sum(c.failed for c in cs), sum(c.failed + c.served for c in cs)
+
+        (fs, ss), (fr, sr) = sums(swapped), sums(recreated)
+        print(
+            f"\nrouter policy change: swap {fs}/{ss} failed/sent "
+            f"({fs / max(ss, 1):.1%}) vs recreate {fr}/{sr} ({fr / max(sr, 1):.1%})"
+        )
     if args.json is not None:
         args.json.write_text(
             json.dumps(

@@ -14,7 +14,7 @@ from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.readiness import Prober
 from pdboot.deploy.rollout import Rollout, emit_plan
 from pdboot.deploy.router_api import RouterWorkerApi, plan_workers
-from pdboot.deploy.router_swap import RouterSwapError, SwapContext, move_router
+from pdboot.deploy.router_swap import RouterSwapError, SwapContext, move_router, settle_spare
 from pdboot.deploy.waits import Clock
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.inventory.rules import advertised_address
@@ -137,6 +137,7 @@ class ChangeSteps:
     def roll(self, observed: list[Observed]) -> None:
         """Live workers: the router stays, engines change one worker at a time
         (rolling.py's order, rollout.py's steps)."""
+        observed = self.settle_spare(observed)
         stages, roll = roll_plan(self.plan, observed, live=True, rolling=True)
         self.show_steps(stages, roll)
         emit_plan(self.emit, roll)
@@ -149,6 +150,7 @@ class ChangeSteps:
     def recreate(self, observed: list[Observed]) -> None:
         """The recreate path (static router lists, or --no-rolling): every changed engine at
         once, then the router, recreated when its workers changed."""
+        observed = self.settle_spare(observed)
         first = plan_up(self.plan, observed)
         restarts = decode_restarts(first)  # decodes holding NIXL state for an old prefill
         stages = with_restarts(first, restarts)
@@ -188,10 +190,28 @@ class ChangeSteps:
         for c in self.router_api().sync(plan_workers(self.plan)):
             self.emit(Note(f"router: {c.describe()}"))
 
+    def settle_spare(self, observed: list[Observed]) -> list[Observed]:
+        """A spare router an interrupted swap left: back home, or removed (router_swap.py);
+        what runs then."""
+        try:
+            if not settle_spare(self.swap_context(), observed):
+                return observed
+        except RouterSwapError as e:
+            self.emit(Note(f"error: {e}", "error"))
+            raise UpStopped from e
+        return self.observe()
+
     def swap_router(self) -> None:
         """The router's settings changed: swapped with no outage (router_swap.py), the
         new settings from the compose.yaml `up` shipped."""
-        ctx = SwapContext(
+        try:
+            move_router(self.swap_context())
+        except RouterSwapError as e:
+            self.emit(Note(f"error: {e}", "error"))
+            raise UpStopped from e
+
+    def swap_context(self) -> SwapContext:
+        return SwapContext(
             self.inv,
             self.plan,
             self.hosts,
@@ -201,11 +221,6 @@ class ChangeSteps:
             self.plan.served_model_name,
             clock=self.env.clock,
         )
-        try:
-            move_router(ctx)
-        except RouterSwapError as e:
-            self.emit(Note(f"error: {e}", "error"))
-            raise UpStopped from e
 
     def router_api(self) -> RouterWorkerApi:
         return RouterWorkerApi(
