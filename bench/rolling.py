@@ -12,13 +12,20 @@ router (every changed engine at once, the router kept). Printed per case:
 served/failed requests, the `up` exit code and seconds, and whether the router container
 (id and StartedAt) stayed the same.
 
-    python bench/rolling.py [--runs 1] [--json FILE]   (root; starts and stops its own testbed)
+Issue 28 adds the router case (`--cases router`): the decode tier's router policy changed
+through `up` on a live 2P2D deployment, the router swapped (a new one beside the old, the
+proxy moved by a graceful nginx reload) against the recreate before issue 28 (forced with
+PDBOOT_BENCH_ROUTER_RECREATE=1, an internal switch for this baseline), alternately on the
+same deployment, in the same run; printed as failed/sent per case and summed per mode.
 
-Issue 29's case, (d) a new vLLM build (the stand-in's nightly: same release, another version
-string, which NIXL's handshake refuses to pair with the old one): with ``--baseline PATH``,
-the pdboot of another checkout (say main before issue 29, which rolls it) and this one
-(blue/green), each from a fresh 2P2D deployment, in the same run; ``--build-only`` runs only
-that case (about 4 minutes instead of 12).
+Issue 29's case (`--cases build`), (d) a new vLLM build (the stand-in's nightly: same
+release, another version string, which NIXL's handshake refuses to pair with the old one):
+with ``--baseline PATH``, the pdboot of another checkout (say main before issue 29, which
+rolls it) and this one (blue/green), each from a fresh 2P2D deployment, in the same run;
+``--build-only`` is `--cases build` (about 4 minutes instead of 12).
+
+    python bench/rolling.py [--runs 1] [--cases all|engines|router|build] [--baseline PATH]
+                            [--build-only] [--json FILE]   (root; starts and stops its own testbed)
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from tests.testbed.rolling_load import (  # noqa: E402
     HOSTS,
     Case,
     push_second_tag,
+    router_policy_cases,
     run_build_case,
     run_cases,
 )
@@ -46,6 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="write every case here")
+    ap.add_argument("--cases", choices=("all", "engines", "router", "build"), default="all")
     ap.add_argument("--baseline", type=Path, default=None, help="a pdboot checkout to compare")
     ap.add_argument("--build-only", action="store_true", help="only the new-build case (d)")
     args = ap.parse_args()
@@ -54,16 +63,35 @@ def main() -> None:
         push_second_tag(tb)
         work = tb.dir / "bench-rolling"
         work.mkdir(parents=True, exist_ok=True)
-        for _ in range(args.runs):
-            for mode in () if args.build_only else ("recreate", "no-rolling", "rolling"):
-                cases += run_cases(tb, work, mode)
-                print(f"... {mode} done", flush=True)
-            if args.baseline is not None:
-                cases.append(run_build_case(tb, work, "baseline", args.baseline.resolve()))
-                print("... new build, baseline done", flush=True)
-            cases.append(run_build_case(tb, work, "blue-green", ROOT))
-            print("... new build, blue/green done", flush=True)
+        which = "build" if args.build_only else args.cases
+        if which in ("all", "engines"):
+            for _ in range(args.runs):
+                for mode in ("recreate", "no-rolling", "rolling"):
+                    cases += run_cases(tb, work, mode)
+                    print(f"... {mode} done", flush=True)
+        if which in ("all", "router"):
+            cases += router_policy_cases(tb, work, args.runs)
+            print("... router policy done", flush=True)
+        if which in ("all", "build"):
+            for _ in range(args.runs):
+                if args.baseline is not None:
+                    cases.append(run_build_case(tb, work, "baseline", args.baseline.resolve()))
+                    print("... new build, baseline done", flush=True)
+                cases.append(run_build_case(tb, work, "blue-green", ROOT))
+                print("... new build, blue/green done", flush=True)
     table(cases)
+    swapped = [c for c in cases if c.mode == "swap"]
+    recreated = [c for c in cases if c.mode == "recreate" and c.name.startswith("router")]
+    if swapped and recreated:
+
+        def sums(cs: list[Case]) -> tuple[int, int]:
+            return sum(c.failed for c in cs), sum(c.failed + c.served for c in cs)
+
+        (fs, ss), (fr, sr) = sums(swapped), sums(recreated)
+        print(
+            f"\nrouter policy change: swap {fs}/{ss} failed/sent "
+            f"({fs / max(ss, 1):.1%}) vs recreate {fr}/{sr} ({fr / max(sr, 1):.1%})"
+        )
     if args.json is not None:
         args.json.write_text(
             json.dumps(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pdboot.deploy.admin import AdminFetch
@@ -29,6 +29,7 @@ from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi
 from pdboot.deploy.waits import Clock, MonotonicClock
 from pdboot.events import Emit, Note
 from pdboot.inventory.schema import Inventory, TierName
+from pdboot.plan.converge import Observed
 from pdboot.plan.model import Plan, Service
 from pdboot.plan.proxy import (
     PROXY_CONF_IN_CONTAINER,
@@ -40,6 +41,7 @@ from pdboot.plan.proxy import (
 from pdboot.plan.render import render_services
 from pdboot.plan.router_slots import (
     SPARE_COMPOSE,
+    SPARE_NAME,
     Slot,
     other,
     spare_project,
@@ -144,6 +146,37 @@ def swap_router(
     _drain(ctx, old)
     _stop(ctx, old, remove=to == "home")
     ctx.emit(Note(f"router swap: {old.container_name} drained and stopped"))
+
+
+def settle_spare(ctx: SwapContext, observed: Sequence[Observed]) -> bool:
+    """A spare router left by an interrupted swap (`up` calls this before it plans): when
+    the proxy forwards to it, the plan's router is swapped back home (no outage); otherwise
+    it serves nothing and is removed. True when there was one."""
+    spares = [
+        o for o in observed if o.service_name == SPARE_NAME and o.host == ctx.plan.router.host
+    ]
+    if not spares:
+        return False
+    if _route_now(ctx) == "spare":
+        ctx.emit(Note("router swap: an interrupted swap left the proxy on the spare router"))
+        swap_router(ctx, ctx.plan.router, to="home")
+    else:
+        _stop(ctx, ctx.placed(ctx.plan.router, "spare"), remove=True)
+        ctx.emit(Note("router swap: removed the spare router an interrupted swap left"))
+    return True
+
+
+def _route_now(ctx: SwapContext) -> Slot:
+    """Where the proxy forwards now: its route file, read in its container."""
+    proxy = ctx.plan.proxy.container_name if ctx.plan.proxy is not None else ""
+    if not proxy:
+        return "home"
+    route = shlex.quote(ROUTE_FILE)
+    res = ctx.conn.run(
+        ["docker", "exec", proxy, "sh", "-c", f'read -r l < {route} && echo "$l"'],
+        timeout=60,
+    )
+    return "spare" if res.rc == 0 and UPSTREAM_SPARE in res.stdout else "home"
 
 
 # ---- the steps

@@ -18,7 +18,7 @@ from pdboot.deploy.drain import DrainResult, drain
 from pdboot.deploy.frame import CancelToken
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi, plan_workers
-from pdboot.deploy.router_swap import RouterSwapError, SwapContext, move_router
+from pdboot.deploy.router_swap import RouterSwapError, SwapContext, move_router, settle_spare
 from pdboot.deploy.seams import OP_DEADLINE, report_errors
 from pdboot.deploy.up_options import UpStopped
 from pdboot.deploy.waits import Clock, Tick, WaitError, WaitFailed, wait_all
@@ -217,7 +217,25 @@ class ServiceOps:
         """The router's settings changed: swapped with no outage (router_swap.py), the
         new settings from the compose.yaml `up` shipped."""
         self.token.check()
-        ctx = SwapContext(
+        try:
+            move_router(self.swap_context())
+        except RouterSwapError as e:
+            self.emit(Note(f"error: {e}", "error"))
+            raise UpStopped from e
+
+    def settle_spare(self, observed: list[Observed]) -> list[Observed]:
+        """A spare router an interrupted swap left: back home, or removed (router_swap.py);
+        what runs then."""
+        try:
+            if not settle_spare(self.swap_context(), observed):
+                return observed
+        except RouterSwapError as e:
+            self.emit(Note(f"error: {e}", "error"))
+            raise UpStopped from e
+        return self.observe()
+
+    def swap_context(self) -> SwapContext:
+        return SwapContext(
             self.w.inv,
             self.plan,
             self.hosts,
@@ -227,11 +245,6 @@ class ServiceOps:
             self.plan.served_model_name,
             clock=self.w.clock,
         )
-        try:
-            move_router(ctx)
-        except RouterSwapError as e:
-            self.emit(Note(f"error: {e}", "error"))
-            raise UpStopped from e
 
     # ---- a roll's pair guard (pair_guard.py)
 

@@ -89,7 +89,8 @@ class UpRun:
         self.ship()
         ops = self.service_ops()  # on the plan as the UCX check left it
         # converge, once: what to change, the one value `up --plan` shows too
-        change = change_plan(self.plan, ops.observe(), self.changes)
+        observed = ops.settle_spare(ops.observe())  # a spare router a stopped swap left
+        change = change_plan(self.plan, observed, self.changes)
         self.token.check()
         watch = watch_held_back(self.hosts, change.watch, self.emit)
         addresses = {h: advertised_address(spec) for h, spec in self.inv.hosts.items()}

@@ -105,14 +105,33 @@ def test_the_swap_primitive_moves_the_router_under_load(make_testbed: Any, tmp_p
     cmd = tb.hosts["p1"].docker("inspect", "--format", "{{json .Config.Cmd}}", "pdboot-roll-router")
     assert '"--policy","round_robin"' in cmd.stdout, cmd.stdout
     assert pdboot("up", str(path), "--plan", "--detailed-exitcode").returncode == 0
-    plan = build_plan(load_inventory(path))
+    inv = load_inventory(path)
+    plan = build_plan(inv)
 
-    # move_router does both moves; down removes a spare left by an interrupted swap too
+    # move_router does both moves; a swap interrupted with the proxy on the spare (home
+    # stopped) is swapped back home by the next `up` with no failed request
     hosts = open_hosts(inv, [plan.router.host])
     try:
-        move_router(
-            SwapContext(inv, plan, hosts, http, notes.append, plan_workers(plan), "Qwen/Qwen3-0.6B")
+        ctx = SwapContext(
+            inv, plan, hosts, http, notes.append, plan_workers(plan), "Qwen/Qwen3-0.6B"
         )
+        move_router(ctx)
+        swap_router(ctx, plan.router, to="spare")
+    finally:
+        hosts.close()
+    assert "pdboot-roll-router-swap" in containers(tb)
+    st = pdboot("status", str(path))
+    assert "router-swap" in st.stdout + st.stderr, st.stdout + st.stderr
+    case = change_under_load(tb, "settle", "rolling", path, ["--skip-preflight"])
+    assert case.rc == 0, case.output
+    assert case.failed == 0 and case.served >= 20, (case.errors, case.output)
+    assert "an interrupted swap left the proxy on the spare router" in case.output, case.output
+    now = containers(tb)
+    assert "pdboot-roll-router-swap" not in now and now["pdboot-roll-router"].endswith("running")
+
+    # down removes both routers' containers
+    hosts = open_hosts(inv, [plan.router.host])
+    try:
         swap_router(
             SwapContext(
                 inv, plan, hosts, http, notes.append, plan_workers(plan), "Qwen/Qwen3-0.6B"
@@ -122,7 +141,7 @@ def test_the_swap_primitive_moves_the_router_under_load(make_testbed: Any, tmp_p
         )
     finally:
         hosts.close()
-    assert "pdboot-roll-router-swap" in containers(tb)
+    assert {"pdboot-roll-router-swap", "pdboot-roll-router"} <= set(containers(tb))
     down = pdboot("down", str(path))
     assert down.returncode == 0, down.stdout + down.stderr
     assert containers(tb) == {}

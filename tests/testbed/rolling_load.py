@@ -154,9 +154,11 @@ def push_second_tag(tb: Any) -> str:
 CHECKOUT = {"root": ROOT}
 
 
-def pdboot(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def pdboot(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     root = CHECKOUT["root"]
-    env = dict(os.environ, COLUMNS="200", TERM="dumb", PYTHONPATH=str(root))
+    env = dict(os.environ, COLUMNS="200", TERM="dumb", PYTHONPATH=str(root), **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "pdboot", *args],
         capture_output=True,
@@ -199,16 +201,22 @@ class Case:
 
 
 def change_under_load(
-    tb: Any, name: str, mode: str, inv: Path, extra: list[str], key: str | None = None
+    tb: Any,
+    name: str,
+    mode: str,
+    inv: Path,
+    extra: list[str],
+    key: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Case:
-    """`pdboot up INV` (plus ``extra``) while the client loop runs; the loop starts 1 s
-    before and stops 1 s after. ``key``: the clients' API key (secrets.api_key)."""
+    """`pdboot up INV` (plus ``extra``, with ``env``) while the client loop runs; the loop
+    starts 1 s before and stops 1 s after. ``key``: the clients' API key (secrets.api_key)."""
     before = router_identity(tb)
     endpoint = f"http://{tb.hosts['p1'].address}:8000"
     t0 = time.monotonic()
     with ClientLoop(endpoint, "Qwen/Qwen3-0.6B", key=key) as loop:
         time.sleep(1.0)
-        res = pdboot("up", str(inv), "--no-speed", *extra)
+        res = pdboot("up", str(inv), "--no-speed", *extra, env=env)
         time.sleep(1.0)
     took = time.monotonic() - t0
     c = loop.counts
@@ -278,3 +286,31 @@ def run_build_case(tb: Any, work: Path, mode: str, checkout: Path) -> Case:
         return case
     finally:
         CHECKOUT["root"] = ROOT
+
+
+# bench/rolling.py's baseline for a router change: the router recreated, as before issue 28
+RECREATE_ROUTER = {"PDBOOT_BENCH_ROUTER_RECREATE": "1"}
+
+
+def router_policy_cases(tb: Any, work: Path, runs: int = 1) -> list[Case]:
+    """A router change through `up` (the decode tier's policy, power_of_two <-> round_robin)
+    on a fresh live 2P2D deployment: swapped (issue 28) and recreated (the baseline, forced
+    by RECREATE_ROUTER), alternately, ``runs`` times each, in one run on one testbed."""
+    path = work / "inv-router.yaml"
+    inventory(tb, path)
+    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    if res.returncode != 0:
+        raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
+    out: list[Case] = []
+    policies = ["round_robin", "power_of_two"]
+    for i in range(2 * runs):
+        mode = "swap" if i % 2 == 0 else "recreate"
+        policy = policies[i % 2]
+        inventory(tb, path, decode_policy=policy)
+        env = RECREATE_ROUTER if mode == "recreate" else None
+        name = f"router policy -> {policy}"
+        out.append(change_under_load(tb, name, mode, path, ["--skip-preflight"], env=env))
+    down = pdboot("down", str(path))
+    if down.returncode != 0:
+        raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
+    return out
