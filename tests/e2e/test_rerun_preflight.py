@@ -105,8 +105,9 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         c = check(doc, host, "host.ports")
         assert c["status"] == "pass", c
         mine = f"{ports} held by this deployment: {key} (up keeps it)"
-        if host == "ingress":  # and the proxy in front of the router
+        if host == "ingress":  # and the proxy in front of the router; the swap's spare ports
             mine += "; 8000 (proxy HTTP) held by this deployment: proxy@ingress (up keeps it)"
+            mine = "ports 8082, 29001 free; " + mine
         assert c["message"] == mine, c
         assert check(doc, host, "host.deployment")["message"].endswith(f"{key} (up keeps it)")
     for host, key in (("decode", "decode@decode"), ("prefill", "prefill@prefill")):
