@@ -14,7 +14,7 @@ from pdboot.deploy.weights.staging import as_recorded
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK
 from pdboot.inventory.rules import deployment_hosts
-from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
+from pdboot.plan.change_plan import ChangeOptions, ChangePlan, all_at_once, change_plan
 from pdboot.plan.converge import Step
 from pdboot.plan.rolling import RollPlan
 from pdboot.preflight.findings import plan_from
@@ -82,7 +82,7 @@ def plan_only(frame: Frame, opts: ChangeOptions) -> int:
         else:
             versions.emit_path(emit, path)
         if path.kind == "outage" and not pending:
-            change = change_plan(plan, observed, replace(opts, rolling=False))
+            change = all_at_once(plan, change)
         elif path.kind == "blue-green" and not pending:  # its phases (above) are the steps
             change = replace(change, roll=replace(change.roll, steps=()))
             blue_green = True

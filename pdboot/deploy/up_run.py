@@ -42,7 +42,7 @@ from pdboot.events import (
 )
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
+from pdboot.plan.change_plan import ChangeOptions, ChangePlan, all_at_once, change_plan
 from pdboot.plan.model import SECRETS_FILE, WATCH_SECRETS_FILE, Plan
 from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
@@ -107,7 +107,7 @@ class UpRun:
         path = self.upgrade_path(change) if change.rolls else None
         if path is not None and path.kind == "outage":  # two builds must never pair: at once
             converger.accept_outages([path.why])
-            change = change_plan(self.plan, ops.observe(), replace(self.changes, rolling=False))
+            change = all_at_once(self.plan, change)
         if path is not None and path.kind == "blue-green":  # beside the old, then the proxy
             self.blue_green(ops, change)
             converger.start_proxy(change.proxy)

@@ -12,7 +12,7 @@ runs with ``live``; the recreate path recreates the router when its workers chan
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
 from pdboot.plan.model import Plan
@@ -81,3 +81,10 @@ def change_plan(plan: Plan, observed: Sequence[Observed], opts: ChangeOptions) -
         orphans=tuple(gone),
         roll=plan_roll(plan, first, restarts, gone, rolling=rolls, swap=rolls and opts.swap),
     )
+
+
+def all_at_once(plan: Plan, change: ChangePlan) -> ChangePlan:
+    """The same converge, applied all at once instead of rolled: a new vLLM build whose old
+    and new engines must never pair, with a tier of one (no room for blue/green)."""
+    roll = plan_roll(plan, change.converged, change.restarts, change.orphans, rolling=False)
+    return replace(change, rolls=False, roll=roll)

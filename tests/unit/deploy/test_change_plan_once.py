@@ -148,3 +148,18 @@ def test_a_static_router_list_plans_and_acts_the_same(computed: list[ChangePlan]
     planned, acted, _shown, _done = _plan_then_up(world, UpOptions(skip_preflight=True), computed)
     assert planned == acted and not planned.rolls
     assert [s.kind for s in planned.router] == ["recreate"]
+
+
+def test_a_new_build_with_a_tier_of_one_converges_once_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The outage path (old and new vLLM builds must never pair; no half for blue/green):
+    the one converge, applied all at once, not a second one."""
+    world = World(roll_inv(prefill="p1", decode="d1"))
+    assert run_up(world)[0] == 0
+    world.running_version = "0.33.0"
+    world.inv = roll_inv("v0.34.0", prefill="p1", decode="d1")
+    converged = _count(monkeypatch, converge.plan_up)
+    code, rec = run_up(world, UpOptions(yes=True))
+    assert code == 0 and next(s.action for s in rec.of(ev.RollPlanned)) == "together"
+    assert converged == [1]
