@@ -4,8 +4,6 @@ events, and `up --plan` (prints it, changes nothing)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from pdboot.deploy import versions
 from pdboot.deploy.frame import Frame
 from pdboot.deploy.rollout import emit_plan
@@ -14,7 +12,7 @@ from pdboot.deploy.weights.staging import as_recorded
 from pdboot.events import Emit, Note, ServiceAction, StageStarted
 from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK
 from pdboot.inventory.rules import deployment_hosts
-from pdboot.plan.change_plan import ChangeOptions, ChangePlan, all_at_once, change_plan
+from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
 from pdboot.plan.converge import Step
 from pdboot.plan.rolling import RollPlan
 from pdboot.preflight.findings import plan_from
@@ -69,24 +67,9 @@ def plan_only(frame: Frame, opts: ChangeOptions) -> int:
         return EXIT_FAILED
     observed = [o for obs in values.values() for o in obs]
     change = change_plan(plan, observed, opts)
-    blue_green = False
-    if change.rolls:  # which path, and why: a new build never rolls (versions.py)
-        steps = [s for st in change.stages for s in st]
-        images = versions.image_versions(hosts, steps, {})  # unpulled: unknown
-        path = versions.upgrade_path(
-            plan, change.stages, images, versions.running_versions(hosts, steps)
-        )
-        pending = versions.unread_build_only(path)
-        if pending:
-            versions.emit_pending(emit, path)  # what `up` does depends on the pull
-        else:
-            versions.emit_path(emit, path)
-        if path.kind == "outage" and not pending:
-            change = all_at_once(plan, change)
-        elif path.kind == "blue-green" and not pending:  # its phases (above) are the steps
-            change = replace(change, roll=replace(change.roll, steps=()))
-            blue_green = True
+    decided = versions.decide(emit, hosts, plan, change, None)
+    change = decided.change
     show_changes(emit, change, "plan")
     for line in change.roll.notes:
         emit(Note(line, "warn"))
-    return EXIT_CHANGES if change.changes or blue_green else EXIT_OK
+    return EXIT_CHANGES if change.changes or decided.taken("blue-green") else EXIT_OK

@@ -42,11 +42,10 @@ from pdboot.events import (
 )
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.change_plan import ChangeOptions, ChangePlan, all_at_once, change_plan
+from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
 from pdboot.plan.model import SECRETS_FILE, WATCH_SECRETS_FILE, Plan
 from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
-from pdboot.plan.upgrade import UpgradePath
 from pdboot.plan.watch.sidecar import watch_secrets_text
 from pdboot.preflight import image_probe, ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
@@ -104,11 +103,12 @@ class UpRun:
             yes=self.opts.yes,
             confirm=self.env.confirm,
         )
-        path = self.upgrade_path(change) if change.rolls else None
-        if path is not None and path.kind == "outage":  # two builds must never pair: at once
-            converger.accept_outages([path.why])
-            change = all_at_once(self.plan, change)
-        if path is not None and path.kind == "blue-green":  # beside the old, then the proxy
+        # a new build never rolls: blue/green beside the old, else every engine at once
+        decided = versions.decide(self.emit, self.hosts, self.plan, change, self.versions)
+        change = decided.change
+        if decided.taken("outage") and decided.path is not None:
+            converger.accept_outages([decided.path.why])
+        if decided.taken("blue-green"):
             self.blue_green(ops, change)
             converger.start_proxy(change.proxy)
         else:
@@ -123,16 +123,6 @@ class UpRun:
             ops.wait([s.service for s in watch], router=False)
         self.token.check()
         self.emit(endpoint_event(self.plan))
-
-    def upgrade_path(self, change: ChangePlan) -> UpgradePath:
-        """Roll, blue/green or outage (plan/upgrade.py), from the builds that run and the
-        ones the new images hold (read by the image check, else in the image)."""
-        steps = [s for st in change.stages for s in st]
-        running = versions.running_versions(self.hosts, steps)
-        images = versions.image_versions(self.hosts, steps, self.versions)
-        path = versions.upgrade_path(self.plan, change.stages, images, running)
-        versions.emit_path(self.emit, path)
-        return path
 
     def blue_green(self, ops: ServiceOps, change: ChangePlan) -> None:
         bg = BlueGreen(

@@ -2,20 +2,29 @@
 reference it started from may since name another build (a nightly tag moves at every pull),
 and the build is what NIXL's compatibility hash sees (plan/nixl_compat.py). Read only for
 engines whose image changes; `up` reads the new images' versions after the pull
-(preflight/image_args.py). Then the path a change takes (plan/upgrade.py), in events."""
+(preflight/image_args.py). Then the path a change takes (plan/upgrade.py), in events, and
+the change plan that path applies (`decide`: one choice for `up` and `up --plan`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from pdboot.deploy.seams import OP_DEADLINE
 from pdboot.events import Emit, Note
 from pdboot.inventory.schema import TIERS
+from pdboot.plan.change_plan import ChangePlan, all_at_once
 from pdboot.plan.converge import Step
 from pdboot.plan.model import Plan
 from pdboot.plan.nixl_compat import UNKNOWN, ImageVersion
-from pdboot.plan.upgrade import UpgradePath, choose, compatibility, replaced_engines
+from pdboot.plan.upgrade import (
+    PathKind,
+    UpgradePath,
+    choose,
+    compatibility,
+    replaced_engines,
+)
 from pdboot.transport.hosts import Hosts, Link
 
 MARK = "PDBOOT_VERSION "
@@ -134,6 +143,47 @@ def upgrade_path(
     return choose(replaced_engines(steps), compat, blue, green, blue_green=ok)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """The path a change takes and the change plan it applies: an outage replaces every
+    engine at once (all_at_once), blue/green has no roll steps (its phases are the steps)."""
+
+    change: ChangePlan
+    path: UpgradePath | None = None  # None: no running engine is replaced
+    pending: bool = False  # `up --plan` only: the path waits on a version read after the pull
+
+    def taken(self, kind: PathKind) -> bool:
+        return self.path is not None and self.path.kind == kind and not self.pending
+
+
+def decide(
+    emit: Emit,
+    hosts: Hosts,
+    plan: Plan,
+    change: ChangePlan,
+    pulled: Mapping[str, ImageVersion] | None,
+) -> Decision:
+    """Roll, blue/green or outage, from the builds that run and the ones the new images hold.
+    ``pulled``: what `up`'s image check read in the pulled images; None for `up --plan`, which
+    pulls nothing: a new image not on its host yet leaves the path pending (a version never
+    read is never assumed equal, so `up` itself never waits: it goes blue/green or outage)."""
+    if not change.rolls:
+        return Decision(change)
+    steps = [s for st in change.stages for s in st]
+    running = running_versions(hosts, steps)
+    images = image_versions(hosts, steps, pulled or {})
+    path = upgrade_path(plan, change.stages, images, running)
+    if pulled is None and unread_build_only(path):
+        emit_pending(emit, path)
+        return Decision(change, path, pending=True)
+    emit_path(emit, path)
+    if path.kind == "outage":
+        change = all_at_once(plan, change)
+    elif path.kind == "blue-green":
+        change = replace(change, roll=replace(change.roll, steps=()))
+    return Decision(change, path)
+
+
 def unread_build_only(path: UpgradePath) -> bool:
     """The only differences are new images whose vLLM version is not known yet (`up --plan`
     pulls nothing): the path depends on what `up` reads after the pull."""
@@ -180,6 +230,8 @@ def emit_path(emit: Emit, path: UpgradePath) -> None:
 
 
 __all__ = [
+    "Decision",
+    "decide",
     "emit_path",
     "emit_pending",
     "exec_argv",
