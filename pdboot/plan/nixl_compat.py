@@ -133,6 +133,18 @@ def _attention_backend(opts: Mapping[str, str], env: Mapping[str, str]) -> str:
     return env.get("VLLM_ATTENTION_BACKEND", "auto")  # older releases read the variable
 
 
+def _transfer_mode(kv: Mapping[str, object]) -> str:
+    """The connector, with NixlConnector's transfer mode: 0.34 reads
+    ``kv_connector_extra_config.transfer_mode`` (pull by default, or push: NixlPushConnector)
+    and the real hash takes the mode; 0.33 ignores the key, where counting it is only stricter."""
+    name = str(kv.get("kv_connector") or "none")
+    extra = kv.get("kv_connector_extra_config")
+    mode = extra.get("transfer_mode") if isinstance(extra, dict) else None
+    if name == "NixlConnector" and mode == "push":
+        return "NixlPushConnector"
+    return name
+
+
 def hash_inputs(
     command: Sequence[str], env: Mapping[str, str], version: ImageVersion | None
 ) -> HashInputs:
@@ -153,8 +165,7 @@ def hash_inputs(
     elif "--enable-hybrid-kv-cache-manager" in opts:
         hybrid = "enabled"
     values["hybrid_kv_cache_manager"] = hybrid
-    kv = _json(opts.get("--kv-transfer-config", ""))
-    values["transfer_mode"] = str(kv.get("kv_connector") or "none")
+    values["transfer_mode"] = _transfer_mode(_json(opts.get("--kv-transfer-config", "")))
     return HashInputs(tuple((f, values[f]) for f in ORDER))
 
 

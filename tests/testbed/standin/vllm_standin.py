@@ -325,8 +325,17 @@ def compat_factors(args: argparse.Namespace, kv: dict[str, Any]) -> dict[str, An
         "cache_dtype": args.kv_cache_dtype,
         "cross_layers_blocks": False,
         "is_hma_enabled": False,
-        "connector": kv.get("kv_connector"),
+        "transfer_mode": transfer_mode(kv),
     }
+
+
+def transfer_mode(kv: dict[str, Any]) -> str:
+    """0.34: NixlConnector with ``kv_connector_extra_config.transfer_mode: push`` is the push
+    connector (factory.py:126-130), as NixlPushConnector by name; 0.33 ignores the key."""
+    if kv.get("kv_connector") == "NixlPushConnector":
+        return "push"
+    mode = (kv.get("kv_connector_extra_config") or {}).get("transfer_mode")
+    return "push" if RELEASE >= "0.34" and mode == "push" else "pull"
 
 
 # ---------------------------------------------------------------- engine state
@@ -665,11 +674,7 @@ def pull(eng: Engine, params: dict[str, Any], prompt: str) -> bytes:
             pbs = int(hello.get("block_size") or DEFAULT_BLOCK_SIZE)
             dbs = eng.args.block_size or DEFAULT_BLOCK_SIZE
             if RELEASE >= "0.34" and pbs != dbs:
-                if (
-                    eng.kv.get("kv_connector") == "NixlPushConnector"
-                    or (eng.kv.get("kv_connector_extra_config") or {}).get("transfer_mode")
-                    == "push"
-                ):
+                if transfer_mode(eng.kv) == "push":
                     raise PullError(  # 0.34 push_worker.py:149
                         "NixlPushConnector requires identical P/D block sizes. Kernel block "
                         f"size and kernel blocks per logical block: local ({dbs}, 1), remote "

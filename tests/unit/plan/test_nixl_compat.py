@@ -55,6 +55,22 @@ def test_another_model_string_and_connector_are_incompatible() -> None:
     assert [d.factor for d in nc.compare("e", inputs(BASE), inputs(moved))] == ["model"]
 
 
+def test_push_by_transfer_mode_is_the_push_connector_and_pull_is_the_default() -> None:
+    """0.34: NixlConnector with kv_connector_extra_config.transfer_mode "push" is the push
+    connector, which real vLLM hashes apart from pull (tests/e2e/real_engine/
+    test_contract_hash.py runs the real function); "pull" is what no mode says."""
+
+    def kv(**extra: str) -> list[str]:
+        cfg = {"kv_connector": "NixlConnector", "kv_connector_extra_config": extra}
+        return [*BASE[:-1], json.dumps(cfg)]
+
+    push, pull = inputs(kv(transfer_mode="push")), inputs(kv(transfer_mode="pull"))
+    assert [d.factor for d in nc.compare("e", inputs(BASE), push)] == ["transfer_mode"]
+    assert nc.compare("e", inputs(BASE), pull) == []
+    by_name = [*BASE[:-1], json.dumps({"kv_connector": "NixlPushConnector"})]
+    assert nc.compare("e", push, inputs(by_name)) == []
+
+
 def test_the_attention_backend_variable_counts_where_no_argument_sets_it() -> None:
     a = inputs(BASE, VLLM_ATTENTION_BACKEND="FLASH_ATTN")
     b = inputs(BASE, VLLM_ATTENTION_BACKEND="XFORMERS")
