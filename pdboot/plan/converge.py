@@ -49,6 +49,7 @@ class Observed:
     state: str  # docker's State.Status: running, exited, created, restarting, ...
     image: str = ""
     started_at: str = ""  # RFC 3339, as docker prints it
+    created: str = ""  # RFC 3339: when the container was created (docker inspect's Created)
     exit_code: int | None = None
     restart_count: int = 0
     docker_health: str = ""  # the compose healthcheck's verdict: healthy, starting, ...
@@ -185,10 +186,11 @@ def _whole_dp_tiers(steps: list[Step]) -> list[Step]:
     return out
 
 
-# A prefill that started this much later than a running decode was restarted under it (docker's
-# restart policy, or removed and created again by `down` of part + `up`). Both tiers start
-# together in one `up` (seconds apart), so a small gap means nothing; a real engine takes
-# longer than this to load, so a decode that predates its prefill by more served the old one.
+# A prefill that started this much later than a running decode may have been restarted under
+# it (docker's restart policy, `docker restart`, or removed and created again by `down` of part
+# + `up`). Both tiers start together in one `up` (seconds apart), so a small gap means
+# nothing; a real engine takes longer than this to load, so a decode that predates its prefill
+# by more served the old one.
 STALE_AFTER_SECONDS = 30.0
 
 
@@ -199,7 +201,25 @@ def started(o: Observed | None) -> datetime | None:
 
 def _newer(prefill: Observed | None, decode: Observed | None) -> bool:
     p, d = started(prefill), started(decode)
-    return p is not None and d is not None and (p - d).total_seconds() > STALE_AFTER_SECONDS
+    if p is None or d is None or (p - d).total_seconds() <= STALE_AFTER_SECONDS:
+        return False
+    return not _joined(prefill)
+
+
+def _joined(prefill: Observed | None) -> bool:
+    """The prefill was created and started at once, never restarted since: an engine `up`
+    added beside running decodes (a roll, a live add, blue/green's growth), registered with
+    the router only after a P/D probe through each of its pairs. A decode holds no state for
+    an older process of it: there was none. (A container restarted in place keeps its
+    creation time; one created again by a partial `down` + `up` is restarted by that `up`.)"""
+    if prefill is None or prefill.restart_count:
+        return False
+    created, begun = parse_rfc3339(prefill.created), started(prefill)
+    return (
+        created is not None
+        and begun is not None
+        and (begun - created).total_seconds() <= STALE_AFTER_SECONDS
+    )
 
 
 def decode_restarts(stages: Sequence[Sequence[Step]]) -> list[Step]:

@@ -169,6 +169,7 @@ def observed_from_inspect(host: str, data: Mapping[str, Any]) -> Observed:
         state=str(state.get("Status", "unknown")),
         image=str(config.get("Image", "")),
         started_at=str(state.get("StartedAt", "")),
+        created=str(data.get("Created", "")),
         exit_code=_int(state.get("ExitCode")),
         restart_count=_int(data.get("RestartCount")) or 0,
         docker_health=str(health),

@@ -177,3 +177,23 @@ def test_prefill_newer_than_decode_makes_it_restart() -> None:
     assert decode_restarts(plan_up(plan, zero)) == []
     assert started(_at(obs["prefill"], "garbage")) is None
     assert started(_at(obs["prefill"], "2026-11-30T11:00:00+02:00")) is not None
+
+
+def test_a_prefill_that_joined_beside_running_decodes_restarts_none() -> None:
+    """A prefill `up` created after the decodes (a roll, a live add, blue/green's growth: on
+    real engines minutes later) started once, when it was created: the decodes hold no state
+    for an older process of it. Restarted in place (created earlier, started later, or a
+    restart count) it still makes them restart. Found on real vLLM: after a blue/green
+    upgrade the next `up` restarted a decode that green's growth had started before a
+    prefill."""
+    plan = _plan()
+    obs = {s.role: _obs(s) for s in plan.services()}
+    dec = _at(obs["decode"], "2026-11-30T10:00:00Z")
+    pre = _at(obs["prefill"], "2026-11-30T10:04:10.2Z")
+    joined = dataclasses.replace(pre, created="2026-11-30T10:04:09.8Z")
+    assert decode_restarts(plan_up(plan, [dec, joined, obs["router"]])) == []
+    restarted = dataclasses.replace(pre, created="2026-11-30T09:59:58Z")
+    (step,) = decode_restarts(plan_up(plan, [dec, restarted, obs["router"]]))
+    assert "prefill@p1 restarted after it" in step.reason
+    policy = dataclasses.replace(joined, restart_count=1)
+    assert len(decode_restarts(plan_up(plan, [dec, policy, obs["router"]]))) == 1

@@ -75,7 +75,8 @@ def test_observed_from_captured_inspect() -> None:
     assert o.role == "decode" and o.deployment == "dev1" and o.state == "running"
     assert o.config_hash and len(o.config_hash) == 16
     assert o.restart_count == 0 and o.exit_code == 0
-    assert o.started_at.startswith("20")
+    assert o.started_at == "2026-11-30T01:25:06.455888827Z"
+    assert o.created == "2026-11-30T01:25:06.345023158Z"  # converge tells a join from a restart
     assert o.name == "pdboot-dev1-decode"
 
 
