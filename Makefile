@@ -32,7 +32,7 @@ lint: $(SETUP_STAMP)
 # WORKERS=0 runs one process (a failure's output then comes in order).
 WORKERS ?= 2
 test: lint
-	@rc=0; $(PY) -m pytest -ra -n $(WORKERS) --dist loadgroup || rc=$$?; \
+	@rc=0; $(PY) -m pytest -ra -n $(WORKERS) --dist loadgroup --durations=30 || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 

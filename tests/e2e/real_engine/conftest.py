@@ -3,9 +3,11 @@ whole package (hosts prefill, decode, ingress; profile cpu-only), its registry h
 image, the tiny model at tb.cpu_model. Engines take 50-200 s to start on 2 cores, so one
 deployment (`real_deployment`, brought up by `pdboot up` WITH preflight) is shared by
 test_contract.py and test_flow.py (in that order: file names sort so); test_flow.py ends by
-taking it down, and test_real_failures.py then starts the deployments it breaks, one at a time.
-The shared one is 1P2D with both decode engines on the decode host (`engines_per_host: 2`,
-cores 1 and 0, ports 8201/8211, side channels 5601/5611): two engines of a tier on one host.
+upgrading it blue/green to another vLLM build and taking it down, and test_real_failures.py
+then starts the deployments it breaks, one at a time. The shared one is 2P2D: two engines of
+each tier on its host (`engines_per_host: 2`; prefill cores 0 and 1, ports 8200/8210, side
+channels 5600/5610; decode cores 1 and 0, ports 8201/8211, side channels 5601/5611), so that
+each tier has a half to free for blue/green.
 
 Under CI=true a testbed that cannot start fails these tests; elsewhere they skip.
 """
@@ -52,19 +54,16 @@ class Deployed:
         self.name = SHARED
         self.router = f"http://{tb.hosts['ingress'].address}:8000"
         self.prefill = f"http://{tb.hosts['prefill'].address}:8200"
+        self.prefills = (self.prefill, f"http://{tb.hosts['prefill'].address}:8210")
         self.decode = f"http://{tb.hosts['decode'].address}:8201"
         self.decodes = (self.decode, f"http://{tb.hosts['decode'].address}:8211")
-
-
-# two decode engines on the decode host, each bound to its own core
-TWO_DECODES = {"decode": {"engines_per_host": 2, "cpus": [[1], [0]]}}
 
 
 @pytest.fixture(scope="package")
 def real_deployment(real_tb: Testbed) -> Iterator[Deployed]:
     real_tb.reset()
     inv = real_tb.inventory(
-        real_tb.dir / f"{SHARED}.yaml", name=SHARED, engine="vllm", overrides=TWO_DECODES
+        real_tb.dir / f"{SHARED}.yaml", name=SHARED, engine="vllm", engines_per_host=2
     )
     ev = real_tb.dir / f"{SHARED}-up.jsonl"
     t0 = time.monotonic()

@@ -2,9 +2,10 @@
 UCX/TCP) behind the real vllm-router, across testbed hosts pdboot has never seen: preflight
 and the after-pull image probe on the real image, the KV proof from real metrics, the
 correctness gate on real greedy output, KV speed, status with real P/D metrics, load phases
-from real log lines, two decode engines on one host, `pdboot bench` with the real AIPerf, up
-again unchanged, a prefill restart then a decode restart (real NIXL state), down. One
-deployment (1P2D, conftest.py) for the module; the tests run in file order on it.
+from real log lines, two engines of a tier on one host, `pdboot bench` with the real AIPerf,
+up again unchanged, a prefill restart then a decode restart (real NIXL state), an upgrade to
+another vLLM build blue/green under a client loop, down. One deployment (2P2D, conftest.py)
+for the module; the tests run in file order on it.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ def test_status_reads_real_pd_metrics(deployed: Deployed) -> None:
     assert doc["healthy"] is True
     assert {s["service"] for s in doc["services"]} == {
         "prefill@prefill",
+        "prefill-1@prefill",
         "decode@decode",
         "decode-1@decode",
         "router@ingress",
@@ -159,62 +161,13 @@ def test_load_phases_from_real_log_lines(deployed: Deployed) -> None:
 
 def test_up_again_changes_nothing(deployed: Deployed) -> None:
     before = container_ids(deployed.tb, NAME)
-    assert len(before) == 5, before  # 3 engines, the router, the proxy
+    assert len(before) == 6, before  # 4 engines, the router, the proxy
     again = pdboot("up", str(deployed.inv), "--no-speed")  # preflight knows its own ports
     assert again.returncode == 0, output(again)[-4000:]
-    for key in ("decode@decode", "decode-1@decode", "prefill@prefill", "router@ingress"):
+    keys = ("decode@decode", "decode-1@decode", "prefill@prefill", "prefill-1@prefill")
+    for key in (*keys, "router@ingress"):
         assert any(key in ln and "unchanged" in ln for ln in again.stdout.splitlines()), key
     assert container_ids(deployed.tb, NAME) == before
-
-
-def test_a_nightly_of_the_real_image_is_never_rolled(deployed: Deployed) -> None:
-    """Issue 29 on REAL vLLM: the testbed's v0.32.0-nightly is the same build with only its
-    version string changed (0.32.0+nightly.1), which real vLLM hashes into every NIXL
-    handshake. `up` to it reads both versions (the after-pull probe in the new image, the
-    running engines' own), says the factor, and never rolls: with a prefill tier of one there
-    is no half for blue/green, so it is an outage it asks for, and without --yes nothing
-    changes. A client through the endpoint meanwhile: no request fails, no engine logs a
-    hash mismatch."""
-    import threading
-
-    import yaml
-
-    doc = yaml.safe_load(deployed.inv.read_text())
-    doc["image"] = doc["image"].rsplit(":", 1)[0] + ":v0.32.0-nightly"
-    nightly = deployed.inv.with_name("nightly.yaml")
-    nightly.write_text(yaml.safe_dump(doc, sort_keys=False))
-    before = container_ids(deployed.tb, NAME)
-    counts = {"ok": 0, "failed": 0}
-    stop = threading.Event()
-
-    def client() -> None:  # one request at a time: real engines on 2 cores
-        while not stop.is_set():
-            try:
-                reply = chat(deployed, deployed.router, "one two three", tokens=2)
-                counts["ok" if reply.get("choices") else "failed"] += 1
-            except (OSError, ValueError):
-                counts["failed"] += 1
-            stop.wait(0.5)
-
-    t = threading.Thread(target=client, daemon=True)
-    t.start()
-    try:
-        res = pdboot("up", str(nightly), "--no-speed")
-    finally:
-        stop.set()
-        t.join(timeout=120)
-    text = output(res)
-    assert res.returncode == 1, text[-4000:]
-    assert "vLLM version 0.32.0 -> 0.32.0+nightly.1" in text, text[-4000:]
-    assert "upgrade path: outage" in text and "nothing was changed" in text, text[-4000:]
-    assert container_ids(deployed.tb, NAME) == before
-    assert counts["failed"] == 0 and counts["ok"] > 0, counts
-    for host in ("prefill", "decode"):
-        h = deployed.tb.hosts[host]
-        ids = h.docker("ps", "-q", "--filter", f"label=io.pdboot.deployment={NAME}").stdout
-        for cid in ids.split():
-            logs = h.docker("logs", cid, timeout=60)
-            assert "compatibility hash mismatch" not in logs.stdout + logs.stderr, host
 
 
 def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
@@ -291,6 +244,78 @@ def test_prefill_restart_then_decode_restart_keeps_pd(deployed: Deployed) -> Non
         pd_probe(deployed.prefill, url)
         assert metric(m, "vllm:nixl_xfer_time_seconds_count") == before + 1, url
         assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0, url
+
+
+@pytest.mark.timeout(1500)  # four real engine starts (green, then its growth) on 2 cores
+def test_a_new_vllm_build_goes_blue_green_with_no_failed_request(deployed: Deployed) -> None:
+    """Issue 29 on REAL vLLM: the testbed's v0.32.0-nightly is the same build with only its
+    version string changed (0.32.0+nightly.1), which real vLLM hashes into every NIXL
+    handshake, so an old and a new engine refuse each other's KV. `up` to it reads both
+    versions (the after-pull probe in the new image, the running engines' own), takes the
+    blue/green path and never pairs the two builds: half of each tier drained and stopped,
+    green started on the freed room and proven behind its own router, the proxy switched,
+    blue stopped, green grown to 2P2D, its router moved home. A client through the endpoint
+    meanwhile: no request fails, no engine logs a hash mismatch, and afterwards every engine
+    runs the new build and the KV still moves prefill -> decode."""
+    import threading
+
+    import yaml
+
+    doc = yaml.safe_load(deployed.inv.read_text())
+    doc["image"] = doc["image"].rsplit(":", 1)[0] + ":v0.32.0-nightly"
+    nightly = deployed.inv.with_name("nightly.yaml")
+    nightly.write_text(yaml.safe_dump(doc, sort_keys=False))
+    counts = {"ok": 0, "failed": 0}
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def client() -> None:  # one request at a time: real engines on 2 cores
+        while not stop.is_set():
+            try:
+                reply = chat(deployed, deployed.router, "one two three", tokens=2)
+                counts["ok" if reply.get("choices") else "failed"] += 1
+            except (OSError, ValueError) as e:
+                counts["failed"] += 1
+                errors.append(f"{time.strftime('%H:%M:%S')} {e}")
+            stop.wait(0.5)
+
+    t = threading.Thread(target=client, daemon=True)
+    t.start()
+    t0 = time.monotonic()
+    try:
+        res = pdboot("up", str(nightly), "--no-speed", timeout=1500)
+    finally:
+        stop.set()
+        t.join(timeout=120)
+    text = output(res)
+    print(f"\n[real-engine] blue/green upgrade: {time.monotonic() - t0:.0f}s, {counts}")
+    assert res.returncode == 0, text[-6000:]
+    assert "vLLM version 0.32.0 -> 0.32.0+nightly.1" in text, text[-4000:]
+    assert "upgrade path: blue/green" in text, text[-4000:]
+    for n in range(1, 6):
+        assert f"blue/green phase {n}:" in text, text[-4000:]
+    assert "green's KV proof" in text and "green's correctness gate" in text, text[-4000:]
+    assert counts["failed"] == 0 and counts["ok"] >= 10, (counts, errors[:5])
+    # every engine now runs the new build and none logged a mismatch (blue's engines were
+    # removed with their logs; behind their own router they never met a green one)
+    engines = 0
+    for host in ("prefill", "decode"):
+        h = deployed.tb.hosts[host]
+        ids = h.docker("ps", "-q", "--filter", f"label=io.pdboot.deployment={NAME}").stdout
+        for cid in ids.split():
+            image = h.docker("inspect", "--format", "{{.Config.Image}}", cid).stdout.strip()
+            assert image.endswith(":v0.32.0-nightly"), (host, image)
+            logs = h.docker("logs", cid, timeout=60)
+            assert "compatibility hash mismatch" not in logs.stdout + logs.stderr, host
+            engines += 1
+    assert engines == 4, engines
+    ds = deployed.decodes
+    pulls = total(ds, "vllm:nixl_xfer_time_seconds_count")
+    reply = chat(deployed, deployed.router, "after the upgrade, one two three four")
+    assert reply["usage"]["completion_tokens"] == 8
+    assert total(ds, "vllm:nixl_xfer_time_seconds_count") == pulls + 1
+    again = pdboot("up", str(nightly), "--plan", "--detailed-exitcode")
+    assert again.returncode == 0, output(again)[-4000:]  # converged on the new build
 
 
 def test_down_removes_everything(deployed: Deployed) -> None:
