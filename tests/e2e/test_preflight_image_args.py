@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,27 +27,11 @@ import pytest
 from pdboot.preflight import args_cache
 from tests.testbed.harness import HostSpec, Testbed
 from tests.testbed.images import ENGINE_REPO, ENGINE_TAG
+from tests.testbed.registry_tags import retag
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-_MANIFESTS = (
-    "application/vnd.docker.distribution.manifest.v2+json, "
-    "application/vnd.oci.image.manifest.v1+json"
-)
-
-
-def _retag(registry: str, repo: str, tag: str, new: str) -> None:
-    """The manifest of repo:tag under a second tag, through the registry's own API."""
-    base = f"http://{registry}/v2/{repo}/manifests"
-    req = urllib.request.Request(f"{base}/{tag}", headers={"Accept": _MANIFESTS})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        body, kind = r.read(), r.headers["Content-Type"]
-    put = urllib.request.Request(
-        f"{base}/{new}", data=body, method="PUT", headers={"Content-Type": kind}
-    )
-    with urllib.request.urlopen(put, timeout=30) as r:
-        assert r.status == 201, r.status
 
 
 def _preflight(inv: Path, cache: Path) -> tuple[int, dict[str, Any]]:
@@ -71,7 +54,7 @@ def test_preflight_judges_a_present_image_with_its_own_parser_then_reads_the_cac
     make_testbed: Callable[..., Testbed], tmp_path: Path
 ) -> None:
     bed = make_testbed([HostSpec("p"), HostSpec("d")])
-    _retag(bed.registry, ENGINE_REPO, ENGINE_TAG, "nightly")
+    retag(bed.registry, ENGINE_REPO, ENGINE_TAG, "nightly")
     image = f"{bed.registry}/{ENGINE_REPO}:nightly"
     inv = bed.inventory(
         tmp_path / "inv.yaml",

@@ -200,20 +200,3 @@ def wait_health(url: str, seconds: float) -> None:
 # An image that moved: the registry's real image under a second tag that names no release, so
 # pdboot renders for the newest release it knows (0.34.0) while the image holds 0.32.0.
 MOVED_TAG = "nightly"
-_MANIFESTS = (
-    "application/vnd.docker.distribution.manifest.v2+json, "
-    "application/vnd.oci.image.manifest.v1+json"
-)
-
-
-def retag(registry: str, repo: str, tag: str, new: str) -> None:
-    """Put the manifest of repo:tag under a second tag (the registry's own API: no pull)."""
-    base = f"http://{registry}/v2/{repo}/manifests"
-    req = urllib.request.Request(f"{base}/{tag}", headers={"Accept": _MANIFESTS})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        body, kind = r.read(), r.headers["Content-Type"]
-    put = urllib.request.Request(
-        f"{base}/{new}", data=body, method="PUT", headers={"Content-Type": kind}
-    )
-    with urllib.request.urlopen(put, timeout=30) as r:
-        assert r.status == 201, r.status

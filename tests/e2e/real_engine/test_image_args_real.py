@@ -31,10 +31,10 @@ from tests.e2e.real_engine.conftest import (
     events,
     output,
     pdboot,
-    retag,
 )
 from tests.testbed.harness import Testbed
 from tests.testbed.images import CPU_REPO, CPU_TAG
+from tests.testbed.registry_tags import retag
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.real_vllm]
 

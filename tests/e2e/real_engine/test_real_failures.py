@@ -27,12 +27,12 @@ from tests.e2e.real_engine.conftest import (
     metric,
     output,
     pdboot,
-    retag,
     wait_health,
 )
 from tests.testbed.harness import Testbed
 from tests.testbed.images import CPU_REPO, CPU_TAG
 from tests.testbed.inventory import REAL_SERVED_NAME, REAL_TIER_ARGS
+from tests.testbed.registry_tags import retag
 
 TIER_ARGS = REAL_TIER_ARGS
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.real_vllm]
