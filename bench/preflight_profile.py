@@ -152,7 +152,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dockerd-max", type=int, default=8, help="more hosts: sshd only")
     args = ap.parse_args()
-    from bench.preflight import host_spec, roles
+    from bench.preflight import bytecode, host_spec, roles
+
+    bytecode(ROOT, True)  # as installed: the imports below are not compiles
 
     specs = [host_spec(f"h{i}", args.hosts <= args.dockerd_max) for i in range(args.hosts)]
     tb = Testbed.start(specs, images_needed=False)
