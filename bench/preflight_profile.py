@@ -119,8 +119,9 @@ def phases(inv_path: Path) -> None:
 
 
 def per_command(tb: Testbed, inv_path: Path) -> None:
-    ctxs = contexts(load_inventory(inv_path))
-    cmds = {h: pf.host_commands(c) for h, c in ctxs.items()}
+    inv = load_inventory(inv_path)
+    ctxs, args = contexts(inv), pf.ArgsProbes.of(inv, True)
+    cmds = {h: pf.host_commands(c) + args.batch_commands(h) for h, c in ctxs.items()}
     probes = {h: len(c.probes) for h, c in ctxs.items()}
     with_probes = {
         h: sum(1 for c in cs if c.area == "network" and "/dev/tcp/" in c.line)
