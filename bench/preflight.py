@@ -8,13 +8,20 @@ and first the start-up cost every command pays: `pdboot --version` (a fresh proc
 time) against a bare `python -c pass`, in the same run.
 
 Every tool runs the exact same script per host (pdboot's batch: `batch_script` of
-`host_commands`), in the same testbed, each a fresh process per run; within a run the
-tools take turns in a rotating order, so none always goes first after a pause. Medians,
-their ratios, the load average around each size and how each tool's time grows with the
+`host_commands` and the image check's inspect, `ArgsProbes.batch_commands`), in the same
+testbed, each a fresh process per run; within a run the tools take turns in a rotating
+order, so none always goes first after a pause. Medians, their ratios, the load average
+around each size and how each tool's time grows with the
 hosts are printed. On a small machine every test host shares the CPU: compare ratios.
 
     python bench/preflight.py [--hosts 2 8 32] [--runs 5] [--pyinfra PATH] [--ansible PATH]
     python bench/preflight.py --hosts --runs 20     # only the start-up figures (no root)
+
+pdboot (and `--before`) run with their bytecode compiled first (`compileall`, as `pip install`
+leaves an installed package; pyinfra's and Ansible's are compiled in their venv): without it,
+where PYTHONDONTWRITEBYTECODE is set (these sessions' environment), every run compiles
+pdboot's ~95 modules from source again. `--no-bytecode` removes pdboot's __pycache__ first
+and times that case.
 
 Hosts above --dockerd-max (8) start with sshd only (`HostSpec(..., profile="cpu-only",
 dockerd=False)`: cheap; the GPU and docker commands fail fast on every tool alike).
@@ -45,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pdboot.inventory.load import load_inventory  # noqa: E402
+from pdboot.preflight.args_preflight import ArgsProbes  # noqa: E402
 from pdboot.preflight.checks import batch_script  # noqa: E402
 from pdboot.preflight.contexts import contexts  # noqa: E402
 from pdboot.preflight.run import host_commands  # noqa: E402
@@ -252,9 +260,11 @@ def bench(
     try:
         work = Path(tempfile.mkdtemp(prefix="pdb-bench-", dir=tb.dir))
         inv = tb.inventory(work / "inv.yaml", **roles(list(tb.hosts)))
-        ctxs = contexts(load_inventory(inv))
-        cmds = {h: [c.line for c in host_commands(ctx)] for h, ctx in ctxs.items()}
-        scripts = {h: batch_script(host_commands(ctx)) for h, ctx in ctxs.items()}
+        loaded = load_inventory(inv)
+        ctxs, args = contexts(loaded), ArgsProbes.of(loaded, True)
+        every = {h: host_commands(ctx) + args.batch_commands(h) for h, ctx in ctxs.items()}
+        cmds = {h: [c.line for c in cs] for h, cs in every.items()}
+        scripts = {h: batch_script(cs) for h, cs in every.items()}
         run: dict[str, Callable[[], float]] = {
             "pdboot": lambda: time_pdboot(inv),
             "ssh": lambda: time_ssh(tb, scripts),
@@ -305,6 +315,20 @@ def tool_path(arg: str | None, default: Path) -> str | None:
     return path if path and Path(path).exists() else None
 
 
+def bytecode(checkout: Path, compiled: bool) -> None:
+    """pdboot's modules compiled (as an installed package has them), or their bytecode
+    removed (every run then compiles them where PYTHONDONTWRITEBYTECODE is set)."""
+    if compiled:
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(checkout / "pdboot")],
+            check=True,
+            capture_output=True,
+        )
+        return
+    for d in (checkout / "pdboot").rglob("__pycache__"):
+        shutil.rmtree(d)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, nargs="*", default=[2, 8, 32])
@@ -319,7 +343,18 @@ def main() -> None:
         help="another checkout (e.g. `git archive main pdboot | tar -x -C DIR`): its "
         "`pdboot preflight` timed alongside, as `before`",
     )
+    ap.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="time pdboot compiling its modules on every run (its __pycache__ removed)",
+    )
     args = ap.parse_args()
+    for checkout in [ROOT] + ([args.before] if args.before else []):
+        bytecode(checkout, not args.no_bytecode)
+    print(
+        "pdboot's bytecode: "
+        + ("none (compiled on every run)" if args.no_bytecode else "compiled (as installed)")
+    )
     tools = {
         "pyinfra": tool_path(args.pyinfra, VENV / "pyinfra"),
         "ansible": tool_path(args.ansible, VENV / "ansible-playbook") if args.ansible else None,

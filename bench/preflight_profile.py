@@ -119,8 +119,9 @@ def phases(inv_path: Path) -> None:
 
 
 def per_command(tb: Testbed, inv_path: Path) -> None:
-    ctxs = contexts(load_inventory(inv_path))
-    cmds = {h: pf.host_commands(c) for h, c in ctxs.items()}
+    inv = load_inventory(inv_path)
+    ctxs, args = contexts(inv), pf.ArgsProbes.of(inv, True)
+    cmds = {h: pf.host_commands(c) + args.batch_commands(h) for h, c in ctxs.items()}
     probes = {h: len(c.probes) for h, c in ctxs.items()}
     with_probes = {
         h: sum(1 for c in cs if c.area == "network" and "/dev/tcp/" in c.line)
@@ -152,7 +153,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dockerd-max", type=int, default=8, help="more hosts: sshd only")
     args = ap.parse_args()
-    from bench.preflight import host_spec, roles
+    from bench.preflight import bytecode, host_spec, roles
+
+    bytecode(ROOT, True)  # as installed: the imports below are not compiles
 
     specs = [host_spec(f"h{i}", args.hosts <= args.dockerd_max) for i in range(args.hosts)]
     tb = Testbed.start(specs, images_needed=False)

@@ -3,35 +3,37 @@ when the image the plan names is already on the host (an earlier pull, a previou
 
 The engine commands are rendered from the inventory alone (``build_plan(inv)``): what
 preflight finds (RDMA, NICs, interfaces) goes into environment variables, not the argv the
-parser judges, so the commands are known before any host answers. Each engine host's check
-starts in its own thread on that host's connection as soon as it is open, beside the batch
-of the other checks: `docker image inspect` of the reference (one short command, the only
-cost when the image is absent), then preflight/image_args.py's ``judge``, which reads the
-verdicts kept on pdboot's machine (preflight/args_cache.py) and runs the image's container
-only for what they lack. An absent image is a skip note: `up` checks it after the pull.
-The host's connection is closed when both the batch and this check are done.
+parser judges, so the commands are known before any host answers. Whether the image is on a
+host is one more command of that host's one batch (``batch_commands``: `docker image inspect
+--format {{.Id}}`, no SSH exec of its own: issue 35's one round trip per host). After the
+batch, ``start`` reads the image IDs from its output and, where an image is there, runs
+preflight/image_args.py's ``judge`` on its own thread: the verdicts kept on pdboot's machine
+(preflight/args_cache.py) for that ID, the image's container only for what they lack (then
+on the same connection, a second exec). An absent image is a skip note: `up` checks it after
+the pull. The host's connection is closed when this check is done.
 """
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.preflight.args_cache import Cache
-from pdboot.preflight.checks import CheckResult
+from pdboot.preflight.checks import MISSING, CheckResult, Command, Section, by_key, parse_sections
 from pdboot.preflight.image_args import (
     ARGS_ID,
-    INSPECT_TIMEOUT_S,
     TIMEOUT_S,
     default_cache,
     engine_commands,
-    image_id,
+    inspect_argv,
     judge,
     not_run,
+    read_id,
 )
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.masking import mask
@@ -56,16 +58,32 @@ def absent_note(image: str) -> CheckResult:
     )
 
 
+def inspect_command(image: str) -> Command:
+    """The batch's command telling whether ``image`` is on the host, and its ID."""
+    return Command(f"args_image {image}", shlex.join(inspect_argv(image)), "docker")
+
+
+def found_ids(images: Iterable[str], sections: Mapping[str, Section]) -> dict[str, tuple[str, str]]:
+    """image -> ``read_id`` of its inspect's section in the batch output (``by_key``'s). Pure."""
+    out: dict[str, tuple[str, str]] = {}
+    for image in images:
+        sec = sections.get(inspect_command(image).key, MISSING)
+        out[image] = read_id(sec.rc, sec.output)
+    return out
+
+
 def host_check(
     run: Callable[[list[str], float], tuple[int, str]],
     images: Mapping[str, Mapping[str, list[str]]],
+    ids: Mapping[str, tuple[str, str]],
     cache: Cache,
     timeout: float = TIMEOUT_S,
 ) -> list[CheckResult]:
-    """One engine host: per image, a skip note when it is not there, else the verdicts."""
+    """One engine host: per image, a skip note when it is not there (``ids``: image ->
+    ``read_id``'s answer), else the verdicts."""
     out: list[CheckResult] = []
     for image in sorted(images):
-        iid, why = image_id(run, image)
+        iid, why = ids.get(image, ("", "docker image inspect did not run"))
         if not iid:
             if why == "absent":
                 out.append(absent_note(image))
@@ -85,24 +103,10 @@ def _runner(conn: Connection) -> Callable[[list[str], float], tuple[int, str]]:
     return run
 
 
-class _Holders:
-    """Closes the host's connection once its last user (the batch, this check) is done."""
-
-    def __init__(self, n: int, close: Callable[[], None] | None) -> None:
-        self.n, self.close, self.lock = n, close, threading.Lock()
-
-    def release(self) -> None:
-        with self.lock:
-            self.n -= 1
-            last = self.n == 0
-        if last and self.close is not None:
-            self.close()
-
-
 @dataclass
 class ArgsProbes:
-    """The check on every engine host of one preflight run; ``start`` per host, ``wait``
-    once after the batches."""
+    """The check on every engine host of one preflight run: ``batch_commands`` in each
+    host's batch, ``start`` per host after it, ``wait`` once after the batches."""
 
     commands: Commands
     cache: Cache = field(default_factory=default_cache)
@@ -115,35 +119,48 @@ class ArgsProbes:
         cmds = commands_of(inv)[0] if wanted else {}
         return cls(cmds, cache or default_cache())
 
+    def batch_commands(self, host: str) -> list[Command]:
+        """The inspects ``host``'s batch runs for this check (none: not an engine host, or
+        the check not wanted)."""
+        return [inspect_command(image) for image in sorted(self.commands.get(host, {}))]
+
     def start(
-        self, host: str, conn: Connection, close: Callable[[], None] | None
-    ) -> Callable[[], None]:
-        """Start the host's check on ``conn``; returns what the batch calls when it is done
-        (``close``, if given, runs after both)."""
+        self, host: str, conn: Connection, output: str, close: Callable[[], None] | None
+    ) -> None:
+        """After the host's batch (``output``): the check on ``conn`` for every image found
+        there, on its own thread; ``close``, if given, runs once it is done."""
         images = self.commands.get(host)
         if not images:
-            return close or (lambda: None)
-        holders = _Holders(2, close)
+            if close is not None:
+                close()
+            return
+        cmds = self.batch_commands(host)
+        ids = found_ids(images, by_key(cmds, parse_sections(output)))
         run = _runner(conn)
+        if not any(iid for iid, _ in ids.values()):  # nothing to judge: no thread, no exec
+            self.results[host] = host_check(run, images, ids, self.cache, self.timeout)
+            if close is not None:
+                close()
+            return
 
         def work() -> None:
             try:
-                self.results[host] = host_check(run, images, self.cache, self.timeout)
+                self.results[host] = host_check(run, images, ids, self.cache, self.timeout)
             except RemoteError as e:
                 self.results[host] = [not_run(f"{e.kind}: {e.message}")]
             except Exception as e:  # a bug must not take down the other checks
                 self.results[host] = [not_run(f"internal error: {type(e).__name__}: {e}")]
             finally:
-                holders.release()
+                if close is not None:
+                    close()
 
         t = threading.Thread(target=work, daemon=True, name=f"pdboot-args-{host}")
         self.threads[host] = t
         t.start()
-        return holders.release
 
     def wait(self) -> dict[str, list[CheckResult]]:
         """Every started host's results; one still running past its time fails."""
-        end = time.monotonic() + self.timeout + 2 * INSPECT_TIMEOUT_S
+        end = time.monotonic() + self.timeout + 10
         for host, t in self.threads.items():
             t.join(max(0.0, end - time.monotonic()))
             if t.is_alive():
@@ -152,4 +169,11 @@ class ArgsProbes:
         return dict(self.results)
 
 
-__all__ = ["ArgsProbes", "absent_note", "commands_of", "host_check"]
+__all__ = [
+    "ArgsProbes",
+    "absent_note",
+    "commands_of",
+    "found_ids",
+    "host_check",
+    "inspect_command",
+]

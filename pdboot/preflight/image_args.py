@@ -235,16 +235,23 @@ def inspect_argv(image: str) -> list[str]:
     return ["docker", "image", "inspect", "--format", "{{.Id}}", image]
 
 
-def image_id(run: Run, image: str) -> tuple[str, str]:
-    """(the image's ID, "") when the reference the plan uses is on the host; else ("", why):
-    "absent" when Docker says there is no such image, else its first line."""
-    rc, text = run(inspect_argv(image), INSPECT_TIMEOUT_S)
+def read_id(rc: int | None, text: str) -> tuple[str, str]:
+    """`docker image inspect --format {{.Id}}`'s answer -> (the image's ID, "") when the
+    reference is on the host; else ("", why): "absent" when Docker says there is no such
+    image, else its first line. ``rc`` None: the command did not finish. Pure."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if rc == 0 and lines and _ID.fullmatch(lines[0]):
         return lines[0], ""
     if re.search(r"no such (image|object)", text, re.I):
         return "", "absent"
+    if rc is None:
+        return "", "docker image inspect did not finish"
     return "", lines[0][:200] if lines else f"docker image inspect exited {rc}"
+
+
+def image_id(run: Run, image: str) -> tuple[str, str]:
+    """``read_id`` of the inspect run through ``run`` (its own command: `up`'s path)."""
+    return read_id(*run(inspect_argv(image), INSPECT_TIMEOUT_S))
 
 
 def from_record(
@@ -334,5 +341,6 @@ __all__ = [
     "not_run",
     "offending",
     "parse",
+    "read_id",
     "verdicts",
 ]

@@ -335,7 +335,7 @@ def run_preflight(
         else ()
     )
 
-    # the image's own parser, where the image is on the host: its own thread per host
+    # the image's own parser, where the batch found the image on the host (a thread per host)
     args = ArgsProbes.of(inv, selection.keep(CheckResult(ARGS_ID, "skip", "")))
 
     def one(name: str, ctx: HostContext) -> _Batch:
@@ -347,14 +347,17 @@ def run_preflight(
             conn = connect(
                 name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
             )
-        done = args.start(name, conn, conn.close if own else None)
+        close = conn.close if own else None
         try:
-            script = batch_script(host_commands(ctx, selection))
+            cmds = host_commands(ctx, selection) + args.batch_commands(name)
             t0 = time.time()
-            res = conn.run(["bash", "-s"], stdin=script)  # whatever the login shell is
-            return res.stdout, t0, res.seconds
-        finally:
-            done()
+            res = conn.run(["bash", "-s"], stdin=batch_script(cmds))  # whatever the login shell is
+        except BaseException:
+            if close is not None:
+                close()
+            raise
+        args.start(name, conn, res.stdout, close)  # closes it when done
+        return res.stdout, t0, res.seconds
 
     settings = [effective_ssh(inv.ssh, inv.hosts[n]) for n in ctxs]
     deadline = max(s.connect_timeout + s.command_timeout for s in settings) + 10

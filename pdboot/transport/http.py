@@ -10,6 +10,8 @@ caller uses, and the signature of the ``HttpFn`` unit tests hand in.
 from __future__ import annotations
 
 import json
+import os
+import re
 import ssl
 import threading
 import urllib.error
@@ -62,8 +64,30 @@ def tls_context() -> ssl.SSLContext:
     global _tls
     with _tls_lock:
         if _tls is None:
-            _tls = ssl.create_default_context()
+            _tls = ssl.create_default_context(capath=ca_dir())
         return _tls
+
+
+_HASHED = re.compile(r"[0-9a-f]{8}\.\d+")
+
+
+def ca_dir(
+    paths: ssl.DefaultVerifyPaths | None = None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The system's hashed CA directory (Debian's /etc/ssl/certs, which update-ca-certificates
+    fills with the bundle's CAs): OpenSSL then reads only the CA a server's chain names, at
+    the handshake, where the default context parses the whole bundle (~140 certificates,
+    ~25 ms of CPU on every run that asks a registry). None, for the default bundle: an
+    operator's SSL_CERT_FILE, or a directory without hashed names (RHEL's)."""
+    p = paths or ssl.get_default_verify_paths()
+    env = os.environ if environ is None else environ
+    if env.get(p.openssl_cafile_env) or not p.capath:
+        return None
+    try:
+        names = os.listdir(p.capath)
+    except OSError:
+        return None
+    return p.capath if any(_HASHED.fullmatch(n) for n in names) else None
 
 
 def request(

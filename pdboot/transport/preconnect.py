@@ -28,6 +28,12 @@ class Opening:
         self._error: dict[str, BaseException] = {}
         self._taken: set[str] = set()
         self._lock = threading.Lock()
+        # paramiko and fabric load here, before the threads start: a connect cannot begin
+        # without them, while the caller's own imports can wait on the GIL. Imported on the
+        # connect threads, they shared the CPU with those imports and every connect began
+        # later, on the critical path (issue 35).
+        import pdboot.transport.ssh  # noqa: F401
+
         for name in names:
             self._done[name] = threading.Event()
             threading.Thread(
@@ -38,9 +44,7 @@ class Opening:
             ).start()
 
     def _open(self, inv: Inventory, name: str, accept_new_host_keys: bool) -> None:
-        # imported here so that paramiko and fabric load on this thread, beside the
-        # caller's own imports
-        from pdboot.transport.ssh import connect
+        from pdboot.transport.ssh import connect  # loaded by __init__
 
         try:
             conn = connect(

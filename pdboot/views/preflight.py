@@ -7,13 +7,14 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from pdboot.events import PreflightCheck, PreflightHost
 from pdboot.preflight.checks import AREAS, STATUS_ORDER, CheckResult
 from pdboot.preflight.run import HostReport, PreflightResult
 
 if TYPE_CHECKING:  # rich loads with the tables: `preflight --json` prints without it
     from rich.console import Console
     from rich.table import Table
+
+    from pdboot.events import PreflightCheck, PreflightHost
 
 
 TROUBLESHOOTING = "docs/troubleshooting.md"  # a section per check id (its anchor)
@@ -209,6 +210,9 @@ def to_json(result: PreflightResult, now: datetime | None = None) -> str:
 
 def from_events(events: list[PreflightHost | PreflightCheck]) -> PreflightResult:
     """`up`'s preflight events back into the report print_compact shows."""
+    # here: `pdboot preflight` itself builds none of events.py's ~35 record classes
+    from pdboot.events import PreflightHost
+
     hosts: dict[str, HostReport] = {}
     for e in events:
         if isinstance(e, PreflightHost):

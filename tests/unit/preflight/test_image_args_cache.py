@@ -18,6 +18,8 @@ import pytest
 
 from pdboot.preflight import args_cache, args_preflight
 from pdboot.preflight import image_args as ia
+from pdboot.preflight.checks import batch_script
+from pdboot.transport.connection import CommandResult, LocalConnection
 from tests.unit.paths import ROOT
 
 SITE = ROOT / "tests" / "testbed" / "emulated_site"
@@ -63,7 +65,8 @@ def cache(tmp_path: Path, probe: str = ia.PROBE) -> args_cache.Cache:
 def test_an_absent_image_is_a_skip_note_and_starts_no_container(tmp_path: Path) -> None:
     host = Host(None)
     images = {"reg/vllm:nightly": CMDS}
-    (note,) = args_preflight.host_check(host.run, images, cache(tmp_path))
+    ids = {"reg/vllm:nightly": ia.read_id(*host.run(ia.inspect_argv("reg/vllm:nightly"), 5))}
+    (note,) = args_preflight.host_check(host.run, images, ids, cache(tmp_path))
     assert note.id == "docker.image_args" and note.status == "skip"
     assert "reg/vllm:nightly is not on this host yet" in note.message
     assert "`up` checks" in note.message and "after the pull" in note.message
@@ -73,7 +76,8 @@ def test_an_absent_image_is_a_skip_note_and_starts_no_container(tmp_path: Path) 
 def test_a_present_image_is_judged_once_then_read_from_the_cache(tmp_path: Path) -> None:
     host, kept = Host(IMAGE_ID), cache(tmp_path)
     images = {"reg/vllm:nightly": CMDS}
-    first = args_preflight.host_check(host.run, images, kept)
+    ids = {"reg/vllm:nightly": (IMAGE_ID, "")}
+    first = args_preflight.host_check(host.run, images, ids, kept)
     assert host.probes == 1
     (fail,) = [r for r in first if r.status == "fail"]
     assert fail.message.startswith("decode@b: the image's vLLM 0.33.0 refuses ")
@@ -93,7 +97,7 @@ def test_a_present_image_is_judged_once_then_read_from_the_cache(tmp_path: Path)
     assert "unrecognized arguments: --max-num-inflight-kv-loads" in refused["error"]
 
     # the second run starts no container: the same verdict, saying when it was judged
-    (again,) = args_preflight.host_check(host.run, images, kept)
+    (again,) = args_preflight.host_check(host.run, images, ids, kept)
     assert host.probes == 1
     assert again.status == "fail" and "the image's vLLM 0.33.0 refuses" in again.message
     assert f"the verdict cached on pdboot's machine, judged {refused['checked_at']}" in (
@@ -183,10 +187,79 @@ def test_the_image_id_from_docker_image_inspect(
         assert got == expect
 
 
-def test_the_connection_closes_after_both_the_batch_and_the_check() -> None:
-    closed: list[str] = []
-    holders = args_preflight._Holders(2, lambda: closed.append("closed"))
-    holders.release()
-    assert closed == []
-    holders.release()
-    assert closed == ["closed"]
+class Counted(LocalConnection):
+    """A real local connection that counts its execs and its close."""
+
+    def __init__(self) -> None:
+        super().__init__("h")
+        self.execs: list[str] = []
+        self.closed = 0
+
+    def _exec(self, line: str, timeout: float, stdin: str | None) -> CommandResult:
+        self.execs.append(line)
+        return super()._exec(line, timeout, stdin)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def _batch_output(tmp_path: Path, probes: args_preflight.ArgsProbes, present: str) -> str:
+    """The host's batch, run for real through bash, with the inspects the check adds; the
+    `docker` it finds answers like Docker's CLI: the ID for ``present``, "No such image"
+    for any other reference."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "docker").write_text(
+        "#!/bin/sh\n"
+        f'[ "$1 $2 $3 $4" = "image inspect --format {{{{.Id}}}}" ] || exit 2\n'
+        f'if [ "$5" = {present!r} ]; then echo {IMAGE_ID}; exit 0; fi\n'
+        'echo "Error response from daemon: No such image: $5" >&2; exit 1\n'
+    )
+    (bin_ / "docker").chmod(0o755)
+    script = batch_script(probes.batch_commands("h"))
+    conn = LocalConnection("h")
+    return conn.run(f"PATH={bin_}:$PATH bash -s", stdin=script).stdout
+
+
+def test_the_batch_tells_which_images_are_there_and_a_cached_one_costs_no_exec(
+    tmp_path: Path,
+) -> None:
+    kept = cache(tmp_path)
+    kept.store(IMAGE_ID, "0.33.0", ["--max-model-len"], {tuple(a): "" for a in CMDS.values()})
+    images = {"reg/vllm:there": CMDS, "reg/vllm:not there": CMDS}  # a space: quoted
+    probes = args_preflight.ArgsProbes({"h": images}, kept)
+    lines = [c.line for c in probes.batch_commands("h")]
+    assert lines == [
+        "docker image inspect --format '{{.Id}}' 'reg/vllm:not there'",
+        "docker image inspect --format '{{.Id}}' reg/vllm:there",
+    ]
+    assert probes.batch_commands("router-only") == []
+    output = _batch_output(tmp_path, probes, "reg/vllm:there")
+    conn = Counted()
+    probes.start("h", conn, output, conn.close)
+    found = probes.wait()["h"]
+    assert conn.execs == [] and conn.closed == 1  # the cache answered: no second exec
+    absent, judged = found
+    assert absent.status == "skip" and "reg/vllm:not there is not on this host yet" in (
+        absent.message
+    )
+    assert judged.status == "pass" and "cached on pdboot's machine" in judged.message
+
+
+def test_no_image_there_closes_at_once_and_starts_nothing(tmp_path: Path) -> None:
+    probes = args_preflight.ArgsProbes({"h": {"reg/vllm:x": CMDS}}, cache(tmp_path))
+    output = _batch_output(tmp_path, probes, "something else")
+    conn = Counted()
+    probes.start("h", conn, output, conn.close)
+    assert conn.closed == 1 and not probes.threads and conn.execs == []
+    (note,) = probes.wait()["h"]
+    assert note.status == "skip" and "not on this host yet" in note.message
+
+
+def test_an_inspect_the_batch_cut_off_is_a_skip_with_the_reason(tmp_path: Path) -> None:
+    ids = args_preflight.found_ids(["img"], {})  # the batch ended before its section
+    assert ids == {"img": ("", "docker image inspect did not finish")}
+    host = Host(IMAGE_ID)
+    (note,) = args_preflight.host_check(host.run, {"img": CMDS}, ids, cache(tmp_path))
+    assert host.probes == 0
+    assert note.status == "skip" and "cannot tell whether img is on this host" in note.message

@@ -99,6 +99,8 @@ def test_preflight_json_imports_no_docker_sdk_requests_or_rich() -> None:
         "heavy = ('docker', 'requests', 'urllib3', 'rich')\n"
         "found = {m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}\n"
         "found |= {m for m in sys.modules if m == 'cryptography.x509'}\n"  # only with router.tls
+        # `up`'s event records (~35 dataclasses): the report reads them only for `up`
+        "found |= {m for m in sys.modules if m == 'pdboot.events'}\n"
         "print(sorted(found))\n"
     )
     proc = subprocess.run(
@@ -110,3 +112,22 @@ def test_preflight_json_imports_no_docker_sdk_requests_or_rich() -> None:
         cwd=ROOT,
     )
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_the_connects_import_paramiko_before_their_threads_start() -> None:
+    """The SSH modules load on the thread that starts the connects, before any starts: on
+    the connect threads they shared the GIL with the check modules' import and every
+    handshake began later (the critical path of `pdboot preflight`)."""
+    probe = (
+        "import sys, threading\n"
+        "from pdboot.transport.preconnect import Opening\n"
+        "assert 'paramiko' not in sys.modules\n"
+        "before = threading.active_count()\n"
+        "Opening(None, [], accept_new_host_keys=False)\n"
+        "print('paramiko' in sys.modules, 'pdboot.transport.ssh' in sys.modules,"
+        " threading.active_count() == before)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert proc.stdout.split() == ["True", "True", "True"], proc.stdout + proc.stderr
