@@ -122,7 +122,9 @@ def _json(text: str) -> dict[str, object]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _attention_backend(opts: Mapping[str, str], env: Mapping[str, str]) -> str:
+def attention_backend(opts: Mapping[str, str], env: Mapping[str, str]) -> str:
+    """--attention-backend, the backend in --attention-config / -ac (JSON, or the dotted
+    form), else VLLM_ATTENTION_BACKEND (older releases read it), else "auto"."""
     if "--attention-backend" in opts:
         return opts["--attention-backend"]
     if "--attention-config.backend" in opts:
@@ -155,7 +157,7 @@ def hash_inputs(
         "vllm_version": (version.vllm if version else "") or UNKNOWN,
         "connector_version": (version.connector if version else "") or UNKNOWN,
         "model": opts.get("--model", opts.get("", UNKNOWN)),
-        "attention_backend": _attention_backend(opts, env),
+        "attention_backend": attention_backend(opts, env),
     }
     for factor, names, unset in ARG_FACTORS:
         values[factor] = next((opts[n] for n in names if n in opts), unset)
@@ -220,6 +222,7 @@ __all__ = [
     "Difference",
     "HashInputs",
     "ImageVersion",
+    "attention_backend",
     "classify",
     "compare",
     "hash_inputs",

@@ -18,12 +18,11 @@ shared/fixtures/vllm-0.33.0/serve-args.json. Pure: inventory in, verdict out.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdboot.inventory.cpu_layout import CPU_DTYPE
 from pdboot.inventory.schema import Inventory, Tier
+from pdboot.plan.nixl_compat import attention_backend, options
 from pdboot.preflight.checks import CheckResult
 
 CHECK_ID = "model.tier_agreement"
@@ -47,51 +46,14 @@ class TierFacts:
     tensor_parallel_size: int
 
 
-def _options(args: Sequence[str]) -> dict[str, str]:
-    """argv -> {--long-name: value} ("--a=b", "--a b", underscores; a flag -> "")."""
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if not arg.startswith("-"):
-            continue
-        name, eq, val = arg.partition("=")
-        if name.startswith("--"):
-            name = "--" + name[2:].replace("_", "-")
-        if not eq and i < len(args) and not args[i].startswith("-"):
-            val = args[i]
-            i += 1
-        out[name] = val
-    return out
-
-
-def _attention_backend(opts: dict[str, str]) -> str | None:
-    """--attention-backend, or the backend inside --attention-config / -ac (JSON or the
-    dotted --attention-config.backend form vLLM's dataclass arguments accept)."""
-    if "--attention-backend" in opts:
-        return opts["--attention-backend"]
-    if "--attention-config.backend" in opts:
-        return opts["--attention-config.backend"]
-    raw = opts.get("--attention-config", opts.get("-ac"))
-    if raw:
-        try:
-            doc = json.loads(raw)
-        except json.JSONDecodeError:
-            return None
-        if isinstance(doc, dict) and doc.get("backend"):
-            return str(doc["backend"])
-    return None
-
-
 def tier_facts(tier: Tier, dtype_default: str = "auto") -> TierFacts:
     """``dtype_default``: what an unset --dtype runs as (device: cpu: pdboot's float32)."""
-    opts = _options(tier.extra_args)
+    opts = options(tier.extra_args)  # plan/nixl_compat.py: `up` reads the same hash inputs
     values: dict[str, str] = {}
     for fact, names, default in HASHED:
         unset = dtype_default if fact == "dtype" else default
         values[fact] = next((opts[n] for n in names if n in opts), unset)
-    values["attention_backend"] = _attention_backend(opts) or "auto"
+    values["attention_backend"] = attention_backend(opts, {})
     hybrid = "default"
     if HYBRID[0] in opts:
         hybrid = "disabled"
