@@ -28,7 +28,7 @@ lint: $(SETUP_STAMP)
 # pytest exit 5 means it collected nothing: that is a failure here, not a pass.
 # Workers: the testbed tests mostly wait (SSH, dockerd, engines), and tests/conftest.py keeps
 # each module, and the real-engine package, on one worker: two pytest-xdist workers take
-# ~24 minutes on 2 cores in a fresh clone (1,442 s, 2026-12-05); one process takes longer.
+# 24-27 minutes on 2 cores in a fresh clone (1,442-1,608 s, 2026-12-05); one process longer.
 # WORKERS=0 runs one process (a failure's output then comes in order).
 WORKERS ?= 2
 test: lint
