@@ -57,31 +57,46 @@ class _Watchdog:
         self.lost: str | None = None
         self.last_answer = time.monotonic()
         self.stopped = threading.Event()
+        self._verdict = threading.Lock()
         for target, what in ((self._ping, "ping"), (self._watch, "watch")):
             threading.Thread(target=target, daemon=True, name=f"pdboot-{what}-{name}").start()
 
     def _ping(self) -> None:
+        # Both threads judge the silence before they count an answer: after a pause of the
+        # whole process (SIGSTOP, a starved machine) the first to run sees the gap, so the
+        # verdict does not depend on which thread the scheduler wakes first.
         while not self.stopped.is_set() and self.transport.is_active():
+            if self._silent_too_long():
+                return
             try:
                 self.transport.global_request("keepalive@openssh.com", wait=True)
             except Exception:  # the transport died: _watch or the caller sees it
+                return
+            if self._silent_too_long():  # an answer that took past the limit is none
                 return
             self.last_answer = time.monotonic()
             self.stopped.wait(self.interval)
 
     def _watch(self) -> None:
         while not self.stopped.wait(1.0):
-            if not self.transport.is_active():
+            if not self.transport.is_active() or self._silent_too_long():
                 return
-            silent = time.monotonic() - self.last_answer
-            if silent > self.lost_after:
+
+    def _silent_too_long(self) -> bool:
+        """True (and the transport closed, the reason in ``lost``) when the last answer is
+        older than ``lost_after``."""
+        silent = time.monotonic() - self.last_answer
+        if silent <= self.lost_after:
+            return False
+        with self._verdict:
+            if self.lost is None:
                 self.lost = (
                     f"no answer for {silent:.0f}s (SSH keepalives unanswered: "
                     "network link down, or the host hung or off)"
                 )
                 log.info("%s: %s", self.name, self.lost)
-                self.transport.close()
-                return
+        self.transport.close()
+        return True
 
     def stop(self) -> None:
         self.stopped.set()
