@@ -38,6 +38,10 @@ from pdboot.preflight.image_args import (
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.masking import mask
 
+# ``wait``'s bound past the parser's own timeout: a thread's exec gives up at ``timeout`` and
+# then still closes its connection; only one stuck past that is reported as not answering.
+JOIN_GRACE_S = 10.0
+
 Commands = Mapping[str, Mapping[str, Mapping[str, list[str]]]]  # host -> image -> engine -> argv
 
 
@@ -137,11 +141,6 @@ class ArgsProbes:
         cmds = self.batch_commands(host)
         ids = found_ids(images, by_key(cmds, parse_sections(output)))
         run = _runner(conn)
-        if not any(iid for iid, _ in ids.values()):  # nothing to judge: no thread, no exec
-            self.results[host] = host_check(run, images, ids, self.cache, self.timeout)
-            if close is not None:
-                close()
-            return
 
         def work() -> None:
             try:
@@ -154,13 +153,16 @@ class ArgsProbes:
                 if close is not None:
                     close()
 
+        if not any(iid for iid, _ in ids.values()):  # nothing to judge: no thread, no exec
+            work()
+            return
         t = threading.Thread(target=work, daemon=True, name=f"pdboot-args-{host}")
         self.threads[host] = t
         t.start()
 
     def wait(self) -> dict[str, list[CheckResult]]:
         """Every started host's results; one still running past its time fails."""
-        end = time.monotonic() + self.timeout + 10
+        end = time.monotonic() + self.timeout + JOIN_GRACE_S
         for host, t in self.threads.items():
             t.join(max(0.0, end - time.monotonic()))
             if t.is_alive():
