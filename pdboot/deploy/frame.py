@@ -175,10 +175,14 @@ class Frame:
         stops). One of those that cannot be reached is a warning: nothing runs there that
         the inventory wants."""
         hosts = self.hosts_factory(self.inv, list(names), self.accept_new)
+        hosts.on_relink = self._relinked
         self._opened.append(hosts)
         if former:
             self._add_former(hosts)
         return hosts
+
+    def _relinked(self, host: str, why: str) -> None:
+        self.emit(Note(f"reconnected to {host} after: {why}", "warn"))
 
     def at_close(self, cleanup: Callable[[Hosts], object]) -> None:
         """Run ``cleanup(hosts)`` on each opened Hosts before it closes, whatever happened

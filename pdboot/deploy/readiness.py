@@ -73,7 +73,7 @@ class Prober:
         except HostLost as e:  # not a slow engine: waiting longer cannot help ...
             if self.relink is not None and self.relink(svc.host):
                 # ... unless the watchdog fired on a live host (a starved machine)
-                return waiting(f"{detail}; reconnected to {svc.host} after: {e.message}")
+                return waiting(f"{detail}; reconnected")  # the frame's note tells why
             return failed(e.message, host_lost=True)
 
     def _inspect(self, svc: Service, cid: str, detail: str) -> Probe:

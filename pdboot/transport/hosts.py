@@ -167,6 +167,9 @@ class Hosts:
     links: dict[str, Link] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # host -> cause (with fix)
     relinks: dict[str, int] = field(default_factory=dict)  # host -> reconnections so far
+    # told of every reconnection (host, the watchdog's reason): the command's view shows it,
+    # whichever step it happened in
+    on_relink: Callable[[str, str], None] | None = None
 
     def close(self) -> None:
         for link in self.links.values():
@@ -187,12 +190,15 @@ class Hosts:
         if self.relinks.get(name, 0) >= RELINKS_PER_HOST:
             return False
         self.relinks[name] = self.relinks.get(name, 0) + 1
+        why = link.conn.lost
         if not reconnect():
             return False
         try:
             reopen()
         except EngineError:
             return False
+        if self.on_relink is not None:
+            self.on_relink(name, why)
         return True
 
     def each(

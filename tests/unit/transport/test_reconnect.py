@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from pdboot import events as ev
 from pdboot.transport.connection import HostLost
 from pdboot.transport.hosts import RELINKS_PER_HOST, Hosts, Link
@@ -67,13 +69,17 @@ def listing(h: Hosts) -> tuple[dict[str, Any], dict[str, str]]:
 
 def test_a_host_that_answers_again_is_reconnected_and_the_step_retried() -> None:
     h, conn, engine = hosts(answers=True)
+    told: list[tuple[str, str]] = []
+    h.on_relink = lambda host, why: told.append((host, why))
     values, errors = listing(h)
     assert values == {"h4": ["c1"]} and errors == {}
     assert conn.reconnects == 1 and engine.reopened == 1 and engine.calls == ["containers"] * 2
+    assert told == [("h4", WHY)]  # the command's view is told, with the watchdog's reason
 
 
 def test_a_host_that_stays_silent_fails_with_the_watchdogs_reason() -> None:
     h, conn, _ = hosts(answers=False)
+    h.on_relink = lambda host, why: pytest.fail(f"{host} was not reconnected")
     values, errors = listing(h)
     assert values == {} and WHY in errors["h4"] and conn.reconnects == 1
 
