@@ -27,11 +27,16 @@ lint: $(SETUP_STAMP)
 
 # pytest exit 5 means it collected nothing: that is a failure here, not a pass.
 # Workers: the testbed tests mostly wait (SSH, dockerd, engines), and tests/conftest.py keeps
-# each module, and the real-engine package, on one worker: two pytest-xdist workers take
-# 24-27 minutes on 2 cores in a fresh clone (1,442-1,608 s, 2026-12-05); one process longer.
-# WORKERS=0 runs one process (a failure's output then comes in order).
-WORKERS ?= 2
+# each module, and the real-engine package, on one worker. On 2 cores the suite is CPU-bound
+# (96 % busy); three workers fill the waits two leave: 1,372 s against two's 1,494 s on the
+# same tree and machine, 2026-12-05. WORKERS=0 runs one process (a failure's output then comes
+# in order).
+# compileall first: the e2e tests start `python -m pdboot` hundreds of times, and where
+# PYTHONDONTWRITEBYTECODE is set (this CI's environment) each one compiled pdboot's modules
+# from source again (~0.14 s of CPU per `up`), as an installed package never does.
+WORKERS ?= 3
 test: lint
+	@$(PY) -m compileall -q pdboot tests bench scripts >/dev/null
 	@rc=0; $(PY) -m pytest -ra -n $(WORKERS) --dist loadgroup --durations=30 || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
