@@ -30,37 +30,35 @@ class _SlowPeer:
         self.closed.set()
 
 
-def test_a_pause_is_silence_whichever_thread_wakes_first() -> None:
-    # a paused process: its last answer is 13 s old when it resumes (made so by hand here).
-    # The ping thread wakes within 10 ms and the peer answers at once; the watch thread looks
-    # only once a second, so the ping thread must judge the gap before it counts the answer
-    peer = _SlowPeer(delay=0.0)
-    dog = _Watchdog("h", peer, interval=0.01, lost_after=12.0)  # type: ignore[arg-type]
+def _verdict(delay: float, lost_after: float, paused: float = 0.0) -> str | None:
+    """The watchdog's ``lost`` for a peer answering after ``delay`` s, within 1.5 s (past
+    the watch thread's first look); ``paused``: the last answer made that much older once
+    the threads run, as a paused process finds it when it resumes."""
+    peer = _SlowPeer(delay)
+    dog = _Watchdog("h", peer, interval=0.01, lost_after=lost_after)  # type: ignore[arg-type]
     try:
-        time.sleep(0.1)
-        dog.last_answer -= 13.0
-        assert peer.closed.wait(5), "the pause went unnoticed"
-        assert dog.lost is not None and "no answer for 13s" in dog.lost
-    finally:
-        dog.stop()
-
-
-def test_an_answer_later_than_the_limit_counts_as_silence() -> None:
-    peer = _SlowPeer(delay=0.5)
-    dog = _Watchdog("h", peer, interval=0.01, lost_after=0.2)  # type: ignore[arg-type]
-    try:
-        assert peer.closed.wait(5), "the watchdog never closed the transport"
-        assert dog.lost is not None and "no answer for" in dog.lost
-    finally:
-        dog.stop()
-
-
-def test_prompt_answers_keep_the_transport() -> None:
-    peer = _SlowPeer(delay=0.0)
-    dog = _Watchdog("h", peer, interval=0.01, lost_after=0.5)  # type: ignore[arg-type]
-    try:
-        time.sleep(1.5)  # past the watch thread's first look
-        assert dog.lost is None and not peer.closed.is_set()
+        if paused:
+            time.sleep(0.1)
+            dog.last_answer -= paused
+        peer.closed.wait(1.5)
+        assert peer.closed.is_set() == (dog.lost is not None)  # closed exactly when lost
+        return dog.lost
     finally:
         dog.stop()
         peer.close()
+
+
+def test_a_pause_is_silence_whichever_thread_wakes_first() -> None:
+    # the ping thread wakes within 10 ms and the peer answers at once; the watch thread looks
+    # only once a second, so the ping thread must judge the gap before it counts the answer
+    lost = _verdict(delay=0.0, lost_after=12.0, paused=13.0)
+    assert lost is not None and "no answer for 13s" in lost
+
+
+def test_an_answer_later_than_the_limit_counts_as_silence() -> None:
+    lost = _verdict(delay=0.5, lost_after=0.2)
+    assert lost is not None and "no answer for" in lost
+
+
+def test_prompt_answers_keep_the_transport() -> None:
+    assert _verdict(delay=0.0, lost_after=0.5) is None
