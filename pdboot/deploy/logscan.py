@@ -5,10 +5,11 @@ Kept apart from the orchestrator so that `up` (a failed test request, a bad KV v
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pdboot.ansi import strip_ansi
 from pdboot.deploy.readiness import find_container
+from pdboot.deploy.waits import Clock
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
@@ -17,6 +18,11 @@ from pdboot.transport.hosts import Hosts, open_hosts
 from pdboot.verify.diagnose import Finding, diagnose
 
 RECENT_LINES = 300  # enough for a handshake failure's traceback after the access log lines
+# An engine logs its error before it answers 500, but Docker copies a container's output into
+# its log file on its own schedule: on a loaded host the client's 500 can arrive before the
+# line is readable (seen in CI: a hash mismatch logged, `docker logs` without it a moment later).
+LOG_SETTLE_S = 3.0
+LOG_REREAD_S = 0.5
 
 
 def recent_logs(
@@ -44,9 +50,32 @@ def recent_logs(
     return out
 
 
-def explain(hosts: Hosts, plan: Plan, services: Iterable[Service]) -> list[Finding]:
-    """Known causes in the recent logs of these services."""
-    return diagnose(recent_logs(hosts, plan, services))
+def explain(
+    hosts: Hosts, plan: Plan, services: Iterable[Service], clock: Clock | None = None
+) -> list[Finding]:
+    """Known causes in the recent logs of these services. With a clock (right after a failure
+    was seen), logs that show no cause are read again until LOG_SETTLE_S has passed."""
+    wanted = list(services)
+
+    def read() -> list[Finding]:
+        return diagnose(recent_logs(hosts, plan, wanted))
+
+    return read() if clock is None else settled(read, clock)
+
+
+def settled(
+    read: Callable[[], list[Finding]],
+    clock: Clock,
+    window: float = LOG_SETTLE_S,
+    every: float = LOG_REREAD_S,
+) -> list[Finding]:
+    """The first reading that finds a cause, or the last one once the window has passed."""
+    start = clock.now()
+    while True:
+        found = read()
+        if found or clock.now() - start + every > window:
+            return found
+        clock.sleep(every)
 
 
 def explain_services(inv: Inventory, keys: Iterable[str]) -> list[Finding]:

@@ -304,7 +304,8 @@ class UpRun:
 
     def explain(self, context: str) -> None:
         """Known causes in every engine's and the router's recent logs."""
-        lines = report_lines(explain(self.hosts, self.plan, self.plan.services()))
+        found = explain(self.hosts, self.plan, self.plan.services(), self.env.clock)
+        lines = report_lines(found)
         self.emit(Diagnosis(context, tuple(lines)))
 
     def interrupted(self) -> None:
