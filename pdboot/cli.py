@@ -136,6 +136,9 @@ def preflight(
     ] = False,
 ) -> None:
     """Check every host before anything is pulled."""
+    from pdboot.transport.headstart import current
+
+    head_start = current()  # OpenSSH batches started by entry.py, before the imports
     inv = load(inventory)
     opening = None
     if not only and not skip:  # no selection to refuse: the handshakes overlap the imports
@@ -143,7 +146,10 @@ def preflight(
         from pdboot.transport.preconnect import Opening
 
         refuse_example_addresses(inv)
-        opening = Opening(inv, deployment_hosts(inv), accept_new_host_keys=accept_new_host_keys)
+        ahead = head_start.hosts if head_start is not None else set()
+        rest = [h for h in deployment_hosts(inv) if h not in ahead]
+        if rest:  # paramiko's connects (a host whose OpenSSH batch fails connects later)
+            opening = Opening(inv, rest, accept_new_host_keys=accept_new_host_keys)
     try:
         from pdboot.preflight import run as pf
         from pdboot.preflight.checks import AREAS
@@ -161,11 +167,17 @@ def preflight(
         if opening is None:
             refuse_example_addresses(inv)
         result = pf.run_preflight(
-            inv, accept_new_host_keys=accept_new_host_keys, selection=sel, opening=opening
+            inv,
+            accept_new_host_keys=accept_new_host_keys,
+            selection=sel,
+            opening=opening,
+            head_start=head_start,
         )
     finally:
         if opening is not None:
             opening.close_untaken()
+        if head_start is not None:
+            head_start.close()
     if json_out:
         sys.stdout.write(report.to_json(result) + "\n")
     else:

@@ -2,7 +2,8 @@
 
 `pdboot --version` (`-V`) is what scripts and installers call to see whether pdboot is there; it
 answers before the CLI framework (typer, click) is imported, about half of the start-up cost
-of every other command. Everything else goes to the typer app in cli.py."""
+of every other command. `pdboot preflight INVENTORY` starts its OpenSSH batches here, before
+those imports (transport/headstart.py). Everything goes to the typer app in cli.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ def main() -> None:
     if sys.argv[1:] in (["--version"], ["-V"]):
         print(f"pdboot {__version__}")
         return
+    if sys.argv[1:2] == ["preflight"]:  # its SSH handshakes go first, beside the imports
+        from pdboot.transport.headstart import begin
+
+        begin(sys.argv[2:])
     from pdboot.cli import main as cli_main  # typer and click: only for a real command
 
     cli_main()

@@ -50,10 +50,16 @@ from pdboot.preflight.image_args import ARGS_ID
 from pdboot.preflight.lookups import HubLookup, ImageLookups, with_hub_answer
 from pdboot.preflight.lookups import insecure_registries as insecure_registries
 from pdboot.preflight.lookups import with_lookup as with_lookup
-from pdboot.transport.connection import Connection, RemoteError
+from pdboot.transport import openssh
+from pdboot.transport.connection import (
+    Connection,
+    RemoteError,
+    connect_timed_out,
+    effective_ssh,
+)
 from pdboot.transport.fanout import Outcome, fan_out
+from pdboot.transport.headstart import HeadStart, failed
 from pdboot.transport.preconnect import Opening
-from pdboot.transport.ssh import connect, effective_ssh
 
 T = TypeVar("T")
 
@@ -254,6 +260,8 @@ def rdma_usable(ctx: HostContext, facts: HostFacts) -> bool | None:
 # --------------------------------------------------------------------------- running
 
 
+# past ssh's ConnectTimeout (the TCP connect): the key exchange, authentication, the session
+READY_GRACE_S = 10.0
 _Batch = tuple[str, float, float]  # a host's batch output, when it started, seconds
 
 
@@ -321,10 +329,11 @@ def run_preflight(
     selection: Selection = Selection(),
     connections: Mapping[str, Connection] | None = None,
     opening: Opening | None = None,
+    head_start: HeadStart | None = None,
 ) -> PreflightResult:
-    """Check every host in parallel; reported in inventory order. ``connections``: already
-    open ones to reuse (kept open); ``opening``: connects already started (taken and closed
-    here); any other host gets a connection opened and closed here."""
+    """Check every host in parallel; reported in inventory order. Each host's batch goes
+    through: ``connections`` (already open, kept open), else ``head_start`` (OpenSSH, see
+    batch_ahead), else ``opening`` (connects already started), else a connection opened here."""
     ctxs = contexts(inv)
     given = dict(connections or {})
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
@@ -339,19 +348,19 @@ def run_preflight(
     args = ArgsProbes.of(inv, selection.keep(CheckResult(ARGS_ID, "skip", "")))
 
     def one(name: str, ctx: HostContext) -> _Batch:
+        script = batch_script(host_commands(ctx, selection) + args.batch_commands(name))
+        if head_start is not None and not accept_new_host_keys and name not in given:
+            fast = batch_ahead(inv, name, script, head_start, args)
+            if fast is not None:
+                return fast
         conn = given.get(name)
         own = conn is None
-        if conn is None and opening is not None and name in opening:
-            conn = opening.take(name)
-        elif conn is None:
-            conn = connect(
-                name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
-            )
+        if conn is None:
+            conn = opened(inv, name, opening, accept_new_host_keys)
         close = conn.close if own else None
         try:
-            cmds = host_commands(ctx, selection) + args.batch_commands(name)
             t0 = time.time()
-            res = conn.run(["bash", "-s"], stdin=batch_script(cmds))  # whatever the login shell is
+            res = conn.run(["bash", "-s"], stdin=script)  # whatever the login shell is
         except BaseException:
             if close is not None:
                 close()
@@ -388,6 +397,55 @@ def run_preflight(
             if selection.keep(res):
                 reports[n].checks.append(res)
     return PreflightResult({n: reports[n] for n in sorted(reports, key=list(inv.hosts).index)})
+
+
+def opened(
+    inv: Inventory, name: str, opening: Opening | None, accept_new_host_keys: bool
+) -> Connection:
+    """The host's paramiko connection: the one ``opening`` started, else a new one."""
+    if opening is not None and name in opening:
+        return opening.take(name)
+    from pdboot.transport.ssh import connect  # paramiko: only when it is needed
+
+    return connect(name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys)
+
+
+def batch_ahead(
+    inv: Inventory, name: str, script: str, head_start: HeadStart, args: ArgsProbes
+) -> _Batch | None:
+    """The batch through the host's OpenSSH process started ahead; None: there is none for
+    this host's settings, or ssh failed (paramiko then reaches the host, or says why not)."""
+    s = effective_ssh(inv.ssh, inv.hosts[name])
+    conn = head_start.take(name, openssh_target(inv, name), s.command_timeout)
+    if conn is None or not conn.ready(s.connect_timeout + READY_GRACE_S):
+        return None
+    t0 = time.time()  # as paramiko's: once the session is open
+    try:
+        res = conn.run(["bash", "-s"], stdin=script)
+    except BaseException:
+        conn.close()
+        raise
+    if failed(res):
+        conn.close()
+        if openssh.connect_timed_out(res.stderr):
+            raise connect_timed_out(name, "timed out")  # paramiko's words for it
+        return None
+    args.start(name, conn, res.stdout, conn.close)  # closes it when done
+    return res.stdout, t0, res.seconds
+
+
+def openssh_target(inv: Inventory, name: str) -> openssh.Target | None:
+    """How OpenSSH reaches this host the way paramiko would (None: only paramiko can)."""
+    s, host = effective_ssh(inv.ssh, inv.hosts[name]), inv.hosts[name]
+    return openssh.target(
+        host.address,
+        user=s.user,
+        port=s.port,
+        identity_file=s.identity_file,
+        known_hosts=s.known_hosts,
+        connect_timeout=s.connect_timeout,
+        use_ssh_config=s.use_ssh_config,
+    )
 
 
 # --------------------------------------------------------------------------- weights

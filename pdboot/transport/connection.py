@@ -13,9 +13,12 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pdboot.transport.masking import SECRETS, Masker
+
+if TYPE_CHECKING:
+    from pdboot.inventory.schema import Host, SSHSettings
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,23 @@ class HostLost(RemoteError):
             f"host {host} lost: {why}",
             "check the host's network link and power; `pdboot status` shows what runs",
         )
+
+
+def connect_timed_out(host: str, detail: str) -> RemoteError:
+    """No TCP connection within ssh.connect_timeout (paramiko's socket timeout, or OpenSSH's
+    "Connection timed out" for preflight's batch): one message for both."""
+    return RemoteError(
+        host,
+        "timeout",
+        f"connection timed out: {detail or 'no answer'}",
+        "check the address, routing and firewalls, or raise ssh.connect_timeout",
+    )
+
+
+def effective_ssh(defaults: SSHSettings, host: Host) -> SSHSettings:
+    """The inventory's SSH defaults with the host's overrides applied."""
+    over = {k: v for k, v in host.ssh.model_dump().items() if v is not None}
+    return defaults.model_copy(update=over)
 
 
 def command_line(cmd: Sequence[str] | str) -> str:

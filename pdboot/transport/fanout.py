@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from pdboot.transport.connection import RemoteError
-from pdboot.transport.known_hosts import classify
 
 K = TypeVar("K")
 T = TypeVar("T")
@@ -49,7 +48,7 @@ def fan_out(
         try:
             outcome: Outcome[R] = Outcome(value=fn(name, item))
         except BaseException as e:  # reported per host, never fatal to the others
-            outcome = Outcome(error=classify(e, name))
+            outcome = Outcome(error=_classified(e, name))
         with done:
             results[name] = outcome
             done.notify_all()
@@ -70,6 +69,15 @@ def fan_out(
                 error=RemoteError(name, "timeout", f"no answer within {deadline:g}s")
             )
     return {name: final[name] for name, _ in pairs}
+
+
+def _classified(e: BaseException, name: str) -> RemoteError:
+    if isinstance(e, RemoteError):
+        return e
+    # paramiko's exceptions: imported here, so that preflight over OpenSSH never loads it
+    from pdboot.transport.known_hosts import classify
+
+    return classify(e, name)
 
 
 def in_thread(fn: Callable[[], None]) -> Callable[[], None]:

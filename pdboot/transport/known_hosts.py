@@ -16,7 +16,7 @@ from typing import Any
 import paramiko
 
 from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
-from pdboot.transport.connection import ErrorKind, RemoteError
+from pdboot.transport.connection import ErrorKind, RemoteError, connect_timed_out
 
 log = logging.getLogger(__name__)
 
@@ -245,12 +245,7 @@ def classify(
             "host's authorized_keys)",
         )
     if isinstance(exc, (socket.timeout, TimeoutError)):
-        return RemoteError(
-            host,
-            "timeout",
-            f"connection timed out: {exc or 'no answer'}",
-            "check the address, routing and firewalls, or raise ssh.connect_timeout",
-        )
+        return connect_timed_out(host, str(exc))
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         return RemoteError(
             host,

@@ -27,9 +27,11 @@ from pdboot.transport.connection import (
     HostLost,
     LocalConnection,
     RemoteError,
+    effective_ssh,
 )
 from pdboot.transport.known_hosts import _strict, classify, known_hosts_name
 from pdboot.transport.masking import SECRETS, Masker
+from pdboot.transport.openssh import DEFAULT_KNOWN_HOSTS
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +132,7 @@ class SSHConnection(BaseConnection):
         )
         ssh_cfg_known = self._conn.ssh_config.get("userknownhostsfile")
         known = settings.known_hosts or (ssh_cfg_known.split()[0] if ssh_cfg_known else None)
-        self.known_hosts = os.path.expanduser(known or "~/.ssh/known_hosts")
+        self.known_hosts = os.path.expanduser(known or DEFAULT_KNOWN_HOSTS)
         if accept_new_host_keys and sshdeadline.discarding_known_hosts(self.known_hosts):
             # every run would see every key as new and trust it: no host key check at all
             where = "ssh.known_hosts" if settings.known_hosts else "UserKnownHostsFile (ssh_config)"
@@ -319,12 +321,6 @@ def send_eof(chan: paramiko.Channel) -> None:
         msg = chan._send_eof()
         if msg is not None:
             chan.transport._send_user_message(msg)
-
-
-def effective_ssh(defaults: SSHSettings, host: Host) -> SSHSettings:
-    """The inventory's SSH defaults with the host's overrides applied."""
-    over = {k: v for k, v in host.ssh.model_dump().items() if v is not None}
-    return defaults.model_copy(update=over)
 
 
 def connect(

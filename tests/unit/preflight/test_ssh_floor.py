@@ -96,7 +96,9 @@ def test_preflight_json_imports_no_docker_sdk_requests_or_rich() -> None:
     probe = (
         "import sys\n"
         "import pdboot.cli, pdboot.inventory.load, pdboot.preflight.run, pdboot.views.preflight\n"
-        "heavy = ('docker', 'requests', 'urllib3', 'rich')\n"
+        # paramiko (with fabric and invoke): loaded only for a host the OpenSSH batch
+        # started ahead could not reach (transport/headstart.py)
+        "heavy = ('docker', 'requests', 'urllib3', 'rich', 'paramiko', 'fabric', 'invoke')\n"
         "found = {m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}\n"
         "found |= {m for m in sys.modules if m == 'cryptography.x509'}\n"  # only with router.tls
         # `up`'s event records (~35 dataclasses): the report reads them only for `up`
