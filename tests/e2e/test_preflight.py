@@ -265,7 +265,8 @@ def test_only_healthy_hosts_exit_0(tb: Any, tmp_path: Path) -> None:
     assert (rc, doc["ok"]) == (0, True), doc
 
 
-def test_unknown_host_key_is_refused_then_accepted_on_request(tb: Any, tmp_path: Path) -> None:
+def unknown_keys(tb: Any, tmp_path: Path) -> tuple[Path, Path]:
+    """An inventory of two hosts whose ssh.known_hosts is empty, and that file."""
     kh = tmp_path / "known_hosts"
     kh.write_text("")
     inv = tb.inventory(
@@ -275,6 +276,11 @@ def test_unknown_host_key_is_refused_then_accepted_on_request(tb: Any, tmp_path:
         router="ok",
         overrides={"ssh": {"known_hosts": str(kh)}},
     )
+    return inv, kh
+
+
+def test_unknown_host_key_is_refused_then_accepted_on_request(tb: Any, tmp_path: Path) -> None:
+    inv, kh = unknown_keys(tb, tmp_path)
     rc, doc, _ = preflight(inv, "--only", "ssh")
     assert rc == 1
     c = doc["hosts"]["ok"]["checks"][0]
@@ -354,15 +360,7 @@ def test_batches_go_through_openssh_and_what_it_cannot_reach_reads_as_before(
 
 
 def test_an_unknown_host_key_refused_by_openssh_reads_as_paramikos(tb: Any, tmp_path: Path) -> None:
-    kh = tmp_path / "known_hosts"
-    kh.write_text("")
-    inv = tb.inventory(
-        tmp_path / "kh.yaml",
-        prefill=["ok"],
-        decode=["noctk"],
-        router="ok",
-        overrides={"ssh": {"known_hosts": str(kh)}},
-    )
+    inv, kh = unknown_keys(tb, tmp_path)
     env, log = watched_ssh(tmp_path)
     rc, doc, _ = preflight(inv, env=env)
     assert addresses_in(log) == {tb.hosts["ok"].address, tb.hosts["noctk"].address}
