@@ -15,7 +15,7 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 from pdboot.inventory.engines import EngineNic
-from pdboot.inventory.schema import Inventory
+from pdboot.inventory.schema import Host, Inventory, SSHSettings
 from pdboot.plan.weights.local import Listing
 from pdboot.preflight import registry
 from pdboot.preflight.args_preflight import ArgsProbes
@@ -415,8 +415,9 @@ def batch_ahead(
 ) -> _Batch | None:
     """The batch through the host's OpenSSH process started ahead; None: there is none for
     this host's settings, or ssh failed (paramiko then reaches the host, or says why not)."""
-    s = effective_ssh(inv.ssh, inv.hosts[name])
-    conn = head_start.take(name, openssh_target(inv, name), s.command_timeout)
+    host = inv.hosts[name]
+    s = effective_ssh(inv.ssh, host)
+    conn = head_start.take(name, openssh_target(host, s), s.command_timeout)
     if conn is None or not conn.ready(s.connect_timeout + READY_GRACE_S):
         return None
     t0 = time.time()  # as paramiko's: once the session is open
@@ -434,9 +435,9 @@ def batch_ahead(
     return res.stdout, t0, res.seconds
 
 
-def openssh_target(inv: Inventory, name: str) -> openssh.Target | None:
-    """How OpenSSH reaches this host the way paramiko would (None: only paramiko can)."""
-    s, host = effective_ssh(inv.ssh, inv.hosts[name]), inv.hosts[name]
+def openssh_target(host: Host, s: SSHSettings) -> openssh.Target | None:
+    """How OpenSSH reaches this host (``s``: its effective SSH settings) the way paramiko
+    would; None: only paramiko can."""
     return openssh.target(
         host.address,
         user=s.user,

@@ -15,6 +15,7 @@ from pdboot.inventory import schema, yamlsafe
 from pdboot.inventory.load import MAX_INVENTORY_BYTES, parse_inventory
 from pdboot.preflight.run import openssh_target
 from pdboot.transport import headstart, openssh
+from pdboot.transport.connection import effective_ssh
 
 BASE: dict[str, Any] = {
     "name": "pd",
@@ -36,6 +37,11 @@ BASE: dict[str, Any] = {
 def variant(**changes: Any) -> dict[str, Any]:
     """BASE with top-level keys replaced (``ssh``/``hosts`` given whole)."""
     return {**yaml.safe_load(yaml.safe_dump(BASE)), **changes}
+
+
+def target_of(inv: schema.Inventory, name: str) -> openssh.Target | None:
+    host = inv.hosts[name]
+    return openssh_target(host, effective_ssh(inv.ssh, host))
 
 
 CASES = {
@@ -65,14 +71,14 @@ def test_the_raw_read_gives_the_validated_targets(case: str) -> None:
     text = yaml.safe_dump(CASES[case])
     inv = parse_inventory(text)
     raw = openssh.raw_targets(yamlsafe.load(text)[1])
-    validated = {n: openssh_target(inv, n) for n in inv.hosts}
+    validated = {n: target_of(inv, n) for n in inv.hosts}
     assert {n: raw.get(n) for n in inv.hosts} == validated
 
 
 def test_which_settings_get_an_openssh_batch() -> None:
     def targets(case: str) -> dict[str, openssh.Target | None]:
         inv = parse_inventory(yaml.safe_dump(CASES[case]))
-        return {n: openssh_target(inv, n) for n in inv.hosts}
+        return {n: target_of(inv, n) for n in inv.hosts}
 
     plain = targets("plain")
     assert plain["a"] == openssh.Target(
