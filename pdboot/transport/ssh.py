@@ -31,7 +31,7 @@ from pdboot.transport.connection import (
 )
 from pdboot.transport.known_hosts import _strict, classify, known_hosts_name
 from pdboot.transport.masking import SECRETS, Masker
-from pdboot.transport.openssh import DEFAULT_KNOWN_HOSTS
+from pdboot.transport.openssh import ALIVE_COUNT, ALIVE_INTERVAL_S, DEFAULT_KNOWN_HOSTS
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 # reply, so it can never notice silence; TCP alone notices only after its retransmissions
 # give up (minutes). These are requests that sshd must answer (with a failure: it does not
 # know the name), so an answer proves the peer and the path are alive.
-KEEPALIVE_INTERVAL = 3.0
-LOST_AFTER = 12.0
+# (the same limits as preflight's OpenSSH batches: transport/openssh.py)
+KEEPALIVE_INTERVAL = float(ALIVE_INTERVAL_S)
+LOST_AFTER = float(ALIVE_INTERVAL_S * ALIVE_COUNT)
 CHANNEL_OPEN_TIMEOUT = 20.0
 
 
