@@ -15,15 +15,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pdboot.cli_app import (
-    app,
-    command,
-    events_target,
+from pdboot.cli_app import app, command, events_target, views
+from pdboot.cli_base import (
     load,
     refuse_example_addresses,
     stderr,
     stdout,
-    views,
     warn_example_addresses,
 )
 from pdboot.cli_options import (
@@ -38,7 +35,7 @@ from pdboot.cli_options import (
     NoWaitOpt,
     RefreshOpt,
 )
-from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.exitcodes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from pdboot.events import Event
@@ -136,53 +133,17 @@ def preflight(
     ] = False,
 ) -> None:
     """Check every host before anything is pulled."""
-    from pdboot.transport.headstart import current
+    from pdboot.cli_preflight import preflight as check
 
-    head_start = current()  # OpenSSH batches started by entry.py, before the imports
-    inv = load(inventory)
-    opening = None
-    if not only and not skip:  # no selection to refuse: the handshakes overlap the imports
-        from pdboot.inventory.rules import deployment_hosts
-        from pdboot.transport.preconnect import Opening
-
-        refuse_example_addresses(inv)
-        ahead = head_start.hosts if head_start is not None else set()
-        rest = [h for h in deployment_hosts(inv) if h not in ahead]
-        if rest:  # paramiko's connects (a host whose OpenSSH batch fails connects later)
-            opening = Opening(inv, rest, accept_new_host_keys=accept_new_host_keys)
-    try:
-        from pdboot.preflight import run as pf
-        from pdboot.preflight.checks import AREAS
-        from pdboot.views import preflight as report
-
-        sel = pf.Selection.of(
-            [x for v in only or [] for x in v.split(",") if x],
-            [x for v in skip or [] for x in v.split(",") if x],
-        )
-        if sel.unknown():
-            stderr().print(
-                f"unknown check or area: {', '.join(sel.unknown())} (areas: {', '.join(AREAS)})"
-            )
-            raise typer.Exit(EXIT_USAGE)
-        if opening is None:
-            refuse_example_addresses(inv)
-        result = pf.run_preflight(
-            inv,
-            accept_new_host_keys=accept_new_host_keys,
-            selection=sel,
-            opening=opening,
-            head_start=head_start,
-        )
-    finally:
-        if opening is not None:
-            opening.close_untaken()
-        if head_start is not None:
-            head_start.close()
-    if json_out:
-        sys.stdout.write(report.to_json(result) + "\n")
-    else:
-        report.print_report(result, stdout(), verbose=verbose)
-    raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
+    code = check(
+        inventory,
+        json_out=json_out,
+        only=only or [],
+        skip=skip or [],
+        accept_new_host_keys=accept_new_host_keys,
+        verbose=verbose,
+    )
+    raise typer.Exit(code)
 
 
 @command

@@ -1,30 +1,27 @@
 """What every pdboot command shares: the typer app and its conventions (`-h`, `-V`, help
-without type names, the exit codes), the consoles, the inventory argument and its default,
-and the event views. The commands themselves are in cli.py (deploy verbs) and cli_ops.py
-(the verbs around a running deployment)."""
+without type names, the exit codes) and the event views. The consoles and the inventory a
+command reads are in cli_base.py (no typer); the commands themselves in cli.py (deploy verbs)
+and cli_ops.py (the verbs around a running deployment)."""
 
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from pdboot import __version__
-from pdboot.cli_options import DEFAULT_INVENTORY, INVENTORY_ENV
+from pdboot.cli_base import stderr, stdout
 from pdboot.exitcodes import EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:  # each command imports what it uses: `pdboot --version` loads none of it
     from rich.console import Console
 
     from pdboot.events import Emit
-    from pdboot.inventory.schema import Inventory
 
 EXIT_CODES = (
     "Exit codes: 0 success; 1 a check or deployment step failed; 2 bad usage, inventory or "
@@ -68,26 +65,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-out: Console | None = None  # rich consoles, made on first use (tests may set their own)
-err: Console | None = None
-
-
-def stdout() -> Console:
-    global out
-    if out is None:
-        from rich.console import Console
-
-        out = Console()
-    return out
-
-
-def stderr() -> Console:
-    global err
-    if err is None:
-        from rich.console import Console
-
-        err = Console(stderr=True)
-    return err
 
 
 def command(fn: Callable[..., None]) -> Callable[..., None]:
@@ -97,72 +74,6 @@ def command(fn: Callable[..., None]) -> Callable[..., None]:
     doc = inspect.getdoc(fn) or ""
     paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
     return app.command(help="\n\n".join(paragraphs), epilog=EXIT_CODES, cls=Command)(fn)
-
-
-def inventory_path(given: Path | None) -> Path:
-    """The inventory a command reads: the argument, else $PDBOOT_INVENTORY, else
-    ./inventory.yaml when it exists (exit 2 naming all three when none is there)."""
-    if given is not None:
-        return given
-    env = os.environ.get(INVENTORY_ENV, "")
-    if env:
-        return Path(env)
-    if DEFAULT_INVENTORY.is_file():
-        return DEFAULT_INVENTORY
-    stderr().print(
-        f"no inventory: give INVENTORY, set {INVENTORY_ENV}, or create ./{DEFAULT_INVENTORY} "
-        "(examples/ has some to start from)",
-        highlight=False,
-        markup=False,
-    )
-    raise typer.Exit(EXIT_USAGE)
-
-
-def load(path: Path | None) -> Inventory:
-    """The validated inventory, or every problem printed as ``file:line: key: message``
-    and exit 2."""
-    from pdboot.inventory.load import InventoryError, load_inventory
-
-    try:
-        return load_inventory(inventory_path(path))
-    except InventoryError as e:
-        from rich.text import Text  # only to report: `preflight --json` loads no rich
-
-        for issue in e.issues:
-            # Text, not markup: messages quote user input and key paths like [0].
-            stderr().print(Text(str(issue), style="red"), highlight=False, soft_wrap=True)
-        n = len(e.issues)
-        stderr().print(f"{n} problem{'s' if n != 1 else ''} in the inventory; nothing was done.")
-        raise typer.Exit(EXIT_USAGE) from None
-
-
-def example_addresses(inv: Inventory) -> list[str]:
-    """One line per host whose address is from the documentation ranges (an example's)."""
-    from pdboot.inventory.safety import is_documentation_address
-
-    return [
-        f"hosts.{name}: {h.address} is a documentation address (an example's): put the "
-        "host's own address there"
-        for name, h in inv.hosts.items()
-        if is_documentation_address(h.address)
-    ]
-
-
-def refuse_example_addresses(inv: Inventory) -> None:
-    """Before a verb connects: an address from the documentation ranges (an example's,
-    unedited) would only time out after seconds; exit 2 naming each at once."""
-    found = example_addresses(inv)
-    for line in found:
-        stderr().print(line, style="red", highlight=False, markup=False)
-    if found:
-        raise typer.Exit(EXIT_USAGE)
-
-
-def warn_example_addresses(inv: Inventory) -> None:
-    """`render` works offline on an example as it is; it says what preflight/up will refuse."""
-    for line in example_addresses(inv):
-        note = f"note: {line} before preflight/up"
-        stderr().print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def _version(value: bool) -> None:

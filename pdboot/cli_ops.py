@@ -13,15 +13,8 @@ from typing import Annotated
 
 import typer
 
-from pdboot.cli_app import (
-    command,
-    events_target,
-    load,
-    refuse_example_addresses,
-    stderr,
-    stdout,
-    views,
-)
+from pdboot.cli_app import command, events_target, views
+from pdboot.cli_base import load, refuse_example_addresses, stderr, stdout
 from pdboot.cli_options import AcceptNewOpt, EventsOpt, InventoryArg, JsonEventsOpt
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 

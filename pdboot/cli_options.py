@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-INVENTORY_ENV = "PDBOOT_INVENTORY"
-DEFAULT_INVENTORY = Path("inventory.yaml")
+from pdboot.cli_base import DEFAULT_INVENTORY, INVENTORY_ENV
+
 InventoryArg = Annotated[
     Path | None,
     typer.Argument(

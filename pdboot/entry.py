@@ -2,8 +2,9 @@
 
 `pdboot --version` (`-V`) is what scripts and installers call to see whether pdboot is there; it
 answers before the CLI framework (typer, click) is imported, about half of the start-up cost
-of every other command. `pdboot preflight INVENTORY` starts its OpenSSH batches here, before
-those imports (transport/headstart.py). Everything goes to the typer app in cli.py."""
+of every other command. `pdboot preflight INVENTORY [--json] [-v]` starts its OpenSSH batches
+here, before those imports (transport/headstart.py), and runs without typer
+(cli_preflight.py). Everything else goes to the typer app in cli.py."""
 
 from __future__ import annotations
 
@@ -39,10 +40,15 @@ def _dispatch() -> None:
     if sys.argv[1:] in (["--version"], ["-V"]):
         print(f"pdboot {__version__}")
         return
-    if sys.argv[1:2] == ["preflight"]:  # its SSH handshakes go first, beside the imports
-        from pdboot.transport.headstart import begin
+    if sys.argv[1:2] == ["preflight"]:
+        from pdboot.cli_preflight import plain_line, run_plain
 
-        begin(sys.argv[2:])
+        line = plain_line(sys.argv[2:])
+        if line is not None:  # its SSH handshakes go first, beside the imports; no typer
+            from pdboot.transport.headstart import begin
+
+            begin(line.inventory)
+            run_plain(line)
     from pdboot.cli import main as cli_main  # typer and click: only for a real command
 
     cli_main()

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from pdboot.cli_app import EXIT_CODES, Command, load
+from pdboot.cli_app import EXIT_CODES, Command
+from pdboot.cli_base import load
 from pdboot.cli_options import InventoryArg
 from pdboot.exitcodes import EXIT_FAILED, EXIT_USAGE
 

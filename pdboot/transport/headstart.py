@@ -1,6 +1,7 @@
 """OpenSSH batches started before pdboot's own imports, for `pdboot preflight INVENTORY`.
 
-entry.py calls ``begin`` with the command line before typer, pydantic or paramiko load. It
+entry.py calls ``begin`` with the inventory's path before typer, pydantic or paramiko load,
+for `pdboot preflight INVENTORY` with --json or -v at most (cli_preflight.plain_line). It
 reads the inventory file (yamlsafe's caps), takes the Targets openssh.raw_targets finds for the
 deployment's hosts, and starts `ssh ... -- bash -s` on each: every process does its handshake
 and waits for its script on stdin while pdboot imports, validates and builds the batches.
@@ -8,7 +9,8 @@ run_preflight takes a host's process only when the validated inventory gives the
 Target; ``close`` ends the others (their ssh killed: the remote bash, still waiting for its
 script, has run nothing).
 Nothing is started for a documentation address, a `local` host, anything the raw read cannot
-judge, or any other command line: those go the usual way.
+judge, or any other command line (--only, --skip, --accept-new-host-keys): those go the
+usual way.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,6 @@ BATCH = "bash -s"  # what preflight runs (run.py): the script comes on stdin
 READY = "pdboot-session-open"
 _MAX_BEFORE_READY = 1 << 16  # bytes a login shell may print first
 WAITING = f"printf '%s\\n' {READY}; exec {BATCH}"
-_FLAGS = {"--json", "-v", "--verbose"}  # preflight's options that change nothing here
 SWITCH = "PDBOOT_PREFLIGHT_SSH"  # "paramiko": no head start (to compare, or to rule it out)
 _MAX_BYTES = 1 << 20  # inventory/load.py's cap (MAX_INVENTORY_BYTES); larger: no head start
 
@@ -179,18 +180,15 @@ def current() -> HeadStart | None:
     return _current
 
 
-def begin(args: Sequence[str]) -> None:
-    """Start the batches' ssh processes for `pdboot preflight` + ``args``, when the command
-    line is just an inventory path (and --json/-v) and its hosts allow it."""
+def begin(inventory: Path) -> None:
+    """Start the batches' ssh processes for `pdboot preflight INVENTORY` (with --json or -v
+    at most: entry.py asks only then), when its hosts allow it."""
     global _current
-    names = [a for a in args if not a.startswith("-")]
-    if len(names) != 1 or any(a not in _FLAGS for a in args if a.startswith("-")):
-        return
     ssh = shutil.which("ssh")
     if ssh is None or os.environ.get(SWITCH) == "paramiko":
         return
     try:
-        wanted = _targets(Path(names[0]))
+        wanted = _targets(inventory)
     except Exception:  # no head start; the usual path reports whatever is wrong
         log.debug("no OpenSSH head start", exc_info=True)
         return

@@ -48,3 +48,26 @@ def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
     probes = [c for c in me["checks"] if c["id"] in ("network.side_channel", "network.ingress")]
     assert len(probes) == 3 and all("127.0.0.1" in c["message"] for c in probes)
     assert p.returncode == (0 if doc["ok"] else 1)
+
+
+def test_the_plain_line_reports_as_typers_command_does(tmp_path: Path) -> None:
+    """`preflight INVENTORY --json` runs without typer (cli_preflight.py); a line with any
+    other option goes through typer's command: the same checks and verdicts either way."""
+    inv = tmp_path / "local.yaml"
+    inv.write_text(INVENTORY.replace("HF", "/var/lib/pdboot-localcheck/hf-cache"))
+
+    def report(*extra: str) -> tuple[int, list[tuple[str, str]]]:
+        p = subprocess.run(
+            [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *extra],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        checks = json.loads(p.stdout)["hosts"]["me"]["checks"]
+        return p.returncode, [(c["id"], c["status"]) for c in checks]
+
+    plain = report()
+    typed = report("--accept-new-host-keys")  # no key to accept on a local host
+    assert plain == typed
+    assert len(plain[1]) > 20

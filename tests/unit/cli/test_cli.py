@@ -156,10 +156,10 @@ def test_render_highlights_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Non
 
     from rich.console import Console
 
-    from pdboot import cli_app
+    from pdboot import cli_base
 
     buf = io.StringIO()
-    monkeypatch.setattr(cli_app, "out", Console(file=buf, force_terminal=True, width=200))
+    monkeypatch.setattr(cli_base, "out", Console(file=buf, force_terminal=True, width=200))
     code, _, _ = run("render", ONE, "--host", "gpu-b")
     assert code == 0
     text = buf.getvalue()

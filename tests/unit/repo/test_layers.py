@@ -25,6 +25,8 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("preflight", "verify", "bench"),
     ("deploy",),
     ("views",),
+    ("cli_base",),
+    ("cli_preflight",),
     ("cli_options",),
     ("cli_app",),
     ("export",),

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pdboot.cli_preflight import plain_line
 from pdboot.inventory import schema, yamlsafe
 from pdboot.inventory.load import MAX_INVENTORY_BYTES, parse_inventory
 from pdboot.preflight.run import openssh_target
@@ -170,16 +171,23 @@ def test_the_head_start_connects_only_to_the_deployments_own_hosts(tmp_path: Pat
         ["--only", "gpu", "inv.yaml"],  # a selection is checked before anything connects
         ["inv.yaml", "--accept-new-host-keys"],  # paramiko writes the new keys
         ["a.yaml", "b.yaml"],
+        ["inv.yaml", "-vv"],
+        ["-h"],
         [],
     ],
 )
-def test_other_command_lines_get_no_head_start(
-    tmp_path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch
+def test_other_command_lines_get_no_head_start(args: list[str]) -> None:
+    # entry.py starts the processes (and skips typer) only for a plain line
+    assert plain_line(args) is None
+
+
+def test_the_head_start_is_off_with_the_switch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    write(tmp_path, variant())
+    path = write(tmp_path, variant())
     monkeypatch.setattr(headstart, "_current", None)
-    headstart.begin(args)
+    monkeypatch.setenv(headstart.SWITCH, "paramiko")
+    headstart.begin(path)
     assert headstart.current() is None
 
 
