@@ -40,6 +40,7 @@ def run_plain(line: PlainLine) -> NoReturn:
     a traceback when the reader of stdout has gone (`| head`)."""
     try:
         code = preflight(line.inventory, json_out=line.json_out, verbose=line.verbose)
+        sys.stdout.flush()  # a reader gone shows here, not at the interpreter's exit
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except BrokenPipeError:

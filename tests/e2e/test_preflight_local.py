@@ -71,3 +71,21 @@ def test_the_plain_line_reports_as_typers_command_does(tmp_path: Path) -> None:
     typed = report("--accept-new-host-keys")  # no key to accept on a local host
     assert plain == typed
     assert len(plain[1]) > 20
+
+
+def test_a_reader_gone_ends_it_with_1_and_no_traceback_either_way(tmp_path: Path) -> None:
+    inv = tmp_path / "local.yaml"
+    inv.write_text(INVENTORY.replace("HF", "/var/lib/pdboot-localcheck/hf-cache"))
+    for extra in ([], ["--accept-new-host-keys"]):  # without typer, and through its command
+        p = subprocess.Popen(
+            [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        assert p.stdout is not None
+        p.stdout.close()  # long before the report is written
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 1, (extra, err)
+        assert "Traceback" not in err and "Exception ignored" not in err, (extra, err)
