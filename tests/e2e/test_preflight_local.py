@@ -28,10 +28,15 @@ requirements: {min_free_disk_gb: 0}
 """
 
 
-def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
+def local_inventory(tmp_path: Path) -> Path:
     inv = tmp_path / "local.yaml"
     # hf_cache may not lie under /tmp (where tmp_path is): a path that need not exist
     inv.write_text(INVENTORY.replace("HF", "/var/lib/pdboot-localcheck/hf-cache"))
+    return inv
+
+
+def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path)
     p = subprocess.run(
         [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
         capture_output=True,
@@ -53,8 +58,7 @@ def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
 def test_the_plain_line_reports_as_typers_command_does(tmp_path: Path) -> None:
     """`preflight INVENTORY --json` runs without typer (cli_preflight.py); a line with any
     other option goes through typer's command: the same checks and verdicts either way."""
-    inv = tmp_path / "local.yaml"
-    inv.write_text(INVENTORY.replace("HF", "/var/lib/pdboot-localcheck/hf-cache"))
+    inv = local_inventory(tmp_path)
 
     def report(*extra: str) -> tuple[int, list[tuple[str, str]]]:
         p = subprocess.run(
@@ -74,8 +78,7 @@ def test_the_plain_line_reports_as_typers_command_does(tmp_path: Path) -> None:
 
 
 def test_a_reader_gone_ends_it_with_1_and_no_traceback_either_way(tmp_path: Path) -> None:
-    inv = tmp_path / "local.yaml"
-    inv.write_text(INVENTORY.replace("HF", "/var/lib/pdboot-localcheck/hf-cache"))
+    inv = local_inventory(tmp_path)
     for extra in ([], ["--accept-new-host-keys"]):  # without typer, and through its command
         p = subprocess.Popen(
             [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *extra],
