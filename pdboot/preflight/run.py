@@ -417,7 +417,8 @@ def batch_ahead(
     this host's settings, or ssh failed (paramiko then reaches the host, or says why not)."""
     host = inv.hosts[name]
     s = effective_ssh(inv.ssh, host)
-    conn = head_start.take(name, openssh_target(host, s), s.command_timeout)
+    t = openssh_target(host, s, head_start.ssh_config_quiet)
+    conn = head_start.take(name, t, s.command_timeout)
     if conn is None or not conn.ready(s.connect_timeout + READY_GRACE_S):
         return None
     t0 = time.time()  # as paramiko's: once the session is open
@@ -435,9 +436,11 @@ def batch_ahead(
     return res.stdout, t0, res.seconds
 
 
-def openssh_target(host: Host, s: SSHSettings) -> openssh.Target | None:
+def openssh_target(
+    host: Host, s: SSHSettings, ssh_config_quiet: bool = False
+) -> openssh.Target | None:
     """How OpenSSH reaches this host (``s``: its effective SSH settings) the way paramiko
-    would; None: only paramiko can."""
+    would; None: only paramiko can (``ssh_config_quiet``: headstart.client_configs)."""
     return openssh.target(
         host.address,
         user=s.user,
@@ -446,6 +449,7 @@ def openssh_target(host: Host, s: SSHSettings) -> openssh.Target | None:
         known_hosts=s.known_hosts,
         connect_timeout=s.connect_timeout,
         use_ssh_config=s.use_ssh_config,
+        ssh_config_quiet=ssh_config_quiet,
     )
 
 

@@ -9,8 +9,8 @@ run_preflight takes a host's process only when the validated inventory gives the
 Target; ``close`` ends the others (their ssh killed: the remote bash, still waiting for its
 script, has run nothing).
 Nothing is started for a documentation address, a `local` host, anything the raw read cannot
-judge, or any other command line (--only, --skip, --accept-new-host-keys): those go the
-usual way.
+judge, any other command line (--only, --skip, --accept-new-host-keys), or where a fabric
+config file exists (``client_configs``): those go the usual way.
 """
 
 from __future__ import annotations
@@ -23,13 +23,21 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pdboot.transport.connection import BaseConnection, CommandResult, RemoteError
 from pdboot.transport.masking import SECRETS, Masker
-from pdboot.transport.openssh import SSH_FAILED, Target, argv, raw_targets
+from pdboot.transport.openssh import (
+    FABRIC_CONFIG_FILES,
+    SSH_CONFIG_FILES,
+    SSH_FAILED,
+    Target,
+    argv,
+    config_is_quiet,
+    raw_targets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +52,17 @@ _MAX_BYTES = 1 << 20  # inventory/load.py's cap (MAX_INVENTORY_BYTES); larger: n
 
 
 class HeadStart:
-    """One waiting `ssh ... bash -s` per host (``take`` hands each out once)."""
+    """One waiting `ssh ... bash -s` per host (``take`` hands each out once).
+    ``ssh_config_quiet``: what ``client_configs`` found, for the validated side's Targets."""
 
-    def __init__(self, ssh: str, started: Mapping[str, tuple[Target, subprocess.Popen[str]]]):
+    def __init__(
+        self,
+        ssh: str,
+        started: Mapping[str, tuple[Target, subprocess.Popen[str]]],
+        ssh_config_quiet: bool = False,
+    ):
         self.ssh = ssh
+        self.ssh_config_quiet = ssh_config_quiet
         self._started = dict(started)
         self._lock = threading.Lock()
 
@@ -187,12 +202,15 @@ def begin(inventory: Path) -> None:
     ssh = shutil.which("ssh")
     if ssh is None or os.environ.get(SWITCH) == "paramiko":
         return
+    quiet = client_configs()
+    if quiet is None:
+        return
     try:
-        wanted = _targets(inventory)
+        wanted = _targets(inventory, quiet)
     except Exception:  # no head start; the usual path reports whatever is wrong
         log.debug("no OpenSSH head start", exc_info=True)
         return
-    _current = HeadStart(ssh, {})
+    _current = HeadStart(ssh, {}, quiet)
     atexit.register(_current.close)  # also when the inventory then fails validation
     for name, t in wanted.items():
         try:
@@ -201,7 +219,28 @@ def begin(inventory: Path) -> None:
             log.debug("cannot start ssh for %s", name, exc_info=True)
 
 
-def _targets(path: Path) -> dict[str, Target]:
+def client_configs(
+    ssh_configs: Sequence[str] = SSH_CONFIG_FILES,
+    fabric_configs: Sequence[str] = FABRIC_CONFIG_FILES,
+) -> bool | None:
+    """None where a fabric config file exists (it could set any connection's user, port or
+    keys: no OpenSSH batch at all); else whether the ssh_config files fabric reads are quiet
+    (openssh.config_is_quiet; one that cannot be read is not)."""
+    if any(os.path.lexists(os.path.expanduser(p)) for p in fabric_configs):
+        return None
+    for p in ssh_configs:
+        path = Path(os.path.expanduser(p))
+        if not path.exists():
+            continue
+        try:
+            if not config_is_quiet(path.read_text(encoding="utf-8", errors="replace")):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _targets(path: Path, ssh_config_quiet: bool = False) -> dict[str, Target]:
     from pdboot.inventory import yamlsafe
     from pdboot.inventory.localfiles import read_regular_file
     from pdboot.inventory.safety import is_documentation_address
@@ -210,7 +249,7 @@ def _targets(path: Path) -> dict[str, Target]:
     if len(raw) > _MAX_BYTES:
         return {}
     _, doc = yamlsafe.load(raw.decode("utf-8"))
-    found = raw_targets(doc)
+    found = raw_targets(doc, ssh_config_quiet)
     hosts = _deployment_hosts(doc)
     if hosts is None or any(is_documentation_address(t.address) for t in found.values()):
         return {}

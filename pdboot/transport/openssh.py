@@ -7,9 +7,11 @@ started as soon as the inventory file is read (transport/headstart.py) do their 
 on other cores meanwhile, and preflight never imports paramiko when every batch goes through.
 
 Only where a host OpenSSH reaches is one paramiko reaches too (preflight predicts `up`, which
-keeps paramiko): the inventory's known_hosts file alone (no global file, no ~/.ssh/config:
-``use_ssh_config: false`` only), strict host keys, no host certificates (paramiko verifies
-none), the identity file alone (no agent), BatchMode (never a prompt). Anything else, and
+keeps paramiko): the inventory's known_hosts file alone (no global file), no ssh_config
+(``use_ssh_config: false``, or the files fabric reads say nothing fabric acts on:
+``config_is_quiet``), strict host keys, no host certificates (paramiko verifies none), the
+identity file alone (no agent), BatchMode (never a prompt), fabric's local user when the
+inventory names none. Anything else, and
 every failure of an OpenSSH batch, goes through paramiko (transport/ssh.py) as before, so every
 SSH error an operator reads comes from the one classifier there.
 
@@ -18,6 +20,7 @@ Pure: targets and argv from plain values; headstart.py starts the processes.
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 from collections.abc import Mapping
@@ -52,6 +55,37 @@ KEX = (
 ALIVE_INTERVAL_S = 3
 ALIVE_COUNT = 4
 
+# The ssh_config files fabric reads (paramiko follows no Include), and fabric's own config
+# files, which could set the user, port or keys of every connection.
+SSH_CONFIG_FILES = ("/etc/ssh/ssh_config", "~/.ssh/config")
+FABRIC_CONFIG_FILES = tuple(
+    f"{prefix}.{ext}"
+    for prefix in ("/etc/fabric", "~/.fabric")
+    for ext in ("yaml", "yml", "json", "py")
+)
+# ssh_config keywords that change nothing about where or how pdboot's paramiko connects:
+# fabric reads HostName, User, Port, IdentityFile, ProxyJump, ProxyCommand, ConnectTimeout and
+# ForwardAgent; ssh.py UserKnownHostsFile; paramiko's lookup Match and the Canonical* options.
+# A distribution's default file (Debian's: Include, Host *, SendEnv, HashKnownHosts,
+# GSSAPIAuthentication) holds only these. Any other keyword: paramiko goes.
+QUIET_KEYWORDS = frozenset(
+    {
+        "host",
+        "include",
+        "sendenv",
+        "setenv",
+        "hashknownhosts",
+        "gssapiauthentication",
+        "gssapidelegatecredentials",
+        "forwardx11",
+        "forwardx11trusted",
+        "serveraliveinterval",
+        "serveralivecountmax",
+        "loglevel",
+        "visualhostkey",
+    }
+)
+
 _ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:_-]*")  # a name, IPv4 or IPv6; never an option
 _USER = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]*")
 # OpenSSH expands %-tokens and splits on blanks in these paths; paramiko does neither.
@@ -70,6 +104,14 @@ class Target:
     connect_timeout: int
 
 
+def config_is_quiet(text: str) -> bool:
+    """Whether an ssh_config file holds only QUIET_KEYWORDS (and comments): then fabric,
+    reading it, connects exactly as with ``use_ssh_config: false``."""
+    lines = (ln.strip() for ln in text.splitlines())
+    keywords = {re.split(r"[\s=]", ln, maxsplit=1)[0].lower() for ln in lines if ln}
+    return {k for k in keywords if not k.startswith("#")} <= QUIET_KEYWORDS
+
+
 def target(
     address: str,
     *,
@@ -79,11 +121,13 @@ def target(
     known_hosts: str | None,
     connect_timeout: float,
     use_ssh_config: bool,
+    ssh_config_quiet: bool = False,
 ) -> Target | None:
     """The Target for these effective SSH settings, or None where paramiko must go: an
-    ~/.ssh/config to honour (fabric reads its own subset of it), no identity file (paramiko
-    would also try the agent and the default keys), a value OpenSSH would read otherwise."""
-    if use_ssh_config or not identity_file or address == LOCAL:
+    ssh_config to honour (``use_ssh_config`` and not ``ssh_config_quiet``: fabric reads its own
+    subset of it), no identity file (paramiko would also try the agent and the default keys),
+    a value OpenSSH would read otherwise."""
+    if (use_ssh_config and not ssh_config_quiet) or not identity_file or address == LOCAL:
         return None
     if not _ADDRESS.fullmatch(address):
         return None
@@ -126,12 +170,13 @@ def argv(t: Target, command: str, ssh: str = "ssh") -> list[str]:
         out += ["-o", f"{k}={v}"]
     if t.port is not None:
         out += ["-p", str(t.port)]
-    if t.user is not None:
-        out += ["-l", t.user]
+    # no user in the inventory: fabric's, the login name (getpass reads $LOGNAME, $USER
+    # first), where OpenSSH would take the account's name
+    out += ["-l", t.user if t.user is not None else getpass.getuser()]
     return [*out, "--", t.address, command]
 
 
-def raw_targets(doc: Any) -> dict[str, Target]:
+def raw_targets(doc: Any, ssh_config_quiet: bool = False) -> dict[str, Target]:
     """Targets from an inventory as YAML gave it, before any validation: for the hosts whose
     values are plainly there (else none). Never trusted alone: headstart.py uses a process
     only when the validated inventory gives the same Target."""
@@ -148,13 +193,13 @@ def raw_targets(doc: Any) -> dict[str, Target]:
         if not isinstance(over, Mapping) or "use_ssh_config" in over:
             continue
         eff = {**defaults, **{k: v for k, v in over.items() if v is not None}}
-        t = _raw_target(host.get("address"), eff)
+        t = _raw_target(host.get("address"), eff, ssh_config_quiet)
         if t is not None:
             out[name] = t
     return out
 
 
-def _raw_target(address: Any, s: Mapping[str, Any]) -> Target | None:
+def _raw_target(address: Any, s: Mapping[str, Any], ssh_config_quiet: bool) -> Target | None:
     user, port, ident = s.get("user"), s.get("port"), s.get("identity_file")
     known = s.get("known_hosts")
     timeout = s.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
@@ -178,6 +223,7 @@ def _raw_target(address: Any, s: Mapping[str, Any]) -> Target | None:
         known_hosts=known,
         connect_timeout=timeout,
         use_ssh_config=use_cfg,
+        ssh_config_quiet=ssh_config_quiet,
     )
 
 

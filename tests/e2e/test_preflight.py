@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from pdboot.transport import openssh
 from tests.conftest import started_testbed
 from tests.testbed.harness import HostSpec
 
@@ -357,6 +358,31 @@ def test_batches_go_through_openssh_and_what_it_cannot_reach_reads_as_before(
     # the host without sshd: OpenSSH failed, paramiko's report is the one read
     assert fast["hosts"]["nossh"]["checks"] == slow["hosts"]["nossh"]["checks"]
     assert fast["hosts"]["nossh"]["checks"][0]["message"].startswith("unreachable:")
+
+
+def test_the_default_use_ssh_config_takes_openssh_while_fabric_would_read_nothing(
+    tb: Any, tmp_path: Path
+) -> None:
+    """`ssh.use_ssh_config: true`, the default: with this machine's stock
+    /etc/ssh/ssh_config and no ~/.ssh/config (a HOME of its own), fabric reads nothing it
+    acts on, so the batches go through OpenSSH; an ~/.ssh/config that names a User keeps
+    every batch on paramiko. The verdicts are the same either way."""
+    stock = Path("/etc/ssh/ssh_config")
+    assert not stock.exists() or openssh.config_is_quiet(stock.read_text()), "not stock"
+    inv = inventory(tb, tmp_path, ssh={"use_ssh_config": True})
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    env, log = watched_ssh(tmp_path)
+    env["HOME"] = str(home)
+    rc, fast, _ = preflight(inv, env=env)
+    assert addresses_in(log) == {tb.hosts[h].address for h in [*PREFILL, *DECODE, "ingress"]}
+    log.unlink()
+    (home / ".ssh" / "config").write_text("Host *\n    User root\n")  # the user it has
+    rc2, slow, _ = preflight(inv, env=env)
+    assert addresses_in(log) == set()
+    assert rc == rc2
+    for h in HOSTS:
+        assert statuses(fast, h) == statuses(slow, h), h
 
 
 def test_an_unknown_host_key_refused_by_openssh_reads_as_paramikos(tb: Any, tmp_path: Path) -> None:

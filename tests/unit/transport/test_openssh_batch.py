@@ -5,6 +5,7 @@ same way get one, and the command line keeps OpenSSH to what paramiko would acce
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +41,9 @@ def variant(**changes: Any) -> dict[str, Any]:
     return {**yaml.safe_load(yaml.safe_dump(BASE)), **changes}
 
 
-def target_of(inv: schema.Inventory, name: str) -> openssh.Target | None:
+def target_of(inv: schema.Inventory, name: str, quiet: bool = False) -> openssh.Target | None:
     host = inv.hosts[name]
-    return openssh_target(host, effective_ssh(inv.ssh, host))
+    return openssh_target(host, effective_ssh(inv.ssh, host), quiet)
 
 
 CASES = {
@@ -67,12 +68,13 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("quiet", [False, True])
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_raw_read_gives_the_validated_targets(case: str) -> None:
+def test_the_raw_read_gives_the_validated_targets(case: str, quiet: bool) -> None:
     text = yaml.safe_dump(CASES[case])
     inv = parse_inventory(text)
-    raw = openssh.raw_targets(yamlsafe.load(text)[1])
-    validated = {n: target_of(inv, n) for n in inv.hosts}
+    raw = openssh.raw_targets(yamlsafe.load(text)[1], quiet)
+    validated = {n: target_of(inv, n, quiet) for n in inv.hosts}
     assert {n: raw.get(n) for n in inv.hosts} == validated
 
 
@@ -95,6 +97,53 @@ def test_which_settings_get_an_openssh_batch() -> None:
     for case in ("ssh_config wanted (the default)", "no identity file"):
         assert set(targets(case).values()) == {None}, case
     assert targets("a local host")["a"] is None
+
+
+# Debian 12's /etc/ssh/ssh_config (openssh-client 9.2p1), comments shortened
+DEBIAN_SSH_CONFIG = """\
+# This is the ssh client system-wide configuration file.
+Include /etc/ssh/ssh_config.d/*.conf
+
+Host *
+#   ForwardAgent no
+#   Port 22
+    SendEnv LANG LC_*
+    HashKnownHosts yes
+    GSSAPIAuthentication yes
+"""
+
+
+def test_an_ssh_config_fabric_would_act_on_keeps_paramiko() -> None:
+    assert openssh.config_is_quiet(DEBIAN_SSH_CONFIG)
+    assert openssh.config_is_quiet("") and openssh.config_is_quiet("# nothing\n\n")
+    for loud in (
+        "Host gpu-*\n    User ops\n",
+        "HostName=10.9.9.9\n",
+        "Host *\n  IdentityFile ~/.ssh/other\n",
+        "Match host 10.1.0.10\n",
+        "Host bastion\n  ProxyJump jump\n",
+        "PORT 2222\n",  # keywords are case-blind
+        "Host *\n  UserKnownHostsFile /etc/ssh/hosts\n",
+        "Host *\n  ForwardAgent yes\n",  # not read to reach a host, but not listed either
+    ):
+        assert not openssh.config_is_quiet(loud), loud
+    # with a quiet one, the default (use_ssh_config: true) gets the same Target as false
+    inv = parse_inventory(yaml.safe_dump(CASES["ssh_config wanted (the default)"]))
+    assert target_of(inv, "a") is None
+    quiet = target_of(inv, "a", quiet=True)
+    assert quiet is not None and quiet.identity_file == "/keys/id"
+
+
+def test_fabric_config_files_or_a_loud_ssh_config_stop_the_head_start(tmp_path: Path) -> None:
+    ssh_cfg, fabric_cfg = tmp_path / "ssh_config", tmp_path / "fabric.yaml"
+    configs = {"ssh_configs": [str(ssh_cfg)], "fabric_configs": [str(fabric_cfg)]}
+    assert headstart.client_configs(**configs) is True  # neither exists
+    ssh_cfg.write_text(DEBIAN_SSH_CONFIG)
+    assert headstart.client_configs(**configs) is True
+    ssh_cfg.write_text(DEBIAN_SSH_CONFIG + "Host *\n    User deploy\n")
+    assert headstart.client_configs(**configs) is False
+    fabric_cfg.write_text("user: deploy\n")  # may set any connection's user: no batch at all
+    assert headstart.client_configs(**configs) is None
 
 
 def test_values_openssh_would_read_otherwise_get_no_target() -> None:
@@ -133,6 +182,10 @@ def test_the_command_line_keeps_openssh_to_what_paramiko_accepts() -> None:
     assert opts["ConnectTimeout"] == "5"
     assert opts["KexAlgorithms"].split(",")[0] == "curve25519-sha256"  # not sntrup761: CPU
     assert (opts["ControlMaster"], opts["ForwardAgent"]) == ("no", "no")
+    # no user in the inventory: fabric's (the login name), not OpenSSH's account name
+    nobody_named = openssh.Target("10.0.0.1", None, None, "/k/id", "/k/kh", 5)
+    anyone = openssh.argv(nobody_named, "bash -s")
+    assert anyone[anyone.index("-l") + 1] == getpass.getuser()
 
 
 def test_the_raw_reads_defaults_are_the_schemas() -> None:
