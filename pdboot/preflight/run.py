@@ -143,7 +143,7 @@ class HostReport:
     facts: HostFacts = field(default_factory=HostFacts)  # what the checks found, typed
     rdma_present: bool | None = None  # see rdma_usable
     nics: dict[str, EngineNic] = field(default_factory=dict)  # engine name -> nearest port(s)
-    clock_offset: float | None = None  # host clock minus ours, seconds
+    clock_window: network_checks.Window | None = None  # host clock minus ours lies within
     seconds: float = 0.0
 
     @property
@@ -262,7 +262,8 @@ def rdma_usable(ctx: HostContext, facts: HostFacts) -> bool | None:
 
 # past ssh's ConnectTimeout (the TCP connect): the key exchange, authentication, the session
 READY_GRACE_S = 10.0
-_Batch = tuple[str, float, float]  # a host's batch output, when it started, seconds
+# a host's batch output, when (our clock) it was sent and its output back, seconds it took
+_Batch = tuple[str, float, float, float]
 
 
 def read_reports(
@@ -283,10 +284,10 @@ def read_reports(
                 checks=[CheckResult("ssh.connect", "fail", f"{e.kind}: {e.message}", e.fix)],
             )
             continue
-        stdout, t0, secs = oc.value
+        stdout, sent, back, secs = oc.value
         ctx = with_lookup(ctxs[name], looked.get(ctxs[name].image))
         facts, parsed = read_host(ctx, stdout)
-        clock = facts.network.clock if facts.network is not None else None
+        window = network_checks.clock_window(facts.network, sent, back) if facts.network else None
         # an area that raises shows as a failed check (``parsed`` goes into the report)
         nics = _guarded("topo", partial(topo_checks.engine_nics, ctx, facts), parsed) or {}
         usable = _guarded("rdma", partial(rdma_usable, ctx, facts), parsed)
@@ -297,7 +298,7 @@ def read_reports(
             facts,
             usable,
             nics,
-            None if clock is None else clock - t0,
+            window,
             secs,
         )
         read[name] = (ctx, parsed)
@@ -359,14 +360,15 @@ def run_preflight(
             conn = opened(inv, name, opening, accept_new_host_keys)
         close = conn.close if own else None
         try:
-            t0 = time.time()
+            sent = time.time()
             res = conn.run(["bash", "-s"], stdin=script)  # whatever the login shell is
+            back = time.time()
         except BaseException:
             if close is not None:
                 close()
             raise
         args.start(name, conn, res.stdout, close)  # closes it when done
-        return res.stdout, t0, res.seconds
+        return res.stdout, sent, back, res.seconds
 
     settings = [effective_ssh(inv.ssh, inv.hosts[n]) for n in ctxs]
     deadline = max(s.connect_timeout + s.command_timeout for s in settings) + 10
@@ -386,9 +388,9 @@ def run_preflight(
         if n in reports and reports[n].reachable:
             reports[n].checks += [r for r in found if selection.keep(r)]
     if selection.area_wanted("network") and "network.clock" not in selection.skip:
-        offsets = {n: r.clock_offset for n, r in reports.items() if r.clock_offset is not None}
+        windows = {n: r.clock_window for n, r in reports.items() if r.clock_window is not None}
         for n, res in network_checks.evaluate_clocks(
-            offsets, inv.requirements.clock_skew_seconds
+            windows, inv.requirements.clock_skew_seconds
         ).items():
             if selection.keep(res):
                 reports[n].checks.append(res)
@@ -421,9 +423,10 @@ def batch_ahead(
     conn = head_start.take(name, t, s.command_timeout)
     if conn is None or not conn.ready(s.connect_timeout + READY_GRACE_S):
         return None
-    t0 = time.time()  # as paramiko's: once the session is open
+    sent = time.time()  # as paramiko's: once the session is open
     try:
         res = conn.run(["bash", "-s"], stdin=script)
+        back = time.time()
     except BaseException:
         conn.close()
         raise
@@ -433,7 +436,7 @@ def batch_ahead(
             raise connect_timed_out(name, "timed out")  # paramiko's words for it
         return None
     args.start(name, conn, res.stdout, conn.close)  # closes it when done
-    return res.stdout, t0, res.seconds
+    return res.stdout, sent, back, res.seconds
 
 
 def openssh_target(

@@ -60,6 +60,10 @@ class Command:
     also_for: tuple[str, ...] = ()  # other areas whose verdicts read this output
     # not run: a command older batches ran, kept so that recorded output still parses
     recorded_only: bool = False
+    # start / end: alone, before / after all the others (a clock read there bounds the
+    # batch's run on the host; read among thirty starting processes it could be seconds late).
+    # Those run without a timeout: only commands that cannot hang (reading a clock).
+    at: Literal["start", "together", "end"] = "together"
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,8 @@ def batch_script(
 
     The commands run concurrently (each into its own file), then are printed in order:
     a host costs its slowest command, not the sum -- which matters for reachability probes
-    that wait for a timeout and for nvidia-smi on hosts without persistence mode.
+    that wait for a timeout and for nvidia-smi on hosts without persistence mode. Commands
+    ``at`` start / end run alone, before / after the others.
     ``token``: the markers' token; a fresh random one when None (tests pass their own).
     """
     cmds = list(commands)
@@ -196,13 +201,19 @@ def batch_script(
         'd=$(mktemp -d "${TMPDIR:-/tmp}/pdboot-preflight.XXXXXX") || exit 1',
         "trap 'rm -rf \"$d\"' EXIT",
     ]
-    for i, c in enumerate(cmds):
-        # Each in its own bash, under timeout: a hang or an `exit` stays local.
-        parts.append(
-            f"{{ timeout -k 2 {timeout_s} bash -c {shlex.quote(c.line)} "
-            f'</dev/null >"$d/{i}" 2>&1; echo $? >"$d/{i}.rc"; }} &'
-        )
-    parts.append("wait")
+    for at in ("start", "together", "end"):
+        for i, c in enumerate(cmds):
+            if c.at != at:
+                continue
+            files = f'</dev/null >"$d/{i}" 2>&1; echo $? >"$d/{i}.rc"'
+            if at == "together":
+                # Each in its own bash, under timeout: a hang or an `exit` stays local.
+                line = f"timeout -k 2 {timeout_s} bash -c {shlex.quote(c.line)}"
+                parts.append(f"{{ {line} {files}; }} &")
+            else:  # a subshell, no exec: ~1 ms where timeout + bash cost ~3 on the clock path
+                parts.append(f"( eval {shlex.quote(c.line)} ) {files}")
+        if at == "together":
+            parts.append("wait")
     parts.append(f"printf '%s\\n' {shlex.quote(HEADER + tok)}")
     for i, c in enumerate(cmds):
         parts.append(

@@ -5,6 +5,11 @@
 - each engine host -> the first one's weights seed port (weights.seed: first_host);
 - each host's clock (compared across hosts by the orchestrator).
 
+The clock is read first and last in the batch, alone. With our clock read before the batch
+was sent and after it came back, that bounds the host's offset from ours the way NTP does:
+the first reading was taken after we sent, the last before we heard back. A slow round
+trip (a loaded host, a busy link) widens the window; it never passes for a skewed clock.
+
 At preflight time nothing listens yet, so a TCP connect answered with "refused" proves
 the address is reachable; only a timeout or "no route" means it is not.
 
@@ -41,6 +46,7 @@ if TYPE_CHECKING:
     from pdboot.preflight.checks.facts import HostFacts
 
 CLOCK = "date +%s.%N"
+CLOCK_END = "date +%s.%N  # after the others"  # its own line: sections are keyed by line
 PROBE_TIMEOUT_S = 3
 
 
@@ -78,7 +84,10 @@ def probes_command(probes: Sequence[Probe]) -> str:
 
 
 def commands(ctx: HostContext) -> list[Command]:
-    out = [Command("clock", CLOCK, "network")]
+    out = [
+        Command("clock", CLOCK, "network", at="start"),
+        Command("clock_end", CLOCK_END, "network", at="end"),
+    ]
     if ctx.probes:
         out.append(Command(PROBES, probes_command(ctx.probes), "network"))
     # the single probes of older batches: not run, read from captures that have them
@@ -146,8 +155,9 @@ class ProbeFact:
 @dataclass(frozen=True)
 class NetworkFacts:
     probes: tuple[ProbeFact, ...]
-    clock: float | None  # the host's clock (epoch seconds) when the batch ran
+    clock: float | None  # the host's clock (epoch seconds) when the batch started
     clock_section: Section = MISSING
+    clock_end: float | None = None  # ... and when it ended (None: older captures)
 
 
 def parse(ctx: HostContext, s: Mapping[str, Section]) -> NetworkFacts:
@@ -164,11 +174,29 @@ def parse(ctx: HostContext, s: Mapping[str, Section]) -> NetworkFacts:
             continue
         probes.append(ProbeFact(p, sec, verdict, detail))
     clock_s = s.get("clock", MISSING)
-    clock = None
-    if clock_s.rc == 0:
-        with contextlib.suppress(ParseError):
-            clock = parse_clock(clock_s.output)
-    return NetworkFacts(tuple(probes), clock, clock_s)
+    return NetworkFacts(
+        tuple(probes), _clock(clock_s), clock_s, _clock(s.get("clock_end", MISSING))
+    )
+
+
+def _clock(sec: Section) -> float | None:
+    if sec.rc != 0:
+        return None
+    with contextlib.suppress(ParseError):
+        return parse_clock(sec.output)
+    return None
+
+
+Window = tuple[float, float]  # the host's clock minus ours lies between these (seconds)
+
+
+def clock_window(f: NetworkFacts, sent: float, back: float) -> Window | None:
+    """Where the host's offset from our clock lies, given when (our clock) the batch was sent
+    and its output back: its first reading came after ``sent``, its last before ``back``."""
+    if f.clock is None:
+        return None
+    last = f.clock_end if f.clock_end is not None and f.clock_end >= f.clock else f.clock
+    return (last - back, f.clock - sent)
 
 
 def evaluate(ctx: HostContext, facts: HostFacts) -> list[CheckResult]:
@@ -217,24 +245,50 @@ _NEEDS = {
 }
 
 
-def evaluate_clocks(offsets: Mapping[str, float], max_skew: float) -> dict[str, CheckResult]:
-    """Each host's clock against the median of all hosts (offsets: host clock minus ours,
-    in seconds). Our own clock does not matter: only the hosts must agree."""
-    if not offsets:
+def evaluate_clocks(windows: Mapping[str, Window], max_skew: float) -> dict[str, CheckResult]:
+    """Each host's clock against the median of all hosts (windows: clock_window's). Our own
+    clock does not matter: only the hosts must agree. The median of the true offsets lies
+    between the medians of the windows' ends, so a host fails only when its window is more
+    than ``max_skew`` from there: however slow the round trips, in-sync hosts never fail."""
+    if not windows:
         return {}
-    mid = statistics.median(offsets.values())
-    out = {}
-    for name, off in offsets.items():
-        d = off - mid
-        if abs(d) > max_skew:
-            out[name] = CheckResult(
-                "network.clock",
-                "fail",
-                f"clock {d:+.1f} s from the other hosts (limit {max_skew:g} s)",
-                "enable time sync (chrony or systemd-timesyncd) on every host",
-            )
-        else:
-            out[name] = CheckResult(
-                "network.clock", "pass", f"clock within {abs(d):.2f} s of the other hosts"
-            )
-    return out
+    ref = (
+        statistics.median(lo for lo, _ in windows.values()),
+        statistics.median(hi for _, hi in windows.values()),
+    )
+    return {name: _clock_verdict(w, ref, max_skew) for name, w in windows.items()}
+
+
+def _clock_verdict(w: Window, ref: Window, max_skew: float) -> CheckResult:
+    """The distance between the host's clock and the median lies in [nearest, farthest]."""
+    nearest = max(0.0, w[0] - ref[1], ref[0] - w[1])
+    farthest = max(abs(w[1] - ref[0]), abs(ref[1] - w[0]))
+    about = (w[0] + w[1]) / 2 - (ref[0] + ref[1]) / 2
+    side = "ahead of" if about > 0 else "behind"
+    if nearest > max_skew:
+        return CheckResult(
+            "network.clock",
+            "fail",
+            f"clock at least {nearest:.1f} s {side} the other hosts (limit {max_skew:g} s)",
+            "enable time sync (chrony or systemd-timesyncd) on every host",
+        )
+    if farthest <= max_skew:
+        return CheckResult(
+            "network.clock", "pass", f"clock within {farthest:.2f} s of the other hosts"
+        )
+    # the round trips were too slow to tell: judged by the best guess, never failed on it
+    if abs(about) <= max_skew:
+        return CheckResult(
+            "network.clock",
+            "pass",
+            f"clock about {abs(about):.1f} s {side} the other hosts (somewhere between "
+            f"{nearest:.1f} and {farthest:.1f} s: the batches' round trips were slow)",
+        )
+    return CheckResult(
+        "network.clock",
+        "warn",
+        f"clock about {abs(about):.1f} s {side} the other hosts, limit {max_skew:g} s "
+        f"(somewhere between {nearest:.1f} and {farthest:.1f} s: the batches' round trips "
+        "were slow)",
+        "run preflight again when the hosts are less busy; enable time sync on every host",
+    )

@@ -40,7 +40,7 @@ def section(name: str, prefix: str) -> Section:
 def preflight_offline(inv: Inventory, prefix: str) -> pf.PreflightResult:
     """run_preflight's two halves over the captured batch outputs instead of SSH."""
     ctxs = contexts(inv)
-    outcomes = {h: Outcome(value=(capture(f"{prefix}-{h}"), 0.0, 0.5)) for h in HOSTS}
+    outcomes = {h: Outcome(value=(capture(f"{prefix}-{h}"), 0.0, 0.5, 0.5)) for h in HOSTS}
     reports, read = pf.read_reports(outcomes, ctxs, {})
     pf.judge_reports(inv, reports, read, {})
     return pf.PreflightResult(reports)

@@ -80,7 +80,9 @@ def test_recorded_captures_with_single_probes_keep_their_verdicts() -> None:
     inv = load_inventory(OWNERS / "inventory.yaml")
     ctxs = contexts(inv)
     hosts = ("decode", "prefill", "ingress")
-    outcomes = {h: Outcome(value=((OWNERS / f"live-{h}.txt").read_text(), 0.0, 0.5)) for h in hosts}
+    outcomes = {
+        h: Outcome(value=((OWNERS / f"live-{h}.txt").read_text(), 0.0, 0.5, 0.5)) for h in hosts
+    }
     reports, read = pf.read_reports(outcomes, ctxs, {})
     pf.judge_reports(inv, reports, read, {})
     side = [c for c in reports["decode"].checks if c.id == "network.side_channel"]
