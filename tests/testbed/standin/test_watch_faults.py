@@ -266,3 +266,27 @@ def test_watch_evicts_and_readmits_through_the_real_router(bed: Bed, fault: str)
         bed.errors_since(t_evict),
         bed.action_times,
     )
+
+
+def test_the_bed_router_takes_new_ports_when_its_port_was_taken_before_it_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from tests.testbed.standin import watch_bed
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: as an outgoing connection's port
+        first = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(watch_bed, "free_port", lambda: next(first, None) or free_port())
+        router = Router(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9")
+        try:
+            assert router.port != taken.getsockname()[1]
+            assert get(router.url + "/workers")[0] == 200
+        finally:
+            router.stop()
+        # a port the caller chose is not changed behind its back: the failure is reported
+        with pytest.raises(AssertionError, match="Address already in use"):
+            Router(
+                tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9", port=taken.getsockname()[1]
+            )

@@ -136,12 +136,25 @@ class Router:
     def __init__(
         self, tmp: Path, prefill: str, decode: str, host: str = "127.0.0.1", port: int | None = None
     ) -> None:
-        self.port, self.metrics_port = port or free_port(), free_port()
-        self.url = f"http://{host}:{self.port}"
-        log = tmp / "router.log"
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
+        self.log = tmp / "router.log"
+        # free_port's ports are free when asked, not when the router binds: another process's
+        # outgoing connection can take one meanwhile (seen once in CI); then new ports
+        for attempt in range(3):
+            self.port, self.metrics_port = port or free_port(), free_port()
+            self.url = f"http://{host}:{self.port}"
+            self.proc = self._spawn(prefill, decode, host)
+            try:
+                if self._up():
+                    return
+                if port is not None or attempt == 2:
+                    raise AssertionError(self.log.read_text())
+            except BaseException:
+                self.stop()
+                raise
+
+    def _spawn(self, prefill: str, decode: str, host: str) -> subprocess.Popen[bytes]:
+        with self.log.open("wb") as out:
+            return subprocess.Popen(
                 [
                     router_binary(),
                     "--vllm-pd-disaggregation",
@@ -164,21 +177,26 @@ class Router:
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                # its launcher's words on a failed start reach the log at once, not at exit
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
-        try:
-            end = time.monotonic() + DEADLINE
-            while True:
-                assert self.proc.poll() is None, log.read_text()
-                try:
-                    if get(self.url + "/workers")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                assert time.monotonic() < end, log.read_text()
-                time.sleep(0.1)
-        except BaseException:
-            self.stop()
-            raise
+
+    def _up(self) -> bool:
+        """True once it answers; False (stopped) when a port was taken: it says so, and
+        exits or not (its Prometheus thread can keep it alive)."""
+        end = time.monotonic() + DEADLINE
+        while True:
+            if "Address already in use" in self.log.read_text():
+                self.stop()
+                return False
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if get(self.url + "/workers")[0] == 200:
+                    return True
+            except OSError:
+                pass
+            assert time.monotonic() < end, self.log.read_text()
+            time.sleep(0.1)
 
     def add(self, url: str, kind: str) -> None:
         status, body = post(self.url + "/workers", {"url": url, "worker_type": kind})
