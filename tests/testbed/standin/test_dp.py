@@ -5,9 +5,7 @@ head. Plain processes, no root; seconds."""
 from __future__ import annotations
 
 import re
-import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -20,11 +18,12 @@ from test_standin import (
     get,
     kv_config,
     post,
-    router_binary,
     run_once,
     sse_text,
 )
 from test_standin import engines as standin  # noqa: F401  (the fixture, as `standin`)
+
+from tests.testbed.standin.router_proc import RouterProc
 
 PREFILL_PARAMS = {
     "do_remote_decode": True,
@@ -272,7 +271,6 @@ def test_real_router_dp_aware_pd_mode_reaches_every_rank(
 ) -> None:
     """vllm-router's --intra-node-data-parallel-size against DP heads in P/D mode: it learns
     the ranks from /metrics and sends X-data-parallel-rank, which the heads honour."""
-    binary = router_binary()
     pbase, dbase = free_run(2), free_run(2)
     p = standin(
         [
@@ -300,55 +298,17 @@ def test_real_router_dp_aware_pd_mode_reaches_every_rank(
         {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(dbase)},
         name="decode",
     )
-    port = free_port()
-    log = tmp_path / "router.log"
-    with log.open("wb") as out:
-        router = subprocess.Popen(
-            [
-                binary,
-                "--vllm-pd-disaggregation",
-                "--prefill",
-                p.url,
-                "--decode",
-                d.url,
-                "--prefill-policy",
-                "round_robin",
-                "--decode-policy",
-                "round_robin",
-                "--intra-node-data-parallel-size",
-                "2",
-                "--api-key",
-                "k",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--prometheus-host",
-                "127.0.0.1",
-                "--prometheus-port",
-                str(free_port()),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    args = ["--vllm-pd-disaggregation", "--prefill", p.url, "--decode", d.url]
+    args += ["--prefill-policy", "round_robin", "--decode-policy", "round_robin"]
+    args += ["--intra-node-data-parallel-size", "2", "--api-key", "k"]
+    router = RouterProc(args, tmp_path / "router.log")
+    url = router.url
     try:
-        end = time.monotonic() + 30
-        while True:
-            assert router.poll() is None, log.read_text()
-            try:
-                if get(url + "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < end, log.read_text()
-            time.sleep(0.1)
         for _ in range(4):
             status, body = post(url + "/v1/completions", REQ)
             assert status == 200, body
     finally:
-        router.send_signal(signal.SIGTERM)
-        router.wait(timeout=30)
+        router.stop()
     pulls = by_engine(get(d.url + "/metrics")[1], "vllm:nixl_xfer_time_seconds_count")
     served = by_engine(get(p.url + "/metrics")[1], "vllm:request_success_total")
     assert sum(pulls.values()) == 4 and all(v > 0 for v in pulls.values()), pulls

@@ -4,23 +4,19 @@ pdboot.verify.metrics: the facts docs/routing.md rests on."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pdboot.verify import metrics as pdmetrics
+from tests.testbed.standin.router_proc import RouterProc
 from tests.testbed.standin.test_standin import (
-    DEADLINE,
     engines,
-    free_port,
     get,
     kv_config,
     post,
-    router_binary,
 )
-from tests.testbed.standin.test_standin_corrupt_kv import _wait_router
 
 __all__ = ["engines"]
 TOPICS = [
@@ -75,9 +71,7 @@ def _route(
 ) -> tuple[pdmetrics.Spread, pdmetrics.Spread]:
     pre, dec = pool
     before = {e.url: _served(e.url) for e in pre + dec}
-    port = free_port()
-    cmd = [
-        router_binary(),
+    args = [
         "--vllm-pd-disaggregation",
         *[a for e in pre for a in ("--prefill", e.url)],
         *[a for e in dec for a in ("--decode", e.url)],
@@ -85,20 +79,10 @@ def _route(
         prefill_policy,
         "--decode-policy",
         decode_policy,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        str(free_port()),
     ]
-    log = tmp / f"router-{prefill_policy}-{decode_policy}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    router = RouterProc(args, tmp / f"router-{prefill_policy}-{decode_policy}.log")
     try:
-        url = _wait_router(proc, f"http://127.0.0.1:{port}", log)
+        url = router.url
         for i, topic in enumerate(TOPICS):
             body = {
                 "model": "m",
@@ -107,8 +91,7 @@ def _route(
             }
             assert post(url + "/v1/completions", body)[0] == 200
     finally:
-        proc.terminate()
-        proc.wait(timeout=DEADLINE)
+        router.stop()
 
     def tier(name: str, es: list[Any]) -> pdmetrics.Spread:
         return pdmetrics.Spread(

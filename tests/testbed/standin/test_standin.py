@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,15 +19,10 @@ from typing import Any
 import pytest
 
 from tests.shared_data import SHARED_VLLM
+from tests.testbed.standin.router_proc import RouterProc, free_port
 
 STANDIN = Path(__file__).with_name("vllm_standin.py")
 DEADLINE = 30.0  # generous bound for "it came up"; nothing asserts on durations
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def kv_config(role: str, policy: str = "fail", **extra: Any) -> str:
@@ -595,53 +589,14 @@ def test_die_after_requests(engines: Any) -> None:
 
 
 # ---------------------------------------------------------------- through the real router
-def router_binary() -> str:
-    found = shutil.which("vllm-router")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("vllm-router is not installed (pip install vllm-router)")
-        pytest.skip("vllm-router is not installed")
-    return found
-
-
 def test_real_vllm_router_drives_the_pd_flow(engines: Any, tmp_path: Path) -> None:
-    binary = router_binary()
     p, d = pd_pair(engines)
-    port = free_port()
-    log = tmp_path / "router.log"
-    with log.open("wb") as out:
-        router = subprocess.Popen(
-            [
-                binary,
-                "--vllm-pd-disaggregation",
-                "--prefill",
-                p.url,
-                "--decode",
-                d.url,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--prometheus-host",
-                "127.0.0.1",
-                "--prometheus-port",
-                str(free_port()),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    router = RouterProc(
+        ["--vllm-pd-disaggregation", "--prefill", p.url, "--decode", d.url],
+        tmp_path / "router.log",
+    )
+    url = router.url
     try:
-        end = time.monotonic() + DEADLINE
-        while True:
-            assert router.poll() is None, log.read_text()
-            try:
-                if get(url + "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < end, log.read_text()
-            time.sleep(0.1)
         status, body = post(url + "/v1/completions", REQ)
         assert status == 200, body
         assert len(body["choices"][0]["text"].split()) == REQ["max_tokens"]
@@ -654,8 +609,7 @@ def test_real_vllm_router_drives_the_pd_flow(engines: Any, tmp_path: Path) -> No
         status, raw = post(url + "/v1/chat/completions", chat)
         assert status == 200 and len(sse_text(raw, chat=True).split()) == 4
     finally:
-        router.send_signal(signal.SIGTERM)
-        router.wait(timeout=DEADLINE)
+        router.stop()
     dm, pm = d.metrics(), p.metrics()
     assert pm["standin_remote_prefills_served_total"] == 2
     assert dm["standin_kv_pulls_total"] == dm["vllm:nixl_xfer_time_seconds_count"] == 2

@@ -4,9 +4,6 @@ words, and pdboot's correctness gate tells it from a healthy pair (loopback, a f
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,17 +12,14 @@ from typing import Any
 import pytest
 
 from pdboot.verify import gate
+from tests.testbed.standin.router_proc import RouterProc
 from tests.testbed.standin.test_standin import (
-    DEADLINE,
     REQ,
     Engine,
     engines,
-    free_port,
-    get,
     kv_config,
     post,
     prefill,
-    router_binary,
 )
 
 __all__ = ["engines"]  # the fixture, re-exported for pytest
@@ -69,49 +63,16 @@ def _post_text(url: str, body: dict[str, Any]) -> tuple[int, str]:
     return status, data if isinstance(data, str) else json.dumps(data)
 
 
-def _wait_router(proc: subprocess.Popen[bytes], url: str, log: Path) -> str:
-    end = time.monotonic() + DEADLINE
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if get(url + "/health")[0] == 200:
-                return url
-        except OSError:
-            pass
-        assert time.monotonic() < end, log.read_text()
-        time.sleep(0.1)
-
-
 @contextmanager
 def _router(prefill_e: Engine, decode_e: Engine, tmp: Path) -> Iterator[str]:
-    port = free_port()
-    log = tmp / "router.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                router_binary(),
-                "--vllm-pd-disaggregation",
-                "--prefill",
-                prefill_e.url,
-                "--decode",
-                decode_e.url,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--prometheus-host",
-                "127.0.0.1",
-                "--prometheus-port",
-                str(free_port()),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    router = RouterProc(
+        ["--vllm-pd-disaggregation", "--prefill", prefill_e.url, "--decode", decode_e.url],
+        tmp / "router.log",
+    )
     try:
-        yield _wait_router(proc, f"http://127.0.0.1:{port}", log)
+        yield router.url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=DEADLINE)
+        router.stop()
 
 
 @pytest.mark.parametrize("corrupt", [False, True])

@@ -29,7 +29,8 @@ from pdboot.plan.watch.metrics import WatchMetrics
 from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.http import http
 from pdboot.verify.exposition import parse_exposition
-from tests.testbed.standin.test_standin import free_port, get, post
+from tests.testbed.standin.router_proc import free_port
+from tests.testbed.standin.test_standin import get, post
 from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router
 
 INTERVAL = 1.5
@@ -273,12 +274,12 @@ def test_the_bed_router_takes_new_ports_when_its_port_was_taken_before_it_bound(
 ) -> None:
     import socket
 
-    from tests.testbed.standin import watch_bed
+    from tests.testbed.standin import router_proc
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))  # bound, not listening: as an outgoing connection's port
         first = iter([taken.getsockname()[1]])
-        monkeypatch.setattr(watch_bed, "free_port", lambda: next(first, None) or free_port())
+        monkeypatch.setattr(router_proc, "free_port", lambda: next(first, None) or free_port())
         router = Router(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9")
         try:
             assert router.port != taken.getsockname()[1]

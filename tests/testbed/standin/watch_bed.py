@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.testbed.standin.router_proc import RouterProc
 from tests.testbed.standin.test_standin import (
     DEADLINE,
     STANDIN,
-    free_port,
     get,
     kv_config,
     post,
-    router_binary,
 )
 
 MODEL = "m"
@@ -132,71 +131,16 @@ class Proc:
         return dict(body)
 
 
-class Router:
+class Router(RouterProc):
+    """The router in --enable-igw mode, its workers added and removed through its API."""
+
     def __init__(
         self, tmp: Path, prefill: str, decode: str, host: str = "127.0.0.1", port: int | None = None
     ) -> None:
-        self.log = tmp / "router.log"
-        # free_port's ports are free when asked, not when the router binds: another process's
-        # outgoing connection can take one meanwhile (seen once in CI); then new ports
-        for attempt in range(3):
-            self.port, self.metrics_port = port or free_port(), free_port()
-            self.url = f"http://{host}:{self.port}"
-            self.proc = self._spawn(prefill, decode, host)
-            try:
-                if self._up():
-                    return
-                if port is not None or attempt == 2:
-                    raise AssertionError(self.log.read_text())
-            except BaseException:
-                self.stop()
-                raise
-
-    def _spawn(self, prefill: str, decode: str, host: str) -> subprocess.Popen[bytes]:
-        with self.log.open("wb") as out:
-            return subprocess.Popen(
-                [
-                    router_binary(),
-                    "--vllm-pd-disaggregation",
-                    "--enable-igw",
-                    # required by its argument check, ignored in --enable-igw mode (facts file)
-                    "--prefill",
-                    prefill,
-                    "--decode",
-                    decode,
-                    "--policy",
-                    "round_robin",
-                    "--host",
-                    host,
-                    "--port",
-                    str(self.port),
-                    "--prometheus-host",
-                    "127.0.0.1",
-                    "--prometheus-port",
-                    str(self.metrics_port),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                # its launcher's words on a failed start reach the log at once, not at exit
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-
-    def _up(self) -> bool:
-        """True once it answers; False (stopped) when a port was taken: it says so, and
-        exits or not (its Prometheus thread can keep it alive)."""
-        end = time.monotonic() + DEADLINE
-        while True:
-            if "Address already in use" in self.log.read_text():
-                self.stop()
-                return False
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if get(self.url + "/workers")[0] == 200:
-                    return True
-            except OSError:
-                pass
-            assert time.monotonic() < end, self.log.read_text()
-            time.sleep(0.1)
+        # --prefill / --decode: required by its argument check, ignored in --enable-igw mode
+        args = ["--vllm-pd-disaggregation", "--enable-igw", "--prefill", prefill]
+        args += ["--decode", decode, "--policy", "round_robin"]
+        super().__init__(args, tmp / "router.log", ready="/workers", host=host, port=port)
 
     def add(self, url: str, kind: str) -> None:
         status, body = post(self.url + "/workers", {"url": url, "worker_type": kind})
@@ -205,14 +149,6 @@ class Router:
     def listed(self) -> dict[str, str]:
         doc = json.loads(get(self.url + "/workers")[1])
         return {w["url"].rstrip("/"): w["worker_type"] for w in doc["workers"]}
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=DEADLINE)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def remove_url(router: Router, url: str) -> str:
