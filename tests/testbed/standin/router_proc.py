@@ -101,10 +101,15 @@ class RouterProc:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=DEADLINE)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after DEADLINE seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.testbed.standin.router_proc import RouterProc
+from tests.testbed.standin.router_proc import RouterProc, stop_process
 from tests.testbed.standin.test_standin import (
     DEADLINE,
     STANDIN,
@@ -113,13 +112,8 @@ class Proc:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=DEADLINE)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def restart(self) -> None:
         self.stop()
