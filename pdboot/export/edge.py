@@ -25,7 +25,25 @@ from pdboot.plan.proxy import (
     proxy_files,
 )
 
-__all__ = ["PROXY_CONF_IN_CONTAINER", "PROXY_DIR_IN_CONTAINER", "proxy_conf", "proxy_start"]
+__all__ = [
+    "PROXY_CONF_IN_CONTAINER",
+    "PROXY_DIR_IN_CONTAINER",
+    "key_from_env_file",
+    "proxy_conf",
+    "proxy_start",
+]
+
+
+def key_from_env_file(path: str) -> str:
+    """Shell lines that set ``key`` from an env file's VLLM_API_KEY= line (the last one)."""
+    return "\n".join(
+        [
+            "key=",
+            'while IFS= read -r line || [ -n "$line" ]; do',
+            "  case $line in VLLM_API_KEY=*) key=${line#VLLM_API_KEY=} ;; esac",
+            f"done <{path}",
+        ]
+    )
 
 
 def proxy_conf(inv: Inventory) -> str:
@@ -39,9 +57,10 @@ def proxy_conf(inv: Inventory) -> str:
     return proxy_files(inv, None)[PROXY_CONF_FILE]
 
 
-def proxy_start(inv: Inventory, key_expr: str) -> str:
-    """The proxy container's `sh -c` program: with an API key, write its include from
-    ``key_expr`` (a shell expression that gives the key, read in the container), then nginx."""
+def proxy_start(inv: Inventory, read_key: str) -> str:
+    """The proxy container's `sh -c` program (POSIX sh builtins only: a minimal image has no
+    sed): with an API key, ``read_key`` (shell lines that set ``key`` in the container) and
+    its include written from it, then nginx."""
     run = f"exec nginx -c {PROXY_CONF_IN_CONTAINER}"
     if inv.secrets.api_key is None:
         return run
@@ -49,7 +68,7 @@ def proxy_start(inv: Inventory, key_expr: str) -> str:
         [
             "set -eu",
             "umask 077",
-            f"key={key_expr}",
+            read_key,
             "case $key in",
             "'' | *[[:space:]\\\"\\'\\\\\\$\\`]*)",
             '  echo "pdboot proxy: no usable VLLM_API_KEY (empty, or spaces, quotes or $)" >&2',

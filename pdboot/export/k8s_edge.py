@@ -49,7 +49,7 @@ def proxy_container(inv: Inventory, plan: Plan, secret: str) -> dict[str, Any]:
     c: dict[str, Any] = {
         "name": "proxy",
         "image": proxy.image if proxy is not None else inv.router.proxy_image,
-        "command": ["sh", "-c", proxy_start(inv, f'"${KEY_VAR}"')],
+        "command": ["sh", "-c", proxy_start(inv, f'key="${KEY_VAR}"')],
         "ports": [{"name": "proxy", "containerPort": port}],
         # through the proxy to the router's /health: the pod is Ready when both answer
         "readinessProbe": {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 5},

@@ -27,9 +27,11 @@ import shlex
 from dataclasses import dataclass
 
 from pdboot.export.common import endpoint_port, engines, gpu_count
-from pdboot.export.edge import proxy_conf, proxy_start
+from pdboot.export.edge import key_from_env_file, proxy_conf, proxy_start
 from pdboot.export.slurm_steps import (
+    ENV_PROGRAM,
     SECRETS_IN_CONTAINER,
+    SECRETS_PROGRAM,
     Image,
     Runtime,
     Step,
@@ -181,7 +183,6 @@ def _ready_url(plan: Plan, s: Service) -> Word:
 
 def _proxy(inv: Inventory, plan: Plan, n: int, opts: SlurmOptions) -> list[str]:
     keyed = inv.secrets.api_key is not None
-    key_expr = f"$(sed -n 's/^VLLM_API_KEY=//p' {SECRETS_IN_CONTAINER} | tail -n 1)"
     step = proxy_step(plan, Word('"$PROXY_SH"'), keyed)
     key = f"proxy@{plan.router.host}"
     return [
@@ -194,16 +195,31 @@ def _proxy(inv: Inventory, plan: Plan, n: int, opts: SlurmOptions) -> list[str]:
         "PDBOOT_NGINX_CONF",
         "# the proxy container's program: the key's include from the secrets file, then nginx",
         "IFS= read -r -d '' PROXY_SH <<'PDBOOT_PROXY_SH' || true",
-        proxy_start(inv, key_expr),
+        proxy_start(inv, key_from_env_file(SECRETS_IN_CONTAINER)),
         "PDBOOT_PROXY_SH",
         *_start(plan, step, n, 0, key, opts),
         f'wait_health {n} proxy "$ENDPOINT_URL/health"',
     ]
 
 
-def _functions(opts: SlurmOptions, weights: ExportWeights, live: bool) -> str:
+def _pyxis_programs(secrets: bool) -> str:
+    lines = [
+        "# a pyxis step's environment: the NAME=value words before `--` exported in the",
+        "# container by its own sh (no `env` binary needed), the secrets file read there",
+        "# shellcheck disable=SC2016 # expanded by the container's shell",
+        f"PYXIS_ENV={shlex.quote(ENV_PROGRAM)}",
+    ]
+    if secrets:
+        lines += [
+            "# shellcheck disable=SC2016",
+            f"PYXIS_SECRETS_ENV={shlex.quote(SECRETS_PROGRAM)}",
+        ]
+    return "\n".join([*lines, ""])
+
+
+def _functions(opts: SlurmOptions, weights: ExportWeights, live: bool, secrets: bool) -> str:
     docker = opts.runtime == "docker"
-    parts = [PRELUDE, DOCKER if docker else PYXIS]
+    parts = [PRELUDE, DOCKER if docker else PYXIS + _pyxis_programs(secrets)]
     if weights.step is not None:
         parts += [DOCKER_STAGE if docker else PYXIS_STAGE, STAGE_WAIT]
     parts.append(WAITS)
@@ -219,6 +235,7 @@ def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -
     es = engines(plan)
     hosts = node_hosts(plan)
     live = "--enable-igw" in plan.router.command
+    secrets = any(s.env_file for s in (*es, plan.router))
     lines = _header(inv, plan, opts, weights)
     lines += [
         "",
@@ -226,7 +243,7 @@ def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -
         "HOSTS=(" + quote(hosts) + ")",
         # a path on the nodes, never the secrets themselves (PDBOOT_SECRETS_FILE overrides it)
         f"SECRETS_FILE=${{PDBOOT_SECRETS_FILE:-{shlex.quote(secrets_path(inv, opts))}}}",
-        f"NEEDS_SECRETS={1 if any(s.env_file for s in (*es, plan.router)) else 0}",
+        f"NEEDS_SECRETS={1 if secrets else 0}",
         f"READY_SECONDS={int(inv.timeouts.ready_seconds)}",
         f"ROUTER_READY_SECONDS={int(inv.timeouts.router_ready_seconds)}",
         f"ENDPOINT_PORT={endpoint_port(plan)}  # the proxy's, on the first node's address",
@@ -235,7 +252,7 @@ def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -
     ]
     if live:  # the served name as a JSON string, for add_worker's body
         lines.append(f"MODEL_ID_JSON={shlex.quote(json.dumps(plan.served_model_name))}")
-    lines.append(_functions(opts, weights, live))
+    lines.append(_functions(opts, weights, live, secrets))
     lines += _stage(inv, plan, weights, opts)
     lines += ["", "# --- engines: every one together, as `pdboot up` starts them ---"]
     for n, s in enumerate(es):

@@ -22,6 +22,12 @@ from pdboot.plan.model import HF_CACHE_IN_CONTAINER, Plan, Service
 Runtime = Literal["docker", "pyxis"]
 SECRETS_IN_CONTAINER = "/run/pdboot/secrets.env"
 PYXIS_COMMON = ("--no-container-mount-home", "--no-container-entrypoint")
+# A pyxis step's environment: NAME=value words up to `--` exported, then the command (POSIX sh
+# builtins only, no `env` binary: a minimal image has a shell, not always coreutils)
+ENV_PROGRAM = 'while [ "$1" != -- ]; do export "$1"; shift; done; shift; exec "$@"'
+# ... after the secrets file, read on the node inside the container: the values never pass
+# through the script
+SECRETS_PROGRAM = f"set -a; . {SECRETS_IN_CONTAINER}; set +a; {ENV_PROGRAM}"
 
 
 class Word(str):
@@ -182,9 +188,8 @@ def pyxis_argv(plan: Plan, step: Step) -> list[str]:
     env = list(step.env)
     if s is not None and isinstance(s.gpus, tuple):
         env.append(("CUDA_VISIBLE_DEVICES", ",".join(map(str, s.gpus))))
-    command = ["env", *(env_word(k, v) for k, v in env), *step.program]
-    if step.secrets and step.name != "proxy":
-        # read on the node, inside the container: the values never pass through the script
-        load = f'set -a; . {SECRETS_IN_CONTAINER}; set +a; exec "$@"'
-        command = ["bash", "-c", load, "pdboot", *command]
+    secrets = step.secrets and step.name != "proxy"
+    program = Word('"$PYXIS_SECRETS_ENV"' if secrets else '"$PYXIS_ENV"')  # slurm.py sets them
+    env_words = [env_word(k, v) for k, v in env]
+    command = ["sh", "-c", program, "pdboot", *env_words, "--", *step.program]
     return [*words, "--", *command]

@@ -160,18 +160,21 @@ def test_pyxis_runs_vllm_serve_with_renders_arguments() -> None:
         assert "--no-container-entrypoint" in argv[: argv.index("--")]
         if key.startswith("proxy"):  # test_the_proxy_is_the_only_public_port
             continue
+        # the environment exported by the container's own sh (no `env` binary), then --
+        assert inner[:2] == ["sh", "-c"] and inner[3] == "pdboot"
+        cut = inner.index("--")
+        env = dict(w.split("=", 1) for w in inner[4:cut])
         if key.startswith("router"):  # no secret for the router without an API key
-            assert inner[:2] == ["env", "vllm-router"]
+            assert inner[2] == "$PYXIS_ENV" and inner[cut + 1] == "vllm-router"
             urls = [a for a in inner if a.startswith("http://")]
             assert urls and all(u.startswith("http://${URLHOST[") for u in urls)
             continue
         # secrets: the file on the node, mounted and read inside the container
-        assert inner[:2] == ["bash", "-c"] and ". /run/pdboot/secrets.env" in inner[2]
+        assert inner[2] == "$PYXIS_SECRETS_ENV"
         assert any(a.endswith(":/run/pdboot/secrets.env:ro") for a in argv[: argv.index("--")])
-        serve = inner.index("vllm")
-        assert inner[serve + 1] == "serve"
+        assert inner[cut + 1 : cut + 3] == ["vllm", "serve"]
+        serve = cut + 1
         assert inner[serve + 2 :] == [addr.get(str(a), str(a)) for a in svc["command"]]
-        env = dict(w.split("=", 1) for w in inner[inner.index("env") + 1 : serve])
         assert env["CUDA_VISIBLE_DEVICES"] == ",".join(
             svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
         )
