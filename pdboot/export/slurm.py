@@ -193,7 +193,8 @@ def _proxy(inv: Inventory, plan: Plan, n: int, opts: SlurmOptions) -> list[str]:
         "cat >\"$PROXY_DIR/nginx.conf\" <<'PDBOOT_NGINX_CONF'",
         proxy_conf(inv).rstrip("\n"),
         "PDBOOT_NGINX_CONF",
-        "# the proxy container's program: the key's include from the secrets file, then nginx",
+        "# the proxy container's program: "
+        + ("the key's include from the secrets file, then nginx" if keyed else "nginx"),
         "IFS= read -r -d '' PROXY_SH <<'PDBOOT_PROXY_SH' || true",
         proxy_start(inv, key_from_env_file(SECRETS_IN_CONTAINER)),
         "PDBOOT_PROXY_SH",
