@@ -75,3 +75,9 @@ def test_scripts_pass_shellcheck_and_bash_n(
 def test_shellcheck_can_fail(tmp_path: Path) -> None:
     # the warning the scripts had (issue 45): a variable set and never used
     assert "SC2034" in shellcheck("#!/bin/bash\nDEPLOYMENT=demo\n", tmp_path)
+
+
+def test_the_pyxis_emulation_passes_shellcheck(tmp_path: Path) -> None:
+    """tests/testbed/pyxis_srun.sh, the srun the real-Slurm e2e runs the pyxis script with."""
+    text = (ROOT / "tests" / "testbed" / "pyxis_srun.sh").read_text()
+    assert shellcheck(text, tmp_path) == ""

@@ -23,6 +23,7 @@ from pdboot.cli import app
 from pdboot.deploy.weights.script import STAGE_SCRIPT
 from pdboot.export.common import ExportError
 from pdboot.export.k8s import render_k8s
+from pdboot.export.k8s_readme import shell_value
 from pdboot.export.slurm import SlurmOptions, render_slurm
 from pdboot.export.weights import LISTING, STAGE_PROGRAM, export_weights
 from pdboot.inventory.load import parse_inventory
@@ -237,3 +238,23 @@ def test_k8s_engines_stage_first_and_the_service_reaches_only_the_proxy() -> Non
     assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "proxy"}]
     conf = next(d for d in docs if d["kind"] == "ConfigMap" and "nginx.conf" in d["data"])
     assert conf["data"]["nginx.conf"] == proxy_files(inventory(), None)[PROXY_CONF_FILE]
+
+
+def test_the_k8s_readme_reads_each_secret_where_the_inventory_says() -> None:
+    inv = inventory(extra="")
+    files = render_k8s(inv, build_plan(inv), "llm")
+    readme = files["README.md"]
+    assert '--from-literal=HUGGING_FACE_HUB_TOKEN="$HF_TOKEN"' in readme
+    assert '--from-literal=OPENAI_API_KEY="$K"' in readme
+    assert shell_value("file:/run/my secrets/key") == "\"$(cat '/run/my secrets/key')\""
+    # what the README's line gives, as the operator's shell reads it
+    line = next(ln for ln in readme.splitlines() if "HUGGING_FACE_HUB_TOKEN" in ln)
+    word = line.strip().removesuffix(" \\").split("=", 2)[2]
+    out = subprocess.run(
+        ["bash", "-c", f"printf %s {word}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"HF_TOKEN": "hf_from_the_shell", "PATH": "/usr/bin:/bin"},
+    )
+    assert out.stdout == "hf_from_the_shell"
