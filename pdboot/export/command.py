@@ -51,6 +51,16 @@ def _refuse(message: str) -> None:
     raise typer.Exit(EXIT_USAGE)
 
 
+DownloadOpt = Annotated[
+    bool,
+    typer.Option(
+        "--download-at-start",
+        help="Allow a branch or tag in model_revision: each engine downloads what it names "
+        "when it starts (vLLM's own download; unpinned, nothing staged).",
+    ),
+]
+
+
 @export_app.command("k8s", cls=Command, epilog=EXIT_CODES)
 def k8s(
     out_dir: OutOpt,
@@ -70,23 +80,28 @@ def k8s(
             metavar="NAME",
         ),
     ] = "rdma/rdma_shared_device_a",
+    download_at_start: DownloadOpt = False,
 ) -> None:
-    """Kubernetes manifests: a workload per engine, the router with its pod discovery, RBAC, a Service; secrets by name only."""  # noqa: E501
+    """Kubernetes manifests: a workload per engine (its weights staged by an init container), the router with its pod discovery and pdboot's proxy beside it, RBAC, a Service; secrets by name only."""  # noqa: E501
     from pdboot.export.common import ExportError
     from pdboot.export.k8s import dump, render_k8s
     from pdboot.export.llmd import disaggregated_set
+    from pdboot.export.weights import export_weights
     from pdboot.plan.build import build_plan
 
-    inv = load(inventory)
-    plan = build_plan(inv)
     try:
-        files = render_k8s(inv, plan, namespace, rdma_resource)
+        weights = export_weights(load(inventory), download_at_start)
+        inv = weights.inventory
+        plan = build_plan(inv)
+        files = render_k8s(inv, plan, namespace, rdma_resource, download_at_start)
         if llm_d:
-            files["llm-d/disaggregatedset.yaml"] = dump([disaggregated_set(inv, plan, namespace)])
+            ds = disaggregated_set(inv, plan, namespace, download_at_start)
+            files["llm-d/disaggregatedset.yaml"] = dump([ds])
     except ExportError as e:
         _refuse(f"cannot export to Kubernetes: {e}")
         return
     _write(out_dir, files)
+    _err(weights.summary)
 
 
 @export_app.command("slurm", cls=Command, epilog=EXIT_CODES)
@@ -103,6 +118,13 @@ def slurm(
     time: Annotated[
         str | None, typer.Option("--time", help="#SBATCH --time (e.g. 1-00:00:00).")
     ] = None,
+    account: Annotated[
+        str | None, typer.Option("--account", help="#SBATCH --account.", metavar="NAME")
+    ] = None,
+    reservation: Annotated[
+        str | None, typer.Option("--reservation", help="#SBATCH --reservation.", metavar="NAME")
+    ] = None,
+    qos: Annotated[str | None, typer.Option("--qos", help="#SBATCH --qos.", metavar="NAME")] = None,
     secrets_file: Annotated[
         str | None,
         typer.Option(
@@ -111,25 +133,45 @@ def slurm(
             metavar="PATH",
         ),
     ] = None,
+    download_at_start: DownloadOpt = False,
 ) -> None:
-    """A Slurm batch script: one node per inventory host, every engine and the router as job steps with render's arguments; logs per engine; torn down with the job."""  # noqa: E501
+    """A Slurm batch script: one node per inventory host, the weights staged per node, every engine and the router as job steps with render's arguments, pdboot's proxy in front; logs per engine; torn down with the job."""  # noqa: E501
+    from pdboot.export.common import ExportError
     from pdboot.export.slurm import SlurmOptions, render_slurm
+    from pdboot.export.weights import export_weights
     from pdboot.plan.build import build_plan
 
-    for what, value in (("--partition", partition), ("--time", time)):
+    sbatch = {
+        "--partition": partition,
+        "--time": time,
+        "--account": account,
+        "--reservation": reservation,
+        "--qos": qos,
+    }
+    for what, value in sbatch.items():
         if value is not None and not _sbatch_value(value):
             _refuse(f"{what} {value!r}: letters, digits and -_:., only")
     if secrets_file is not None and not secrets_file.startswith("/"):
         _refuse("--secrets-file must be an absolute path on the nodes")
-    inv = load(inventory)
     opts = SlurmOptions(
         runtime="pyxis" if pyxis else "docker",
         partition=partition,
         time=time,
+        account=account,
+        reservation=reservation,
+        qos=qos,
         secrets_file=secrets_file,
+        download_at_start=download_at_start,
     )
-    files = render_slurm(inv, build_plan(inv), opts)
+    try:
+        weights = export_weights(load(inventory), download_at_start)
+        inv = weights.inventory
+        files = render_slurm(inv, build_plan(inv), opts)
+    except ExportError as e:
+        _refuse(f"cannot export to Slurm: {e}")
+        return
     _write(out_dir, files, executable=frozenset(n for n in files if n.endswith(".sbatch")))
+    _err(weights.summary)
 
 
 def _sbatch_value(value: str) -> bool:

@@ -1,5 +1,5 @@
 """What both export targets share: the engine's arguments and environment as `render` gives
-them, secret variable names (never values), and names a scheduler accepts."""
+them, the endpoint's port, and names a scheduler accepts."""
 
 from __future__ import annotations
 
@@ -8,25 +8,12 @@ from collections.abc import Sequence
 
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import LABEL_DP_RANKS, Plan, Service
-from pdboot.transport.hosts import API_KEY_VARS, HF_TOKEN_VARS
 
 SIDE_CHANNEL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 
 
 class ExportError(ValueError):
     """The plan cannot be laid out for this target (said why, in words)."""
-
-
-def secret_vars(inv: Inventory) -> list[str]:
-    """The variables `up` writes into secrets.env for this inventory: names only."""
-    s = inv.secrets
-    names: list[str] = []
-    if s.hf_token is not None:
-        names += HF_TOKEN_VARS
-    if s.api_key is not None:
-        names += API_KEY_VARS
-    names += list(s.env)
-    return names
 
 
 def with_flag(command: Sequence[str], flag: str, value: str) -> list[str]:
@@ -66,17 +53,6 @@ def gpu_count(inv: Inventory, s: Service) -> int:
     return tp * local
 
 
-def endpoint_router_command(plan: Plan) -> list[str]:
-    """`render`'s router command as the exported endpoint: on a scheduler nothing runs
-    pdboot's proxy (docs/export.md), so the router listens where clients reach it (all
-    addresses, the endpoint's port) instead of its host's loopback behind the proxy."""
-    command = list(plan.router.command)
-    if plan.proxy is None:
-        return command
-    command = with_flag(command, "--host", "0.0.0.0")  # noqa: S104 - the exported endpoint
-    return with_flag(command, "--port", str(plan.proxy.port))
-
-
 def endpoint_port(plan: Plan) -> int:
-    """The port clients use: the proxy's where `up` runs one (the router's own otherwise)."""
+    """The port clients use: the proxy's (export/edge.py), the router's own without one."""
     return plan.proxy.port if plan.proxy is not None else plan.router.port

@@ -31,20 +31,21 @@ from pdboot.export.common import (
     ExportError,
     dns_label,
     endpoint_port,
-    endpoint_router_command,
     engines,
     gpu_count,
     label_value,
-    secret_vars,
     with_flag,
 )
+from pdboot.export.k8s_edge import proxy_config_map, proxy_container, proxy_volumes
+from pdboot.export.k8s_readme import LABEL_HOST, readme  # LABEL_HOST: the node label
+from pdboot.export.k8s_weights import stage_config_map, stage_init_container
+from pdboot.export.weights import export_weights
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER, Plan, Service
 from pdboot.plan.router_flags import without_workers
 
 LABEL_DEPLOYMENT = "pdboot.io/deployment"
 LABEL_ROLE = "pdboot.io/role"
-LABEL_HOST = "pdboot.io/host"  # node label: the inventory host a pod is pinned to
 LABEL_ENGINE = "pdboot.io/engine"
 GPU_RESOURCE = "nvidia.com/gpu"
 # The Mellanox/NVIDIA RDMA shared device plugin's default resource (k8s-rdma-shared-dev-plugin)
@@ -88,9 +89,10 @@ def _selector_args(plan: Plan, role: str) -> list[str]:
 
 
 def router_args(plan: Plan, namespace: str) -> list[str]:
-    """`render`'s router arguments less its static worker lists, plus its discovery."""
+    """`render`'s router arguments (the pod's loopback, behind the proxy sidecar) less its
+    static worker lists, plus its discovery."""
     return [
-        *without_workers(endpoint_router_command(plan)),
+        *without_workers(plan.router.command),
         "--service-discovery",
         "--service-discovery-namespace",
         namespace,
@@ -187,9 +189,14 @@ def _meta(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
 
 
 def engine_workload(
-    inv: Inventory, plan: Plan, s: Service, namespace: str, rdma_resource: str = RDMA_RESOURCE
+    inv: Inventory,
+    plan: Plan,
+    s: Service,
+    namespace: str,
+    rdma_resource: str = RDMA_RESOURCE,
+    download_at_start: bool = False,
 ) -> dict[str, Any]:
-    """The Deployment of one engine."""
+    """The Deployment of one engine (its weights staged by an init container first)."""
     name = dns_label(plan.deployment, s.name, s.host)
     labels = {**_tier_labels(plan, s), LABEL_ENGINE: label_value(f"{s.name}.{s.host}")}
     vols, _ = _volumes(inv, s)
@@ -197,6 +204,11 @@ def engine_workload(
         "nodeSelector": {LABEL_HOST: label_value(s.host)},
         "containers": [_engine_container(inv, plan, s, rdma_resource)],
     }
+    step = export_weights(inv, download_at_start).step
+    if step is not None:
+        init, extra = stage_init_container(inv, plan, step, secret_name(plan), vols)
+        pod["initContainers"] = [init]
+        vols = [*vols, *extra]
     if _host_network(s):
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -225,11 +237,8 @@ def _router_objects(inv: Inventory, plan: Plan, namespace: str) -> list[dict[str
         "image": r.image,
         "command": list(r.entrypoint or ("vllm-router",)),
         "args": router_args(plan, namespace),
-        "ports": [
-            {"name": "http", "containerPort": r.port},
-            {"name": "metrics", "containerPort": r.metrics_port or 29000},
-        ],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": r.port}, "periodSeconds": 5},
+        # the router's own port is the pod's loopback: only the proxy beside it reaches it
+        "ports": [{"name": "metrics", "containerPort": r.metrics_port or 29000}],
     }
     if r.env_file is not None:
         # vllm-router 0.1.17 sends OPENAI_API_KEY to the workers (the key only, by name)
@@ -239,6 +248,7 @@ def _router_objects(inv: Inventory, plan: Plan, namespace: str) -> list[dict[str
                 "valueFrom": {"secretKeyRef": {"name": secret_name(plan), "key": "OPENAI_API_KEY"}},
             }
         ]
+    conf = proxy_config_map(inv, plan, namespace, _meta)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -251,21 +261,24 @@ def _router_objects(inv: Inventory, plan: Plan, namespace: str) -> list[dict[str
                 "spec": {
                     "serviceAccountName": name,
                     "nodeSelector": {LABEL_HOST: label_value(r.host)},
-                    "containers": [container],
+                    "containers": [container, proxy_container(inv, plan, secret_name(plan))],
+                    "volumes": proxy_volumes(conf["metadata"]["name"]),
                 },
             },
         },
     }
+    port = endpoint_port(plan)
     service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(name, namespace, labels),
         "spec": {
             "selector": labels,
-            "ports": [{"name": "http", "port": r.port, "targetPort": r.port}],
+            # the proxy's port only: the router's worker API is not behind the Service
+            "ports": [{"name": "http", "port": port, "targetPort": "proxy"}],
         },
     }
-    return [deployment, service]
+    return [conf, deployment, service]
 
 
 def _rbac(plan: Plan, namespace: str) -> list[dict[str, Any]]:
@@ -306,14 +319,24 @@ def _check(plan: Plan) -> None:
 
 
 def manifests(
-    inv: Inventory, plan: Plan, namespace: str = "default", rdma_resource: str = RDMA_RESOURCE
+    inv: Inventory,
+    plan: Plan,
+    namespace: str = "default",
+    rdma_resource: str = RDMA_RESOURCE,
+    download_at_start: bool = False,
 ) -> dict[str, list[Any]]:
     """File name -> its objects, in apply order."""
     _check(plan)
+    step = export_weights(inv, download_at_start).step
+    stage = [] if step is None else [stage_config_map(plan, namespace, _meta)]
     return {
         "rbac.yaml": _rbac(plan, namespace),
         "engines.yaml": [
-            engine_workload(inv, plan, s, namespace, rdma_resource) for s in engines(plan)
+            *stage,
+            *(
+                engine_workload(inv, plan, s, namespace, rdma_resource, download_at_start)
+                for s in engines(plan)
+            ),
         ],
         "router.yaml": _router_objects(inv, plan, namespace),
     }
@@ -324,6 +347,15 @@ class _Dumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _text(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    """A multi-line value (a program, nginx.conf) as a literal block, readable as written."""
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _text)
 
 
 def dump(objects: list[Any]) -> str:
@@ -338,50 +370,22 @@ _RESOURCE = re.compile(
 
 
 def render_k8s(
-    inv: Inventory, plan: Plan, namespace: str = "default", rdma_resource: str = RDMA_RESOURCE
+    inv: Inventory,
+    plan: Plan,
+    namespace: str = "default",
+    rdma_resource: str = RDMA_RESOURCE,
+    download_at_start: bool = False,
 ) -> dict[str, str]:
     """File name -> text: the manifests, and a README of the steps they need (llm-d's shape
-    is pdboot/export/llmd.py's)."""
+    is pdboot/export/llmd.py's). Raises ExportError (an unpinned revision: export/weights.py)."""
+    weights = export_weights(inv, download_at_start)
     if dns_label(namespace) != namespace:
         raise ExportError(f"namespace {namespace!r} is not a DNS label ([a-z0-9-], 63 at most)")
     if not _RESOURCE.fullmatch(rdma_resource):
         raise ExportError(f"{rdma_resource!r} is not a resource name like {RDMA_RESOURCE}")
-    files = {
-        name: f"# Generated by `pdboot export k8s` from deployment {plan.deployment!r}.\n"
-        + dump(objs)
-        for name, objs in manifests(inv, plan, namespace, rdma_resource).items()
-    }
-    files["README.md"] = _readme(inv, plan, namespace)
+    head = f"# Generated by `pdboot export k8s` from deployment {plan.deployment!r}.\n"
+    head += f"# {weights.summary}\n"
+    objects = manifests(inv, plan, namespace, rdma_resource, download_at_start)
+    files = {name: head + dump(objs) for name, objs in objects.items()}
+    files["README.md"] = readme(inv, plan, namespace, secret_name(plan), weights.summary)
     return files
-
-
-def _readme(inv: Inventory, plan: Plan, namespace: str) -> str:
-    hosts = sorted({s.host for s in (*engines(plan), plan.router)})
-    lines = [
-        f"# {plan.deployment}: Kubernetes manifests from `pdboot export k8s`",
-        "",
-        "Before `kubectl apply -f .`:",
-        "",
-        "1. Label the node that plays each inventory host (pods are pinned by this label):",
-        "",
-        *[f"       kubectl label node NODE {LABEL_HOST}={label_value(h)}" for h in hosts],
-    ]
-    names = secret_vars(inv)
-    if names:
-        literal = " ".join(f'--from-literal={n}="${n}"' for n in names)
-        lines += [
-            "",
-            "2. Create the Secret the engines (and the router) read, from your own shell:",
-            "",
-            f"       kubectl -n {namespace} create secret generic {secret_name(plan)} {literal}",
-            "",
-            "   Its values are never in these files.",
-        ]
-    lines += [
-        "",
-        f"Endpoint: the Service {dns_label(plan.deployment, 'router')}:{router_port(plan)} "
-        "(OpenAI-compatible, /v1).",
-        "Not carried over: preflight's checks, `pdboot up`'s KV proof and gate, `pdboot watch`.",
-        "",
-    ]
-    return "\n".join(lines)

@@ -14,7 +14,9 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import Plan
 
 
-def disaggregated_set(inv: Inventory, plan: Plan, namespace: str) -> dict[str, Any]:
+def disaggregated_set(
+    inv: Inventory, plan: Plan, namespace: str, download_at_start: bool = False
+) -> dict[str, Any]:
     roles = []
     for tier, tier_engines in (("prefill", plan.prefill_engines), ("decode", plan.decode_engines)):
         if any(s.dp_role for s in tier_engines):
@@ -24,7 +26,11 @@ def disaggregated_set(inv: Inventory, plan: Plan, namespace: str) -> dict[str, A
             )
         # every engine of a tier runs the same arguments but its port and side channel, which
         # are the same in every pod of `export k8s`: the tier's first engine is its template
-        template = engine_workload(inv, plan, tier_engines[0], namespace)["spec"]["template"]
+        # (with its weights' init container: apply engines.yaml's stage ConfigMap first)
+        workload = engine_workload(
+            inv, plan, tier_engines[0], namespace, download_at_start=download_at_start
+        )
+        template = workload["spec"]["template"]
         template["spec"].pop("nodeSelector", None)  # LWS places the replicas
         template["metadata"]["labels"] = {
             LABEL_DEPLOYMENT: label_value(plan.deployment),

@@ -2,6 +2,11 @@
 files, run on one allocation with the same engines, arguments, environment and KV transfer
 config, started and waited for as `up` does, and torn down when the job ends.
 
+Order, as `up`: the weights staged at the pinned commit once per engine node (the staging
+program of `pdboot stage`, export/weights.py), every engine together, their /health, the
+router on the first node's loopback with its workers, then pdboot's proxy (export/edge.py)
+on that node's address: the only public port, the API key checked there.
+
 Node roles come from ``SLURM_JOB_NODELIST``, not heterogeneous job components: pdboot's plan
 is per host (both tiers may share one, an engine's ports and GPU groups were checked per
 host), so the allocation gets one node per inventory host, the router's host first (the
@@ -16,23 +21,47 @@ host (``scontrol show node``: NodeAddr). Secrets stay on the nodes: a file there
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from dataclasses import dataclass
-from typing import Literal
 
-from pdboot.export.common import (
-    SIDE_CHANNEL_HOST,
-    endpoint_port,
-    endpoint_router_command,
-    engines,
+from pdboot.export.common import endpoint_port, engines, gpu_count
+from pdboot.export.edge import key_from_env_file, proxy_conf, proxy_start
+from pdboot.export.slurm_steps import (
+    ENV_PROGRAM,
+    SECRETS_IN_CONTAINER,
+    SECRETS_PROGRAM,
+    Image,
+    Runtime,
+    Step,
+    Word,
+    container_name,
+    docker_argv,
+    node_hosts,
+    proxy_step,
+    pyxis_argv,
+    quote,
+    service_step,
+    stage_step,
+    url,
 )
-from pdboot.export.slurm_text import PRELUDE, RUN
+from pdboot.export.slurm_text import (
+    ADD_WORKER,
+    DOCKER,
+    DOCKER_STAGE,
+    PRELUDE,
+    PYXIS,
+    PYXIS_STAGE,
+    RUN,
+    STAGE_WAIT,
+    WAITS,
+)
+from pdboot.export.weights import ExportWeights, export_weights
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import SECRETS_FILE, Plan, Service
 
-Runtime = Literal["docker", "pyxis"]
-SECRETS_IN_CONTAINER = "/run/pdboot/secrets.env"
+__all__ = ["SlurmOptions", "node_hosts", "render_slurm"]
 
 
 @dataclass(frozen=True)
@@ -40,142 +69,39 @@ class SlurmOptions:
     runtime: Runtime = "docker"
     partition: str | None = None
     time: str | None = None  # --time, e.g. 1-00:00:00; None: the partition's default
+    account: str | None = None
+    reservation: str | None = None
+    qos: str | None = None
     secrets_file: str | None = None  # on the nodes; None: `up`'s path
-
-
-class Word(str):
-    """A shell word to expand on the node (e.g. ``"${ADDR[1]}"``), written unquoted."""
-
-
-class Image(str):
-    """The image reference: it starts a line of its own in the script."""
-
-
-def node_hosts(plan: Plan) -> list[str]:
-    """Inventory hosts in the order they take the allocation's nodes: the router's first."""
-    return [plan.router.host] + [h for h in plan.hosts if h != plan.router.host]
-
-
-def _addr(plan: Plan, host: str) -> Word:
-    return Word(f'"${{ADDR[{node_hosts(plan).index(host)}]}}"')
-
-
-def _url(plan: Plan, s: Service) -> Word:
-    return Word(f'"http://${{URLHOST[{node_hosts(plan).index(s.host)}]}}:{s.port}"')
-
-
-def _quote(words: list[str]) -> str:
-    return " ".join(w if isinstance(w, Word) else shlex.quote(w) for w in words)
+    download_at_start: bool = False  # a branch or tag: vLLM downloads it at start (unpinned)
 
 
 def secrets_path(inv: Inventory, opts: SlurmOptions) -> str:
     return opts.secrets_file or f"{inv.remote_dir.rstrip('/')}/{inv.name}/{SECRETS_FILE}"
 
 
-def engine_args(plan: Plan, s: Service) -> list[str]:
-    """`render`'s arguments of ``s``; a data-parallel head's address is its node's."""
-    out: list[str] = list(s.command)
-    if "--data-parallel-address" in out:
-        i = out.index("--data-parallel-address") + 1
-        head = next(h for h, hp in plan.hosts.items() if hp.address == out[i])
-        out[i] = _addr(plan, head)
-    return out
-
-
-def engine_env(plan: Plan, s: Service) -> list[tuple[str, str]]:
-    """`render`'s environment of ``s``; the side-channel host is its node's address."""
-    return [(k, _addr(plan, s.host) if k == SIDE_CHANNEL_HOST else v) for k, v in s.environment]
-
-
-def router_args(plan: Plan) -> list[str]:
-    """`render`'s router arguments, its workers' URLs on their nodes."""
-    by_url = {s.url: s for s in plan.engines}
-    return [_url(plan, by_url[a]) if a in by_url else a for a in endpoint_router_command(plan)]
-
-
-def container_name(plan: Plan, s: Service) -> Word:
-    return Word(f'"{plan.router.project}-{s.name}-{s.host}-$SLURM_JOB_ID"')
-
-
-def _env_word(k: str, v: str) -> str:
-    return Word(f"{shlex.quote(k)}={v}") if isinstance(v, Word) else f"{k}={v}"
-
-
-def docker_argv(inv: Inventory, plan: Plan, s: Service, opts: SlurmOptions) -> list[str]:
-    """``docker run`` of one service on its node: compose's settings as flags."""
-    argv: list[str] = ["docker", "run", "--rm", "--name", container_name(plan, s)]
-    argv += ["--network", s.network_mode, "--label", f"io.pdboot.deployment={plan.deployment}"]
-    argv += [Word('--label "io.pdboot.slurm-job=$SLURM_JOB_ID"')]
-    if s.ipc is not None:
-        argv += ["--ipc", s.ipc]
-    if s.shm_size is not None:
-        argv += ["--shm-size", s.shm_size]
-    for u in s.ulimits:
-        argv += ["--ulimit", f"{u.name}={u.soft}:{u.hard}"]
-    for m in s.mounts:
-        argv += ["-v", f"{m.source}:{m.target}" + (":ro" if m.read_only else "")]
-    for d in s.devices:
-        argv += ["--device", d]
-    for c in s.cap_add:
-        argv += ["--cap-add", c]
-    if s.gpus is not None:
-        ids = "all" if s.gpus == "all" else "device=" + ",".join(map(str, s.gpus))
-        argv += ["--gpus", f'"{ids}"' if ids != "all" else ids]
-    env = engine_env(plan, s) if s.is_engine else list(s.environment)
-    for k, v in env:
-        argv += ["-e", _env_word(k, v)]
-    if s.env_file is not None:
-        argv += ["--env-file", Word('"$SECRETS_FILE"')]
-    if s.entrypoint is not None:
-        argv += ["--entrypoint", s.entrypoint[0]]
-    argv.append(Image(s.image))
-    return argv + (engine_args(plan, s) if s.is_engine else router_args(plan))
-
-
-def pyxis_argv(inv: Inventory, plan: Plan, s: Service, opts: SlurmOptions) -> list[str]:
-    """The step's options and command under pyxis/enroot (``srun --container-image``): the
-    image's entrypoint is not run by pyxis, so the command names ``vllm serve``."""
-    mounts = [f"{m.source}:{m.target}" + (":ro" if m.read_only else "") for m in s.mounts]
-    if s.devices:
-        mounts += [d.split(":")[0] + ":" + d.split(":")[-1] for d in s.devices]
-    opts_words: list[str] = [f"--container-image={s.image}", "--no-container-mount-home"]
-    if s.env_file is not None:
-        mounts.append(Word(f'"$SECRETS_FILE":{SECRETS_IN_CONTAINER}:ro'))
-    if mounts:
-        # one word: literal parts quoted, the secrets path expanded on the node
-        parts = [m if isinstance(m, Word) else shlex.quote(m) for m in mounts]
-        opts_words.append(Word("--container-mounts=" + ",".join(parts)))
-    env = engine_env(plan, s) if s.is_engine else list(s.environment)
-    if isinstance(s.gpus, tuple):
-        env.append(("CUDA_VISIBLE_DEVICES", ",".join(map(str, s.gpus))))
-    command = ["env", *(_env_word(k, v) for k, v in env)]
-    if s.is_engine:
-        command += ["vllm", "serve", *engine_args(plan, s)]
-    else:
-        command += [*(s.entrypoint or ("vllm-router",)), *router_args(plan)]
-    if s.env_file is not None:
-        # read on the node, inside the container: the values never pass through the script
-        load = f'set -a; . {SECRETS_IN_CONTAINER}; set +a; exec "$@"'
-        command = ["bash", "-c", load, "pdboot", *command]
-    return [*opts_words, "--", *command]
-
-
 def _array(name: str, words: list[str]) -> str:
     """A bash array, one option (with its value) per line."""
     lines: list[list[str]] = [[]]
     for w in words:
-        starts = isinstance(w, Image) or (w.startswith("-") and not isinstance(w, Word))
+        option = w.startswith("--") or (w.startswith("-") and not isinstance(w, Word))
+        starts = isinstance(w, Image) or option
         if starts and lines[-1]:
             lines.append([])
         lines[-1].append(w)
-    return f"{name}=(\n" + "".join(f"  {_quote(ws)}\n" for ws in lines) + ")"
+    text = f"{name}=(\n" + "".join(f"  {quote(ws)}\n" for ws in lines) + ")"
+    if any(w.startswith("--container-mounts=") and "," in w for w in words):
+        return "# shellcheck disable=SC2054 # --container-mounts: one word, commas inside\n" + text
+    return text
 
 
-def _header(inv: Inventory, plan: Plan, opts: SlurmOptions) -> list[str]:
+def _header(inv: Inventory, plan: Plan, opts: SlurmOptions, weights: ExportWeights) -> list[str]:
     lines = [
         "#!/bin/bash",
-        f"# Generated by `pdboot export slurm` from deployment {plan.deployment!r}; pdboot's",
+        f"# Generated by `pdboot export slurm` from deployment {plan.deployment!r} "
+        f"({opts.runtime}); pdboot's",
         "# plan, as `pdboot render` lays it out, run on one Slurm allocation (docs/export.md).",
+        f"# {weights.summary}",
         f"#SBATCH --job-name={plan.router.project}",
         f"#SBATCH --nodes={len(plan.hosts)}",
         "#SBATCH --ntasks-per-node=1",
@@ -185,32 +111,68 @@ def _header(inv: Inventory, plan: Plan, opts: SlurmOptions) -> list[str]:
     per_host = [_gpus_on(inv, plan, h) for h in plan.hosts]
     if any(per_host):
         lines.append(f"#SBATCH --gres=gpu:{max(per_host)}")
-    if opts.partition:
-        lines.append(f"#SBATCH --partition={opts.partition}")
-    if opts.time:
-        lines.append(f"#SBATCH --time={opts.time}")
+    for flag, value in (
+        ("partition", opts.partition),
+        ("time", opts.time),
+        ("account", opts.account),
+        ("reservation", opts.reservation),
+        ("qos", opts.qos),
+    ):
+        if value:
+            lines.append(f"#SBATCH --{flag}={value}")
     return lines
 
 
 def _gpus_on(inv: Inventory, plan: Plan, host: str) -> int:
-    from pdboot.export.common import gpu_count
-
     return sum(gpu_count(inv, s) for s in plan.engines if s.host == host and s.gpus is not None)
 
 
-def _launch(inv: Inventory, plan: Plan, s: Service, n: int, opts: SlurmOptions) -> list[str]:
+def _argv(plan: Plan, step: Step, opts: SlurmOptions) -> list[str]:
+    return docker_argv(plan, step) if opts.runtime == "docker" else pyxis_argv(plan, step)
+
+
+def _launch(plan: Plan, s: Service, n: int, opts: SlurmOptions) -> list[str]:
     node = node_hosts(plan).index(s.host)
     what = f"{s.key}: {s.url if not s.headless else 'headless'}"
     if s.side_channel_port is not None:
         what += f", NIXL side channel :{s.side_channel_port}"
+    return [f"# {what}", *_start(plan, service_step(plan, s), n, node, s.key, opts)]
+
+
+def _start(plan: Plan, step: Step, n: int, node: int, key: str, opts: SlurmOptions) -> list[str]:
+    body = _array(f"CMD_{n}", _argv(plan, step, opts))
     if opts.runtime == "docker":
-        body = _array(f"CMD_{n}", docker_argv(inv, plan, s, opts))
-        name = container_name(plan, s)
-        call = f'start_docker {n} {node} {shlex.quote(s.key)} {name} "${{CMD_{n}[@]}}"'
-    else:
-        body = _array(f"CMD_{n}", pyxis_argv(inv, plan, s, opts))
-        call = f'start_pyxis {n} {node} {shlex.quote(s.key)} "${{CMD_{n}[@]}}"'
-    return [f"# {what}", body, call]
+        name = container_name(plan, step.name, step.host)
+        return [body, f'start_docker {n} {node} {shlex.quote(key)} {name} "${{CMD_{n}[@]}}"']
+    return [body, f'start_pyxis {n} {node} {shlex.quote(key)} "${{CMD_{n}[@]}}"']
+
+
+def _stage(inv: Inventory, plan: Plan, weights: ExportWeights, opts: SlurmOptions) -> list[str]:
+    """The weights step on every node that runs an engine, together, before any engine."""
+    w = weights.step
+    if w is None:
+        return []
+    secrets = inv.secrets.hf_token is not None
+    lines = [
+        "",
+        f"# --- weights: {w.repo}@{w.commit} into each engine node's HF cache, hash-checked",
+        "# (`pdboot stage`'s program: deploy/weights/script.py, after the hub's file list) ---",
+        "IFS= read -r -d '' STAGE_PY <<'PDBOOT_STAGE_PY' || true",
+        w.command()[2].strip("\n"),
+        "PDBOOT_STAGE_PY",
+    ]
+    hosts = node_hosts(plan)
+    for host in [h for h in hosts if any(s.host == h for s in plan.engines)]:
+        step = stage_step(plan, host, w, secrets)
+        step = dataclasses.replace(step, args=["-c", Word('"$STAGE_PY"'), *step.args[2:]])
+        n, key = hosts.index(host), f"stage@{host}"
+        lines.append(_array(f"STAGE_{n}", _argv(plan, step, opts)))
+        if opts.runtime == "docker":
+            name = container_name(plan, "stage", host)
+            lines.append(f'stage_docker {n} {shlex.quote(key)} {name} "${{STAGE_{n}[@]}}"')
+        else:
+            lines.append(f'stage_pyxis {n} {shlex.quote(key)} "${{STAGE_{n}[@]}}"')
+    return [*lines, "wait_staged"]
 
 
 def _ready_url(plan: Plan, s: Service) -> Word:
@@ -219,33 +181,83 @@ def _ready_url(plan: Plan, s: Service) -> Word:
     return Word(f'"http://${{URLHOST[{i}]}}:{head.port}/health"')
 
 
+def _proxy(inv: Inventory, plan: Plan, n: int, opts: SlurmOptions) -> list[str]:
+    keyed = inv.secrets.api_key is not None
+    step = proxy_step(plan, Word('"$PROXY_SH"'), keyed)
+    key = f"proxy@{plan.router.host}"
+    return [
+        "",
+        "# --- the proxy on the first node: pdboot's nginx.conf (plan/proxy.py), the only public",
+        "# port: the client API and /health to the router, 404 elsewhere"
+        + (", the API key checked ---" if keyed else " ---"),
+        "cat >\"$PROXY_DIR/nginx.conf\" <<'PDBOOT_NGINX_CONF'",
+        proxy_conf(inv).rstrip("\n"),
+        "PDBOOT_NGINX_CONF",
+        "# the proxy container's program: "
+        + ("the key's include from the secrets file, then nginx" if keyed else "nginx"),
+        "IFS= read -r -d '' PROXY_SH <<'PDBOOT_PROXY_SH' || true",
+        proxy_start(inv, key_from_env_file(SECRETS_IN_CONTAINER)),
+        "PDBOOT_PROXY_SH",
+        *_start(plan, step, n, 0, key, opts),
+        f'wait_health {n} proxy "$ENDPOINT_URL/health"',
+    ]
+
+
+def _pyxis_programs(secrets: bool) -> str:
+    lines = [
+        "# a pyxis step's environment: the NAME=value words before `--` exported in the",
+        "# container by its own sh (no `env` binary needed), the secrets file read there",
+        "# shellcheck disable=SC2016 # expanded by the container's shell",
+        f"PYXIS_ENV={shlex.quote(ENV_PROGRAM)}",
+    ]
+    if secrets:
+        lines += [
+            "# shellcheck disable=SC2016",
+            f"PYXIS_SECRETS_ENV={shlex.quote(SECRETS_PROGRAM)}",
+        ]
+    return "\n".join([*lines, ""])
+
+
+def _functions(opts: SlurmOptions, weights: ExportWeights, live: bool, secrets: bool) -> str:
+    docker = opts.runtime == "docker"
+    parts = [PRELUDE, DOCKER if docker else PYXIS + _pyxis_programs(secrets)]
+    if weights.step is not None:
+        parts += [DOCKER_STAGE if docker else PYXIS_STAGE, STAGE_WAIT]
+    parts.append(WAITS)
+    if live:
+        parts.append(ADD_WORKER)
+    return "".join(parts)
+
+
 def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -> dict[str, str]:
-    """File name -> text: the batch script."""
+    """File name -> text: the batch script. Raises ExportError (export/weights.py, edge.py)."""
     opts = opts or SlurmOptions()
+    weights = export_weights(inv, opts.download_at_start)
     es = engines(plan)
     hosts = node_hosts(plan)
-    lines = _header(inv, plan, opts)
+    live = "--enable-igw" in plan.router.command
+    secrets = any(s.env_file for s in (*es, plan.router))
+    lines = _header(inv, plan, opts, weights)
     lines += [
         "",
-        f"DEPLOYMENT={shlex.quote(plan.deployment)}",
         "# inventory hosts, in the order they take the allocation's nodes (the router's first)",
-        "HOSTS=(" + _quote(hosts) + ")",
-        f"RUNTIME={opts.runtime}",
+        "HOSTS=(" + quote(hosts) + ")",
         # a path on the nodes, never the secrets themselves (PDBOOT_SECRETS_FILE overrides it)
         f"SECRETS_FILE=${{PDBOOT_SECRETS_FILE:-{shlex.quote(secrets_path(inv, opts))}}}",
-        f"NEEDS_SECRETS={1 if any(s.env_file for s in (*es, plan.router)) else 0}",
+        f"NEEDS_SECRETS={1 if secrets else 0}",
         f"READY_SECONDS={int(inv.timeouts.ready_seconds)}",
         f"ROUTER_READY_SECONDS={int(inv.timeouts.router_ready_seconds)}",
-        f"ENDPOINT_PORT={endpoint_port(plan)}",
+        f"ENDPOINT_PORT={endpoint_port(plan)}  # the proxy's, on the first node's address",
+        f"ROUTER_PORT={plan.router.port}  # the router's, on the first node's loopback",
         f"WORKERS={sum(1 for s in es if not s.headless)}",
-        f"LIVE_WORKERS={1 if '--enable-igw' in plan.router.command else 0}",
-        # the served name as a JSON string, for add_worker's body
-        f"MODEL_ID_JSON={shlex.quote(json.dumps(plan.served_model_name))}",
-        PRELUDE,
-        "# --- engines: every one together, as `pdboot up` starts them ---",
     ]
+    if live:  # the served name as a JSON string, for add_worker's body
+        lines.append(f"MODEL_ID_JSON={shlex.quote(json.dumps(plan.served_model_name))}")
+    lines.append(_functions(opts, weights, live, secrets))
+    lines += _stage(inv, plan, weights, opts)
+    lines += ["", "# --- engines: every one together, as `pdboot up` starts them ---"]
     for n, s in enumerate(es):
-        lines += _launch(inv, plan, s, n, opts)
+        lines += _launch(plan, s, n, opts)
     lines += [
         "",
         "# --- readiness: every engine's /health (a follower's is its head's) ---",
@@ -254,11 +266,13 @@ def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -
     for n, s in enumerate(es):
         lines.append(f"wait_engine {n} {shlex.quote(s.key)} {_ready_url(plan, s)}")
     router_n = len(es)
-    lines += ["", f"# --- the router on the first node: {plan.router.key} ---"]
-    lines += _launch(inv, plan, plan.router, router_n, opts)
-    lines.append(f"wait_router_health {router_n}")
-    if "--enable-igw" in plan.router.command:
+    lines += ["", f"# --- the router on the first node's loopback: {plan.router.key} ---"]
+    lines += _launch(plan, plan.router, router_n, opts)
+    lines.append(f'wait_health {router_n} router "$ROUTER_URL/health"')
+    if live:
         # IGW mode ignores the static lists: `up` posts every engine, and so does this
-        lines += [f"add_worker {_url(plan, s)} {s.role}" for s in es if not s.headless]
-    lines += [f"wait_workers {router_n}", RUN]
+        lines += [f"add_worker {url(plan, s)} {s.role}" for s in es if not s.headless]
+    lines.append(f"wait_workers {router_n}")
+    lines += _proxy(inv, plan, router_n + 1, opts)
+    lines.append(RUN)
     return {f"{plan.router.project}.sbatch": "\n".join(lines) + "\n"}

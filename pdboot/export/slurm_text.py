@@ -1,6 +1,8 @@
-"""The fixed part of `pdboot export slurm`'s batch script: its shell functions (start a step,
-wait as `up` waits, tear down). pdboot/export/slurm.py writes the deployment's part around it.
-Kept as text here so the generator stays readable; every value the plan gives is quoted there.
+"""The fixed parts of `pdboot export slurm`'s batch script: its shell functions (start a step,
+stage the weights, wait as `up` waits, tear down). pdboot/export/slurm.py writes the
+deployment's part around them, and only the runtime's own start functions (shellcheck
+finds no function that is never called). Kept as text here so the generator stays readable;
+every value the plan gives is quoted there.
 """
 
 PRELUDE = r"""
@@ -10,17 +12,23 @@ die() { log "$*"; exit 1; }
 
 LOG_DIR="${PDBOOT_LOG_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/pdboot-logs/$SLURM_JOB_ID}"
 mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
+# the proxy's nginx.conf and (written by its container) the key's include: this job's only,
+# on the first node, 0700, removed with the job
+PROXY_DIR=$(mktemp -d "${TMPDIR:-/tmp}/pdboot-proxy.XXXXXX") || die "cannot create a folder in /tmp"
 PIDS=()
 KEYS=()
+STAGING=()
 
 # Job end (time limit, scancel) or a failure: stop every step. Slurm also signals the steps
 # itself; each step removes its own container (STEP below), so nothing outlives the job.
+# shellcheck disable=SC2317 # run by the traps below
 teardown() {
   trap - EXIT TERM INT HUP
   log "tearing down ${#PIDS[@]} steps"
   local pid
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${STAGING[@]}" "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   wait
+  rm -rf "$PROXY_DIR"
   log "torn down"
 }
 trap 'teardown; exit 143' TERM INT HUP
@@ -41,6 +49,10 @@ for i in "${!HOSTS[@]}"; do
   log "host ${HOSTS[i]} is node ${NODES[i]} (${ADDR[i]})"
 done
 USED=$(IFS=,; echo "${NODES[*]:0:${#HOSTS[@]}}")
+# this script runs on the first node, the router's: it reaches the router on the loopback,
+# clients reach the proxy on the node's address
+ROUTER_URL="http://127.0.0.1:$ROUTER_PORT"
+ENDPOINT_URL="http://${URLHOST[0]}:$ENDPOINT_PORT"
 
 if ((NEEDS_SECRETS)); then
   # only whether it is readable, on every node: the containers read it, this script never
@@ -48,8 +60,18 @@ if ((NEEDS_SECRETS)); then
     test -r "$SECRETS_FILE" || die "secrets file $SECRETS_FILE is not readable on every node"
 fi
 
-# One step per service. Under Docker the container belongs to the node's dockerd, not to the
-# step: the step's shell removes it when Slurm (or teardown) signals the step.
+run_step() { # node-index key argv...: one job step on that node, in the background ($!)
+  local node=$1 key=$2
+  shift 2
+  srun --overlap --input=none --nodes=1 --ntasks=1 -w "${NODES[node]}" \
+    --output="$LOG_DIR/$key.log" "$@" &
+}
+"""
+
+DOCKER = r"""
+# One step per container. Under Docker the container belongs to the node's dockerd, not to
+# the step: the step's shell removes it when Slurm (or teardown) signals the step.
+# shellcheck disable=SC2016 # expanded by the step's own shell
 STEP='name=$1; shift
 stop() { docker rm -f "$name" >/dev/null 2>&1; }
 trap "stop; exit 143" TERM INT HUP
@@ -57,26 +79,62 @@ trap stop EXIT
 "$@" &
 wait $!'
 
-start_docker() { # n node-index key container-name argv...
+start_docker() { # n node-index key container-name argv...: a service
   local n=$1 node=$2 key=$3 name=$4
   shift 4
-  srun --overlap --input=none --nodes=1 --ntasks=1 -w "${NODES[node]}" \
-    --output="$LOG_DIR/$key.log" bash -c "$STEP" pdboot-step "$name" "$@" &
+  run_step "$node" "$key" bash -c "$STEP" pdboot-step "$name" "$@"
   PIDS[n]=$!
   KEYS[n]=$key
   log "started $key on ${NODES[node]} (log: $LOG_DIR/$key.log)"
 }
+"""
 
-start_pyxis() { # n node-index key srun-container-options... -- argv...
+DOCKER_STAGE = r"""
+stage_docker() { # node-index key container-name argv...: the weights step of one node
+  local node=$1 key=$2 name=$3
+  shift 3
+  run_step "$node" "$key" bash -c "$STEP" pdboot-step "$name" "$@"
+  STAGING+=("$!")
+  STAGE_KEYS+=("$key")
+  log "staging the weights on ${NODES[node]} (log: $LOG_DIR/$key.log)"
+}
+"""
+
+PYXIS = r"""
+start_pyxis() { # n node-index key srun-container-options... -- argv...: a service
   local n=$1 node=$2 key=$3
   shift 3
-  srun --overlap --input=none --nodes=1 --ntasks=1 -w "${NODES[node]}" \
-    --output="$LOG_DIR/$key.log" "$@" &
+  run_step "$node" "$key" "$@"
   PIDS[n]=$!
   KEYS[n]=$key
   log "started $key on ${NODES[node]} (log: $LOG_DIR/$key.log)"
 }
+"""
 
+PYXIS_STAGE = r"""
+stage_pyxis() { # node-index key srun-container-options... -- argv...: the weights step
+  local node=$1 key=$2
+  shift 2
+  run_step "$node" "$key" "$@"
+  STAGING+=("$!")
+  STAGE_KEYS+=("$key")
+  log "staging the weights on ${NODES[node]} (log: $LOG_DIR/$key.log)"
+}
+"""
+
+STAGE_WAIT = r"""
+STAGE_KEYS=()
+wait_staged() { # every node's weights step ends 0 (hash-checked) before any engine starts
+  local i
+  for i in "${!STAGING[@]}"; do
+    wait "${STAGING[i]}" || die "${STAGE_KEYS[i]} failed; see $LOG_DIR/${STAGE_KEYS[i]}.log"
+    log "${STAGE_KEYS[i]}: the weights are on the node"
+  done
+  STAGING=()
+}
+"""
+
+WAITS = r"""
 http_ok() { curl -fsS -o /dev/null --max-time 5 "$1" 2>/dev/null; }
 
 alive() { # n: its step still runs (an exit stops the wait at once, as in `up`)
@@ -94,28 +152,18 @@ wait_engine() { # n key url: /health answers 200 before the engines' common dead
   log "$key ready ($url)"
 }
 
-ROUTER_URL() { echo "http://${URLHOST[0]}:$ENDPOINT_PORT"; }
-
-wait_router_health() { # n
+wait_health() { # n what url: /health answers within the router's ready timeout
   local deadline=$((SECONDS + ROUTER_READY_SECONDS))
-  until http_ok "$(ROUTER_URL)/health"; do
+  until http_ok "$3"; do
     alive "$1"
-    ((SECONDS < deadline)) || die "router not ready after ${ROUTER_READY_SECONDS}s"
+    ((SECONDS < deadline)) || die "$2 not ready after ${ROUTER_READY_SECONDS}s ($3)"
     sleep 1
   done
-}
-
-add_worker() { # url prefill|decode: the router was started to take its workers at runtime
-  # model_id named: the router cannot read it from an engine that checks an API key
-  curl -fsS -o /dev/null --max-time 30 -H 'Content-Type: application/json' \
-    -d "{\"url\":\"$1\",\"worker_type\":\"$2\",\"model_id\":$MODEL_ID_JSON}" \
-    "$(ROUTER_URL)/workers" ||
-    die "the router refused worker $1 ($2)"
-  log "registered $2 worker $1"
+  log "$2 ready ($3)"
 }
 
 healthy_workers() {
-  curl -fsS --max-time 5 "$(ROUTER_URL)/workers" 2>/dev/null | python3 -c '
+  curl -fsS --max-time 5 "$ROUTER_URL/workers" 2>/dev/null | python3 -c '
 import json, sys
 try:
     print(sum(1 for w in json.load(sys.stdin).get("workers", []) if w.get("is_healthy")))
@@ -135,9 +183,22 @@ wait_workers() { # n: every engine registered healthy in the router's /workers, 
 }
 """
 
+# Only with live workers: MODEL_ID_JSON is set then.
+ADD_WORKER = r"""
+add_worker() { # url prefill|decode: the router was started to take its workers at runtime
+  # on the loopback, the worker API's only way in (the proxy answers 404 there); model_id
+  # named: the router cannot read it from an engine that checks an API key
+  curl -fsS -o /dev/null --max-time 30 -H 'Content-Type: application/json' \
+    -d "{\"url\":\"$1\",\"worker_type\":\"$2\",\"model_id\":$MODEL_ID_JSON}" \
+    "$ROUTER_URL/workers" ||
+    die "the router refused worker $1 ($2)"
+  log "registered $2 worker $1"
+}
+"""
+
 RUN = r"""
-ENDPOINT="$(ROUTER_URL)/v1"
-log "ready: $ENDPOINT (OpenAI-compatible, via the router)"
+ENDPOINT="$ENDPOINT_URL/v1"
+log "ready: $ENDPOINT (OpenAI-compatible, via the proxy and the router)"
 echo "$ENDPOINT" >"$LOG_DIR/endpoint"
 
 # Serve until the job ends (time limit, scancel: teardown) or a service exits (then the

@@ -37,8 +37,9 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 K8S_VERSION = "1.37.0"
 
 
-def _docs(inv: Inventory, plan: Plan) -> list[dict[str, Any]]:
-    files = render_k8s(inv, plan, "llm")
+def _docs(inv: Inventory, plan: Plan, download_at_start: bool = True) -> list[dict[str, Any]]:
+    # download_at_start: the examples name a branch (main); pinned ones are test_k8s_edge's
+    files = render_k8s(inv, plan, "llm", download_at_start=download_at_start)
     return [d for n, t in files.items() if n.endswith(".yaml") for d in yaml.safe_load_all(t)]
 
 
@@ -65,7 +66,8 @@ def test_every_example_validates_strictly(path: Path) -> None:
     inv = load_inventory(path)
     docs = _docs(inv, build_plan(inv))
     kinds = {d["kind"] for d in docs}
-    assert kinds == {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"}
+    want = {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "ConfigMap"}
+    assert kinds == want
     for d in docs:
         kubernetes_validate.validate(d, K8S_VERSION, strict=True)
 
@@ -196,7 +198,7 @@ def test_two_data_parallel_heads_on_one_host_are_refused() -> None:
 def test_llm_d_shape_runs_the_same_arguments() -> None:
     inv = load_inventory(ROOT / "examples" / "rtx6000-2x8-tp2-groups.yaml")
     plan = build_plan(inv)
-    ds = disaggregated_set(inv, plan, "llm")
+    ds = disaggregated_set(inv, plan, "llm", download_at_start=True)
     roles = {r["name"]: r["spec"] for r in ds["spec"]["roles"]}
     assert roles["prefill"]["replicas"] == len(plan.prefill_engines) == 4
     pod = roles["decode"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
@@ -212,7 +214,7 @@ def test_llm_d_shape_runs_the_same_arguments() -> None:
     )
     dp = load_inventory(ROOT / "examples" / "rtx6000-2x8-moe-dp-ep.yaml")
     with pytest.raises(ExportError, match="data-parallel"):
-        disaggregated_set(dp, build_plan(dp), "llm")
+        disaggregated_set(dp, build_plan(dp), "llm", download_at_start=True)
 
 
 def test_cli_writes_files_without_secret_values(tmp_path: Path, monkeypatch: Any) -> None:
@@ -227,7 +229,11 @@ def test_cli_writes_files_without_secret_values(tmp_path: Path, monkeypatch: Any
     )
     out = tmp_path / "out"
     result = CliRunner().invoke(
-        app, ["export", "k8s", str(inv), "--out", str(out), "--namespace", "llm", "--llm-d"]
+        app,
+        [
+            *("export", "k8s", str(inv), "--out", str(out), "--namespace", "llm", "--llm-d"),
+            "--download-at-start",
+        ],
     )
     assert result.exit_code == 0, result.output
     files = sorted(p for p in out.rglob("*") if p.is_file())
@@ -241,7 +247,7 @@ def test_cli_writes_files_without_secret_values(tmp_path: Path, monkeypatch: Any
     for p in files:
         text = p.read_text()
         assert token not in text and "SENTINEL" not in text, p
-    router = next(iter(yaml.safe_load_all((out / "router.yaml").read_text())))
+    router = list(yaml.safe_load_all((out / "router.yaml").read_text()))[1]
     env = router["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env == [
         {
@@ -250,13 +256,19 @@ def test_cli_writes_files_without_secret_values(tmp_path: Path, monkeypatch: Any
         }
     ]
     engines = list(yaml.safe_load_all((out / "engines.yaml").read_text()))
+    assert "initContainers" not in str(engines)  # unpinned: nothing staged
     assert all(
         e["spec"]["template"]["spec"]["containers"][0]["envFrom"]
         == [{"secretRef": {"name": "demo-secrets"}}]
         for e in engines
     )
     readme = (out / "README.md").read_text()
-    assert "create secret generic demo-secrets" in readme and '"$HF_TOKEN"' in readme
+    assert "create secret generic demo-secrets" in readme
+    # both HF names from the inventory's env:HF_TOKEN (issue 45: it named a variable unset)
+    assert '--from-literal=HUGGING_FACE_HUB_TOKEN="$HF_TOKEN"' in readme
+    assert '--from-literal=VLLM_API_KEY="$PD_API_KEY"' in readme
+    assert "$HUGGING_FACE_HUB_TOKEN" not in readme
+    assert "UNPINNED" in readme
 
 
 def test_cli_refuses_a_bad_namespace(tmp_path: Path) -> None:
@@ -270,6 +282,7 @@ def test_cli_refuses_a_bad_namespace(tmp_path: Path) -> None:
             str(tmp_path),
             "--namespace",
             "A_b",
+            "--download-at-start",
         ],
     )
     assert result.exit_code == 2
@@ -280,7 +293,10 @@ def test_the_rdma_resource_is_the_operators_choice(tmp_path: Path) -> None:
     inv = str(INVENTORIES / "1p1d.yaml")
     result = CliRunner().invoke(
         app,
-        ["export", "k8s", inv, "--out", str(tmp_path), "--rdma-resource", "nvidia.com/hostdev"],
+        [
+            *("export", "k8s", inv, "--out", str(tmp_path)),
+            *("--rdma-resource", "nvidia.com/hostdev", "--download-at-start"),
+        ],
     )
     assert result.exit_code == 0, result.output
     engines = list(yaml.safe_load_all((tmp_path / "engines.yaml").read_text()))
@@ -289,6 +305,10 @@ def test_the_rdma_resource_is_the_operators_choice(tmp_path: Path) -> None:
     for d in engines:
         kubernetes_validate.validate(d, K8S_VERSION, strict=True)
     bad = CliRunner().invoke(
-        app, ["export", "k8s", inv, "--out", str(tmp_path / "x"), "--rdma-resource", "no slash"]
+        app,
+        [
+            *("export", "k8s", inv, "--out", str(tmp_path / "x")),
+            *("--rdma-resource", "no slash", "--download-at-start"),
+        ],
     )
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()

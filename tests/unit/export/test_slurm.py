@@ -15,7 +15,6 @@ import yaml
 from typer.testing import CliRunner
 
 from pdboot.cli import app
-from pdboot.export.common import endpoint_router_command
 from pdboot.export.slurm import SlurmOptions, node_hosts, render_slurm
 from pdboot.inventory.load import load_inventory, parse_inventory
 from pdboot.inventory.schema import Inventory
@@ -29,6 +28,7 @@ _ARRAY = re.compile(r"^CMD_(\d+)=\(\n(.*?)\n\)$", re.M | re.S)
 
 
 def script(inv: Inventory, plan: Plan, **kw: Any) -> str:
+    kw.setdefault("download_at_start", True)  # the examples name a branch (main)
     files = render_slurm(inv, plan, SlurmOptions(**kw))
     assert list(files) == [f"pdboot-{inv.name}.sbatch"]
     return next(iter(files.values()))
@@ -83,12 +83,11 @@ def test_engines_run_renders_arguments_and_environment(path: Path) -> None:
     addr = addr_of(plan)
     urlhost = {a: w.replace("ADDR", "URLHOST") for a, w in addr.items()}
     keys = re.findall(r"^start_docker (\d+) (\d+) (\S+) ", text, re.M)
-    # no proxy on a scheduler: the router is the endpoint there (docs/export.md)
-    assert {k for _, _, k in keys} == {
-        s.key for s in plan.services() if s.role not in ("watch", "proxy")
-    }
-    compose[plan.router.key]["command"] = endpoint_router_command(plan)
+    # the proxy too (its own test below); not the watch service
+    assert {k for _, _, k in keys} == {s.key for s in plan.services() if s.role != "watch"}
     for n, node, key in keys:
+        if key.startswith("proxy@"):
+            continue
         svc = compose[key]
         env, args = split_docker(cmds[int(n)], svc["image"])
         want_env = {k: str(v) for k, v in svc.get("environment", {}).items()}
@@ -158,18 +157,24 @@ def test_pyxis_runs_vllm_serve_with_renders_arguments() -> None:
         svc = compose[key]
         assert argv[0] == f"--container-image={svc['image']}"
         inner = argv[argv.index("--") + 1 :]
+        assert "--no-container-entrypoint" in argv[: argv.index("--")]
+        if key.startswith("proxy"):  # test_the_proxy_is_the_only_public_port
+            continue
+        # the environment exported by the container's own sh (no `env` binary), then --
+        assert inner[:2] == ["sh", "-c"] and inner[3] == "pdboot"
+        cut = inner.index("--")
+        env = dict(w.split("=", 1) for w in inner[4:cut])
         if key.startswith("router"):  # no secret for the router without an API key
-            assert inner[:2] == ["env", "vllm-router"]
+            assert inner[2] == "$PYXIS_ENV" and inner[cut + 1] == "vllm-router"
             urls = [a for a in inner if a.startswith("http://")]
             assert urls and all(u.startswith("http://${URLHOST[") for u in urls)
             continue
         # secrets: the file on the node, mounted and read inside the container
-        assert inner[:2] == ["bash", "-c"] and ". /run/pdboot/secrets.env" in inner[2]
+        assert inner[2] == "$PYXIS_SECRETS_ENV"
         assert any(a.endswith(":/run/pdboot/secrets.env:ro") for a in argv[: argv.index("--")])
-        serve = inner.index("vllm")
-        assert inner[serve + 1] == "serve"
+        assert inner[cut + 1 : cut + 3] == ["vllm", "serve"]
+        serve = cut + 1
         assert inner[serve + 2 :] == [addr.get(str(a), str(a)) for a in svc["command"]]
-        env = dict(w.split("=", 1) for w in inner[inner.index("env") + 1 : serve])
         assert env["CUDA_VISIBLE_DEVICES"] == ",".join(
             svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
         )
@@ -190,7 +195,10 @@ def test_cli_writes_an_executable_script_without_secret_values(
     for extra in ([], ["--pyxis"]):
         result = CliRunner().invoke(
             app,
-            ["export", "slurm", str(inv), "--out", str(out), "--time", "01:00:00", *extra],
+            [
+                *("export", "slurm", str(inv), "--out", str(out), "--time", "01:00:00"),
+                *("--download-at-start", *extra),
+            ],
         )
         assert result.exit_code == 0, result.output
         path = out / "pdboot-demo.sbatch"
