@@ -23,9 +23,9 @@ import re
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from pdboot.inventory.schema import TierName
+from pdboot.plan.degraded import PLAIN, RouteChange, engine_url, is_plain_url, plain_urls
 from pdboot.plan.model import Plan, Service
 from pdboot.transport.http import HttpFn
 
@@ -44,15 +44,8 @@ class Worker:
     model_id: str = ""  # as the router filed it ("unknown" when it could not read it)
 
 
-@dataclass(frozen=True)
-class WorkerChange:
-    action: Literal["add", "remove"]
-    url: str
-    worker_type: str
-
-    def describe(self) -> str:
-        verb = "register" if self.action == "add" else "deregister"
-        return f"{verb} {self.worker_type} {self.url}"
+# one kind of worker change: the degraded switch (plan/degraded.py) plans them too
+WorkerChange = RouteChange
 
 
 _DP_RANK = re.compile(r"@\d+$")
@@ -81,8 +74,11 @@ def parse_workers(text: str) -> list[Worker]:
         if isinstance(w, dict) and isinstance(w.get("url"), str):
             kind = str(w.get("worker_type", "regular")).lower()
             # a DP-aware router (--intra-node-data-parallel-size) lists each rank of an
-            # engine as URL@rank: one engine, the URL pdboot registered
+            # engine as URL@rank: one engine, the URL pdboot registered; a plain entry of
+            # degraded mode (plan/degraded.py) keeps its trailing slash: it is another entry
             url = _DP_RANK.sub("", w["url"].rstrip("/"))
+            if kind == PLAIN and is_plain_url(w["url"]):
+                url += "/"
             if all(x.url != url for x in out):
                 model = w.get("model_id")
                 out.append(
@@ -143,11 +139,14 @@ def reconcile(
 @dataclass(frozen=True)
 class WorkerDiff:
     """The router's list against the plan (`status`): workers pdboot did not register, and
-    engines of the plan the router does not list; ``error`` when the list could not be read."""
+    engines of the plan the router does not list; ``error`` when the list could not be read.
+    ``plain``: engines registered as plain workers (degraded mode: a tier is out, the other
+    serves alone; plan/degraded.py), never foreign."""
 
     foreign: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     error: str = ""
+    plain: tuple[str, ...] = ()
 
 
 def worker_diff(plan: Plan, fetch: HttpFn, headers: Mapping[str, str] | None = None) -> WorkerDiff:
@@ -157,7 +156,12 @@ def worker_diff(plan: Plan, fetch: HttpFn, headers: Mapping[str, str] | None = N
     except RouterApiError as e:
         return WorkerDiff(error=str(e))
     wanted = set(plan_workers(plan))
-    return WorkerDiff(tuple(sorted(listed - wanted)), tuple(sorted(wanted - listed)))
+    plain = listed & plain_urls(sorted(wanted))
+    return WorkerDiff(
+        tuple(sorted(listed - wanted - plain)),
+        tuple(sorted(wanted - listed)),
+        plain=tuple(sorted(engine_url(u) for u in plain)),
+    )
 
 
 class RouterWorkerApi:
