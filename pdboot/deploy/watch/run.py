@@ -288,6 +288,8 @@ class Watcher:
         mine = {x.url.rstrip("/"): x for x in self.engines}
         present = {u: k for u, k in listed.items() if engine_url(u) in mine}
         rotation = {e.url: e.tier for e in self.engines if self.state.engines[e.key].in_rotation}
+        # entries a change of serving mode moves are the switch's, never repairs
+        switching = serving_mode(rotation) != self.serving
         for batch in switch_steps(present, routed_workers(rotation)):
             # not while its /health fails: a later round registers it
             calls = [
@@ -298,7 +300,7 @@ class Watcher:
             _send_together(router, calls)
             for c in calls:
                 eng = mine[engine_url(c.url)]
-                if eng.key == acting or is_plain_url(c.url):
+                if switching or eng.key == acting or is_plain_url(c.url):
                     continue
                 if c.action == "add":
                     m.inc("pdboot_watch_workers_reregistered_total", eng.key, eng.tier)

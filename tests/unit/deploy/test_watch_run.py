@@ -316,5 +316,7 @@ def test_a_lost_only_prefill_switches_to_plain_decodes_and_back_to_pd_in_order()
     assert m.value("pdboot_watch_serving_switches_total", "pd") == 1
     assert m.value("pdboot_watch_serving_switches_total", "decode_only") == 1
     assert actions(events) == [("evict", "p1", True), ("readmit", "p1", True)]
+    # the decode's P/D entry came back with the switch: not a repair
+    assert m.value("pdboot_watch_workers_reregistered_total", "d1", "decode") is None
     # the plain entry is pdboot's own: never removed as a foreign worker
     assert m.value("pdboot_watch_foreign_workers_removed_total", "http://d1/", "regular") is None
