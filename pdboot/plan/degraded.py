@@ -18,7 +18,8 @@ Why there and not elsewhere: the watch service runs beside the router with nothi
 router's loopback worker API (no Docker, no SSH: plan/watch/sidecar.py), so a switch it can
 make lives in that list. The proxy stays as it is (its route file belongs to the router swap,
 and pointing it at one decode would not balance several), no second router runs, and a
-standby router gets the same list from the same function (``routed_workers``).
+standby router gets the same list from the same function (``routed_workers``; carried out by
+deploy/router_api.py's ``switch_router``).
 
 What the router cannot do is change two entries at once: between the P/D entries going (or
 coming) one by one, the router answers 503 for lack of a complete pair. ``switch_steps``

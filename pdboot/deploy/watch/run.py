@@ -13,24 +13,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Literal, Protocol
 
 from pdboot.deploy.drain import drain
-from pdboot.deploy.router_api import RouterApiError, Worker
+from pdboot.deploy.router_api import RouterApiError, Worker, switch_router
 from pdboot.deploy.watch.canary import CanaryContext, health, run_canary
 from pdboot.events import Emit
 from pdboot.plan.degraded import (
-    RouteChange,
     ServingMode,
     engine_url,
     is_plain_url,
     lost_tier,
-    routed_workers,
     serving_mode,
-    switch_steps,
 )
 from pdboot.plan.watch.events import (
     WatchActionTaken,
@@ -290,24 +286,19 @@ class Watcher:
         rotation = {e.url: e.tier for e in self.engines if self.state.engines[e.key].in_rotation}
         # entries a change of serving mode moves are the switch's, never repairs
         switching = serving_mode(rotation) != self.serving
-        for batch in switch_steps(present, routed_workers(rotation)):
-            # not while its /health fails: a later round registers it
-            calls = [
-                c
-                for c in batch
-                if c.action == "remove" or self._health.get(mine[engine_url(c.url)].key, True)
-            ]
-            _send_together(router, calls)
-            for c in calls:
-                eng = mine[engine_url(c.url)]
-                if switching or eng.key == acting or is_plain_url(c.url):
-                    continue
-                if c.action == "add":
-                    m.inc("pdboot_watch_workers_reregistered_total", eng.key, eng.tier)
-                    log.warning("registered %s again: missing from the router's list", eng.key)
-                elif not rotation.get(eng.url):
-                    log.warning("removed %s again: it was back in the router's list", c.url)
-        self._note_serving(serving_mode(rotation))
+        # not while its /health fails: a later round registers it
+        health = {x.url.rstrip("/"): self._health.get(x.key, True) for x in self.engines}
+        calls, mode = switch_router(router, present, rotation, lambda u: health.get(u, False))
+        for c in calls:
+            eng = mine[engine_url(c.url)]
+            if switching or eng.key == acting or is_plain_url(c.url):
+                continue
+            if c.action == "add":
+                m.inc("pdboot_watch_workers_reregistered_total", eng.key, eng.tier)
+                log.warning("registered %s again: missing from the router's list", eng.key)
+            elif not rotation.get(eng.url):
+                log.warning("removed %s again: it was back in the router's list", c.url)
+        self._note_serving(mode)
 
     def _note_serving(self, mode: ServingMode) -> None:
         """A switch into or out of degraded mode: an event, the gauge, the counter."""
@@ -435,25 +426,6 @@ class Watcher:
             }
             for (p, d), c in sorted(latest.items())
         ]
-
-
-def _send_together(router: RouterWorkers, calls: Sequence[RouteChange]) -> None:
-    """One step of a switch (plan/degraded.py): its calls at once, so the router spends as
-    little time as possible between them; the first error is raised once all have ended."""
-
-    def send(c: RouteChange) -> None:
-        if c.action == "add":
-            router.add(c.url, c.worker_type)
-        else:
-            router.remove(c.url)
-
-    if len(calls) <= 1:
-        for c in calls:
-            send(c)
-        return
-    with ThreadPoolExecutor(len(calls)) as pool:
-        for f in [pool.submit(send, c) for c in calls]:
-            f.result()
 
 
 class _DepsClock:
