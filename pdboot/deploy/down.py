@@ -1,11 +1,18 @@
 """`down`: router, then prefill, then decode, each tier on all its hosts in parallel, only
-containers carrying this deployment's labels. Also the teardown `up --rollback` uses."""
+containers carrying this deployment's labels. Also the teardown `up --rollback` uses.
+
+The prefills stop only once no decode pulls KV from them (deploy/drain.py's rule, as a roll
+drains a prefill): with the proxy and router already gone nothing new starts, and a decode
+whose prefill vanished in the middle of a pull can crash (NIXL below 1.5,
+preflight/image_args.py's warning) or fail that request; at most timeouts.drain_seconds."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from pdboot.deploy.drain import drain
 from pdboot.deploy.frame import NEVER_CANCELLED, CancelToken, Frame, LockSpec, run_framed
 from pdboot.deploy.seams import (
     OP_DEADLINE,
@@ -15,6 +22,7 @@ from pdboot.deploy.seams import (
     default_lock,
     report_errors,
 )
+from pdboot.deploy.waits import Clock, MonotonicClock
 from pdboot.deploy.weights.staging import remove_oneshots
 from pdboot.events import Emit, Note, StageStarted, Stopped
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
@@ -22,8 +30,9 @@ from pdboot.inventory.rules import deployment_hosts
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_down
-from pdboot.plan.model import PRIVATE_FILES, SECRETS_FILE, Plan
+from pdboot.plan.model import PRIVATE_FILES, SECRETS_FILE, Plan, Role
 from pdboot.transport.hosts import Hosts, Link, project_dir
+from pdboot.transport.http import HttpFn, http
 from pdboot.transport.pulled_record import to_purge
 
 
@@ -46,21 +55,24 @@ def down(
     *,
     hosts_factory: HostsFactory = default_hosts,
     lock_factory: LockFactory = default_lock,
+    fetch: HttpFn = http,
+    clock: Clock | None = None,
 ) -> int:
     """Run `down` under the deployment lock; without it when the lock's host (the
-    router's) is unreachable: what can be reached is removed all the same."""
+    router's) is unreachable: what can be reached is removed all the same. ``fetch`` and
+    ``clock``: the engines' /metrics reads before the prefills stop (KvPullsDone)."""
     return run_framed(
         "down",
         inv,
         emit,
-        lambda frame: _down(frame, opts),
+        lambda frame: _down(frame, opts, fetch, clock),
         lock_spec=LockSpec(lock_factory, opts.no_wait),
         accept_new=opts.accept_new_host_keys,
         hosts_factory=hosts_factory,
     )
 
 
-def _down(frame: Frame, opts: DownOptions) -> int:
+def _down(frame: Frame, opts: DownOptions, fetch: HttpFn, clock: Clock | None) -> int:
     inv, emit, token = frame.inv, frame.emit, frame.token
     hosts = frame.open(deployment_hosts(inv))
     token.check()
@@ -80,7 +92,8 @@ def _down(frame: Frame, opts: DownOptions) -> int:
     )
     if not opts.purge:
         cleaner.start()
-    removed, errors = teardown(hosts, plan.deployment, emit, token)
+    pulls_done = KvPullsDone(inv, plan, emit, fetch, clock)
+    removed, errors = teardown(hosts, plan.deployment, emit, token, before=pulls_done)
     failed_any |= errors
     token.check()
     # an interrupted run's staging or seed server (labelled by pdboot as its own)
@@ -101,10 +114,15 @@ def _down(frame: Frame, opts: DownOptions) -> int:
 
 
 def teardown(
-    hosts: Hosts, deployment: str, emit: Emit, token: CancelToken = NEVER_CANCELLED
+    hosts: Hosts,
+    deployment: str,
+    emit: Emit,
+    token: CancelToken = NEVER_CANCELLED,
+    before: Callable[[Role], None] | None = None,
 ) -> tuple[int, bool]:
     """Remove this deployment's containers: router, prefill, decode. (count, any error)
-    ``token``: checked before each tier (a lost lock stops it there)."""
+    ``token``: checked before each tier (a lost lock stops it there); ``before``: called
+    with each tier's role before it stops (down's KvPullsDone)."""
     token.check()
     emit(StageStarted("teardown"))
     values, errors = hosts.each(lambda _h, link: link.engine.containers(deployment), OP_DEADLINE)
@@ -114,10 +132,47 @@ def teardown(
     any_error = bool(errors)
     for role, batch in plan_down(deployment, observed):
         token.check()
+        if before is not None:
+            before(role)
         any_error |= not stop_remove(hosts, batch, emit)
         removed += len(batch)
         emit(Stopped(role, tuple(o.key for o in batch)))
     return removed, any_error
+
+
+@dataclass
+class KvPullsDone:
+    """Before the prefills stop: each one drained (deploy/drain.py: idle, and no decode of
+    the plan with a KV pull waiting or in progress, on two reads in a row), all of them within
+    one timeouts.drain_seconds; an engine that does not answer has nothing in flight. A
+    prefill still busy at the deadline is stopped anyway, with a note."""
+
+    inv: Inventory
+    plan: Plan
+    emit: Emit
+    fetch: HttpFn = http
+    clock: Clock | None = None
+
+    def __call__(self, role: Role) -> None:
+        if role != "prefill":
+            return
+        engines = [s for s in self.plan.services() if s.is_engine and not s.headless]
+        decodes = [s.url for s in engines if s.role == "decode"]
+        clock = self.clock or MonotonicClock()
+        t = self.inv.timeouts
+        end = clock.now() + t.drain_seconds
+        for p in (s for s in engines if s.role == "prefill"):
+            left = max(end - clock.now(), 0.0)
+            got = drain(
+                p.url,
+                self.fetch,
+                clock,
+                timeout=left,
+                interval=t.poll_interval_seconds,
+                pullers=decodes,
+            )
+            if not got.drained:
+                self.emit(Note(f"{p.key}: {got.describe()}", "warn"))
 
 
 def stop_remove(hosts: Hosts, batch: list[Observed], emit: Emit) -> bool:

@@ -21,11 +21,23 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Protocol
 
 from pdboot.inventory.schema import TierName
+from pdboot.plan.degraded import (
+    PLAIN,
+    RouteChange,
+    ServingMode,
+    engine_url,
+    is_plain_url,
+    plain_urls,
+    routed_workers,
+    serving_mode,
+    switch_steps,
+)
 from pdboot.plan.model import Plan, Service
 from pdboot.transport.http import HttpFn
 
@@ -44,15 +56,8 @@ class Worker:
     model_id: str = ""  # as the router filed it ("unknown" when it could not read it)
 
 
-@dataclass(frozen=True)
-class WorkerChange:
-    action: Literal["add", "remove"]
-    url: str
-    worker_type: str
-
-    def describe(self) -> str:
-        verb = "register" if self.action == "add" else "deregister"
-        return f"{verb} {self.worker_type} {self.url}"
+# one kind of worker change: the degraded switch (plan/degraded.py) plans them too
+WorkerChange = RouteChange
 
 
 _DP_RANK = re.compile(r"@\d+$")
@@ -81,8 +86,11 @@ def parse_workers(text: str) -> list[Worker]:
         if isinstance(w, dict) and isinstance(w.get("url"), str):
             kind = str(w.get("worker_type", "regular")).lower()
             # a DP-aware router (--intra-node-data-parallel-size) lists each rank of an
-            # engine as URL@rank: one engine, the URL pdboot registered
+            # engine as URL@rank: one engine, the URL pdboot registered; a plain entry of
+            # degraded mode (plan/degraded.py) keeps its trailing slash: it is another entry
             url = _DP_RANK.sub("", w["url"].rstrip("/"))
+            if kind == PLAIN and is_plain_url(w["url"]):
+                url += "/"
             if all(x.url != url for x in out):
                 model = w.get("model_id")
                 out.append(
@@ -143,11 +151,14 @@ def reconcile(
 @dataclass(frozen=True)
 class WorkerDiff:
     """The router's list against the plan (`status`): workers pdboot did not register, and
-    engines of the plan the router does not list; ``error`` when the list could not be read."""
+    engines of the plan the router does not list; ``error`` when the list could not be read.
+    ``plain``: engines registered as plain workers (degraded mode: a tier is out, the other
+    serves alone; plan/degraded.py), never foreign."""
 
     foreign: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     error: str = ""
+    plain: tuple[str, ...] = ()
 
 
 def worker_diff(plan: Plan, fetch: HttpFn, headers: Mapping[str, str] | None = None) -> WorkerDiff:
@@ -157,7 +168,12 @@ def worker_diff(plan: Plan, fetch: HttpFn, headers: Mapping[str, str] | None = N
     except RouterApiError as e:
         return WorkerDiff(error=str(e))
     wanted = set(plan_workers(plan))
-    return WorkerDiff(tuple(sorted(listed - wanted)), tuple(sorted(wanted - listed)))
+    plain = listed & plain_urls(sorted(wanted))
+    return WorkerDiff(
+        tuple(sorted(listed - wanted - plain)),
+        tuple(sorted(wanted - listed)),
+        plain=tuple(sorted(engine_url(u) for u in plain)),
+    )
 
 
 class RouterWorkerApi:
@@ -224,3 +240,50 @@ class RouterWorkerApi:
         changes = reconcile(wanted, self.workers(), self.model_id)
         self.apply(changes)
         return changes
+
+
+class WorkerCalls(Protocol):
+    """What a switch needs of a router (RouterWorkerApi, or a test's fake)."""
+
+    def add(self, url: str, worker_type: str) -> None: ...
+
+    def remove(self, url: str) -> bool: ...
+
+
+def switch_router(
+    router: WorkerCalls,
+    present: Mapping[str, str],
+    in_rotation: Mapping[str, TierName],
+    registrable: Callable[[str], bool] = lambda _url: True,
+) -> tuple[list[RouteChange], ServingMode]:
+    """The degraded switch carried out (plan/degraded.py decides): make a router whose
+    entries for these engines are ``present`` (entry URL -> type) serve ``in_rotation``
+    (engine URL -> tier): P/D, or one tier alone as plain workers. An engine not on the
+    router that ``registrable`` refuses (its /health failing) counts as out of rotation until
+    a later call, so the list reached always routes. Step by step, the calls of one step sent
+    together (the router spends as little time as possible between two P/D entries). Returns
+    the calls made and the mode served; raises the router's first error once a step ended.
+    watch's loop calls it, and so can any second router (a standby ingress)."""
+    listed = {engine_url(u) for u in present}
+    usable = {u: t for u, t in in_rotation.items() if engine_url(u) in listed or registrable(u)}
+    done: list[RouteChange] = []
+    for step in switch_steps(present, routed_workers(usable)):
+        _send_together(router, step)
+        done += step
+    return done, serving_mode(usable)
+
+
+def _send_together(router: WorkerCalls, calls: Sequence[RouteChange]) -> None:
+    def send(c: RouteChange) -> None:
+        if c.action == "add":
+            router.add(c.url, c.worker_type)
+        else:
+            router.remove(c.url)
+
+    if len(calls) <= 1:
+        for c in calls:
+            send(c)
+        return
+    with ThreadPoolExecutor(len(calls)) as pool:
+        for f in [pool.submit(send, c) for c in calls]:
+            f.result()

@@ -63,6 +63,8 @@ class Record:
     options: tuple[str, ...]
     verdicts: Mapping[str, Verdict]  # argv_key -> verdict
     connector_version: str = ""  # NIXL's, a hash input of its handshake (plan/nixl_compat.py)
+    nixl_version: str = ""  # the NIXL wheel's, and its UCX's (image_args.nixl_verdicts)
+    ucx_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class Cache:
                     for k, v in dict(d["verdicts"]).items()
                 },
                 str(d.get("connector_version") or ""),
+                str(d.get("nixl_version") or ""),
+                str(d.get("ucx_version") or ""),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None  # none yet, or unreadable: judged again, then rewritten
@@ -112,6 +116,8 @@ class Cache:
         errors: Mapping[tuple[str, ...], str],
         now: datetime | None = None,
         connector_version: str = "",
+        nixl_version: str = "",
+        ucx_version: str = "",
     ) -> Record:
         """Add the verdicts (argv -> the parser's error, "" = accepted) to the image's record."""
         at = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")
@@ -120,11 +126,15 @@ class Cache:
             old = self.read(image_id)
             kept = dict(old.verdicts) if old is not None and old.version == version else {}
             kept.update({argv_key(a): Verdict(e, at) for a, e in errors.items()})
-            rec = Record(version, tuple(options), kept, connector_version)
+            rec = Record(
+                version, tuple(options), kept, connector_version, nixl_version, ucx_version
+            )
             body = {
                 "image_id": image_id,
                 "version": version,
                 "connector_version": connector_version,
+                "nixl_version": nixl_version,
+                "ucx_version": ucx_version,
                 "options": list(rec.options),
                 "verdicts": {
                     k: {"error": v.error, "checked_at": v.checked_at} for k, v in kept.items()

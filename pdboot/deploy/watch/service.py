@@ -60,6 +60,7 @@ def watch_config(w: Watch) -> WatchConfig:
         w.readmit_after,
         w.restart_after,
         w.restart_backoff_seconds,
+        w.degraded,
     )
 
 
@@ -140,6 +141,7 @@ def serve(watcher: Watcher, metrics: WatchMetrics, host: str, port: int) -> Thre
                     "out_of_rotation": sorted(
                         k for k, s in watcher.state.engines.items() if not s.in_rotation
                     ),
+                    "serving": watcher.serving_doc(),
                 }
                 body, ctype = json.dumps(doc).encode(), "application/json"
             elif path == "/health":

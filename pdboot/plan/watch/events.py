@@ -49,3 +49,16 @@ class WatchActionTaken(Event):
     reason: str
     ok: bool  # False: the router or the restart refused (detail says why)
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class WatchServingChanged(Event):
+    """The endpoint switched into or out of degraded mode (plan/degraded.py): ``mode`` is
+    pd, decode_only, prefill_only or down; ``lost_tier`` the tier with no engine in rotation
+    ("" in P/D); ``held_seconds`` how long the mode before it lasted."""
+
+    kind: ClassVar[str] = "watch_serving"
+    before: str
+    mode: str
+    lost_tier: str
+    held_seconds: float

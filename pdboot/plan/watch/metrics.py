@@ -76,6 +76,20 @@ WATCH_METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
         "empty), registered again by watch.",
         ("engine", "tier"),
     ),
+    (
+        "pdboot_watch_degraded",
+        "gauge",
+        "1 while the endpoint serves from one tier alone as plain engines (a tier has no "
+        "engine in rotation: degraded mode), 0 while it serves P/D.",
+        (),
+    ),
+    (
+        "pdboot_watch_serving_switches_total",
+        "counter",
+        "Switches of how the endpoint serves, by the mode switched to (pd, decode_only, "
+        "prefill_only, down).",
+        ("mode",),
+    ),
     ("pdboot_watch_rounds_total", "counter", "Rounds of canaries completed.", ()),
     (
         "pdboot_watch_last_round_timestamp_seconds",

@@ -7,8 +7,13 @@ pair says "one of these two". An engine is blamed directly when its own ``/healt
 (decodes) when its answer alone is missing or hangs. Otherwise an engine is blamed when more
 than half of its pairs failed, counting only pairs whose other end is not blamed directly: with
 two decodes, a decode that breaks every pair is blamed and the prefills, which still work with
-the other decode, are not. With one prefill and one decode both ends are blamed; neither can
+the other decode, are not. With one prefill and one decode a failing pair is a tie: neither can
 leave the router (the last engine of a tier): that is an alert.
+
+The last engine of a tier leaves the router only when it is certainly the one at fault (its
+``/health`` fails, or its own answer does) and the other tier keeps an engine in rotation:
+the endpoint then serves from the other tier alone (degraded mode, plan/degraded.py) instead
+of failing every request; ``WatchConfig.degraded`` off keeps it in the router with an alert.
 
 Which faults a restart fixes. Failed NIXL transfers and a pull that hangs while the decode
 answers alone and ``/health`` is fine are the "peer state went bad" failures vLLM users fix by
@@ -99,6 +104,7 @@ class WatchConfig:
     readmit_after: int = 3  # consecutive good rounds before coming back
     restart_after: int = 2  # consecutive bad rounds (peer faults) before a restart
     restart_backoff_seconds: float = 600.0  # at most one restart per engine in this window
+    degraded: bool = True  # a tier's last engine may leave: the other tier serves alone
 
 
 @dataclass(frozen=True)
@@ -215,7 +221,7 @@ def step(
                 s, bad_rounds=s.bad_rounds + 1, good_rounds=0, fault=b.fault, reason=b.reason
             )
             evict_after = cfg.evict_after + (0 if b.certain else 1)
-            s, acts = _when_bad(cfg, engines, e, s, rotation, obs.now, evict_after)
+            s, acts = _when_bad(cfg, engines, e, s, rotation, obs.now, evict_after, b.certain)
             actions += acts
         elif e.key in observed or not obs.pairs:
             s = replace(s, good_rounds=s.good_rounds + 1, bad_rounds=0, alerted=False)
@@ -239,12 +245,15 @@ def _when_bad(
     rotation: set[str],
     now: float,
     evict_after: int,
+    certain: bool = True,
 ) -> tuple[EngineState, list[WatchAction]]:
-    """Evict (or alert when it is the last of its tier), then restart when a restart helps."""
+    """Evict (or alert when it is the last of its tier and the tier cannot be left to the
+    other one: module docstring), then restart when a restart helps."""
     acts: list[WatchAction] = []
     if s.in_rotation and s.bad_rounds >= evict_after:
         others = [x for x in engines if x.tier == e.tier and x.key != e.key and x.key in rotation]
-        if not others:
+        serving = [x for x in engines if x.tier != e.tier and x.key in rotation]
+        if not others and not (cfg.degraded and certain and serving):
             if not s.alerted:
                 acts.append(
                     Alert(

@@ -28,6 +28,8 @@ class WatchVerdicts:
     pairs: tuple[PairVerdict, ...] = ()
     out_of_rotation: tuple[str, ...] = ()
     error: str = ""  # "" when read
+    serving: str = "pd"  # plan/degraded.py's mode: pd, decode_only, prefill_only, down
+    serving_seconds: float = 0.0  # how long it has served so
 
 
 def parse_verdicts(url: str, text: str) -> WatchVerdicts:
@@ -46,6 +48,14 @@ def parse_verdicts(url: str, text: str) -> WatchVerdicts:
             for p in doc["pairs"]
         )
         out = tuple(str(k) for k in doc.get("out_of_rotation", []))
-        return WatchVerdicts(url, int(doc.get("rounds", 0)), pairs, out)
-    except (ValueError, KeyError, TypeError) as e:
+        serving = doc.get("serving") or {}  # absent from a watch before degraded mode
+        return WatchVerdicts(
+            url,
+            int(doc.get("rounds", 0)),
+            pairs,
+            out,
+            serving=str(serving.get("mode", "pd")),
+            serving_seconds=float(serving.get("seconds", 0.0)),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         return WatchVerdicts(url, error=f"unreadable /verdicts: {e}")

@@ -38,6 +38,8 @@ def run_down(world: World, rec: Recorder, opts: DownOptions | None = None) -> in
         rec,
         hosts_factory=world.hosts,
         lock_factory=world.take_lock,
+        fetch=world.fetch,
+        clock=world.clock,
     )
 
 

@@ -211,3 +211,40 @@ def test_status_names_foreign_and_missing_router_workers() -> None:
     doc = _json.loads(status_json(StatusReport("demo", "e", False, (), workers=diff)))
     assert doc["router_workers"]["foreign"] == ["http://203.0.113.9:9"]
     assert worker_diff(plan, lambda *_a, **_k: HttpAnswer(0, "", "refused")).error
+
+
+def test_status_shows_a_plain_entry_of_degraded_mode_as_pdboots_not_foreign() -> None:
+    """Degraded mode registers a decode again under its URL with a trailing slash as a
+    regular worker (plan/degraded.py): the router's answer keeps both entries apart."""
+    import json as _json
+
+    from rich.console import Console
+
+    from pdboot.deploy.router_api import WorkerDiff, parse_workers, worker_diff
+    from pdboot.events import StatusReport
+    from pdboot.transport.http import HttpAnswer
+    from pdboot.views.status import print_status
+
+    plan = build_plan(one_by_two())
+    listed = [
+        {"url": "http://192.0.2.11:8201", "worker_type": "decode"},
+        {"url": "http://192.0.2.11:8201/", "worker_type": "regular"},
+        {"url": "http://192.0.2.12:8201", "worker_type": "decode"},
+        {"url": "http://203.0.113.9:9/", "worker_type": "regular"},  # an outsider's
+    ]
+    body = _json.dumps({"workers": listed})
+    assert [(w.url, w.worker_type) for w in parse_workers(body)] == [
+        ("http://192.0.2.11:8201", "decode"),
+        ("http://192.0.2.11:8201/", "regular"),
+        ("http://192.0.2.12:8201", "decode"),
+        ("http://203.0.113.9:9/", "regular"),
+    ]
+    diff = worker_diff(plan, lambda *_a, **_k: HttpAnswer(200, body))
+    assert diff == WorkerDiff(
+        ("http://203.0.113.9:9/",), ("http://192.0.2.10:8200",), plain=("http://192.0.2.11:8201",)
+    )
+    out = Console(record=True, width=200)
+    print_status(out, StatusReport("demo", "e", False, (), workers=diff))
+    assert (
+        "router: degraded, serving plain (no P/D) from http://192.0.2.11:8201" in out.export_text()
+    )

@@ -11,7 +11,7 @@ from typing import Any
 from pdboot.deploy.router_api import Worker
 from pdboot.deploy.watch.run import WatchDeps, Watcher
 from pdboot.events import Event
-from pdboot.plan.watch.events import WatchActionTaken, WatchRound
+from pdboot.plan.watch.events import WatchActionTaken, WatchRound, WatchServingChanged
 from pdboot.plan.watch.metrics import WATCH_METRICS, WatchMetrics
 from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.http import HttpAnswer
@@ -282,3 +282,41 @@ def test_a_foreign_worker_is_removed_counted_and_an_emptied_router_refilled_in_o
     assert set(router.listed) == {"http://p1", "http://p2", "http://d1"}
     assert m.value("pdboot_watch_workers_reregistered_total", "d1", "decode") == 1
     assert m.value("pdboot_watch_workers_reregistered_total", "d2", "decode") is None
+
+
+def test_a_lost_only_prefill_switches_to_plain_decodes_and_back_to_pd_in_order() -> None:
+    """Degraded mode: the router gets the decode as a plain worker before the prefill leaves,
+    and the prefill before the plain entry leaves (plan/degraded.py); each switch is an event,
+    the gauge and the counter."""
+    one_one = [ENGINES[0], ENGINES[2]]
+    world = World(engines={"p1": FakeEngine("prefill"), "d1": FakeEngine("decode")})
+    w, router, events = watcher(world)
+    w = Watcher(one_one, "m", w.cfg, w.deps)
+    router.listed = {"http://p1": "prefill", "http://d1": "decode"}
+    world.engines["p1"].healthy = False
+    w.round()
+    # the plain entry first; then the P/D entries go together
+    assert router.calls[0] == ("add", "http://d1/")
+    assert sorted(router.calls[1:]) == [("remove", "http://d1"), ("remove", "http://p1")]
+    assert router.listed == {"http://d1/": "regular"}
+    changed = [e for e in events if isinstance(e, WatchServingChanged)]
+    assert [(e.before, e.mode, e.lost_tier) for e in changed] == [("pd", "decode_only", "prefill")]
+    m = w.deps.metrics
+    assert m.value("pdboot_watch_degraded") == 1
+    assert w.serving_doc()["mode"] == "decode_only"
+    w.round()  # still down: nothing changes
+    assert len(router.calls) == 3
+    world.engines["p1"].healthy = True
+    w.round()
+    w.round()  # readmit_after=2
+    assert sorted(router.calls[3:5]) == [("add", "http://d1"), ("add", "http://p1")]
+    assert router.calls[5:] == [("remove", "http://d1/")]
+    assert router.listed == {"http://p1": "prefill", "http://d1": "decode"}
+    assert m.value("pdboot_watch_degraded") == 0
+    assert m.value("pdboot_watch_serving_switches_total", "pd") == 1
+    assert m.value("pdboot_watch_serving_switches_total", "decode_only") == 1
+    assert actions(events) == [("evict", "p1", True), ("readmit", "p1", True)]
+    # the decode's P/D entry came back with the switch: not a repair
+    assert m.value("pdboot_watch_workers_reregistered_total", "d1", "decode") is None
+    # the plain entry is pdboot's own: never removed as a foreign worker
+    assert m.value("pdboot_watch_foreign_workers_removed_total", "http://d1/", "regular") is None

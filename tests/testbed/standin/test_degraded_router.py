@@ -1,0 +1,213 @@
+"""Degraded mode against the real vllm-router 0.1.17 (--enable-igw) and stand-in engines (an
+emulation) on loopback, 1 prefill x 1 decode, a client loop through the router:
+
+- the router's rule the switch rests on (plan/degraded.py): decode workers alone answer 503,
+  the same engine registered again as a plain (regular) worker under its URL with a trailing
+  slash serves, and a prefill added beside it turns P/D on again;
+- `pdboot watch` (its real loop, on loopback) with the only prefill stopped and left down: the
+  switch within two rounds of the stop, 0 failed requests after it, the decode serving alone;
+  the prefill started again: P/D again, the decode pulls KV again, 0 failed requests from the
+  stop of degraded mode on.
+
+Nothing asserts on seconds; the seconds are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pdboot.deploy.router_api import RouterWorkerApi
+from pdboot.deploy.watch.run import WatchDeps, Watcher
+from pdboot.events import Event
+from pdboot.plan.degraded import plain_url
+from pdboot.plan.watch.events import WatchServingChanged
+from pdboot.plan.watch.metrics import WatchMetrics
+from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
+from pdboot.transport.http import http
+from pdboot.verify.exposition import parse_exposition
+from tests.testbed.standin.test_standin import get, post
+from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router
+
+INTERVAL = 1.5
+CFG = WatchConfig(interval_seconds=INTERVAL, deadline_seconds=1.0, readmit_after=2)
+WAIT = 60.0  # bound for "it happened"; nothing asserts on durations
+PROMPT = "the client loop asks this every time"
+
+
+def complete(url: str) -> tuple[int, str]:
+    body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0})
+    req = urllib.request.Request(
+        url + "/v1/completions", body.encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def pulled_tokens(p: Proc) -> float:
+    """The decode's prompt tokens that came as KV from a prefill (vLLM's own metric)."""
+    text = get(p.url + "/metrics")[1]
+    return sum(
+        s.value
+        for s in parse_exposition(text)
+        if s.name == "vllm:prompt_tokens_by_source_total"
+        and s.labels.get("source") == "external_kv_transfer"
+    )
+
+
+def test_the_router_routes_plain_workers_only_while_it_has_no_pd_worker(tmp_path: Path) -> None:
+    """The rule plan/degraded.py rests on, with the real router: any prefill or decode entry
+    for the model turns P/D routing on (503 without a complete pair); regular entries alone
+    serve; the plain entry (URL with a trailing slash) is its own entry."""
+    prefill = Proc(tmp_path, "p", "prefill", {})
+    decode = Proc(tmp_path, "d", "decode", {})
+    router = Router(tmp_path, prefill.url, decode.url)
+    try:
+        api = RouterWorkerApi(router.url, http, model_id=MODEL)
+        api.add(plain_url(decode.url), "regular")
+        status, body = complete(router.url)
+        assert status == 200 and "prefill_addr" not in json.loads(body)["id"], body
+        api.add(decode.url, "decode")
+        assert {(w.url, w.worker_type) for w in api.workers()} == {
+            (decode.url, "decode"),
+            (plain_url(decode.url), "regular"),
+        }
+        status, body = complete(router.url)
+        assert (status, "0 prefill, 1 decode" in body) == (503, True), body
+        before = pulled_tokens(decode)
+        api.add(prefill.url, "prefill")
+        status, body = complete(router.url)
+        assert status == 200 and "prefill_addr" in json.loads(body)["id"], body
+        assert pulled_tokens(decode) > before
+        assert api.remove(plain_url(decode.url)) and decode.url in {w.url for w in api.workers()}
+    finally:
+        router.stop()
+        prefill.stop()
+        decode.stop()
+
+
+@dataclass
+class Bed:
+    prefill: Proc
+    decode: Proc
+    watcher: Watcher
+    events: list[tuple[float, Event]]
+    client: ClientLoop
+
+    def switch(self, mode: str) -> tuple[float, int]:
+        """When watch switched to ``mode`` (monotonic) and its round count then."""
+        end = time.monotonic() + WAIT
+        while True:
+            for t, e in list(self.events):
+                if isinstance(e, WatchServingChanged) and e.mode == mode:
+                    return t, self.watcher.rounds
+            assert time.monotonic() < end, f"no switch to {mode}: {self.events}"
+            time.sleep(0.05)
+
+    def failed_since(self, t: float) -> list[tuple[float, str]]:
+        return [(round(t0 - t, 2), why) for t0, why in self.client.errors if t0 >= t]
+
+
+@pytest.fixture
+def bed(tmp_path: Path) -> Iterator[Bed]:
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    procs: list[Proc] = []
+    router: Router | None = None
+    client: ClientLoop | None = None
+    try:
+        prefill = Proc(tmp_path, "p", "prefill", {})
+        procs.append(prefill)
+        decode = Proc(tmp_path, "d", "decode", {})
+        procs.append(decode)
+        router = Router(tmp_path, prefill.url, decode.url)
+        router.add(prefill.url, "prefill")
+        router.add(decode.url, "decode")
+        engines = [
+            WatchedEngine("p", "prefill", prefill.url),
+            WatchedEngine("d", "decode", decode.url),
+        ]
+        events: list[tuple[float, Event]] = []
+        deps = WatchDeps(
+            http,
+            RouterWorkerApi(router.url, http, model_id=MODEL),
+            lambda e: events.append((time.monotonic(), e)),
+            WatchMetrics(),
+            None,  # no restarts: the prefill stays down until the test starts it
+            drain_seconds=0.5,
+            ready_seconds=30,
+        )
+        watcher = Watcher(engines, MODEL, CFG, deps)
+        status, alone = post(
+            decode.url + "/v1/completions",
+            {"model": MODEL, "prompt": PROMPT, "max_tokens": 16, "temperature": 0},
+        )
+        assert status == 200, alone
+        client = ClientLoop(router.url, alone["choices"][0]["text"], PROMPT)
+        threads = [
+            threading.Thread(target=watcher.run, args=(stop,), daemon=True),
+            threading.Thread(target=client.run, daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        end = time.monotonic() + WAIT
+        while watcher.rounds < 2:
+            assert time.monotonic() < end, events
+            time.sleep(0.05)
+        yield Bed(prefill, decode, watcher, events, client)
+    finally:
+        stop.set()
+        if client is not None:
+            client.stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        if router is not None:
+            router.stop()
+        for p in procs:
+            p.stop()
+
+
+def test_a_lost_prefill_degrades_to_the_decode_alone_and_pd_resumes_when_it_is_back(
+    bed: Bed,
+) -> None:
+    assert bed.failed_since(0) == [] and bed.watcher.serving == "pd"
+    t_stop, rounds_then = time.monotonic(), bed.watcher.rounds
+    bed.prefill.stop()
+    t_switch, rounds_switch = bed.switch("decode_only")
+    # detected by the next round's /health, switched in it (the one under way counts too)
+    assert rounds_switch - rounds_then <= 2
+    assert bed.watcher.deps.metrics.value("pdboot_watch_degraded") == 1
+    time.sleep(3 * INTERVAL)  # serving alone for a few rounds
+    served_alone = bed.client.after(t_switch)
+    assert bed.failed_since(t_switch) == [] and served_alone["ok"] > 0, served_alone
+    pulled = pulled_tokens(bed.decode)
+    assert bed.failed_since(t_stop + 10) == []
+
+    t_start = time.monotonic()
+    bed.prefill.start()
+    t_back, _ = bed.switch("pd")
+    end = time.monotonic() + WAIT
+    while pulled_tokens(bed.decode) <= pulled:  # the decode pulls KV again
+        assert time.monotonic() < end, "no KV pulled after P/D resumed"
+        time.sleep(0.1)
+    time.sleep(INTERVAL)
+    bed.client.stop.set()
+    assert bed.failed_since(t_switch) == [], bed.failed_since(t_switch)
+    assert bed.watcher.deps.metrics.value("pdboot_watch_degraded") == 0
+    lost = bed.client.after(t_stop)["failed"]
+    print(
+        f"\nswitch {t_switch - t_stop:.1f} s after the stop ({lost} failed before it); "
+        f"P/D again {t_back - t_start:.1f} s after the start; "
+        f"degraded {t_back - t_switch:.1f} s, {served_alone['ok']} served alone"
+    )
