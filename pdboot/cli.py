@@ -61,19 +61,28 @@ def render(
         bool,
         typer.Option("--json", help="One JSON object: each host's compose text and services."),
     ] = False,
+    clean: Annotated[
+        bool,
+        typer.Option(
+            "--clean",
+            help="With --out: remove the projects of hosts the deployment no longer has "
+            "(without it, render refuses such a folder).",
+        ),
+    ] = False,
 ) -> None:
     """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
     from pdboot.plan.build import build_plan
-    from pdboot.plan.model import PROXY_CONF_FILE
     from pdboot.plan.proxy import proxy_conf_text
     from pdboot.plan.render import render_all, render_summary
     from pdboot.views.render import print_projects, print_written, projects_json
+    from pdboot.views.render_out import remove_stale, stale_host_dirs, write_projects
 
     inv = load(inventory)
     warn_example_addresses(inv)
     plan = build_plan(inv)
     texts = render_all(plan)
     summary = render_summary(plan, inv.weights, inv.model_revision)
+    hosts = set(texts)  # every host that runs something, before --host picks one
     if host is not None:
         if host not in texts:
             stderr().print(
@@ -87,21 +96,29 @@ def render(
         sys.stdout.write(projects_json(plan, texts, summary) + "\n")
         return
     if out_dir is None:
-        print_projects(stdout(), texts, summary)
+        print_projects(stdout(), stderr(), texts, summary)
         return
+    stale = stale_host_dirs(out_dir, hosts)
+    if stale and not clean:
+        names = ", ".join(p.name for p in stale)
+        stderr().print(
+            f"{out_dir} holds projects of hosts this deployment no longer has ({names}): "
+            "--clean removes them, or choose another folder",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_USAGE)
+    proxy = {inv.router.host: proxy_conf_text(inv)}  # nginx.conf beside it (never the key)
     try:
-        for name, text in texts.items():
-            target = out_dir / name / "compose.yaml"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-            if name == inv.router.host:  # the proxy's nginx.conf beside it (never the key)
-                conf = proxy_conf_text(inv)
-                (target.parent / PROXY_CONF_FILE).write_text(conf, encoding="utf-8")
-        (out_dir / "summary.txt").write_text(summary, encoding="utf-8")
+        kept = remove_stale(stale)
+        written = write_projects(out_dir, texts, proxy, summary)
     except OSError as e:
         stderr().print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
         raise typer.Exit(EXIT_FAILED) from None
-    print_written(stdout(), [out_dir / name / "compose.yaml" for name in texts], summary)
+    for path in kept:
+        stderr().print(f"kept {path}: pdboot did not write it", highlight=False, markup=False)
+    print_written(stdout(), [p for p in stale if p not in kept], written, summary)
 
 
 @command
