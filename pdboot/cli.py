@@ -17,6 +17,7 @@ import typer
 
 from pdboot.cli_app import app, command, events_target, views
 from pdboot.cli_base import (
+    errors_as_json,
     load,
     refuse_example_addresses,
     stderr,
@@ -77,6 +78,8 @@ def render(
     from pdboot.views.render import print_projects, print_written, projects_json
     from pdboot.views.render_out import remove_stale, stale_host_dirs, write_projects
 
+    if as_json:
+        errors_as_json("document", "render")
     inv = load(inventory)
     warn_example_addresses(inv)
     plan = build_plan(inv)
@@ -117,7 +120,9 @@ def render(
         stderr().print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
         raise typer.Exit(EXIT_FAILED) from None
     for path in kept:
-        stderr().print(f"kept {path}: pdboot did not write it", highlight=False, markup=False)
+        stderr().print(
+            f"kept {path}: pdboot did not write it", highlight=False, markup=False, soft_wrap=True
+        )
     print_written(stdout(), [p for p in stale if p not in kept], written, summary)
 
 
@@ -152,6 +157,8 @@ def preflight(
     """Check every host before anything is pulled."""
     from pdboot.cli_preflight import preflight as check
 
+    if json_out:
+        errors_as_json("document", "preflight")
     code = check(
         inventory,
         json_out=json_out,
@@ -175,8 +182,8 @@ def stage(
     """Fetch the model's pinned commit into each engine host's HF cache; start nothing."""
     from pdboot.deploy.stage import stage as stage_weights
 
+    target = events_target(events, as_json, "stage")
     inv = load(inventory)
-    target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, _):
         code = stage_weights(
@@ -223,6 +230,7 @@ def up(
     from pdboot.deploy.up_options import UpOptions
     from pdboot.views.terminal import confirm_outage
 
+    target = events_target(events, as_json, "up")
     inv = load(inventory)
     opts = UpOptions(
         skip_preflight=skip_preflight,
@@ -239,7 +247,6 @@ def up(
     if detailed_exitcode and not plan_only:
         stderr().print("--detailed-exitcode goes with --plan", highlight=False, markup=False)
         raise typer.Exit(EXIT_USAGE)
-    target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, _):
         from pdboot.deploy.preflight_gate import preflight_gate
@@ -264,11 +271,11 @@ def down(
     """Stop and remove everything pdboot started (router, prefill, decode)."""
     from pdboot.deploy import down as down_mod
 
+    target = events_target(events, as_json, "down")
     inv = load(inventory)
     opts = down_mod.DownOptions(
         purge=purge, accept_new_host_keys=accept_new_host_keys, no_wait=no_wait
     )
-    target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, _):
         code = down_mod.down(inv, opts, emit)
@@ -298,6 +305,8 @@ def status(
     from pdboot.views.status import status_json
     from pdboot.views.terminal import TerminalView
 
+    if as_json:
+        errors_as_json("document", "status")
     inv = load(inventory)
     refuse_example_addresses(inv)
     view = TerminalView(stdout())

@@ -14,8 +14,8 @@ from typing import IO, TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from pdboot import __version__
-from pdboot.cli_base import stderr, stdout
+from pdboot import __version__, cli_base
+from pdboot.cli_base import errors_as_json, stderr, stdout
 from pdboot.exitcodes import EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:  # each command imports what it uses: `pdboot --version` loads none of it
@@ -90,14 +90,19 @@ def _root(
     ] = False,
 ) -> None:
     """pdboot: preflight, render, up, status, logs, down."""
+    cli_base.json_errors = None  # each command says whether it answers in JSON
+    cli_base.loaded_from = None
 
 
-def events_target(events: str | None, as_json: bool) -> str | None:
+def events_target(events: str | None, as_json: bool, command: str) -> str | None:
     """`--json` on a verb that emits events is `--events -`."""
     if as_json and events not in (None, "-"):
         stderr().print("--json and --events FILE: choose one", highlight=False, markup=False)
         raise typer.Exit(EXIT_USAGE)
-    return "-" if as_json else events
+    target = "-" if as_json else events
+    if target == "-":  # a refusal before the first event is the stream's `done` line
+        errors_as_json("stream", command)
+    return target
 
 
 @contextmanager

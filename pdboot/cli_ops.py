@@ -186,8 +186,8 @@ def watch(
     from pdboot.deploy.watch.service import WatchOptions, run_watch
     from pdboot.views.watch import WatchView
 
+    target = events_target(events, as_json, "watch")
     inv = load(inventory)
-    target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, console):
         opts = WatchOptions.parse(listen, restarts=not no_restart, accept_new=accept_new_host_keys)

@@ -182,6 +182,7 @@ def status(
     before: Scrape | None = None
     t_before = t0
     code = EXIT_FAILED
+    rows: list[ServiceStatus] = []
     try:
         while True:
             plan, rows, workers = collect(
@@ -200,7 +201,9 @@ def status(
             sleep(watch)
     except KeyboardInterrupt:
         pass  # --watch ends with Ctrl-C: the last report's verdict is the exit code
-    emit(Done("status", code, time.monotonic() - t0))
+    healthy = sum(r.healthy for r in rows if r.planned)
+    planned = sum(r.planned for r in rows)
+    emit(Done("status", code, time.monotonic() - t0, f"{healthy} of {planned} services healthy"))
     return code
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.syntax import Syntax
 
+from pdboot.diagnostics import versioned
 from pdboot.plan.model import Plan
 
 
@@ -35,9 +36,9 @@ def print_written(
     out: Console, removed: Iterable[Path], paths: Iterable[Path], summary: str
 ) -> None:
     for path in removed:
-        out.print(f"removed {path}/", highlight=False, markup=False)
+        out.print(f"removed {path}/", highlight=False, markup=False, soft_wrap=True)
     for path in paths:
-        out.print(f"wrote {path}", highlight=False, markup=False)
+        out.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
     out.print(summary, end="", highlight=False, markup=False, soft_wrap=True)
 
 
@@ -62,12 +63,14 @@ def projects_json(plan: Plan, texts: dict[str, str], summary: str) -> str:
         for s in plan.services()
         if s.host in texts
     ]
-    doc = {
-        "deployment": plan.deployment,
-        "model": plan.model,
-        "endpoint": f"{plan.endpoint}/v1",
-        "hosts": {name: {"compose": text} for name, text in texts.items()},
-        "services": services,
-        "summary": summary,
-    }
+    doc = versioned(
+        {
+            "deployment": plan.deployment,
+            "model": plan.model,
+            "endpoint": f"{plan.endpoint}/v1",
+            "hosts": {name: {"compose": text} for name, text in texts.items()},
+            "services": services,
+            "summary": summary,
+        }
+    )
     return json.dumps(doc, indent=2)
