@@ -222,6 +222,9 @@ def up(
     no_rolling: Annotated[bool, typer.Option("--no-rolling", metavar="", help=NO_ROLL)] = False,
     yes: Annotated[bool, typer.Option("--yes", metavar="", help=YES_HELP)] = False,
     refresh_weights: RefreshOpt = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "--check", hidden=True, help="Not here: --plan.")
+    ] = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
     answers are right (correctness gate); measure the KV path; print the endpoint. On a
@@ -230,6 +233,15 @@ def up(
     from pdboot.deploy.up_options import UpOptions
     from pdboot.views.terminal import confirm_outage
 
+    if dry_run:  # the other tools' words for it (kubectl, ansible): say which flag it is here
+        stderr().print(
+            "up has no --dry-run or --check: `pdboot up --plan` shows the steps and changes "
+            "nothing (`pdboot render` shows the compose files)",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_USAGE)
     target = events_target(events, as_json, "up")
     inv = load(inventory)
     opts = UpOptions(

@@ -217,3 +217,12 @@ def test_commands_that_take_the_lock_offer_new_host_keys_and_no_wait(name: str) 
     cmd = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
     opts = {o for p in cmd.params for o in p.opts}
     assert {"--accept-new-host-keys", "--no-wait", "--events"} <= opts
+
+
+@pytest.mark.parametrize("flag", ["--dry-run", "--check"])
+def test_up_points_other_tools_dry_run_words_to_plan(flag: str) -> None:
+    code, out, err = run("up", ONE, flag)
+    assert code == 2 and out == ""
+    assert "--plan" in err and flag in err
+    code, out, _ = run("up", "--help")
+    assert "--dry-run" not in out  # not an option of up's: only the pointer
