@@ -19,6 +19,7 @@ from pdboot.cli_app import app, command, events_target, views
 from pdboot.cli_base import (
     errors_as_json,
     load,
+    refuse,
     refuse_example_addresses,
     stderr,
     stdout,
@@ -36,10 +37,12 @@ from pdboot.cli_options import (
     NoWaitOpt,
     RefreshOpt,
 )
+from pdboot.diagnostics import Diagnostic
 from pdboot.exitcodes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from pdboot.events import Event
+    from pdboot.inventory.schema import Inventory
 
 
 @command
@@ -73,10 +76,8 @@ def render(
 ) -> None:
     """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
     from pdboot.plan.build import build_plan
-    from pdboot.plan.proxy import proxy_conf_text
     from pdboot.plan.render import render_all, render_summary
-    from pdboot.views.render import print_projects, print_written, projects_json
-    from pdboot.views.render_out import remove_stale, stale_host_dirs, write_projects
+    from pdboot.views.render import print_projects, projects_json
 
     if as_json:
         errors_as_json("document", "render")
@@ -88,12 +89,11 @@ def render(
     hosts = set(texts)  # every host that runs something, before --host picks one
     if host is not None:
         if host not in texts:
-            stderr().print(
-                f"host {host!r} runs nothing in this deployment; hosts that do: {', '.join(texts)}",
-                highlight=False,
-                markup=False,
+            why = (
+                f"host {host!r} runs nothing in this deployment; hosts that do: {', '.join(texts)}"
             )
-            raise typer.Exit(EXIT_USAGE)
+            stderr().print(why, highlight=False, markup=False, soft_wrap=True)
+            refuse([Diagnostic("error", why)])
         texts = {host: texts[host]}
     if as_json:
         sys.stdout.write(projects_json(plan, texts, summary) + "\n")
@@ -101,6 +101,24 @@ def render(
     if out_dir is None:
         print_projects(stdout(), stderr(), texts, summary)
         return
+    _write_out(inv, out_dir, texts, hosts, summary, clean=clean)
+
+
+def _write_out(
+    inv: Inventory,
+    out_dir: Path,
+    texts: dict[str, str],
+    hosts: set[str],
+    summary: str,
+    *,
+    clean: bool,
+) -> None:
+    """`render --out DIR`: refuse (or with --clean empty) the folders of hosts the deployment
+    no longer has, then write every project."""
+    from pdboot.plan.proxy import proxy_conf_text
+    from pdboot.views.render import print_written
+    from pdboot.views.render_out import remove_stale, stale_host_dirs, write_projects
+
     stale = stale_host_dirs(out_dir, hosts)
     if stale and not clean:
         names = ", ".join(p.name for p in stale)

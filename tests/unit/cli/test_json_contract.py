@@ -116,3 +116,10 @@ def test_the_example_address_refusal_is_located_unwrapped_and_json(tmp_path: Pat
     # render only notes it, at the same place
     code, _, err = run("render", ONE)
     assert code == 0 and f"note: {ONE}:{at['192.0.2.10']}: hosts.gpu-a.address" in err
+
+
+def test_render_json_refuses_an_unknown_host_in_json() -> None:
+    code, out, err = run("render", ONE, "--host", "gpu-z", "--json")
+    assert code == 2 and "gpu-z" in err
+    (d,) = json.loads(out)["diagnostics"]
+    assert "gpu-z" in d["summary"] and "gpu-a" in d["summary"]
