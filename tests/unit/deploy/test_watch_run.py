@@ -282,3 +282,28 @@ def test_a_foreign_worker_is_removed_counted_and_an_emptied_router_refilled_in_o
     assert set(router.listed) == {"http://p1", "http://p2", "http://d1"}
     assert m.value("pdboot_watch_workers_reregistered_total", "d1", "decode") == 1
     assert m.value("pdboot_watch_workers_reregistered_total", "d2", "decode") is None
+
+
+def test_a_failing_pair_and_its_action_are_said_once_by_their_events(caplog: Any) -> None:
+    """Issue 46: the view prints each event's line; a log record beside it said it twice."""
+    import logging
+
+    world = World()
+    w, _, events = watcher(world)
+    world.engines["d1"].corrupt = True
+    with caplog.at_level(logging.INFO):
+        w.round()
+    assert actions(events) == [("evict", "d1", True)]
+    assert any(p.fault for e in events if isinstance(e, WatchRound) for p in e.pairs)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("pdboot.deploy.watch")]
+    assert not any("d1" in m for m in said), said
+
+
+def test_the_start_line_counts_in_words() -> None:
+    from pdboot.deploy.watch.service import counted
+
+    assert (counted(1, "pair"), counted(2, "pair"), counted(0, "engine")) == (
+        "1 pair",
+        "2 pairs",
+        "0 engines",
+    )
