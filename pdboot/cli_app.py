@@ -5,6 +5,7 @@ and cli_ops.py (the verbs around a running deployment)."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import sys
 from collections.abc import Callable, Iterator
@@ -48,7 +49,16 @@ def _plain_help(params: list[Any]) -> list[Any]:
 
 class Command(TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
-        return _plain_help(super().get_params(ctx))
+        params = super().get_params(ctx)
+        # `-V`/`--version` on every command too (`pdboot up -V`): a copy of the root's own
+        # option that hands the command no value (its function has no such parameter)
+        root = ctx.find_root().command
+        found = [p for p in root.params if p.name == "version"] if root is not self else []
+        if found and not any(p.name == "version" for p in params):
+            version = copy.copy(found[0])
+            version.expose_value = False
+            params = [*params[:-1], version, params[-1]]  # before --help, the last
+        return _plain_help(params)
 
 
 class Group(TyperGroup):

@@ -274,9 +274,19 @@ def observability(
 
 @command
 def schema() -> None:
-    """Print the inventory's JSON Schema (for editors: completion and checks as you type)."""
-    import json
+    """Print the inventory's JSON Schema (for editors: completion and checks as you type).
+    Save it and name it on the inventory's first line, as examples/ do:
+    `# yaml-language-server: $schema=inventory.schema.json`."""
+    from pdboot.inventory.jsonschema import schema_text
 
-    from pdboot.inventory.jsonschema import inventory_schema
+    sys.stdout.write(schema_text())
+    stderr().print(SCHEMA_HINT, highlight=False, markup=False, soft_wrap=True)
 
-    sys.stdout.write(json.dumps(inventory_schema(), indent=2) + "\n")
+
+# how an editor finds it: the YAML language server (VS Code's YAML extension, Neovim's yamlls,
+# Helix, Zed) reads this modeline; examples/inventory.schema.json is the saved copy
+SCHEMA_HINT = (
+    "save it (pdboot schema > inventory.schema.json) and put this line first in the "
+    "inventory: # yaml-language-server: $schema=inventory.schema.json "
+    "(or point it at examples/inventory.schema.json in pdboot's repository)"
+)
