@@ -251,16 +251,14 @@ def up(
     from pdboot.deploy.up_options import UpOptions
     from pdboot.views.terminal import confirm_outage
 
-    if dry_run:  # the other tools' words for it (kubectl, ansible): say which flag it is here
-        stderr().print(
-            "up has no --dry-run or --check: `pdboot up --plan` shows the steps and changes "
-            "nothing (`pdboot render` shows the compose files)",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(EXIT_USAGE)
     target = events_target(events, as_json, "up")
+    if dry_run:  # the other tools' words for it (kubectl, ansible): say which flag it is here
+        _refuse_usage(
+            "up has no --dry-run or --check: `pdboot up --plan` shows the steps and changes "
+            "nothing (`pdboot render` shows the compose files)"
+        )
+    if detailed_exitcode and not plan_only:
+        _refuse_usage("--detailed-exitcode goes with --plan")
     inv = load(inventory)
     opts = UpOptions(
         skip_preflight=skip_preflight,
@@ -274,9 +272,6 @@ def up(
         yes=yes,
         refresh_weights=refresh_weights,
     )
-    if detailed_exitcode and not plan_only:
-        stderr().print("--detailed-exitcode goes with --plan", highlight=False, markup=False)
-        raise typer.Exit(EXIT_USAGE)
     refuse_example_addresses(inv)
     with views(target) as (emit, _):
         from pdboot.deploy.preflight_gate import preflight_gate
@@ -284,6 +279,12 @@ def up(
         gate = preflight_gate(emit)
         code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
+
+
+def _refuse_usage(why: str) -> None:
+    """Exit 2 with ``why`` on stderr (and, under --json, as JSON on stdout)."""
+    stderr().print(why, highlight=False, markup=False, soft_wrap=True)
+    refuse([Diagnostic("error", why)])
 
 
 @command

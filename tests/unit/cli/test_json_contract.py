@@ -123,3 +123,12 @@ def test_render_json_refuses_an_unknown_host_in_json() -> None:
     assert code == 2 and "gpu-z" in err
     (d,) = json.loads(out)["diagnostics"]
     assert "gpu-z" in d["summary"] and "gpu-a" in d["summary"]
+
+
+def test_a_usage_refusal_of_up_is_json_under_json() -> None:
+    code, out, err = run("up", ONE, "--detailed-exitcode", "--json")
+    assert code == 2 and "goes with --plan" in err
+    done = json.loads(out)
+    assert done["event"] == "done" and done["diagnostics"][0]["summary"].startswith("--detailed")
+    code, out, _ = run("up", ONE, "--dry-run")
+    assert code == 2 and out == ""
