@@ -17,7 +17,9 @@ import typer
 
 from pdboot.cli_app import app, command, events_target, views
 from pdboot.cli_base import (
+    errors_as_json,
     load,
+    refuse,
     refuse_example_addresses,
     stderr,
     stdout,
@@ -35,10 +37,12 @@ from pdboot.cli_options import (
     NoWaitOpt,
     RefreshOpt,
 )
+from pdboot.diagnostics import Diagnostic
 from pdboot.exitcodes import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from pdboot.events import Event
+    from pdboot.inventory.schema import Inventory
 
 
 @command
@@ -61,47 +65,83 @@ def render(
         bool,
         typer.Option("--json", help="One JSON object: each host's compose text and services."),
     ] = False,
+    clean: Annotated[
+        bool,
+        typer.Option(
+            "--clean",
+            help="With --out: remove the projects of hosts the deployment no longer has "
+            "(without it, render refuses such a folder).",
+        ),
+    ] = False,
 ) -> None:
     """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
     from pdboot.plan.build import build_plan
-    from pdboot.plan.model import PROXY_CONF_FILE
-    from pdboot.plan.proxy import proxy_conf_text
     from pdboot.plan.render import render_all, render_summary
-    from pdboot.views.render import print_projects, print_written, projects_json
+    from pdboot.views.render import print_projects, projects_json
 
+    if as_json:
+        errors_as_json("document", "render")
     inv = load(inventory)
     warn_example_addresses(inv)
     plan = build_plan(inv)
     texts = render_all(plan)
     summary = render_summary(plan, inv.weights, inv.model_revision)
+    hosts = set(texts)  # every host that runs something, before --host picks one
     if host is not None:
         if host not in texts:
-            stderr().print(
-                f"host {host!r} runs nothing in this deployment; hosts that do: {', '.join(texts)}",
-                highlight=False,
-                markup=False,
+            why = (
+                f"host {host!r} runs nothing in this deployment; hosts that do: {', '.join(texts)}"
             )
-            raise typer.Exit(EXIT_USAGE)
+            stderr().print(why, highlight=False, markup=False, soft_wrap=True)
+            refuse([Diagnostic("error", why)])
         texts = {host: texts[host]}
     if as_json:
         sys.stdout.write(projects_json(plan, texts, summary) + "\n")
         return
     if out_dir is None:
-        print_projects(stdout(), texts, summary)
+        print_projects(stdout(), stderr(), texts, summary)
         return
+    _write_out(inv, out_dir, texts, hosts, summary, clean=clean)
+
+
+def _write_out(
+    inv: Inventory,
+    out_dir: Path,
+    texts: dict[str, str],
+    hosts: set[str],
+    summary: str,
+    *,
+    clean: bool,
+) -> None:
+    """`render --out DIR`: refuse (or with --clean empty) the folders of hosts the deployment
+    no longer has, then write every project."""
+    from pdboot.plan.proxy import proxy_conf_text
+    from pdboot.views.render import print_written
+    from pdboot.views.render_out import remove_stale, stale_host_dirs, write_projects
+
+    stale = stale_host_dirs(out_dir, hosts)
+    if stale and not clean:
+        names = ", ".join(p.name for p in stale)
+        stderr().print(
+            f"{out_dir} holds projects of hosts this deployment no longer has ({names}): "
+            "--clean removes them, or choose another folder",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_USAGE)
+    proxy = {inv.router.host: proxy_conf_text(inv)}  # nginx.conf beside it (never the key)
     try:
-        for name, text in texts.items():
-            target = out_dir / name / "compose.yaml"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-            if name == inv.router.host:  # the proxy's nginx.conf beside it (never the key)
-                conf = proxy_conf_text(inv)
-                (target.parent / PROXY_CONF_FILE).write_text(conf, encoding="utf-8")
-        (out_dir / "summary.txt").write_text(summary, encoding="utf-8")
+        kept = remove_stale(stale)
+        written = write_projects(out_dir, texts, proxy, summary)
     except OSError as e:
         stderr().print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
         raise typer.Exit(EXIT_FAILED) from None
-    print_written(stdout(), [out_dir / name / "compose.yaml" for name in texts], summary)
+    for path in kept:
+        stderr().print(
+            f"kept {path}: pdboot did not write it", highlight=False, markup=False, soft_wrap=True
+        )
+    print_written(stdout(), [p for p in stale if p not in kept], written, summary)
 
 
 @command
@@ -135,6 +175,8 @@ def preflight(
     """Check every host before anything is pulled."""
     from pdboot.cli_preflight import preflight as check
 
+    if json_out:
+        errors_as_json("document", "preflight")
     code = check(
         inventory,
         json_out=json_out,
@@ -158,8 +200,8 @@ def stage(
     """Fetch the model's pinned commit into each engine host's HF cache; start nothing."""
     from pdboot.deploy.stage import stage as stage_weights
 
+    target = events_target(events, as_json, "stage")
     inv = load(inventory)
-    target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, _):
         code = stage_weights(
@@ -198,6 +240,9 @@ def up(
     no_rolling: Annotated[bool, typer.Option("--no-rolling", metavar="", help=NO_ROLL)] = False,
     yes: Annotated[bool, typer.Option("--yes", metavar="", help=YES_HELP)] = False,
     refresh_weights: RefreshOpt = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "--check", hidden=True, help="Not here: --plan.")
+    ] = False,
 ) -> None:
     """Pull, start decode and prefill, then the router; prove a request flows and the
     answers are right (correctness gate); measure the KV path; print the endpoint. On a
@@ -206,6 +251,14 @@ def up(
     from pdboot.deploy.up_options import UpOptions
     from pdboot.views.terminal import confirm_outage
 
+    target = events_target(events, as_json, "up")
+    if dry_run:  # the other tools' words for it (kubectl, ansible): say which flag it is here
+        _refuse_usage(
+            "up has no --dry-run or --check: `pdboot up --plan` shows the steps and changes "
+            "nothing (`pdboot render` shows the compose files)"
+        )
+    if detailed_exitcode and not plan_only:
+        _refuse_usage("--detailed-exitcode goes with --plan")
     inv = load(inventory)
     opts = UpOptions(
         skip_preflight=skip_preflight,
@@ -219,10 +272,6 @@ def up(
         yes=yes,
         refresh_weights=refresh_weights,
     )
-    if detailed_exitcode and not plan_only:
-        stderr().print("--detailed-exitcode goes with --plan", highlight=False, markup=False)
-        raise typer.Exit(EXIT_USAGE)
-    target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, _):
         from pdboot.deploy.preflight_gate import preflight_gate
@@ -230,6 +279,12 @@ def up(
         gate = preflight_gate(emit)
         code = up_mod.up(inv, opts, emit, preflight=gate, confirm=confirm_outage)
     raise typer.Exit(code)
+
+
+def _refuse_usage(why: str) -> None:
+    """Exit 2 with ``why`` on stderr (and, under --json, as JSON on stdout)."""
+    stderr().print(why, highlight=False, markup=False, soft_wrap=True)
+    refuse([Diagnostic("error", why)])
 
 
 @command
@@ -247,11 +302,11 @@ def down(
     """Stop and remove everything pdboot started (router, prefill, decode)."""
     from pdboot.deploy import down as down_mod
 
+    target = events_target(events, as_json, "down")
     inv = load(inventory)
     opts = down_mod.DownOptions(
         purge=purge, accept_new_host_keys=accept_new_host_keys, no_wait=no_wait
     )
-    target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, _):
         code = down_mod.down(inv, opts, emit)
@@ -281,6 +336,8 @@ def status(
     from pdboot.views.status import status_json
     from pdboot.views.terminal import TerminalView
 
+    if as_json:
+        errors_as_json("document", "status")
     inv = load(inventory)
     refuse_example_addresses(inv)
     view = TerminalView(stdout())

@@ -5,6 +5,7 @@ and cli_ops.py (the verbs around a running deployment)."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import sys
 from collections.abc import Callable, Iterator
@@ -14,8 +15,8 @@ from typing import IO, TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from pdboot import __version__
-from pdboot.cli_base import stderr, stdout
+from pdboot import __version__, cli_base
+from pdboot.cli_base import errors_as_json, stderr, stdout
 from pdboot.exitcodes import EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:  # each command imports what it uses: `pdboot --version` loads none of it
@@ -48,7 +49,16 @@ def _plain_help(params: list[Any]) -> list[Any]:
 
 class Command(TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
-        return _plain_help(super().get_params(ctx))
+        params = super().get_params(ctx)
+        # `-V`/`--version` on every command too (`pdboot up -V`): a copy of the root's own
+        # option that hands the command no value (its function has no such parameter)
+        root = ctx.find_root().command
+        found = [p for p in root.params if p.name == "version"] if root is not self else []
+        if found and not any(p.name == "version" for p in params):
+            version = copy.copy(found[0])
+            version.expose_value = False
+            params = [*params[:-1], version, params[-1]]  # before --help, the last
+        return _plain_help(params)
 
 
 class Group(TyperGroup):
@@ -90,14 +100,19 @@ def _root(
     ] = False,
 ) -> None:
     """pdboot: preflight, render, up, status, logs, down."""
+    cli_base.json_errors = None  # each command says whether it answers in JSON
+    cli_base.loaded_from = None
 
 
-def events_target(events: str | None, as_json: bool) -> str | None:
+def events_target(events: str | None, as_json: bool, command: str) -> str | None:
     """`--json` on a verb that emits events is `--events -`."""
     if as_json and events not in (None, "-"):
         stderr().print("--json and --events FILE: choose one", highlight=False, markup=False)
         raise typer.Exit(EXIT_USAGE)
-    return "-" if as_json else events
+    target = "-" if as_json else events
+    if target == "-":  # a refusal before the first event is the stream's `done` line
+        errors_as_json("stream", command)
+    return target
 
 
 @contextmanager

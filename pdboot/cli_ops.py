@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -17,21 +16,43 @@ from pdboot.cli_app import command, events_target, views
 from pdboot.cli_base import load, refuse_example_addresses, stderr, stdout
 from pdboot.cli_options import AcceptNewOpt, EventsOpt, InventoryArg, JsonEventsOpt
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.timestamps import parse_rfc3339
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Go's durations, as `docker compose logs --since` reads them (42m, 1h30m, 1.5h, 500ms), and days
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+SINCE_FORMS = (
+    "a duration back from now (30s, 10m, 1h30m, 2d), an RFC 3339 time "
+    "(2026-12-04T10:00:00Z, 2026-12-04T11:00:00+01:00) or a Unix time (1764842400)"
+)
 
 
 def since_time(value: str, now: float) -> int:
-    """`--since` as docker reads it: a duration back from now (30s, 10m, 2h, 1d) or an
-    RFC 3339 time; the Unix time the logs start at. ValueError when it is neither."""
-    m = _DURATION.match(value.strip())
-    if m:
-        return int(now - float(m.group(1)) * _UNIT_S[m.group(2)])
-    stamp = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    if stamp.tzinfo is None:
-        raise ValueError("a time needs its zone (Z or +01:00)")
-    return int(stamp.timestamp())
+    """`--since` as `docker compose logs` reads it: a duration back from now, an RFC 3339 time
+    or Unix seconds; the Unix time the logs start at. ValueError naming the forms otherwise."""
+    text = value.strip()
+    if _DURATION.match(text):
+        back = sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(text))
+        return int(now - back)
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return int(float(text))
+    if "T" in text.upper() and re.search(r"(Z|[+-]\d\d:\d\d)$", text.upper()):
+        stamp = parse_rfc3339(text.upper())
+        if stamp is not None:
+            return int(stamp.timestamp())
+    if re.fullmatch(r"\d{4}-\d\d-\d\d([T ][\d:.]+)?", text):
+        raise ValueError(f"a time needs its zone (Z or +01:00); it takes {SINCE_FORMS}")
+    raise ValueError(f"not a time: it takes {SINCE_FORMS}")
+
+
+def tail_lines(value: str) -> int | None:
+    """`--tail` as compose reads it: a number of lines, or all (None)."""
+    if value.strip().lower() == "all":
+        return None
+    if not value.strip().isdigit():
+        raise ValueError("a number of lines, or all")
+    return int(value)
 
 
 @command
@@ -46,16 +67,25 @@ def logs(
         ),
     ] = None,
     tail: Annotated[
-        int, typer.Option("--tail", "-n", help="Lines from the end.", metavar="N")
-    ] = 100,
+        str,
+        typer.Option(
+            "--tail", "-n", help="Lines from the end of each service's log, or all.", metavar="N"
+        ),
+    ] = "100",
     since: Annotated[
         str | None,
         typer.Option(
-            help="Only lines since then: 10m, 2h, 1d, or 2026-12-04T10:00:00Z.", metavar="WHEN"
+            help="Only lines since then: 10m, 1h30m, 2d, 2026-12-04T10:00:00Z or Unix seconds.",
+            metavar="WHEN",
         ),
     ] = None,
     follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing (one service).")
+        bool,
+        typer.Option("--follow", "-f", help="Keep printing new lines of every service shown."),
+    ] = False,
+    timestamps: Annotated[
+        bool,
+        typer.Option("--timestamps", "-t", help="Docker's RFC 3339 time before each line."),
     ] = False,
     diagnose: Annotated[
         bool,
@@ -67,7 +97,7 @@ def logs(
     name."""
     from rich.text import Text
 
-    from pdboot.deploy import status as status_mod
+    from pdboot.deploy import logs as logs_mod
     from pdboot.views.terminal import TerminalView
 
     if service is None and inventory is not None and not inventory.exists():
@@ -76,7 +106,12 @@ def logs(
     try:
         start = None if since is None else since_time(since, time.time())
     except ValueError as e:
-        stderr().print(f"--since {since!r}: {e}", highlight=False, markup=False)
+        stderr().print(f"--since {since!r}: {e}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    try:
+        lines = tail_lines(tail)
+    except ValueError as e:
+        stderr().print(f"--tail {tail!r}: {e}", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
     inv = load(inventory)
     refuse_example_addresses(inv)
@@ -84,8 +119,8 @@ def logs(
     def on_line(line: str) -> None:
         stdout().print(Text.from_ansi(line), highlight=False, soft_wrap=True)
 
-    opts = status_mod.LogOptions(tail, follow, diagnose, start, accept_new_host_keys)
-    raise typer.Exit(status_mod.logs(inv, service, on_line, TerminalView(stdout()), opts))
+    opts = logs_mod.LogOptions(lines, follow, diagnose, start, accept_new_host_keys, timestamps)
+    raise typer.Exit(logs_mod.logs(inv, service, on_line, TerminalView(stdout()), opts))
 
 
 @command
@@ -186,8 +221,8 @@ def watch(
     from pdboot.deploy.watch.service import WatchOptions, run_watch
     from pdboot.views.watch import WatchView
 
+    target = events_target(events, as_json, "watch")
     inv = load(inventory)
-    target = events_target(events, as_json)
     refuse_example_addresses(inv)
     with views(target) as (emit, console):
         opts = WatchOptions.parse(listen, restarts=not no_restart, accept_new=accept_new_host_keys)
@@ -239,9 +274,19 @@ def observability(
 
 @command
 def schema() -> None:
-    """Print the inventory's JSON Schema (for editors: completion and checks as you type)."""
-    import json
+    """Print the inventory's JSON Schema (for editors: completion and checks as you type).
+    Save it and name it on the inventory's first line, as examples/ do:
+    `# yaml-language-server: $schema=inventory.schema.json`."""
+    from pdboot.inventory.jsonschema import schema_text
 
-    from pdboot.inventory.jsonschema import inventory_schema
+    sys.stdout.write(schema_text())
+    stderr().print(SCHEMA_HINT, highlight=False, markup=False, soft_wrap=True)
 
-    sys.stdout.write(json.dumps(inventory_schema(), indent=2) + "\n")
+
+# how an editor finds it: the YAML language server (VS Code's YAML extension, Neovim's yamlls,
+# Helix, Zed) reads this modeline; examples/inventory.schema.json is the saved copy
+SCHEMA_HINT = (
+    "save it (pdboot schema > inventory.schema.json) and put this line first in the "
+    "inventory: # yaml-language-server: $schema=inventory.schema.json "
+    "(or point it at examples/inventory.schema.json in pdboot's repository)"
+)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pdboot.deploy.seams import HeldLock, HostsFactory, LockFactory, default_hosts
 from pdboot.deploy.waits import Clock, MonotonicClock
 from pdboot.events import Done, Emit, Event, Interrupted, Note
-from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED
+from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, ended_in_words
 from pdboot.inventory.schema import Inventory
 from pdboot.transport import lock
 from pdboot.transport.connection import RemoteError
@@ -261,6 +261,7 @@ def run_framed(
         detail = frame.summary
     elif summary is not None:
         detail = summary(code, took)
+    detail = detail or f"{operation} {ended_in_words(code)} after {took:.1f}s"
     emit(Done(operation, code, took, detail))
     return code
 

@@ -1,4 +1,4 @@
-"""`status` and `logs`: what runs where, and one service's logs.
+"""`status`: what runs where (and the service selector `logs` uses, deploy/logs.py).
 
 status: per service of the plan (and any leftover of this deployment): host, state,
 health (its own /health over HTTP, the truth for readiness), uptime, image, whether its
@@ -11,18 +11,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.logscan import explain_services, report_lines
-from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import WorkerDiff, worker_diff
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
 from pdboot.deploy.watch.verdicts import read_verdicts
 from pdboot.deploy.weights.staging import as_recorded
-from pdboot.events import Diagnosis, Done, Emit, Note, ServiceStatus, StatusReport
-from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.events import Diagnosis, Done, Emit, ServiceStatus, StatusReport
+from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.inventory.cpu_layout import describe
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
@@ -31,10 +30,7 @@ from pdboot.plan.model import ROLES, Plan, Service
 from pdboot.plan.watch.verdicts import WatchVerdicts
 from pdboot.preflight.findings import plan_from
 from pdboot.timestamps import parse_rfc3339
-from pdboot.transport.docker_parse import EngineError
-from pdboot.transport.hosts import EngineOps, open_hosts, register_inventory_secrets
 from pdboot.transport.http import HttpFn, http
-from pdboot.verify.diagnose import diagnose as diagnose_logs
 from pdboot.verify.pdstatus import PDStatus, Scrape, pd_status, scrape
 
 
@@ -182,6 +178,7 @@ def status(
     before: Scrape | None = None
     t_before = t0
     code = EXIT_FAILED
+    rows: list[ServiceStatus] = []
     try:
         while True:
             plan, rows, workers = collect(
@@ -200,7 +197,9 @@ def status(
             sleep(watch)
     except KeyboardInterrupt:
         pass  # --watch ends with Ctrl-C: the last report's verdict is the exit code
-    emit(Done("status", code, time.monotonic() - t0))
+    healthy = sum(r.healthy for r in rows if r.planned)
+    planned = sum(r.planned for r in rows)
+    emit(Done("status", code, time.monotonic() - t0, f"{healthy} of {planned} services healthy"))
     return code
 
 
@@ -264,89 +263,3 @@ def select_service(inv: Inventory, selector: str, plan: Plan | None = None) -> S
             f"{name} runs {len(matches)} times; pick one: " + ", ".join(s.key for s in matches)
         )
     return matches[0]
-
-
-@dataclass(frozen=True)
-class LogOptions:
-    tail: int = 100
-    follow: bool = False
-    diagnose: bool = False
-    since: int | None = None  # Unix time: only lines written after it
-    accept_new_host_keys: bool = False
-
-
-def logs(
-    inv: Inventory,
-    selector: str | None,
-    on_line: Callable[[str], None],
-    emit: Emit,
-    opts: LogOptions,
-) -> int:
-    """Hands each log line of one service (found by label), or with no selector of every
-    service of the deployment (each line after its service's name, as compose prints them),
-    to ``on_line``."""
-    plan = build_plan(inv)
-    try:
-        chosen = [select_service(inv, selector, plan)] if selector else list(plan.services())
-    except SelectorError as e:
-        emit(Note(f"error: {e}", "error"))
-        return EXIT_USAGE
-    if opts.follow and len(chosen) > 1:
-        emit(Note("error: --follow needs one service (without one: every service's tail)", "error"))
-        return EXIT_USAGE
-    register_inventory_secrets(inv)  # engine logs pass through the masker (Engine.logs)
-    names = list(dict.fromkeys(s.host for s in chosen))
-    hosts = open_hosts(
-        inv,
-        names,
-        accept_new_host_keys=opts.accept_new_host_keys,
-        engine_timeout=None if opts.follow else 120,
-    )
-    try:
-        for host, why in sorted(hosts.errors.items()):
-            emit(Note(f"error: cannot reach {host}: {why}", "error"))
-        code = EXIT_FAILED if hosts.errors else EXIT_OK
-        width = max(len(s.key) for s in chosen)
-        for svc in chosen:
-            if svc.host in hosts.errors:
-                continue
-            prefix = "" if selector else f"{svc.key:<{width}} | "
-            if _service_logs(hosts.links[svc.host].engine, plan, svc, on_line, emit, opts, prefix):
-                code = EXIT_FAILED
-        return code
-    finally:
-        hosts.close()
-
-
-def _service_logs(
-    engine: EngineOps,
-    plan: Plan,
-    svc: Service,
-    on_line: Callable[[str], None],
-    emit: Emit,
-    opts: LogOptions,
-    prefix: str,
-) -> bool:
-    """One service's lines; True when it failed (no container, the host lost mid-read)."""
-    try:
-        found = find_container(engine.containers(plan.deployment), plan.deployment, svc)
-        if found is None:
-            emit(Note(f"error: {svc.key} has no container (is it up?)", "error"))
-            return True
-        if opts.follow:
-            try:
-                for line in engine.follow_logs(found.id, tail=opts.tail, since=opts.since):
-                    on_line(prefix + line)
-            except KeyboardInterrupt:
-                pass
-            return False
-        lines = engine.logs(found.id, tail=opts.tail, since=opts.since)
-        for line in lines:
-            on_line(prefix + line)
-        if opts.diagnose:  # --diagnose: known causes in these lines, cause + fix each
-            known = diagnose_logs({svc.key: lines})
-            emit(Diagnosis("logs --diagnose", tuple(report_lines(known))))
-        return False
-    except EngineError as e:  # e.g. the host was lost mid-read (docker_parse.EngineLost)
-        emit(Note(f"error: {e}", "error"))
-        return True

@@ -28,11 +28,43 @@ export_app = typer.Typer(
 
 OutOpt = Annotated[
     Path,
-    typer.Option("--out", help="Write the files into DIR.", metavar="DIR", show_default=False),
+    typer.Option(
+        "--out",
+        help="Write the files into DIR; `-`: the manifests to stdout, the notes to stderr.",
+        metavar="DIR",
+        show_default=False,
+    ),
 ]
+NOTES_SUFFIX = ".md"  # an export's notes (README.md): for the operator, not for the scheduler
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def to_stream(files: dict[str, str]) -> tuple[str, str]:
+    """`--out -`, as `helm template` prints: (stdout, stderr). The manifests only on stdout,
+    YAML ones as one stream of documents each under a `# Source: NAME` comment, so that
+    `| kubectl apply -f -` or `| sbatch` reads it; the notes on stderr. Raises ValueError
+    when the manifests cannot share one stream (more than one file that is not YAML)."""
+    manifests = {n: t for n, t in files.items() if not n.endswith(NOTES_SUFFIX)}
+    notes = "".join(t for n, t in files.items() if n.endswith(NOTES_SUFFIX))
+    if len(manifests) == 1:
+        return next(iter(manifests.values())), notes
+    if not all(n.endswith(YAML_SUFFIXES) for n in manifests):
+        raise ValueError(f"{len(manifests)} files that are not all YAML: {', '.join(manifests)}")
+    start = "---\n"
+    stream = "".join(f"{start}# Source: {n}\n{t.removeprefix(start)}" for n, t in manifests.items())
+    return stream, notes
 
 
 def _write(out_dir: Path, files: dict[str, str], executable: frozenset[str] = frozenset()) -> None:
+    if str(out_dir) == "-":
+        try:
+            manifests, notes = to_stream(files)
+        except ValueError as e:
+            _refuse(f"--out -: {e} cannot go to one stream; give --out DIR")
+            return
+        typer.echo(notes, err=True, nl=False)
+        typer.echo(manifests, nl=False)
+        return
     try:
         for name, text in files.items():
             target = out_dir / name

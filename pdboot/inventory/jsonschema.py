@@ -20,3 +20,14 @@ def inventory_schema() -> dict[str, Any]:
         "description": "One P/D deployment: hosts, model, tiers, router (pdboot render/up/down).",
         **{k: v for k, v in schema.items() if k != "title"},
     }
+
+
+SCHEMA_FILE = "inventory.schema.json"  # examples/ holds a copy; each example names it
+MODELINE = f"# yaml-language-server: $schema={SCHEMA_FILE}"
+
+
+def schema_text() -> str:
+    """What `pdboot schema` prints (and examples/inventory.schema.json holds)."""
+    import json
+
+    return json.dumps(inventory_schema(), indent=2) + "\n"

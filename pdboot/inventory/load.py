@@ -326,3 +326,15 @@ def load_inventory(path: str | Path) -> Inventory:
             [InventoryIssue((), f"not UTF-8 text ({e.reason} at byte {e.start})", line, str(p))]
         ) from None
     return parse_inventory(text, file=str(path))
+
+
+def key_lines(file: str | Path, paths: list[tuple[str | int, ...]]) -> list[int | None]:
+    """The line of each key path in an inventory file that loaded (for a refusal made after
+    loading, such as an example's address); None each where the file cannot be read again."""
+    try:
+        text = read_regular_file(Path(file), MAX_INVENTORY_BYTES + 1).decode("utf-8")
+        root, _ = yamlsafe.load(text)
+    except (OSError, NotRegularFile, UnicodeDecodeError, yaml.YAMLError):
+        return [None for _ in paths]
+    index = _LineIndex(root)
+    return [index.line(p) for p in paths]

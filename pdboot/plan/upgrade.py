@@ -108,8 +108,9 @@ def choose(
     single = [t for t in TIERS if len(blue.get(t, ())) < 2]
     if single:
         tiers = " and ".join(f"the {t} tier" for t in single)
+        has = "each have" if len(single) > 1 else "has"
         why = (
-            f"{compat.why}; {tiers} has one engine: no half can be freed for a new set, "
+            f"{compat.why}; {tiers} {has} one engine: no half can be freed for a new set, "
             "so every engine is replaced at once"
         )
         return UpgradePath("outage", why, compat, _outage(blue, green))

@@ -384,6 +384,9 @@ def run_preflight(
     ctxs = {n: with_hub_answer(c, hub_answer) for n, c in ctxs.items()}
     reports, read = read_reports(outcomes, ctxs, looked)
     judge_reports(inv, reports, read, looked, selection)
+    for name, rep in reports.items():
+        if not rep.reachable:  # an unset secret is this machine's, whatever the host does
+            rep.checks += [r for r in prepull.local(ctxs[name], inv) if selection.keep(r)]
     for n, found in args.wait().items():
         if n in reports and reports[n].reachable:
             reports[n].checks += [r for r in found if selection.keep(r)]

@@ -204,25 +204,44 @@ class Engine:
             raise self._err(f"cannot inspect {container_id[:12]}: {_short(e)}") from e
         return observed_from_inspect(self.host, data)
 
-    def logs(self, container_id: str, tail: int = 50, since: int | None = None) -> list[str]:
-        """The last ``tail`` lines (``since``: only lines written after this Unix time)."""
+    def logs(
+        self,
+        container_id: str,
+        tail: int | None = 50,
+        since: int | None = None,
+        timestamps: bool = False,
+    ) -> list[str]:
+        """The last ``tail`` lines (None: all; ``since``: only lines written after this Unix
+        time; ``timestamps``: Docker's RFC 3339 time before each line)."""
         try:
-            raw = self.api.logs(container_id, stdout=True, stderr=True, tail=tail, since=since)
+            raw = self.api.logs(
+                container_id,
+                stdout=True,
+                stderr=True,
+                tail="all" if tail is None else tail,
+                since=since,
+                timestamps=timestamps,
+            )
         except Exception as e:
             raise self._err(f"cannot read logs: {_short(e)}") from e
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         return [mask(line) for line in text.splitlines()]
 
     def follow_logs(
-        self, container_id: str, tail: int = 50, since: int | None = None
+        self,
+        container_id: str,
+        tail: int | None = 50,
+        since: int | None = None,
+        timestamps: bool = False,
     ) -> Iterator[str]:
         try:
             stream = self.api.logs(
                 container_id,
                 stdout=True,
                 stderr=True,
-                tail=tail,
+                tail="all" if tail is None else tail,
                 since=since,
+                timestamps=timestamps,
                 stream=True,
                 follow=True,
             )

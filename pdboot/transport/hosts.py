@@ -103,10 +103,20 @@ class EngineOps(Protocol):
 
     def inspect(self, container_id: str) -> Observed: ...
 
-    def logs(self, container_id: str, tail: int = 50, since: int | None = None) -> list[str]: ...
+    def logs(
+        self,
+        container_id: str,
+        tail: int | None = 50,
+        since: int | None = None,
+        timestamps: bool = False,
+    ) -> list[str]: ...
 
     def follow_logs(
-        self, container_id: str, tail: int = 50, since: int | None = None
+        self,
+        container_id: str,
+        tail: int | None = 50,
+        since: int | None = None,
+        timestamps: bool = False,
     ) -> Iterator[str]: ...
 
     def compose_up(

@@ -191,6 +191,7 @@ def to_json(result: PreflightResult, now: datetime | None = None) -> str:
     are, other tools read them) plus pdboot's ``version``, an RFC 3339 UTC ``timestamp``,
     the ``counts`` per status and each host's typed ``facts``."""
     from pdboot import __version__
+    from pdboot.diagnostics import FORMAT_VERSION
     from pdboot.preflight.facts_json import facts_json
 
     base = result.as_json()
@@ -200,6 +201,7 @@ def to_json(result: PreflightResult, now: datetime | None = None) -> str:
         hosts[name]["facts"] = facts_json(h.facts)
     at = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     out = {
+        "format_version": FORMAT_VERSION,
         "version": __version__,
         "timestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "counts": counts(result),

@@ -8,30 +8,37 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
-from rich.rule import Rule
 from rich.syntax import Syntax
 
+from pdboot.diagnostics import versioned
 from pdboot.plan.model import Plan
 
 
-def print_projects(out: Console, texts: dict[str, str], summary: str = "") -> None:
-    """Highlighted on a terminal, then the summary; piped, plain text: one YAML document per
-    host (what `docker compose -f -` reads), nothing else."""
+def print_projects(out: Console, err: Console, texts: dict[str, str], summary: str = "") -> None:
+    """One YAML document per host on stdout (what `docker compose -f -` reads), the summary on
+    stderr. On a terminal the same documents, highlighted, each under its host as a YAML
+    comment and never wrapped or cropped at the terminal's width: pasted, it parses as the
+    piped output does (`docker compose config` prints the same way)."""
     if not out.is_terminal:
         sys.stdout.write("---\n".join(texts.values()))
-        return
-    for name, text in texts.items():
-        out.print(Rule(f"{name}/compose.yaml"))
-        # wrapped, not cropped: a line cut at the terminal's edge copies as broken YAML
-        out.print(Syntax(text, "yaml", background_color="default", word_wrap=True))
+    else:
+        for i, (name, text) in enumerate(texts.items()):
+            if i:
+                out.print("---", highlight=False, markup=False, soft_wrap=True)
+            titled = f"# {name}/compose.yaml\n{text}"
+            code = Syntax(titled, "yaml", background_color="default").highlight(titled)
+            out.print(code, soft_wrap=True, end="")
     if summary:
-        out.print(Rule("summary"))
-        out.print(summary, end="", highlight=False, markup=False, soft_wrap=True)
+        err.print(summary, end="", highlight=False, markup=False, soft_wrap=True)
 
 
-def print_written(out: Console, paths: Iterable[Path], summary: str) -> None:
+def print_written(
+    out: Console, removed: Iterable[Path], paths: Iterable[Path], summary: str
+) -> None:
+    for path in removed:
+        out.print(f"removed {path}/", highlight=False, markup=False, soft_wrap=True)
     for path in paths:
-        out.print(f"wrote {path}", highlight=False, markup=False)
+        out.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
     out.print(summary, end="", highlight=False, markup=False, soft_wrap=True)
 
 
@@ -56,12 +63,14 @@ def projects_json(plan: Plan, texts: dict[str, str], summary: str) -> str:
         for s in plan.services()
         if s.host in texts
     ]
-    doc = {
-        "deployment": plan.deployment,
-        "model": plan.model,
-        "endpoint": f"{plan.endpoint}/v1",
-        "hosts": {name: {"compose": text} for name, text in texts.items()},
-        "services": services,
-        "summary": summary,
-    }
+    doc = versioned(
+        {
+            "deployment": plan.deployment,
+            "model": plan.model,
+            "endpoint": f"{plan.endpoint}/v1",
+            "hosts": {name: {"compose": text} for name, text in texts.items()},
+            "services": services,
+            "summary": summary,
+        }
+    )
     return json.dumps(doc, indent=2)

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pdboot.diagnostics import FORMAT_VERSION
 from pdboot.events import ServiceStatus, StatusReport
 from pdboot.plan.degraded import describe
 from pdboot.plan.watch.verdicts import WatchVerdicts
@@ -196,6 +197,7 @@ def rank_lines(rows: list[ServiceStatus]) -> list[str]:
 def status_json(report: StatusReport) -> str:
     """`status --json`: one document (its keys are a stable interface)."""
     doc: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
         "deployment": report.deployment,
         "endpoint": report.endpoint,
         "healthy": report.healthy,

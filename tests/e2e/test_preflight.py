@@ -228,10 +228,39 @@ def test_an_unreachable_host_is_reported_and_the_others_checked(
     _, doc = full_run
     h = doc["hosts"]["nossh"]
     assert h["reachable"] is False
-    assert [c["id"] for c in h["checks"]] == ["ssh.connect"]
+    # what this machine judges, here the tiers' agreement (a decode host's), is reported anyway
+    assert [c["id"] for c in h["checks"]] == ["ssh.connect", "model.tier_agreement"]
     assert h["checks"][0]["status"] == "fail"
     assert "unreachable" in h["checks"][0]["message"]
     assert doc["hosts"]["ok"]["reachable"] is True
+
+
+def test_an_unset_secret_is_reported_while_its_host_is_unreachable(tb: Any, tmp_path: Path) -> None:
+    """The secret references are this machine's: an unreachable first host (where they are
+    reported) hides none of them, with --only secrets too."""
+    unset = "PDBOOT_E2E_NEVER_SET_46"
+    inv = tb.inventory(
+        tmp_path / "inv.yaml",
+        prefill=["nossh"],
+        decode=["nossh"],
+        router="ingress",
+        overrides={
+            "secrets": {"env": {"EXTRA": f"env:{unset}"}},
+            "prefill": {"gpus": [0]},  # both tiers on nossh, the first deployment host
+            "decode": {"gpus": [1]},
+        },
+    )
+    env = {k: v for k, v in os.environ.items() if k != unset}
+    for only in ((), ("--only", "secrets")):
+        rc, doc, err = preflight(inv, *only, env=env)
+        assert rc == 1, err
+        assert doc["hosts"]["nossh"]["reachable"] is False
+        found = statuses(doc, "nossh")
+        assert found["ssh.connect"] == "fail" and found["secrets.env"] == "fail", found
+        (said,) = [c for c in doc["hosts"]["nossh"]["checks"] if c["id"] == "secrets.env"]
+        assert unset in said["message"] and said["fix"].startswith(f"export {unset}=")
+        if only:
+            assert set(found) == {"ssh.connect", "secrets.env"}
 
 
 def test_decode_hosts_probe_every_prefill_side_channel(

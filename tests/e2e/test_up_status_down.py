@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -117,6 +118,37 @@ def pdboot(
 
 def output(res: subprocess.CompletedProcess[str]) -> str:
     return res.stdout + res.stderr
+
+
+def follow_every_service(inv: Path, services: set[str]) -> None:
+    """`logs -f -t --tail 1` with no service: the last line of each, which a follow that read
+    one stream after the other would never get past the first; then Ctrl-C ends it, exit 0."""
+    from pdboot.timestamps import parse_rfc3339
+
+    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200", TERM="dumb")
+    argv = [sys.executable, "-m", "pdboot", "logs", str(inv), "-f", "-t", "--tail", "1"]
+    p = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env
+    )
+    stuck = threading.Timer(90, p.kill)  # a readline that never returns fails, not hangs
+    stuck.start()
+    seen: dict[str, str] = {}
+    try:
+        assert p.stdout is not None
+        while set(seen) != services:
+            line = p.stdout.readline()
+            assert line, f"the follow ended with {sorted(seen)} only"
+            name, text = line.split(" | ", 1)
+            seen[name.strip()] = text
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        stuck.cancel()
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    for name, text in seen.items():
+        assert parse_rfc3339(text.split(" ", 1)[0]) is not None, (name, text)
 
 
 def containers(tb: Any, host: str, deployment: str | None = None) -> list[dict[str, Any]]:
@@ -243,6 +275,10 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     assert all(named.count(s) == 2 for s in ("decode@decode", "prefill@prefill", "router@ingress"))
     later = pdboot("logs", str(inv), "decode@decode", "--since", "2099-01-01T00:00:00Z")
     assert later.returncode == 0 and later.stdout.strip() == "", output(later)
+    # `docker compose logs -f -t`: every service's stream open at once, Docker's time first
+    follow_every_service(
+        inv, {"decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"}
+    )
 
     # secrets: the token file is 0600 in a 0700 dir, and the value is nowhere else
     for h in ("decode", "prefill"):

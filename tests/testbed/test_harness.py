@@ -19,14 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.shared_data import H200_HOST
 from tests.testbed import host as host_mod
 from tests.testbed import netns, procs
 from tests.testbed.harness import HostSpec, Testbed, read_state
 
-# shared/ lies beside the repository (here and in CI); the preflight unit tests keep a copy
-H200_FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200-host"
-if not H200_FIXTURES.is_dir():
-    H200_FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "h200-host"
+# the in-tree copy of shared/fixtures/h200-host (every checkout has it)
+H200_FIXTURES = H200_HOST
 CAPTURE_UUID = "GPU-dff3982f-1734-4108-9e3a-3be6c0ad1d14"
 VARIANTS_UUID = "GPU-b6cd4b9a-1fdd-da52-8459-7a354e0028c2"  # the second H200 of variants.txt
 MakeTestbed = Callable[..., Testbed]

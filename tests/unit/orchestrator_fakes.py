@@ -12,6 +12,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from pdboot.deploy import versions
@@ -427,14 +428,29 @@ class FakeEngine:
         self._reach()
         return self._observed(self.world.containers[container_id])
 
-    def logs(self, container_id: str, tail: int = 50, since: int | None = None) -> list[str]:
+    def logs(
+        self,
+        container_id: str,
+        tail: int | None = 50,
+        since: int | None = None,
+        timestamps: bool = False,
+    ) -> list[str]:
         self._reach()
-        return self.world.containers[container_id].logs[-tail:]
+        c = self.world.containers[container_id]
+        lines = c.logs[-tail:] if tail is not None else list(c.logs)
+        if timestamps:  # Docker's form: RFC 3339 with nanoseconds, then a space
+            at = datetime.fromtimestamp(c.started, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+            lines = [f"{at}.000000000Z {line}" for line in lines]
+        return lines
 
     def follow_logs(
-        self, container_id: str, tail: int = 50, since: int | None = None
+        self,
+        container_id: str,
+        tail: int | None = 50,
+        since: int | None = None,
+        timestamps: bool = False,
     ) -> Iterator[str]:
-        yield from self.logs(container_id, tail)
+        yield from self.logs(container_id, tail, since, timestamps)
 
     def compose_up(
         self,

@@ -167,8 +167,6 @@ class Watcher:
             m.set("pdboot_watch_canary_seconds", p.seconds, *labels)
             last = self.state.last_good.get(labels, self.started)
             m.set("pdboot_watch_seconds_since_good_canary", max(now - last, 0.0), *labels)
-            if not p.ok:
-                log.warning("canary %s", p.reason())
         m.inc("pdboot_watch_rounds_total")
         m.set("pdboot_watch_last_round_timestamp_seconds", self.deps.wall())
         lines = tuple(
@@ -200,17 +198,8 @@ class Watcher:
     def _event(
         self, action: ActionName, engine: str, fault: str, reason: str, ok: bool, detail: str = ""
     ) -> None:
+        # the event alone: its view prints the line (a log record beside it said it twice)
         tier = self.by_key[engine].tier
-        level = logging.INFO if ok and action != "alert" else logging.ERROR
-        log.log(
-            level,
-            "%s %s (%s): %s%s",
-            action,
-            engine,
-            fault or "-",
-            reason,
-            f" [{detail}]" if detail else "",
-        )
         self.deps.emit(WatchActionTaken(action, engine, tier, fault, reason, ok, detail))
 
     def _act(self, a: WatchAction) -> None:

@@ -236,7 +236,8 @@ def run_watch(
         return EXIT_FAILED
     emit(
         Note(
-            f"watching {len(engines)} engines ({len(watcher.pairs())} pairs) every "
+            f"watching {counted(len(engines), 'engine')} "
+            f"({counted(len(watcher.pairs()), 'pair')}) every "
             f"{settings.interval_seconds:g} s; metrics on http://{opts.listen}:{port}/metrics"
         )
     )
@@ -255,3 +256,8 @@ def run_watch(
     code = EXIT_OK if ok else EXIT_FAILED
     emit(Done("watch", code, 0.0, f"{watcher.rounds} rounds"))
     return code
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 pair``, ``2 pairs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

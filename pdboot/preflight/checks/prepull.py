@@ -1,6 +1,7 @@
 """The checks preflight adds from what it knows without a host's output: the registry
-lookups (``images``) and the inventory itself (``agreement``). One entry point so
-preflight/run.py needs a single hook line."""
+lookups (``images``), and, in ``local``, the inventory itself (``agreement``) and this
+machine's files and environment (``secret_refs``, ``tls``), which run.py also reports for a
+host it could not reach."""
 
 from __future__ import annotations
 
@@ -23,7 +24,13 @@ from pdboot.preflight.registry import Lookup
 def evaluate(ctx: HostContext, inv: Inventory, looked: Mapping[str, Lookup]) -> list[CheckResult]:
     """Image existence on the hosts that pull them; tier agreement on each decode host
     (the side that checks the NIXL compatibility hash at the handshake)."""
-    out = images.evaluate(ctx, looked, inv.router_image, inv.router.proxy_image)
+    return images.evaluate(ctx, looked, inv.router_image, inv.router.proxy_image) + local(ctx, inv)
+
+
+def local(ctx: HostContext, inv: Inventory) -> list[CheckResult]:
+    """What this machine judges from the inventory and its own files, needing no answer from
+    the host: reported whether or not the host could be reached (run.py)."""
+    out = []
     if ctx.name == first_host(inv):  # this machine's secrets: reported once
         out += secret_refs.evaluate(inv)
     if "decode" in ctx.roles:

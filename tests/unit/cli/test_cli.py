@@ -151,22 +151,6 @@ def test_other_commands_validate_the_inventory_first(cmd: str, tmp_path: Path) -
     assert code == 2 and "required key is missing" in err
 
 
-def test_render_highlights_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    import io
-
-    from rich.console import Console
-
-    from pdboot import cli_base
-
-    buf = io.StringIO()
-    monkeypatch.setattr(cli_base, "out", Console(file=buf, force_terminal=True, width=200))
-    code, _, _ = run("render", ONE, "--host", "gpu-b")
-    assert code == 0
-    text = buf.getvalue()
-    assert "\x1b[" in text and "gpu-b/compose.yaml" in text
-    assert "pdboot-demo" in text
-
-
 def test_the_installed_entry_point_exits_2_without_a_traceback(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -233,3 +217,12 @@ def test_commands_that_take_the_lock_offer_new_host_keys_and_no_wait(name: str) 
     cmd = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
     opts = {o for p in cmd.params for o in p.opts}
     assert {"--accept-new-host-keys", "--no-wait", "--events"} <= opts
+
+
+@pytest.mark.parametrize("flag", ["--dry-run", "--check"])
+def test_up_points_other_tools_dry_run_words_to_plan(flag: str) -> None:
+    code, out, err = run("up", ONE, flag)
+    assert code == 2 and out == ""
+    assert "--plan" in err and flag in err
+    code, out, _ = run("up", "--help")
+    assert "--dry-run" not in out  # not an option of up's: only the pointer

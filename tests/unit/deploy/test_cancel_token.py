@@ -113,7 +113,8 @@ def test_the_frame_turns_a_cancel_into_the_locks_error_exit_1_and_one_done() -> 
     (err,) = [n for n in rec.of(ev.Note) if n.level == "error"]
     assert "deployment lock on r was lost" in err.message and LOST in err.message
     assert "`up` stopped before its next step" in err.message
-    assert rec.events[-1] == ev.Done("up", EXIT_FAILED, rec.events[-1].seconds, "")  # type: ignore[attr-defined]
+    done = rec.events[-1]
+    assert done == ev.Done("up", EXIT_FAILED, done.seconds, f"up failed after {done.seconds:.1f}s")  # type: ignore[attr-defined]
     assert released == ["release"] and closed == ["d1,p1"]
 
 

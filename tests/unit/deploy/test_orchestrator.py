@@ -99,7 +99,8 @@ def test_crashed_tier_fails_fast_with_logs_and_diagnosis() -> None:
     assert ("compose_up", "r", "router") not in world.calls
     assert len(world.of_role("decode")) == 1  # left in place for inspection
     assert "left in place" in rec.of(ev.Note)[-1].message
-    assert rec.events[-1] == ev.Done("up", 1, rec.events[-1].seconds)  # type: ignore[attr-defined]
+    done = rec.events[-1]
+    assert done == ev.Done("up", 1, done.seconds, f"up failed after {done.seconds:.1f}s")  # type: ignore[attr-defined]
 
 
 def test_deadline_names_the_service_and_keeps_the_rest() -> None:

@@ -307,7 +307,7 @@ def test_a_new_vllm_build_never_rolls_it_is_an_outage_asked_first() -> None:
     assert any(
         "upgrade path: outage" in n
         and "vLLM version 0.33.0 -> 0.34.0" in n
-        and "the prefill tier and the decode tier has one engine" in n
+        and "the prefill tier and the decode tier each have one engine" in n
         for n in notes
     ), notes
     assert not [c for c in world.calls if c[0] == "compose_up"]

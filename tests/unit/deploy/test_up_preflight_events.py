@@ -72,7 +72,7 @@ def test_up_emits_every_check_as_preflight_json_reports_it() -> None:
     assert all(x["event"] == "preflight_check" for x in lines)
     for host, h in doc["hosts"].items():
         got = [
-            {k: v for k, v in x.items() if k not in ("event", "ts", "host")}
+            {k: v for k, v in x.items() if k not in ("format_version", "event", "ts", "host")}
             for x in lines
             if x["host"] == host
         ]

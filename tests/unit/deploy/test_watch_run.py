@@ -320,3 +320,27 @@ def test_a_lost_only_prefill_switches_to_plain_decodes_and_back_to_pd_in_order()
     assert m.value("pdboot_watch_workers_reregistered_total", "d1", "decode") is None
     # the plain entry is pdboot's own: never removed as a foreign worker
     assert m.value("pdboot_watch_foreign_workers_removed_total", "http://d1/", "regular") is None
+
+def test_a_failing_pair_and_its_action_are_said_once_by_their_events(caplog: Any) -> None:
+    """Issue 46: the view prints each event's line; a log record beside it said it twice."""
+    import logging
+
+    world = World()
+    w, _, events = watcher(world)
+    world.engines["d1"].corrupt = True
+    with caplog.at_level(logging.INFO):
+        w.round()
+    assert actions(events) == [("evict", "d1", True)]
+    assert any(p.fault for e in events if isinstance(e, WatchRound) for p in e.pairs)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("pdboot.deploy.watch")]
+    assert not any("d1" in m for m in said), said
+
+
+def test_the_start_line_counts_in_words() -> None:
+    from pdboot.deploy.watch.service import counted
+
+    assert (counted(1, "pair"), counted(2, "pair"), counted(0, "engine")) == (
+        "1 pair",
+        "2 pairs",
+        "0 engines",
+    )

@@ -1,5 +1,5 @@
 """The shipped Grafana dashboard and Prometheus alert rules load in their real tools, and every
-metric name they use is one that vLLM 0.33 (../shared metrics.json), vllm-router 0.1.17 (its
+metric name they use is one that vLLM 0.33 (its metrics.json, the in-tree copy), vllm-router 0.1.17 (its
 /metrics, captured) or `pdboot watch` (WATCH_METRICS, what its exposition writes) exports.
 
 promtool (Debian's `prometheus` package, installed by .ci/setup) checks and unit-tests the rules.
@@ -23,12 +23,13 @@ import yaml
 
 from pdboot.plan.watch.metrics import WATCH_METRICS
 from pdboot.verify.exposition import parse_exposition
+from tests.shared_data import METRICS_JSON
 from tests.unit.paths import ROOT
 
 RULES = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.yml"
 RULES_TEST = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.test.yml"
 DASHBOARD = ROOT / "pdboot/observability/grafana/pdboot-watch.json"
-VLLM_METRICS = ROOT / "../shared/fixtures/vllm-0.33.0/metrics.json"
+VLLM_METRICS = METRICS_JSON  # the copy of the shared capture every checkout has
 ROUTER_METRICS = ROOT / "tests/unit/fixtures/vllm-router-0.1.17/metrics.txt"
 
 _KEYWORDS = {

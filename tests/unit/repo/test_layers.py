@@ -18,7 +18,7 @@ PKG = ROOT / "pdboot"
 # Lowest first. Units of one level import none of each other; the cli layer is a chain of its
 # own (options, the app, export's group, the ops commands, the commands, the entry point).
 ORDER: tuple[tuple[str, ...], ...] = (
-    ("__init__", "ansi", "events", "exitcodes", "timestamps"),
+    ("__init__", "ansi", "diagnostics", "events", "exitcodes", "timestamps"),
     ("inventory",),
     ("plan",),
     ("transport",),

@@ -64,6 +64,7 @@ def test_every_event_is_one_json_object_with_its_type_and_time() -> None:
 def test_to_json_is_stable() -> None:
     t = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
     assert json.loads(to_json(ev.ServiceReady("router@r", 1.25), t)) == {
+        "format_version": "1.0",
         "event": "ready",
         "ts": "2026-01-02T03:04:05.678+00:00",
         "service": "router@r",
