@@ -321,6 +321,7 @@ def test_a_lost_only_prefill_switches_to_plain_decodes_and_back_to_pd_in_order()
     # the plain entry is pdboot's own: never removed as a foreign worker
     assert m.value("pdboot_watch_foreign_workers_removed_total", "http://d1/", "regular") is None
 
+
 def test_a_failing_pair_and_its_action_are_said_once_by_their_events(caplog: Any) -> None:
     """Issue 46: the view prints each event's line; a log record beside it said it twice."""
     import logging
