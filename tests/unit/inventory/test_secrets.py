@@ -10,6 +10,7 @@ import pytest
 
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
+from pdboot.plan.proxy import MAX_API_KEY_CHARS
 from pdboot.plan.render import render_all, render_summary
 from pdboot.transport.connection import LocalConnection
 from pdboot.transport.docker_host import PROJECT_MARKER, Engine
@@ -66,6 +67,15 @@ def test_read_secrets_maps_each_reference_to_its_variables(tmp_path: Path) -> No
     text = secrets_env(values)
     assert f"VLLM_API_KEY={KEY}\n" in text and f"OPENAI_API_KEY={KEY}\n" in text
     assert api_key_headers(values) == {"Authorization": f"Bearer {KEY}"}
+
+
+def test_up_refuses_an_api_key_longer_than_the_proxy_serves() -> None:
+    i = inv(api_key="env:K")
+    longest = "K" * MAX_API_KEY_CHARS
+    assert read_secrets(i, {"K": longest})["VLLM_API_KEY"] == longest
+    with pytest.raises(SecretError, match=f"at most {MAX_API_KEY_CHARS}") as e:
+        read_secrets(i, {"K": longest + "K"})
+    assert longest not in str(e.value)
 
 
 def test_no_secrets_reads_nothing() -> None:
