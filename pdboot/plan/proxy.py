@@ -78,6 +78,18 @@ REFUSED_TARGETS = (
 )
 
 
+# TLS 1.2's ciphers (Mozilla's intermediate profile without its DHE suites): forward secrecy
+# (ECDHE) and authenticated encryption (GCM, ChaCha20-Poly1305) only. TLS 1.3's are all AEAD.
+TLS12_CIPHERS = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+)
+
+
 # Which router the proxy forwards to (deploy/router_swap.py): the home one (router.internal_port)
 # unless the route file, written inside the proxy's container during a swap, names the spare
 # (router.swap_port). A glob include: no file, no route, home. The file lives in the
@@ -99,6 +111,7 @@ def route_text(upstream: str) -> str:
 def proxy_conf_text(inv: Inventory) -> str:
     """nginx.conf for the proxy: both routers' upstreams, home by default."""
     r = inv.router
+    lim = r.proxy_limits
     keyed = inv.secrets.api_key is not None
     lines = [
         *_http_head(inv),
@@ -127,6 +140,12 @@ def proxy_conf_text(inv: Inventory) -> str:
             if keyed
             else []
         ),
+        "        # per client address: requests in flight and the request rate (429 over them);",
+        "        # a refused request (400, 401, 404, 405) is answered before either is counted",
+        f"        limit_conn pdboot_conn {lim.connections_per_client};",
+        f"        limit_req zone=pdboot_req burst={lim.request_burst_per_client} nodelay;",
+        "        # bodies stream to the router as they arrive: none is written to disk",
+        "        proxy_request_buffering off;",
         "        proxy_http_version 1.1;",
         '        proxy_set_header Connection "";',
         "        proxy_set_header Host $host;",
@@ -139,10 +158,11 @@ def proxy_conf_text(inv: Inventory) -> str:
         f"        proxy_read_timeout {r.request_timeout_secs}s;",
         f"        proxy_send_timeout {r.request_timeout_secs}s;",
     ]
+    small = f"{lim.small_body_kb}k"
     for path, method in OPEN_METHODS.items():
-        lines += _location(path, method, keyed=False)
+        lines += _location(path, method, keyed=False, body=small)
     for path, method in CLIENT_METHODS.items():
-        lines += _location(path, method, keyed=keyed)
+        lines += _location(path, method, keyed=keyed, body=small if method == "GET" else "")
     lines += [
         "        location / {",
         '            return 404 \'{"error": "not found"}\\n\';',
@@ -153,12 +173,14 @@ def proxy_conf_text(inv: Inventory) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _location(path: str, method: str, keyed: bool) -> list[str]:
+def _location(path: str, method: str, keyed: bool, body: str) -> list[str]:
     """One served path: its one method (405 otherwise), the key when asked for, then the
     path itself forwarded: a proxy_pass with a variable and no URI would pass the client's
-    raw target, so the URI is spelled out (the query, as sent, after it)."""
+    raw target, so the URI is spelled out (the query, as sent, after it). ``body``: its own
+    body limit ("" : the server's, router.max_request_mb)."""
     out = [
         f"        location = {path} {{",
+        *([f"            client_max_body_size {body};"] if body else []),
         f"            if ($request_method != {method}) {{",
         f'                add_header Allow "{method}" always;',
         '                return 405 \'{"error": "method not allowed"}\\n\';',
@@ -179,6 +201,7 @@ def _http_head(inv: Inventory) -> list[str]:
     """Process settings, logs (each client's address), temp paths, size limits, and the
     map that names a refused request target."""
     r = inv.router
+    lim = r.proxy_limits
     refused = [
         f"        {_nginx_quote('~' + rx)} {_nginx_quote(why)};" for why, rx in REFUSED_TARGETS
     ]
@@ -208,9 +231,15 @@ def _http_head(inv: Inventory) -> list[str]:
         "    uwsgi_temp_path /tmp/nginx-uwsgi;",
         "    scgi_temp_path /tmp/nginx-scgi;",
         f"    client_max_body_size {r.max_request_mb}m;",
-        "    client_body_buffer_size 1m;",
-        "    client_header_timeout 60s;",
-        "    client_body_timeout 60s;",
+        "    client_body_buffer_size 64k;",
+        f"    client_header_timeout {lim.header_timeout_secs}s;",
+        f"    client_body_timeout {lim.body_timeout_secs}s;",
+        "    lingering_time 30s;",
+        "    limit_conn_zone $binary_remote_addr zone=pdboot_conn:10m;",
+        f"    limit_req_zone $binary_remote_addr zone=pdboot_req:10m "
+        f"rate={lim.requests_per_second_per_client}r/s;",
+        "    limit_conn_status 429;",
+        "    limit_req_status 429;",
         f"    # a key of up to {MAX_API_KEY_CHARS} characters fits one header buffer",
         "    large_client_header_buffers 4 8k;",
         "    # the request line as sent -> why its target is refused (empty: canonical)",
@@ -229,8 +258,15 @@ def _listen(inv: Inventory) -> list[str]:
         f"        listen {r.port} ssl;",
         f"        ssl_certificate {PROXY_CERT_IN_CONTAINER};",
         f"        ssl_certificate_key {PROXY_KEY_IN_CONTAINER};",
+        "        # Mozilla's intermediate profile: TLS 1.3, and 1.2 with ECDHE + AEAD only",
         "        ssl_protocols TLSv1.2 TLSv1.3;",
+        f"        ssl_ciphers {':'.join(TLS12_CIPHERS)};",
+        "        ssl_prefer_server_ciphers off;",
+        "        ssl_ecdh_curve X25519:prime256v1:secp384r1;",
+        "        ssl_session_timeout 1d;",
         "        ssl_session_cache shared:pdboot_tls:10m;",
+        "        # tickets are encrypted with a key nginx never rotates: no forward secrecy",
+        "        ssl_session_tickets off;",
     ]
 
 

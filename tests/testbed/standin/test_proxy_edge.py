@@ -15,14 +15,17 @@ that no engine saw a path outside the client API."""
 from __future__ import annotations
 
 import http.client
+import http.server
 import itertools
 import json
 import re
 import secrets
 import socket
+import ssl
 import string
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ from tests.testbed.nginx_local import NginxProc, localize
 from tests.testbed.standin.router_proc import RouterProc, free_port
 from tests.testbed.standin.test_standin import engines, get, kv_config, post
 from tests.unit.builders import inventory
+from tests.unit.plan.test_proxy import pem_pair
 
 __all__ = ["engines"]
 
@@ -254,3 +258,119 @@ def test_nginx_starts_with_a_key_of(length: int, tmp_path: Path) -> None:
             assert send(port, "GET", "/v1/models", f"Bearer {other}") == 401
     finally:
         nginx.stop()
+
+
+def _handshake(port: int, version: ssl.TLSVersion, ciphers: str | None) -> ssl.SSLSocket:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # a self-signed pair
+    ctx.minimum_version = ctx.maximum_version = version
+    if ciphers:
+        ctx.set_ciphers(ciphers)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        return ctx.wrap_socket(raw)
+    except BaseException:
+        raw.close()
+        raise
+
+
+def test_tls_takes_only_forward_secret_aead_suites_and_issues_no_tickets(tmp_path: Path) -> None:
+    """Mozilla's intermediate profile, by handshakes against the rendered TLS conf."""
+    cert, key, _ = pem_pair(days=400)  # an ECDSA certificate: the ECDSA suites apply
+    port = free_port()
+    tls_refs = {"cert": "file:/c.pem", "key": "env:TLS_KEY"}
+    over = {"router.port": port, "router.tls": tls_refs}
+    inv = inventory({"a": "192.0.2.10", "b": "192.0.2.11"}, ["a"], ["b"], "a", overrides=over)
+    nginx = NginxProc(localize(proxy_files(inv, None, (cert, key)), tmp_path), port)
+    try:
+        v12, v13 = ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3
+        for refused in ("AES128-SHA", "AES128-GCM-SHA256", "ECDHE-ECDSA-AES128-SHA"):
+            with pytest.raises(ssl.SSLError):
+                _handshake(port, v12, refused).close()
+        with _handshake(port, v12, "ECDHE-ECDSA-AES128-GCM-SHA256") as s:
+            assert s.cipher()[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert s.recv(64).startswith(b"HTTP/1.1 502")  # served, no router behind it
+            assert s.session is not None and not s.session.has_ticket
+        with _handshake(port, v13, None) as s:
+            assert s.version() == "TLSv1.3"
+    finally:
+        nginx.stop()
+
+
+class _Upstream(http.server.ThreadingHTTPServer):
+    """A stand-in for the router that holds each completion until ``release`` is set."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.release.set()
+        self.held = threading.Semaphore(0)
+
+        release, held = self.release, self.held
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.startswith("/v1/completions"):
+                    held.release()
+                    release.wait(30)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = _answer
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def _edge_over(upstream: _Upstream, tmp: Path, limits: dict[str, int]) -> tuple[int, NginxProc]:
+    port = free_port()
+    over = {
+        "router.port": port,
+        "router.internal_port": upstream.server_address[1],
+        "router.proxy_limits": limits,
+    }
+    inv = inventory({"a": "192.0.2.10", "b": "192.0.2.11"}, ["a"], ["b"], "a", overrides=over)
+    return port, NginxProc(localize(proxy_files(inv, None), tmp), port)
+
+
+def test_a_client_over_its_connections_gets_429_and_the_defaults_hold_a_full_burst(
+    tmp_path: Path,
+) -> None:
+    upstream = _Upstream()
+    port, nginx = _edge_over(upstream, tmp_path / "one", {"connections_per_client": 2})
+    try:
+        upstream.release.clear()
+        first = [threading.Thread(target=send, args=(port, "POST", "/v1/completions", None))]
+        first.append(threading.Thread(target=send, args=(port, "POST", "/v1/completions", None)))
+        for t in first:
+            t.start()
+        for _ in first:
+            assert upstream.held.acquire(timeout=30)  # both in flight at the router
+        assert send(port, "POST", "/v1/completions", None) == 429
+        assert send(port, "GET", "/health", None) == 429  # a connection is a connection
+        upstream.release.set()
+        for t in first:
+            t.join(30)
+        assert send(port, "POST", "/v1/completions", None) == 200
+    finally:
+        nginx.stop()
+    # the defaults: 256 requests at once from one address, none refused
+    port, nginx = _edge_over(upstream, tmp_path / "defaults", {})
+    try:
+        with ThreadPoolExecutor(max_workers=256) as pool:
+            codes = list(
+                pool.map(lambda _: send(port, "POST", "/v1/completions", None), range(512))
+            )
+        assert codes == [200] * 512, sorted(set(codes))
+    finally:
+        nginx.stop()
+        upstream.shutdown()

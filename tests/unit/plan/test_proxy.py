@@ -163,3 +163,41 @@ def test_a_target_not_in_canonical_form_is_refused_before_any_location() -> None
     for line, why in bad.items():
         assert why in _refused(line), line
     assert _refused("GET /v1/models.. HTTP/1.1") == ""  # dots inside a segment are a name
+
+
+def test_limits_come_from_the_inventory_and_apply_before_the_router() -> None:
+    text = proxy_conf_text(demo())
+    assert "limit_conn pdboot_conn 1024;" in text  # the defaults
+    assert "limit_req zone=pdboot_req burst=2000 nodelay;" in text and "rate=1000r/s;" in text
+    assert "client_header_timeout 10s;" in text and "client_body_timeout 30s;" in text
+    limits = {
+        "connections_per_client": 7,
+        "requests_per_second_per_client": 9,
+        "request_burst_per_client": 3,
+        "small_body_kb": 2,
+        "header_timeout_secs": 4,
+        "body_timeout_secs": 5,
+    }
+    text = proxy_conf_text(demo(**{"router.proxy_limits": limits}))
+    assert "limit_conn pdboot_conn 7;" in text and "limit_conn_status 429;" in text
+    assert "rate=9r/s;" in text and "burst=3 nodelay;" in text and "limit_req_status 429;" in text
+    assert "client_header_timeout 4s;" in text and "client_body_timeout 5s;" in text
+    # small bodies on the GET paths, router.max_request_mb on the completions
+    for path in ("/health", "/v1/models"):
+        block = text.split(f"location = {path} {{")[1].split("\n        }")[0]
+        assert "client_max_body_size 2k;" in block
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        block = text.split(f"location = {path} {{")[1].split("\n        }")[0]
+        assert "client_max_body_size" not in block
+    assert "    client_max_body_size 8m;" in text
+    # bodies stream to the router: never buffered to disk
+    assert "proxy_request_buffering off;" in text
+
+
+def test_tls_is_mozillas_intermediate_profile_without_tickets() -> None:
+    inv = demo(**{"router.tls": {"cert": "file:/etc/pdboot/c.pem", "key": "env:TLS_KEY"}})
+    text = proxy_conf_text(inv)
+    assert "ssl_protocols TLSv1.2 TLSv1.3;" in text and "ssl_session_tickets off;" in text
+    ciphers = text.split("ssl_ciphers ")[1].split(";")[0].split(":")
+    assert ciphers and all(c.startswith("ECDHE-") for c in ciphers)
+    assert all("GCM" in c or "CHACHA20-POLY1305" in c for c in ciphers)
