@@ -70,7 +70,9 @@ def endpoint_router_command(plan: Plan) -> list[str]:
     """`render`'s router command as the exported endpoint: on a scheduler nothing runs
     pdboot's proxy (docs/export.md), so the router listens where clients reach it (all
     addresses, the endpoint's port) instead of its host's loopback behind the proxy."""
-    command = list(plan.router.command)
+    # its metrics on every address of the scheduler's node or pod: the deployment's
+    # router.metrics_bind names an address of the router host, which a job does not have
+    command = list(with_flag(plan.router.command, "--prometheus-host", "0.0.0.0"))  # noqa: S104
     if plan.proxy is None:
         return command
     command = with_flag(command, "--host", "0.0.0.0")  # noqa: S104 - the exported endpoint

@@ -252,6 +252,9 @@ class Router(Strict):
     port: int = Field(default=8000, ge=1, le=65535)
     internal_port: int = Field(default=8081, ge=1, le=65535)
     metrics_port: int = Field(default=29000, ge=1, le=65535)
+    # where the router binds its /metrics: an address of the router host that Prometheus
+    # reaches (as watch.bind); None: the router host's advertised address
+    metrics_bind: str | None = Field(default=None, pattern=r"^[0-9A-Fa-f.:]{2,45}$")
     # a router change starts the new router beside the old one on these (loopback HTTP, its
     # metrics), the proxy switches to it with a graceful reload (deploy/router_swap.py)
     swap_port: int = Field(default=8082, ge=1, le=65535)

@@ -33,6 +33,7 @@ from pdboot.plan.model import (
     BindMount,
     Service,
 )
+from pdboot.plan.privileges import ALL, proxy_caps
 
 # Where the router listens on its host (host networking): loopback only.
 ROUTER_INTERNAL_ADDRESS = "127.0.0.1"
@@ -325,5 +326,7 @@ def proxy_service(inv: Inventory, project: str, labels: tuple[tuple[str, str], .
         restart=inv.container.restart,
         labels=(*labels, ("io.pdboot.proxy-conf", digest)),
         mounts=tuple(mounts),
+        cap_drop=(ALL,),  # and back only what nginx's master uses (plan/privileges.py)
+        cap_add=proxy_caps(r.port),
         scheme="https" if r.tls is not None else "http",
     )

@@ -74,6 +74,13 @@ def api_key_headers(values: Mapping[str, str]) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def router_secrets_env(values: Mapping[str, str]) -> str | None:
+    """The router's own env file (mode 0600): OPENAI_API_KEY alone, which vllm-router sends
+    to the engines; never the HF token or secrets.env's other values (None: no key)."""
+    key = values.get("OPENAI_API_KEY")
+    return f"OPENAI_API_KEY={key}\n" if key else None
+
+
 def secrets_env(values: str | Mapping[str, str]) -> str:
     """The env file compose passes to the services (mode 0600 on the host). A plain
     string is an HF token alone (both names the HF libraries read)."""
