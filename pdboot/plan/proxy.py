@@ -144,7 +144,7 @@ def proxy_conf_text(inv: Inventory) -> str:
         "        # per client address: requests in flight and the request rate (429 over them);",
         "        # a refused request (400, 401, 404, 405) is answered before either is counted",
         f"        limit_conn pdboot_conn {lim.connections_per_client};",
-        f"        limit_req zone=pdboot_req burst={lim.request_burst_per_client} nodelay;",
+        _limit_req(lim.request_burst_per_client),
         "        # bodies stream to the router as they arrive: none is written to disk",
         "        proxy_request_buffering off;",
         "        proxy_http_version 1.1;",
@@ -172,6 +172,12 @@ def proxy_conf_text(inv: Inventory) -> str:
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _limit_req(burst: int) -> str:
+    """The rate limit: a burst above the rate served at once (nginx refuses `burst=0`)."""
+    extra = f" burst={burst} nodelay" if burst else ""
+    return f"        limit_req zone=pdboot_req{extra};"
 
 
 def _location(path: str, method: str, keyed: bool, body: str) -> list[str]:

@@ -24,6 +24,7 @@ import socket
 import ssl
 import string
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -371,6 +372,37 @@ def test_a_client_over_its_connections_gets_429_and_the_defaults_hold_a_full_bur
                 pool.map(lambda _: send(port, "POST", "/v1/completions", None), range(512))
             )
         assert codes == [200] * 512, sorted(set(codes))
+    finally:
+        nginx.stop()
+        upstream.shutdown()
+
+
+def test_a_client_over_its_rate_gets_429_and_a_trickled_header_is_closed(tmp_path: Path) -> None:
+    upstream = _Upstream()
+    limits = {
+        "requests_per_second_per_client": 1,
+        "request_burst_per_client": 0,
+        "header_timeout_secs": 1,
+    }
+    port, nginx = _edge_over(upstream, tmp_path, limits)
+    try:
+        # 20 at once against 1 per second and no burst: the first in, most of the rest 429
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            codes = list(pool.map(lambda _: send(port, "GET", "/health", None), range(20)))
+        assert 200 in codes and codes.count(429) >= 10, codes
+        # a header sent a byte at a time: closed by the proxy long before it is complete
+        # (header_timeout_secs counts the whole header, not the gaps between bytes)
+        head = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200 + b"\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            sent = 0
+            try:
+                for byte in head:
+                    s.sendall(bytes([byte]))
+                    sent += 1
+                    time.sleep(0.1)
+            except OSError:
+                pass  # the proxy closed it while we were still sending
+            assert sent < len(head), "the whole trickled header was accepted"
     finally:
         nginx.stop()
         upstream.shutdown()

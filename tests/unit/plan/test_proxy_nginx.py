@@ -45,6 +45,21 @@ def test_nginx_accepts_the_conf_with_tls_and_without_a_key(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
 
 
+def test_nginx_accepts_the_conf_with_the_smallest_limits(tmp_path: Path) -> None:
+    limits = {
+        "connections_per_client": 1,
+        "requests_per_second_per_client": 1,
+        "request_burst_per_client": 0,
+        "small_body_kb": 1,
+        "header_timeout_secs": 1,
+        "body_timeout_secs": 1,
+    }
+    files = proxy_files(_inv(**{"router.proxy_limits": limits}), None)
+    assert "limit_req zone=pdboot_req;" in files["proxy-nginx.conf"]  # no burst=0
+    done = nginx_test(localize(files, tmp_path))
+    assert done.returncode == 0, done.stderr
+
+
 def test_nginx_test_fails_a_broken_conf(tmp_path: Path) -> None:
     """The check can fail: a conf nginx refuses is reported as such."""
     files = proxy_files(_inv(), None)
