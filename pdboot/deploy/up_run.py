@@ -43,13 +43,19 @@ from pdboot.events import (
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
-from pdboot.plan.model import SECRETS_FILE, WATCH_SECRETS_FILE, Plan
+from pdboot.plan.model import ROUTER_SECRETS_FILE, SECRETS_FILE, WATCH_SECRETS_FILE, Plan
 from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
 from pdboot.plan.watch.sidecar import watch_secrets_text
 from pdboot.preflight import image_probe, ucx_probe
 from pdboot.preflight.findings import Findings, plan_from, records_to_ship
-from pdboot.transport.hosts import Hosts, api_key_headers, project_dir, secrets_env
+from pdboot.transport.hosts import (
+    Hosts,
+    api_key_headers,
+    project_dir,
+    router_secrets_env,
+    secrets_env,
+)
 from pdboot.verify.kv_proof import prove_kv
 from pdboot.verify.pdcheck import check_speed, first_decode, gate_event, run_up_gate
 
@@ -251,6 +257,9 @@ class UpRun:
         key = (self.env.token or {}).get("VLLM_API_KEY")
         here = out.setdefault(self.inv.router.host, {})
         here.update(proxy_files(self.inv, key, self.env.tls))
+        router_env = router_secrets_env(self.env.token or {})
+        if router_env is not None and self.plan.router.env_file == ROUTER_SECRETS_FILE:
+            here[ROUTER_SECRETS_FILE] = router_env  # the API key alone (PRIVATE_FILES: 0600)
         watch_env = watch_secrets_text(key) if self.plan.watch is not None else None
         if watch_env is not None:
             here[WATCH_SECRETS_FILE] = watch_env

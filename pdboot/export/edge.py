@@ -19,6 +19,8 @@ from pdboot.export.common import ExportError
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import PROXY_CONF_FILE
 from pdboot.plan.proxy import (
+    MAX_API_KEY_CHARS,
+    proxy_auth_text,
     PROXY_AUTH_IN_CONTAINER,
     PROXY_CONF_IN_CONTAINER,
     PROXY_DIR_IN_CONTAINER,
@@ -57,6 +59,12 @@ def proxy_conf(inv: Inventory) -> str:
     return proxy_files(inv, None)[PROXY_CONF_FILE]
 
 
+def _auth_format() -> str:
+    """plan/proxy.py's key include as a printf format (the key its one argument): the same
+    text `up` ships, so the exported proxy compares exactly as the SSH hosts' does."""
+    return proxy_auth_text("%s").rstrip("\n") + "\\n"
+
+
 def proxy_start(inv: Inventory, read_key: str) -> str:
     """The proxy container's `sh -c` program (POSIX sh builtins only: a minimal image has no
     sed): with an API key, ``read_key`` (shell lines that set ``key`` in the container) and
@@ -75,7 +83,11 @@ def proxy_start(inv: Inventory, read_key: str) -> str:
             "  exit 1",
             "  ;;",
             "esac",
-            f'printf \'"Bearer %s" 1;\\n\' "$key" >{PROXY_AUTH_IN_CONTAINER}',
+            f"if [ ${{#key}} -gt {MAX_API_KEY_CHARS} ]; then",
+            f'  echo "pdboot proxy: VLLM_API_KEY is longer than {MAX_API_KEY_CHARS} characters" >&2',
+            "  exit 1",
+            "fi",
+            f"printf '{_auth_format()}' \"$key\" >{PROXY_AUTH_IN_CONTAINER}",
             run,
         ]
     )

@@ -91,8 +91,11 @@ def _selector_args(plan: Plan, role: str) -> list[str]:
 def router_args(plan: Plan, namespace: str) -> list[str]:
     """`render`'s router arguments (the pod's loopback, behind the proxy sidecar) less its
     static worker lists, plus its discovery."""
+    # its metrics on the pod's addresses: router.metrics_bind names an address of the
+    # inventory's router host, which a pod does not have
+    command = with_flag(without_workers(plan.router.command), "--prometheus-host", "0.0.0.0")  # noqa: S104
     return [
-        *without_workers(plan.router.command),
+        *command,
         "--service-discovery",
         "--service-discovery-namespace",
         namespace,

@@ -76,9 +76,17 @@ def engine_env(plan: Plan, s: Service) -> list[tuple[str, str]]:
 
 def router_args(plan: Plan) -> list[str]:
     """`render`'s router arguments (its host's loopback, behind the proxy), its workers' URLs
-    on their nodes."""
+    on their nodes, an inventory host's address (the metrics' router.metrics_bind) its
+    node's."""
     by_url = {s.url: s for s in plan.engines}
-    return [url(plan, by_url[a]) if a in by_url else a for a in plan.router.command]
+    by_address = {hp.address: h for h, hp in plan.hosts.items() if hp.address}
+
+    def word(a: str) -> str:
+        if a in by_url:
+            return url(plan, by_url[a])
+        return addr(plan, by_address[a]) if a in by_address else a
+
+    return [word(a) for a in plan.router.command]
 
 
 def container_name(plan: Plan, name: str, host: str) -> Word:

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
 from pdboot.inventory.imageref import IMAGE_CHARS_RE, check_image_reference
 from pdboot.inventory.kv_schema import KVTransfer
+from pdboot.inventory.proxy_schema import ProxyLimits
 from pdboot.inventory.safety import (
     check_abs_path,
     check_address,
@@ -251,6 +252,9 @@ class Router(Strict):
     port: int = Field(default=8000, ge=1, le=65535)
     internal_port: int = Field(default=8081, ge=1, le=65535)
     metrics_port: int = Field(default=29000, ge=1, le=65535)
+    # where the router binds its /metrics: an address of the router host that Prometheus
+    # reaches (as watch.bind); None: the router host's advertised address
+    metrics_bind: str | None = Field(default=None, pattern=r"^[0-9A-Fa-f.:]{2,45}$")
     # a router change starts the new router beside the old one on these (loopback HTTP, its
     # metrics), the proxy switches to it with a graceful reload (deploy/router_swap.py)
     swap_port: int = Field(default=8082, ge=1, le=65535)
@@ -259,6 +263,9 @@ class Router(Strict):
     # the largest request body the proxy accepts (nginx client_max_body_size), in MiB
     max_request_mb: int = Field(default=32, ge=1, le=4096)
     tls: RouterTls | None = None  # HTTPS on router.port (inventory/tls_schema.py)
+    # what the proxy allows one client: connections, request rate, small bodies, header and
+    # body timeouts (inventory/proxy_schema.py)
+    proxy_limits: ProxyLimits = ProxyLimits()
     # docs/routing.md: cache_aware pins sequential traffic (ties go to the first engine) and
     # traffic sharing a prefix (affinity until 64 in flight); prefix reuse pays on prefill
     # only, so prefill keeps it with thresholds that let load win early, decode spreads.

@@ -32,6 +32,7 @@ from pdboot.plan.model import (
     LABEL_ENGINE,
     LABEL_HOST,
     LABEL_ROLE,
+    ROUTER_SECRETS_FILE,
     SECRETS_FILE,
     BindMount,
     Healthcheck,
@@ -42,6 +43,7 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.plan.privileges import ALL, ENGINE_DROPPED
 from pdboot.plan.proxy import ROUTER_INTERNAL_ADDRESS, proxy_service
 from pdboot.plan.render import service_definition
 from pdboot.plan.router_flags import cache_aware_flags, without_workers
@@ -281,6 +283,7 @@ def _engine(
         mounts=_mounts(inv),
         devices=("/dev/infiniband:/dev/infiniband",) if rdma else (),
         cap_add=("IPC_LOCK",) if rdma else (),
+        cap_drop=ENGINE_DROPPED,
         healthcheck=None if e.dp is not None and not e.dp.is_head else _healthcheck(inv, e),
         side_channel_port=e.side_channel_port,
         engine_index=e.index,
@@ -349,13 +352,19 @@ def _router_command(inv: Inventory, prefills: list[Service], decodes: list[Servi
         "--port",
         str(r.internal_port),
         "--prometheus-host",
-        "0.0.0.0",  # noqa: S104 - scraped from outside the host
+        metrics_bind(inv),  # where Prometheus scrapes it (router.metrics_bind)
         "--prometheus-port",
         str(r.metrics_port),
         "--request-timeout-secs",
         str(r.request_timeout_secs),
         *r.extra_args,
     ]
+
+
+def metrics_bind(inv: Inventory) -> str:
+    """Where the router's /metrics listens: router.metrics_bind, else the router host's
+    advertised address (where the Prometheus config pdboot writes scrapes it)."""
+    return inv.router.metrics_bind or advertised_address(inv.hosts[inv.router.host])
 
 
 def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> Service:
@@ -377,8 +386,11 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
         labels=_labels(inv, "router", r.host),
         ulimits=_ulimits(inv, "nofile"),
         metrics_port=r.metrics_port,
-        # vllm-router 0.1.17 sends OPENAI_API_KEY from its environment to the workers
-        env_file=SECRETS_FILE if router_uses_secrets(inv) else None,
+        metrics_address=metrics_bind(inv),
+        # vllm-router 0.1.17 sends OPENAI_API_KEY from its environment to the workers: a
+        # file of its own holding only that (the HF token stays with the engines)
+        env_file=ROUTER_SECRETS_FILE if router_uses_secrets(inv) else None,
+        cap_drop=(ALL,),  # it needs no capability (plan/privileges.py)
     )
 
 

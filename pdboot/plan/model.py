@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pdboot.inventory.schema import TIERS, TierName
+from pdboot.plan.privileges import NO_NEW_PRIVILEGES
 
 Role = Literal[TierName, "router", "proxy", "watch"]
 # How plans and reports group services. `up` starts both engine tiers together, then the
@@ -39,7 +40,11 @@ WATCH_SECRETS_FILE = "watch-secrets.env"
 # router.tls's pair, for the proxy
 PROXY_TLS_CERT = "proxy-tls.crt"
 PROXY_TLS_KEY = "proxy-tls.key"
-PRIVATE_FILES = frozenset({PROXY_AUTH_FILE, WATCH_SECRETS_FILE, PROXY_TLS_CERT, PROXY_TLS_KEY})
+# the router's env file: OPENAI_API_KEY alone (it sends it to the engines), never the HF token
+ROUTER_SECRETS_FILE = "router-secrets.env"
+PRIVATE_FILES = frozenset(
+    {PROXY_AUTH_FILE, WATCH_SECRETS_FILE, PROXY_TLS_CERT, PROXY_TLS_KEY, ROUTER_SECRETS_FILE}
+)
 
 KV_ROLE: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
@@ -99,9 +104,12 @@ class Service:
     mounts: tuple[BindMount, ...] = ()
     devices: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
+    cap_drop: tuple[str, ...] = ()  # plan/privileges.py: what each program runs without
+    security_opt: tuple[str, ...] = (NO_NEW_PRIVILEGES,)
     healthcheck: Healthcheck | None = None
     side_channel_port: int | None = None
     metrics_port: int | None = None
+    metrics_address: str = ""  # where metrics_port listens when not ``address`` (the router)
     config_hash: str = ""
     # Engines only (not rendered): its index on the host, and where its UCX_NET_DEVICES
     # came from, in words (e.g. "mlx5_0:1 (PIX, nearest GPUs 0,1)").
@@ -139,7 +147,9 @@ class Service:
 
     @property
     def uses_secrets(self) -> bool:
-        return self.env_file is not None
+        """It reads the shared secrets.env (the engines); the router and the watch service
+        read env files of their own, holding only the API key."""
+        return self.env_file == SECRETS_FILE
 
     @property
     def url(self) -> str:

@@ -33,10 +33,12 @@ def scrape_config(plan: Plan, interval: str = "15s") -> dict[str, Any]:
             {
                 "job_name": f"{plan.deployment}-router",
                 # behind the proxy the router serves on loopback; its metrics port listens
-                # on the host's own address
+                # on router.metrics_bind (the host's own address by default)
                 "static_configs": [
                     _target(
-                        plan.router, plan.router.metrics_port, (plan.proxy or plan.router).address
+                        plan.router,
+                        plan.router.metrics_port,
+                        plan.router.metrics_address or (plan.proxy or plan.router).address,
                     )
                 ],
             }

@@ -183,8 +183,12 @@ def service_definition(s: Service, *, with_hash: bool = True) -> dict[str, Any]:
         svc["volumes"] = [_volume(m) for m in s.mounts]
     if s.devices:
         svc["devices"] = list(s.devices)
+    if s.cap_drop:
+        svc["cap_drop"] = list(s.cap_drop)
     if s.cap_add:
         svc["cap_add"] = list(s.cap_add)
+    if s.security_opt:
+        svc["security_opt"] = list(s.security_opt)
     if s.gpus is not None:
         svc["deploy"] = {"resources": {"reservations": {"devices": [_gpu_request(s)]}}}
     if s.healthcheck is not None:
@@ -279,7 +283,8 @@ def render_summary(plan: Plan, weights: Weights | None = None, model_revision: s
     via = "the proxy, then the router" if plan.proxy is not None else "the router"
     lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via {via})")
     if plan.router.metrics_port is not None:
-        public = url_host((plan.proxy or plan.router).address)  # the router's own is loopback
+        # the router's own address is loopback; its metrics listen on router.metrics_bind
+        public = url_host(plan.router.metrics_address or (plan.proxy or plan.router).address)
         lines.append(f"Router metrics: http://{public}:{plan.router.metrics_port}/metrics")
     if weights is not None:
         lines += _up_adds(plan, weights, model_revision)

@@ -19,6 +19,7 @@ from pdboot.transport.fanout import fan_out
 from pdboot.transport.masking import register_secret
 from pdboot.transport.secret_refs import Environ as Environ  # re-exported
 from pdboot.transport.secret_refs import SecretError as SecretError
+from pdboot.transport.secret_refs import read_api_key
 from pdboot.transport.secret_refs import read_hf_token as read_hf_token
 from pdboot.transport.secret_refs import read_secret as read_secret
 from pdboot.transport.ssh import connect
@@ -42,7 +43,7 @@ def read_secrets(inv: Inventory, environ: Environ | None = None) -> dict[str, st
         token = read_secret(s.hf_token, "secrets.hf_token", environ)
         out.update(dict.fromkeys(HF_TOKEN_VARS, token))
     if s.api_key is not None:
-        key = read_secret(s.api_key, "secrets.api_key", environ)
+        key = read_api_key(s.api_key, environ)
         out.update(dict.fromkeys(API_KEY_VARS, key))
     for name, ref in s.env.items():
         out[name] = read_secret(ref, f"secrets.env.{name}", environ)
@@ -71,6 +72,13 @@ def api_key_headers(values: Mapping[str, str]) -> dict[str, str]:
     """The header pdboot's own requests to the deployment carry when it has an API key."""
     key = values.get("VLLM_API_KEY")
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def router_secrets_env(values: Mapping[str, str]) -> str | None:
+    """The router's own env file (mode 0600): OPENAI_API_KEY alone, which vllm-router sends
+    to the engines; never the HF token or secrets.env's other values (None: no key)."""
+    key = values.get("OPENAI_API_KEY")
+    return f"OPENAI_API_KEY={key}\n" if key else None
 
 
 def secrets_env(values: str | Mapping[str, str]) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pdboot.inventory.localfiles import NotRegularFile, read_regular_file
+from pdboot.plan.proxy import MAX_API_KEY_CHARS
 
 
 class SecretError(Exception):
@@ -47,6 +48,18 @@ def read_secret(ref: str, what: str, environ: Environ | None = None) -> str:
     if any(c.isspace() for c in value) or any(c in value for c in "\"'\\$`"):
         raise SecretError(f"{what} {ref} does not look like a token (spaces, quotes or $)")
     return value
+
+
+def read_api_key(ref: str, environ: Environ | None = None) -> str:
+    """secrets.api_key's value, refused when longer than the proxy serves (a client's header
+    carrying it must fit one of nginx's header buffers: plan/proxy.MAX_API_KEY_CHARS)."""
+    key = read_secret(ref, "secrets.api_key", environ)
+    if len(key) > MAX_API_KEY_CHARS:
+        raise SecretError(
+            f"secrets.api_key {ref} is {len(key)} characters; the proxy serves keys of at "
+            f"most {MAX_API_KEY_CHARS}"
+        )
+    return key
 
 
 def read_hf_token(ref: str | None, environ: Environ | None = None) -> str | None:

@@ -159,8 +159,8 @@ def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_p
         assert post(f"{endpoint}/workers", outsider, key) == 404
         assert post(f"{endpoint}/add_worker?url=http://10.77.250.9:9", b"", key) == 404
         assert post(f"{endpoint}/remove_worker?url={decode}", b"", key) == 404
-        quoted = urllib.parse.quote(decode, safe="")
-        assert request(f"{endpoint}/workers/{quoted}", None, key, "DELETE") == 404
+        quoted = urllib.parse.quote(decode, safe="")  # an encoded target: refused at the edge
+        assert request(f"{endpoint}/workers/{quoted}", None, key, "DELETE") == 400
         assert get(f"{endpoint}/workers", key) == 404
     assert router_workers(tb) == before
     assert post(f"{endpoint}/v1/chat/completions", body, KEY) == 200
@@ -194,15 +194,32 @@ def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_p
     auth = "stat -c '%a' /var/lib/pdboot/e2ekey/proxy-auth.conf"
     assert tb.hosts["ingress"].exec(auth).stdout.split() == ["600"]
     assert KEY not in tb.hosts["ingress"].exec("cat /var/lib/pdboot/e2ekey/proxy-nginx.conf").stdout
-    for h in ("prefill", "ingress"):
+    # the engines read secrets.env; the router, alone on ingress, its own file with the key
+    # alone: no secrets.env there at all
+    for h, name in (("prefill", "secrets.env"), ("ingress", "router-secrets.env")):
         host = tb.hosts[h]
-        modes = host.exec("stat -c '%a' /var/lib/pdboot/e2ekey/secrets.env").stdout.split()
+        modes = host.exec(f"stat -c '%a' /var/lib/pdboot/e2ekey/{name}").stdout.split()
         assert modes == ["600"], h
         assert KEY not in host.exec("cat /var/lib/pdboot/e2ekey/compose.yaml").stdout
         ps = host.exec("ps -eo args").stdout.splitlines()
         # (the testbed's hosts share one pid namespace: the decode's --revision is ours)
         assert [line for line in ps if KEY in line and "--revision" not in line] == []
-        assert "OPENAI_API_KEY" in host.exec("cat /var/lib/pdboot/e2ekey/secrets.env").stdout
+        assert "OPENAI_API_KEY" in host.exec(f"cat /var/lib/pdboot/e2ekey/{name}").stdout
+    router_env = tb.hosts["ingress"].exec("cat /var/lib/pdboot/e2ekey/router-secrets.env").stdout
+    assert router_env.splitlines() == [f"OPENAI_API_KEY={KEY}"]
+    assert tb.hosts["ingress"].exec("test -e /var/lib/pdboot/e2ekey/secrets.env").returncode == 1
+    # every container without new privileges; the router and the proxy without capabilities
+    # beyond what they use (plan/privileges.py), and still serving (above)
+    fmt = "{{.Name}} {{.HostConfig.SecurityOpt}} {{.HostConfig.CapDrop}} {{.HostConfig.CapAdd}}"
+    for h in ("prefill", "decode", "ingress"):
+        ids = tb.hosts[h].docker("ps", "-q", "--filter", "label=io.pdboot.deployment=e2ekey")
+        seen = tb.hosts[h].docker("inspect", "--format", fmt, *ids.stdout.split()).stdout
+        for line in seen.splitlines():
+            assert "no-new-privileges:true" in line, line
+            if "-router " in line:
+                assert "[ALL] []" in line, line
+            if "-proxy " in line:
+                assert "[ALL] [CAP_CHOWN CAP_DAC_OVERRIDE CAP_SETGID CAP_SETUID]" in line, line
     lg = pdboot("logs", str(inv), "decode", "--tail", "200")
     assert lg.returncode == 0, out(lg)
     assert KEY not in out(lg) and "***" in out(lg)  # the stand-in printed it; masked

@@ -384,3 +384,44 @@ def test_a_seeded_file_that_differs_from_the_hubs_hash_fails_naming_it(
     assert rc == 1, text
     msg = last(lines)["message"]
     assert "hash mismatch after the seed" in msg and "config.json" in msg, msg
+
+
+def test_the_seed_server_holds_at_most_16_connections_and_a_thread_each(
+    the_hub: tuple[str, Path], hf_site: Path, tmp_path: Path
+) -> None:
+    """200 idle connections once held 201 threads: now the 17th is closed at once, and once
+    the idle ones go, a fetcher with the token is served."""
+    endpoint, _ = the_hub
+    res = lookup(endpoint)
+    first = tmp_path / "first"
+    rc, lines, text = run_stage(hf_site, first, endpoint, res, {})
+    assert rc == 0, text
+    proc, url = serve_seed(hf_site, first, "the-run-token", res.commit)
+    port = int(url.split(":")[2].split("/")[0])
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(16):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+        deadline = time.monotonic() + 30
+        while _threads(proc.pid) < 17 and time.monotonic() < deadline:
+            time.sleep(0.05)  # each accepted connection has its thread
+        assert _threads(proc.pid) == 17  # the main thread and one per held connection
+        extra = socket.create_connection(("127.0.0.1", port), timeout=30)
+        assert extra.recv(1) == b""  # over the cap: closed by the server, no thread
+        extra.close()
+        assert _threads(proc.pid) == 17
+        for s in idle:
+            s.close()
+        rc, lines, text = run_stage(hf_site, tmp_path / "c", "http://127.0.0.1:9", res,
+                                    {"seed_token": "the-run-token"}, seed_url=url)  # fmt: skip
+        assert rc == 0 and last(lines)["kind"] == "done", text
+    finally:
+        for s in idle:
+            s.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+def _threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("Threads:")))

@@ -196,7 +196,7 @@ say(kind="done", commit=commit, total=total, message=digest(path))
 
 
 SERVE_SCRIPT = r"""
-import hmac, http.server, json, os, sys, tarfile
+import hmac, http.server, json, os, sys, tarfile, threading
 SECRET = os.environ.get("PDBOOT_SECRET_FILE", "/tmp/pdboot-secret.json")
 with open(SECRET) as f:
     want = "Bearer " + json.load(f)["seed_token"]
@@ -214,6 +214,7 @@ def members():
             blobs.append(os.path.relpath(os.path.realpath(p), hub))
     return links + sorted(set(b for b in blobs if b not in links))
 class Seed(http.server.BaseHTTPRequestHandler):
+    timeout = 60  # each read or write of a socket: a stalled client frees its slot
     def do_GET(self):
         got = self.headers.get("Authorization", "")
         if not hmac.compare_digest(got.encode(), want.encode()):
@@ -228,7 +229,22 @@ class Seed(http.server.BaseHTTPRequestHandler):
         with tarfile.open(fileobj=self.wfile, mode="w|") as t:
             for m in members():
                 t.add(os.path.join(hub, m), arcname=m, recursive=False)
-server = http.server.ThreadingHTTPServer((addr, port), Seed)  # binds here, or exits
+class Bounded(http.server.ThreadingHTTPServer):
+    # every other engine host fetches once: a few connections at a time, never a thread
+    # per connection without bound (one over the cap is closed at once)
+    daemon_threads = True
+    slots = threading.BoundedSemaphore(16)
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+server = Bounded((addr, port), Seed)  # binds here, or exits
 print("PDBOOT-SEED listening on %s:%d" % (addr, port), flush=True)
 server.serve_forever()
 """

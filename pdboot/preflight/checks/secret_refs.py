@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pdboot.inventory.schema import Inventory
+from pdboot.plan.proxy import MAX_API_KEY_CHARS
 from pdboot.preflight.checks import CheckResult
-from pdboot.transport.secret_refs import SecretError, read_secret
+from pdboot.transport.secret_refs import SecretError, read_api_key, read_secret
 
 
 def references(inv: Inventory) -> list[tuple[str, str, str]]:
@@ -76,6 +77,12 @@ def check(cid: str, key: str, ref: str, environ: Mapping[str, str]) -> CheckResu
             else f"write only the token to {Path(ref[5:] if ref.startswith('file:') else ref)}"
         )
         return CheckResult(cid, "fail", str(e), f"{where} (no spaces, quotes or $)")
+    if key == "secrets.api_key":
+        try:
+            read_api_key(ref, environ)
+        except SecretError as e:
+            fix = f"use a key of at most {MAX_API_KEY_CHARS} characters (openssl rand -hex 32)"
+            return CheckResult(cid, "fail", str(e), fix)
     return CheckResult(cid, "pass", f"{key} ({ref}) is readable")
 
 

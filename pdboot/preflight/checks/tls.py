@@ -4,6 +4,8 @@ the certificate is valid now and for a while yet. Pure: PEM text and a time in, 
 
 from __future__ import annotations
 
+import os
+import stat
 from datetime import datetime, timedelta
 
 from pdboot.inventory.schema import Inventory
@@ -17,12 +19,36 @@ SOON = timedelta(days=14)
 
 def evaluate(inv: Inventory, now: datetime) -> list[CheckResult]:
     """router.tls read here, on the operator's machine (where `up` reads it): none without
-    TLS, a failure naming the reference that cannot be read."""
+    TLS, a failure naming the reference that cannot be read or a key file others can read."""
     try:
         pair = read_tls(inv)
     except SecretError as e:
         return [CheckResult(CHECK_ID, "fail", str(e), "fix the reference in router.tls")]
-    return [] if pair is None else [evaluate_pair(pair.cert, pair.key, now)]
+    if pair is None:
+        return []
+    assert inv.router.tls is not None
+    exposed = key_file_exposed(inv.router.tls.key)
+    return [exposed] if exposed is not None else [evaluate_pair(pair.cert, pair.key, now)]
+
+
+def key_file_exposed(ref: str) -> CheckResult | None:
+    """A failure when router.tls.key is a file that its group or others may read or write
+    (the private key of the endpoint: its owner's alone, like secrets); None otherwise."""
+    if ref.startswith("env:"):
+        return None
+    path = os.path.expanduser(ref[5:] if ref.startswith("file:") else ref)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)  # read_tls has just read it
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return CheckResult(
+        CHECK_ID,
+        "fail",
+        f"router.tls.key {path} is readable or writable by its group or others (mode {mode:o})",
+        f"chmod 600 {path}",
+    )
 
 
 def evaluate_pair(cert_pem: str, key_pem: str, now: datetime) -> CheckResult:

@@ -30,7 +30,7 @@ from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import PROXY_CONF_FILE
-from pdboot.plan.proxy import proxy_files
+from pdboot.plan.proxy import MAX_API_KEY_CHARS, proxy_auth_text, proxy_files
 from tests.testbed import hub
 from tests.unit.paths import INVENTORIES
 
@@ -169,13 +169,16 @@ def test_the_proxy_program_writes_the_key_and_refuses_a_bad_one(tmp_path: Path) 
     sh = heredoc(slurm(inventory()), "PDBOOT_PROXY_SH")
     sh = sh.replace("/run/pdboot", str(tmp_path)).replace("/etc/pdboot-proxy", str(tmp_path))
     sh = sh.replace("exec nginx -c", "echo nginx")
-    for key, ok in (("sk-good.KEY_123", True), ("bad key", False), ('x"y', False), ("", False)):
+    cases = [("sk-good.KEY_123", True), ("bad key", False), ('x"y', False), ("", False)]
+    cases += [("k" * MAX_API_KEY_CHARS, True), ("k" * (MAX_API_KEY_CHARS + 1), False)]
+    for key, ok in cases:
         (tmp_path / "secrets.env").write_text(f"HF_TOKEN=t\nVLLM_API_KEY={key}\n")
         res = subprocess.run(["sh", "-c", sh], capture_output=True, text=True, check=False)
         assert (res.returncode == 0) == ok, (key, res.stderr)
         if ok:
             auth = tmp_path / "auth.conf"
-            assert auth.read_text() == f'"Bearer {key}" 1;\n'
+            # the include `up` ships, byte for byte (plan/proxy.py)
+            assert auth.read_text() == proxy_auth_text(key)
             assert auth.stat().st_mode & 0o777 == 0o600
             auth.unlink()
 

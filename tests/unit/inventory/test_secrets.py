@@ -10,6 +10,8 @@ import pytest
 
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
+from pdboot.plan.model import PRIVATE_FILES
+from pdboot.plan.proxy import MAX_API_KEY_CHARS
 from pdboot.plan.render import render_all, render_summary
 from pdboot.transport.connection import LocalConnection
 from pdboot.transport.docker_host import PROJECT_MARKER, Engine
@@ -19,6 +21,7 @@ from pdboot.transport.hosts import (
     api_key_headers,
     read_secrets,
     register_inventory_secrets,
+    router_secrets_env,
     secrets_env,
 )
 from pdboot.transport.masking import mask
@@ -68,6 +71,15 @@ def test_read_secrets_maps_each_reference_to_its_variables(tmp_path: Path) -> No
     assert api_key_headers(values) == {"Authorization": f"Bearer {KEY}"}
 
 
+def test_up_refuses_an_api_key_longer_than_the_proxy_serves() -> None:
+    i = inv(api_key="env:K")
+    longest = "K" * MAX_API_KEY_CHARS
+    assert read_secrets(i, {"K": longest})["VLLM_API_KEY"] == longest
+    with pytest.raises(SecretError, match=f"at most {MAX_API_KEY_CHARS}") as e:
+        read_secrets(i, {"K": longest + "K"})
+    assert longest not in str(e.value)
+
+
 def test_no_secrets_reads_nothing() -> None:
     i = inv()
     assert read_secrets(i, {}) == {} and api_key_headers({}) == {}
@@ -98,9 +110,19 @@ def test_api_key_reaches_engines_and_router_only_through_the_env_file() -> None:
     for host in ("gpu-a", "gpu-b", "gpu-c"):  # prefill, decode, router
         assert "env_file" in texts[host] and "secrets.env" in texts[host]
         assert "api-key" not in texts[host] and "env:K" not in texts[host]
-    # the proxy holds no secret in its environment: its key check is a 0600 file (proxy.py)
-    assert all(s.uses_secrets for s in plan.services() if s.role != "proxy")
-    assert not plan.proxy.uses_secrets if plan.proxy else False
+    # the engines read secrets.env; the router a file of its own with the key alone; the
+    # proxy holds no secret in its environment: its key check is a 0600 file (proxy.py)
+    assert all(s.uses_secrets for s in plan.engines)
+    assert plan.router.env_file == "router-secrets.env" and not plan.router.uses_secrets
+    assert "router-secrets.env" in PRIVATE_FILES
+    assert plan.proxy is not None and plan.proxy.env_file is None
+
+
+def test_the_router_gets_the_api_key_alone_never_the_hf_token() -> None:
+    values = read_secrets(inv(hf_token="env:T", api_key="env:K"), {"T": TOKEN, "K": KEY})
+    assert router_secrets_env(values) == f"OPENAI_API_KEY={KEY}\n"
+    assert TOKEN not in (router_secrets_env(values) or "")
+    assert router_secrets_env(read_secrets(inv(hf_token="env:T"), {"T": TOKEN})) is None
 
 
 def test_router_gets_no_env_file_without_an_api_key() -> None:

@@ -133,7 +133,8 @@ def test_router_command_lists_every_engine_by_address() -> None:
     assert arg(plan.router, "--host") == "127.0.0.1"
     assert arg(plan.router, "--port") == "8081"
     assert arg(plan.router, "--request-timeout-secs") == "3600"
-    assert arg(plan.router, "--prometheus-host") == "0.0.0.0"
+    # its metrics on the router host's own address, not every address (router.metrics_bind)
+    assert arg(plan.router, "--prometheus-host") == plan.proxy.address if plan.proxy else False
 
 
 def test_rdma_modes() -> None:

@@ -193,8 +193,8 @@ def test_router_lists_heads_and_dp_aware_is_an_option() -> None:
     assert "--intra-node-data-parallel-size" not in plain
     aware = build_plan(inv(router__dp_aware=True, secrets={"api_key": "env:K"})).router
     assert arg(aware.command, "--intra-node-data-parallel-size") == "4"
-    assert "--api-key" not in aware.command  # the key travels in secrets.env, not argv
-    assert aware.env_file == "secrets.env"
+    assert "--api-key" not in aware.command  # the key travels in an env file, not argv
+    assert aware.env_file == "router-secrets.env"  # the key alone
 
 
 # --------------------------------------------------------------------------- converge

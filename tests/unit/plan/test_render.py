@@ -18,7 +18,7 @@ import yaml
 from vllm_router.launch_router import parse_router_args
 
 from pdboot.inventory.load import load_inventory, parse_inventory
-from pdboot.inventory.rules import live_workers
+from pdboot.inventory.rules import advertised_address, live_workers
 from pdboot.inventory.schema import Inventory, tier_policy
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import (
@@ -311,7 +311,11 @@ def test_vllm_router_parser_accepts_the_router_args(path: Path) -> None:
     # loopback only: the proxy owns router.port (plan/proxy.py)
     assert (args.host, args.port) == ("127.0.0.1", inv.router.internal_port)
     assert args.prometheus_port == inv.router.metrics_port
-    assert args.prometheus_host == "0.0.0.0"
+    # metrics where Prometheus scrapes: the router host's own address (router.metrics_bind)
+    assert args.prometheus_host == (
+        inv.router.metrics_bind or advertised_address(inv.hosts[inv.router.host])
+    )
+    assert args.prometheus_host != "0.0.0.0"
     assert args.request_timeout_secs == inv.router.request_timeout_secs
 
 

@@ -35,7 +35,7 @@ def test_the_proxy_names_both_routers_and_forwards_home_by_default() -> None:
     assert "set $pdboot_upstream pdboot_router;" in conf
     # the route file comes after the default, so its `set` wins
     assert conf.index("set $pdboot_upstream") < conf.index(f"include {ROUTE_GLOB};")
-    assert conf.count("proxy_pass http://$pdboot_upstream;") == 4
+    assert conf.count("proxy_pass http://$pdboot_upstream/") == 4  # each its fixed path
     assert route_text(UPSTREAM_SPARE) == "set $pdboot_upstream pdboot_router_swap;\n"
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from pdboot.inventory.load import load_inventory
+from pdboot.plan.proxy import MAX_API_KEY_CHARS
 from pdboot.preflight import run as pf
 from pdboot.preflight.checks import prepull, secret_refs
 from pdboot.preflight.checks.secret_refs import check
@@ -82,3 +83,15 @@ def test_every_reference_of_the_inventory_is_checked_once_on_the_first_host(
             os.environ["HF_TOKEN"] = old
     assert on["gpu-a"].count("secrets.hf_token") == 1
     assert not [i for i in on["gpu-b"] if i.startswith("secrets.")]
+
+
+def test_an_api_key_longer_than_the_proxy_serves_is_refused_naming_the_limit() -> None:
+    longest = "k" * MAX_API_KEY_CHARS
+    r = check("secrets.api_key", "secrets.api_key", "env:K", {"K": longest})
+    assert r.status == "pass" and longest not in r.message
+    r = check("secrets.api_key", "secrets.api_key", "env:K", {"K": longest + "k"})
+    assert r.status == "fail" and f"at most {MAX_API_KEY_CHARS}" in r.message
+    assert longest not in r.message + r.fix and f"{MAX_API_KEY_CHARS} characters" in r.fix
+    # the limit is the proxy's: another secret of that length is no key
+    r = check("secrets.env", "secrets.env.W", "env:K", {"K": longest + "k"})
+    assert r.status == "pass"
