@@ -63,8 +63,9 @@ def render(
     ] = False,
 ) -> None:
     """Show the compose projects `up` would ship to each host (a dry run; no secrets)."""
+    from pdboot.inventory.ingress_rules import ingress_hosts
     from pdboot.plan.build import build_plan
-    from pdboot.plan.model import PROXY_CONF_FILE
+    from pdboot.plan.model import KEEPALIVED_CONF_FILE, PROXY_CONF_FILE
     from pdboot.plan.proxy import proxy_conf_text
     from pdboot.plan.render import render_all, render_summary
     from pdboot.views.render import print_projects, print_written, projects_json
@@ -94,9 +95,12 @@ def render(
             target = out_dir / name / "compose.yaml"
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-            if name == inv.router.host:  # the proxy's nginx.conf beside it (never the key)
+            if name in ingress_hosts(inv):  # the proxy's nginx.conf beside it (never the key)
                 conf = proxy_conf_text(inv)
                 (target.parent / PROXY_CONF_FILE).write_text(conf, encoding="utf-8")
+            if name in plan.keepalived_confs:
+                text = plan.keepalived_confs[name]
+                (target.parent / KEEPALIVED_CONF_FILE).write_text(text, encoding="utf-8")
         (out_dir / "summary.txt").write_text(summary, encoding="utf-8")
     except OSError as e:
         stderr().print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
