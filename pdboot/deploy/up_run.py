@@ -24,6 +24,7 @@ from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.bluegreen import BlueGreen, BlueGreenFailed
 from pdboot.deploy.converger import Converger
 from pdboot.deploy.frame import CancelToken
+from pdboot.deploy.ingress import bring_up_ingress
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.router_swap import RouterSwapError
 from pdboot.deploy.seams import report_errors
@@ -43,7 +44,7 @@ from pdboot.events import (
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
-from pdboot.plan.model import SECRETS_FILE, WATCH_SECRETS_FILE, Plan
+from pdboot.plan.model import KEEPALIVED_CONF_FILE, SECRETS_FILE, WATCH_SECRETS_FILE, Plan
 from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
 from pdboot.plan.watch.sidecar import watch_secrets_text
@@ -113,6 +114,9 @@ class UpRun:
             converger.start_proxy(change.proxy)
         else:
             converger.apply(change)
+        # router.standby: its router, proxy and keepalived, before the checks through the
+        # endpoint (with router.virtual_ip, the endpoint is the address keepalived holds)
+        bring_up_ingress(ops.w, self.admin.fetch, change.ingress)
         if self.opts.prove:
             self.prove()
             self.gate()
@@ -251,6 +255,12 @@ class UpRun:
         key = (self.env.token or {}).get("VLLM_API_KEY")
         here = out.setdefault(self.inv.router.host, {})
         here.update(proxy_files(self.inv, key, self.env.tls))
+        if self.inv.router.standby is not None:  # the standby's proxy: the same files
+            out.setdefault(self.inv.router.standby, {}).update(
+                proxy_files(self.inv, key, self.env.tls)
+            )
+        for host, conf in self.plan.keepalived_confs.items():
+            out.setdefault(host, {})[KEEPALIVED_CONF_FILE] = conf
         watch_env = watch_secrets_text(key) if self.plan.watch is not None else None
         if watch_env is not None:
             here[WATCH_SECRETS_FILE] = watch_env

@@ -150,6 +150,13 @@ def plan_up(plan: Plan, observed: Iterable[Observed], *, live: bool = False) -> 
     return stages
 
 
+def plan_ingress(plan: Plan, observed: Iterable[Observed]) -> list[Step]:
+    """One step per service of the standby ingress (plan/ingress.py), in its start order:
+    the standby's router and proxy, then keepalived. None without router.standby."""
+    index = _index(owned(observed, plan.deployment))
+    return [_step(s, index.get((s.host, s.name), []), False) for s in plan.ingress_services()]
+
+
 def _step(svc: Service, found: Sequence[Observed], workers_changed: bool) -> Step:
     if not found:
         return Step(svc, "create", "not running", cause=Cause.NOT_RUNNING)
