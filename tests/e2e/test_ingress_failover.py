@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -23,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_up_status_down import down_clean, output, pdboot, write_inventory
+from tests.e2e.test_up_status_down import ROOT, down_clean, output, pdboot, write_inventory
 from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -50,6 +54,22 @@ def holders(tb: Any, vip: str) -> list[str]:
         if f" {vip}/" in res.stdout:
             out.append(name)
     return out
+
+
+def start_watch(inv: Path) -> subprocess.Popen[str]:
+    """`pdboot watch` in the foreground (over SSH: it keeps the standby in step and reads
+    the address's holder), its metrics on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return subprocess.Popen(
+        [sys.executable, "-m", "pdboot", "watch", str(inv), "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, COLUMNS="200", TERM="dumb"),
+    )
 
 
 class ClientLoop:
@@ -97,8 +117,10 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
             "keepalived_image": tb3.keepalived_image,
         }
     )
+    doc["watch"] = {"interval_seconds": 2}
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
 
+    watch: subprocess.Popen[str] | None = None
     res = pdboot("up", str(inv), timeout=420)
     assert res.returncode == 0, output(res)
     assert f"http://{vip}:8000" in output(res)  # the endpoint `up` prints
@@ -111,9 +133,15 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
                 f"http://{standby.address}:8201",
             }, host.name
 
+        st = pdboot("status", str(inv))
+        assert st.returncode == 0, output(st)
+        assert f"virtual IP {vip}: held by ingress (the router host)" in output(st)
+        assert "standby router@decode: in step" in output(st)
+
+        watch = start_watch(inv)
         loop = ClientLoop(f"http://{vip}:8000")
         loop.thread.start()
-        time.sleep(3)
+        time.sleep(6)  # watch's first rounds remember the holder
         cut = time.monotonic()
         active.cut_link()
         try:
@@ -125,6 +153,9 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
         time.sleep(WATCH_S)
         loop.stop.set()
         loop.thread.join(timeout=5)
+        watch.send_signal(signal.SIGINT)
+        watched, _ = watch.communicate(timeout=60)
+        assert f"{vip}/24 moved from ingress to decode" in watched, watched
 
         assert loop.failures(0, cut) == []
         after = loop.failures(cut + SETTLE_S, back)
@@ -136,6 +167,11 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
         assert holders(tb3, vip) == ["decode"]
         gap = [r[0] for r in loop.results if cut <= r[0] and not r[1]]
         print(f"failover: requests failed for {max(gap) - cut if gap else 0:.1f}s after the cut")
+        st = pdboot("status", str(inv))
+        assert f"virtual IP {vip}: held by decode (standby)" in output(st), output(st)
     finally:
+        if watch is not None and watch.poll() is None:
+            watch.kill()
+            watch.communicate()
         down_clean(tb3, inv, "e2eha")
     assert holders(tb3, vip) == []  # keepalived gone, the address released
