@@ -66,6 +66,21 @@ def _peer(inv: Inventory, host: str) -> str:
     return next(h for h in ingress_hosts(inv) if h != host)
 
 
+# The standby's VRRP starts this much later: both start BACKUP with nopreempt, so whichever
+# times out first holds the address for good; on a loaded machine the standby's keepalived
+# could start first (seen on the testbed at load 200). The router host's then always wins.
+STANDBY_STARTUP_DELAY = 5
+
+
+def _startup_delay(active: bool) -> list[str]:
+    if active:
+        return []
+    return [
+        "    # the router host's keepalived takes the address first (plan/ingress.py)",
+        f"    vrrp_startup_delay {STANDBY_STARTUP_DELAY}",
+    ]
+
+
 def keepalived_conf_text(inv: Inventory, host: str, iface: str) -> str:
     """keepalived.conf of one ingress host: one VRRP instance, the other ingress host its
     unicast peer, the local proxy's /health its track script."""
@@ -88,6 +103,7 @@ def keepalived_conf_text(inv: Inventory, host: str, iface: str) -> str:
             "    # 3 gratuitous ARPs on taking the address, 3 more 1 s later (caches learn it)",
             "    vrrp_garp_master_delay 1",
             "    vrrp_garp_master_repeat 3",
+            *_startup_delay(host == r.host),
             "}",
             f"vrrp_script {name}_proxy {{",
             f'    script "{check}"',

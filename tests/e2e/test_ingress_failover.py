@@ -118,6 +118,10 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
         }
     )
     doc["watch"] = {"interval_seconds": 2}
+    # the foreground watch's SSH handshakes at start, on a machine at load 100+, took over
+    # the suite's 5 s (paramiko: "Error reading SSH protocol banner"): a watch without its
+    # connections sees no holder to alert about
+    doc["ssh"]["connect_timeout"] = 30
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     watch: subprocess.Popen[str] | None = None
@@ -133,15 +137,34 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
                 f"http://{standby.address}:8201",
             }, host.name
 
+        # preflight's VRRP checks on the live pair: the holder has it, the standby hears
+        # its peer (this deployment's), nothing else claims the address or the router id
+        pf = pdboot("preflight", str(inv), "--json", "--only", "network")
+        checks = {
+            (h, c["id"]): c["status"]
+            for h, rep in json.loads(pf.stdout)["hosts"].items()
+            for c in rep["checks"]
+            if c["id"].startswith("network.vrrp_")
+        }
+        assert len(checks) == 8 and set(checks.values()) == {"pass"}, checks
         st = pdboot("status", str(inv))
         assert st.returncode == 0, output(st)
         assert f"virtual IP {vip}: held by ingress (the router host)" in output(st)
         assert "standby router@decode: in step" in output(st)
 
         watch = start_watch(inv)
+        assert watch.stdout is not None
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")))
+        reader.start()
+        # the cut only once a whole round has read the holder (round 2 begun): under load a
+        # cut in the middle of round 1 left watch without a first holder to compare with
+        end = time.monotonic() + 120
+        while not any(" round 2:" in line for line in lines) and time.monotonic() < end:
+            time.sleep(0.5)
         loop = ClientLoop(f"http://{vip}:8000")
         loop.thread.start()
-        time.sleep(6)  # watch's first rounds remember the holder
+        time.sleep(3)
         cut = time.monotonic()
         active.cut_link()
         try:
@@ -154,7 +177,9 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
         loop.stop.set()
         loop.thread.join(timeout=5)
         watch.send_signal(signal.SIGINT)
-        watched, _ = watch.communicate(timeout=60)
+        watch.wait(timeout=60)
+        reader.join(timeout=10)
+        watched = "".join(lines)
         assert f"{vip}/24 moved from ingress to decode" in watched, watched
 
         assert loop.failures(0, cut) == []
@@ -172,6 +197,6 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
     finally:
         if watch is not None and watch.poll() is None:
             watch.kill()
-            watch.communicate()
+            watch.wait()
         down_clean(tb3, inv, "e2eha")
     assert holders(tb3, vip) == []  # keepalived gone, the address released

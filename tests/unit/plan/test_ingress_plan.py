@@ -16,11 +16,13 @@ import pytest
 
 from pdboot.inventory.load import load_inventory
 from pdboot.plan.build import build_plan
+from pdboot.plan.change_plan import ChangeOptions, change_plan
 from pdboot.plan.converge import Observed, orphans
 from pdboot.plan.facts import PlanFacts
 from pdboot.plan.ingress import KEEPALIVED_CAPS, PRIORITY_ACTIVE, PRIORITY_STANDBY
 from pdboot.plan.model import (
     KEEPALIVED_CONF_FILE,
+    LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
     LABEL_HOST,
     LABEL_ROLE,
@@ -189,3 +191,36 @@ def test_summary_names_the_virtual_ip_and_both_ingresses(host: str) -> None:
     assert "Endpoint: http://192.0.2.100:8000/v1" in text
     assert f"keepalived@{host}" in text
     assert "Standby ingress: router@gpu-b and proxy@gpu-b" in text
+
+
+def test_the_change_plan_holds_the_ingress_steps() -> None:
+    # `up --plan` shows them after the others' (deploy/changes.py), `up` applies them last
+    plan = build_plan(inventory(hosts=HOSTS, overrides=PAIR))
+    fresh = change_plan(plan, [], ChangeOptions(live=True))
+    assert [(s.service.key, s.kind) for s in fresh.ingress] == [
+        ("router@s", "create"),
+        ("proxy@s", "create"),
+        ("keepalived@r", "create"),
+        ("keepalived@s", "create"),
+    ]
+    assert fresh.changes
+    running = [
+        Observed(
+            host=s.host,
+            id=s.key,
+            name=s.container_name,
+            labels={
+                LABEL_DEPLOYMENT: "demo",
+                LABEL_ROLE: s.role,
+                LABEL_HOST: s.host,
+                LABEL_CONFIG_HASH: s.config_hash,
+            },
+            state="running",
+        )
+        for s in (*plan.services(), *plan.ingress_services())
+    ]
+    again = change_plan(plan, running, ChangeOptions(live=True))
+    assert {s.kind for s in again.ingress} == {"unchanged"}
+    assert all(s.kind == "unchanged" for st in again.stages for s in st)
+    without = change_plan(build_plan(inventory(hosts=HOSTS)), [], ChangeOptions(live=True))
+    assert without.ingress == ()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pdboot.preflight.checks import VrrpAsk
-from pdboot.preflight.checks.vrrp import evaluate_facts, parse_output
+from pdboot.inventory.schema import Requirements
+from pdboot.preflight.checks import HostContext, VrrpAsk, by_key, parse_sections
+from pdboot.preflight.checks.vrrp import commands, evaluate_facts, parse_output
 from pdboot.preflight.contexts import contexts
 from tests.unit.builders import inventory
 from tests.unit.paths import FIXTURES
@@ -95,3 +96,13 @@ def test_only_the_ingress_hosts_are_asked() -> None:
     assert all(c.vrrp is None for c in contexts(inventory(hosts=hosts)).values())
     # keepalived binds no port: the standby's ports are the proxy's and the router's
     assert sorted(p for p, _w in ctxs["s"].ports) == [8000, 8081, 8082, 29000, 29001]
+
+
+def test_the_command_is_one_line_and_its_section_parses_back() -> None:
+    ctx = HostContext("r", ("router",), Requirements(), vrrp=VrrpAsk(VIP, None, 51, "a", "b"))
+    (cmd,) = commands(ctx)
+    assert "\n" not in cmd.line  # the batch's markers hold the command line
+    capture = (VRRP / "preflight-backup.txt").read_text()
+    text = f"### $ {cmd.line}\n{capture}### exit=0\n"
+    section = by_key([cmd], parse_sections(text))["vrrp"]
+    assert section.rc == 0 and parse_output(section.output).adverts == (("10.99.0.11", 51),)
