@@ -20,7 +20,7 @@ from __future__ import annotations
 import ipaddress
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pdboot.preflight.checks import MISSING, CheckResult, Command, HostContext, Section, VrrpAsk
@@ -85,6 +85,9 @@ class VrrpFacts:
     adverts: tuple[tuple[str, int], ...]  # (source, router id) heard
     listened: bool  # False: no python3, or no raw socket (not root)
     neighbours: tuple[tuple[str, str, str], ...]  # (address, MAC or "", state)
+    # the interface carrying the host's address: the plan's VRRP interface when the
+    # inventory names none (preflight/findings.py hands it on)
+    carrier: str = ""
 
 
 def parse_output(text: str) -> VrrpFacts:
@@ -116,7 +119,11 @@ def parse(ctx: HostContext, sections: Mapping[str, Section]) -> VrrpFacts | None
     if ctx.vrrp is None:
         return None
     s = sections.get("vrrp", MISSING)
-    return parse_output(s.output) if s.rc is not None else None
+    if s.rc is None:
+        return None
+    f = parse_output(s.output)
+    found = [i for i, a in f.addresses if a.split("/")[0] == ctx.vrrp.address]
+    return replace(f, carrier=found[0]) if found else f
 
 
 def _interface(ask: VrrpAsk, f: VrrpFacts) -> tuple[str, str, CheckResult]:

@@ -7,8 +7,11 @@ import pytest
 
 from pdboot.inventory.schema import Requirements
 from pdboot.preflight.checks import HostContext, VrrpAsk, by_key, parse_sections
+from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.vrrp import commands, evaluate_facts, parse_output
+from pdboot.preflight.checks.vrrp import parse as vrrp_parse
 from pdboot.preflight.contexts import contexts
+from pdboot.preflight.findings import tcp_ifaces
 from tests.unit.builders import inventory
 from tests.unit.paths import FIXTURES
 
@@ -106,3 +109,15 @@ def test_the_command_is_one_line_and_its_section_parses_back() -> None:
     text = f"### $ {cmd.line}\n{capture}### exit=0\n"
     section = by_key([cmd], parse_sections(text))["vrrp"]
     assert section.rc == 0 and parse_output(section.output).adverts == (("10.99.0.11", 51),)
+
+
+def test_the_interface_found_reaches_the_plan_on_a_host_without_engines() -> None:
+    ctx = HostContext(
+        "r", ("router",), Requirements(), vrrp=VrrpAsk(VIP, None, 51, "10.99.0.12", "10.99.0.11")
+    )
+    capture = (VRRP / "preflight-backup.txt").read_text()
+    (cmd,) = commands(ctx)
+    sections = by_key([cmd], parse_sections(f"### $ {cmd.line}\n{capture}### exit=0\n"))
+    facts = vrrp_parse(ctx, sections)
+    assert facts is not None and facts.carrier == "eth0"
+    assert tcp_ifaces(HostFacts(vrrp=facts)) == ["eth0"]  # PlanFacts.tcp_ifaces, then the conf
