@@ -43,6 +43,7 @@ from pdboot.exitcodes import EXIT_FAILED, EXIT_USAGE
 if TYPE_CHECKING:
     from pdboot.events import Event
     from pdboot.inventory.schema import Inventory
+    from pdboot.plan.model import Plan
 
 
 @command
@@ -101,11 +102,12 @@ def render(
     if out_dir is None:
         print_projects(stdout(), stderr(), texts, summary)
         return
-    _write_out(inv, out_dir, texts, hosts, summary, clean=clean)
+    _write_out(inv, plan, out_dir, texts, hosts, summary, clean=clean)
 
 
 def _write_out(
     inv: Inventory,
+    plan: Plan,
     out_dir: Path,
     texts: dict[str, str],
     hosts: set[str],
@@ -115,6 +117,8 @@ def _write_out(
 ) -> None:
     """`render --out DIR`: refuse (or with --clean empty) the folders of hosts the deployment
     no longer has, then write every project."""
+    from pdboot.inventory.ingress_rules import ingress_hosts
+    from pdboot.plan.model import KEEPALIVED_CONF_FILE, PROXY_CONF_FILE
     from pdboot.plan.proxy import proxy_conf_text
     from pdboot.views.render import print_written
     from pdboot.views.render_out import remove_stale, stale_host_dirs, write_projects
@@ -130,10 +134,16 @@ def _write_out(
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_USAGE)
-    proxy = {inv.router.host: proxy_conf_text(inv)}  # nginx.conf beside it (never the key)
+    # beside each ingress host's compose.yaml: the proxy's nginx.conf (never the key) and
+    # keepalived.conf where a virtual IP moves
+    beside: dict[str, dict[str, str]] = {
+        h: {PROXY_CONF_FILE: proxy_conf_text(inv)} for h in ingress_hosts(inv)
+    }
+    for h, conf in plan.keepalived_confs.items():
+        beside.setdefault(h, {})[KEEPALIVED_CONF_FILE] = conf
     try:
         kept = remove_stale(stale)
-        written = write_projects(out_dir, texts, proxy, summary)
+        written = write_projects(out_dir, texts, beside, summary)
     except OSError as e:
         stderr().print(f"cannot write {e.filename}: {e.strerror}", highlight=False, markup=False)
         raise typer.Exit(EXIT_FAILED) from None

@@ -36,7 +36,7 @@ def show_changes(emit: Emit, change: ChangePlan, stage: str) -> None:
     """The converge table, then the roll steps: what `up` shows before it acts, and all
     that `up --plan` shows."""
     emit(StageStarted(stage))
-    for steps in change.stages:
+    for steps in (*change.stages, change.ingress):
         for s in steps:
             emit(ServiceAction(s.service.key, s.kind, action_reason(s, change.roll)))
     emit_plan(emit, change.roll)

@@ -15,12 +15,13 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from pdboot.deploy.admin import AdminFetch
+from pdboot.deploy.ingress_status import IngressState, ingress_state
 from pdboot.deploy.logscan import explain_services, report_lines
 from pdboot.deploy.router_api import WorkerDiff, worker_diff
 from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
 from pdboot.deploy.watch.verdicts import read_verdicts
 from pdboot.deploy.weights.staging import as_recorded
-from pdboot.events import Diagnosis, Done, Emit, ServiceStatus, StatusReport
+from pdboot.events import Diagnosis, Done, Emit, Note, ServiceStatus, StatusReport
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.inventory.cpu_layout import describe
 from pdboot.inventory.schema import Inventory
@@ -100,9 +101,9 @@ def collect(
     *,
     hosts_factory: HostsFactory = default_hosts,
     fetch: HttpFn = http,
-) -> tuple[Plan, list[ServiceStatus], WorkerDiff | None]:
-    """The plan, a row per service, and the router's workers against the plan (None when
-    the router is not healthy)."""
+) -> tuple[Plan, list[ServiceStatus], WorkerDiff | None, IngressState]:
+    """The plan, a row per service, the router's workers against the plan (None when the
+    router is not healthy), and the standby ingress's state (ingress_status.py)."""
     hosts = hosts_factory(inv, list(build_plan(inv).hosts), accept_new_host_keys)
     try:
         # the config hash includes the RDMA choice `up` made from its preflight: rebuild
@@ -115,14 +116,21 @@ def collect(
         observed = owned([o for obs in values.values() for o in obs], plan.deployment)
         # the router's own /health is on its host's loopback: through that host (admin.py)
         admin = AdminFetch(plan, hosts, fetch)
+        standby = plan.standby_router
+        spare = AdminFetch(plan, hosts, fetch, router=standby) if standby is not None else None
         try:
             now = datetime.now(timezone.utc)
-            rows = rows_for(plan, observed, set(unreachable), now, admin, reasons=unreachable)
+            rows = rows_for(
+                plan, observed, set(unreachable), now, admin, reasons=unreachable, standby=spare
+            )
             router = next((r for r in rows if r.service == plan.router.key), None)
             diff = worker_diff(plan, admin) if router is not None and router.healthy else None
-            return plan, rows, diff
+            reachable = [s.host for s in plan.keepalived if s.host not in unreachable]
+            return plan, rows, diff, ingress_state(plan, hosts, fetch, reachable)
         finally:
             admin.close()
+            if spare is not None:
+                spare.close()
     finally:
         hosts.close()
 
@@ -135,19 +143,22 @@ def rows_for(
     fetch: HttpFn,
     *,
     reasons: Mapping[str, str] | None = None,
+    standby: HttpFn | None = None,
 ) -> list[ServiceStatus]:
     """One row per planned service, then one per leftover container of the deployment.
-    ``reasons``: host -> why it is unreachable."""
+    ``reasons``: host -> why it is unreachable; ``standby``: how the standby router's
+    loopback is reached (its URL is the router host's: admin.py)."""
     rows = []
     seen: set[str] = set()
-    for svc in plan.services():
+    for svc in (*plan.services(), *plan.ingress_services()):
+        ask = standby if standby is not None and svc == plan.standby_router else fetch
         obs = next((o for o in observed if o.host == svc.host and o.service_name == svc.name), None)
         if obs is not None:
             seen.add(obs.id)
         health = "-"
         if obs is not None and obs.state == "running":
             # a headless DP follower has no HTTP: its head's health stands for it
-            a = fetch(svc.ready_url, timeout=3.0)
+            a = ask(svc.ready_url, timeout=3.0)
             health = "ok" if a.ok else a.describe()
         reachable = svc.host not in unreachable
         why = (reasons or {}).get(svc.host, "")
@@ -181,7 +192,7 @@ def status(
     rows: list[ServiceStatus] = []
     try:
         while True:
-            plan, rows, workers = collect(
+            plan, rows, workers, ingress = collect(
                 inv, accept_new_host_keys, hosts_factory=hosts_factory, fetch=fetch
             )
             running = {r.service for r in rows if r.state == "running"}
@@ -191,6 +202,9 @@ def status(
             code = _report(
                 inv, plan, rows, pd, emit, diagnose=before is None, watch=verdicts, workers=workers
             )
+            for text, level in ingress.lines(plan):  # router.standby (ingress_status.py)
+                emit(Note(text, level))
+            code = code if ingress.ok else EXIT_FAILED
             if watch is None:
                 break
             before, t_before = now, t_now

@@ -24,6 +24,7 @@ from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.bluegreen import BlueGreen, BlueGreenFailed
 from pdboot.deploy.converger import Converger
 from pdboot.deploy.frame import CancelToken
+from pdboot.deploy.ingress import bring_up_ingress
 from pdboot.deploy.logscan import explain, report_lines
 from pdboot.deploy.router_swap import RouterSwapError
 from pdboot.deploy.seams import report_errors
@@ -43,7 +44,13 @@ from pdboot.events import (
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
-from pdboot.plan.model import ROUTER_SECRETS_FILE, SECRETS_FILE, WATCH_SECRETS_FILE, Plan
+from pdboot.plan.model import (
+    KEEPALIVED_CONF_FILE,
+    ROUTER_SECRETS_FILE,
+    SECRETS_FILE,
+    WATCH_SECRETS_FILE,
+    Plan,
+)
 from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
 from pdboot.plan.watch.sidecar import watch_secrets_text
@@ -119,6 +126,9 @@ class UpRun:
             converger.start_proxy(change.proxy)
         else:
             converger.apply(change)
+        # router.standby: its router, proxy and keepalived, before the checks through the
+        # endpoint (with router.virtual_ip, the endpoint is the address keepalived holds)
+        bring_up_ingress(ops.w, self.admin.fetch, change.ingress)
         if self.opts.prove:
             self.prove()
             self.gate()
@@ -260,6 +270,13 @@ class UpRun:
         router_env = router_secrets_env(self.env.token or {})
         if router_env is not None and self.plan.router.env_file == ROUTER_SECRETS_FILE:
             here[ROUTER_SECRETS_FILE] = router_env  # the API key alone (PRIVATE_FILES: 0600)
+        if self.inv.router.standby is not None:  # the standby's proxy and router: the same files
+            there = out.setdefault(self.inv.router.standby, {})
+            there.update(proxy_files(self.inv, key, self.env.tls))
+            if router_env is not None and self.plan.router.env_file == ROUTER_SECRETS_FILE:
+                there[ROUTER_SECRETS_FILE] = router_env
+        for host, conf in self.plan.keepalived_confs.items():
+            out.setdefault(host, {})[KEEPALIVED_CONF_FILE] = conf
         watch_env = watch_secrets_text(key) if self.plan.watch is not None else None
         if watch_env is not None:
             here[WATCH_SECRETS_FILE] = watch_env

@@ -20,10 +20,10 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import PROXY_CONF_FILE
 from pdboot.plan.proxy import (
     MAX_API_KEY_CHARS,
-    proxy_auth_text,
     PROXY_AUTH_IN_CONTAINER,
     PROXY_CONF_IN_CONTAINER,
     PROXY_DIR_IN_CONTAINER,
+    proxy_auth_text,
     proxy_files,
 )
 
@@ -84,7 +84,7 @@ def proxy_start(inv: Inventory, read_key: str) -> str:
             "  ;;",
             "esac",
             f"if [ ${{#key}} -gt {MAX_API_KEY_CHARS} ]; then",
-            f'  echo "pdboot proxy: VLLM_API_KEY is longer than {MAX_API_KEY_CHARS} characters" >&2',
+            f'  echo "pdboot proxy: VLLM_API_KEY is over {MAX_API_KEY_CHARS} characters" >&2',
             "  exit 1",
             "fi",
             f"printf '{_auth_format()}' \"$key\" >{PROXY_AUTH_IN_CONTAINER}",

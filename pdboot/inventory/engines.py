@@ -324,12 +324,23 @@ def _port_rules(inv: Inventory) -> list[tuple[Path, str]]:
 
 
 def _service_listeners(inv: Inventory) -> list[tuple[str, int, str, Path]]:
-    """pdboot's listeners beside the engines and the router: the watch service (on the
+    """pdboot's listeners beside the engines and the router: the standby ingress (the
+    router's ports on router.standby), the watch service (on the
     router host, when `up` runs it: watch.image) and the weights seed (the first engine
     host serves the others while engines of an earlier roll may still run there)."""
     out: list[tuple[str, int, str, Path]] = []
     if inv.watch is not None and inv.watch.image is not None:
         out.append((inv.router.host, inv.watch.port, "the watch service", ("watch", "port")))
+    r = inv.router
+    if r.standby is not None and r.standby != r.host:  # the standby ingress: the same ports
+        for port, what, key in (
+            (r.port, "the standby proxy (public endpoint)", "port"),
+            (r.internal_port, "the standby router's HTTP (loopback)", "internal_port"),
+            (r.metrics_port, "the standby router's metrics", "metrics_port"),
+            (r.swap_port, "the standby's swap router HTTP (loopback)", "swap_port"),
+            (r.swap_metrics_port, "the standby's swap router metrics", "swap_metrics_port"),
+        ):
+            out.append((r.standby, port, what, ("router", key)))
     w = inv.weights
     hosts = list(dict.fromkeys(inv.prefill.hosts + inv.decode.hosts))
     if w.stage and w.seed == "first_host" and len(hosts) > 1:

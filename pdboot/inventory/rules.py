@@ -10,6 +10,7 @@ from pdboot.inventory import flagnames
 from pdboot.inventory.cpu_layout import cpu_rules
 from pdboot.inventory.engines import engine_rules, is_auto, tier_groups
 from pdboot.inventory.hostpaths import mount_conflicts
+from pdboot.inventory.ingress_rules import ingress_hosts, ingress_rules
 from pdboot.inventory.safety import (
     is_loopback_or_unspecified,
     looks_like_token,
@@ -46,7 +47,7 @@ def router_uses_secrets(inv: Inventory) -> bool:
 
 def deployment_hosts(inv: Inventory) -> list[str]:
     """Every host that runs something, in a stable order."""
-    return list(dict.fromkeys(inv.decode.hosts + inv.prefill.hosts + [inv.router.host]))
+    return list(dict.fromkeys(inv.decode.hosts + inv.prefill.hosts + ingress_hosts(inv)))
 
 
 def engine_hosts(inv: Inventory) -> list[str]:
@@ -75,6 +76,7 @@ def validate_rules(inv: Inventory) -> list[Rule]:
         + _policy_rules(inv)
         + _mount_rules(inv)
         + vllm_rules(inv)
+        + ingress_rules(inv)
     )
 
 

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 
 from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
 from pdboot.inventory.imageref import IMAGE_CHARS_RE, check_image_reference
+from pdboot.inventory.ingress_schema import DEFAULT_KEEPALIVED_IMAGE, IngressChecks
 from pdboot.inventory.kv_schema import KVTransfer
 from pdboot.inventory.proxy_schema import ProxyLimits
 from pdboot.inventory.safety import (
@@ -244,7 +245,7 @@ def tier_policy(explicit: str | None, tier: str, engines: int) -> str:
     return "power_of_two" if engines >= 2 else "round_robin"
 
 
-class Router(Strict):
+class Router(IngressChecks):
     host: str
     # the public endpoint: the proxy (nginx) listens here and forwards only the client API;
     # the router itself listens on the router host's loopback at internal_port, where only
@@ -289,6 +290,13 @@ class Router(Strict):
     # workers change (a short outage), per-tier policies. DP-aware routing needs False.
     live_workers: bool = True
     extra_args: list[str] = []
+    # A second ingress (docs/ingress-standby.md): another proxy and router on this host,
+    # every worker registered on both (None: one ingress). Rules: inventory/ingress_rules.py
+    standby: str | None = None
+    virtual_ip: str | None = None  # ADDRESS/PREFIX keepalived (VRRP) moves to the standby
+    keepalived_image: str = DEFAULT_KEEPALIVED_IMAGE  # containers/keepalived.Dockerfile
+    vrrp_interface: str | None = None  # None: the host's net_interface, else preflight's
+    vrrp_router_id: int | None = Field(default=None, ge=1, le=255)  # None: from the name
 
     @field_validator("extra_args")
     @classmethod

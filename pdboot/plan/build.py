@@ -24,6 +24,7 @@ from pdboot.inventory.rules import (
 )
 from pdboot.inventory.schema import LOCAL, Inventory, Tier, TierName, tier_policy
 from pdboot.plan.facts import PlanFacts
+from pdboot.plan.ingress import ingress_plan, keepalived_service
 from pdboot.plan.model import (
     HF_CACHE_IN_CONTAINER,
     KV_ROLE,
@@ -439,7 +440,16 @@ def build_plan(inv: Inventory, facts: PlanFacts | None = None) -> Plan:
     watch = watch_service(inv, project_name(inv), _labels(inv, "watch", r_host))
     watch = _with_hash(watch) if watch is not None else None
     proxy = _with_hash(proxy_service(inv, project_name(inv), _labels(inv, "proxy", r_host)))
+    standby, ka_confs, ka_needs = ingress_plan(inv, router, proxy, f.tcp_ifaces)
+    standby = tuple(_with_hash(s) for s in standby)
+    keepalived = tuple(
+        _with_hash(
+            keepalived_service(inv, h, project_name(inv), _labels(inv, "keepalived", h), conf)
+        )
+        for h, conf in ka_confs.items()
+    )
     every = decodes + prefills + [router, proxy] + ([watch] if watch is not None else [])
+    every += [*standby, *keepalived]
     hosts: dict[str, HostPlan] = {}
     for name in deployment_hosts(inv):
         h = inv.hosts[name]
@@ -450,7 +460,7 @@ def build_plan(inv: Inventory, facts: PlanFacts | None = None) -> Plan:
             project=project_name(inv),
             services=tuple(s for s in every if s.host == name),
         )
-    needs = unresolved_on(inv, f.gpu_counts)
+    needs = unresolved_on(inv, f.gpu_counts) + ka_needs
     return Plan(
         deployment=inv.name,
         model=inv.model,
@@ -467,4 +477,8 @@ def build_plan(inv: Inventory, facts: PlanFacts | None = None) -> Plan:
         kv_cache_gib=inv.cpu.kv_cache_gib if inv.device == "cpu" else 0,
         watch=watch,
         revision=revision_of(inv.model, inv.model_revision),
+        standby=standby,
+        keepalived=keepalived,
+        virtual_ip=inv.router.virtual_ip or "",
+        keepalived_confs=ka_confs,
     )

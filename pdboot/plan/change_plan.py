@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pdboot.plan.converge import Observed, Step, decode_restarts, orphans, plan_up, with_restarts
+from pdboot.plan.converge import (
+    Observed,
+    Step,
+    decode_restarts,
+    orphans,
+    plan_ingress,
+    plan_up,
+    with_restarts,
+)
 from pdboot.plan.model import Plan
 from pdboot.plan.rolling import RollPlan, plan_roll
 
@@ -39,6 +47,8 @@ class ChangePlan:
     stages: tuple[tuple[Step, ...], ...]  # the steps as `up` shows them (restarts in)
     orphans: tuple[Observed, ...]  # this deployment's containers the plan no longer has
     roll: RollPlan  # the roll steps (or the recreate path's, rolls False)
+    # router.standby's router, proxy and keepalived (plan/ingress.py), after everything else
+    ingress: tuple[Step, ...] = ()
 
     def _of(self, role: str) -> list[Step]:
         return [s for st in self.stages for s in st if s.service.role == role]
@@ -63,7 +73,7 @@ class ChangePlan:
     @property
     def changes(self) -> bool:
         """Anything to do (`up --plan`'s exit 2 with --detailed-exitcode)."""
-        return self.roll.changes or any(s.kind != "unchanged" for s in self.proxy)
+        return self.roll.changes or any(s.kind != "unchanged" for s in (*self.proxy, *self.ingress))
 
 
 def change_plan(plan: Plan, observed: Sequence[Observed], opts: ChangeOptions) -> ChangePlan:
@@ -80,6 +90,7 @@ def change_plan(plan: Plan, observed: Sequence[Observed], opts: ChangeOptions) -
         stages=tuple(tuple(st) for st in stages),
         orphans=tuple(gone),
         roll=plan_roll(plan, first, restarts, gone, rolling=rolls, swap=rolls and opts.swap),
+        ingress=tuple(plan_ingress(plan, observed)),
     )
 
 

@@ -82,7 +82,7 @@ class Observed:
         role = self.role or "?"
         if role == "router" and self.labels.get(LABEL_ROUTER_SLOT) == "spare":
             return "router-swap"  # a router swap's successor (plan/router_slots.py)
-        if role in ("router", "proxy", "watch"):
+        if role in ("router", "proxy", "keepalived", "watch"):
             return role
         return engine_name(role, self.engine_index)
 
@@ -148,6 +148,13 @@ def plan_up(plan: Plan, observed: Iterable[Observed], *, live: bool = False) -> 
             workers_changed = True
         stages.append(steps)
     return stages
+
+
+def plan_ingress(plan: Plan, observed: Iterable[Observed]) -> list[Step]:
+    """One step per service of the standby ingress (plan/ingress.py), in its start order:
+    the standby's router and proxy, then keepalived. None without router.standby."""
+    index = _index(owned(observed, plan.deployment))
+    return [_step(s, index.get((s.host, s.name), []), False) for s in plan.ingress_services()]
 
 
 def _step(svc: Service, found: Sequence[Observed], workers_changed: bool) -> Step:
@@ -286,7 +293,7 @@ def with_restarts(
 
 def orphans(plan: Plan, observed: Iterable[Observed]) -> list[Observed]:
     """This deployment's containers that the plan no longer has (a host left a tier)."""
-    wanted = {(s.host, s.name) for s in plan.services()}
+    wanted = {(s.host, s.name) for s in (*plan.services(), *plan.ingress_services())}
     return [o for o in owned(observed, plan.deployment) if (o.host, o.service_name) not in wanted]
 
 

@@ -5,18 +5,20 @@ labels pdboot recognises its own containers by.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pdboot.inventory.schema import TIERS, TierName
 from pdboot.plan.privileges import NO_NEW_PRIVILEGES
 
-Role = Literal[TierName, "router", "proxy", "watch"]
+Role = Literal[TierName, "router", "proxy", "keepalived", "watch"]
 # How plans and reports group services. `up` starts both engine tiers together, then the
-# router, then the proxy in front of it (the public endpoint, plan/proxy.py), then watch
-# (`pdboot watch` as a service, optional); `down` stops in the reverse order.
+# router, then the proxy in front of it (the public endpoint, plan/proxy.py), then keepalived
+# on the ingress hosts (router.virtual_ip, plan/ingress.py), then watch (`pdboot watch` as a
+# service, optional); `down` stops in the reverse order.
 ENGINE_ROLES: tuple[TierName, ...] = TIERS[::-1]
-ROLES: tuple[Role, ...] = (*ENGINE_ROLES, "router", "proxy", "watch")
+ROLES: tuple[Role, ...] = (*ENGINE_ROLES, "router", "proxy", "keepalived", "watch")
 
 LABEL_DEPLOYMENT = "io.pdboot.deployment"
 LABEL_ROLE = "io.pdboot.role"
@@ -42,6 +44,8 @@ PROXY_TLS_CERT = "proxy-tls.crt"
 PROXY_TLS_KEY = "proxy-tls.key"
 # the router's env file: OPENAI_API_KEY alone (it sends it to the engines), never the HF token
 ROUTER_SECRETS_FILE = "router-secrets.env"
+# keepalived's configuration on each ingress host (router.virtual_ip), beside compose.yaml
+KEEPALIVED_CONF_FILE = "keepalived.conf"
 PRIVATE_FILES = frozenset(
     {PROXY_AUTH_FILE, WATCH_SECRETS_FILE, PROXY_TLS_CERT, PROXY_TLS_KEY, ROUTER_SECRETS_FILE}
 )
@@ -196,11 +200,34 @@ class Plan:
     # the public endpoint's nginx in front of the router (None only in hand-built test plans:
     # then the router's own URL is the endpoint)
     proxy: Service | None = None
+    # router.standby (plan/ingress.py): its router and proxy, which `up` brings up after the
+    # router host's and registers every worker on; keepalived on both ingress hosts with
+    # router.virtual_ip (its address, without the prefix, is then the endpoint's)
+    standby: tuple[Service, ...] = ()
+    keepalived: tuple[Service, ...] = ()
+    virtual_ip: str = ""
+    keepalived_confs: Mapping[str, str] = field(default_factory=dict)  # host -> its conf
 
     @property
     def endpoint(self) -> str:
         """Where clients (and pdboot's own checks through the front door) send requests."""
-        return (self.proxy or self.router).url
+        front = self.proxy or self.router
+        if self.virtual_ip:
+            return f"{front.scheme}://{url_host(self.virtual_ip.split('/')[0])}:{front.port}"
+        return front.url
+
+    @property
+    def standby_router(self) -> Service | None:
+        return next((s for s in self.standby if s.role == "router"), None)
+
+    @property
+    def standby_proxy(self) -> Service | None:
+        return next((s for s in self.standby if s.role == "proxy"), None)
+
+    def ingress_services(self) -> list[Service]:
+        """What the standby ingress adds beside the stages: the standby's router and proxy,
+        then keepalived (the order `up` starts them in)."""
+        return [*self.standby, *self.keepalived]
 
     def services(self) -> list[Service]:
         return [s for stage in self.stages for s in stage]

@@ -15,6 +15,7 @@ import yaml
 
 from pdboot.inventory.cpu_layout import describe
 from pdboot.inventory.schema import Weights
+from pdboot.plan.ingress import ingress_summary
 from pdboot.plan.model import (
     LABEL_CONFIG_HASH,
     SECRETS_FILE,
@@ -253,7 +254,7 @@ def render_summary(plan: Plan, weights: Weights | None = None, model_revision: s
     where = "cores" if plan.device == "cpu" else "GPUs"
     rows = [("", "service", "host", where, "port", "side channel", "UCX_NET_DEVICES")]
     notes: list[str] = []
-    for stage in plan.stages:
+    for stage in (*plan.stages, tuple(plan.ingress_services())):
         for s in stage:
             dp = ""
             if s.role == "router" and plan.proxy is not None:  # behind the proxy, loopback
@@ -269,7 +270,7 @@ def render_summary(plan: Plan, weights: Weights | None = None, model_revision: s
                     s.key + dp,
                     s.host,
                     _where(s).split(" ", 1)[1] if s.is_engine else "-",
-                    "-" if s.headless else str(s.port),
+                    "-" if s.headless or s.role == "keepalived" else str(s.port),
                     str(s.side_channel_port) if s.side_channel_port is not None else "-",
                     _note(notes, s.nic) if s.is_engine else "-",
                 )
@@ -280,6 +281,7 @@ def render_summary(plan: Plan, weights: Weights | None = None, model_revision: s
     ]
     lines += [f"  ({i}) {text}" for i, text in enumerate(notes, 1)]
     lines += [f"Needs preflight's facts: {u}" for u in plan.unresolved]
+    lines += ingress_summary(plan)
     via = "the proxy, then the router" if plan.proxy is not None else "the router"
     lines.append(f"Endpoint: {plan.endpoint}/v1 (OpenAI-compatible, via {via})")
     if plan.router.metrics_port is not None:

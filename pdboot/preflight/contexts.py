@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pdboot.inventory.cpu_layout import engine_dtype
 from pdboot.inventory.dp import layouts
 from pdboot.inventory.engines import is_auto, tier_engines
+from pdboot.inventory.ingress_rules import ingress_hosts, vrrp_router_id
 from pdboot.inventory.rules import advertised_address, deployment_hosts, engine_hosts
 from pdboot.inventory.schema import TIERS, Inventory
 from pdboot.plan.build import build_plan
@@ -21,6 +22,7 @@ from pdboot.preflight.checks import (
     HostContext,
     ParseError,
     Probe,
+    VrrpAsk,
     size_bytes,
 )
 
@@ -103,7 +105,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
         roles = tuple(dict.fromkeys(s.role for s in hp.services))
         ports: list[tuple[int, str]] = []
         for s in hp.services:
-            if not s.headless:
+            if not s.headless and s.role != "keepalived":  # VRRP binds no port
                 ports.append((s.port, f"{s.name} HTTP"))
             ports += _side_ports(inv, s, "")
             if s.metrics_port is not None:
@@ -142,8 +144,20 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             ucx_tls=kv.ucx.tls,
             deployment=inv.name,
             weights=weights_ask(inv, name),
+            vrrp=vrrp_ask(inv, name),
         )
     return out
+
+
+def vrrp_ask(inv: Inventory, name: str) -> VrrpAsk | None:
+    """An ingress host with router.virtual_ip: what checks/vrrp.py checks there."""
+    r = inv.router
+    if r.virtual_ip is None or name not in ingress_hosts(inv) or r.standby is None:
+        return None
+    peer = r.standby if name == r.host else r.host
+    iface = r.vrrp_interface or inv.hosts[name].net_interface
+    addr, other = advertised_address(inv.hosts[name]), advertised_address(inv.hosts[peer])
+    return VrrpAsk(r.virtual_ip, iface, vrrp_router_id(inv), addr, other)
 
 
 def _cpu_needs(inv: Inventory, services: Sequence[Service]) -> tuple[CpuNeed, ...]:

@@ -75,8 +75,12 @@ def active_ports(facts: HostFacts) -> list[str]:
 
 
 def tcp_ifaces(facts: HostFacts) -> list[str]:
-    """The interface(s) preflight's route facts found reaching the peer engine hosts."""
-    return facts.route.ifaces() if facts.route is not None else []
+    """The interface(s) preflight's route facts found reaching the peer engine hosts; on an
+    ingress host without engines, the one carrying its address (the VRRP checks')."""
+    found = facts.route.ifaces() if facts.route is not None else []
+    if not found and facts.vrrp is not None and facts.vrrp.carrier:
+        return [facts.vrrp.carrier]
+    return found
 
 
 def from_preflight(result: _Preflight) -> Findings:

@@ -42,6 +42,7 @@ from pdboot.preflight.checks import owners as owners_checks
 from pdboot.preflight.checks import rdma as rdma_checks
 from pdboot.preflight.checks import route as route_checks
 from pdboot.preflight.checks import topo as topo_checks
+from pdboot.preflight.checks import vrrp as vrrp_checks
 from pdboot.preflight.checks import weights as weights_checks
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.contexts import contexts
@@ -85,6 +86,7 @@ DOMAINS: tuple[tuple[str, Area], ...] = (
     ("host", owners_checks),
     ("host", host_checks),
     ("network", network_checks),
+    ("network", vrrp_checks),
     ("model", model_checks),
     ("weights", weights_checks),
 )
@@ -205,6 +207,7 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
         topo=parse("topo", topo_checks.parse),
         weights=parse("weights", weights_checks.parse),
         owners=parse("host", owners_checks.parse),
+        vrrp=parse("network", vrrp_checks.parse),
     )
 
 
@@ -341,6 +344,7 @@ def run_preflight(
     lookups = ImageLookups(
         {c.image for c in ctxs.values() if c.gpu_host and c.image}
         | {inv.router_image, inv.router.proxy_image}  # the router host's (always one)
+        | ({inv.router.keepalived_image} if inv.router.virtual_ip else set())
         if wanted
         else ()
     )

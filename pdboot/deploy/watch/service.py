@@ -21,8 +21,10 @@ from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import RouterWorkerApi
 from pdboot.deploy.watch.run import Restarter, WatchDeps, Watcher
+from pdboot.deploy.watch.standby import StandbyWatch
 from pdboot.events import Done, Emit, Note
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from pdboot.inventory.ingress_rules import ingress_hosts
 from pdboot.inventory.schema import TIERS, Inventory
 from pdboot.inventory.watch_schema import Watch
 from pdboot.plan.build import build_plan
@@ -213,9 +215,12 @@ def run_watch(
     # the worker API is on the router host's loopback (plan/proxy.py): the service runs
     # there; in the foreground (restarts on) it goes through the router host's SSH connection
     admin = None
+    ingress: StandbyWatch | None = None
     if opts.restarts:
-        router_host = open_hosts(inv, [plan.router.host], accept_new_host_keys=accept)
+        router_host = open_hosts(inv, ingress_hosts(inv), accept_new_host_keys=accept)
         admin = AdminFetch(plan, router_host, http)
+        if plan.standby_router is not None:
+            ingress = StandbyWatch(plan, router_host, http, dict(headers), emit, metrics)
     deps = WatchDeps(
         http,
         RouterWorkerApi(plan.router.url, admin or http, headers, model_id=plan.served_model_name),
@@ -225,6 +230,7 @@ def run_watch(
         headers,
         drain_seconds=settings.drain_seconds,
         ready_seconds=inv.timeouts.ready_seconds,
+        ingress=ingress,
     )
     engines = watch_engines(plan)
     watcher = Watcher(engines, plan.served_model_name, watch_config(settings), deps)
@@ -249,6 +255,8 @@ def run_watch(
     finally:
         server.shutdown()
         server.server_close()
+        if ingress is not None:
+            ingress.close()
         if admin is not None:
             admin.close()
             admin.hosts.close()

@@ -112,6 +112,17 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class VrrpAsk:
+    """An ingress host with router.virtual_ip (checks/vrrp.py)."""
+
+    virtual_ip: str  # ADDRESS/PREFIX
+    interface: str | None  # named in the inventory; None: the one carrying ``address``
+    router_id: int
+    address: str  # this host's
+    peer: str  # the other ingress host's
+
+
+@dataclass(frozen=True)
 class HostContext:
     """Everything the checks of one host need to know from the inventory (plain values)."""
 
@@ -144,6 +155,7 @@ class HostContext:
     deployment: str = ""
     # what `up` does with each of them, once every host answered (owners.fates)
     fates: tuple[Fate, ...] = ()
+    vrrp: VrrpAsk | None = None  # an ingress host with router.virtual_ip
 
     @property
     def gpu_host(self) -> bool:

@@ -21,6 +21,7 @@ from pdboot.preflight.checks.owners import OwnerFacts
 from pdboot.preflight.checks.rdma import RdmaFacts
 from pdboot.preflight.checks.route import RouteFacts
 from pdboot.preflight.checks.topo import TopoFacts
+from pdboot.preflight.checks.vrrp import VrrpFacts
 from pdboot.preflight.checks.weights import WeightsFacts
 
 
@@ -38,3 +39,4 @@ class HostFacts:
     weights: WeightsFacts | None = None  # hub reach, a local model path's listing
     cpu: CpuFacts | None = None  # device: cpu hosts (lscpu, /proc/cpuinfo, free)
     owners: OwnerFacts | None = None  # this deployment's containers, and each pid's container
+    vrrp: VrrpFacts | None = None  # an ingress host with router.virtual_ip
