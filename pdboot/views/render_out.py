@@ -1,7 +1,8 @@
 """`render --out DIR`: DIR/<host>/compose.yaml per host (the proxy's nginx.conf beside each
 ingress host's, keepalived.conf where a virtual IP moves), DIR/summary.txt, and the folders
 of hosts an earlier deployment had, found so that render refuses them or, with --clean,
-removes what render wrote there and nothing else (as `helm template --output-dir` leaves no stale manifest behind a changed chart)."""
+removes what render wrote there and nothing else (as `helm template --output-dir` leaves
+no stale manifest behind a changed chart)."""
 
 from __future__ import annotations
 
