@@ -27,6 +27,7 @@ from pdboot.preflight.checks import (
     Section,
     cpu,
     gpu,
+    gpu_settings,
     host,
     model,
     network,
@@ -70,6 +71,8 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c == cpu.FREE, cpu.parse_free),
     (lambda c: c.startswith("docker ps -a --no-trunc --filter"), parse_ps),
     (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
+    (lambda c: c.startswith("nvidia-smi topo -p2p"), gpu_settings.parse_p2p),
+    (lambda c: c == gpu_settings.HMM, gpu_settings.parse_hmm),
 ]
 
 
