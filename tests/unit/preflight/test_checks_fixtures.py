@@ -60,6 +60,7 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c == "@image", cu.parse_image_env),
     (lambda c: c.startswith("ls /dev/infiniband"), rdma.parse_devices),
     (lambda c: c.startswith("ibv_devinfo"), rdma.parse_ibv_devinfo),
+    (lambda c: c.startswith("ibv_devinfo"), rdma.parse_bluefield),
     (lambda c: c == "@sysfs", rdma.parse_sysfs),
     (lambda c: c.startswith("ss -lt"), host.parse_ss),
     (lambda c: c == "@df", host.parse_disk),
