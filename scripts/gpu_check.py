@@ -34,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_TIMEOUT_S = 60  # one command; `nvidia-smi -q` on 8 GPUs takes a few seconds
+CAPTURE_BUDGET_S = 150.0  # all commands together: the whole check stays under 5 minutes
 PREFLIGHT_TIMEOUT_S = 150  # preflight's own deadlines end well inside this
 
 # One `local` host, two engines on GPUs 0 and 1 (a one-GPU host fails gpu.count: a real
@@ -57,12 +58,10 @@ EXTRA = (
     "nvidia-smi -L",
     "nvidia-smi -q",
     "nvidia-smi topo -m",
-    "nvidia-smi topo -p2p r",
     "nvidia-smi nvlink -s",
     "nvidia-smi --query-gpu=index,name,compute_cap,mig.mode.current,ecc.mode.current,"
     "ecc.errors.uncorrected.volatile.total,persistence_mode,pcie.link.gen.current,"
     "pcie.link.width.current --format=csv",
-    "cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm",
     "cat /proc/cmdline",
     "ls /sys/kernel/iommu_groups",
     "cat /etc/os-release; uname -a; nproc",
@@ -144,9 +143,12 @@ def install(wheels: Path, env_dir: Path) -> Path:
 
 def pdboot_commands() -> list[str]:
     """The lines pdboot's preflight runs on a GPU host, from the check modules themselves."""
-    from pdboot.preflight.checks import gpu, rdma, topo
+    from pdboot.preflight.checks import gpu, gpu_settings, rdma, topo
 
-    return [gpu.KMOD, gpu.QUERY, gpu.APPS, gpu.VERSION, topo.COMMAND, rdma.DEVICES, rdma.IBV]
+    return [
+        *(gpu.KMOD, gpu.QUERY, gpu.APPS, gpu.VERSION, topo.COMMAND),
+        *(gpu_settings.P2P, gpu_settings.HMM, rdma.DEVICES, rdma.IBV),
+    ]
 
 
 def run_block(cmd: str, timeout_s: float = STEP_TIMEOUT_S) -> tuple[str, int, float]:
@@ -174,11 +176,21 @@ def block(cmd: str, output: str, rc: int) -> str:
     return f"### $ {cmd}\n{body}### exit={rc}\n"
 
 
-def capture(cmds: Iterable[str], timeout_s: float = STEP_TIMEOUT_S) -> tuple[str, list[dict]]:
-    """The fixture text of `cmds` and, per command, its exit code and seconds."""
+def capture(
+    cmds: Iterable[str], timeout_s: float = STEP_TIMEOUT_S, budget_s: float = CAPTURE_BUDGET_S
+) -> tuple[str, list[dict]]:
+    """The fixture text of `cmds` and, per command, its exit code and seconds. Once the
+    budget is spent the rest are recorded as not run (exit 124), so a hung driver cannot
+    keep the lent machine past its minutes."""
     text, timings = [], []
+    t0 = time.monotonic()
     for cmd in cmds:
-        out, rc, secs = run_block(cmd, timeout_s)
+        left = budget_s - (time.monotonic() - t0)
+        if left <= 0:
+            text.append(block(cmd, f"(not run: gpu-check's {budget_s:.0f}s budget spent)", 124))
+            timings.append({"command": cmd, "exit": 124, "seconds": 0.0})
+            continue
+        out, rc, secs = run_block(cmd, min(timeout_s, left))
         text.append(block(cmd, out, rc))
         timings.append({"command": cmd, "exit": rc, "seconds": round(secs, 3)})
     return "".join(text), timings
@@ -205,8 +217,9 @@ def readme(gpu0: dict[str, str], when: str) -> str:
         "# Real output of one GPU host (`make gpu-check`)\n\n"
         f"Captured {when} by scripts/gpu_check.py: {what}.\n\n"
         "| file | what |\n| --- | --- |\n"
-        "| smi.txt | the commands pdboot's preflight runs (gpu, topo, rdma check modules) |\n"
-        "| host.txt | the wider views: `nvidia-smi -q`, topo -m / -p2p r, uvm_disable_hmm, "
+        "| smi.txt | the commands pdboot's preflight runs (gpu, gpu_settings: topo -p2p r and "
+        "uvm_disable_hmm, topo, rdma check modules) |\n"
+        "| host.txt | the wider views: `nvidia-smi -q`, the query with a header, "
         "kernel command line, IOMMU groups, ulimits, RDMA, torch |\n"
         "| preflight.json | `pdboot preflight --json` against inventory.yaml (one `local` "
         "host; docker.* fail where Docker is absent) |\n"
@@ -250,8 +263,8 @@ def pack(out: Path) -> Path:
 
 def capture_all(out: Path, timeout_s: float = STEP_TIMEOUT_S) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    smi, t1 = capture(pdboot_commands(), timeout_s)
-    host, t2 = capture(EXTRA, timeout_s)
+    smi, t1 = capture(pdboot_commands(), timeout_s, CAPTURE_BUDGET_S / 2)
+    host, t2 = capture(EXTRA, timeout_s, CAPTURE_BUDGET_S / 2)
     (out / "smi.txt").write_text(smi)
     (out / "host.txt").write_text(host)
     from pdboot.preflight.checks import gpu, parse_sections

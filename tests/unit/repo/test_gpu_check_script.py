@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pdboot.inventory.load import parse_inventory
-from pdboot.preflight.checks import gpu, parse_sections, rdma, topo
+from pdboot.preflight.checks import gpu, gpu_settings, parse_sections, rdma, topo
 from tests.unit.paths import FIXTURES, ROOT
 
 
@@ -49,8 +49,16 @@ def test_it_captures_exactly_the_lines_preflight_runs() -> None:
     cmds = G.pdboot_commands()
     for line in (gpu.QUERY, gpu.APPS, gpu.VERSION, gpu.KMOD, topo.COMMAND, rdma.IBV):
         assert line in cmds
-    assert {"nvidia-smi -q", "nvidia-smi topo -m", "nvidia-smi topo -p2p r"} <= set(G.EXTRA)
-    assert "cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm" in G.EXTRA
+    assert {gpu_settings.P2P, gpu_settings.HMM} <= set(cmds)  # ACS / IOMMU, HMM
+    assert {"nvidia-smi -q", "cat /proc/cmdline", "ls /sys/kernel/iommu_groups"} <= set(G.EXTRA)
+
+
+def test_a_spent_budget_records_the_rest_as_not_run() -> None:
+    text, timings = G.capture(["sleep 2", "echo never"], timeout_s=10, budget_s=1)
+    s = parse_sections(text)
+    assert s["sleep 2"].rc == 124  # cut at the budget, not at its own 10 s
+    assert s["echo never"].rc == 124 and "budget spent" in s["echo never"].output
+    assert [t["exit"] for t in timings] == [124, 124]
 
 
 def test_the_inventory_is_one_local_host_with_the_default_requirements() -> None:
