@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PY = $(shell [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
 SETUP_STAMP := build/.setup-stamp
 
-.PHONY: setup demo test lint unit quick
+.PHONY: setup demo test lint unit quick gpu-wheels gpu-check
 
 setup:
 	.ci/setup
@@ -54,3 +54,18 @@ quick:
 	$(PY) -m ruff format --check pdboot tests bench scripts && \
 	$(PY) -m mypy pdboot; lint=$$?; wait $$pid; unit=$$?; \
 	if [ $$lint -ne 0 ] || [ $$unit -ne 0 ]; then echo "make quick: lint rc=$$lint, unit rc=$$unit" >&2; exit 1; fi
+
+# A real GPU host (no Docker, no network; CONTRIBUTING.md "On a real GPU host"). gpu-wheels,
+# on a networked machine: pdboot and its runtime dependencies as cp312 manylinux x86_64
+# wheels (GPU_PYTHON=3.11 for another Python). gpu-check, on the GPU host: installs them
+# offline into a virtualenv, captures what pdboot's preflight reads and more, runs
+# `pdboot preflight --json` against a `local` host, packs GPU_CHECK_OUT (about a minute).
+GPU_WHEELS ?= build/gpu-wheels
+GPU_PYTHON ?= 3.12
+GPU_CHECK_OUT ?= build/gpu-check/out
+gpu-wheels:
+	$(PY) scripts/gpu_check.py --build-wheels --python-version $(GPU_PYTHON) --wheels $(GPU_WHEELS)
+
+# python3: the GPU host's own Python (with pip); nothing of this checkout's setup is needed
+gpu-check:
+	python3 scripts/gpu_check.py --wheels $(GPU_WHEELS) --out $(GPU_CHECK_OUT)

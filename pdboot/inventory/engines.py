@@ -18,6 +18,11 @@ so adding engines never renames, re-ports or recreates engine 0), and listens on
     HTTP          tier.port              + i * ENGINE_PORT_STRIDE
     side channel  tier.side_channel_port + i * ENGINE_PORT_STRIDE
 
+NIXL's own telemetry (its prometheus_mp exporter, on unless kv_transfer.nixl_telemetry is
+false) listens on the engine's HTTP port + NIXL_TELEMETRY_OFFSET, one port
+for all the engine's ranks (pdboot/plan/nixl_telemetry.py); never on 9090, NIXL's default and
+Prometheus's own port.
+
 An engine's NIXL side channel occupies ``VLLM_NIXL_SIDE_CHANNEL_PORT + data_parallel_index``
 for each of its data-parallel ranks (one port for all its TP ranks), so the stride leaves
 room for up to ENGINE_PORT_STRIDE data-parallel ranks; the load-time rules check the whole
@@ -40,6 +45,8 @@ from pdboot.inventory.dp import (
 from pdboot.inventory.schema import Inventory, Tier, TierName
 
 ENGINE_PORT_STRIDE = 10
+NIXL_TELEMETRY_OFFSET = 1000  # HTTP 8200 -> NIXL telemetry 9200
+NIXL_DEFAULT_PORT = 9090  # NIXL's exporter default, and Prometheus's own port
 AUTO_ASSUMED_GPUS = 8  # an `engines_per_host: all` host before preflight counted its GPUs
 
 Gpus = Literal["all"] | tuple[int, ...]
@@ -100,6 +107,15 @@ def engine_ports(tier: Tier, index: int) -> tuple[int, int]:
     """(HTTP port, NIXL side channel base) of engine ``index`` of the tier on a host."""
     off = index * ENGINE_PORT_STRIDE
     return tier.port + off, tier.side_channel_port + off
+
+
+def nixl_telemetry_port(inv: Inventory, http_port: int) -> int | None:
+    """Where an engine's NIXL exporter listens (None: kv_transfer.nixl_telemetry off). The
+    stride (10) keeps engines apart; 9090 moves 5 up, inside the stride's gap."""
+    if not inv.kv_transfer.nixl_telemetry:
+        return None
+    port = http_port + NIXL_TELEMETRY_OFFSET
+    return port + 5 if port == NIXL_DEFAULT_PORT else port
 
 
 def is_auto(tier: Tier) -> bool:
@@ -305,12 +321,18 @@ def _port_rules(inv: Inventory) -> list[tuple[Path, str]]:
     for tname, tier in inv.tiers():
         for h in dict.fromkeys(tier.hosts):  # a host listed twice is reported elsewhere
             for e in tier_engines(tname, tier, h):
+                before = len(out)
                 if e.dp is None or e.dp.is_head:  # headless ranks serve no HTTP
                     claim(h, e.port, f"{e.name} HTTP", (tname, "port"))
+                http_clash = len(out) > before
                 if e.dp is not None and e.dp.is_head:
                     claim(h, e.dp.rpc_port, f"{e.name} DP RPC", (tname, "data_parallel"))
                 for p in e.side_channel_ports:
                     claim(h, p, f"{e.name} NIXL side channel", (tname, "side_channel_port"))
+                tel = nixl_telemetry_port(inv, e.port)
+                if tel is not None and not http_clash:  # one message for one mistake
+                    what = f"{e.name} NIXL telemetry (port + {NIXL_TELEMETRY_OFFSET})"
+                    claim(h, tel, what, (tname, "port"))
     r = inv.router
     claim(r.host, r.port, "the proxy (public endpoint)", ("router", "port"))
     claim(r.host, r.internal_port, "router HTTP (loopback)", ("router", "internal_port"))

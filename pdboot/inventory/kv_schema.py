@@ -62,6 +62,9 @@ class KVTransfer(Strict):
         WithJsonSchema({"anyOf": [{"enum": ["auto", "on", "off"]}, {"type": "boolean"}]}),
     ] = "auto"
     ucx: UCXSettings = UCXSettings()
+    # NIXL's own Prometheus exporter on every engine, on a port of its own (the HTTP port +
+    # 1000; pdboot/plan/nixl_telemetry.py); false: no exporter, no port, no scrape target
+    nixl_telemetry: bool = True
 
     @field_validator("rdma", mode="before")
     @classmethod

@@ -320,6 +320,10 @@ _MANAGED_ENV = {
     "HF_HOME": "the HF cache mount, from container.hf_cache",
     "CUDA_VISIBLE_DEVICES": "from the tier's gpus (the container sees only its GPUs)",
     "NVIDIA_VISIBLE_DEVICES": "from the tier's gpus (the GPU request)",
+    "NIXL_TELEMETRY_ENABLE": "from kv_transfer.nixl_telemetry",
+    "NIXL_TELEMETRY_EXPORTER": "pdboot runs NIXL's prometheus_mp exporter (all ranks, one port)",
+    "NIXL_TELEMETRY_PROMETHEUS_PORT": "from the tier's port (+ 1000; preflight checks it free)",
+    "NIXL_TELEMETRY_MULTIPROC_DIR": "a private directory in the engine's container",
 }
 
 

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from pdboot.inventory.container_schema import Container as Container  # re-exported
+from pdboot.inventory.container_schema import Ulimits as Ulimits  # re-exported
 from pdboot.inventory.cpu_schema import CpuCores, CpuSettings, Device, cores_distinct
 from pdboot.inventory.imageref import IMAGE_CHARS_RE, check_image_reference
 from pdboot.inventory.ingress_schema import DEFAULT_KEEPALIVED_IMAGE, IngressChecks
@@ -27,7 +29,6 @@ from pdboot.inventory.safety import (
     check_safe_path,
     check_safe_token,
     check_served_name,
-    check_size,
 )
 from pdboot.inventory.strict import Strict
 from pdboot.inventory.tls_schema import RouterTls
@@ -53,8 +54,6 @@ DAY = 86400.0
 # Compose parses durations as Go time.Duration (int64 ns, ~292 years), and a readiness
 # wait longer than a week means a stuck load, not a slow one.
 MAX_READY_SECONDS = 7 * DAY
-# /dev/shm of an engine is host memory: no host has more than a few TiB.
-MAX_SHM_BYTES = 4 << 40
 
 
 def _safe_path_or_none(v: str | None, what: str) -> str | None:
@@ -308,36 +307,6 @@ class Router(IngressChecks):
     def _proxy_image(cls, v: str) -> str:
         check_safe_token(v, "image reference (registry/repo:tag)", _IMAGE_RE)
         return check_image_reference(v)
-
-
-class Ulimits(Strict):
-    # -1 = unlimited (RDMA memory registration needs it); else bytes up to the int64 max
-    memlock: int = Field(default=-1, ge=-1, le=2**63 - 1)
-    # The kernel's ceiling for open files (fs.nr_open max) is 2**30 - 64.
-    nofile: int = Field(default=1048576, ge=1024, le=2**30)
-
-
-class Container(Strict):
-    shm_size: str = "16g"
-    ulimits: Ulimits = Ulimits()
-    hf_cache: str = "/var/lib/pdboot/hf-cache"  # host path, mounted at /root/.cache/huggingface
-    restart: Literal["no", "on-failure", "unless-stopped", "always"] = "unless-stopped"
-
-    @field_validator("restart", mode="before")
-    @classmethod
-    def _yaml_no(cls, v: object) -> object:
-        # YAML 1.1 reads an unquoted `no` as false.
-        return "no" if v is False else v
-
-    @field_validator("shm_size")
-    @classmethod
-    def _size(cls, v: str) -> str:
-        return check_size(v, "shm_size", MAX_SHM_BYTES)
-
-    @field_validator("hf_cache")
-    @classmethod
-    def _cache(cls, v: str) -> str:
-        return check_not_temp(check_abs_path(v, "hf_cache"), "hf_cache")
 
 
 # Engine variables with a key of their own under secrets (or set by pdboot).

@@ -13,7 +13,13 @@ from dataclasses import replace
 
 from pdboot.inventory.cpu_layout import CPU_DTYPE, engine_cores, flag_value, threads_bind
 from pdboot.inventory.dp import router_dp_size
-from pdboot.inventory.engines import EngineNic, EngineSpec, engines, unresolved_on
+from pdboot.inventory.engines import (
+    EngineNic,
+    EngineSpec,
+    engines,
+    nixl_telemetry_port,
+    unresolved_on,
+)
 from pdboot.inventory.rules import (
     advertised_address,
     deployment_hosts,
@@ -44,6 +50,7 @@ from pdboot.plan.model import (
     Ulimit,
     url_host,
 )
+from pdboot.plan.nixl_telemetry import telemetry_env
 from pdboot.plan.privileges import ALL, ENGINE_DROPPED
 from pdboot.plan.proxy import ROUTER_INTERNAL_ADDRESS, proxy_service
 from pdboot.plan.render import service_definition
@@ -259,6 +266,8 @@ def _engine(
     env.update(ucx)
     env.update(nic_rank_env(inv, tier, rdma, nearest))
     env.update(engine_hub_env(inv.model, inv.model_revision, inv.weights))
+    telemetry = nixl_telemetry_port(inv, e.port)
+    env.update(telemetry_env(telemetry))
     env.update(tier.env)
     dp = _dp_fields(inv, e)
     return Service(
@@ -287,6 +296,7 @@ def _engine(
         cap_drop=ENGINE_DROPPED,
         healthcheck=None if e.dp is not None and not e.dp.is_head else _healthcheck(inv, e),
         side_channel_port=e.side_channel_port,
+        nixl_telemetry_port=telemetry,
         engine_index=e.index,
         nic=nic,
         dp_role=dp[0],

@@ -114,6 +114,7 @@ class Service:
     side_channel_port: int | None = None
     metrics_port: int | None = None
     metrics_address: str = ""  # where metrics_port listens when not ``address`` (the router)
+    nixl_telemetry_port: int | None = None  # engines: NIXL's exporter (plan/nixl_telemetry.py)
     config_hash: str = ""
     # Engines only (not rendered): its index on the host, and where its UCX_NET_DEVICES
     # came from, in words (e.g. "mlx5_0:1 (PIX, nearest GPUs 0,1)").

@@ -1,5 +1,6 @@
 """Plan -> the Prometheus scrape config for one deployment (pure): every engine that serves
-HTTP (vLLM's /metrics on its own port), the router's metrics port, and the watch service when
+HTTP (vLLM's /metrics on its own port), every engine's NIXL exporter (its own port,
+plan/nixl_telemetry.py), the router's metrics port, and the watch service when
 `up` runs one. Targets carry the labels the shipped alert rules and dashboard read: ``role``
 (prefill, decode, router, watch), ``service`` (decode@gpu-b: vLLM's own ``engine`` label is the
 engine index, so pdboot's name goes in another), ``host`` and ``deployment``."""
@@ -28,6 +29,11 @@ def scrape_config(plan: Plan, interval: str = "15s") -> dict[str, Any]:
     jobs: list[dict[str, Any]] = [
         {"job_name": f"{plan.deployment}-vllm", "static_configs": engines},
     ]
+    # NIXL's own exporter, one port per engine container (every rank behind it; followers
+    # of a data-parallel tier included: each host's ranks have their own)
+    nixl = [_target(s, s.nixl_telemetry_port) for s in plan.engines if s.nixl_telemetry_port]
+    if nixl:
+        jobs.append({"job_name": f"{plan.deployment}-nixl", "static_configs": nixl})
     if plan.router.metrics_port is not None:
         jobs.append(
             {

@@ -110,6 +110,8 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             ports += _side_ports(inv, s, "")
             if s.metrics_port is not None:
                 ports.append((s.metrics_port, f"{s.role} metrics"))
+            if s.nixl_telemetry_port is not None:  # taken: the engine runs, unexported
+                ports.append((s.nixl_telemetry_port, f"{s.name} NIXL telemetry"))
             if s.role == "router":  # a router change starts its successor there
                 ports.append((inv.router.swap_port, "swap router HTTP (loopback)"))
                 ports.append((inv.router.swap_metrics_port, "swap router metrics"))

@@ -35,6 +35,7 @@ from pdboot.preflight.checks import cpu as cpu_checks
 from pdboot.preflight.checks import docker as docker_checks
 from pdboot.preflight.checks import gdr as gdr_checks
 from pdboot.preflight.checks import gpu as gpu_checks
+from pdboot.preflight.checks import gpu_settings as gpu_settings_checks
 from pdboot.preflight.checks import host as host_checks
 from pdboot.preflight.checks import model as model_checks
 from pdboot.preflight.checks import network as network_checks
@@ -42,6 +43,7 @@ from pdboot.preflight.checks import owners as owners_checks
 from pdboot.preflight.checks import rdma as rdma_checks
 from pdboot.preflight.checks import route as route_checks
 from pdboot.preflight.checks import topo as topo_checks
+from pdboot.preflight.checks import ucx_tls as ucx_tls_checks
 from pdboot.preflight.checks import vrrp as vrrp_checks
 from pdboot.preflight.checks import weights as weights_checks
 from pdboot.preflight.checks.facts import HostFacts
@@ -77,10 +79,12 @@ class Area(Protocol):
 # In the order the results are reported (and the batch runs)
 DOMAINS: tuple[tuple[str, Area], ...] = (
     ("gpu", gpu_checks),
+    ("gpu", gpu_settings_checks),
     ("cpu", cpu_checks),
     ("docker", docker_checks),
     ("rdma", rdma_checks),
     ("rdma", gdr_checks),
+    ("rdma", ucx_tls_checks),
     ("network", route_checks),
     ("topo", topo_checks),
     ("host", owners_checks),
@@ -196,6 +200,7 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
 
     return HostFacts(
         gpu=parse("gpu", gpu_checks.parse),
+        gpu_settings=parse("gpu", gpu_settings_checks.parse),
         cpu=parse("cpu", cpu_checks.parse),
         docker=parse("docker", docker_checks.parse),
         rdma=parse("rdma", rdma_checks.parse),

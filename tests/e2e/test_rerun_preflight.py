@@ -108,6 +108,8 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         if host == "ingress":  # and the proxy in front of the router; the swap's spare ports
             mine += "; 8000 (proxy HTTP) held by this deployment: proxy@ingress (up keeps it)"
             mine = "ports 8082, 29001 free; " + mine
+        else:  # NIXL's exporter port (HTTP + 1000): the stand-in engine runs no NIXL agent
+            mine = f"ports {9201 if host == 'decode' else 9200} free; " + mine
         assert c["message"] == mine, c
         assert check(doc, host, "host.deployment")["message"].endswith(f"{key} (up keeps it)")
     for host, key in (("decode", "decode@decode"), ("prefill", "prefill@prefill")):

@@ -14,6 +14,7 @@ from pdboot.preflight.checks.cpu import CpuFacts
 from pdboot.preflight.checks.docker import DockerFacts
 from pdboot.preflight.checks.gdr import GdrFacts
 from pdboot.preflight.checks.gpu import GpuFacts
+from pdboot.preflight.checks.gpu_settings import GpuSettingsFacts
 from pdboot.preflight.checks.host import HostSysFacts
 from pdboot.preflight.checks.model import ModelAreaFacts
 from pdboot.preflight.checks.network import NetworkFacts
@@ -28,6 +29,7 @@ from pdboot.preflight.checks.weights import WeightsFacts
 @dataclass(frozen=True)
 class HostFacts:
     gpu: GpuFacts | None = None
+    gpu_settings: GpuSettingsFacts | None = None  # peer-to-peer (ACS / IOMMU), HMM
     docker: DockerFacts | None = None
     rdma: RdmaFacts | None = None
     gdr: GdrFacts | None = None  # GPUDirect RDMA (judged with the RDMA area)

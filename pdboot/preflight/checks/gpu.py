@@ -328,19 +328,63 @@ def _model(ctx: HostContext, gpus: list[Gpu]) -> list[CheckResult]:
             )
         )
     if caps == [ctx.req.compute_capability]:
-        out.append(CheckResult("gpu.compute_cap", "pass", f"compute capability {caps[0]}"))
+        arch = architecture(caps[0])
+        msg = f"compute capability {caps[0]}" + (f" ({arch})" if arch else "")
+        out.append(CheckResult("gpu.compute_cap", "pass", msg))
     else:
-        out.append(
-            CheckResult(
-                "gpu.compute_cap",
-                "warn",
-                f"compute capability {', '.join(caps)}, expected "
-                f"{ctx.req.compute_capability}: kernels and the image's CUDA arch list may "
-                "not match",
-                "use GPUs of the expected architecture or set requirements.compute_capability",
-            )
-        )
+        out.append(_other_architecture(ctx, names, caps))
     return out
+
+
+# Compute capability -> architecture, from NVIDIA's CUDA GPUs table
+# (developer.nvidia.com/cuda-gpus): 12.0 is SM120, the RTX PRO 6000 Blackwell and RTX 50
+# boards pdboot is made for; 10.0 is the data-centre Blackwell (B200, GB200).
+ARCHITECTURES = {
+    "7.0": "Volta",
+    "7.5": "Turing",
+    "8.0": "Ampere",
+    "8.6": "Ampere",
+    "8.7": "Ampere",
+    "8.9": "Ada Lovelace",
+    "9.0": "Hopper",
+    "10.0": "Blackwell",
+    "10.3": "Blackwell",
+    "11.0": "Blackwell",
+    "12.0": "Blackwell",
+    "12.1": "Blackwell",
+}
+
+
+def architecture(cap: str) -> str:
+    return ARCHITECTURES.get(cap, "")
+
+
+def _sm(cap: str) -> str:
+    return "sm_" + cap.replace(".", "")
+
+
+def _other_architecture(ctx: HostContext, names: list[str], caps: list[str]) -> CheckResult:
+    """A GPU of another architecture than requirements.compute_capability names: say which,
+    in so many words (an H100 or H200 is Hopper, 9.0, not Blackwell), and both ways out."""
+    want = ctx.req.compute_capability
+    want_arch = architecture(want)
+    have = ", ".join(
+        f"{c} ({architecture(c)}, {_sm(c)})" if architecture(c) else f"{c} ({_sm(c)})" for c in caps
+    )
+    archs = {architecture(c) for c in caps}
+    verdict = f", not {want_arch}" if want_arch and want_arch not in archs and all(archs) else ""
+    wanted = f"{want} ({want_arch}, {_sm(want)})" if want_arch else want
+    name = names[0].removeprefix("NVIDIA ") if len(names) == 1 else "<nvidia-smi name>"
+    return CheckResult(
+        "gpu.compute_cap",
+        "warn",
+        f"{', '.join(names)}: compute capability {have}{verdict}; "
+        f"requirements.compute_capability is {wanted}, which the image's kernels and CUDA "
+        "arch list were chosen for",
+        f"run on {want_arch or want} hosts ({ctx.req.gpu_name}); to use these GPUs on purpose, "
+        f"set requirements: {{gpu_name: '{name}', compute_capability: '{caps[0]}'}} and an "
+        f"image built for {_sm(caps[0])}",
+    )
 
 
 def _count(ctx: HostContext, gpus: list[Gpu]) -> CheckResult:

@@ -1,6 +1,12 @@
 """RDMA checks on GPU hosts: verbs devices, HCA ports ACTIVE, link layer and rate, and
 that the UCX_NET_DEVICES names exist. Without RDMA, UCX silently falls back to TCP:
-correct but about 100x slower for KV transfers, hence a warning even when optional."""
+correct but about 100x slower for KV transfers, hence a warning even when optional.
+
+BlueField DPUs' ports are left out of the facts (never chosen for KV, never counted as
+usable RDMA): ``vendor_part_id`` in ibv_devinfo is the HCA's PCI device id, and the PCI ID
+database names 15b3:a2d2 / a2d6 / a2dc the BlueField, BlueField-2 and BlueField-3
+integrated ConnectX. UCX_NET_DEVICES=all would bind them (and management NICs): a bare
+NIXL_ERR_BACKEND at the first transfer."""
 
 from __future__ import annotations
 
@@ -70,6 +76,23 @@ _HCA_RE = re.compile(r"^hca_id:\s*(\S+)")
 _PORT_RE = re.compile(r"^\s+port:\s*(\d+)")
 _STATE_RE = re.compile(r"^\s+state:\s*(?:PORT_)?(\w+)")
 _LL_RE = re.compile(r"^\s+link_layer:\s*(\S+)")
+_PART_RE = re.compile(r"^\s+vendor_part_id:\s*(\d+)")
+BLUEFIELD_PARTS = {41682: "BlueField", 41686: "BlueField-2", 41692: "BlueField-3"}
+
+
+def parse_bluefield(text: str) -> dict[str, str]:
+    """HCA -> BlueField generation, for the HCAs ibv_devinfo lists with a BlueField
+    vendor_part_id (decimal PCI device id: 0xa2d2, 0xa2d6, 0xa2dc)."""
+    out: dict[str, str] = {}
+    dev: str | None = None
+    for ln in text.splitlines():
+        if m := _HCA_RE.match(ln):
+            dev = m.group(1)
+        elif dev is not None and (m := _PART_RE.match(ln)):
+            part = BLUEFIELD_PARTS.get(int(m.group(1)))
+            if part is not None:
+                out[dev] = part
+    return out
 
 
 def parse_ibv_devinfo(text: str) -> list[Port]:
@@ -130,6 +153,7 @@ class RdmaFacts:
     checked: bool = True  # the device listing ran to its end (not deselected, not cut off)
     error: str | None = None  # ibv_devinfo's text did not parse: nothing above is known
     ibv: Section = MISSING
+    dpus: tuple[tuple[str, str], ...] = ()  # (HCA, BlueField-N): left out of ``ports``
 
     @property
     def usable(self) -> bool:
@@ -166,6 +190,8 @@ def facts(s: Mapping[str, Section]) -> RdmaFacts:
         ]
     else:
         ports = sys_ports
+    dpus = parse_bluefield(ibv.output) if "hca_id" in ibv.output else {}
+    ports = [p for p in ports if p.device not in dpus]  # never chosen for KV
     return RdmaFacts(
         [d for d in devs if d.startswith("uverbs")],
         ports,
@@ -173,6 +199,7 @@ def facts(s: Mapping[str, Section]) -> RdmaFacts:
         tuple(parse_devices(s["devices"].output)),
         s["devices"].rc is not None,
         ibv=ibv,
+        dpus=tuple(sorted(dpus.items())),
     )
 
 
@@ -211,7 +238,10 @@ SLOW = "KV transfers fall back to TCP (correct but much slower)"
 
 def _devices(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
     if f.uverbs:
-        return [CheckResult("rdma.devices", "pass", f"{', '.join(f.uverbs)}")]
+        msg = ", ".join(f.uverbs)
+        if f.dpus:
+            msg += "; " + _dpus(f) + " left out: never chosen for KV"
+        return [CheckResult("rdma.devices", "pass", msg)]
     seen = ", ".join(f.dev_names) or "nothing"
     return [
         CheckResult(
@@ -275,12 +305,40 @@ def _ports(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
     return out
 
 
+def _dpus(f: RdmaFacts) -> str:
+    return ", ".join(f"{d} ({kind} DPU)" for d, kind in f.dpus)
+
+
+FIX_ALL = (
+    "leave kv_transfer.ucx.net_devices unset (pdboot then gives each engine its nearest "
+    "ACTIVE ports) or list the HCA ports KV is to use (e.g. mlx5_0:1)"
+)
+
+
 def _ucx(ctx: HostContext, f: RdmaFacts) -> CheckResult:
     value = ctx.ucx_net_devices
-    if not value or value == "all":
-        return CheckResult("rdma.ucx_devices", "pass", f"UCX_NET_DEVICES={value or '(unset: all)'}")
+    if value == "all":
+        others = f"; here that includes {_dpus(f)}" if f.dpus else ""
+        return CheckResult(
+            "rdma.ucx_devices",
+            "warn",
+            "UCX_NET_DEVICES=all lets UCX bind every device, management and BlueField DPU "
+            f"ports included{others}: a wrong pick fails as a bare NIXL_ERR_BACKEND",
+            FIX_ALL,
+        )
+    if not value:
+        return CheckResult("rdma.ucx_devices", "pass", "UCX_NET_DEVICES=(unset: all)")
     known = {p.device for p in f.ports} | set(f.netdevs)
     names = [n.strip().split(":")[0] for n in value.split(",") if n.strip()]
+    dpu = [n for n in names if n in dict(f.dpus)]
+    if dpu:
+        return CheckResult(
+            "rdma.ucx_devices",
+            "fail",
+            f"UCX_NET_DEVICES={value} names {', '.join(dpu)}: a BlueField DPU port "
+            f"({_dpus(f)}), not the host's HCA for KV",
+            FIX_ALL,
+        )
     missing = [n for n in names if n not in known]
     if missing:
         return CheckResult(

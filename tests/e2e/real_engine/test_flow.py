@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pdboot.verify.exposition import parse_exposition
 from pdboot.verify.loadphase import phase_of_line
 from tests.conftest import aiperf_for_tests
 from tests.e2e.real_engine.conftest import (
@@ -98,6 +100,20 @@ def test_chat_through_router_pulls_kv_over_nixl(deployed: Deployed) -> None:
     # the decode computed at most the last prompt token; the rest came over NIXL
     assert after[0] - before[0] >= prompt - 1, (before, after, prompt)
     assert after[1] > before[1] and after[2] == before[2] + 1, (before, after)
+
+
+def test_nixl_exporter_answers_beside_each_engines_metrics(deployed: Deployed) -> None:
+    """NIXL's own telemetry (pdboot/plan/nixl_telemetry.py): every engine's exporter answers
+    on its HTTP port + 1000, reached as its /metrics is, with NIXL's metric names, and no
+    agent counted an error. (Its byte counters stayed 0 here after up's KV proof, while a
+    plain NIXL WRITE with the same wheel counts: docs/watch.md; not asserted.)"""
+    for url in (*deployed.prefills, *deployed.decodes):
+        scheme_host, port = url.rsplit(":", 1)
+        with urllib.request.urlopen(f"{scheme_host}:{int(port) + 1000}/metrics", timeout=10) as r:
+            samples = parse_exposition(r.read().decode())
+        names = {x.name for x in samples}
+        assert {"agent_errors_total", "agent_tx_bytes_total", "agent_rx_bytes_total"} <= names, url
+        assert sum(x.value for x in samples if x.name == "agent_errors_total") == 0, url
 
 
 def test_two_decode_engines_on_one_host_each_pull_kv(deployed: Deployed) -> None:

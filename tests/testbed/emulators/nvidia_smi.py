@@ -554,8 +554,31 @@ def select(p: dict[str, Any], ids: str | None) -> list[dict[str, Any]]:
     return chosen
 
 
+P2P_LEGEND = (
+    "\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
+    "  GNS  = GPU not supported\n  TNS  = Topology not supported\n  NS   = Not supported\n"
+    "  U    = Unknown\n"
+)
+
+
+def p2p(p: dict[str, Any], gpus: list[dict[str, Any]]) -> str:
+    """`topo -p2p r|w|...`: the R5xx layout (header of GPU names, rows with a leading space,
+    tabs; tests/unit/fixtures/p2p/). Every pair OK unless the profile lists ``p2p_blocked``
+    pairs (``[[0, 2, "CNS"], ...]``)."""
+    blocked = {(a, b): c for a, b, c in p.get("p2p_blocked", [])}
+    blocked |= {(b, a): c for (a, b), c in list(blocked.items())}
+    idx = [int(g["index"]) for g in gpus]
+    lines = ["\t" + "\t".join(f"GPU{i}" for i in idx)]
+    for a in idx:
+        cells = ["X" if a == b else blocked.get((a, b), "OK") for b in idx]
+        lines.append(f" GPU{a}\t" + "\t".join(cells))
+    return "\n".join(lines) + "\n" + P2P_LEGEND
+
+
 def run(argv: list[str]) -> str:
     p = load_profile()
+    if argv[:2] == ["topo", "-p2p"]:
+        return p2p(p, select(p, None))
     if argv[:1] == ["topo"]:
         return topo(p, select(p, None))
     if argv[:1] == ["nvlink"]:

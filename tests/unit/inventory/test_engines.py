@@ -272,7 +272,8 @@ def test_preflight_checks_every_engines_ports_and_probes_them() -> None:
     ctxs = contexts(inv(**FOUR_FOUR))
     ports = dict(ctxs["gpu-b"].ports)
     assert ports[8230] == "prefill-3 HTTP" and ports[5631] == "decode-3 NIXL side channel"
-    assert len(ctxs["gpu-b"].ports) == 16
+    assert ports[9231] == "decode-3 NIXL telemetry"  # HTTP + 1000, each engine its own
+    assert len(ctxs["gpu-b"].ports) == 24
     side = [p for p in ctxs["gpu-b"].probes if p.check_id == "network.side_channel"]
     assert sorted((p.address, p.port) for p in side) == sorted(
         (f"10.0.0.{h}", 5600 + 10 * n) for h in (1, 2) for n in range(4)

@@ -1,6 +1,8 @@
 """The shipped Grafana dashboard and Prometheus alert rules load in their real tools, and every
-metric name they use is one that vLLM 0.33 (its metrics.json, the in-tree copy), vllm-router 0.1.17 (its
-/metrics, captured) or `pdboot watch` (WATCH_METRICS, what its exposition writes) exports.
+metric name they use is one that vLLM 0.33 (metrics.json, the copy of ../shared's), vllm-router
+0.1.17 (its /metrics, captured), NIXL 1.5.1's exporter (a live scrape of the wheel in the vLLM
+CPU image, fixtures/nixl-1.5.1-telemetry/), `pdboot watch` (WATCH_METRICS, what its exposition
+writes) or Prometheus itself (`up`, one per target) exports.
 
 promtool (Debian's `prometheus` package, installed by .ci/setup) checks and unit-tests the rules.
 Grafana publishes no JSON Schema for dashboards in a registry package; the dashboard is decoded
@@ -24,13 +26,15 @@ import yaml
 from pdboot.plan.watch.metrics import WATCH_METRICS
 from pdboot.verify.exposition import parse_exposition
 from tests.shared_data import METRICS_JSON
-from tests.unit.paths import ROOT
+from tests.unit.paths import FIXTURES, ROOT
 
 RULES = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.yml"
 RULES_TEST = ROOT / "pdboot/observability/prometheus/pdboot-watch-rules.test.yml"
 DASHBOARD = ROOT / "pdboot/observability/grafana/pdboot-watch.json"
-VLLM_METRICS = METRICS_JSON  # the copy of the shared capture every checkout has
+VLLM_METRICS = METRICS_JSON
 ROUTER_METRICS = ROOT / "tests/unit/fixtures/vllm-router-0.1.17/metrics.txt"
+NIXL_METRICS = FIXTURES / "nixl-1.5.1-telemetry" / "prometheus_mp-two-ranks.txt"
+PROMETHEUS_OWN = {"up"}  # the series Prometheus writes for each target it scrapes
 
 _KEYWORDS = {
     "by",
@@ -71,8 +75,9 @@ def known_names() -> set[str]:
     names = {n for m in vllm for n in m["exposed_as"]}
     router = parse_exposition(ROUTER_METRICS.read_text())
     names |= {s.name for s in router}
+    names |= {s.name for s in parse_exposition(NIXL_METRICS.read_text())}
     names |= {name for name, *_ in WATCH_METRICS}
-    return names
+    return names | PROMETHEUS_OWN
 
 
 def rule_exprs() -> list[str]:
@@ -130,6 +135,7 @@ def test_every_metric_in_the_rules_is_really_exported() -> None:
         "vllm:nixl_num_failed_transfers_total",
         "vllm:nixl_num_kv_expired_reqs_total",
         "vllm:prompt_tokens_by_source_total",
+        "agent_errors_total",  # NIXL's own, beside vLLM's counter of failed transfers
     } <= used
 
 

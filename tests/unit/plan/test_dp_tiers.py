@@ -359,9 +359,10 @@ def test_preflight_contexts_of_a_dp_deployment() -> None:
 
     c = contexts(inv())
     a, b, cc = c["gpu-a"], c["gpu-b"], c["gpu-c"]
-    # the head: HTTP, its ranks' side channels, the RPC port; the follower: no HTTP, ranks 2-3
-    assert [p for p, _ in a.ports] == [8201, 5601, 5602, 13346]
-    assert [p for p, _ in b.ports] == [5603, 5604]
+    # the head: HTTP, its ranks' side channels, NIXL's exporter (all its ranks behind one
+    # port), the RPC port; the follower: no HTTP, ranks 2-3, an exporter of its own
+    assert [p for p, _ in a.ports] == [8201, 5601, 5602, 9201, 13346]
+    assert [p for p, _ in b.ports] == [5603, 5604, 9201]
     rpc = [(p.address, p.port) for p in b.probes if p.check_id == "network.dp_rpc"]
     assert rpc == [("10.0.0.1", 13346)]
     assert not [p for p in a.probes if p.check_id == "network.dp_rpc"]

@@ -26,6 +26,7 @@ from pdboot.plan.model import (
     LABEL_DEPLOYMENT,
     LABEL_HOST,
     LABEL_ROLE,
+    ROUTER_SECRETS_FILE,
     SECRETS_FILE,
 )
 from pdboot.plan.proxy import proxy_conf_text
@@ -81,6 +82,7 @@ def test_docker_compose_accepts_both_ingress_hosts(tmp_path: Path) -> None:
         folder.mkdir()
         (folder / "compose.yaml").write_text(text)
         (folder / SECRETS_FILE).write_text("")
+        (folder / ROUTER_SECRETS_FILE).write_text("")  # each ingress host's router reads it
         cfg = compose_config(folder)
         got = cfg["services"]["keepalived"]
         assert got["network_mode"] == "host"

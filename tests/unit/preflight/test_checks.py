@@ -138,6 +138,22 @@ def test_healthy_rtx6000_host_passes_everything() -> None:
             {"rdma.ports": "pass", "rdma.ucx_devices": "pass"},
         ),
         ([], {"ucx_net_devices": "mlx5_9:1"}, {"rdma.ucx_devices": "fail"}),
+        (["bluefield.txt"], {"rdma_devices": ()}, {"rdma.devices": "pass", "rdma.ports": "pass"}),
+        (
+            ["bluefield.txt"],
+            {"rdma_devices": (), "ucx_net_devices": "all"},
+            {"rdma.ucx_devices": "warn"},
+        ),
+        (
+            ["bluefield.txt"],
+            {"rdma_devices": (), "ucx_net_devices": "mlx5_2:1"},
+            {"rdma.ucx_devices": "fail"},
+        ),
+        (
+            ["bluefield.txt"],
+            {"rdma_devices": (), "ucx_net_devices": "mlx5_0:1"},
+            {"rdma.ucx_devices": "pass"},
+        ),
         (
             ["docker-text-no-nvidia.txt"],
             {},
@@ -224,6 +240,17 @@ def test_selection_filters_commands_and_results() -> None:
     res2, _ = evaluate_host(c, batch(c), skip)
     assert not any(r.area == "rdma" or r.id == "gpu.ecc" for r in res2)
     assert Selection.of(only=["gpux"]).unknown() == ["gpux"]
+
+
+def test_a_bluefield_dpu_port_is_never_chosen_for_kv() -> None:
+    c = ctx(rdma_devices=())
+    res, facts = evaluate_host(c, batch(c, "bluefield.txt"))
+    assert facts.rdma is not None
+    assert facts.rdma.active_ports() == ["mlx5_0:1", "mlx5_1:1"]  # mlx5_2 (41692) left out
+    assert facts.rdma.dpus == (("mlx5_2", "BlueField-3"),)
+    dev = next(r for r in res if r.id == "rdma.devices")
+    assert "mlx5_2 (BlueField-3 DPU) left out: never chosen for KV" in dev.message
+    assert "mlx5_2" not in next(r for r in res if r.id == "rdma.ports").message
 
 
 def test_rdma_present_follows_the_port_state() -> None:

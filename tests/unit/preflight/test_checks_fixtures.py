@@ -27,6 +27,7 @@ from pdboot.preflight.checks import (
     Section,
     cpu,
     gpu,
+    gpu_settings,
     host,
     model,
     network,
@@ -59,6 +60,7 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c == "@image", cu.parse_image_env),
     (lambda c: c.startswith("ls /dev/infiniband"), rdma.parse_devices),
     (lambda c: c.startswith("ibv_devinfo"), rdma.parse_ibv_devinfo),
+    (lambda c: c.startswith("ibv_devinfo"), rdma.parse_bluefield),
     (lambda c: c == "@sysfs", rdma.parse_sysfs),
     (lambda c: c.startswith("ss -lt"), host.parse_ss),
     (lambda c: c == "@df", host.parse_disk),
@@ -70,6 +72,8 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c == cpu.FREE, cpu.parse_free),
     (lambda c: c.startswith("docker ps -a --no-trunc --filter"), parse_ps),
     (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
+    (lambda c: c.startswith("nvidia-smi topo -p2p"), gpu_settings.parse_p2p),
+    (lambda c: c == gpu_settings.HMM, gpu_settings.parse_hmm),
 ]
 
 
