@@ -97,7 +97,7 @@ def phases(inv_path: Path) -> None:
     inv = load_inventory(inv_path)
     t = Timers()
     t.wrap(pf, "contexts", "contexts (inventory -> per-host checks)")
-    t.wrap(pf, "connect", "connect (TCP, kex, host key, auth)", lambda name, *a, **k: name)
+    t.wrap(ssh, "connect", "connect (TCP, kex, host key, auth)", lambda name, *a, **k: name)
     t.wrap(ssh.SSHConnection, "_exec_open", "batch (one SSH exec)", lambda self, *a, **k: self.name)
     t.wrap(pf.ImageLookups, "wait", "wait for the registry lookups")
     t.wrap(pf, "read_reports", "parse every host's output")
