@@ -340,15 +340,15 @@ def run_preflight(
     from pdboot.transport.ssh import connect
 
     def one(name: str, ctx: HostContext) -> _Batch:
-        script = batch_script(host_commands(ctx, selection) + args.batch_commands(name))
         conn = given.get(name)
         own = conn is None
-        if conn is None:
+        if conn is None:  # first: the other hosts' scripts are built during its handshake
             conn = connect(
                 name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
             )
         close = conn.close if own else None
         try:
+            script = batch_script(host_commands(ctx, selection) + args.batch_commands(name))
             sent = time.time()
             res = conn.run(["bash", "-s"], stdin=script)  # whatever the login shell is
             back = time.time()

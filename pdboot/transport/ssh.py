@@ -152,7 +152,8 @@ class SSHConnection(BaseConnection):
         # client would otherwise keep fabric's AutoAddPolicy.
         hop: Any = self._conn
         while isinstance(hop, FabricConnection):
-            _strict(hop.client, self.known_hosts, accept_new_host_keys)
+            kh_name = known_hosts_name(hop.host, hop.port)
+            _strict(hop.client, self.known_hosts, accept_new_host_keys, kh_name)
             hop = hop.gateway
         self.connect_timeout = settings.connect_timeout
         self.keepalive_interval = KEEPALIVE_INTERVAL
