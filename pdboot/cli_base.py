@@ -2,8 +2,7 @@
 inventory it reads (the argument, else $PDBOOT_INVENTORY, else ./inventory.yaml) with its
 problems printed, and example addresses refused.
 
-A refusal ends the command with ``SystemExit(code)``: typer lets that through with its code,
-and `pdboot preflight INVENTORY` runs with no typer at all (cli_preflight.py, entry.py)."""
+A refusal ends the command with ``SystemExit(code)``: typer lets that through with its code."""
 
 from __future__ import annotations
 
