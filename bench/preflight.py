@@ -1,5 +1,4 @@
-"""Benchmark: wall time of `pdboot preflight` (its batches through OpenSSH where it can,
-transport/headstart.py; and as `paramiko`, the same pdboot with PDBOOT_PREFLIGHT_SSH=paramiko)
+"""Benchmark: wall time of `pdboot preflight` (paramiko, through fabric: the one SSH client)
 against the same command lines sent by
 (a) plain `ssh` to every host in parallel, one connection per host (the floor),
 (b) pyinfra, one `server.shell` operation per host running that host's script, when its
@@ -61,7 +60,7 @@ from pdboot.preflight.run import host_commands  # noqa: E402
 from tests.testbed.harness import HostSpec, Testbed  # noqa: E402
 
 VENV = Path("/var/tmp/pdboot-bench-venv/bin")
-TOOLS = ("pdboot", "paramiko", "ssh", "pyinfra", "ansible", "before")
+TOOLS = ("pdboot", "ssh", "pyinfra", "ansible", "before")
 
 
 def roles(names: list[str]) -> dict[str, Any]:
@@ -81,8 +80,8 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def time_pdboot(inv: Path, checkout: Path = ROOT, **extra_env: str) -> float:
-    env = dict(os.environ, PYTHONPATH=str(checkout), **extra_env)
+def time_pdboot(inv: Path, checkout: Path = ROOT) -> float:
+    env = dict(os.environ, PYTHONPATH=str(checkout))
     t0 = time.monotonic()
     p = subprocess.run(
         [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
@@ -269,8 +268,6 @@ def bench(
         scripts = {h: batch_script(cs) for h, cs in every.items()}
         run: dict[str, Callable[[], float]] = {
             "pdboot": lambda: time_pdboot(inv),
-            # the same pdboot with every batch through paramiko (no OpenSSH head start)
-            "paramiko": lambda: time_pdboot(inv, PDBOOT_PREFLIGHT_SSH="paramiko"),
             "ssh": lambda: time_ssh(tb, scripts),
         }
         if before is not None:
@@ -376,7 +373,7 @@ def main() -> None:
     if not rows:
         return
     shown = [t for t in TOOLS if any(t in med for _, med in rows)]
-    ratios = [("pdboot", "ssh"), ("pdboot", "pyinfra"), ("paramiko", "ssh"), ("before", "ssh")]
+    ratios = [("pdboot", "pyinfra"), ("pdboot", "ssh"), ("before", "pyinfra"), ("before", "ssh")]
     ratios = [(a, b) for a, b in ratios if a in shown and b in shown]
     print()
     print("| hosts | " + " | ".join(shown + [f"{a} / {b}" for a, b in ratios]) + " |")

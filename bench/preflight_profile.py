@@ -97,7 +97,7 @@ def phases(inv_path: Path) -> None:
     inv = load_inventory(inv_path)
     t = Timers()
     t.wrap(pf, "contexts", "contexts (inventory -> per-host checks)")
-    t.wrap(pf, "connect", "connect (TCP, kex, host key, auth)", lambda name, *a, **k: name)
+    t.wrap(ssh, "connect", "connect (TCP, kex, host key, auth)", lambda name, *a, **k: name)
     t.wrap(ssh.SSHConnection, "_exec_open", "batch (one SSH exec)", lambda self, *a, **k: self.name)
     t.wrap(pf.ImageLookups, "wait", "wait for the registry lookups")
     t.wrap(pf, "read_reports", "parse every host's output")
@@ -140,7 +140,7 @@ def per_command(tb: Testbed, inv_path: Path) -> None:
             for c in cmds[h]
         ]
         out = tb.ssh(h, "bash -c " + shlex.quote("\n".join(lines)), timeout=300).stdout
-        pairs = (ln.split() for ln in out.splitlines())
+        pairs = (ln.split(maxsplit=1) for ln in out.splitlines())  # keys may hold spaces
         rows = sorted(((int(a), b) for a, b in pairs), reverse=True)
         top = ", ".join(f"{k} {ms}" for ms, k in rows[:8])
         alone = sum(ms for ms, _ in rows)

@@ -4,8 +4,7 @@ problems printed, and example addresses refused. A command run with --json also 
 refusals as JSON on stdout (``json_errors``; pdboot/diagnostics.py's shape): a JSON document
 for render, status and preflight, its event stream's `done` line for up, down and stage.
 
-A refusal ends the command with ``SystemExit(code)``: typer lets that through with its code,
-and `pdboot preflight INVENTORY` runs with no typer at all (cli_preflight.py, entry.py)."""
+A refusal ends the command with ``SystemExit(code)``: typer lets that through with its code."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ from pdboot.bench.results import (
     results_json,
 )
 from pdboot.plan.model import Plan
+from pdboot.transport.connection import LocalConnection, RemoteError
 
 
 @dataclass(frozen=True)
@@ -151,13 +151,19 @@ def run_cell(
     return Cell(target.role, target.name, concurrency, result, why, str(out_dir), target.gpus)
 
 
-def subprocess_runner(timeout_s: float) -> Runner:
+def local_runner(timeout_s: float) -> Runner:
+    """AIPerf on this machine, through the local host's connection (transport/: the one
+    place pdboot starts a process)."""
+    here = LocalConnection("this machine", command_timeout=timeout_s)
+
     def run(argv: list[str]) -> tuple[int, str]:
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
+            p = here.run(argv)
+        except RemoteError as e:
+            if e.kind != "timeout":
+                raise
             return 124, f"timed out after {timeout_s:.0f} s"
-        return p.returncode, p.stdout + p.stderr
+        return p.rc, p.stdout + p.stderr
 
     return run
 
@@ -257,7 +263,7 @@ def bench(
         levels,
         out_root,
         shape,
-        subprocess_runner(timeout_s),
+        local_runner(timeout_s),
         cmd,
     )
     meta = {

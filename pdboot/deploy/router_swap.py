@@ -47,6 +47,7 @@ from pdboot.plan.router_slots import (
     spare_project,
     spare_router,
 )
+from pdboot.transport import docker_cli
 from pdboot.transport.connection import Connection
 from pdboot.transport.hosts import Hosts, project_dir
 from pdboot.transport.http import HttpFn
@@ -173,7 +174,7 @@ def _route_now(ctx: SwapContext) -> Slot:
         return "home"
     route = shlex.quote(ROUTE_FILE)
     res = ctx.conn.run(
-        ["docker", "exec", proxy, "sh", "-c", f'read -r l < {route} && echo "$l"'],
+        docker_cli.exec_in(proxy, "sh", "-c", f'read -r l < {route} && echo "$l"'),
         timeout=60,
     )
     return "spare" if res.rc == 0 and UPSTREAM_SPARE in res.stdout else "home"
@@ -202,11 +203,7 @@ def _start(ctx: SwapContext, svc: Service, slot: Slot) -> None:
         project, file = spare_project(svc), SPARE_COMPOSE
     else:
         project, file = svc.project, "compose.yaml"
-    argv = [
-        "docker", "compose", "--project-name", project, "--project-directory", pdir,
-        "--file", f"{pdir}/{file}",
-        "up", "--detach", "--no-deps", "--pull", "never", "--force-recreate", svc.name,
-    ]  # fmt: skip
+    argv = docker_cli.compose_up(pdir, project, [svc.name], file=file, recreate=True)
     _run(ctx, argv, f"start {svc.container_name}", timeout=300.0)
 
 
@@ -260,7 +257,7 @@ def _point_proxy(ctx: SwapContext, slot: Slot) -> None:
         f"if nginx -t -q -c {conf}; then nginx -s reload -c {conf}; else "
         f'printf "%s\\n" "$old" > {route}; exit 3; fi'
     )
-    _run(ctx, ["docker", "exec", proxy, "sh", "-c", script], f"switch {proxy}'s upstream")
+    _run(ctx, docker_cli.exec_in(proxy, "sh", "-c", script), f"switch {proxy}'s upstream")
 
 
 def _load(ctx: SwapContext, fetch: HttpFn, svc: Service) -> int | None:
@@ -298,8 +295,8 @@ def _stop(ctx: SwapContext, svc: Service, *, remove: bool) -> None:
     """Stop (SIGTERM, STOP_GRACE) and, for the spare, remove; a container that is not
     there is no error."""
     name = svc.container_name
-    res = ctx.conn.run(["docker", "stop", "--time", str(STOP_GRACE), name], timeout=STOP_GRACE + 60)
+    res = ctx.conn.run(docker_cli.stop(name, STOP_GRACE), timeout=STOP_GRACE + 60)
     if res.rc != 0 and "No such container" not in res.stderr:
         raise RouterSwapError(f"router swap: cannot stop {name}: {res.stderr.strip()[-300:]}")
     if remove:
-        ctx.conn.run(["docker", "rm", "--force", name], timeout=60)
+        ctx.conn.run(docker_cli.remove(name), timeout=60)

@@ -25,6 +25,7 @@ from pdboot.plan.upgrade import (
     compatibility,
     replaced_engines,
 )
+from pdboot.transport import docker_cli
 from pdboot.transport.hosts import Hosts, Link
 
 MARK = "PDBOOT_VERSION "
@@ -41,14 +42,13 @@ SCRIPT = (
 
 
 def exec_argv(container_id: str) -> list[str]:
-    return ["docker", "exec", container_id, "python3", "-c", SCRIPT]
+    return docker_cli.exec_in(container_id, "python3", "-c", SCRIPT)
 
 
 def run_argv(image: str) -> list[str]:
-    return [
-        "docker", "run", "--rm", "--pull", "never", "--network", "none",
-        "--entrypoint", "python3", image, "-c", SCRIPT,
-    ]  # fmt: skip
+    return docker_cli.run_once(
+        image, "-c", SCRIPT, entrypoint="python3", network="none", pull_never=True
+    )
 
 
 def parse(text: str) -> ImageVersion | None:

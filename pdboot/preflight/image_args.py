@@ -34,6 +34,7 @@ from pdboot.plan.model import Plan
 from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.preflight.args_cache import Cache, argv_key
 from pdboot.preflight.checks import CheckResult
+from pdboot.transport import docker_cli
 
 ARGS_ID = "docker.image_args"
 MARK = "PDBOOT_ARGS "
@@ -126,10 +127,7 @@ def docker_argv(image: str, commands: Sequence[tuple[str, Sequence[str]]]) -> li
     """The whole command, as the docker CLI takes it (argv; quoted by transport.connection):
     no GPU and no network; the engine commands as one JSON argument."""
     payload = json.dumps([[name, list(argv)] for name, argv in commands])
-    return [
-        "docker", "run", "--rm", "--network", "none", "--entrypoint", "python3",
-        image, "-c", PROBE, payload,
-    ]  # fmt: skip
+    return docker_cli.run_once(image, "-c", PROBE, payload, entrypoint="python3", network="none")
 
 
 @dataclass(frozen=True)
@@ -290,7 +288,7 @@ _ID = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def inspect_argv(image: str) -> list[str]:
-    return ["docker", "image", "inspect", "--format", "{{.Id}}", image]
+    return docker_cli.image_id(image)
 
 
 def read_id(rc: int | None, text: str) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 from pdboot.inventory.engines import EngineNic
-from pdboot.inventory.schema import Host, Inventory, SSHSettings
+from pdboot.inventory.schema import Inventory
 from pdboot.plan.weights.local import Listing
 from pdboot.preflight import registry
 from pdboot.preflight.args_preflight import ArgsProbes
@@ -53,16 +53,8 @@ from pdboot.preflight.image_args import ARGS_ID
 from pdboot.preflight.lookups import HubLookup, ImageLookups, with_hub_answer
 from pdboot.preflight.lookups import insecure_registries as insecure_registries
 from pdboot.preflight.lookups import with_lookup as with_lookup
-from pdboot.transport import openssh
-from pdboot.transport.connection import (
-    Connection,
-    RemoteError,
-    connect_timed_out,
-    effective_ssh,
-)
+from pdboot.transport.connection import Connection, RemoteError, effective_ssh
 from pdboot.transport.fanout import Outcome, fan_out
-from pdboot.transport.headstart import HeadStart, failed
-from pdboot.transport.preconnect import Opening
 
 T = TypeVar("T")
 
@@ -268,8 +260,6 @@ def rdma_usable(ctx: HostContext, facts: HostFacts) -> bool | None:
 # --------------------------------------------------------------------------- running
 
 
-# past ssh's ConnectTimeout (the TCP connect): the key exchange, authentication, the session
-READY_GRACE_S = 10.0
 # a host's batch output, when (our clock) it was sent and its output back, seconds it took
 _Batch = tuple[str, float, float, float]
 
@@ -337,12 +327,9 @@ def run_preflight(
     accept_new_host_keys: bool = False,
     selection: Selection = Selection(),
     connections: Mapping[str, Connection] | None = None,
-    opening: Opening | None = None,
-    head_start: HeadStart | None = None,
 ) -> PreflightResult:
     """Check every host in parallel; reported in inventory order. Each host's batch goes
-    through: ``connections`` (already open, kept open), else ``head_start`` (OpenSSH, see
-    batch_ahead), else ``opening`` (connects already started), else a connection opened here."""
+    through its connection in ``connections`` (already open, kept open), else one opened here."""
     ctxs = contexts(inv)
     given = dict(connections or {})
     wanted = selection.area_wanted("docker") or selection.area_wanted("host")
@@ -357,18 +344,20 @@ def run_preflight(
     # the image's own parser, where the batch found the image on the host (a thread per host)
     args = ArgsProbes.of(inv, selection.keep(CheckResult(ARGS_ID, "skip", "")))
 
+    # paramiko, fabric and invoke load here, once, before the connect threads start: imported
+    # on those threads they would share the GIL with each other (issue 35)
+    from pdboot.transport.ssh import connect
+
     def one(name: str, ctx: HostContext) -> _Batch:
-        script = batch_script(host_commands(ctx, selection) + args.batch_commands(name))
-        if head_start is not None and not accept_new_host_keys and name not in given:
-            fast = batch_ahead(inv, name, script, head_start, args)
-            if fast is not None:
-                return fast
         conn = given.get(name)
         own = conn is None
-        if conn is None:
-            conn = opened(inv, name, opening, accept_new_host_keys)
+        if conn is None:  # first: the other hosts' scripts are built during its handshake
+            conn = connect(
+                name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys
+            )
         close = conn.close if own else None
         try:
+            script = batch_script(host_commands(ctx, selection) + args.batch_commands(name))
             sent = time.time()
             res = conn.run(["bash", "-s"], stdin=script)  # whatever the login shell is
             back = time.time()
@@ -411,61 +400,6 @@ def run_preflight(
             if selection.keep(res):
                 reports[n].checks.append(res)
     return PreflightResult({n: reports[n] for n in sorted(reports, key=list(inv.hosts).index)})
-
-
-def opened(
-    inv: Inventory, name: str, opening: Opening | None, accept_new_host_keys: bool
-) -> Connection:
-    """The host's paramiko connection: the one ``opening`` started, else a new one."""
-    if opening is not None and name in opening:
-        return opening.take(name)
-    from pdboot.transport.ssh import connect  # paramiko: only when it is needed
-
-    return connect(name, inv.hosts[name], inv.ssh, accept_new_host_keys=accept_new_host_keys)
-
-
-def batch_ahead(
-    inv: Inventory, name: str, script: str, head_start: HeadStart, args: ArgsProbes
-) -> _Batch | None:
-    """The batch through the host's OpenSSH process started ahead; None: there is none for
-    this host's settings, or ssh failed (paramiko then reaches the host, or says why not)."""
-    host = inv.hosts[name]
-    s = effective_ssh(inv.ssh, host)
-    t = openssh_target(host, s, head_start.ssh_config_quiet)
-    conn = head_start.take(name, t, s.command_timeout)
-    if conn is None or not conn.ready(s.connect_timeout + READY_GRACE_S):
-        return None
-    sent = time.time()  # as paramiko's: once the session is open
-    try:
-        res = conn.run(["bash", "-s"], stdin=script)
-        back = time.time()
-    except BaseException:
-        conn.close()
-        raise
-    if failed(res):
-        conn.close()
-        if openssh.connect_timed_out(res.stderr):
-            raise connect_timed_out(name, "timed out")  # paramiko's words for it
-        return None
-    args.start(name, conn, res.stdout, conn.close)  # closes it when done
-    return res.stdout, sent, back, res.seconds
-
-
-def openssh_target(
-    host: Host, s: SSHSettings, ssh_config_quiet: bool = False
-) -> openssh.Target | None:
-    """How OpenSSH reaches this host (``s``: its effective SSH settings) the way paramiko
-    would; None: only paramiko can (``ssh_config_quiet``: headstart.client_configs)."""
-    return openssh.target(
-        host.address,
-        user=s.user,
-        port=s.port,
-        identity_file=s.identity_file,
-        known_hosts=s.known_hosts,
-        connect_timeout=s.connect_timeout,
-        use_ssh_config=s.use_ssh_config,
-        ssh_config_quiet=ssh_config_quiet,
-    )
 
 
 # --------------------------------------------------------------------------- weights

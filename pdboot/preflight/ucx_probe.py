@@ -23,6 +23,7 @@ from pdboot.events import Emit, ImageCheck, Note
 from pdboot.plan.model import Plan, Service
 from pdboot.preflight.checks import CheckResult
 from pdboot.preflight.findings import Findings
+from pdboot.transport import docker_cli
 from pdboot.transport.hosts import Hosts, Link
 
 UCX_ID = "docker.ucx_devices"
@@ -70,7 +71,7 @@ def ucx_env(svc: Service) -> tuple[tuple[str, str], ...]:
 def argv(svc: Service, device: str = "cuda") -> list[str]:
     """The probe container for ``svc``: its image, UCX_* variables, devices, capabilities
     and GPUs, on the host network (UCX sees the host's interfaces as the engine will)."""
-    out = ["docker", "run", "--rm", "--network", "host"]
+    out: list[str] = []
     for d in svc.devices:
         out += ["--device", d]
     for c in svc.cap_add:
@@ -80,7 +81,9 @@ def argv(svc: Service, device: str = "cuda") -> list[str]:
         out += ["--gpus", spec]
     for k, v in ucx_env(svc):
         out += ["-e", f"{k}={v}"]
-    return [*out, "--entrypoint", "python3", svc.image, "-c", PROBE]
+    return docker_cli.run_once(
+        svc.image, "-c", PROBE, entrypoint="python3", network="host", options=out
+    )
 
 
 @dataclass(frozen=True)

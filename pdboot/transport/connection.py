@@ -68,8 +68,7 @@ class HostLost(RemoteError):
 
 
 def connect_timed_out(host: str, detail: str) -> RemoteError:
-    """No TCP connection within ssh.connect_timeout (paramiko's socket timeout, or OpenSSH's
-    "Connection timed out" for preflight's batch): one message for both."""
+    """No TCP connection within ssh.connect_timeout (paramiko's socket timeout)."""
     return RemoteError(
         host,
         "timeout",

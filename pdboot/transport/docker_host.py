@@ -22,6 +22,7 @@ import docker.errors
 
 from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_DEPLOYMENT
+from pdboot.transport import docker_cli
 from pdboot.transport.connection import (
     Connection,
     RemoteError,
@@ -315,24 +316,8 @@ class Engine:
         """`docker compose up` of one service, or several at once (compose starts them in
         parallel: the engines of a host)."""
         names = [service] if isinstance(service, str) else list(service)
-        argv = [
-            "docker",
-            "compose",
-            "--project-name",
-            project,
-            "--project-directory",
-            project_dir,
-            "--file",
-            f"{project_dir}/{file}",  # another: a roll bringing an old engine back
-            "up",
-            "--detach",
-            "--no-deps",
-            "--pull",
-            "never",  # pulled (with progress) before, by digest
-        ]
-        if recreate:
-            argv.append("--force-recreate")
-        argv += names
+        # ``file``: another than compose.yaml for a roll bringing an old engine back
+        argv = docker_cli.compose_up(project_dir, project, names, file=file, recreate=recreate)
         what = f"start {', '.join(names)}"
         try:
             self._run(argv, what, timeout=timeout)

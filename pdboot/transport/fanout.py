@@ -74,7 +74,7 @@ def fan_out(
 def _classified(e: BaseException, name: str) -> RemoteError:
     if isinstance(e, RemoteError):
         return e
-    # paramiko's exceptions: imported here, so that preflight over OpenSSH never loads it
+    # paramiko's exceptions: imported here, only for a host that failed
     from pdboot.transport.known_hosts import classify
 
     return classify(e, name)

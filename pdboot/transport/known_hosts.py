@@ -6,7 +6,9 @@ into what an operator reads.
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import stat
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -155,7 +157,36 @@ class _StrictPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
 
+# path -> (the file's identity and size when parsed, what it held): every connect of a run
+# reads the same file, and each line is a key object to build (a fleet's known_hosts of a
+# few hundred lines cost ~20 ms per host, per connect).
+_PARSED: dict[str, tuple[tuple[int, int, int, int], KnownHosts]] = {}
+_PARSED_LOCK = threading.Lock()
+
+
 def load_known_hosts(path: str) -> KnownHosts:
+    """The file's keys, parsed once while it stays the same file with the same size and
+    modification time (accept-new's appended line changes both: it is read again)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return KnownHosts()
+    except OSError:
+        st = None
+    sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if st else None
+    if sig is not None and st is not None and stat.S_ISREG(st.st_mode):
+        with _PARSED_LOCK:
+            hit = _PARSED.get(path)
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+    kh = _read_known_hosts(path)
+    if sig is not None:
+        with _PARSED_LOCK:
+            _PARSED[path] = (sig, kh)
+    return kh
+
+
+def _read_known_hosts(path: str) -> KnownHosts:
     try:
         # stat first: a FIFO would block the open (and /dev/null holds no key anyway)
         raw = read_regular_file(Path(path), 16 << 20)
@@ -171,15 +202,23 @@ def load_known_hosts(path: str) -> KnownHosts:
     return kh
 
 
-def _strict(client: paramiko.SSHClient, known_hosts: str, accept_new: bool) -> None:
+def _strict(
+    client: paramiko.SSHClient, known_hosts: str, accept_new: bool, name: str | None = None
+) -> None:
+    """The client checks host keys against ``known_hosts`` alone. ``name``: the host as
+    paramiko looks it up (known_hosts_name): only its own lines and the hashed ones go into
+    the client (paramiko matches no patterns, and its add is linear in the keys already
+    there: every key of a large file into every client was quadratic per connect)."""
     kh = load_known_hosts(known_hosts)
     # Into the client's host keys (not load_host_keys: nothing is remembered to save
     # back, so accept-new appends a line instead of rewriting the operator's file).
     # A revoked key is left out even if a plain line lists it too, so the policy sees it.
     keys = client.get_host_keys()
-    for name, key in kh.keys:
+    for entry, key in kh.keys:
+        if name is not None and entry != name and not entry.startswith("|1|"):
+            continue
         if not is_revoked(kh, key):
-            keys.add(name, key.get_name(), key)
+            keys.add(entry, key.get_name(), key)
     client.set_missing_host_key_policy(_StrictPolicy(known_hosts, accept_new, kh))
 
 

@@ -31,9 +31,10 @@ from pdboot.transport.connection import (
 )
 from pdboot.transport.known_hosts import _strict, classify, known_hosts_name
 from pdboot.transport.masking import SECRETS, Masker
-from pdboot.transport.openssh import ALIVE_COUNT, ALIVE_INTERVAL_S, DEFAULT_KNOWN_HOSTS
 
 log = logging.getLogger(__name__)
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"  # where ssh.known_hosts is unset
 
 
 # A silent peer (link down: no reset, packets just stop) is noticed by unanswered
@@ -41,9 +42,9 @@ log = logging.getLogger(__name__)
 # reply, so it can never notice silence; TCP alone notices only after its retransmissions
 # give up (minutes). These are requests that sshd must answer (with a failure: it does not
 # know the name), so an answer proves the peer and the path are alive.
-# (the same limits as preflight's OpenSSH batches: transport/openssh.py)
-KEEPALIVE_INTERVAL = float(ALIVE_INTERVAL_S)
-LOST_AFTER = float(ALIVE_INTERVAL_S * ALIVE_COUNT)
+# One every 3 s, the host lost after 4 unanswered (12 s).
+KEEPALIVE_INTERVAL = 3.0
+LOST_AFTER = 4 * KEEPALIVE_INTERVAL
 CHANNEL_OPEN_TIMEOUT = 20.0
 
 
@@ -151,7 +152,8 @@ class SSHConnection(BaseConnection):
         # client would otherwise keep fabric's AutoAddPolicy.
         hop: Any = self._conn
         while isinstance(hop, FabricConnection):
-            _strict(hop.client, self.known_hosts, accept_new_host_keys)
+            kh_name = known_hosts_name(hop.host, hop.port)
+            _strict(hop.client, self.known_hosts, accept_new_host_keys, kh_name)
             hop = hop.gateway
         self.connect_timeout = settings.connect_timeout
         self.keepalive_interval = KEEPALIVE_INTERVAL

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from pdboot.transport import openssh
 from tests.conftest import started_testbed
 from tests.testbed.harness import HostSpec
 
@@ -52,16 +49,13 @@ def tb() -> Iterator[Any]:
         yield bed
 
 
-def preflight(
-    inv: Path, *args: str, env: dict[str, str] | None = None
-) -> tuple[int, dict[str, Any], str]:
+def preflight(inv: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     p = subprocess.run(
         [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=180,
-        env=env,
     )
     try:
         doc = json.loads(p.stdout)
@@ -347,83 +341,6 @@ def test_a_changed_host_key_is_refused_even_with_accept_new(tb: Any, tmp_path: P
     rc, doc, _ = preflight(inv, "--only", "ssh", "--accept-new-host-keys")
     assert rc == 1
     assert doc["hosts"]["ok"]["checks"][0]["message"].startswith("host_key_changed:")
-
-
-def watched_ssh(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    """An environment whose `ssh` is the real one, each command line logged first (to see
-    which batches went through OpenSSH: transport/headstart.py)."""
-    real, log, bindir = shutil.which("ssh"), tmp_path / "ssh.log", tmp_path / "bin"
-    assert real, "the testbed needs the OpenSSH client"
-    bindir.mkdir()
-    (bindir / "ssh").write_text(
-        f'#!/bin/sh\nprintf "%s\\n" "$*" >> {shlex.quote(str(log))}\n'
-        f'exec {shlex.quote(real)} "$@"\n'
-    )
-    (bindir / "ssh").chmod(0o755)
-    return dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}"), log
-
-
-def addresses_in(log: Path) -> set[str]:
-    """The hosts an ssh command line in the log went to (the word after `--`)."""
-    lines = log.read_text().splitlines() if log.exists() else []
-    return {ln.split(" -- ", 1)[1].split()[0] for ln in lines if " -- " in ln}
-
-
-def test_batches_go_through_openssh_and_what_it_cannot_reach_reads_as_before(
-    tb: Any, full_inventory: Path, tmp_path: Path
-) -> None:
-    env, log = watched_ssh(tmp_path)
-    rc, fast, _ = preflight(full_inventory, env=env)
-    sent = addresses_in(log)
-    # every host of the deployment got its batch started through OpenSSH ...
-    assert sent == {tb.hosts[h].address for h in HOSTS if h in PREFILL + DECODE + ["ingress"]}
-    rc2, slow, _ = preflight(full_inventory, env={**env, "PDBOOT_PREFLIGHT_SSH": "paramiko"})
-    assert addresses_in(log) == sent  # ... and none with the switch: all through paramiko
-    # the same verdicts either way
-    assert rc == rc2
-    for h in HOSTS:
-        assert fast["hosts"][h]["reachable"] == slow["hosts"][h]["reachable"], h
-        assert statuses(fast, h) == statuses(slow, h), h
-    # the host without sshd: OpenSSH failed, paramiko's report is the one read
-    assert fast["hosts"]["nossh"]["checks"] == slow["hosts"]["nossh"]["checks"]
-    assert fast["hosts"]["nossh"]["checks"][0]["message"].startswith("unreachable:")
-
-
-def test_the_default_use_ssh_config_takes_openssh_while_fabric_would_read_nothing(
-    tb: Any, tmp_path: Path
-) -> None:
-    """`ssh.use_ssh_config: true`, the default: with this machine's stock
-    /etc/ssh/ssh_config and no ~/.ssh/config (a HOME of its own), fabric reads nothing it
-    acts on, so the batches go through OpenSSH; an ~/.ssh/config that names a User keeps
-    every batch on paramiko. The verdicts are the same either way."""
-    stock = Path("/etc/ssh/ssh_config")
-    assert not stock.exists() or openssh.config_is_quiet(stock.read_text()), "not stock"
-    inv = inventory(tb, tmp_path, ssh={"use_ssh_config": True})
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    env, log = watched_ssh(tmp_path)
-    env["HOME"] = str(home)
-    rc, fast, _ = preflight(inv, env=env)
-    assert addresses_in(log) == {tb.hosts[h].address for h in [*PREFILL, *DECODE, "ingress"]}
-    log.unlink()
-    (home / ".ssh" / "config").write_text("Host *\n    User root\n")  # the user it has
-    rc2, slow, _ = preflight(inv, env=env)
-    assert addresses_in(log) == set()
-    assert rc == rc2
-    for h in HOSTS:
-        assert statuses(fast, h) == statuses(slow, h), h
-
-
-def test_an_unknown_host_key_refused_by_openssh_reads_as_paramikos(tb: Any, tmp_path: Path) -> None:
-    inv, kh = unknown_keys(tb, tmp_path)
-    env, log = watched_ssh(tmp_path)
-    rc, doc, _ = preflight(inv, env=env)
-    assert addresses_in(log) == {tb.hosts["ok"].address, tb.hosts["noctk"].address}
-    assert rc == 1 and doc["hosts"]["ok"]["reachable"] is False
-    c = doc["hosts"]["ok"]["checks"][0]
-    assert c["message"].startswith("host_key:") and "SHA256:" in c["message"]
-    assert "ssh-keyscan" in c["fix"]
-    assert kh.read_text() == ""  # neither client wrote the operator's file
 
 
 def test_usage_errors_exit_2(tb: Any, tmp_path: Path) -> None:

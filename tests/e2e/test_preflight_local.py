@@ -55,31 +55,9 @@ def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
     assert p.returncode == (0 if doc["ok"] else 1)
 
 
-def test_the_plain_line_reports_as_typers_command_does(tmp_path: Path) -> None:
-    """`preflight INVENTORY --json` runs without typer (cli_preflight.py); a line with any
-    other option goes through typer's command: the same checks and verdicts either way."""
+def test_a_reader_gone_ends_it_with_1_and_no_traceback(tmp_path: Path) -> None:
     inv = local_inventory(tmp_path)
-
-    def report(*extra: str) -> tuple[int, list[tuple[str, str]]]:
-        p = subprocess.run(
-            [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *extra],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=120,
-        )
-        checks = json.loads(p.stdout)["hosts"]["me"]["checks"]
-        return p.returncode, [(c["id"], c["status"]) for c in checks]
-
-    plain = report()
-    typed = report("--accept-new-host-keys")  # no key to accept on a local host
-    assert plain == typed
-    assert len(plain[1]) > 20
-
-
-def test_a_reader_gone_ends_it_with_1_and_no_traceback_either_way(tmp_path: Path) -> None:
-    inv = local_inventory(tmp_path)
-    for extra in ([], ["--accept-new-host-keys"]):  # without typer, and through its command
+    for extra in ([], ["--accept-new-host-keys"]):
         p = subprocess.Popen(
             [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *extra],
             stdout=subprocess.PIPE,

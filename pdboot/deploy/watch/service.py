@@ -31,6 +31,7 @@ from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan
 from pdboot.plan.watch.metrics import WatchMetrics
 from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
+from pdboot.transport import docker_cli
 from pdboot.transport.docker_parse import EngineError
 from pdboot.transport.hosts import (
     SecretError,
@@ -85,9 +86,7 @@ class DockerRestarter:
             )
             if found is None:
                 raise RuntimeError(f"{svc.key} has no container")
-            rc, out = docker.run_once(
-                ["docker", "restart", "--time", "30", found.id], timeout=RESTART_TIMEOUT
-            )
+            rc, out = docker.run_once(docker_cli.restart(found.id, 30), timeout=RESTART_TIMEOUT)
             if rc != 0:
                 raise RuntimeError(f"docker restart {svc.container_name}: {out.strip()[:200]}")
         except EngineError as e:

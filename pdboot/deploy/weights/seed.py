@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from pdboot.deploy.weights.script import SECRET_FILE, SERVE_SCRIPT
 from pdboot.inventory.rules import advertised_address
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
+from pdboot.transport import docker_cli
 from pdboot.transport.hosts import Link
 from pdboot.transport.masking import register_secret
 
@@ -78,7 +79,7 @@ class Seeder:
         try:
             self.finished.wait(WAIT_FOR_FIRST_S)
         finally:
-            link.engine.run_once(["docker", "rm", "-f", self.name], 60)
+            link.engine.run_once(docker_cli.remove(self.name), 60)
             if server is not None:
                 server.join(60)
 

@@ -30,6 +30,7 @@ from pdboot.plan.weights.hub import (
 )
 from pdboot.plan.weights.pin import PIN_FILE, Pin, choose
 from pdboot.plan.weights.progress import StageState, parse_line
+from pdboot.transport import docker_cli
 from pdboot.transport.hosts import Hosts, Link, project_dir
 from pdboot.transport.http import HttpFn
 from pdboot.transport.hub import resolve
@@ -275,13 +276,12 @@ def remove_oneshots(inv: Inventory, hosts: Hosts) -> dict[str, str]:
     names = [f"{n}-{inv.name}" for n in ONESHOTS]
 
     def remove(_h: str, link: Link) -> None:
-        filters = [a for n in names for a in ("--filter", f"label=pdboot.oneshot={n}")]
         ids: list[str] = []
-        for f in range(0, len(filters), 2):  # one label each: docker ANDs repeated labels
-            res = link.conn.run(["docker", "ps", "-aq", *filters[f : f + 2]], timeout=60)
+        for n in names:  # one label each: docker ANDs repeated labels
+            res = link.conn.run(docker_cli.ids_with_label(f"pdboot.oneshot={n}"), timeout=60)
             ids += res.stdout.split() if res.rc == 0 else []
         if ids:
-            link.conn.run(["docker", "rm", "-f", *ids], timeout=60)
+            link.conn.run(docker_cli.remove(*ids), timeout=60)
 
     wanted = [h for h in engine_hosts(inv) if h in hosts.links]
     return hosts.each(remove, 120.0, only=wanted)[1]

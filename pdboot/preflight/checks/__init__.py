@@ -226,12 +226,18 @@ def batch_script(
                 parts.append(f"( eval {shlex.quote(c.line)} ) {files}")
         if at == "together":
             parts.append("wait")
+    # The report is written into one file, then sent with one cat: written piece by piece
+    # (three writes a command), sshd sent it as ~50 small packets a host, each decrypted
+    # and MAC-checked in Python by paramiko (at 32 hosts ~0.2 s of pdboot's CPU).
+    parts.append("{")
     parts.append(f"printf '%s\\n' {shlex.quote(HEADER + tok)}")
     for i, c in enumerate(cmds):
         parts.append(
             f"printf '%s\\n' {shlex.quote(f'### {tok} $ ' + c.line)}; cat \"$d/{i}\"; "
             f'echo "### {tok} exit=$(cat "$d/{i}.rc")"'
         )
+    parts.append('} >"$d/report"')
+    parts.append('cat "$d/report"')
     return "\n".join(parts) + "\n"
 
 

@@ -26,12 +26,13 @@ from pdboot.preflight.checks import (
     version_tuple,
 )
 from pdboot.preflight.checks.cuda import image_cuda_check, parse_image_env
+from pdboot.transport import docker_cli
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.facts import HostFacts
 
-INFO = "docker info --format '{{json .}}'"
-COMPOSE = "docker compose version --short"
+INFO = shlex.join(docker_cli.info_json())
+COMPOSE = shlex.join(docker_cli.compose_version())
 COMPOSE_MIN = (2, 24)
 HOOK = "nvidia-container-runtime-hook"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -57,7 +58,7 @@ DOCKERD = (
 
 
 def image_command(image: str) -> str:
-    return f"docker image inspect --format '{{{{json .Config.Env}}}}' {shlex.quote(image)}"
+    return shlex.join(docker_cli.image_env(image))
 
 
 def commands(ctx: HostContext) -> list[Command]:

@@ -21,6 +21,7 @@ from pdboot.preflight.checks import (
 )
 from pdboot.preflight.checks.docker import DockerdScan
 from pdboot.preflight.checks.owners import OwnerFacts, holder
+from pdboot.transport import docker_cli
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.facts import HostFacts
@@ -32,7 +33,7 @@ SHM = "/dev/shm"  # noqa: S108 - the host's shared memory mount, not a temp file
 def df_command(hf_cache: str) -> str:
     # The HF cache may not exist yet: measure the nearest existing parent.
     return (
-        "root=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null); "
+        f"root=$({shlex.join(docker_cli.docker_root_dir())} 2>/dev/null); "
         'root=${root:-/var/lib/docker}; [ -e "$root" ] || root=/; '
         f"hf={shlex.quote(hf_cache)}; "
         'while [ ! -e "$hf" ]; do hf=$(dirname "$hf"); done; '

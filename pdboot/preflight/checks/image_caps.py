@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pdboot.preflight.checks import CheckResult
+from pdboot.transport import docker_cli
 
 ARCH_ID = "docker.image_arch"
 NIXL_ID = "docker.image_nixl"
@@ -84,9 +85,9 @@ def docker_argv(
     """The whole command, as the docker CLI takes it (argv; quoted by transport.connection).
     device: cpu: no GPUs, and the UCX-over-TCP test."""
     if device == "cpu":
-        return ["docker", "run", "--rm", "--entrypoint", "python3", image, "-c", PROBE, "tcp"]
+        return docker_cli.run_once(image, "-c", PROBE, "tcp", entrypoint="python3")
     spec = "all" if gpus == "all" else '"device=' + ",".join(str(i) for i in gpus) + '"'
-    return ["docker", "run", "--rm", "--gpus", spec, "--entrypoint", "python3", image, "-c", PROBE]
+    return docker_cli.run_once(image, "-c", PROBE, entrypoint="python3", gpus=spec)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Literal
 from pdboot.plan.converge import Observed, decode_restarts, orphans, owned, plan_up, with_restarts
 from pdboot.plan.model import LABEL_DEPLOYMENT, Plan
 from pdboot.preflight.checks import CheckResult, Command, HostContext, Section
+from pdboot.transport import docker_cli
 
 if TYPE_CHECKING:
     from pdboot.preflight.checks.facts import HostFacts
@@ -45,8 +46,7 @@ CGROUPS = "grep -s -m1 -o -E '[0-9a-f]{64}' /proc/[0-9]*/cgroup"
 
 
 def containers_command(deployment: str) -> str:
-    label = shlex.quote(f"label={LABEL_DEPLOYMENT}={deployment}")
-    return f"docker ps -a --no-trunc --filter {label} --format '{{{{json .}}}}'"
+    return shlex.join(docker_cli.containers_json(f"{LABEL_DEPLOYMENT}={deployment}"))
 
 
 def commands(ctx: HostContext) -> list[Command]:

@@ -98,8 +98,7 @@ def test_preflight_json_imports_no_docker_sdk_requests_or_rich() -> None:
     probe = (
         "import sys\n"
         "import pdboot.cli, pdboot.inventory.load, pdboot.preflight.run, pdboot.views.preflight\n"
-        # paramiko (with fabric and invoke): loaded only for a host the OpenSSH batch
-        # started ahead could not reach (transport/headstart.py)
+        # paramiko (with fabric and invoke): loaded when run_preflight connects, not before
         "heavy = ('docker', 'requests', 'urllib3', 'rich', 'paramiko', 'fabric', 'invoke')\n"
         "found = {m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}\n"
         "found |= {m for m in sys.modules if m == 'cryptography.x509'}\n"  # only with router.tls
@@ -116,22 +115,3 @@ def test_preflight_json_imports_no_docker_sdk_requests_or_rich() -> None:
         cwd=ROOT,
     )
     assert proc.stdout.strip() == "[]", proc.stdout
-
-
-def test_the_connects_import_paramiko_before_their_threads_start() -> None:
-    """The SSH modules load on the thread that starts the connects, before any starts: on
-    the connect threads they shared the GIL with the check modules' import and every
-    handshake began later (the critical path of `pdboot preflight`)."""
-    probe = (
-        "import sys, threading\n"
-        "from pdboot.transport.preconnect import Opening\n"
-        "assert 'paramiko' not in sys.modules\n"
-        "before = threading.active_count()\n"
-        "Opening(None, [], accept_new_host_keys=False)\n"
-        "print('paramiko' in sys.modules, 'pdboot.transport.ssh' in sys.modules,"
-        " threading.active_count() == before)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
-    assert proc.stdout.split() == ["True", "True", "True"], proc.stdout + proc.stderr

@@ -198,35 +198,3 @@ def test_host_lost_names_the_host_and_is_both_kinds_in_the_engine() -> None:
     el = EngineLost("gpu-a", "no answer for 12s")
     assert isinstance(el, EngineError) and isinstance(el, HostLost)
     assert el.message == e.message and classify(el, "gpu-a") is el
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again when the block ends
-
-
-def test_opening_hands_over_each_connect_or_its_own_error() -> None:
-    from types import SimpleNamespace
-
-    from pdboot.transport.connection import RemoteError
-    from pdboot.transport.preconnect import Opening
-
-    port = _closed_port()
-    hosts = {
-        "me": Host(address="local"),
-        "gone": Host(address="127.0.0.1", ssh=SSHOverride(port=port, connect_timeout=2)),
-    }
-    inv = SimpleNamespace(hosts=hosts, ssh=SSHSettings())
-    opening = Opening(inv, ["me", "gone"], accept_new_host_keys=False)  # type: ignore[arg-type]
-    assert "me" in opening and "other" not in opening
-    conn = opening.take("me")
-    assert isinstance(conn, LocalConnection) and conn.run(["echo", "ok"]).stdout == "ok\n"
-    with pytest.raises(RemoteError) as raised:
-        opening.take("gone")
-    with pytest.raises(RemoteError) as direct:
-        connect("gone", hosts["gone"], SSHSettings())
-    # the same error as connecting on the caller's thread: the report cannot tell them apart
-    assert classify(raised.value, "gone").kind == classify(direct.value, "gone").kind
-    assert classify(raised.value, "gone").message == classify(direct.value, "gone").message
-    opening.close_untaken()  # nothing left to close: both taken or failed

@@ -16,6 +16,7 @@ from pdboot.transport.known_hosts import (
     _strict,
     classify,
     is_revoked,
+    load_known_hosts,
     parse_known_hosts,
 )
 
@@ -100,3 +101,45 @@ def test_unknown_key_with_cert_authority_lines_explains_why(
     e = classify(ei.value, "h")
     assert e.kind == "host_key"
     assert "@cert-authority" in e.message and "no host certificate support" in e.message
+
+
+def test_a_file_is_parsed_once_until_it_changes(
+    tmp_path: Path, keys: dict[str, paramiko.PKey]
+) -> None:
+    f = tmp_path / "kh"
+    f.write_text(_line("gpu-a", keys["good"]) + "\n")
+    first = load_known_hosts(str(f))
+    assert load_known_hosts(str(f)) is first  # every connect of a run reads the same file
+    with f.open("a") as out:  # what accept-new does: a line appended
+        out.write(_line("gpu-b", keys["other"]) + "\n")
+    again = load_known_hosts(str(f))
+    assert again is not first and {n for n, _ in again.keys} == {"gpu-a", "gpu-b"}
+    f.unlink()
+    assert load_known_hosts(str(f)).keys == []
+
+
+def test_a_named_client_gets_its_own_and_the_hashed_lines_and_still_sees_a_changed_key(
+    tmp_path: Path, keys: dict[str, paramiko.PKey]
+) -> None:
+    hashed = paramiko.HostKeys.hash_host("[gpu-d]:2222")
+    f = tmp_path / "kh"
+    f.write_text(
+        "\n".join(
+            [
+                _line("gpu-a,10.0.0.1", keys["good"]),
+                _line("gpu-b", keys["other"]),
+                _line(hashed, keys["ca"]),
+                "",
+            ]
+        )
+    )
+    client = paramiko.SSHClient()
+    _strict(client, str(f), accept_new=False, name="gpu-a")
+    hk = client.get_host_keys()
+    assert hk.lookup("gpu-a") is not None and hk.lookup("gpu-b") is None
+    assert hk.lookup("[gpu-d]:2222") is not None  # a hashed line may be anyone's
+    # the check paramiko makes after the key exchange: the same key type, another key
+    assert hk.check("gpu-a", keys["good"]) and not hk.check("gpu-a", keys["other"])
+    everyone = paramiko.SSHClient()
+    _strict(everyone, str(f), accept_new=False)
+    assert everyone.get_host_keys().lookup("gpu-b") is not None
