@@ -43,11 +43,18 @@ CHECK_SECONDS, CHECK_TIMEOUT, CHECK_FALL, CHECK_RISE = 1, 2, 2, 2
 
 
 def standby_service(svc: Service, inv: Inventory) -> Service:
-    """The router host's router or proxy, on the standby host."""
+    """The router host's router or proxy, on the standby host. The router's metrics listen
+    on the standby's own address: router.metrics_bind (or its default) is an address of the
+    router host, which the standby cannot bind (the router exits: os error 99)."""
     host = inv.router.standby or svc.host
     labels = tuple((k, host if k == LABEL_HOST else v) for k, v in svc.labels)
-    address = svc.address if svc.role == "router" else advertised_address(inv.hosts[host])
-    return replace(svc, host=host, labels=labels, address=address)
+    own = advertised_address(inv.hosts[host])
+    if svc.role != "router":
+        return replace(svc, host=host, labels=labels, address=own)
+    command = list(svc.command)
+    if "--prometheus-host" in command:
+        command[command.index("--prometheus-host") + 1] = own
+    return replace(svc, host=host, labels=labels, command=tuple(command), metrics_address=own)
 
 
 def vrrp_interface(

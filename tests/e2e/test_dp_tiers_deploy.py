@@ -110,7 +110,7 @@ def check_preflight(tb: Testbed, inv: Path, tmp_path: Path) -> None:
     assert f"dec-b -> dec-a {a}:13346 (decode DP head's RPC port): reachable" in rpc[0]["message"]
     assert not checks(doc, "dec-a", "network.dp_rpc")
     ports = checks(doc, "dec-a", "host.ports")
-    assert ports[0]["status"] == "pass" and "8201, 5601, 5602, 13346" in ports[0]["message"]
+    assert ports[0]["status"] == "pass" and "8201, 5601, 5602, 9201, 13346" in ports[0]["message"]
     assert "5603, 5604" in checks(doc, "dec-b", "host.ports")[0]["message"]
     side = checks(doc, "dec-b", "network.side_channel")
     assert sorted(c["message"].split(" (")[0].rsplit(":", 1)[1] for c in side) == ["5600", "5601"]

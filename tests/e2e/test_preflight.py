@@ -49,13 +49,16 @@ def tb() -> Iterator[Any]:
         yield bed
 
 
-def preflight(inv: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+def preflight(
+    inv: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any], str]:
     p = subprocess.run(
         [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=180,
+        env=env,
     )
     try:
         doc = json.loads(p.stdout)

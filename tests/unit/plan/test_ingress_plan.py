@@ -108,7 +108,14 @@ def test_the_standby_runs_the_router_hosts_router_and_proxy() -> None:
     router, proxy = plan.standby_router, plan.standby_proxy
     assert router is not None and proxy is not None
     assert (router.host, proxy.host) == ("s", "s")
-    assert router.command == plan.router.command  # the same workers, policy, ports
+    # the same workers, policy and ports; its metrics on the standby's own address (the
+    # router host's cannot be bound there: the router would exit, os error 99)
+    i = plan.router.command.index("--prometheus-host") + 1
+    assert plan.router.command[i] == "192.0.2.12" and router.command[i] == "192.0.2.13"
+    assert router.command[:i] + router.command[i + 1 :] == (
+        plan.router.command[:i] + plan.router.command[i + 1 :]
+    )
+    assert router.metrics_address == "192.0.2.13"
     assert router.address == "127.0.0.1"  # loopback, like the router host's
     assert plan.proxy is not None and proxy.mounts == plan.proxy.mounts
     assert proxy.address == "192.0.2.13"
