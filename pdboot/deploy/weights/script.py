@@ -22,15 +22,16 @@ and is not fetched again. The partial files an interrupted run left are removed 
 untouched for STALE_SECONDS (a live download writes to its file continuously).
 With PDBOOT_SEED_URL (weights.seed: first_host) the files come from the first engine host
 instead of the hub: SERVE_SCRIPT there streams the commit's part of its cache as one tar
-(snapshot links first, then the blobs they name) to a fetcher presenting the run's seed
-token. The tar is checked member by member by an allowlist of our own, stricter than
-tarfile's `data` filter (which is also applied where the image's Python has it): only
-members in the model's own folder; a symlink only in this commit's snapshot and only of the
-cache's own shape (`../`*depth + `blobs/<hex>`), so no link chain (`A -> X/../..` then
-`X -> ..`) can be built; no directory on a member's way may be a link. Why our own: the
-engine image's Python may predate PEP 706 (Debian 12's 3.11.2 has no `data_filter`), and
-the `data` filter had link-chain bypasses until 3.12.11 / 3.13.4 (CVE-2025-4517). The hash
-check follows, as for a download.
+(snapshot links first, then the blobs they name) over TLS 1.2+ only (weights/seed_tls.py:
+the fetcher trusts only the run's certificate, SECRET_FILE's seed_ca) to a fetcher
+presenting the run's seed token. The tar is checked member by member by an allowlist of our
+own, stricter than tarfile's `data` filter (which is also applied where the image's Python
+has it): only members in the model's own folder; a symlink only in this commit's snapshot
+and only of the cache's own shape (`../`*depth + `blobs/<hex>`), so no link chain (`A ->
+X/../..` then `X -> ..`) can be built; no directory on a member's way may be a link. Why
+our own: the engine image's Python may predate PEP 706 (Debian 12's 3.11.2 has no
+`data_filter`), and the `data` filter had link-chain bypasses until 3.12.11 / 3.13.4
+(CVE-2025-4517). The hash check follows, as for a download.
 Reports: `PDBOOT-STAGE {json}` lines (weights/progress.py parses them).
 """
 
@@ -153,10 +154,14 @@ def allowed(m, hub):  # the seed tar's allowlist (see weights/script.py)
     parent = os.path.dirname(os.path.join(hub, *parts))
     return os.path.realpath(parent) == parent  # no link on the way
 def fetch_seed(url):  # weights.seed: the first host's snapshot as one tar stream
-    import shutil, tarfile, urllib.request
+    import shutil, ssl, tarfile, urllib.request
+    if not url.startswith("https://") or not secret.get("seed_ca"):
+        raise ValueError("the seed is fetched over TLS only (an https URL and its certificate)")
+    tls = ssl.create_default_context(cadata=secret["seed_ca"])  # trusts that one only
+    tls.minimum_version = ssl.TLSVersion.TLSv1_2
     req = urllib.request.Request(url)
     req.add_unredirected_header("Authorization", "Bearer " + secret.get("seed_token", ""))
-    r = urllib.request.urlopen(req, timeout=60)
+    r = urllib.request.urlopen(req, timeout=60, context=tls)
     hub = os.path.realpath(constants.HF_HUB_CACHE)
     strict = getattr(tarfile, "data_filter", None)
     with r, tarfile.open(fileobj=r, mode="r|") as t:
@@ -196,11 +201,23 @@ say(kind="done", commit=commit, total=total, message=digest(path))
 
 
 SERVE_SCRIPT = r"""
-import hmac, http.server, json, os, sys, tarfile, threading
+import hmac, http.server, json, os, ssl, sys, tarfile, tempfile, threading
 SECRET = os.environ.get("PDBOOT_SECRET_FILE", "/tmp/pdboot-secret.json")
 with open(SECRET) as f:
-    want = "Bearer " + json.load(f)["seed_token"]
+    secret = json.load(f)
 os.unlink(SECRET)
+want = "Bearer " + secret["seed_token"]
+tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # TLS only: a plaintext request gets no answer
+tls.minimum_version = ssl.TLSVersion.TLSv1_2
+tls.options |= ssl.OP_NO_TICKET
+fd, pem = tempfile.mkstemp()  # 0600; load_cert_chain reads files only
+try:
+    with os.fdopen(fd, "w") as f:
+        f.write(secret["tls_key"] + secret["tls_cert"])
+    tls.load_cert_chain(pem)
+finally:
+    os.unlink(pem)
+del secret
 from huggingface_hub import constants
 addr, port, repo, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 hub = constants.HF_HUB_CACHE
@@ -244,6 +261,17 @@ class Bounded(http.server.ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
+    def finish_request(self, request, client_address):
+        # the handshake in the connection's own thread, under the same socket timeout
+        request.settimeout(Seed.timeout)
+        try:
+            conn = tls.wrap_socket(request, server_side=True)
+        except (OSError, ValueError):
+            return  # not TLS, or not ours: closed without a byte of HTTP
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            conn.close()
 server = Bounded((addr, port), Seed)  # binds here, or exits
 print("PDBOOT-SEED listening on %s:%d" % (addr, port), flush=True)
 server.serve_forever()

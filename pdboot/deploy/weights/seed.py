@@ -3,9 +3,12 @@ commit's part of its HF cache on `weights.seed_port` (a one-shot container, the 
 mounted read-only, weights/script.SERVE_SCRIPT) while every other engine host fetches it
 from there over the hosts' own network, never through the operator's machine.
 
-The server binds the first host's advertised address only and answers only a fetcher that
-presents this run's random seed token (handed to both sides as a secret file, never in a
-container's configuration). It is checked listening (its own line, printed once bound)
+The server binds the first host's advertised address only, speaks TLS only, with a
+certificate pdboot makes for the run (weights/seed_tls.py: its key goes to this server
+alone, the certificate to the fetchers, which trust nothing else), and answers only a
+fetcher that presents this run's random seed token (handed to both sides as a secret file,
+never in a container's configuration), so neither the token nor the files cross the hosts'
+network in cleartext. It is checked listening (its own line, printed once bound)
 before any fetcher is started: a server that cannot bind exits, and staging fails, rather
 than another process on the port serving. Each fetching host checks every file against the
 hub's hash (weights/script.py), and its digest of config.json + the index must equal the
@@ -18,9 +21,11 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from pdboot.deploy.weights.script import SECRET_FILE, SERVE_SCRIPT
+from pdboot.deploy.weights.seed_tls import make_seed_cert
 from pdboot.inventory.rules import advertised_address
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
 from pdboot.transport import docker_cli
@@ -48,6 +53,8 @@ class Seeder:
         self.name = f"pdboot-seed-{inv.name}"
         self.token = secrets.token_urlsafe(32)  # this run's: fetchers present it
         register_secret(self.token)
+        self.tls = make_seed_cert(self.address, datetime.now(timezone.utc))
+        register_secret(self.tls.key)
         self.served = threading.Event()  # set when the first host serves, or failed to
         self.finished = threading.Event()  # set when every other host is done
         self.lock = threading.Lock()
@@ -58,7 +65,7 @@ class Seeder:
     @property
     def url(self) -> str:
         host = f"[{self.address}]" if ":" in self.address else self.address
-        return f"http://{host}:{self.port}/{self.stager.res.commit}.tar"
+        return f"https://{host}:{self.port}/{self.stager.res.commit}.tar"
 
     def on_host(self, host: str, link: Link) -> None:
         if host == self.first:
@@ -106,7 +113,9 @@ class Seeder:
                     {"HF_HOME": HF_CACHE_IN_CONTAINER, "PYTHONUNBUFFERED": "1"},
                     [self.stager.bind("ro")],
                     on_line,
-                    {SECRET_FILE: json.dumps({"seed_token": self.token})},
+                    {SECRET_FILE: json.dumps({"seed_token": self.token,
+                                              "tls_cert": self.tls.cert,
+                                              "tls_key": self.tls.key})},
                 )  # fmt: skip
                 gone.append(f"exit code {rc}")
             except Exception as e:
@@ -130,7 +139,7 @@ class Seeder:
             self.served.wait(WAIT_FOR_FIRST_S)
             if self.first_error:
                 raise SeedError(f"the seed host {self.first} failed: {self.first_error}")
-            digest = self.stager.seed_host(host, link, self.url, self.token)
+            digest = self.stager.seed_host(host, link, self.url, self.token, self.tls.cert)
             if digest != self.first_digest:
                 raise SeedError(
                     f"{host}'s copy differs from {self.first}'s (config.json + index sha256 "

@@ -215,10 +215,12 @@ class Stager:
         """From the hub; returns the digest of config.json + the index as staged."""
         return self._run(host, link, {}, {"hf_token": self.token} if self.token else {})
 
-    def seed_host(self, host: str, link: Link, url: str, seed_token: str) -> str:
+    def seed_host(self, host: str, link: Link, url: str, seed_token: str, ca: str) -> str:
         """From another host's seed server (weights/seed.py) instead of the hub: that host's
-        seed token, and no HF token (nothing is asked of the hub)."""
-        return self._run(host, link, {"PDBOOT_SEED_URL": url}, {"seed_token": seed_token})
+        seed token and certificate (the only one trusted), and no HF token (nothing is asked
+        of the hub)."""
+        secret = {"seed_token": seed_token, "seed_ca": ca}
+        return self._run(host, link, {"PDBOOT_SEED_URL": url}, secret)
 
     def _run(
         self, host: str, link: Link, extra_env: Mapping[str, str], secret: Mapping[str, str]
