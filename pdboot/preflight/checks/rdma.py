@@ -10,7 +10,7 @@ NIXL_ERR_BACKEND at the first transfer.
 
 The management NIC's ports are left out the same way: an HCA whose net device (sysfs:
 ``/sys/class/infiniband/<hca>/device/net/<netdev>``) carries the default route
-(``/proc/net/route``, proc(5): destination and mask 00000000) or the host's inventory
+(``/proc/net/route``, ``/proc/net/ipv6_route``: an all-zero destination) or the inventory
 address (``ip -o addr show``). KV on it competes with SSH and the control plane. Where the
 mapping is missing (no sysfs link, a name for an address), nothing is left out: unknown,
 never a failure."""
@@ -43,10 +43,10 @@ SYSFS = (
     "done; ls /sys/class/net | sed 's/^/netdev=/'"
 )
 
-# HCA -> net device links, the IPv4 routing table, every interface's addresses
+# HCA -> net device links, the IPv4 and IPv6 routing tables, every interface's addresses
 MGMT = (
     'for n in /sys/class/infiniband/*/device/net/*; do [ -e "$n" ] && echo "ibnet=$n"; done; '
-    "cat /proc/net/route 2>/dev/null; ip -o addr show 2>/dev/null; true"
+    "cat /proc/net/route /proc/net/ipv6_route 2>/dev/null; ip -o addr show 2>/dev/null; true"
 )
 
 
@@ -163,7 +163,7 @@ class NetMap:
     """Which net device each HCA drives, and which net devices are the host's way in."""
 
     hca_netdevs: tuple[tuple[str, str], ...] = ()  # (HCA, netdev) from sysfs
-    default_ifaces: tuple[str, ...] = ()  # carrying the IPv4 default route
+    default_ifaces: tuple[str, ...] = ()  # carrying a default route (IPv4 or IPv6)
     addrs: tuple[tuple[str, str], ...] = ()  # (netdev, address) from ip -o addr
 
     def management(self, address: str) -> dict[str, str]:
@@ -182,10 +182,22 @@ _IBNET_RE = re.compile(r"^ibnet=.*/infiniband/([^/]+)/device/net/([^/\s]+)$")
 _ADDR_RE = re.compile(r"^\d+:\s+([^\s:@]+)(?:@\S+)?:?\s+inet6?\s+([0-9A-Fa-f.:]+)/\d+")
 
 
+def _v6_up(flags: str) -> bool:
+    try:
+        v = int(flags, 16)
+    except ValueError:
+        return False
+    return bool(v & 0x1) and not v & 0x200
+
+
 def parse_mgmt(text: str) -> NetMap:
     """The MGMT script's output: ``ibnet=`` sysfs paths, /proc/net/route (proc(5): Iface,
-    Destination, Gateway, Flags, RefCnt, Use, Metric, Mask, ...; hex, host byte order) and
-    ``ip -o addr show`` lines (``2: eno1    inet 10.0.0.5/24 brd ...``)."""
+    Destination, Gateway, Flags, RefCnt, Use, Metric, Mask, ...; hex, host byte order),
+    /proc/net/ipv6_route (destination, prefix length, source, its length, next hop, metric,
+    refcnt, use, flags, device) and ``ip -o addr show`` lines (``2: eno1    inet
+    10.0.0.5/24 brd ...``). A default route is one with an all-zero destination and mask /
+    prefix; IPv6's must be up (RTF_UP 0x1) and not a reject route (RTF_REJECT 0x200, the
+    kernel's ``lo`` entries)."""
     links: list[tuple[str, str]] = []
     default: list[str] = []
     addrs: list[tuple[str, str]] = []
@@ -199,6 +211,8 @@ def parse_mgmt(text: str) -> NetMap:
         f = ln.split()  # the header's first field is "Iface"
         if len(f) >= 8 and f[0] != "Iface" and f[1] == "00000000" and f[7] == "00000000":
             default.append(f[0])
+        elif len(f) == 10 and f[0] == "0" * 32 and f[1] == "00" and _v6_up(f[8]):
+            default.append(f[9])
     return NetMap(tuple(links), tuple(dict.fromkeys(default)), tuple(addrs))
 
 

@@ -282,6 +282,18 @@ def test_the_management_nic_by_the_inventory_address() -> None:
     assert rdma.NetMap((), ("eno1",), ()).management("") == {}  # no mapping: unknown
 
 
+def test_an_ipv6_default_route_counts_a_reject_route_does_not() -> None:
+    zero = "0" * 32
+    text = (
+        "ibnet=/sys/class/infiniband/mlx5_3/device/net/eno3\n"
+        f"{zero} 00 {zero} 00 fd00{'0' * 27}1 00000400 00000002 00000000 00000003     eno3\n"
+        f"{zero} 00 {zero} 00 {zero} ffffffff 00000001 00000000 00200200       lo\n"
+    )
+    net = rdma.parse_mgmt(text)
+    assert net.default_ifaces == ("eno3",)
+    assert net.management("") == {"mlx5_3": "eno3 carries the default route"}
+
+
 @pytest.mark.parametrize(
     "kw, key",
     [
