@@ -147,6 +147,7 @@ def contexts(inv: Inventory) -> dict[str, HostContext]:
             deployment=inv.name,
             weights=weights_ask(inv, name),
             vrrp=vrrp_ask(inv, name),
+            address=inv.hosts[name].advertise_address or inv.hosts[name].address,
         )
     return out
 

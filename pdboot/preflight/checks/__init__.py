@@ -156,6 +156,7 @@ class HostContext:
     # what `up` does with each of them, once every host answered (owners.fates)
     fates: tuple[Fate, ...] = ()
     vrrp: VrrpAsk | None = None  # an ingress host with router.virtual_ip
+    address: str = ""  # the inventory's (advertise_address for `local`): the management NIC's
 
     @property
     def gpu_host(self) -> bool:

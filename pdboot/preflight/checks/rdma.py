@@ -6,7 +6,14 @@ BlueField DPUs' ports are left out of the facts (never chosen for KV, never coun
 usable RDMA): ``vendor_part_id`` in ibv_devinfo is the HCA's PCI device id, and the PCI ID
 database names 15b3:a2d2 / a2d6 / a2dc the BlueField, BlueField-2 and BlueField-3
 integrated ConnectX. UCX_NET_DEVICES=all would bind them (and management NICs): a bare
-NIXL_ERR_BACKEND at the first transfer."""
+NIXL_ERR_BACKEND at the first transfer.
+
+The management NIC's ports are left out the same way: an HCA whose net device (sysfs:
+``/sys/class/infiniband/<hca>/device/net/<netdev>``) carries the default route
+(``/proc/net/route``, ``/proc/net/ipv6_route``: an all-zero destination) or the inventory
+address (``ip -o addr show``). KV on it competes with SSH and the control plane. Where the
+mapping is missing (no sysfs link, a name for an address), nothing is left out: unknown,
+never a failure."""
 
 from __future__ import annotations
 
@@ -36,6 +43,12 @@ SYSFS = (
     "done; ls /sys/class/net | sed 's/^/netdev=/'"
 )
 
+# HCA -> net device links, the IPv4 and IPv6 routing tables, every interface's addresses
+MGMT = (
+    'for n in /sys/class/infiniband/*/device/net/*; do [ -e "$n" ] && echo "ibnet=$n"; done; '
+    "cat /proc/net/route /proc/net/ipv6_route 2>/dev/null; ip -o addr show 2>/dev/null; true"
+)
+
 
 def commands(ctx: HostContext) -> list[Command]:
     if not ctx.gpu_host or ctx.rdma_mode == "off":
@@ -44,6 +57,7 @@ def commands(ctx: HostContext) -> list[Command]:
         Command("devices", DEVICES, "rdma"),
         Command("ibv", IBV, "rdma"),
         Command("sysfs", SYSFS, "rdma"),
+        Command("mgmt", MGMT, "rdma"),
     ]
 
 
@@ -145,6 +159,64 @@ def parse_sysfs(text: str) -> tuple[list[Port], list[str]]:
 
 
 @dataclass(frozen=True)
+class NetMap:
+    """Which net device each HCA drives, and which net devices are the host's way in."""
+
+    hca_netdevs: tuple[tuple[str, str], ...] = ()  # (HCA, netdev) from sysfs
+    default_ifaces: tuple[str, ...] = ()  # carrying a default route (IPv4 or IPv6)
+    addrs: tuple[tuple[str, str], ...] = ()  # (netdev, address) from ip -o addr
+
+    def management(self, address: str) -> dict[str, str]:
+        """HCA -> why it is the management NIC (its netdev carries the default route or
+        ``address``). Empty when the HCA -> netdev mapping is unknown."""
+        out: dict[str, str] = {}
+        for hca, nd in self.hca_netdevs:
+            if nd in self.default_ifaces:
+                out.setdefault(hca, f"{nd} carries the default route")
+            elif address and (nd, address) in self.addrs:
+                out.setdefault(hca, f"{nd} has the host's address {address}")
+        return out
+
+
+_IBNET_RE = re.compile(r"^ibnet=.*/infiniband/([^/]+)/device/net/([^/\s]+)$")
+_ADDR_RE = re.compile(r"^\d+:\s+([^\s:@]+)(?:@\S+)?:?\s+inet6?\s+([0-9A-Fa-f.:]+)/\d+")
+
+
+def _v6_up(flags: str) -> bool:
+    try:
+        v = int(flags, 16)
+    except ValueError:
+        return False
+    return bool(v & 0x1) and not v & 0x200
+
+
+def parse_mgmt(text: str) -> NetMap:
+    """The MGMT script's output: ``ibnet=`` sysfs paths, /proc/net/route (proc(5): Iface,
+    Destination, Gateway, Flags, RefCnt, Use, Metric, Mask, ...; hex, host byte order),
+    /proc/net/ipv6_route (destination, prefix length, source, its length, next hop, metric,
+    refcnt, use, flags, device) and ``ip -o addr show`` lines (``2: eno1    inet
+    10.0.0.5/24 brd ...``). A default route is one with an all-zero destination and mask /
+    prefix; IPv6's must be up (RTF_UP 0x1) and not a reject route (RTF_REJECT 0x200, the
+    kernel's ``lo`` entries)."""
+    links: list[tuple[str, str]] = []
+    default: list[str] = []
+    addrs: list[tuple[str, str]] = []
+    for ln in text.splitlines():
+        if m := _IBNET_RE.match(ln.strip()):
+            links.append((m.group(1), m.group(2)))
+            continue
+        if m := _ADDR_RE.match(ln):
+            addrs.append((m.group(1), m.group(2)))
+            continue
+        f = ln.split()  # the header's first field is "Iface"
+        if len(f) >= 8 and f[0] != "Iface" and f[1] == "00000000" and f[7] == "00000000":
+            default.append(f[0])
+        elif len(f) == 10 and f[0] == "0" * 32 and f[1] == "00" and _v6_up(f[8]):
+            default.append(f[9])
+    return NetMap(tuple(links), tuple(dict.fromkeys(default)), tuple(addrs))
+
+
+@dataclass(frozen=True)
 class RdmaFacts:
     uverbs: list[str]  # /dev/infiniband/uverbs*: what a container needs for verbs
     ports: list[Port]  # every HCA port, with state, link layer and rate
@@ -154,6 +226,9 @@ class RdmaFacts:
     error: str | None = None  # ibv_devinfo's text did not parse: nothing above is known
     ibv: Section = MISSING
     dpus: tuple[tuple[str, str], ...] = ()  # (HCA, BlueField-N): left out of ``ports``
+    # (HCA, why): the management NIC's HCAs, left out of ``ports`` too
+    mgmt: tuple[tuple[str, str], ...] = ()
+    mgmt_netdevs: tuple[str, ...] = ()  # the management NICs' net devices
 
     @property
     def usable(self) -> bool:
@@ -168,7 +243,7 @@ class RdmaFacts:
         return max(rates) if rates else None
 
 
-def facts(s: Mapping[str, Section]) -> RdmaFacts:
+def facts(s: Mapping[str, Section], address: str = "") -> RdmaFacts:
     devs = parse_devices(s["devices"].output) if s["devices"].rc in (0, 2) else []
     sys_ports, netdevs = parse_sysfs(s["sysfs"].output)
     ibv = s["ibv"]
@@ -192,6 +267,9 @@ def facts(s: Mapping[str, Section]) -> RdmaFacts:
         ports = sys_ports
     dpus = parse_bluefield(ibv.output) if "hca_id" in ibv.output else {}
     ports = [p for p in ports if p.device not in dpus]  # never chosen for KV
+    net = parse_mgmt(s.get("mgmt", MISSING).output)
+    mgmt = {h: why for h, why in net.management(address).items() if h not in dpus}
+    ports = [p for p in ports if p.device not in mgmt]  # nor the management NIC
     return RdmaFacts(
         [d for d in devs if d.startswith("uverbs")],
         ports,
@@ -200,6 +278,8 @@ def facts(s: Mapping[str, Section]) -> RdmaFacts:
         s["devices"].rc is not None,
         ibv=ibv,
         dpus=tuple(sorted(dpus.items())),
+        mgmt=tuple(sorted(mgmt.items())),
+        mgmt_netdevs=tuple(sorted({nd for h, nd in net.hca_netdevs if h in mgmt})),
     )
 
 
@@ -207,7 +287,7 @@ def parse(ctx: HostContext, s: Mapping[str, Section]) -> RdmaFacts | None:
     if not ctx.gpu_host or ctx.rdma_mode == "off":
         return None
     try:
-        return facts(s)
+        return facts(s, ctx.address)
     except ParseError as e:
         ran = s["devices"].rc is not None
         return RdmaFacts([], [], [], checked=ran, error=str(e), ibv=s["ibv"])
@@ -241,6 +321,8 @@ def _devices(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
         msg = ", ".join(f.uverbs)
         if f.dpus:
             msg += "; " + _dpus(f) + " left out: never chosen for KV"
+        if f.mgmt:
+            msg += "; " + _mgmt(f) + " left out: the management NIC, never chosen for KV"
         return [CheckResult("rdma.devices", "pass", msg)]
     seen = ", ".join(f.dev_names) or "nothing"
     return [
@@ -257,6 +339,17 @@ def _devices(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
 def _ports(ctx: HostContext, f: RdmaFacts) -> list[CheckResult]:
     bad: Status = "fail" if ctx.rdma_required else "warn"
     wanted = [d.split(":")[0] for d in ctx.rdma_devices]
+    named = [d for d in wanted if d in dict(f.mgmt)]
+    if named:
+        return [
+            CheckResult(
+                "rdma.ports",
+                "fail",
+                f"hosts.{ctx.name}.rdma_devices names {', '.join(named)}, the management "
+                f"NIC here ({_mgmt(f)}): KV there competes with SSH and the control plane",
+                FIX_MGMT_DEVICES,
+            )
+        ]
     ports = [p for p in f.ports if not wanted or p.device in wanted]
     missing = [d for d in wanted if d not in {p.device for p in f.ports}]
     if not (f.uverbs or ports or wanted):
@@ -309,6 +402,17 @@ def _dpus(f: RdmaFacts) -> str:
     return ", ".join(f"{d} ({kind} DPU)" for d, kind in f.dpus)
 
 
+def _mgmt(f: RdmaFacts) -> str:
+    return ", ".join(f"{d} ({why})" for d, why in f.mgmt)
+
+
+_NOT_MGMT = (
+    " (ibv_devinfo; not the one whose netdev carries the default route or the SSH "
+    "address), or leave it unset: pdboot never picks the management NIC"
+)
+FIX_MGMT_UCX = "list a data-path HCA port in kv_transfer.ucx.net_devices" + _NOT_MGMT
+FIX_MGMT_DEVICES = "list a data-path HCA in hosts.<name>.rdma_devices" + _NOT_MGMT
+
 FIX_ALL = (
     "leave kv_transfer.ucx.net_devices unset (pdboot then gives each engine its nearest "
     "ACTIVE ports) or list the HCA ports KV is to use (e.g. mlx5_0:1)"
@@ -319,11 +423,12 @@ def _ucx(ctx: HostContext, f: RdmaFacts) -> CheckResult:
     value = ctx.ucx_net_devices
     if value == "all":
         others = f"; here that includes {_dpus(f)}" if f.dpus else ""
+        mgmt = f"; the management NIC here is {_mgmt(f)}" if f.mgmt else ""
         return CheckResult(
             "rdma.ucx_devices",
             "warn",
             "UCX_NET_DEVICES=all lets UCX bind every device, management and BlueField DPU "
-            f"ports included{others}: a wrong pick fails as a bare NIXL_ERR_BACKEND",
+            f"ports included{others}{mgmt}: a wrong pick fails as a bare NIXL_ERR_BACKEND",
             FIX_ALL,
         )
     if not value:
@@ -338,6 +443,15 @@ def _ucx(ctx: HostContext, f: RdmaFacts) -> CheckResult:
             f"UCX_NET_DEVICES={value} names {', '.join(dpu)}: a BlueField DPU port "
             f"({_dpus(f)}), not the host's HCA for KV",
             FIX_ALL,
+        )
+    on_mgmt = [n for n in names if n in dict(f.mgmt) or n in f.mgmt_netdevs]
+    if on_mgmt:
+        return CheckResult(
+            "rdma.ucx_devices",
+            "fail",
+            f"UCX_NET_DEVICES={value} names {', '.join(on_mgmt)}, the management NIC "
+            f"here ({_mgmt(f)}): not a data-path HCA for KV",
+            FIX_MGMT_UCX,
         )
     missing = [n for n in names if n not in known]
     if missing:

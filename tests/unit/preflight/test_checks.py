@@ -30,6 +30,7 @@ from pdboot.preflight.checks import cuda as cu
 from pdboot.preflight.checks import docker as dk
 from pdboot.preflight.checks import host as hostc
 from pdboot.preflight.checks.facts import HostFacts
+from pdboot.preflight.findings import active_ports
 from pdboot.preflight.run import DOMAINS, Selection, evaluate_host, rdma_usable
 from pdboot.transport.connection import LocalConnection
 from tests.unit.paths import FIXTURES, INVENTORIES
@@ -251,6 +252,62 @@ def test_a_bluefield_dpu_port_is_never_chosen_for_kv() -> None:
     dev = next(r for r in res if r.id == "rdma.devices")
     assert "mlx5_2 (BlueField-3 DPU) left out: never chosen for KV" in dev.message
     assert "mlx5_2" not in next(r for r in res if r.id == "rdma.ports").message
+
+
+def test_the_management_nics_port_is_never_chosen_for_kv() -> None:
+    c = ctx(rdma_devices=(), address="10.0.0.2")
+    res, facts = evaluate_host(c, batch(c, "roce.txt", "mgmt-nic.txt"))
+    assert facts.rdma is not None
+    # ens1f0np0 (mlx5_0) carries the default route: only mlx5_1 is left for KV
+    assert active_ports(facts) == ["mlx5_1:1"]
+    assert facts.rdma.mgmt == (("mlx5_0", "ens1f0np0 carries the default route"),)
+    dev = next(r for r in res if r.id == "rdma.devices")
+    assert "mlx5_0 (ens1f0np0 carries the default route) left out" in dev.message
+    assert "mlx5_0" not in next(r for r in res if r.id == "rdma.ports").message
+
+
+def test_without_the_netdev_mapping_nothing_is_left_out() -> None:
+    # the testbed's and most captures' case: no /sys/class/infiniband/*/device/net links
+    c = ctx(rdma_devices=(), address="10.0.0.2")
+    text = batch(c, "roce.txt", "mgmt-nic.txt").replace("ibnet=", "gone=")
+    res, facts = evaluate_host(c, text)
+    assert active_ports(facts) == ["mlx5_0:1", "mlx5_1:1"]
+    assert {r.id: r.status for r in res if r.area == "rdma"}["rdma.devices"] == "pass"
+
+
+def test_the_management_nic_by_the_inventory_address() -> None:
+    net = rdma.NetMap((("mlx5_0", "eno1"), ("mlx5_1", "ens2")), ("eno2",), (("eno1", "10.1.0.5"),))
+    assert net.management("10.1.0.5") == {"mlx5_0": "eno1 has the host's address 10.1.0.5"}
+    assert net.management("gpu-b.example") == {}  # a name: unknown, nothing left out
+    assert rdma.NetMap((), ("eno1",), ()).management("") == {}  # no mapping: unknown
+
+
+def test_an_ipv6_default_route_counts_a_reject_route_does_not() -> None:
+    zero = "0" * 32
+    text = (
+        "ibnet=/sys/class/infiniband/mlx5_3/device/net/eno3\n"
+        f"{zero} 00 {zero} 00 fd00{'0' * 27}1 00000400 00000002 00000000 00000003     eno3\n"
+        f"{zero} 00 {zero} 00 {zero} ffffffff 00000001 00000000 00200200       lo\n"
+    )
+    net = rdma.parse_mgmt(text)
+    assert net.default_ifaces == ("eno3",)
+    assert net.management("") == {"mlx5_3": "eno3 carries the default route"}
+
+
+@pytest.mark.parametrize(
+    "kw, key",
+    [
+        ({"ucx_net_devices": "mlx5_0:1"}, "kv_transfer.ucx.net_devices"),
+        ({"ucx_net_devices": "mlx5_1:1,ens1f0np0"}, "kv_transfer.ucx.net_devices"),
+        ({"rdma_devices": ("mlx5_0",)}, "hosts.<name>.rdma_devices"),
+    ],
+)
+def test_naming_the_management_nic_fails_with_the_fix(kw: dict[str, object], key: str) -> None:
+    c = ctx(**{"rdma_devices": (), "address": "10.0.0.2", **kw})
+    res, _ = evaluate_host(c, batch(c, "roce.txt", "mgmt-nic.txt"))
+    bad = [r for r in res if r.status == "fail"]
+    assert len(bad) == 1 and "the management NIC" in bad[0].message
+    assert bad[0].fix is not None and key in bad[0].fix
 
 
 def test_rdma_present_follows_the_port_state() -> None:

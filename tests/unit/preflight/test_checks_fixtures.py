@@ -62,6 +62,7 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c.startswith("ibv_devinfo"), rdma.parse_ibv_devinfo),
     (lambda c: c.startswith("ibv_devinfo"), rdma.parse_bluefield),
     (lambda c: c == "@sysfs", rdma.parse_sysfs),
+    (lambda c: c in ("@mgmt", rdma.MGMT), rdma.parse_mgmt),
     (lambda c: c.startswith("ss -lt"), host.parse_ss),
     (lambda c: c == "@df", host.parse_disk),
     (lambda c: c.startswith("date "), network.parse_clock),
