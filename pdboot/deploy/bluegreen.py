@@ -145,7 +145,9 @@ class BlueGreen:
     def stop(self, steps: Sequence[Step]) -> None:
         observed = self.ops.observe(sorted({s.service.host for s in steps}))
         found = [find_container(observed, self.plan.deployment, s.service) for s in steps]
-        stop_remove(self.hosts, [o for o in found if o is not None], self.emit)
+        stop_remove(
+            self.hosts, [o for o in found if o is not None], self.emit, self.plan.stop_grace_s
+        )
 
     def start_green(self, first: Sequence[Step]) -> None:
         try:

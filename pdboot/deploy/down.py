@@ -30,7 +30,7 @@ from pdboot.inventory.rules import deployment_hosts
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_down
-from pdboot.plan.model import PRIVATE_FILES, SECRETS_FILE, Plan, Role
+from pdboot.plan.model import PRIVATE_FILES, SECRETS_FILE, STOP_GRACE_S, Plan, Role
 from pdboot.transport.hosts import Hosts, Link, project_dir
 from pdboot.transport.http import HttpFn, http
 from pdboot.transport.pulled_record import to_purge
@@ -93,7 +93,9 @@ def _down(frame: Frame, opts: DownOptions, fetch: HttpFn, clock: Clock | None) -
     if not opts.purge:
         cleaner.start()
     pulls_done = KvPullsDone(inv, plan, emit, fetch, clock)
-    removed, errors = teardown(hosts, plan.deployment, emit, token, before=pulls_done)
+    removed, errors = teardown(
+        hosts, plan.deployment, emit, token, before=pulls_done, grace=plan.stop_grace_s
+    )
     failed_any |= errors
     token.check()
     # an interrupted run's staging or seed server (labelled by pdboot as its own)
@@ -119,10 +121,12 @@ def teardown(
     emit: Emit,
     token: CancelToken = NEVER_CANCELLED,
     before: Callable[[Role], None] | None = None,
+    grace: int = STOP_GRACE_S,
 ) -> tuple[int, bool]:
     """Remove this deployment's containers: router, prefill, decode. (count, any error)
     ``token``: checked before each tier (a lost lock stops it there); ``before``: called
-    with each tier's role before it stops (down's KvPullsDone)."""
+    with each tier's role before it stops (down's KvPullsDone); ``grace``: Docker's
+    SIGTERM-to-SIGKILL seconds (the plan's stop_grace_s: beyond the engines' shutdown timeout)."""
     token.check()
     emit(StageStarted("teardown"))
     values, errors = hosts.each(lambda _h, link: link.engine.containers(deployment), OP_DEADLINE)
@@ -134,7 +138,7 @@ def teardown(
         token.check()
         if before is not None:
             before(role)
-        any_error |= not stop_remove(hosts, batch, emit)
+        any_error |= not stop_remove(hosts, batch, emit, grace)
         removed += len(batch)
         emit(Stopped(role, tuple(o.key for o in batch)))
     return removed, any_error
@@ -175,12 +179,17 @@ class KvPullsDone:
                 self.emit(Note(f"{p.key}: {got.describe()}", "warn"))
 
 
-def stop_remove(hosts: Hosts, batch: list[Observed], emit: Emit) -> bool:
+def stop_remove(hosts: Hosts, batch: list[Observed], emit: Emit, grace: int = STOP_GRACE_S) -> bool:
+    """Stop (SIGTERM, SIGKILL after ``grace`` s) and remove; one host's containers one after
+    another, so its deadline grows with their count."""
     by_host: dict[str, list[str]] = {}
     for o in batch:
         by_host.setdefault(o.host, []).append(o.id)
+    most = max((len(ids) for ids in by_host.values()), default=0)
     _, errors = hosts.each(
-        lambda h, link: link.engine.stop_remove(by_host[h]), OP_DEADLINE, only=by_host
+        lambda h, link: link.engine.stop_remove(by_host[h], grace),
+        max(OP_DEADLINE, OP_DEADLINE + grace * most),
+        only=by_host,
     )
     report_errors(emit, "cannot remove containers on", errors)
     return not errors

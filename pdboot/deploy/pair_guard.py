@@ -93,7 +93,7 @@ def restore(
         o for s in added if (o := find_container(observed, plan.deployment, s.service)) is not None
     ]
     if gone:
-        stop_remove(hosts, gone, emit)
+        stop_remove(hosts, gone, emit, plan.stop_grace_s)
     back: list[Service] = []
     for s in step.steps:
         if s.kind == "create":

@@ -101,7 +101,7 @@ class ServiceOps:
         self.token.check()
         for o in gone:
             self.emit(ServiceAction(o.key, "remove", "no longer in the inventory"))
-        stop_remove(self.hosts, gone, self.emit)
+        stop_remove(self.hosts, gone, self.emit, self.plan.stop_grace_s)
 
     # ---- start and wait
 
@@ -193,7 +193,7 @@ class ServiceOps:
         self.token.check()  # a lost lock: nothing further, no rollback either
         if self.w.rollback:
             self.emit(Rollback("--rollback: removing this deployment's containers"))
-            teardown(self.hosts, self.plan.deployment, self.emit)
+            teardown(self.hosts, self.plan.deployment, self.emit, grace=self.plan.stop_grace_s)
             clean_files(self.hosts, self.w.inv, self.plan, False, self.emit)
         else:
             kind = "exited" if isinstance(e, WaitFailed) else "is not healthy"

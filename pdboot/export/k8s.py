@@ -207,6 +207,8 @@ def engine_workload(
         "nodeSelector": {LABEL_HOST: label_value(s.host)},
         "containers": [_engine_container(inv, plan, s, rdma_resource)],
     }
+    if s.stop_grace_s is not None:  # beyond vLLM's --shutdown-timeout (Kubernetes' own: 30 s)
+        pod["terminationGracePeriodSeconds"] = s.stop_grace_s
     step = export_weights(inv, download_at_start).step
     if step is not None:
         init, extra = stage_init_container(inv, plan, step, secret_name(plan), vols)

@@ -398,7 +398,8 @@ class Timeouts(Strict):
     pull_seconds: float = Field(default=3600.0, ge=1, le=MAX_READY_SECONDS)
     poll_interval_seconds: float = Field(default=0.5, ge=0.05, le=60)
     # an engine leaving service: deregistered, then stopped once vLLM's own
-    # num_requests_running/waiting reach 0 (a prefill: also its decodes' KV pulls), or after this
+    # num_requests_running/waiting reach 0 (a prefill: also its decodes' KV pulls), or after this;
+    # also each engine's vLLM --shutdown-timeout (Docker's stop grace: 30 s more)
     drain_seconds: float = Field(default=120.0, ge=0, le=DAY)
 
 

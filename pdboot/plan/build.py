@@ -55,7 +55,7 @@ from pdboot.plan.privileges import ALL, ENGINE_DROPPED
 from pdboot.plan.proxy import ROUTER_INTERNAL_ADDRESS, proxy_service
 from pdboot.plan.render import service_definition
 from pdboot.plan.router_flags import cache_aware_flags, without_workers
-from pdboot.plan.vllm_args import nic_rank_env, version_args
+from pdboot.plan.vllm_args import nic_rank_env, stop_grace_s, version_args, without_shutdown_timeout
 from pdboot.plan.watch.sidecar import watch_service
 from pdboot.plan.weights.engine_args import engine_hub_env, revision_args, revision_of
 
@@ -304,6 +304,7 @@ def _engine(
         head_url=dp[2],
         device=inv.device,
         cpus=cores,
+        stop_grace_s=stop_grace_s(inv),
     )
 
 
@@ -411,6 +412,9 @@ def _with_hash(svc: Service) -> Service:
     definition = service_definition(svc, with_hash=False)
     if svc.role == "router" and "--enable-igw" in svc.command:
         definition["command"] = without_workers(svc.command)
+    if svc.is_engine:  # how it stops, not what it serves: out (plan/vllm_args.py says why)
+        definition["command"] = without_shutdown_timeout(definition["command"])
+        definition.pop("stop_grace_period", None)
     material = json.dumps(definition, sort_keys=True)
     return replace(svc, config_hash=hashlib.sha256(material.encode()).hexdigest()[:16])
 

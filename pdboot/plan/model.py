@@ -18,6 +18,7 @@ Role = Literal[TierName, "router", "proxy", "keepalived", "watch"]
 # on the ingress hosts (router.virtual_ip, plan/ingress.py), then watch (`pdboot watch` as a
 # service, optional); `down` stops in the reverse order.
 ENGINE_ROLES: tuple[TierName, ...] = TIERS[::-1]
+STOP_GRACE_S = 30  # Docker's grace for containers with no longer one of their own
 ROLES: tuple[Role, ...] = (*ENGINE_ROLES, "router", "proxy", "keepalived", "watch")
 
 LABEL_DEPLOYMENT = "io.pdboot.deployment"
@@ -131,6 +132,8 @@ class Service:
     device: str = "cuda"
     cpus: tuple[int, ...] | None = None
     scheme: str = "http"  # the proxy with router.tls: https (not rendered; its conf says so)
+    # engines: compose's stop_grace_period, beyond vLLM's --shutdown-timeout (plan/vllm_args.py)
+    stop_grace_s: int | None = None
 
     @property
     def is_engine(self) -> bool:
@@ -229,6 +232,13 @@ class Plan:
         """What the standby ingress adds beside the stages: the standby's router and proxy,
         then keepalived (the order `up` starts them in)."""
         return [*self.standby, *self.keepalived]
+
+    @property
+    def stop_grace_s(self) -> int:
+        """The longest SIGTERM-to-SIGKILL grace of its containers: what `down` and a roll's
+        stop give Docker (an engine's exceeds its --shutdown-timeout; others exit in seconds)."""
+        graces = [s.stop_grace_s for s in self.services() if s.stop_grace_s is not None]
+        return max(graces, default=STOP_GRACE_S)
 
     def services(self) -> list[Service]:
         return [s for stage in self.stages for s in stage]

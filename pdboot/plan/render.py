@@ -205,6 +205,8 @@ def service_definition(s: Service, *, with_hash: bool = True) -> dict[str, Any]:
     if with_hash:
         svc["labels"][LABEL_CONFIG_HASH] = s.config_hash
     svc["restart"] = s.restart
+    if s.stop_grace_s is not None:
+        svc["stop_grace_period"] = f"{s.stop_grace_s}s"
     return svc
 
 

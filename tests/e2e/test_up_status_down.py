@@ -293,6 +293,10 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
         cid = ids(tb3, "e2e1")[f"{'decode' if h == 'decode' else 'prefill'}@{h}"]
         assert TOKEN not in tb3.hosts[h].docker("logs", cid).stdout
         assert TOKEN not in tb3.hosts[h].docker("inspect", "--format", "{{json .Args}}", cid).stdout
+        # vLLM's abort on SIGTERM replaced by drain_seconds (120), Docker's grace beyond it
+        fmt = "{{json .Args}} {{.Config.StopTimeout}}"
+        args, grace = tb3.hosts[h].docker("inspect", "--format", fmt, cid).stdout.rsplit(" ", 1)
+        assert '"--shutdown-timeout","120"' in args and grace.strip() == "150", (args, grace)
     for r in (res, st, again, lg):
         assert TOKEN not in output(r)
 

@@ -104,6 +104,7 @@ class World:
     interrupt_on: str | None = None  # a URL suffix whose request raises KeyboardInterrupt
     containers: dict[str, Container] = field(default_factory=dict)
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (op, host, what)
+    graces: list[int] = field(default_factory=list)  # each stop_remove's SIGKILL grace
     shipped: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> extra files
     kv_pulls: int = 0
     probe: tuple[int, str] = PROBE_OK  # what run_once (the image probe) answers
@@ -502,6 +503,7 @@ class FakeEngine:
     def stop_remove(self, container_ids: list[str], grace: int = 30) -> None:
         self._call("stop_remove", ",".join(container_ids))
         with self.world.lock:
+            self.world.graces.append(grace)
             for cid in container_ids:
                 self.world.containers.pop(cid, None)
 

@@ -126,6 +126,19 @@ def test_the_prefill_engine_args_are_renders_exactly() -> None:
     assert decode_args[decode_args.index("--port") + 1] == "8200"  # render's is 8201
 
 
+def test_kubelet_waits_longer_than_the_engines_shutdown_timeout() -> None:
+    """Kubernetes' default grace (30 s) would SIGKILL an engine still finishing its requests
+    within --shutdown-timeout (drain_seconds, 120 s); each engine pod gets compose's grace."""
+    inv = load_inventory(INVENTORIES / "1p1d.yaml")
+    pods = _engine_deployments(_docs(inv, build_plan(inv)))
+    assert len(pods) == 2
+    for pod in pods.values():
+        args = pod["containers"][0]["args"]
+        timeout = int(args[args.index("--shutdown-timeout") + 1])
+        assert timeout == inv.timeouts.drain_seconds
+        assert pod["terminationGracePeriodSeconds"] == timeout + 30
+
+
 def test_gpus_rdma_and_shm_as_the_inventory_says() -> None:
     inv = load_inventory(INVENTORIES / "1p1d.yaml")  # rdma_devices declared: rdma auto -> on
     pods = _engine_deployments(_docs(inv, build_plan(inv)))
