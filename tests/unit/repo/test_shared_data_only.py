@@ -63,7 +63,7 @@ def test_the_finder_sees_each_way_of_naming_shared() -> None:
     assert shared_paths('P = Path(__file__).parents[3] / "shared" / "fixtures"\n') == [1]
     assert shared_paths('P = REPO.parent / "shared"\n') == [1]
     assert shared_paths('P = ROOT / ".." / "shared"\n') == [1]
-    assert shared_paths('P = Path("/work/shared/fixtures/h200-host")\n') == [1]
+    assert shared_paths('P = Path("/srv/ci/shared/fixtures/h200-host")\n') == [1]
     # words about it, and a testbed file that happens to be called "shared", are not paths
     assert shared_paths('"""Copies of ../shared/fixtures."""\n# ../shared\n') == []
     assert shared_paths('pytest.skip(f"no ../shared beside this checkout ({p})")\n') == []
