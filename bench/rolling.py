@@ -14,8 +14,9 @@ served/failed requests, the `up` exit code and seconds, and whether the router c
 
 Issue 28 adds the router case (`--cases router`): the decode tier's router policy changed
 through `up` on a live 2P2D deployment, the router swapped (a new one beside the old, the
-proxy moved by a graceful nginx reload) against the recreate before issue 28 (forced with
-PDBOOT_BENCH_ROUTER_RECREATE=1, an internal switch for this baseline), alternately on the
+proxy moved by a graceful nginx reload) against the recreate before issue 28 (the same change
+with `--no-rolling`: the recreate path recreates the changed router in place, the engines
+unchanged), alternately on the
 same deployment, in the same run; printed as failed/sent per case and summed per mode.
 
 Issue 29's case (`--cases build`), (d) a new vLLM build (the stand-in's nightly: same

@@ -2,7 +2,7 @@
 
 `pdboot --version` (`-V`) is what scripts and installers call to see whether pdboot is there; it
 answers before the CLI framework (typer, click) is imported, about half of the start-up cost
-of every other command. Everything else goes to the typer app in cli.py."""
+of every other command. Everything else goes to the typer app in cli/main.py."""
 
 from __future__ import annotations
 
@@ -21,6 +21,6 @@ def main() -> None:
     if sys.argv[1:] in (["--version"], ["-V"]):
         print(f"pdboot {__version__}")
         return
-    from pdboot.cli import main as cli_main  # typer and click: only for a real command
+    from pdboot.cli.main import main as cli_main  # typer and click: only for a real command
 
     cli_main()

@@ -6,6 +6,8 @@
   before and after a test).
 - `make_testbed` (function): a factory for fresh hosts with chosen profiles and knobs, for
   tests that break things; every testbed it made is torn down after the test.
+- `cli` (session): the real pdboot command line in a subprocess (tests/cli.py); a module
+  overrides it with `cli.with_(env=..., skip_preflight=True, timeout=...)`.
 
 Outside CI a testbed test skips when this machine cannot run one (not root, not Linux,
 packages missing). Under CI=true it fails instead: never a silent skip.
@@ -23,9 +25,13 @@ from typing import Any
 
 import pytest
 
+from tests.cli import Cli
 from tests.testbed.harness import HostSpec, Testbed, can_run
 
 SESSION_HOSTS = (HostSpec("decode"), HostSpec("prefill"), HostSpec("ingress"))
+# Two 8-GPU RTX PRO 6000 hosts with RDMA NICs (testbed/profiles.py): the module testbed of the
+# e2e tests that place engines on GPUs and NICs
+RTX_PAIR = (HostSpec("gpu-a", profile="rtx6000x8"), HostSpec("gpu-b", profile="rtx6000x8"))
 _FIXTURES = {"testbed", "testbed_clean", "make_testbed"}
 
 
@@ -104,6 +110,18 @@ def started_testbed(hosts: Any, **kw: Any) -> Iterator[Testbed]:
         tb.stop()
 
 
+def module_testbed(specs: Any, **kw: Any) -> Any:
+    """A module's own testbed as its fixture ``tb`` (``tb = module_testbed(specs)``): started
+    for the module's first test that asks, stopped after its last; ``kw``: Testbed.start's."""
+
+    @pytest.fixture(scope="module")
+    def tb() -> Iterator[Testbed]:
+        with started_testbed(specs, **kw) as bed:
+            yield bed
+
+    return tb
+
+
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[Testbed]:
     with started_testbed(SESSION_HOSTS) as tb:
@@ -133,3 +151,8 @@ def make_testbed() -> Iterator[Callable[..., Testbed]]:
     finally:
         for tb in made:
             tb.stop()
+
+
+@pytest.fixture(scope="session")
+def cli() -> Cli:
+    return Cli()

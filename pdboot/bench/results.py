@@ -31,6 +31,9 @@ class RunResult:
     output_tok_s: float = 0.0
     request_s: float = 0.0
     errors: tuple[str, ...] = ()
+    # of failed_requests, those answered 429: pdboot's proxy limiter's status
+    # (limit_req_status / limit_conn_status, plan/proxy.py), told apart from the engines'
+    limited_requests: int = 0
     has_summary: bool = False
     duration_s: float = 0.0
     # goodput (goodput.py): requests that met both targets, per second, and their tokens/s
@@ -50,6 +53,20 @@ def _pcts(summary: dict[str, Any], key: str) -> dict[str, float]:
     if not isinstance(v, dict):
         return {}
     return {p: float(v[p]) for p in PCTS if isinstance(v.get(p), (int, float))}
+
+
+LIMITED_STATUS = 429  # what plan/proxy.py's limit_req_status and limit_conn_status answer
+
+
+def _limited(errors: list[tuple[int | None, int]]) -> int:
+    return sum(n for code, n in errors if code == LIMITED_STATUS)
+
+
+def _code(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
 
 
 def _record_errors(records: str) -> tuple[int, int, list[str]]:
@@ -79,12 +96,15 @@ def parse_aiperf(
     throughputs divide by."""
     if not summary_text:
         ok, failed, errs = _record_errors(records_text or "")
-        return RunResult(ok, failed, errors=tuple(dict.fromkeys(errs)))
+        limited = sum(1 for e in errs if e.startswith(f"{LIMITED_STATUS} "))
+        return RunResult(ok, failed, errors=tuple(dict.fromkeys(errs)), limited_requests=limited)
     s = json.loads(summary_text)
     errors = []
+    codes: list[tuple[int | None, int]] = []
     for e in s.get("error_summary") or []:
         d = e.get("error_details") or {}
         errors.append(f"{e.get('count')} x {d.get('code') or d.get('type')}: {d.get('message')}")
+        codes.append((_code(d.get("code")), _code(e.get("count")) or 0))
     # AIPerf's throughputs and its goodput divide by the window from the first request to the
     # last answer (start_time..end_time), not by its `benchmark_duration`: the same here
     n, rate = _avg(s, "request_count"), _avg(s, "request_throughput")
@@ -100,6 +120,7 @@ def parse_aiperf(
         output_tok_s=_avg(s, "output_token_throughput"),
         request_s=_avg(s, "request_throughput"),
         errors=tuple(errors),
+        limited_requests=_limited(codes),
         has_summary=True,
         duration_s=duration,
         good_requests=good.good,
@@ -118,7 +139,13 @@ def refusal(r: RunResult) -> str | None:
     total = r.ok_requests + r.failed_requests
     if r.failed_requests:
         first = f"; first: {r.errors[0]}" if r.errors else ""
-        return f"{r.failed_requests} of {total} requests failed{first}"
+        limited = (
+            f" ({r.limited_requests} limited by the proxy: 429; a benchmark client from one "
+            "address needs router.proxy_limits above its concurrency and rate)"
+            if r.limited_requests
+            else ""
+        )
+        return f"{r.failed_requests} of {total} requests failed{limited}{first}"
     if r.ok_requests == 0:
         return "no request completed"
     if r.output_tokens <= 0:
@@ -156,6 +183,7 @@ def merge(parts: Sequence[Cell], concurrency: int, gpus: int, artifacts: str) ->
     merged = RunResult(
         ok_requests=sum(r.ok_requests for r in rs),
         failed_requests=sum(r.failed_requests for r in rs),
+        limited_requests=sum(r.limited_requests for r in rs),
         output_tokens=sum(r.output_tokens for r in rs),
         ttft_ms=worst(lambda r: r.ttft_ms),
         itl_ms=worst(lambda r: r.itl_ms),

@@ -1,6 +1,6 @@
 """Blue/green for a change that breaks NIXL compatibility (plan/upgrade.py decides, this
-module acts): old (blue) and new (green) engines never pair, and clients never meet green
-before it is proven.
+module plans it as the executor's steps, executor.py runs them): old (blue) and new (green)
+engines never pair, and clients never meet green before it is proven.
 
 1. half of each blue tier (rounded down, never below one) is deregistered from blue's
    router, drained and stopped; blue serves on the rest;
@@ -14,29 +14,35 @@ before it is proven.
 5. green grows to the whole inventory on blue's room (live adds, each pair probed), then
    green's router moves home (the swap again, to the place compose.yaml names).
 A green that fails before the switch (an engine that does not start, a pair, the proof, the
-gate) is removed: the drained half comes back from the compose file `up` kept
-(pair_guard.PREVIOUS_COMPOSE) and is registered with blue's router again; `up` exits 1."""
+gate) is undone by the steps' recorded inverses: green's router and engines removed, the
+drained half back from the compose file `up` kept (steps.RestorePrevious, as a roll's pair
+guard does) and registered with blue's router again; `up` exits 1.
+
+With router.standby the standby's router follows (executor.Routers): blue's engines leave it
+as they leave blue's router, and green's join it once blue's last engine has stopped."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from pdboot.deploy.admin import AdminFetch
-from pdboot.deploy.down import stop_remove
-from pdboot.deploy.drain import DrainResult
-from pdboot.deploy.pair_guard import PREVIOUS_COMPOSE, holds
-from pdboot.deploy.readiness import find_container
-from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi, worker_of
-from pdboot.deploy.router_swap import RouterSwapError, SwapContext, swap_router
-from pdboot.deploy.seams import OP_DEADLINE
+from pdboot.deploy.executor import Action, Run
+from pdboot.deploy.router_api import worker_of
+from pdboot.deploy.router_swap import RouterSwapError, swap_steps
+from pdboot.deploy.steps import (
+    Deregister,
+    Drain,
+    Register,
+    RemoveServices,
+    RestorePrevious,
+    Say,
+    StartServices,
+    WaitServices,
+)
 from pdboot.events import Emit, Note
-from pdboot.inventory.schema import TIERS, Inventory, TierName
-from pdboot.plan.converge import Observed, Step
+from pdboot.inventory.schema import TIERS, TierName
+from pdboot.plan.converge import Step
 from pdboot.plan.model import Plan, Service
-from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
 from pdboot.verify.gate import run_gate
 from pdboot.verify.kv_proof import prove_kv
@@ -47,41 +53,16 @@ class BlueGreenFailed(Exception):
     """Green failed before clients reached it; blue serves again. Reported."""
 
 
-class Ops(Protocol):
-    """What `up` lends (deploy/service_ops.ServiceOps)."""
-
-    def start(self, steps: list[Step]) -> None: ...
-
-    def wait(self, services: list[Service], *, router: bool) -> None: ...
-
-    def drain(self, url: str, pullers: Sequence[str]) -> DrainResult: ...
-
-    def observe(self, only: Sequence[str] | None = None) -> list[Observed]: ...
-
-
 class BlueGreen:
-    def __init__(
-        self,
-        inv: Inventory,
-        plan: Plan,
-        hosts: Hosts,
-        ops: Ops,
-        emit: Emit,
-        fetch: HttpFn,
-        headers: Mapping[str, str],
-        project_dir: str,
-        previous: Mapping[str, str],
-    ) -> None:
-        """``fetch``: pdboot's plain HTTP function (each router is reached through the
-        router host's connection by an AdminFetch of its own)."""
-        self.inv, self.plan, self.hosts, self.ops, self.emit = inv, plan, hosts, ops, emit
-        self.fetch, self.headers, self.dir = fetch, headers, project_dir
-        self.previous = previous  # host -> the compose.yaml that ran (pair_guard.keep_previous)
+    def __init__(self, plan: Plan, fetch: HttpFn, headers: Mapping[str, str], emit: Emit) -> None:
+        """``fetch``: pdboot's HTTP function for the engines (the pair probes); each router
+        is reached through the router host's connection by the swap's own AdminFetch."""
+        self.plan, self.fetch, self.headers, self.emit = plan, fetch, headers, emit
         self.green: list[Service] = []  # green's first engines (proven before the switch)
 
-    # ---- the whole change
-
-    def run(self, steps: Sequence[Step]) -> None:
+    def steps(self, steps: Sequence[Step]) -> list[Action]:
+        """The whole change as the executor's steps (pure, but for ``prove``, the check it
+        hands the swap)."""
         engines = [s for s in steps if s.service.is_engine and not s.service.headless]
         blue = {t: sorted((s for s in engines if _runs(s) and s.service.role == t), key=_key)
                 for t in TIERS}  # fmt: skip
@@ -91,80 +72,63 @@ class BlueGreen:
         # ports, GPUs or cores); another engine on the same host is blue's and still serves
         first = [s for s in engines if s in gone]
         rest = [s for s in engines if s not in first]
-        self.say(1, f"drain and stop half of each blue tier: {_keys(gone)}")
-        self.take_out(gone, blue_router=True)
-        self.say(2, f"start green on the freed room: {_keys(first)}")
-        self.green = [s.service for s in first]
-        try:
-            self.start_green(first)
-            spare = self.ctx(first)
-            swap_router(spare, self.plan.router, to="spare", check=self.prove)
-        except (BlueGreenFailed, RouterSwapError) as e:
-            self.emit(Note(f"error: blue/green: green failed before any client reached it: {e}",
-                           "error"))  # fmt: skip
-            self.undo(first, gone)
-            raise BlueGreenFailed(str(e)) from None
-        self.say(3, "the proxy forwards to green's router; blue's router drained and stopped")
         kept = [s for s in engines if s not in gone and _runs(s)]
-        self.say(4, f"blue's remaining engines stop: {_keys(kept)}")
-        self.stop([s for s in kept])
-        self.say(5, f"green grows to the whole inventory: {_keys(rest)}")
-        self.grow(rest, spare)
-        swap_router(self.ctx(engines), self.plan.router, to="home")
-        self.emit(Note("blue/green: done; green's router is home again"))
+        self.green = [s.service for s in first]
+        router = self.plan.router
+        out: list[Action] = [_say(1, f"drain and stop half of each blue tier: {_keys(gone)}")]
+        out += self.take_out(gone)
+        out.append(RemoveServices(_services(gone), undo=RestorePrevious(tuple(gone))))
+        out += [
+            # what undoes the phase: green's first engines removed
+            Say(_phase(2, f"start green on the freed room: {_keys(first)}"),
+                undo=RemoveServices(_services(first))),
+            StartServices(tuple(replace(s, kind="create") for s in first)),
+            WaitServices(_services(first)),
+            self.pairs(_services(first), ()),
+            *swap_steps(router, "spare", check=self.prove, workers=_workers(first)),
+            _say(3, "the proxy forwards to green's router; blue's router drained and stopped"),
+            _say(4, f"blue's remaining engines stop: {_keys(kept)}"),
+        ]  # fmt: skip
+        # the standby's router serves blue's engines until they stop, then green's
+        out += [Deregister(w[0], w[1], quiet=True) for w in _each_worker(kept)]
+        out.append(RemoveServices(_services(kept)))
+        out += [Register(w[0], w[1], where="standby") for w in _each_worker(first)]
+        out.append(_say(5, f"green grows to the whole inventory: {_keys(rest)}"))
+        if rest:
+            joining = _services(rest)
+            serving = tuple(s for s in _workers_of(self.plan) if s not in joining)
+            out += [
+                StartServices(tuple(replace(s, kind="create") for s in rest)),
+                WaitServices(joining),
+                self.pairs(joining, serving),
+            ]
+            out += [
+                Register(w[0], w[1], where="spare", label=f"{s.service.key} registered with "
+                         "green's router")
+                for s in rest if (w := worker_of(s.service)) is not None
+            ]  # fmt: skip
+        return [
+            *out,
+            *swap_steps(router, "home", workers=_workers(engines)),
+            Say("blue/green: done; green's router is home again"),
+        ]
 
-    def say(self, n: int, what: str) -> None:
-        self.emit(Note(f"blue/green phase {n}: {what}"))
-
-    def ctx(self, green: Sequence[Step]) -> SwapContext:
-        workers: dict[str, TierName] = {}
-        for s in green:
+    def take_out(self, gone: Sequence[Step]) -> list[Action]:
+        """Deregister from blue's router (a refusal is no failure), drain (a prefill: until
+        the decodes that stay have pulled their KV)."""
+        decodes = {s.service.url for s in gone if s.service.role == "decode"}
+        pullers = tuple(u for u in _decode_urls(self.plan) if u not in decodes)
+        out: list[Action] = []
+        for s in gone:
             w = worker_of(s.service)
             if w is not None:
-                workers[w[0]] = w[1]
-        return SwapContext(
-            self.inv, self.plan, self.hosts, self.fetch, self.emit, workers,
-            model_id=self.plan.served_model_name,
-        )  # fmt: skip
+                out.append(Deregister(w[0], w[1], quiet=True))
+            prefill = s.service.role == "prefill"
+            out.append(Drain(s.service.url, pullers if prefill else (), label=s.service.key))
+        return out
 
-    # ---- pieces
-
-    def take_out(self, steps: Sequence[Step], *, blue_router: bool) -> None:
-        """Deregister from blue's router, drain, stop (the freed half)."""
-        api = RouterWorkerApi(self.plan.router.url, AdminFetch(self.plan, self.hosts, self.fetch))
-        decodes = [s.service.url for s in steps if s.service.role == "decode"]
-        for s in steps:
-            if blue_router:
-                with contextlib.suppress(RouterApiError):
-                    api.remove(s.service.url)
-            pullers = [u for u in _decode_urls(self.plan) if u not in decodes]
-            r = self.ops.drain(s.service.url, pullers if s.service.role == "prefill" else ())
-            self.emit(Note(f"blue/green: {s.service.key} drained: {r.describe()}"))
-        self.stop(steps)
-
-    def stop(self, steps: Sequence[Step]) -> None:
-        observed = self.ops.observe(sorted({s.service.host for s in steps}))
-        found = [find_container(observed, self.plan.deployment, s.service) for s in steps]
-        stop_remove(
-            self.hosts, [o for o in found if o is not None], self.emit, self.plan.stop_grace_s
-        )
-
-    def start_green(self, first: Sequence[Step]) -> None:
-        try:
-            self.ops.start([replace(s, kind="create") for s in first])
-            self.ops.wait([s.service for s in first], router=False)
-        except Exception as e:  # the wait reported the engine's logs; undo below
-            keys = ", ".join(s.service.key for s in first)
-            raise BlueGreenFailed(f"a green engine of {keys} did not start (above)") from e
-        self.pairs([s.service for s in first], [])
-
-    def pairs(self, joining: list[Service], serving: list[Service]) -> None:
-        checks = check_pairs(self.plan, self.fetch, self.headers, joining, serving)
-        for c in checks:
-            self.emit(Note(f"blue/green pair {c.describe()}"))
-        failed = [c for c in checks if not c.ok]
-        if failed:
-            raise BlueGreenFailed(f"green pair {failed[0].describe()}")
+    def pairs(self, joining: tuple[Service, ...], serving: tuple[Service, ...]) -> GreenPairs:
+        return GreenPairs(joining, serving, self.fetch, tuple(self.headers.items()))
 
     def prove(self, router: Service, fetch: HttpFn) -> None:
         """Green on its own router, before the proxy moves: the KV proof and the gate."""
@@ -186,55 +150,38 @@ class BlueGreen:
             raise RouterSwapError(f"green's correctness gate failed: {gate.message()}")
         self.emit(Note(f"blue/green: green's correctness gate: {gate.message()}"))
 
-    def grow(self, rest: Sequence[Step], spare_ctx: SwapContext) -> None:
-        if not rest:
-            return
-        self.ops.start([replace(s, kind="create") for s in rest])
-        self.ops.wait([s.service for s in rest], router=False)
-        serving = [s for s in self.plan.services() if s.is_engine and not s.headless]
-        joining = [s.service for s in rest]
-        self.pairs(joining, [s for s in serving if s not in joining])
-        spare = spare_ctx.placed(self.plan.router, "spare")
-        api = RouterWorkerApi(
-            spare.url, spare_ctx.admin(spare), model_id=self.plan.served_model_name
-        )
-        for s in rest:
-            w = worker_of(s.service)
-            if w is None:
-                continue
-            try:
-                api.add(*w)
-            except RouterApiError as e:  # green serves on what it has; `up` stops and says so
-                why = f"cannot register {s.service.key} with green's router: {e}"
-                raise BlueGreenFailed(why) from e
-            self.emit(Note(f"blue/green: {s.service.key} registered with green's router"))
 
-    def undo(self, first: Sequence[Step], gone: Sequence[Step]) -> None:
-        """Green removed; the drained half back in its old configuration, registered."""
-        self.stop(first)
-        api = RouterWorkerApi(
-            self.plan.router.url,
-            AdminFetch(self.plan, self.hosts, self.fetch),
-            model_id=self.plan.served_model_name,
+@dataclass(frozen=True)
+class GreenPairs:
+    """Every pair the joining green engines make with green's serving ones moves KV."""
+
+    joining: tuple[Service, ...]
+    serving: tuple[Service, ...]
+    fetch: HttpFn
+    headers: tuple[tuple[str, str], ...] = ()
+    commits = False
+
+    def describe(self) -> str:
+        return f"probe green's pairs of {', '.join(s.key for s in self.joining)}"
+
+    def run(self, run: Run) -> Action | None:
+        checks = check_pairs(
+            run.plan, self.fetch, dict(self.headers), list(self.joining), list(self.serving)
         )
-        back = [s for s in gone if holds(self.previous, s)]
-        for s in gone:
-            if s not in back:
-                self.emit(Note(f"blue/green: {s.service.key}: no kept compose file holds what ran"))
-        gone = back
-        for s in gone:
-            link = self.hosts.links[s.service.host]
-            link.engine.compose_up(
-                self.dir, self.plan.hosts[s.service.host].project, s.service.name,
-                recreate=True, timeout=OP_DEADLINE, file=PREVIOUS_COMPOSE,
-            )  # fmt: skip
-        self.ops.wait([s.service for s in gone], router=False)
-        for s in gone:
-            w = worker_of(s.service)
-            if w is not None:
-                with contextlib.suppress(RouterApiError):
-                    api.add(*w)
-            self.emit(Note(f"blue/green: {s.service.key} back in its old configuration"))
+        for c in checks:
+            run.emit(Note(f"blue/green pair {c.describe()}"))
+        failed = [c for c in checks if not c.ok]
+        if failed:
+            raise BlueGreenFailed(f"green pair {failed[0].describe()}")
+        return None
+
+
+def _phase(n: int, what: str) -> str:
+    return f"blue/green phase {n}: {what}"
+
+
+def _say(n: int, what: str) -> Say:
+    return Say(_phase(n, what))
 
 
 def _runs(s: Step) -> bool:
@@ -249,9 +196,24 @@ def _keys(steps: Sequence[Step]) -> str:
     return ", ".join(s.service.key for s in steps) or "none"
 
 
+def _services(steps: Sequence[Step]) -> tuple[Service, ...]:
+    return tuple(s.service for s in steps)
+
+
+def _each_worker(steps: Sequence[Step]) -> list[tuple[str, TierName]]:
+    return [w for s in steps if (w := worker_of(s.service)) is not None]
+
+
+def _workers(steps: Sequence[Step]) -> dict[str, TierName]:
+    return dict(_each_worker(steps))
+
+
+def _workers_of(plan: Plan) -> list[Service]:
+    return [s for s in plan.services() if s.is_engine and not s.headless]
+
+
 def _decode_urls(plan: Plan) -> list[str]:
     return [s.url for s in plan.services() if s.role == "decode" and not s.headless]
 
 
-Check = Callable[[Service, HttpFn], None]
-__all__ = ["BlueGreen", "BlueGreenFailed", "Check"]
+__all__ = ["BlueGreen", "BlueGreenFailed", "GreenPairs"]

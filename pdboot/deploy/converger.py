@@ -1,16 +1,17 @@
-"""Applies one change plan (plan/change_plan.py) to a running deployment over the small
-start/wait/stop protocol (rollout.RollOps, service_ops.py implements it): rolling through the
-running router (rolling.py decided the order, rollout.py runs it), or the recreate path, then
-the proxy in front. Decides nothing the change plan did not; only asks before an outage."""
+"""Applies one change plan (plan/change_plan.py) to a running deployment: planned as the
+executor's steps (executor.py) by ``change_steps`` (pure), then run against the services
+(service_ops.py): the roll through the running router (rolling.py decided the order,
+rollout.py's steps run it), or the recreate path, then the proxy in front. Decides nothing
+the change plan did not; only asks before an outage."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from pdboot.deploy.changes import show_changes
+from pdboot.deploy.executor import Action, Run, execute
 from pdboot.deploy.frame import CancelToken
-from pdboot.deploy.rollout import PairRefused, RollOps, Rollout
-from pdboot.deploy.router_api import RouterWorkerApi
+from pdboot.deploy.planned_change import show_changes
+from pdboot.deploy.rollout import PairRefused, roll_steps
+from pdboot.deploy.router_swap import RouterSwapError
+from pdboot.deploy.steps import StartServices, StopGone, WaitServices
 from pdboot.deploy.up_options import Confirm, UpStopped
 from pdboot.events import Emit, Note
 from pdboot.plan.change_plan import ChangePlan
@@ -18,78 +19,74 @@ from pdboot.plan.converge import Step
 from pdboot.plan.model import Plan
 
 
-class Converger:
-    def __init__(
-        self,
-        plan: Plan,
-        ops: RollOps,
-        api: RouterWorkerApi,
-        emit: Emit,
-        token: CancelToken,
-        *,
-        addresses: Mapping[str, str],
-        yes: bool,
-        confirm: Confirm | None,
-    ) -> None:
-        """``addresses``: every inventory host's advertised address (rollout.py finds a
-        leaving engine's router URL by it); ``yes``/``confirm``: an outage is accepted by
-        --yes, else asked (None: refused)."""
-        self.plan, self.ops, self.api, self.emit, self.token = plan, ops, api, emit, token
-        self.addresses, self.yes, self.confirm = addresses, yes, confirm
+def change_steps(plan: Plan, change: ChangePlan) -> list[Action]:
+    """The change plan as the executor runs it: the roll or the recreate path, then the
+    proxy."""
+    body = roll_steps(plan, change.roll) if change.rolls else recreate_steps(change)
+    return [*body, *proxy_steps(change.proxy)]
 
-    def apply(self, change: ChangePlan) -> None:
-        show_changes(self.emit, change, "converge")
-        if change.rolls:
-            self.roll(change)
-        else:
-            self.recreate(change)
-        self.start_proxy(change.proxy)
 
-    def roll(self, change: ChangePlan) -> None:
-        """Live workers: the router stays, engines change one worker at a time
-        (rolling.py's order, rollout.py's steps)."""
-        self.accept_outages(change.roll.outages)
-        try:
-            Rollout(
-                self.plan, change.roll, self.ops, self.api, self.emit, self.addresses, self.token
-            ).run()
-        except PairRefused:  # reported by the pair guard, the old engine back
-            raise UpStopped from None
-        if not any(s.action == "router" for s in change.roll.steps):
-            self.ops.wait([self.plan.router], router=True)  # every engine registered, healthy
+def recreate_steps(change: ChangePlan) -> list[Action]:
+    """The recreate path (static router lists, --no-rolling, --rollback): every changed
+    engine at once, then the router, recreated when its workers changed."""
+    engines = change.engines
+    restarts = change.restarts  # decodes holding NIXL state for an old prefill
+    out: list[Action] = [
+        StopGone(change.orphans),
+        StartServices(tuple(engines)),
+        WaitServices(tuple(s.service for s in engines)),
+    ]
+    if restarts:  # after the prefill tier is ready, before the router registers them
+        out += [StartServices(restarts), WaitServices(tuple(s.service for s in restarts))]
+    router = change.router
+    return [
+        *out,
+        StartServices(tuple(router)),
+        WaitServices(tuple(s.service for s in router), router=True),
+    ]
 
-    def recreate(self, change: ChangePlan) -> None:
-        """The recreate path (static router lists, --no-rolling, --rollback): every changed
-        engine at once, then the router, recreated when its workers changed."""
-        self.ops.stop(list(change.orphans))
-        engines = change.engines
-        self.ops.start(engines)
-        self.ops.wait([s.service for s in engines], router=False)
-        restarts = list(change.restarts)  # decodes holding NIXL state for an old prefill
-        if restarts:  # after the prefill tier is ready, before the router registers them
-            self.ops.start(restarts)
-            self.ops.wait([s.service for s in restarts], router=False)
-        self.ops.start(change.router)
-        self.ops.wait([s.service for s in change.router], router=True)
 
-    def start_proxy(self, proxy: list[Step]) -> None:
-        """The public endpoint (plan/proxy.py), once the router behind it serves every
-        engine; an unchanged proxy keeps serving throughout."""
-        if any(s.kind != "unchanged" for s in proxy):
-            self.ops.start(proxy)
-            self.ops.wait([s.service for s in proxy], router=False)
+def proxy_steps(proxy: list[Step]) -> list[Action]:
+    """The public endpoint (plan/proxy.py), once the router behind it serves every engine;
+    an unchanged proxy keeps serving throughout."""
+    if not any(s.kind != "unchanged" for s in proxy):
+        return []
+    return [StartServices(tuple(proxy)), WaitServices(tuple(s.service for s in proxy))]
 
-    def accept_outages(self, outages: list[str]) -> None:
-        if not outages or self.yes:
-            return
-        for line in outages:
-            self.emit(Note(f"outage: {line}", "warn"))
-        if self.confirm is None or not self.confirm(outages):
-            self.emit(
-                Note(
-                    "error: this change takes a tier down (above); nothing was "
-                    "changed; run again with --yes to accept it",
-                    "error",
-                )
+
+def apply_steps(run: Run, token: CancelToken, steps: list[Action]) -> None:
+    """Run a change's steps; a failure the steps did not report yet is reported here."""
+    try:
+        execute(run, token, steps)
+    except PairRefused:  # reported by the pair guard, the old engine back
+        raise UpStopped from None
+    except RouterSwapError as e:
+        run.emit(Note(f"error: {e}", "error"))
+        raise UpStopped from e
+
+
+def accept_outages(emit: Emit, outages: list[str], *, yes: bool, confirm: Confirm | None) -> None:
+    """An outage is accepted by --yes, else asked (``confirm``; None: refused)."""
+    if not outages or yes:
+        return
+    for line in outages:
+        emit(Note(f"outage: {line}", "warn"))
+    if confirm is None or not confirm(outages):
+        emit(
+            Note(
+                "error: this change takes a tier down (above); nothing was "
+                "changed; run again with --yes to accept it",
+                "error",
             )
-            raise UpStopped
+        )
+        raise UpStopped
+
+
+def apply(
+    run: Run, token: CancelToken, change: ChangePlan, *, yes: bool, confirm: Confirm | None
+) -> None:
+    """`up`'s converge stage: the table, the outages asked for, the steps run."""
+    show_changes(run.emit, change, "converge")
+    if change.rolls:
+        accept_outages(run.emit, change.roll.outages, yes=yes, confirm=confirm)
+    apply_steps(run, token, change_steps(run.plan, change))

@@ -12,15 +12,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pdboot.deploy.all_hosts import OP_DEADLINE, report_errors
 from pdboot.deploy.drain import drain
-from pdboot.deploy.frame import NEVER_CANCELLED, CancelToken, Frame, LockSpec, run_framed
-from pdboot.deploy.seams import (
-    OP_DEADLINE,
+from pdboot.deploy.frame import (
+    NEVER_CANCELLED,
+    CancelToken,
+    Frame,
     HostsFactory,
     LockFactory,
+    LockSpec,
     default_hosts,
     default_lock,
-    report_errors,
+    run_framed,
 )
 from pdboot.deploy.waits import Clock, MonotonicClock
 from pdboot.deploy.weights.staging import remove_oneshots

@@ -14,15 +14,46 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from pdboot.deploy.seams import HeldLock, HostsFactory, LockFactory, default_hosts
 from pdboot.deploy.waits import Clock, MonotonicClock
 from pdboot.events import Done, Emit, Event, Interrupted, Note
 from pdboot.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, ended_in_words
 from pdboot.inventory.schema import Inventory
 from pdboot.transport import lock
 from pdboot.transport.connection import RemoteError
-from pdboot.transport.hosts import Hosts
+from pdboot.transport.hosts import Hosts, open_hosts
+
+# ---- what the frame opens and takes, injectable so a unit test drives `up` and `down` with
+# fake hosts and a fake lock (tests/unit/deploy/test_orchestrator.py)
+
+# (inventory, host names, accept_new_host_keys) -> opened hosts (Hosts.links[h].engine
+# is a transport.hosts.EngineOps, .conn a transport.connection.Connection)
+HostsFactory = Callable[[Inventory, Iterable[str], bool], Hosts]
+
+
+def default_hosts(inv: Inventory, names: Iterable[str], accept_new_host_keys: bool) -> Hosts:
+    return open_hosts(inv, names, accept_new_host_keys=accept_new_host_keys)
+
+
+class HeldLock(Protocol):
+    """The part of pdboot.transport.lock.HeldLock the orchestrator uses."""
+
+    def release(self) -> None: ...
+
+    @property
+    def lost_reason(self) -> str | None: ...
+
+
+# (inventory, operation, wait, accept_new_host_keys, say) -> the held deployment lock;
+# raises lock.LockBusy (another live run holds it) or RemoteError (its host is unreachable)
+LockFactory = Callable[[Inventory, str, bool, bool, Callable[[str], None]], HeldLock]
+
+
+def default_lock(
+    inv: Inventory, operation: str, wait: bool, accept_new: bool, say: Callable[[str], None]
+) -> HeldLock:
+    return lock.take(inv, operation, wait=wait, say=say, accept_new_host_keys=accept_new)
 
 
 class Cancelled(Exception):

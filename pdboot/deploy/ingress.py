@@ -4,7 +4,7 @@ then keepalived on both ingress hosts and a wait until the virtual IP answers /h
 
 The standby's router listens on its own host's loopback at the same URL as the router host's
 (``http://127.0.0.1:<internal_port>``): its calls go through a channel of the standby host's
-SSH connection (admin.AdminFetch given that router), over the plain HTTP function, never
+SSH connection (router_admin.AdminFetch given that router), over the plain HTTP function, never
 the router host's channel. Every `up` syncs its workers to the inventory's, whatever else
 changed, so a standby left behind by an earlier `up` is brought back in step.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pdboot.deploy.admin import AdminFetch
+from pdboot.deploy.router_admin import AdminFetch
 from pdboot.deploy.service_ops import ServiceOps, Where
 from pdboot.deploy.up_options import UpStopped
 from pdboot.deploy.waits import READY, Probe, WaitError, wait_all, waiting

@@ -1,13 +1,12 @@
 """`status` of the standby ingress (docs/ingress-standby.md): which ingress host holds the
 virtual IP (``ip -o -4 addr show`` on each, read by a pure parser), and whether the standby's
 router lists the same workers as the inventory (its worker API through the standby host's
-SSH channel, admin.AdminFetch given that router)."""
+SSH channel: an router_admin.AdminFetch given that router, which the caller opens once per run)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.router_api import WorkerDiff, worker_diff
 from pdboot.events import Level
 from pdboot.plan.model import Plan
@@ -69,12 +68,21 @@ class IngressState:
         return in_step and not self.unread and len(self.holders) <= 1
 
 
-def ingress_state(plan: Plan, hosts: Hosts, fetch: HttpFn, vip_hosts: list[str]) -> IngressState:
-    """``vip_hosts``: the reachable ingress hosts to read the address on; ``fetch``: the
-    plain HTTP function."""
-    router = plan.standby_router
-    if router is None:
+def ingress_state(plan: Plan, hosts: Hosts, standby: HttpFn, vip_hosts: list[str]) -> IngressState:
+    """``vip_hosts``: the reachable ingress hosts to read the address on; ``standby``: the
+    standby router's admin channel (an AdminFetch given that router), opened by the caller
+    for its whole run."""
+    if plan.standby_router is None:
         return IngressState()
+    holders, unread = vip_holders(plan, hosts, vip_hosts)
+    return IngressState(holders, unread, worker_diff(plan, standby))
+
+
+def vip_holders(
+    plan: Plan, hosts: Hosts, vip_hosts: list[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the hosts of ``vip_hosts`` holding the virtual IP, those whose addresses could not
+    be read); both empty without ``router.virtual_ip``."""
     holders: list[str] = []
     unread: list[str] = []
     if plan.virtual_ip:
@@ -92,9 +100,4 @@ def ingress_state(plan: Plan, hosts: Hosts, fetch: HttpFn, vip_hosts: list[str])
                 continue
             if holds_address(res.stdout, vip):
                 holders.append(h)
-    admin = AdminFetch(plan, hosts, fetch, router=router)
-    try:
-        diff = worker_diff(plan, admin)
-    finally:
-        admin.close()
-    return IngressState(tuple(holders), tuple(unread), diff)
+    return tuple(holders), tuple(unread)

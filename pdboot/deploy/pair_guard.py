@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from pdboot.deploy.all_hosts import OP_DEADLINE
 from pdboot.deploy.down import PREVIOUS_COMPOSE, stop_remove
 from pdboot.deploy.readiness import find_container
-from pdboot.deploy.seams import OP_DEADLINE
 from pdboot.events import Emit, Note, RollProgress
 from pdboot.plan.converge import Observed, Step
 from pdboot.plan.model import Plan, Service
-from pdboot.plan.rolling import RollStep
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpFn
 from pdboot.verify.pairs import check_pairs
@@ -78,7 +77,7 @@ def holds(previous: Mapping[str, str], step: Step) -> bool:
 
 
 def restore(
-    step: RollStep,
+    steps: Sequence[Step],
     plan: Plan,
     hosts: Hosts,
     project_dir: str,
@@ -86,16 +85,17 @@ def restore(
     observed: list[Observed],
     emit: Emit,
 ) -> list[Service]:
-    """Undo a step whose pairs failed: new engines stopped and removed; replaced ones
-    recreated from PREVIOUS_COMPOSE. Returns the services recreated (to wait for)."""
-    added = [s for s in step.steps if s.kind == "create"]
+    """Undo a change to engines (a roll step whose pairs failed, blue/green's green that
+    failed before the switch): new engines stopped and removed; replaced ones recreated from
+    PREVIOUS_COMPOSE. Returns the services recreated (to wait for)."""
+    added = [s for s in steps if s.kind == "create"]
     gone = [
         o for s in added if (o := find_container(observed, plan.deployment, s.service)) is not None
     ]
     if gone:
         stop_remove(hosts, gone, emit, plan.stop_grace_s)
     back: list[Service] = []
-    for s in step.steps:
+    for s in steps:
         if s.kind == "create":
             continue
         if not holds(previous, s):

@@ -33,6 +33,7 @@ from pdboot.plan.degraded import (
     ServingMode,
     engine_url,
     is_plain_url,
+    plain_url,
     plain_urls,
     routed_workers,
     serving_mode,
@@ -50,7 +51,7 @@ class RouterApiError(Exception):
 class Worker:
     """One entry of the router's GET /workers."""
 
-    url: str  # without a trailing slash
+    url: str  # without a trailing slash (a plain entry: with plan/degraded.py's suffix)
     worker_type: str  # prefill, decode, regular
     healthy: bool
     model_id: str = ""  # as the router filed it ("unknown" when it could not read it)
@@ -87,10 +88,9 @@ def parse_workers(text: str) -> list[Worker]:
             kind = str(w.get("worker_type", "regular")).lower()
             # a DP-aware router (--intra-node-data-parallel-size) lists each rank of an
             # engine as URL@rank: one engine, the URL pdboot registered; a plain entry of
-            # degraded mode (plan/degraded.py) keeps its trailing slash: it is another entry
-            url = _DP_RANK.sub("", w["url"].rstrip("/"))
-            if kind == PLAIN and is_plain_url(w["url"]):
-                url += "/"
+            # degraded mode (plan/degraded.py) keeps its suffix: it is another entry
+            raw = _DP_RANK.sub("", w["url"])
+            url = plain_url(raw) if kind == PLAIN and is_plain_url(raw) else engine_url(raw)
             if all(x.url != url for x in out):
                 model = w.get("model_id")
                 out.append(
@@ -162,7 +162,7 @@ class WorkerDiff:
 
 
 def worker_diff(plan: Plan, fetch: HttpFn, headers: Mapping[str, str] | None = None) -> WorkerDiff:
-    """GET /workers through ``fetch`` (admin.py's: the router's loopback via its host)."""
+    """GET /workers through ``fetch`` (router_admin.py's: the router's loopback via its host)."""
     try:
         listed = {w.url for w in RouterWorkerApi(plan.router.url, fetch, headers).workers()}
     except RouterApiError as e:

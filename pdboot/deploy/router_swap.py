@@ -4,8 +4,9 @@ old one on the other loopback port of the router host (plan/router_slots.py: hom
 the proxy's upstream moves to it by a graceful nginx reload (requests in flight finish on the
 old router; new ones go to the new); the old router then drains and stops.
 
-``swap_router`` is one such move, to either place. ``move_router`` is what a router change
-in `up` does: to the spare with the new settings, then home again with the same settings,
+``swap_steps`` plans one such move, to either place, as the executor's steps (executor.py);
+``move_steps`` is what a router change in `up` does (a step of its roll, rollout.py): to the
+spare with the new settings, then home again with the same settings,
 so that outside a swap the router always runs home, where compose.yaml, the watch service,
 `status` and a restarted proxy expect it. Contract in /work/notes/router-swap-api.md (and
 docs/operations.md).
@@ -22,9 +23,11 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from pdboot.deploy.admin import AdminFetch
+from pdboot.deploy.executor import Action, Run, execute
+from pdboot.deploy.frame import NEVER_CANCELLED
+from pdboot.deploy.router_admin import AdminFetch
 from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi
 from pdboot.deploy.waits import Clock, MonotonicClock
 from pdboot.events import Emit, Note
@@ -52,6 +55,8 @@ from pdboot.transport.connection import Connection
 from pdboot.transport.hosts import Hosts, project_dir
 from pdboot.transport.http import HttpFn
 
+# blue/green's proof of green on its own router: the new router and an HttpFn reaching it
+Check = Callable[[Service, HttpFn], None]
 STOP_GRACE = 30  # seconds docker gives a stopped router to finish what it still serves
 
 
@@ -72,7 +77,7 @@ class SwapContext:
     hosts: Hosts
     fetch: HttpFn
     emit: Emit
-    workers: Mapping[str, TierName] = field(default_factory=dict)
+    workers: Mapping[str, str] = field(default_factory=dict)  # URL -> type (plain: regular)
     model_id: str = ""
     clock: Clock = field(default_factory=MonotonicClock)
     ready_seconds: float = 0.0  # 0: timeouts.router_ready_seconds
@@ -100,53 +105,165 @@ class SwapContext:
         return AdminFetch(self.plan, self.hosts, self.fetch, router=router)
 
 
-def move_router(ctx: SwapContext, router: Service | None = None) -> None:
-    """The router's settings changed (``router``: the new one, the plan's by default; the
-    compose.yaml shipped to the router host must already hold it): the new settings start in
-    the spare place, the proxy moves there, the old router drains and stops; then the same
-    again back home. Two reloads of the proxy, no moment without a router behind it."""
-    new = router or ctx.plan.router
-    swap_router(ctx, new, to="spare")
-    swap_router(ctx, new, to="home")
+def move_steps(router: Service) -> list[Action]:
+    """The router's settings changed (``router``: the new one; the compose.yaml shipped to
+    the router host must already hold it): the new settings start in the spare place, the
+    proxy moves there, the old router drains and stops; then the same again back home. Two
+    reloads of the proxy, no moment without a router behind it."""
+    return [*swap_steps(router, "spare"), *swap_steps(router, "home")]
 
 
-def swap_router(
-    ctx: SwapContext,
+def swap_steps(
     router: Service,
-    *,
     to: Slot,
-    check: Callable[[Service, HttpFn], None] | None = None,
-) -> None:
+    check: Check | None = None,
+    workers: Mapping[str, TierName] | None = None,
+) -> list[Action]:
     """Start ``router`` in place ``to`` beside the router running in the other place,
-    register every worker of ``ctx.workers`` on it, wait until it serves them, point the
-    proxy at it (graceful reload), drain the old router and stop it.
+    register every worker of the context's ``workers`` on it, wait until it serves them,
+    point the proxy at it (graceful reload), drain the old router and stop it.
 
     Before: the proxy runs with this pdboot's nginx.conf and serves through the other place;
     for ``to="home"`` the router host's compose.yaml holds ``router`` (compose starts it).
     After: ``router`` serves in ``to``, the other place is stopped (the spare's container
     removed). A failure before the proxy moved leaves the old router serving and the new one
-    removed; raises RouterSwapError. ``check`` (the new router and an HttpFn that reaches
-    it) runs once it serves, before the proxy moves; its RouterSwapError is a failure too."""
-    new = ctx.placed(router, to)
-    old = ctx.placed(router, other(to))
-    ctx.emit(Note(f"router swap: starting {new.container_name} on 127.0.0.1:{new.port}"))
-    _start(ctx, new, to)
-    try:
-        _ready(ctx, new)
-        if check is not None:  # blue/green: green proven on its own router (bluegreen.py)
-            fetch = ctx.admin(new)
-            try:
-                check(new, fetch)
-            finally:
-                fetch.close()
-    except RouterSwapError:
-        _stop(ctx, new, remove=to == "spare")
-        raise
-    _point_proxy(ctx, to)
-    ctx.emit(Note(f"router swap: the proxy forwards to {new.container_name}"))
-    _drain(ctx, old)
-    _stop(ctx, old, remove=to == "home")
-    ctx.emit(Note(f"router swap: {old.container_name} drained and stopped"))
+    removed (the undo of StartRouter); raises RouterSwapError. ``check`` (the new router and
+    an HttpFn that reaches it) runs once it serves, before the proxy moves; its
+    RouterSwapError is a failure too. ``workers``: what the new router must serve, when not
+    the context's."""
+    named = tuple(workers.items()) if workers is not None else None
+    out: list[Action] = [StartRouter(router, to), RouterReady(router, to, named)]
+    if check is not None:  # blue/green: green proven on its own router (bluegreen.py)
+        out.append(CheckRouter(router, to, check))
+    return [*out, PointProxy(router, to), DrainRouter(router, other(to))]
+
+
+def swap_router(ctx: SwapContext, router: Service, *, to: Slot, check: Check | None = None) -> None:
+    """One swap (swap_steps) run by the executor on its own."""
+    execute(Run(ctx.plan, ctx.emit, swap=ctx), NEVER_CANCELLED, swap_steps(router, to, check))
+
+
+def move_router(ctx: SwapContext, router: Service | None = None) -> None:
+    """move_steps run by the executor on its own."""
+    steps = move_steps(router or ctx.plan.router)
+    execute(Run(ctx.plan, ctx.emit, swap=ctx), NEVER_CANCELLED, steps)
+
+
+# ---- the steps
+
+
+@dataclass(frozen=True)
+class StartRouter:
+    router: Service
+    to: Slot
+    commits = False
+
+    def describe(self) -> str:
+        return f"start the router in the {self.to} place"
+
+    def run(self, run: Run) -> Action | None:
+        ctx = run.swap_context()
+        new = ctx.placed(self.router, self.to)
+        ctx.emit(Note(f"router swap: starting {new.container_name} on 127.0.0.1:{new.port}"))
+        _start(ctx, new, self.to)
+        return StopRouter(self.router, self.to, said=False)
+
+
+@dataclass(frozen=True)
+class RouterReady:
+    """/health answers, and every worker is registered and healthy: ``workers`` (URL, type)
+    when the plan names them (blue/green's green), else the swap context's."""
+
+    router: Service
+    to: Slot
+    workers: tuple[tuple[str, str], ...] | None = None
+    commits = False
+
+    def describe(self) -> str:
+        return f"wait for the router in the {self.to} place"
+
+    def run(self, run: Run) -> Action | None:
+        ctx = run.swap_context()
+        if self.workers is not None:
+            ctx = replace(ctx, workers=dict(self.workers))
+        _ready(ctx, ctx.placed(self.router, self.to))
+        return None
+
+
+@dataclass(frozen=True)
+class CheckRouter:
+    router: Service
+    to: Slot
+    check: Check
+    commits = False
+
+    def describe(self) -> str:
+        return f"check the router in the {self.to} place"
+
+    def run(self, run: Run) -> Action | None:
+        ctx = run.swap_context()
+        new = ctx.placed(self.router, self.to)
+        fetch = ctx.admin(new)
+        try:
+            self.check(new, fetch)
+        finally:
+            fetch.close()
+        return None
+
+
+@dataclass(frozen=True)
+class PointProxy:
+    router: Service
+    to: Slot
+    commits = True  # clients reach the new router: what came before is not undone
+
+    def describe(self) -> str:
+        return f"point the proxy at the {self.to} place"
+
+    def run(self, run: Run) -> Action | None:
+        ctx = run.swap_context()
+        _point_proxy(ctx, self.to)
+        new = ctx.placed(self.router, self.to)
+        ctx.emit(Note(f"router swap: the proxy forwards to {new.container_name}"))
+        return None
+
+
+@dataclass(frozen=True)
+class DrainRouter:
+    """The router the proxy left drains, then stops (the spare's container removed)."""
+
+    router: Service
+    place: Slot
+    commits = False
+
+    def describe(self) -> str:
+        return f"drain and stop the router in the {self.place} place"
+
+    def run(self, run: Run) -> Action | None:
+        ctx = run.swap_context()
+        old = ctx.placed(self.router, self.place)
+        _drain(ctx, old)
+        StopRouter(self.router, self.place).run(run)
+        return None
+
+
+@dataclass(frozen=True)
+class StopRouter:
+    router: Service
+    place: Slot
+    said: bool = True  # say it (the undo of a start is quiet, as the swap was)
+    commits = False
+
+    def describe(self) -> str:
+        return f"stop the router in the {self.place} place"
+
+    def run(self, run: Run) -> Action | None:
+        ctx = run.swap_context()
+        old = ctx.placed(self.router, self.place)
+        _stop(ctx, old, remove=self.place == "spare")
+        if self.said:
+            ctx.emit(Note(f"router swap: {old.container_name} drained and stopped"))
+        return None
 
 
 def settle_spare(ctx: SwapContext, observed: Sequence[Observed]) -> bool:
@@ -180,7 +297,7 @@ def _route_now(ctx: SwapContext) -> Slot:
     return "spare" if res.rc == 0 and UPSTREAM_SPARE in res.stdout else "home"
 
 
-# ---- the steps
+# ---- what the steps do
 
 
 def _run(ctx: SwapContext, argv: list[str], what: str, timeout: float = 120.0) -> str:

@@ -1,8 +1,8 @@
 """The services of a deployment on its hosts: start, wait (for /health, or for the router
-to list every engine), stop, observe, drain. The small protocol `up`'s converger
-(converger.py) and the rollout (rollout.py's RollOps) drive; each step checks the run's
-cancellation token first and emits what it did. A step that fails reports it and raises
-UpStopped."""
+to list every engine), stop, observe, drain, bring back what ran. The small protocol the
+executor's steps drive (executor.Ops); each call emits what it did, and a wait's polls check
+the run's cancellation token (the executor checks it between steps). A call that fails
+reports it and raises UpStopped."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from pdboot.deploy import pair_guard
-from pdboot.deploy.actions import start_all
+from pdboot.deploy.all_hosts import OP_DEADLINE, report_errors, start_all
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.drain import DrainResult, drain
+from pdboot.deploy.executor import Routers, Run
 from pdboot.deploy.frame import CancelToken
 from pdboot.deploy.readiness import Prober, find_container
+from pdboot.deploy.router_admin import AdminFetch
 from pdboot.deploy.router_api import RouterApiError, RouterWorkerApi, plan_workers
-from pdboot.deploy.router_swap import RouterSwapError, SwapContext, move_router, settle_spare
-from pdboot.deploy.seams import OP_DEADLINE, report_errors
+from pdboot.deploy.router_swap import RouterSwapError, SwapContext, settle_spare
 from pdboot.deploy.up_options import UpStopped
 from pdboot.deploy.waits import Clock, Tick, WaitError, WaitFailed, wait_all
 from pdboot.events import (
@@ -36,7 +37,6 @@ from pdboot.events import (
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed, Step
 from pdboot.plan.model import ENGINE_ROLES, Plan, Service
-from pdboot.plan.rolling import RollStep
 from pdboot.transport.hosts import Hosts, project_dir
 from pdboot.transport.http import HttpFn
 from pdboot.verify.diagnose import diagnose
@@ -54,7 +54,7 @@ class Where:
     hosts: Hosts
     emit: Emit
     token: CancelToken
-    fetch: HttpFn  # the router's worker API through admin.py's channel, the engines' /health
+    fetch: HttpFn  # the router's worker API through router_admin.py's channel, the engines' /health
     clock: Clock
     live: bool  # router.live_workers: engines are registered through its worker API
     rollback: bool  # --rollback: a failed wait removes this deployment's containers
@@ -65,7 +65,7 @@ class Where:
 
 
 class ServiceOps:
-    """start/wait/stop/observe/drain over the hosts (rollout.RollOps)."""
+    """start/wait/stop/observe/drain over the hosts (executor.Ops)."""
 
     def __init__(self, where: Where) -> None:
         self.w = where
@@ -93,6 +93,14 @@ class ServiceOps:
             report_errors(self.emit, "cannot list containers on", errors)
             raise UpStopped
         return [o for obs in values.values() for o in obs]
+
+    def remove(self, services: Sequence[Service]) -> None:
+        """The plan's services' containers (found by their labels), stopped and removed."""
+        observed = self.observe(sorted({s.host for s in services}))
+        found = [find_container(observed, self.plan.deployment, s) for s in services]
+        stop_remove(
+            self.hosts, [o for o in found if o is not None], self.emit, self.plan.stop_grace_s
+        )
 
     def stop(self, gone: list[Observed]) -> None:
         """What the inventory no longer has: stopped and removed."""
@@ -213,15 +221,28 @@ class ServiceOps:
             self.plan.router.url, self.w.fetch, model_id=self.plan.served_model_name
         )
 
-    def swap_router(self) -> None:
-        """The router's settings changed: swapped with no outage (router_swap.py), the
-        new settings from the compose.yaml `up` shipped."""
-        self.token.check()
-        try:
-            move_router(self.swap_context())
-        except RouterSwapError as e:
-            self.emit(Note(f"error: {e}", "error"))
-            raise UpStopped from e
+    def routers(self) -> Routers:
+        """The home router's worker API, and with router.standby the standby's, through a
+        channel of the standby host's own connection over the plain HTTP function
+        (ingress.py); ``close()`` the value when done."""
+        standby = self.plan.standby_router
+        if standby is None:
+            return Routers(self.router_api())
+        plain = self.w.fetch.fetch if isinstance(self.w.fetch, AdminFetch) else self.w.fetch
+        admin = AdminFetch(self.plan, self.hosts, plain, router=standby)
+        api = RouterWorkerApi(standby.url, admin, model_id=self.plan.served_model_name)
+        return Routers(self.router_api(), api, closing=admin.close)
+
+    def executor_run(self, addresses: Mapping[str, str]) -> Run:
+        """What a plan's steps run against: these services, the routers, the swap."""
+        return Run(
+            self.plan,
+            self.emit,
+            self,
+            self.routers(),
+            addresses,
+            swap=self.swap_context(),
+        )
 
     def settle_spare(self, observed: list[Observed]) -> list[Observed]:
         """A spare router an interrupted swap left: back home, or removed (router_swap.py);
@@ -249,15 +270,17 @@ class ServiceOps:
     # ---- a roll's pair guard (pair_guard.py)
 
     def pairs_ok(self, joining: list[Service], number: int) -> bool:
-        """Rollout's guard: every P/D pair the joining engines create moves KV."""
+        """A roll's guard (rollout.ProbePairs): every P/D pair the joining engines create
+        moves KV."""
         return pair_guard.pairs_ok(
             self.plan, self.w.fetch, self.w.headers, joining, self.emit, self.w.explain, number
         )
 
-    def restore(self, step: RollStep) -> None:
-        """Undo a step whose pairs failed; the engines brought back are waited for."""
+    def restore(self, steps: Sequence[Step]) -> None:
+        """Undo a change to engines (steps.RestorePrevious); the engines brought back are
+        waited for."""
         back = pair_guard.restore(
-            step, self.plan, self.hosts, self.dir, self.w.previous, self.observe(), self.emit
+            steps, self.plan, self.hosts, self.dir, self.w.previous, self.observe(), self.emit
         )
         if back:
             self.prober.container_ids.clear()

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pdboot.deploy.actions import pull_all
-from pdboot.deploy.frame import CancelToken, Frame, LockSpec, run_framed
-from pdboot.deploy.seams import (
+from pdboot.deploy.all_hosts import pull_all, report_errors
+from pdboot.deploy.frame import (
+    CancelToken,
+    Frame,
     HostsFactory,
     LockFactory,
+    LockSpec,
     default_hosts,
     default_lock,
-    report_errors,
+    run_framed,
 )
 from pdboot.deploy.weights.staging import (
     engine_hosts,

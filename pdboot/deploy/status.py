@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from pdboot.deploy.admin import AdminFetch
+from pdboot.deploy.frame import HostsFactory, default_hosts
 from pdboot.deploy.ingress_status import IngressState, ingress_state
 from pdboot.deploy.logscan import explain_services, report_lines
+from pdboot.deploy.preflight_gate import recorded_findings
+from pdboot.deploy.router_admin import AdminFetch
 from pdboot.deploy.router_api import WorkerDiff, worker_diff
-from pdboot.deploy.seams import HostsFactory, default_hosts, recorded_findings
 from pdboot.deploy.watch.verdicts import read_verdicts
 from pdboot.deploy.weights.staging import as_recorded
 from pdboot.events import Diagnosis, Done, Emit, Note, ServiceStatus, StatusReport
@@ -114,7 +115,8 @@ def collect(
         values, errors = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 60.0)
         unreachable = {**errors, **hosts.errors}  # host -> why (status carries the reason)
         observed = owned([o for obs in values.values() for o in obs], plan.deployment)
-        # the router's own /health is on its host's loopback: through that host (admin.py)
+        # the router's own /health is on its host's loopback: through that host (router_admin.py)
+        # one admin channel per router for the whole of `status` (router_admin.py)
         admin = AdminFetch(plan, hosts, fetch)
         standby = plan.standby_router
         spare = AdminFetch(plan, hosts, fetch, router=standby) if standby is not None else None
@@ -126,7 +128,8 @@ def collect(
             router = next((r for r in rows if r.service == plan.router.key), None)
             diff = worker_diff(plan, admin) if router is not None and router.healthy else None
             reachable = [s.host for s in plan.keepalived if s.host not in unreachable]
-            return plan, rows, diff, ingress_state(plan, hosts, fetch, reachable)
+            ingress = ingress_state(plan, hosts, spare, reachable) if spare else IngressState()
+            return plan, rows, diff, ingress
         finally:
             admin.close()
             if spare is not None:
@@ -147,7 +150,7 @@ def rows_for(
 ) -> list[ServiceStatus]:
     """One row per planned service, then one per leftover container of the deployment.
     ``reasons``: host -> why it is unreachable; ``standby``: how the standby router's
-    loopback is reached (its URL is the router host's: admin.py)."""
+    loopback is reached (its URL is the router host's: router_admin.py)."""
     rows = []
     seen: set[str] = set()
     for svc in (*plan.services(), *plan.ingress_services()):

@@ -1,32 +1,33 @@
 """`up`: preflight -> the hosts opened -> the weights pinned -> the plan -> UpRun (up_run.py:
 pull, ship, converge once and apply it, prove, the endpoint), in the frame every command that
 changes hosts runs in (frame.py: the lock, the cancellation token, Ctrl-C, the `done` event).
-`up --plan` runs in the same frame without the lock and prints the same change plan
-(changes.py). Both engine tiers start at once: NIXL needs nothing from the other tier at
-start-up (decode handshakes lazily, at the first request carrying a prefill's KV
-parameters). This module acts and emits events, never prints.
+`up --plan` is the same path with apply off (Ansible's check mode): no lock, no preflight, no
+secrets, the commit an earlier `up` pinned (no hub request), and UpRun stops once the change
+plan is decided (planned_change.py), shows it and changes nothing. Both engine tiers start
+at once: NIXL needs nothing from the other tier at start-up (decode handshakes lazily, at the
+first request carrying a prefill's KV parameters). This module acts and emits events, never
+prints.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
-from pdboot.deploy.changes import ROUTER_RECREATE_ENV, plan_only
-from pdboot.deploy.frame import Frame, LockSpec, run_framed
-from pdboot.deploy.seams import (
+from pdboot.deploy.all_hosts import report_errors
+from pdboot.deploy.frame import (
+    Frame,
     HostsFactory,
     LockFactory,
-    PreflightFn,
+    LockSpec,
     default_hosts,
     default_lock,
-    recorded_findings,
-    report_errors,
+    run_framed,
 )
+from pdboot.deploy.preflight_gate import PreflightFn, read_records
 from pdboot.deploy.up_options import Confirm, UpEnv, UpOptions, UpStopped
 from pdboot.deploy.up_run import UpRun
 from pdboot.deploy.waits import Clock, MonotonicClock
-from pdboot.deploy.weights.staging import pin_weights, remove_oneshots
+from pdboot.deploy.weights.staging import Pinned, as_recorded, pin_weights, remove_oneshots
 from pdboot.events import (
     Emit,
     Interrupted,
@@ -38,9 +39,10 @@ from pdboot.exitcodes import EXIT_CHANGES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_O
 from pdboot.inventory.rules import deployment_hosts, live_workers
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.change_plan import ChangeOptions
+from pdboot.plan.facts import PlanFacts
+from pdboot.plan.model import Plan
 from pdboot.plan.weights.hub import is_hub_model
 from pdboot.preflight.findings import (
-    Findings,
     describe,
     describe_nics,
     plan_from,
@@ -72,33 +74,31 @@ def up(
     `--plan` changes nothing and takes no lock. ``confirm``: asked (with the outages, in
     words) before a tier that cannot roll is replaced without --yes; None: refuse."""
     clk = clock or MonotonicClock()
-    # PDBOOT_BENCH_ROUTER_RECREATE (changes.py): the bench's baseline recreates the router
-    swap = os.environ.get(ROUTER_RECREATE_ENV, "") != "1"
-    changes = ChangeOptions(live_workers(inv), opts.rolling, opts.rollback, swap)
-    if opts.plan_only:
+    changes = ChangeOptions(live_workers(inv), opts.rolling, opts.rollback)
 
-        def plan_body(frame: Frame) -> int:
-            code = plan_only(frame, changes)
+    def body(frame: Frame) -> int:
+        code = _up(frame, opts, changes, preflight, clk, fetch, confirm)
+        if opts.plan_only:
             frame.summary = {EXIT_OK: "no changes", EXIT_CHANGES: "changes"}.get(code, "")
             if code == EXIT_CHANGES and not opts.detailed_exitcode:
                 code = EXIT_OK  # as terraform plan: changes are a success unless asked
-            return code
+        return code
 
-        return run_framed(
-            "up", inv, emit, plan_body, lock_spec=None, accept_new=opts.accept_new_host_keys,
-            hosts_factory=hosts_factory, clock=clk,
-        )  # fmt: skip
     return run_framed(
         "up",
         inv,
         emit,
-        lambda frame: _up(frame, opts, changes, preflight, clk, fetch, confirm),
-        lock_spec=LockSpec(lock_factory, opts.no_wait),
+        body,
+        lock_spec=None if opts.plan_only else LockSpec(lock_factory, opts.no_wait),
         accept_new=opts.accept_new_host_keys,
         hosts_factory=hosts_factory,
         clock=clk,
-        summary=lambda code, took: f"deployed in {took:.1f}s" if code == EXIT_OK else "",
+        summary=None if opts.plan_only else _deployed_in,
     )
+
+
+def _deployed_in(code: int, took: float) -> str:
+    return f"deployed in {took:.1f}s" if code == EXIT_OK else ""
 
 
 def _up(
@@ -111,20 +111,24 @@ def _up(
     confirm: Confirm | None = None,
 ) -> int:
     inv, emit = frame.inv, frame.emit
-    try:
-        token = read_secrets(inv) or None  # secrets.env's variables -> values
-        pair = read_tls(inv)  # router.tls: shipped to the proxy (0600)
-        tls = (pair.cert, pair.key) if pair is not None else None
-    except SecretError as e:
-        emit(Note(f"error: {e}", "error"))
-        return EXIT_USAGE
+    token: dict[str, str] | None = None
+    tls: tuple[str, str] | None = None
+    if not opts.plan_only:  # a plan ships nothing: no secret is read
+        try:
+            token = read_secrets(inv) or None  # secrets.env's variables -> values
+            pair = read_tls(inv)  # router.tls: shipped to the proxy (0600)
+            tls = (pair.cert, pair.key) if pair is not None else None
+        except SecretError as e:
+            emit(Note(f"error: {e}", "error"))
+            return EXIT_USAGE
     if token is not None:
         register_secrets(token)  # masked in anything pdboot logs or prints
-    if is_hub_model(inv.model) and inv.weights.stage:
+    if is_hub_model(inv.model) and inv.weights.stage and not opts.plan_only:
         # Ctrl-C mid-pull: no staging or seed container (nor its secret) is left
         frame.at_close(lambda hosts: remove_oneshots(inv, hosts))
     try:
-        findings = _preflight(inv, opts, emit, preflight)
+        # a plan runs no preflight: it reads what the last one recorded on the hosts
+        findings = None if opts.plan_only else _preflight(inv, opts, emit, preflight)
         frame.token.check()
         hosts = frame.open(deployment_hosts(inv), former=True)
     except UpStopped:
@@ -138,7 +142,7 @@ def _up(
 
 def _preflight(
     inv: Inventory, opts: UpOptions, emit: Emit, preflight: PreflightFn | None
-) -> Findings | None:
+) -> PlanFacts | None:
     if opts.skip_preflight or preflight is None:
         emit(PreflightDone(ok=True, skipped=True))
         return None
@@ -156,7 +160,7 @@ def _on_hosts(
     changes: ChangeOptions,
     frame: Frame,
     hosts: Hosts,
-    findings: Findings | None,
+    findings: PlanFacts | None,
     env: UpEnv,
 ) -> int:
     emit = frame.emit
@@ -166,12 +170,15 @@ def _on_hosts(
     try:
         if findings is None:
             # no preflight this run: what the last one recorded on each host
-            findings = recorded_findings(inv, hosts)
+            findings, unread = read_records(inv, hosts)
+            if unread and opts.plan_only:  # an unread record is not none: no false change
+                report_errors(emit, "cannot read the RDMA record on", unread)
+                return EXIT_FAILED
     except KeyboardInterrupt:
         emit(Interrupted(started=False))
         return EXIT_INTERRUPTED
     frame.token.check()
-    pinned = pin_weights(inv, hosts, env.fetch, env.token, emit, opts.refresh_weights)
+    pinned = _weights(inv, opts, hosts, env, emit)
     if pinned is None:
         return EXIT_FAILED
     inv, env = pinned.inventory, replace(env, weights=pinned)  # model_revision: the commit
@@ -179,20 +186,45 @@ def _on_hosts(
         emit(Note("a new weights commit is not rolled: the changed engines restart at once"))
         opts, changes = replace(opts, rolling=False), replace(changes, rolling=False)
     plan = plan_from(inv, findings)
-    if plan.unresolved:
-        for line in plan.unresolved:
-            emit(Note(f"error: {line}; run `up` with preflight (no count recorded)", "error"))
+    # what starts, and on what: said by `up` when it starts (a plan shows its changes only)
+    if not opts.plan_only and not _described(inv, opts, plan, findings, emit):
         return EXIT_FAILED
-    for line in describe(inv, plan, findings, skipped=opts.skip_preflight) + describe_nics(plan):
-        emit(Note(line))
     run = UpRun(inv, plan, hosts, opts, emit, env, frame.token, changes, findings)
     try:
-        run.run()
+        return run.run()
     except UpStopped:
         return EXIT_FAILED
     except KeyboardInterrupt:
-        run.interrupted()
+        if opts.plan_only:  # a plan started nothing
+            emit(Interrupted(started=False))
+        else:
+            run.interrupted()
         return EXIT_INTERRUPTED
     finally:
         run.admin.close()
-    return EXIT_OK
+
+
+def _described(
+    inv: Inventory, opts: UpOptions, plan: Plan, findings: PlanFacts, emit: Emit
+) -> bool:
+    """The plan in words (RDMA, NICs); False after an error: a count no preflight recorded."""
+    if plan.unresolved:
+        for line in plan.unresolved:
+            emit(Note(f"error: {line}; run `up` with preflight (no count recorded)", "error"))
+        return False
+    for line in describe(inv, plan, findings, skipped=opts.skip_preflight) + describe_nics(plan):
+        emit(Note(line))
+    return True
+
+
+def _weights(
+    inv: Inventory, opts: UpOptions, hosts: Hosts, env: UpEnv, emit: Emit
+) -> Pinned | None:
+    """The commit this run deploys; with apply off, the one an earlier `up` pinned (no hub
+    request: a plan asks nothing of the outside world)."""
+    if opts.plan_only:
+        inv, commit = as_recorded(inv, hosts)
+        if commit:
+            emit(Note(f"weights: {inv.model} at commit {commit} (pinned by an earlier up)"))
+        return Pinned(inv, None)
+    return pin_weights(inv, hosts, env.fetch, env.token, emit, opts.refresh_weights)

@@ -4,36 +4,36 @@ check -> ship compose + secrets -> converge once (plan/change_plan.py) and apply
 decode pulled KV from prefill, the correctness gate, the KV speed -> the watch service, if
 any (held back until after the changes and checks: it acts on the router's workers too, and
 its canaries would count in the proof) -> the endpoint. Each step checks the run's
-cancellation token first; a failed step is reported and raises UpStopped."""
+cancellation token first; a failed step is reported and raises UpStopped. The changes
+themselves run as one plan of steps (converger.py, bluegreen.py) through executor.py."""
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from pdboot.deploy import pair_guard, versions
-from pdboot.deploy.actions import (
-    endpoint_event,
-    pull_all,
-    running_now,
-    ship_all,
-    watch_held_back,
-)
-from pdboot.deploy.admin import AdminFetch
+from pdboot.deploy import pair_guard
+from pdboot.deploy.all_hosts import pull_all, report_errors, ship_all, watch_held_back
 from pdboot.deploy.bluegreen import BlueGreen, BlueGreenFailed
-from pdboot.deploy.converger import Converger
+from pdboot.deploy.converger import accept_outages, apply, apply_steps, proxy_steps
+from pdboot.deploy.executor import Action, Executor, Run
 from pdboot.deploy.frame import CancelToken
 from pdboot.deploy.ingress import bring_up_ingress
 from pdboot.deploy.logscan import explain, report_lines
-from pdboot.deploy.router_swap import RouterSwapError
-from pdboot.deploy.seams import report_errors
+from pdboot.deploy.planned_change import planned, shown
+from pdboot.deploy.router_admin import AdminFetch
+from pdboot.deploy.router_swap import PointProxy, RouterSwapError
 from pdboot.deploy.service_ops import ServiceOps, Where
+from pdboot.deploy.tier_upgrade import Serving, upgrade_steps
 from pdboot.deploy.up_options import UpEnv, UpOptions, UpStopped
 from pdboot.deploy.weights.staging import with_stage_image
 from pdboot.events import (
     Diagnosis,
     Emit,
+    Endpoint,
     ImageCheck,
     Interrupted,
     KVSpeed,
@@ -41,9 +41,11 @@ from pdboot.events import (
     Note,
     StageStarted,
 )
+from pdboot.exitcodes import EXIT_OK
 from pdboot.inventory.rules import advertised_address
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.change_plan import ChangeOptions, ChangePlan, change_plan
+from pdboot.plan.change_plan import ChangeOptions, ChangePlan
+from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import (
     KEEPALIVED_CONF_FILE,
     ROUTER_SECRETS_FILE,
@@ -55,7 +57,7 @@ from pdboot.plan.nixl_compat import ImageVersion
 from pdboot.plan.proxy import proxy_files
 from pdboot.plan.watch.sidecar import watch_secrets_text
 from pdboot.preflight import image_probe, ucx_probe
-from pdboot.preflight.findings import Findings, plan_from, records_to_ship
+from pdboot.preflight.findings import plan_from, records_to_ship
 from pdboot.transport.hosts import (
     Hosts,
     api_key_headers,
@@ -78,54 +80,59 @@ class UpRun:
         env: UpEnv,
         token: CancelToken,
         changes: ChangeOptions,
-        findings: Findings,
+        findings: PlanFacts,
     ) -> None:
         self.inv, self.plan, self.hosts, self.opts = inv, plan, hosts, opts
         self.emit, self.token, self.changes = emit, token, changes
-        # the router's worker API through the router host's SSH connection (admin.py)
+        # the router's worker API through the router host's SSH connection (router_admin.py)
         self.admin = AdminFetch(plan, hosts, env.fetch)
         self.env = replace(env, fetch=self.admin)
         self.dir = project_dir(inv)
         self.findings = findings  # what the plan was built on
         self.records = records_to_ship(findings)  # host -> RDMA record text to ship
-        self.port_gbps = findings.gbps  # host -> RDMA port rate preflight read
+        self.port_gbps = findings.rdma_gbps  # host -> RDMA port rate preflight read
         self.versions: dict[str, ImageVersion] = {}  # image -> what the parser read in it
         # host -> the compose.yaml that ran before this up (pair_guard), read as up ships
         self.previous: Mapping[str, str] = MappingProxyType({})
 
     # ---- the sequence
 
-    def run(self) -> None:
-        self.pull()
-        self.check_image()
-        self.ship()
+    def run(self) -> int:
+        """EXIT_OK once deployed; with apply off (`up --plan`), the same path up to the
+        change plan, shown: EXIT_CHANGES when it changes anything, else EXIT_OK."""
+        applying = not self.opts.plan_only
+        if applying:
+            self.pull()
+            self.check_image()
+            self.ship()
         ops = self.service_ops()  # on the plan as the UCX check left it
-        # converge, once: what to change, the one value `up --plan` shows too
-        observed = ops.settle_spare(ops.observe())  # a spare router a stopped swap left
-        change = change_plan(self.plan, observed, self.changes)
+        observed = ops.observe()
+        if applying:
+            observed = ops.settle_spare(observed)  # a spare router a stopped swap left
+        # converge, once: what to change; a plan read no pulled image (None)
+        pulled = self.versions if applying else None
+        decided = planned(self.emit, self.hosts, self.plan, observed, self.changes, pulled)
+        change = decided.change
+        if not applying:
+            return shown(self.emit, decided)
         self.token.check()
         watch = watch_held_back(self.hosts, change.watch, self.emit)
         addresses = {h: advertised_address(spec) for h, spec in self.inv.hosts.items()}
-        converger = Converger(
-            self.plan,
-            ops,
-            ops.router_api(),
-            self.emit,
-            self.token,
-            addresses=addresses,
-            yes=self.opts.yes,
-            confirm=self.env.confirm,
-        )
-        # a new build never rolls: blue/green beside the old, else every engine at once
-        decided = versions.decide(self.emit, self.hosts, self.plan, change, self.versions)
-        change = decided.change
-        if decided.taken("outage") and decided.path is not None:
-            converger.accept_outages([decided.path.why])
-        if decided.taken("blue-green"):
-            self.blue_green(ops, change)
-            converger.start_proxy(change.proxy)
-        else:
-            converger.apply(change)
+        run = ops.executor_run(addresses)
+        try:
+            if decided.taken("outage") and decided.path is not None:
+                accept_outages(
+                    self.emit, [decided.path.why], yes=self.opts.yes, confirm=self.env.confirm
+                )
+            if decided.taken("blue-green"):  # a new build never rolls: beside the old
+                self.blue_green(run, change)
+            elif decided.taken("degraded"):  # a tier of one: each tier serves alone in turn
+                steps = self.tier_upgrade(change)
+                apply_steps(run, self.token, [*steps, *proxy_steps(change.proxy)])
+            else:
+                apply(run, self.token, change, yes=self.opts.yes, confirm=self.env.confirm)
+        finally:
+            run.routers.close()
         # router.standby: its router, proxy and keepalived, before the checks through the
         # endpoint (with router.virtual_ip, the endpoint is the address keepalived holds)
         bring_up_ingress(ops.w, self.admin.fetch, change.ingress)
@@ -139,24 +146,27 @@ class UpRun:
             ops.wait([s.service for s in watch], router=False)
         self.token.check()
         self.emit(endpoint_event(self.plan))
+        return EXIT_OK
 
-    def blue_green(self, ops: ServiceOps, change: ChangePlan) -> None:
-        bg = BlueGreen(
-            self.inv,
-            self.plan,
-            self.hosts,
-            ops,
-            self.emit,
-            self.env.fetch,
-            api_key_headers(self.env.token or {}),
-            self.dir,
-            self.previous,
-        )
+    def blue_green(self, run: Run, change: ChangePlan) -> None:
+        headers = api_key_headers(self.env.token or {})
+        green = BlueGreen(self.plan, self.env.fetch, headers, self.emit)
+        steps = green.steps([s for st in change.stages for s in st])
+        executor = Executor(run, self.token)
         try:
-            bg.run([s for st in change.stages for s in st])
-        except (BlueGreenFailed, RouterSwapError) as e:
-            self.emit(Note(f"error: blue/green stopped: {e}", "error"))
+            executor.execute([*steps, *proxy_steps(change.proxy)])
+        except (BlueGreenFailed, RouterSwapError, UpStopped) as e:
+            why = str(e) or "a step failed (above)"
+            if not any(isinstance(s, PointProxy) for s in executor.done):
+                why = f"green failed before any client reached it: {why}; blue serves again"
+            self.emit(Note(f"error: blue/green stopped: {why}", "error"))
             raise UpStopped from None
+
+    def tier_upgrade(self, change: ChangePlan) -> list[Action]:
+        headers = api_key_headers(self.env.token or {})
+        engines = [s for st in change.stages for s in st]
+        serving = Serving(self.env.clock)
+        return upgrade_steps(self.plan, engines, change.orphans, serving, self.env.fetch, headers)
 
     def service_ops(self) -> ServiceOps:
         return ServiceOps(
@@ -336,3 +346,28 @@ class UpRun:
 
     def interrupted(self) -> None:
         self.emit(Interrupted(started=True, running=running_now(self.hosts, self.plan)))
+
+
+def endpoint_event(plan: Plan) -> Endpoint:
+    """What `up` ends with: the endpoint, the model name clients send, and a curl to try."""
+    example = json.dumps(
+        {
+            "model": plan.served_model_name,
+            "messages": [{"role": "user", "content": "Hello!"}],
+            "max_tokens": 64,
+        }
+    )
+    curl = (
+        f"curl {plan.endpoint}/v1/chat/completions "
+        f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
+    )
+    return Endpoint(f"{plan.endpoint}/v1", plan.served_model_name, curl)
+
+
+def running_now(hosts: Hosts, plan: Plan) -> tuple[tuple[str, str], ...]:
+    """What runs of the deployment when `up` is interrupted (a second Ctrl-C: nothing)."""
+    try:
+        values, _ = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 30)
+    except KeyboardInterrupt:
+        values = {}
+    return tuple((o.key, o.state) for obs in values.values() for o in obs)

@@ -3,28 +3,22 @@ reference it started from may since name another build (a nightly tag moves at e
 and the build is what NIXL's compatibility hash sees (plan/nixl_compat.py). Read only for
 engines whose image changes; `up` reads the new images' versions after the pull
 (preflight/image_args.py). Then the path a change takes (plan/upgrade.py), in events, and
-the change plan that path applies (`decide`: one choice for `up` and `up --plan`)."""
+what the path's choice (plan/upgrade.py's ``decide``, pure: one choice for `up` and
+`up --plan`) needs read from the hosts (``read_builds``)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from pdboot.deploy.seams import OP_DEADLINE
+from pdboot.deploy.all_hosts import OP_DEADLINE
 from pdboot.events import Emit, Note
-from pdboot.inventory.schema import TIERS
-from pdboot.plan.change_plan import ChangePlan, all_at_once
+from pdboot.plan import degraded
+from pdboot.plan.change_plan import ChangePlan
 from pdboot.plan.converge import Step
-from pdboot.plan.model import Plan
 from pdboot.plan.nixl_compat import UNKNOWN, ImageVersion
-from pdboot.plan.upgrade import (
-    PathKind,
-    UpgradePath,
-    choose,
-    compatibility,
-    replaced_engines,
-)
+from pdboot.plan.upgrade import Decision, UpgradePath, replaced_engines
 from pdboot.transport import docker_cli
 from pdboot.transport.hosts import Hosts, Link
 
@@ -117,78 +111,33 @@ def image_versions(
     return found
 
 
-def upgrade_path(
-    plan: Plan,
-    stages: Sequence[Sequence[Step]],
-    versions: Mapping[str, ImageVersion],
-    running: Mapping[str, ImageVersion],
-) -> UpgradePath:
-    steps = [s for st in stages for s in st]
-    compat = compatibility(steps, versions, running)
-    blue = {
-        t: [
-            s.service.key
-            for s in steps
-            if s.service.role == t
-            and not s.service.headless
-            and s.current is not None
-            and s.current.running
-        ]
-        for t in TIERS
-    }
-    green = {t: [s.key for s in plan.services() if s.role == t and not s.headless] for t in TIERS}
-    # blue/green replaces every engine: one kept as it runs would pair old with new
-    every = all(s.kind == "recreate" for s in steps if s.service.is_engine and s.current)
-    ok = plan.proxy is not None and every
-    return choose(replaced_engines(steps), compat, blue, green, blue_green=ok)
-
-
 @dataclass(frozen=True)
-class Decision:
-    """The path a change takes and the change plan it applies: an outage replaces every
-    engine at once (all_at_once), blue/green has no roll steps (its phases are the steps)."""
+class BuildsRead:
+    """What the pure choice (plan/upgrade.py's ``decide``) needs read from the hosts."""
 
-    change: ChangePlan
-    path: UpgradePath | None = None  # None: no running engine is replaced
-    pending: bool = False  # `up --plan` only: the path waits on a version read after the pull
-
-    def taken(self, kind: PathKind) -> bool:
-        return self.path is not None and self.path.kind == kind and not self.pending
+    running: Mapping[str, ImageVersion]  # the build each replaced engine runs now
+    images: Mapping[str, ImageVersion]  # the build each new image holds (pulled or local)
 
 
-def decide(
-    emit: Emit,
-    hosts: Hosts,
-    plan: Plan,
-    change: ChangePlan,
-    pulled: Mapping[str, ImageVersion] | None,
-) -> Decision:
-    """Roll, blue/green or outage, from the builds that run and the ones the new images hold.
-    ``pulled``: what `up`'s image check read in the pulled images; None for `up --plan`, which
-    pulls nothing: a new image not on its host yet leaves the path pending (a version never
-    read is never assumed equal, so `up` itself never waits: it goes blue/green or outage)."""
+def read_builds(
+    hosts: Hosts, change: ChangePlan, pulled: Mapping[str, ImageVersion] | None
+) -> BuildsRead | None:
+    """The builds that run and the ones the new images hold, for a change that replaces
+    engines (None: it replaces none, nothing to read). ``pulled``: what `up`'s image check
+    read in the pulled images; None for `up --plan`, which pulls nothing."""
     if not change.rolls:
-        return Decision(change)
+        return None
     steps = [s for st in change.stages for s in st]
-    running = running_versions(hosts, steps)
-    images = image_versions(hosts, steps, pulled or {})
-    path = upgrade_path(plan, change.stages, images, running)
-    if pulled is None and unread_build_only(path):
-        emit_pending(emit, path)
-        return Decision(change, path, pending=True)
-    emit_path(emit, path)
-    if path.kind == "outage":
-        change = all_at_once(plan, change)
-    elif path.kind == "blue-green":
-        change = replace(change, roll=replace(change.roll, steps=()))
-    return Decision(change, path)
+    return BuildsRead(running_versions(hosts, steps), image_versions(hosts, steps, pulled or {}))
 
 
-def unread_build_only(path: UpgradePath) -> bool:
-    """The only differences are new images whose vLLM version is not known yet (`up --plan`
-    pulls nothing): the path depends on what `up` reads after the pull."""
-    diffs = path.compat.differences
-    return bool(diffs) and all(d.factor == "vllm_version" and d.new == UNKNOWN for d in diffs)
+def emit_decision(emit: Emit, decided: Decision) -> None:
+    if decided.path is None:
+        return
+    if decided.pending:
+        emit_pending(emit, decided.path)
+    else:
+        emit_path(emit, decided.path)
 
 
 def emit_pending(emit: Emit, path: UpgradePath) -> None:
@@ -198,7 +147,8 @@ def emit_pending(emit: Emit, path: UpgradePath) -> None:
             "upgrade path: roll engine by engine if the new image holds the build that runs "
             f"(vLLM {', '.join(olds)}); `up` reads its version after the pull, and a new "
             "build is never rolled: it then goes blue/green, or, where a tier has one engine "
-            "or no proxy is in front, every engine is replaced at once (an outage, asked first)",
+            "or no proxy is in front, through degraded mode (each tier serves alone while "
+            "the other is replaced)",
             "warn",
         )
     )
@@ -221,6 +171,8 @@ def emit_path(emit: Emit, path: UpgradePath) -> None:
     for p in path.phases:
         caps = ", ".join(c.describe() for c in p.capacity)
         state = "endpoint up" if p.endpoint_up else "ENDPOINT DOWN"
+        if p.mode != "pd":
+            state += f", {degraded.describe(p.mode)}"
         emit(
             Note(
                 f"  phase {p.number}: {p.what}; clients on {p.serving} ({caps}); {state}; "
@@ -230,15 +182,14 @@ def emit_path(emit: Emit, path: UpgradePath) -> None:
 
 
 __all__ = [
-    "Decision",
-    "decide",
+    "BuildsRead",
+    "emit_decision",
     "emit_path",
     "emit_pending",
     "exec_argv",
     "image_versions",
     "parse",
+    "read_builds",
     "run_argv",
     "running_versions",
-    "unread_build_only",
-    "upgrade_path",
 ]

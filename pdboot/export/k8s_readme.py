@@ -7,8 +7,7 @@ import shlex
 
 from pdboot.export.common import dns_label, endpoint_port, engines, label_value
 from pdboot.inventory.schema import Inventory
-from pdboot.plan.model import Plan
-from pdboot.transport.hosts import API_KEY_VARS, HF_TOKEN_VARS
+from pdboot.plan.model import API_KEY_VARS, HF_TOKEN_VARS, Plan
 
 LABEL_HOST = "pdboot.io/host"
 

@@ -16,7 +16,8 @@ gives each component its own nodes and could not keep colocated tiers together.
 Every address the plan took from the inventory (the NIXL side-channel host, the router's
 worker URLs, a data-parallel head) becomes the address Slurm has for the node that plays the
 host (``scontrol show node``: NodeAddr). Secrets stay on the nodes: a file there (`up`'s
-``secrets.env`` path by default) passed to the containers, never read into the script.
+``secrets.env`` path by default) passed to the engines, never read into the script; the
+router and the proxy get the one line each uses, copied file to file on the first node.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from pdboot.export.common import endpoint_port, engines, gpu_count
 from pdboot.export.edge import key_from_env_file, proxy_conf, proxy_start
 from pdboot.export.slurm_steps import (
     ENV_PROGRAM,
+    PROXY_OWN_SECRETS,
+    ROUTER_OWN_SECRETS,
     SECRETS_IN_CONTAINER,
     SECRETS_PROGRAM,
     Image,
@@ -50,6 +53,7 @@ from pdboot.export.slurm_text import (
     ADD_WORKER,
     DOCKER,
     DOCKER_STAGE,
+    OWN_SECRET,
     PRELUDE,
     PYXIS,
     PYXIS_STAGE,
@@ -156,7 +160,7 @@ def _stage(inv: Inventory, plan: Plan, weights: ExportWeights, opts: SlurmOption
     lines = [
         "",
         f"# --- weights: {w.repo}@{w.commit} into each engine node's HF cache, hash-checked",
-        "# (`pdboot stage`'s program: deploy/weights/script.py, after the hub's file list) ---",
+        "# (`pdboot stage`'s program: plan/weights/programs.py, after the hub's file list) ---",
         "IFS= read -r -d '' STAGE_PY <<'PDBOOT_STAGE_PY' || true",
         w.command()[2].strip("\n"),
         "PDBOOT_STAGE_PY",
@@ -193,8 +197,9 @@ def _proxy(inv: Inventory, plan: Plan, n: int, opts: SlurmOptions) -> list[str]:
         "cat >\"$PROXY_DIR/nginx.conf\" <<'PDBOOT_NGINX_CONF'",
         proxy_conf(inv).rstrip("\n"),
         "PDBOOT_NGINX_CONF",
+        *([f"own_secret VLLM_API_KEY {PROXY_OWN_SECRETS}"] if keyed else []),
         "# the proxy container's program: "
-        + ("the key's include from the secrets file, then nginx" if keyed else "nginx"),
+        + ("the key's include from its secrets file, then nginx" if keyed else "nginx"),
         "IFS= read -r -d '' PROXY_SH <<'PDBOOT_PROXY_SH' || true",
         proxy_start(inv, key_from_env_file(SECRETS_IN_CONTAINER)),
         "PDBOOT_PROXY_SH",
@@ -218,9 +223,13 @@ def _pyxis_programs(secrets: bool) -> str:
     return "\n".join([*lines, ""])
 
 
-def _functions(opts: SlurmOptions, weights: ExportWeights, live: bool, secrets: bool) -> str:
+def _functions(
+    opts: SlurmOptions, weights: ExportWeights, live: bool, secrets: bool, keyed: bool
+) -> str:
     docker = opts.runtime == "docker"
     parts = [PRELUDE, DOCKER if docker else PYXIS + _pyxis_programs(secrets)]
+    if keyed:
+        parts.append(OWN_SECRET)
     if weights.step is not None:
         parts += [DOCKER_STAGE if docker else PYXIS_STAGE, STAGE_WAIT]
     parts.append(WAITS)
@@ -253,7 +262,8 @@ def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -
     ]
     if live:  # the served name as a JSON string, for add_worker's body
         lines.append(f"MODEL_ID_JSON={shlex.quote(json.dumps(plan.served_model_name))}")
-    lines.append(_functions(opts, weights, live, secrets))
+    keyed = plan.router.env_file is not None or inv.secrets.api_key is not None
+    lines.append(_functions(opts, weights, live, secrets, keyed))
     lines += _stage(inv, plan, weights, opts)
     lines += ["", "# --- engines: every one together, as `pdboot up` starts them ---"]
     for n, s in enumerate(es):
@@ -267,6 +277,9 @@ def render_slurm(inv: Inventory, plan: Plan, opts: SlurmOptions | None = None) -
         lines.append(f"wait_engine {n} {shlex.quote(s.key)} {_ready_url(plan, s)}")
     router_n = len(es)
     lines += ["", f"# --- the router on the first node's loopback: {plan.router.key} ---"]
+    if plan.router.env_file is not None:
+        lines.append("# its env file: OPENAI_API_KEY alone, which it sends to the engines")
+        lines.append(f"own_secret OPENAI_API_KEY {ROUTER_OWN_SECRETS}")
     lines += _launch(plan, plan.router, router_n, opts)
     lines.append(f'wait_health {router_n} router "$ROUTER_URL/health"')
     if live:

@@ -28,6 +28,12 @@ ENV_PROGRAM = 'while [ "$1" != -- ]; do export "$1"; shift; done; shift; exec "$
 # ... after the secrets file, read on the node inside the container: the values never pass
 # through the script
 SECRETS_PROGRAM = f"set -a; . {SECRETS_IN_CONTAINER}; set +a; {ENV_PROGRAM}"
+# The router's and the proxy's own secrets, in the job's private folder on the first node
+# ("$OWN_SECRETS", 0700): the one line each uses, copied from the secrets file there by the
+# script (slurm_text.py's own_secret), so neither container sees HF_TOKEN (`up` gives the
+# router router-secrets.env the same way)
+ROUTER_OWN_SECRETS = "router.env"  # OPENAI_API_KEY=, which vllm-router sends to the engines
+PROXY_OWN_SECRETS = "proxy.env"  # VLLM_API_KEY=, the key the proxy checks
 
 
 class Word(str):
@@ -107,8 +113,11 @@ class Step:
     args: list[str]
     env: list[tuple[str, str]]
     mounts: list[str]  # source:target[:ro], a source may be a Word
-    secrets: bool  # the secrets file reaches the container
+    secrets: bool  # the secrets file (or the container's own, secrets_file) reaches it
     service: Service | None = None  # docker's settings of an engine or the router
+    # the file on the node: the whole secrets file for the engines and the weights step;
+    # the router's and the proxy's own (their one variable, slurm_text.py's own_secret)
+    secrets_file: str = '"$SECRETS_FILE"'
 
     @property
     def program(self) -> list[str]:
@@ -122,9 +131,10 @@ def service_step(plan: Plan, s: Service) -> Step:
         own, args, env = ("vllm", "serve"), engine_args(plan, s), engine_env(plan, s)
     else:
         own, args, env = ("vllm-router",), router_args(plan), list(s.environment)
-    return Step(
-        s.name, s.host, s.image, s.entrypoint, own, args, env, mounts, s.env_file is not None, s
-    )
+    secrets, file = s.env_file is not None, '"$SECRETS_FILE"'
+    if not s.is_engine:  # OPENAI_API_KEY alone, as `up`'s router-secrets.env
+        file = f'"$OWN_SECRETS"/{ROUTER_OWN_SECRETS}'
+    return Step(s.name, s.host, s.image, s.entrypoint, own, args, env, mounts, secrets, s, file)
 
 
 def stage_step(plan: Plan, host: str, w: WeightsStep, secrets: bool) -> Step:
@@ -136,10 +146,13 @@ def stage_step(plan: Plan, host: str, w: WeightsStep, secrets: bool) -> Step:
 
 def proxy_step(plan: Plan, start: str, keyed: bool) -> Step:
     """The proxy on the router's node: the job's private proxy folder (nginx.conf, and the
-    key's include the container writes there) and, with a key, the secrets file."""
+    key's include the container writes there) and, with a key, its own secrets file (the
+    VLLM_API_KEY line alone)."""
     mount = Word(f'"$PROXY_DIR":{PROXY_DIR_IN_CONTAINER}')
     image = plan.proxy.image if plan.proxy is not None else ""
-    return Step("proxy", plan.router.host, image, ("sh",), (), ["-c", start], [], [mount], keyed)
+    file = f'"$OWN_SECRETS"/{PROXY_OWN_SECRETS}'
+    argv = ["-c", start]
+    return Step("proxy", plan.router.host, image, ("sh",), (), argv, [], [mount], keyed, None, file)
 
 
 def docker_argv(plan: Plan, step: Step) -> list[str]:
@@ -171,9 +184,9 @@ def docker_argv(plan: Plan, step: Step) -> list[str]:
         argv += ["-e", env_word(k, v)]
     if step.secrets and step.name == "proxy":
         # only the proxy reads the file itself (its key); the others get it as variables
-        argv += ["-v", Word(f'"$SECRETS_FILE":{SECRETS_IN_CONTAINER}:ro')]
+        argv += ["-v", Word(f"{step.secrets_file}:{SECRETS_IN_CONTAINER}:ro")]
     elif step.secrets:
-        argv += ["--env-file", Word('"$SECRETS_FILE"')]
+        argv += ["--env-file", Word(step.secrets_file)]
     if step.entrypoint is None:  # the image's own, as compose runs it
         return [*argv, Image(step.image), *step.args]
     argv += ["--entrypoint", step.entrypoint[0], Image(step.image)]
@@ -187,7 +200,7 @@ def pyxis_argv(plan: Plan, step: Step) -> list[str]:
     if s is not None:
         mounts += [d.split(":")[0] + ":" + d.split(":")[-1] for d in s.devices]
     if step.secrets:
-        mounts.append(Word(f'"$SECRETS_FILE":{SECRETS_IN_CONTAINER}:ro'))
+        mounts.append(Word(f"{step.secrets_file}:{SECRETS_IN_CONTAINER}:ro"))
     words: list[str] = [f"--container-image={step.image}", *PYXIS_COMMON]
     if mounts:
         # one word: literal parts quoted, the node's paths expanded there

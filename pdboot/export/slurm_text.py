@@ -15,6 +15,10 @@ mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
 # the proxy's nginx.conf and (written by its container) the key's include: this job's only,
 # on the first node, 0700, removed with the job
 PROXY_DIR=$(mktemp -d "${TMPDIR:-/tmp}/pdboot-proxy.XXXXXX") || die "cannot create a folder in /tmp"
+# the router's and the proxy's own secrets (own_secret, with an API key): this job's only,
+# on the first node, 0700, removed with the job
+OWN_SECRETS=$(mktemp -d "${TMPDIR:-/tmp}/pdboot-secrets.XXXXXX") ||
+  die "cannot create a folder in /tmp"
 PIDS=()
 KEYS=()
 STAGING=()
@@ -28,7 +32,7 @@ teardown() {
   local pid
   for pid in "${STAGING[@]}" "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   wait
-  rm -rf "$PROXY_DIR"
+  rm -rf "$PROXY_DIR" "$OWN_SECRETS"
   log "torn down"
 }
 trap 'teardown; exit 143' TERM INT HUP
@@ -209,3 +213,13 @@ for n in "${!PIDS[@]}"; do
 done
 exit 1
 """
+
+# Only with an API key: the router and the proxy read their own copies of it.
+OWN_SECRET = r"""
+own_secret() { # NAME file: the secrets file's last NAME= line alone, into a 0600 file of this
+  # job's on this node (the router's and the proxy's, which see nothing else: never HF_TOKEN).
+  # File to file: the value never enters this script or its log
+  (umask 077 && grep "^$1=" "$SECRETS_FILE" | tail -n 1 >"$OWN_SECRETS/$2") ||
+    die "secrets file $SECRETS_FILE has no $1= line"
+}
+"""  # noqa: S105 - a shell function, no secret

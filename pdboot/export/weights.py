@@ -8,7 +8,7 @@ load two commits (prefill and decode split across revisions). Such a revision is
 with the fix, unless the operator asks for vLLM's own download at start (named unpinned in
 the output).
 
-The step runs the SAME staging program as `pdboot stage` (deploy/weights/script.py: the
+The step runs the SAME staging program as `pdboot stage` (plan/weights/programs.py: the
 image's huggingface_hub downloads the commit into the node's HF cache, then every file is
 checked against the hub's sha256 / git blob id). `pdboot stage` gets that file list from the
 hub on the operator's machine; an offline export cannot, so LISTING, run first in the same
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdboot.deploy.weights.script import STAGE_SCRIPT
 from pdboot.export.common import ExportError
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
 from pdboot.plan.weights.hub import endpoint_refusal, hub_endpoint, is_commit, is_hub_model
+from pdboot.plan.weights.programs import STAGE_SCRIPT
 
 # The hub's file list for the commit (argv: repo commit), before STAGE_SCRIPT reads it from
 # PDBOOT_STAGE_FILES. The token (HF_TOKEN, from the secrets) goes to the endpoint only, never

@@ -385,7 +385,7 @@ def _router(inv: Inventory, prefills: list[Service], decodes: list[Service]) -> 
         name="router",
         role="router",
         host=r.host,
-        address=ROUTER_INTERNAL_ADDRESS,  # as its host sees it (deploy/admin.py)
+        address=ROUTER_INTERNAL_ADDRESS,  # as its host sees it (deploy/router_admin.py)
         port=r.internal_port,
         project=project_name(inv),
         image=inv.router_image,

@@ -32,7 +32,6 @@ class ChangeOptions:
     live: bool  # router.live_workers: the router's workers are registered at runtime
     rolling: bool = True  # False: --no-rolling
     rollback: bool = False  # --rollback: all or nothing, never a roll
-    swap: bool = True  # rolling, a router change swaps the router (no outage) over recreating it
 
     @property
     def rolls(self) -> bool:
@@ -89,7 +88,7 @@ def change_plan(plan: Plan, observed: Sequence[Observed], opts: ChangeOptions) -
         restarts=tuple(restarts),
         stages=tuple(tuple(st) for st in stages),
         orphans=tuple(gone),
-        roll=plan_roll(plan, first, restarts, gone, rolling=rolls, swap=rolls and opts.swap),
+        roll=plan_roll(plan, first, restarts, gone, rolling=rolls, swap=rolls),
         ingress=tuple(plan_ingress(plan, observed)),
     )
 

@@ -10,8 +10,12 @@ Where the switch lives: the router's worker list, nothing else. vllm-router 0.1.
 and stand-in engines, tests/testbed/standin/test_degraded_router.py: decode workers alone, or
 beside regular ones, answer 503 "No available workers: 0 prefill, 1 decode"; regular workers
 alone serve). So degraded mode registers each serving engine as a ``regular`` worker under
-its *plain URL* (the engine's URL with a trailing slash: the router keeps it apart from the
-engine's P/D entry and sends ``/v1/...`` to the engine unchanged) and removes every P/D entry;
+its *plain URL*, the engine's URL followed by ``/.``: the router files it apart from the
+engine's P/D entry, and the request URL it builds (``http://H:P/./v1/...``) loses the dot
+segment when parsed, so the engine gets ``/v1/...`` unchanged. (A trailing slash alone, as
+first tried, makes the router send ``//v1/...``, which real vLLM answers 404 ``{"detail":
+"Not Found"}``: seen on the real-engine testbed; Python's http.server, under the stand-in,
+folds the double slash away, so only real vLLM showed it.) Every P/D entry is removed;
 P/D comes back by registering the tiers again and removing the plain entries.
 
 Why there and not elsewhere: the watch service runs beside the router with nothing but the
@@ -42,18 +46,21 @@ ServingMode = Literal["pd", "decode_only", "prefill_only", "down"]
 PLAIN = "regular"  # the router's worker type for a plain engine
 
 
+PLAIN_SUFFIX = "/."  # the module docstring says why a dot segment, not a bare slash
+
+
 def plain_url(url: str) -> str:
     """The URL an engine is registered under as a plain (regular) worker."""
-    return url.rstrip("/") + "/"
+    return engine_url(url) + PLAIN_SUFFIX
 
 
 def is_plain_url(url: str) -> bool:
-    return url.endswith("/")
+    return url.endswith(PLAIN_SUFFIX)
 
 
 def engine_url(url: str) -> str:
     """The engine a router entry (plain or not) stands for."""
-    return url.rstrip("/")
+    return url.rstrip("/").removesuffix(PLAIN_SUFFIX).rstrip("/")
 
 
 def serving_mode(in_rotation: Mapping[str, TierName]) -> ServingMode:

@@ -35,6 +35,11 @@ LABEL_DP_RANKS = "io.pdboot.dp-ranks"
 
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 SECRETS_FILE = "secrets.env"  # beside compose.yaml on the host, mode 0600, shipped by `up`
+# What each inventory secret becomes in secrets.env: the variables the HF libraries read,
+# vLLM's VLLM_API_KEY (the engines require it on /v1) and OPENAI_API_KEY, which
+# vllm-router 0.1.17 sends as "Authorization: Bearer" to the prefill and decode workers.
+HF_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+API_KEY_VARS = ("VLLM_API_KEY", "OPENAI_API_KEY")
 # the proxy's nginx.conf (0644) and the API key's include (0600), beside compose.yaml
 PROXY_CONF_FILE = "proxy-nginx.conf"
 PROXY_AUTH_FILE = "proxy-auth.conf"

@@ -1,8 +1,9 @@
 """Plan -> the Prometheus scrape config for one deployment (pure): every engine that serves
 HTTP (vLLM's /metrics on its own port), every engine's NIXL exporter (its own port,
-plan/nixl_telemetry.py), the router's metrics port, and the watch service when
-`up` runs one. Targets carry the labels the shipped alert rules and dashboard read: ``role``
-(prefill, decode, router, watch), ``service`` (decode@gpu-b: vLLM's own ``engine`` label is the
+plan/nixl_telemetry.py), the router's metrics port (``router.standby``'s router too: a
+failover should not leave Prometheus blind), and the watch service when `up` runs one.
+Targets carry the labels the shipped alert rules and dashboard read: ``role`` (prefill,
+decode, router, watch), ``service`` (decode@gpu-b: vLLM's own ``engine`` label is the
 engine index, so pdboot's name goes in another), ``host`` and ``deployment``."""
 
 from __future__ import annotations
@@ -35,20 +36,21 @@ def scrape_config(plan: Plan, interval: str = "15s") -> dict[str, Any]:
     if nixl:
         jobs.append({"job_name": f"{plan.deployment}-nixl", "static_configs": nixl})
     if plan.router.metrics_port is not None:
-        jobs.append(
-            {
-                "job_name": f"{plan.deployment}-router",
-                # behind the proxy the router serves on loopback; its metrics port listens
-                # on router.metrics_bind (the host's own address by default)
-                "static_configs": [
-                    _target(
-                        plan.router,
-                        plan.router.metrics_port,
-                        plan.router.metrics_address or (plan.proxy or plan.router).address,
-                    )
-                ],
-            }
-        )
+        # behind the proxy the router serves on loopback; its metrics port listens on
+        # router.metrics_bind (the host's own address by default)
+        routers = [
+            _target(
+                plan.router,
+                plan.router.metrics_port,
+                plan.router.metrics_address or (plan.proxy or plan.router).address,
+            )
+        ]
+        standby = plan.standby_router  # router.standby: the same port on its own address
+        if standby is not None and standby.metrics_port is not None:
+            routers.append(
+                _target(standby, standby.metrics_port, standby.metrics_address or standby.address)
+            )
+        jobs.append({"job_name": f"{plan.deployment}-router", "static_configs": routers})
     if plan.watch is not None:
         jobs.append(
             {

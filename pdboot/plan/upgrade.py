@@ -1,4 +1,4 @@
-"""Which path a change takes, and why (pure): a roll, blue/green, or an outage.
+"""Which path a change takes, and why (pure): a roll, blue/green, degraded mode, or an outage.
 
 - *roll*: every replaced engine keeps its NIXL hash inputs (nixl_compat.py), so an old and
   a new engine pair as two old ones did: rolling.py's steps, engine by engine.
@@ -7,23 +7,32 @@
   set (green: its own router and engines) is proven alone, then the proxy switches to it.
   Its room is freed by draining and stopping half of each blue tier (never below one engine
   per tier); the phases below say which engines run and each tier's capacity.
-- *outage*: a hash input changes and a tier has one engine: there is no half to free, so
-  every engine is replaced at once (the recreate path) and the endpoint fails requests until
-  the new set is ready; `up` asks for --yes first, as for any tier that cannot roll.
+- *degraded*: a hash input changes and blue/green cannot run (a tier has one engine: no half
+  to free; or no proxy in front): one tier serves alone, as plain engines, while the other is
+  replaced, then the other way round, and P/D again once the new pairs are proven
+  (tier_upgrade.py's phases). No outage, and nothing asked.
+- *outage*: a hash input changes and not every running engine is replaced (one kept as it
+  runs would pair old with new): every engine is replaced at once (the recreate path) and
+  the endpoint fails requests until the new set is ready; `up` asks for --yes first, as for
+  any tier that cannot roll. An operator who wants it anyway asks with --no-rolling.
 
 ``blue_green`` says whether blue/green can run (a proxy in front, every running engine
-replaced); where it cannot, an incompatible change takes the outage path, and says so.
+replaced); ``degraded`` whether degraded mode can (every running engine replaced, each tier
+with an engine before and after).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pdboot.inventory.schema import TIERS, TierName
+from pdboot.plan.change_plan import ChangePlan, all_at_once
 from pdboot.plan.converge import Step
+from pdboot.plan.model import Plan
 from pdboot.plan.nixl_compat import (
+    UNKNOWN,
     Compatibility,
     HashInputs,
     ImageVersion,
@@ -32,8 +41,9 @@ from pdboot.plan.nixl_compat import (
     same_image_version,
 )
 from pdboot.plan.rolling import Capacity
+from pdboot.plan.tier_upgrade import capacity, running, tier_phases
 
-PathKind = Literal["none", "roll", "blue-green", "outage"]
+PathKind = Literal["none", "roll", "blue-green", "degraded", "outage"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class Phase:
     capacity: tuple[Capacity, ...]  # of the set the endpoint serves from
     endpoint_up: bool
     serving: str  # "blue" or "green": which set the proxy sends clients to
+    mode: str = "pd"  # plan/degraded.py's ServingMode: both tiers, or one alone (plain)
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class UpgradePath:
             "none": "no engine is replaced",
             "roll": "roll engine by engine",
             "blue-green": "blue/green (a new set beside the old, proven alone, then switched)",
+            "degraded": "through degraded mode (one tier serves alone while the other is replaced)",
             "outage": "outage (every engine replaced at once)",
         }[self.kind]
         return f"upgrade path: {words}: {self.why}"
@@ -98,6 +110,7 @@ def choose(
     green: Mapping[TierName, Sequence[str]],
     *,
     blue_green: bool,
+    degraded: bool = False,
 ) -> UpgradePath:
     """``replaced``: the engine steps that recreate a running engine; ``blue``: tier ->
     the keys of the engines serving now; ``green``: tier -> the keys the inventory wants."""
@@ -106,12 +119,22 @@ def choose(
     if compat.compatible:
         return UpgradePath("roll", compat.why, compat)
     single = [t for t in TIERS if len(blue.get(t, ())) < 2]
+    if (single or not blue_green) and degraded:
+        if single:
+            tiers = " and ".join(f"the {t} tier" for t in single)
+            has = "each have" if len(single) > 1 else "has"
+            room = f"{tiers} {has} one engine: no half can be freed for a new set"
+        else:
+            room = "blue/green needs the proxy in front"
+        why = f"{compat.why}; {room}, so each tier serves alone while the other is replaced"
+        return UpgradePath("degraded", why, compat, degraded_phases(blue, green))
     if single:
         tiers = " and ".join(f"the {t} tier" for t in single)
         has = "each have" if len(single) > 1 else "has"
         why = (
             f"{compat.why}; {tiers} {has} one engine: no half can be freed for a new set, "
-            "so every engine is replaced at once"
+            "and an engine kept as it runs would pair old with new: every engine is "
+            "replaced at once"
         )
         return UpgradePath("outage", why, compat, _outage(blue, green))
     if not blue_green:
@@ -172,18 +195,113 @@ def blue_green_phases(
     )  # fmt: skip
 
 
+def degraded_phases(
+    blue: Mapping[TierName, Sequence[str]], green: Mapping[TierName, Sequence[str]]
+) -> tuple[Phase, ...]:
+    """tier_upgrade.py's phases as `up` shows them: what runs, each tier's capacity, the
+    serving mode; the endpoint stays up in every one."""
+    out = []
+    for p in tier_phases(blue, green):
+        side = "green" if p.serving_tier in p.new or p.mode == "pd" else "blue"
+        out.append(Phase(p.number, p.describe(), running(p, blue, green),
+                         capacity(p, blue, green), True, side, p.mode))  # fmt: skip
+    return tuple(out)
+
+
 def _first_green(wanted: Sequence[str], freed: Sequence[str]) -> list[str]:
     """The inventory's engines in the freed engines' places (same key: host and name), never
     one beside them on the same host (that is blue's, still serving)."""
     return [k for k in sorted(wanted) if k in set(freed)]
 
 
+# --------------------------------------------------------------------------- the decision
+
+
+def upgrade_path(
+    plan: Plan,
+    stages: Sequence[Sequence[Step]],
+    versions: Mapping[str, ImageVersion],
+    running: Mapping[str, ImageVersion],
+) -> UpgradePath:
+    steps = [s for st in stages for s in st]
+    compat = compatibility(steps, versions, running)
+    blue = {
+        t: [
+            s.service.key
+            for s in steps
+            if s.service.role == t
+            and not s.service.headless
+            and s.current is not None
+            and s.current.running
+        ]
+        for t in TIERS
+    }
+    green = {t: [s.key for s in plan.services() if s.role == t and not s.headless] for t in TIERS}
+    # blue/green replaces every engine: one kept as it runs would pair old with new
+    every = all(s.kind == "recreate" for s in steps if s.service.is_engine and s.current)
+    ok = plan.proxy is not None and every
+    # degraded mode needs the same, and an engine in each tier before and after, not a proxy
+    alone = every and all(blue[t] and green[t] for t in TIERS)
+    return choose(replaced_engines(steps), compat, blue, green, blue_green=ok, degraded=alone)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The path a change takes and the change plan it applies: an outage replaces every
+    engine at once (all_at_once), blue/green and degraded mode have no roll steps (their
+    phases are the steps)."""
+
+    change: ChangePlan
+    path: UpgradePath | None = None  # None: no running engine is replaced
+    pending: bool = False  # `up --plan` only: the path waits on a version read after the pull
+
+    def taken(self, kind: PathKind) -> bool:
+        return self.path is not None and self.path.kind == kind and not self.pending
+
+
+def decide(
+    plan: Plan,
+    change: ChangePlan,
+    running: Mapping[str, ImageVersion],
+    images: Mapping[str, ImageVersion],
+    *,
+    pulled: bool,
+) -> Decision:
+    """Roll, blue/green, degraded mode or outage, from the builds that run and the ones the
+    new images hold (deploy/versions.py reads both). ``pulled``: `up` read the pulled
+    images' versions; False for `up --plan`, which pulls nothing: a new image not on its
+    host yet leaves the path pending (a version never read is never assumed equal, so `up`
+    itself never waits: it goes blue/green, through degraded mode, or an outage)."""
+    if not change.rolls:
+        return Decision(change)
+    path = upgrade_path(plan, change.stages, images, running)
+    if not pulled and unread_build_only(path):
+        return Decision(change, path, pending=True)
+    if path.kind == "outage":
+        change = all_at_once(plan, change)
+    elif path.kind in ("blue-green", "degraded"):
+        change = replace(change, roll=replace(change.roll, steps=()))
+    return Decision(change, path)
+
+
+def unread_build_only(path: UpgradePath) -> bool:
+    """The only differences are new images whose vLLM version is not known yet (`up --plan`
+    pulls nothing): the path depends on what `up` reads after the pull."""
+    diffs = path.compat.differences
+    return bool(diffs) and all(d.factor == "vllm_version" and d.new == UNKNOWN for d in diffs)
+
+
 __all__ = [
+    "Decision",
     "PathKind",
     "Phase",
     "UpgradePath",
     "blue_green_phases",
     "choose",
     "compatibility",
+    "decide",
+    "degraded_phases",
     "replaced_engines",
+    "unread_build_only",
+    "upgrade_path",
 ]

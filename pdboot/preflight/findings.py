@@ -1,6 +1,7 @@
 """What preflight found that the plan depends on, and how it outlives one run: per host
 whether RDMA is usable and on which ports, the interface UCX's TCP takes, each engine's
-nearest NIC, the GPU count and the fastest port's rate (``Findings``).
+nearest NIC, the GPU count and the fastest port's rate, as the plan's one input
+(plan/facts.py's ``PlanFacts``, its ``source`` saying this run's preflight or a record).
 
 The first decides where ``kv_transfer.rdma: auto`` turns RDMA on: usable verbs devices with
 an ACTIVE port turn on /dev/infiniband, IPC_LOCK and UCX_NET_DEVICES (those ports). The
@@ -23,8 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 from pdboot.inventory.engines import EngineNic
 from pdboot.inventory.schema import Inventory
@@ -50,25 +50,6 @@ class _Preflight(Protocol):
     def hosts(self) -> Mapping[str, _HostReport]: ...
 
 
-Source = Literal["preflight", "recorded"]
-
-
-@dataclass(frozen=True)
-class Findings:
-    """Per host: RDMA usable, the ACTIVE ``device:port`` names (for UCX), the interfaces
-    reaching the peers, per engine name the port(s) nearest its GPUs, the number of GPUs
-    found and the fastest ACTIVE port's rate."""
-
-    present: dict[str, bool]
-    ports: dict[str, list[str]] = field(default_factory=dict)
-    source: Source = "preflight"
-    # per host, the interface(s) reaching the peer engines, for UCX over TCP
-    ifaces: dict[str, list[str]] = field(default_factory=dict)
-    nics: dict[str, dict[str, EngineNic]] = field(default_factory=dict)
-    gpus: dict[str, int] = field(default_factory=dict)
-    gbps: dict[str, float] = field(default_factory=dict)  # fastest ACTIVE port (KV speed check)
-
-
 def active_ports(facts: HostFacts) -> list[str]:
     """The ``device:port`` of every ACTIVE port preflight's RDMA facts list."""
     return facts.rdma.active_ports() if facts.rdma is not None else []
@@ -83,7 +64,7 @@ def tcp_ifaces(facts: HostFacts) -> list[str]:
     return found
 
 
-def from_preflight(result: _Preflight) -> Findings:
+def from_preflight(result: _Preflight) -> PlanFacts:
     present: dict[str, bool] = {}
     ports: dict[str, list[str]] = {}
     nics: dict[str, dict[str, EngineNic]] = {}
@@ -104,8 +85,14 @@ def from_preflight(result: _Preflight) -> Findings:
             if rate:
                 gbps[name] = rate
     ifaces = {n: tcp_ifaces(r.facts) for n, r in result.hosts.items()}
-    return Findings(
-        present, ports, "preflight", {n: i for n, i in ifaces.items() if i}, nics, gpus, gbps
+    return PlanFacts(
+        rdma_present=present,
+        rdma_ports=ports,
+        tcp_ifaces={n: i for n, i in ifaces.items() if i},
+        engine_nics=nics,
+        gpu_counts=gpus,
+        rdma_gbps=gbps,
+        source="preflight",
     )
 
 
@@ -191,7 +178,7 @@ def parse_engines(text: str) -> tuple[dict[str, EngineNic], int | None]:
     return out, count if isinstance(count, int) and count > 0 else None
 
 
-def from_records(texts: Mapping[str, str | None]) -> Findings:
+def from_records(texts: Mapping[str, str | None]) -> PlanFacts:
     present: dict[str, bool] = {}
     ports: dict[str, list[str]] = {}
     ifaces: dict[str, list[str]] = {}
@@ -209,35 +196,36 @@ def from_records(texts: Mapping[str, str | None]) -> Findings:
             nics[host] = found
         if count is not None:
             gpus[host] = count
-    return Findings(present, ports, "recorded", ifaces, nics, gpus)
+    return PlanFacts(
+        rdma_present=present,
+        rdma_ports=ports,
+        tcp_ifaces=ifaces,
+        engine_nics=nics,
+        gpu_counts=gpus,
+        source="recorded",
+    )
 
 
-def records_to_ship(findings: Findings | None) -> dict[str, str]:
-    """host -> record text; only findings of a preflight of this run are recorded."""
-    if findings is None or findings.source != "preflight":
+def records_to_ship(facts: PlanFacts | None) -> dict[str, str]:
+    """host -> record text; only the facts of a preflight of this run are recorded."""
+    if facts is None or facts.source != "preflight":
         return {}
     return {
         h: record_text(
             p,
-            findings.ports.get(h, []),
-            findings.ifaces.get(h, []),
-            findings.nics.get(h),
-            findings.gpus.get(h),
+            list(facts.rdma_ports.get(h, [])),
+            facts.tcp_ifaces.get(h, []),
+            facts.engine_nics.get(h),
+            facts.gpu_counts.get(h),
         )
-        for h, p in findings.present.items()
+        for h, p in (facts.rdma_present or {}).items()
     }
 
 
-def plan_from(inv: Inventory, f: Findings) -> Plan:
+def plan_from(inv: Inventory, facts: PlanFacts) -> Plan:
     """The plan built on what preflight found (or recorded): RDMA, TCP interfaces, each
-    engine's nearest NIC, the GPU count."""
-    facts = PlanFacts(
-        rdma_present=f.present,
-        rdma_ports=f.ports,
-        tcp_ifaces=f.ifaces,
-        engine_nics=f.nics,
-        gpu_counts=f.gpus,
-    )
+    engine's nearest NIC, the GPU count. (build_plan itself; the name callers in deploy/
+    still use.)"""
     return build_plan(inv, facts)
 
 
@@ -246,7 +234,7 @@ def describe_nics(plan: Plan) -> list[str]:
     return [f"nic: {s.key} -> {s.nic}" for s in plan.engines if s.nic]
 
 
-def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: bool) -> list[str]:
+def describe(inv: Inventory, plan: Plan, facts: PlanFacts | None, skipped: bool) -> list[str]:
     """One line per engine host saying whether RDMA is on and why (only for `auto`)."""
     if inv.kv_transfer.rdma != "auto":
         return []
@@ -254,11 +242,11 @@ def describe(inv: Inventory, plan: Plan, findings: Findings | None, skipped: boo
     engines = {s.host: s for s in plan.engines}
     for host, svc in engines.items():
         state = "on" if svc.rdma else "off"
-        if findings is not None and host in findings.present:
-            if findings.source == "preflight":
+        if facts is not None and host in (facts.rdma_present or {}):
+            if facts.source == "preflight":
                 why = (
                     "preflight found "
-                    + (", ".join(findings.ports.get(host, [])) or "a device")
+                    + (", ".join(facts.rdma_ports.get(host, [])) or "a device")
                     + " ACTIVE"
                     if svc.rdma
                     else "preflight found no RDMA device with an ACTIVE port"

@@ -35,6 +35,7 @@ from pdboot.preflight.checks import cpu as cpu_checks
 from pdboot.preflight.checks import docker as docker_checks
 from pdboot.preflight.checks import gdr as gdr_checks
 from pdboot.preflight.checks import gpu as gpu_checks
+from pdboot.preflight.checks import gpu_acs as gpu_acs_checks
 from pdboot.preflight.checks import gpu_settings as gpu_settings_checks
 from pdboot.preflight.checks import host as host_checks
 from pdboot.preflight.checks import model as model_checks
@@ -72,6 +73,7 @@ class Area(Protocol):
 DOMAINS: tuple[tuple[str, Area], ...] = (
     ("gpu", gpu_checks),
     ("gpu", gpu_settings_checks),
+    ("gpu", gpu_acs_checks),
     ("cpu", cpu_checks),
     ("docker", docker_checks),
     ("rdma", rdma_checks),
@@ -193,6 +195,7 @@ def parse_facts(ctx: HostContext, s: Mapping[str, Section], out: list[CheckResul
     return HostFacts(
         gpu=parse("gpu", gpu_checks.parse),
         gpu_settings=parse("gpu", gpu_settings_checks.parse),
+        gpu_acs=parse("gpu", gpu_acs_checks.parse),
         cpu=parse("cpu", cpu_checks.parse),
         docker=parse("docker", docker_checks.parse),
         rdma=parse("rdma", rdma_checks.parse),

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pdboot.events import Emit, ImageCheck, Note
+from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import Plan, Service
 from pdboot.preflight.checks import CheckResult
-from pdboot.preflight.findings import Findings
 from pdboot.transport import docker_cli
 from pdboot.transport.hosts import Hosts, Link
 
@@ -202,34 +202,37 @@ def ucx_check(
     return outcomes
 
 
-def fallback(findings: Findings, outcomes: list[Outcome], rdma: str) -> tuple[Findings, list[str]]:
+def fallback(
+    findings: PlanFacts, outcomes: list[Outcome], rdma: str
+) -> tuple[PlanFacts, list[str]]:
     """``kv_transfer.rdma: auto``: the hosts whose engines failed with RDMA go over TCP
     (their findings say no RDMA), with a line saying so each. Explicit ``on`` keeps the
     failure: the operator asked for RDMA."""
     if rdma != "auto":
         return findings, []
     hosts = sorted({o.host for o in outcomes if o.rdma and o.result.status == "fail"})
-    hosts = [h for h in hosts if findings.present.get(h)]
+    present = dict(findings.rdma_present or {})
+    hosts = [h for h in hosts if present.get(h)]
     if not hosts:
         return findings, []
-    present = {**findings.present, **dict.fromkeys(hosts, False)}
+    present.update(dict.fromkeys(hosts, False))
     notes = [
         f"rdma auto: {h}: the engine container cannot use the host's RDMA devices "
         f"({next(o.result.message for o in outcomes if o.host == h and o.result.status == 'fail')}"
         "); KV goes over TCP on this host"
         for h in hosts
     ]
-    return replace(findings, present=present), notes
+    return replace(findings, rdma_present=present), notes
 
 
 def check(
     plan: Plan,
     hosts: Hosts,
-    findings: Findings,
+    findings: PlanFacts,
     rdma: str,
     emit: Emit,
-    replan: Callable[[Findings], Plan],
-) -> tuple[Plan, Findings, bool]:
+    replan: Callable[[PlanFacts], Plan],
+) -> tuple[Plan, PlanFacts, bool]:
     """`up`'s step: probe, fall back to TCP where ``rdma: auto`` allows (the plan made
     again by ``replan``, those hosts probed once more), report each result. (plan, findings,
     every engine passed)."""
@@ -239,7 +242,8 @@ def check(
         for line in notes:
             emit(Note(line, "warn"))
         plan = replan(findings2)
-        moved = {h for h, p in findings.present.items() if p and not findings2.present.get(h)}
+        after = findings2.rdma_present or {}
+        moved = {h for h, p in (findings.rdma_present or {}).items() if p and not after.get(h)}
         outcomes = [o for o in outcomes if o.host not in moved]
         outcomes += ucx_check(plan, hosts, only=sorted(moved))
     for o in sorted(outcomes, key=lambda o: (o.host, o.keys)):

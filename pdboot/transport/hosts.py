@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Observed
+from pdboot.plan.model import API_KEY_VARS, HF_TOKEN_VARS
 from pdboot.transport.connection import Connection, RemoteError
 from pdboot.transport.docker_host import Engine, PullResult
 from pdboot.transport.docker_parse import EngineError, PullProgress
@@ -25,13 +26,6 @@ from pdboot.transport.secret_refs import read_secret as read_secret
 from pdboot.transport.ssh import connect
 
 T = TypeVar("T")
-
-
-# What each inventory secret becomes in secrets.env: the variables the HF libraries read,
-# vLLM's VLLM_API_KEY (the engines require it on /v1) and OPENAI_API_KEY, which
-# vllm-router 0.1.17 sends as "Authorization: Bearer" to the prefill and decode workers.
-HF_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-API_KEY_VARS = ("VLLM_API_KEY", "OPENAI_API_KEY")
 
 
 def read_secrets(inv: Inventory, environ: Environ | None = None) -> dict[str, str]:

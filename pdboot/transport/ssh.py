@@ -216,36 +216,11 @@ class SSHConnection(BaseConnection):
             chan = transport.open_session(timeout=min(self.connect_timeout, timeout) + 5)
         except Exception as e:
             raise classify(e, self.name) from e
-        out: list[bytes] = []
-        err: list[bytes] = []
         try:
             chan.exec_command(line)
             if not stdin or _send_input(chan, stdin.encode()):
                 send_eof(chan)  # so `cat` and friends finish
-            while True:
-                while chan.recv_ready():
-                    out.append(chan.recv(65536))
-                while chan.recv_stderr_ready():
-                    err.append(chan.recv_stderr(65536))
-                # Data arrives before the exit status on the same channel, so once the
-                # status is in and the buffers are drained, we have everything.
-                if (
-                    chan.exit_status_ready()
-                    and not chan.recv_ready()
-                    and not chan.recv_stderr_ready()
-                ):
-                    break
-                if chan.closed and not chan.exit_status_ready():
-                    # the transport died (e.g. closed by the watchdog): no status will come
-                    raise RemoteError(
-                        self.name, "unreachable", "the SSH connection closed during the command"
-                    )
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RemoteError(
-                        self.name, "timeout", f"command did not finish within {timeout:g}s"
-                    )
-                select.select([chan], [], [], min(left, 0.2))
+            out, err = collect_output(chan, deadline, self.name, timeout)
             rc = chan.recv_exit_status()
         except RemoteError:
             raise
@@ -254,10 +229,7 @@ class SSHConnection(BaseConnection):
         finally:
             chan.close()
         return CommandResult(
-            rc,
-            b"".join(out).decode(errors="replace"),
-            b"".join(err).decode(errors="replace"),
-            time.monotonic() - t0,
+            rc, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - t0
         )
 
     def reconnect(self) -> bool:
@@ -324,6 +296,50 @@ def send_eof(chan: paramiko.Channel) -> None:
         msg = chan._send_eof()
         if msg is not None:
             chan.transport._send_user_message(msg)
+
+
+# How long to wait for sshd's EOF once the exit status is in and no more data comes:
+# only a command that leaves a background process holding its stdout ever needs it.
+EOF_GRACE_S = 10.0
+
+
+def collect_output(
+    chan: paramiko.Channel, deadline: float, name: str, timeout: float
+) -> tuple[bytes, bytes]:
+    """A command's stdout and stderr, read until sshd's EOF.
+
+    The exit status is no end-of-data mark: sshd sends it when it reaps the command, while
+    the command's last output may still sit in the pipe between them; the EOF comes once
+    that pipe is read to its end. Stopping at the status lost the tail of large outputs on
+    a loaded machine (preflight's report, whose last sections came back empty)."""
+    out: list[bytes] = []
+    err: list[bytes] = []
+    quiet_since: float | None = None  # the status is in; no data came since then
+    while True:
+        got = False
+        while chan.recv_ready():
+            out.append(chan.recv(65536))
+            got = True
+        while chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(65536))
+            got = True
+        now = time.monotonic()
+        if chan.exit_status_ready():
+            if chan.eof_received or chan.closed:
+                if not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                continue
+            if got or quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= EOF_GRACE_S:
+                break
+        elif chan.closed:
+            # the transport died (e.g. closed by the watchdog): no status will come
+            raise RemoteError(name, "unreachable", "the SSH connection closed during the command")
+        if deadline - now <= 0:
+            raise RemoteError(name, "timeout", f"command did not finish within {timeout:g}s")
+        select.select([chan], [], [], min(deadline - now, 0.2))
+    return b"".join(out), b"".join(err)
 
 
 def connect(

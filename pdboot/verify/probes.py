@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pdboot.plan.degraded import engine_url
 from pdboot.verify.metrics import FAILED_XFERS, PROMPT_BY_SOURCE, XFER_TIME, EngineFacts
 
 # Real vLLM 0.33.0 names only (metrics.json), as they appear in the KV verdict's causes.
@@ -112,7 +113,7 @@ class RouterWorkers:
                 continue
             # vllm-router 0.1.17 registers a DP head once per rank its /metrics reports,
             # as `<url>@<rank>`: the head counts as registered when every rank is healthy
-            url = _DP_SUFFIX.sub("", str(w.get("url", ""))).rstrip("/")
+            url = engine_url(_DP_SUFFIX.sub("", str(w.get("url", ""))))
             kind = str(w.get("worker_type", "")).lower()
             healthy = bool(w.get("is_healthy", True))
             if kind.startswith("prefill"):

@@ -1,2 +1,2 @@
 """Views: turn the orchestrator's events (pdboot/events.py) into output. Only views (and
-cli.py) import rich; views/preflight.py is the preflight report."""
+cli/) import rich; views/preflight.py is the preflight report."""

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from pdboot.diagnostics import FORMAT_VERSION
 from pdboot.events import ServiceStatus, StatusReport
-from pdboot.plan.degraded import describe
+from pdboot.plan.degraded import describe, engine_url
 from pdboot.plan.watch.verdicts import WatchVerdicts
 from pdboot.verify.pdstatus import PDStatus
 
@@ -42,7 +42,7 @@ def short_image(ref: str) -> str:
 
 def short_endpoint(url: str) -> str:
     """`http://10.77.2.10:8201` -> `10.77.2.10:8201`."""
-    return url.split("://", 1)[-1].rstrip("/")
+    return engine_url(url).split("://", 1)[-1]
 
 
 def print_status(out: Console, report: StatusReport) -> None:

@@ -10,7 +10,12 @@ from rich.text import Text
 
 from pdboot.events import Emit, Event
 from pdboot.plan.degraded import describe
-from pdboot.plan.watch.events import WatchActionTaken, WatchRound, WatchServingChanged
+from pdboot.plan.watch.events import (
+    WatchActionTaken,
+    WatchHeldBack,
+    WatchRound,
+    WatchServingChanged,
+)
 
 
 class WatchView:
@@ -44,6 +49,15 @@ class WatchView:
             text = f"{stamp} {event.action} {event.engine}: {event.reason}"
             if not event.ok and event.detail:
                 text += f" (not done: {event.detail})"
+            self.out.print(Text(text, style=style), soft_wrap=True, highlight=False)
+        elif isinstance(event, WatchHeldBack):
+            if event.held:
+                text = f"{stamp} not acting (round {event.rounds} held back): {event.holder}"
+                if event.unhealthy:
+                    text += f"; /health failing: {', '.join(event.unhealthy)}"
+            else:
+                text = f"{stamp} acting again: the deployment is free after {event.rounds} rounds"
+            style = "yellow" if event.held else "green"
             self.out.print(Text(text, style=style), soft_wrap=True, highlight=False)
         elif isinstance(event, WatchServingChanged):
             style = "green" if event.mode == "pd" else "bold yellow"

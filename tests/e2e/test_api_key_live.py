@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.testbed.rolling_load import change_under_load, inventory, pdboot, router_identity
+from tests.cli import Cli
+from tests.testbed.rolling_load import change_under_load, inventory, router_identity
 from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -54,13 +55,13 @@ def prompt_tokens(engine: str, source: str) -> float:
 
 
 def test_a_key_keeps_live_workers_and_the_kv_path(
-    make_testbed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, make_testbed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
     tb = make_testbed(["p1", "d1", "d2"])
     path = tb.dir / "inv.yaml"
     inventory(tb, path, prefill=["p1"], decode=["d1"], api_key_env=KEY_ENV, decode_policy=POLICY)
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    res = cli("up", str(path), "--skip-preflight", "--no-speed")
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout + res.stderr
     assert "decode pulled the KV cache from a prefill engine" in out, out
@@ -105,4 +106,4 @@ def test_a_key_keeps_live_workers_and_the_kv_path(
     ), urls
     d2 = f"http://{tb.hosts['d2'].address}:8201"
     assert prompt_tokens(d2, "external_kv_transfer") > 0  # the new decode pulled KV too
-    assert pdboot("down", str(path)).returncode == 0
+    assert cli("down", str(path)).returncode == 0

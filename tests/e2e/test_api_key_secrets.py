@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -17,35 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from tests.cli import Cli, output
+from tests.testbed.inventory import write_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "pdk-e2e-Api-Key-0123-abcdef"  # fake, hunted for in every output
 KEY_ENV = "PDBOOT_E2E_API_KEY"
 
 
-def pdboot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    if args[0] == "up":
-        args = (*args, "--skip-preflight")  # preflight has its own e2e tests
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=dict(
-            os.environ,
-            **{KEY_ENV: KEY},
-            PDBOOT_E2E_STREAM_GAP="0.31",
-            COLUMNS="200",
-            TERM="dumb",
-            **(env or {}),
-        ),
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return cli.with_(
+        env={KEY_ENV: KEY, "PDBOOT_E2E_STREAM_GAP": "0.31"},
+        skip_preflight=True,  # preflight has its own e2e tests
     )
-
-
-def out(res: subprocess.CompletedProcess[str]) -> str:
-    return res.stdout + res.stderr
 
 
 def request(url: str, body: bytes | None, key: str | None, method: str) -> int:
@@ -87,48 +71,29 @@ def router_workers(tb: Any) -> list[dict[str, Any]]:
 
 
 def inventory(tb: Any, path: Path, name: str) -> Path:
-    inv: dict[str, Any] = {
-        "name": name,
-        "model": "Qwen/Qwen3-0.6B",
-        "image": tb.image,
-        "router_image": tb.router_image,
-        "ssh": {
-            "user": "root",
-            "identity_file": str(tb.identity_file),
-            "known_hosts": str(tb.known_hosts),
-            "use_ssh_config": False,
-            "connect_timeout": 5,
-        },
-        "hosts": {h: {"address": tb.hosts[h].address} for h in ("prefill", "decode", "ingress")},
-        "prefill": {"hosts": ["prefill"], "env": {"STANDIN_LOAD_SECONDS": "0.5"}},
+    overrides = {
+        "prefill": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}},
         # --revision only makes the stand-in print the key in its log, for `pdboot logs`
-        "decode": {
-            "hosts": ["decode"],
-            "env": {"STANDIN_LOAD_SECONDS": "0.5"},
-            "extra_args": ["--revision", KEY],
-        },
-        "router": {"host": "ingress", "proxy_image": tb.proxy_image},
-        "container": {"ulimits": {"memlock": 8388608, "nofile": 20000}, "shm_size": "1g"},
+        "decode": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}, "extra_args": ["--revision", KEY]},
         # a streamed token every 0.31 s (the stand-in's knob; its name reads as a secret to
         # the inventory's check, so it travels in secrets.env): the proxy must pass each on
         "secrets": {"api_key": f"env:{KEY_ENV}",
                     "env": {"STANDIN_TOKEN_SECONDS": "env:PDBOOT_E2E_STREAM_GAP"}},
-        "weights": {"stage": False},  # a name only: no hub serves it (tests/e2e/test_weights_staged_once_per_host.py)
-        "timeouts": {"ready_seconds": 60, "router_ready_seconds": 60, "pull_seconds": 300,
-                     "poll_interval_seconds": 0.2},
+        "timeouts": {"ready_seconds": 60},
     }  # fmt: skip
-    path.write_text(yaml.safe_dump(inv, sort_keys=False))
-    return path
+    return write_inventory(tb, path, name=name, overrides=overrides)
 
 
 @pytest.mark.slow
-def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_path: Path) -> None:
+def test_api_key_protects_the_engines_and_stays_secret(
+    cli: Cli, testbed_clean: Any, tmp_path: Path
+) -> None:
     tb = testbed_clean
     inv = inventory(tb, tmp_path / "inv.yaml", "e2ekey")
-    up = pdboot("up", str(inv))
-    assert up.returncode == 0, out(up)
+    up = cli("up", str(inv))
+    assert up.returncode == 0, output(up)
     # the test completion went through the router, which gave the engines OPENAI_API_KEY
-    assert "decode pulled the KV cache from a prefill engine" in out(up)
+    assert "decode pulled the KV cache from a prefill engine" in output(up)
 
     decode = f"http://{tb.hosts['decode'].address}:8201"
     prefill = f"http://{tb.hosts['prefill'].address}:8200"
@@ -220,22 +185,22 @@ def test_api_key_protects_the_engines_and_stays_secret(testbed_clean: Any, tmp_p
                 assert "[ALL] []" in line, line
             if "-proxy " in line:
                 assert "[ALL] [CAP_CHOWN CAP_DAC_OVERRIDE CAP_SETGID CAP_SETUID]" in line, line
-    lg = pdboot("logs", str(inv), "decode", "--tail", "200")
-    assert lg.returncode == 0, out(lg)
-    assert KEY not in out(lg) and "***" in out(lg)  # the stand-in printed it; masked
-    st = pdboot("status", str(inv))
+    lg = cli("logs", str(inv), "decode", "--tail", "200")
+    assert lg.returncode == 0, output(lg)
+    assert KEY not in output(lg) and "***" in output(lg)  # the stand-in printed it; masked
+    st = cli("status", str(inv))
     for res in (up, st):
-        assert KEY not in out(res)
+        assert KEY not in output(res)
 
     # purge removes the project dir pdboot marked, and refuses a foreign one
     marker = tb.hosts["decode"].exec("cat /var/lib/pdboot/e2ekey/.pdboot-deployment").stdout
     assert marker == "e2ekey\n"
-    down = pdboot("down", str(inv), "--purge")
-    assert down.returncode == 0, out(down)
+    down = cli("down", str(inv), "--purge")
+    assert down.returncode == 0, output(down)
     assert tb.hosts["decode"].exec("test -e /var/lib/pdboot/e2ekey").returncode == 1
 
 
-def test_proxycommand_address_is_refused_before_ssh(tmp_path: Path) -> None:
+def test_proxycommand_address_is_refused_before_ssh(cli: Cli, tmp_path: Path) -> None:
     """The review's case: with `ProxyCommand sh -c "... %h ..."` in ~/.ssh/config, the address
     `i-0abc;touch${IFS}PWNED;#` ran touch on the operator's machine. Now it is refused at load
     time (exit 2, file:line) and nothing runs. No testbed needed: nothing may connect."""
@@ -249,7 +214,7 @@ def test_proxycommand_address_is_refused_before_ssh(tmp_path: Path) -> None:
         "prefill: {hosts: [a], gpus: [0]}\ndecode: {hosts: [a], gpus: [1]}\nrouter: {host: a}\n"
     )
     for cmd in ("preflight", "up", "status", "down", "render"):
-        res = pdboot(cmd, str(inv), env={"HOME": str(home)})
-        assert res.returncode == 2, out(res)
-        assert f"{inv}:4: hosts.a.address:" in out(res)
+        res = cli(cmd, str(inv), env={"HOME": str(home)})
+        assert res.returncode == 2, output(res)
+        assert f"{inv}:4: hosts.a.address:" in output(res)
     assert not list(tmp_path.rglob("PWNED")) and not (ROOT / "PWNED").exists()

@@ -13,33 +13,21 @@ from typing import Any
 
 import pytest
 
+from tests.cli import Cli
 from tests.testbed.images import STANDIN_NIGHTLY_TAG
-from tests.testbed.rolling_load import NAME, change_under_load, inventory, pdboot
+from tests.testbed.rolling_load import change_under_load, engine_logs, inventory
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 HOSTS = ["p1", "p2", "d1", "d2"]
 KINDS = ("create", "recreate", "unchanged", "remove")
 
 
-def engine_logs(tb: Any) -> str:
-    out = []
-    for h in HOSTS:
-        ids = (
-            tb.hosts[h]
-            .docker("ps", "-aq", "--filter", f"label=io.pdboot.deployment={NAME}")
-            .stdout.split()
-        )
-        for cid in ids:
-            out.append(tb.hosts[h].docker("logs", cid, timeout=60).stderr)
-    return "\n".join(out)
-
-
-def test_a_new_build_goes_blue_green_with_no_failed_request(make_testbed: Any) -> None:
+def test_a_new_build_goes_blue_green_with_no_failed_request(cli: Cli, make_testbed: Any) -> None:
     tb = make_testbed(HOSTS)
     work = tb.dir / "bg"
     work.mkdir(parents=True, exist_ok=True)
     path = inventory(tb, work / "inv.yaml")
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    res = cli("up", str(path), "--skip-preflight", "--no-speed")
     assert res.returncode == 0, res.stdout + res.stderr
 
     # a green that fails (its decode dies at start) leaves blue serving: the drained half
@@ -53,9 +41,10 @@ def test_a_new_build_goes_blue_green_with_no_failed_request(make_testbed: Any) -
     case = change_under_load(tb, "green-fails", "bluegreen", broken, [])
     assert case.rc == 1, case.output
     assert "green failed before any client reached it" in case.output, case.output
-    assert "decode@d2 back in its old configuration" in case.output, case.output
+    # the undo is the roll's (steps.RestorePrevious, one step for both): its wording
+    assert "decode@d2: brought back in its old configuration" in case.output, case.output
     assert case.failed == 0 and case.served >= 20, (case.errors, case.output)
-    res = pdboot("up", str(path), "--plan")
+    res = cli("up", str(path), "--plan")
     rows = [  # the converge table: what runs is the inventory before the change
         r
         for r in (ln.split() for ln in (res.stdout + res.stderr).splitlines())
@@ -72,8 +61,8 @@ def test_a_new_build_goes_blue_green_with_no_failed_request(make_testbed: Any) -
         assert f"blue/green phase {n}:" in case.output, case.output
     assert "green's KV proof" in case.output and "green's correctness gate" in case.output
     assert case.failed == 0 and case.served >= 20, (case.errors, case.output)
-    logs = engine_logs(tb)
+    logs = engine_logs(tb, HOSTS)
     assert "compatibility hash mismatch" not in logs
-    res = pdboot("up", str(nightly), "--plan", "--detailed-exitcode")
+    res = cli("up", str(nightly), "--plan", "--detailed-exitcode")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert pdboot("down", str(nightly)).returncode == 0
+    assert cli("down", str(nightly)).returncode == 0

@@ -10,39 +10,33 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli import Cli, output
 from tests.e2e.test_up_status_down import (
-    ROOT,
-    TOKEN,
-    TOKEN_ENV,
     containers,
     down_clean,
-    output,
-    pdboot,
+    token_cli,
     write_inventory,
 )
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 
-def start(*args: str) -> subprocess.Popen[str]:
-    if args[0] == "up":
-        args = (*args, "--skip-preflight")
-    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200", TERM="dumb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "pdboot", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-        env=env,
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return token_cli(cli)
+
+
+def start(cli: Cli, *args: str) -> subprocess.Popen[str]:
+    proc: subprocess.Popen[str] = cli.popen(
+        *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+    return proc
 
 
 def wait_for(cond: Any, what: str, timeout: float = 120) -> None:
@@ -65,7 +59,7 @@ def finish(p: subprocess.Popen[str], timeout: float) -> tuple[int, str, float]:
 
 
 def test_two_concurrent_ups_end_in_one_consistent_deployment(
-    testbed_clean: Any, tmp_path: Path
+    cli: Cli, testbed_clean: Any, tmp_path: Path
 ) -> None:
     tb3 = testbed_clean
     lock_dir = "/var/lib/pdboot/e2elk.lock"
@@ -82,16 +76,16 @@ def test_two_concurrent_ups_end_in_one_consistent_deployment(
         name="e2elk",
         decode_env={"PDBOOT_E2E_RUN": "second"},
     )
-    a = start("up", str(first))
+    a = start(cli, "up", str(first))
     wait_for(lambda: ingress.exec(["test", "-f", f"{lock_dir}/owner"]).returncode == 0, "the lock")
     # with --no-wait the second operator is told who holds the lock and exits 1 at once
-    busy = pdboot("up", str(second), "--no-wait", timeout=60)
+    busy = cli("up", str(second), "--no-wait", timeout=60)
     assert busy.returncode == 1, output(busy)
     assert "held by" in output(busy) and "`pdboot up`" in output(busy)
     assert "--no-wait" in output(busy)
     # without it, it waits for the first run, then converges to its own configuration
     # (--yes: a decode tier of one engine cannot roll)
-    b = start("up", str(second), "--yes")
+    b = start(cli, "up", str(second), "--yes")
     rc_a, out_a, _ = finish(a, 240)
     rc_b, out_b, _ = finish(b, 240)
     assert rc_a == 0, out_a
@@ -105,14 +99,16 @@ def test_two_concurrent_ups_end_in_one_consistent_deployment(
     (dec,) = containers(tb3, "decode", "e2elk")
     env = tb3.hosts["decode"].docker("inspect", "--format", "{{json .Config.Env}}", dec["ID"])
     assert "PDBOOT_E2E_RUN=second" in json.loads(env.stdout)
-    st = pdboot("status", str(second), "--json")
+    st = cli("status", str(second), "--json")
     assert st.returncode == 0, output(st)
     assert all(s["matches_inventory"] for s in json.loads(st.stdout)["services"])
-    assert "config changed" not in pdboot("status", str(second)).stdout
-    down_clean(tb3, second, "e2elk")
+    assert "config changed" not in cli("status", str(second)).stdout
+    down_clean(cli, tb3, second, "e2elk")
 
 
-def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_path: Path) -> None:
+def test_a_host_lost_mid_run_is_named_and_nothing_hangs(
+    cli: Cli, make_testbed: Any, tmp_path: Path
+) -> None:
     tb = make_testbed(["decode", "prefill", "ingress"])
     ready = 60
     inv = write_inventory(
@@ -123,7 +119,7 @@ def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_p
         prefill_env={"STANDIN_LOAD_SECONDS": "300"},  # it never gets ready in time
     )
     prefill, decode = tb.hosts["prefill"], tb.hosts["decode"]
-    up = start("up", str(inv))
+    up = start(cli, "up", str(inv))
     # the decode tier is ready once the prefill's container exists
     wait_for(lambda: containers(tb, "prefill", "e2ecut") != [], "the prefill container", 240)
     time.sleep(2)
@@ -137,16 +133,16 @@ def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_p
 
         # status and logs end within their deadlines and name the host
         t0 = time.monotonic()
-        st = pdboot("status", str(inv), timeout=90)
+        st = cli("status", str(inv), timeout=90)
         assert time.monotonic() - t0 < 60 and st.returncode == 1, output(st)
         assert "prefill" in output(st)
         t0 = time.monotonic()
-        lg = pdboot("logs", str(inv), "prefill", timeout=90)
+        lg = cli("logs", str(inv), "prefill", timeout=90)
         assert time.monotonic() - t0 < 45 and lg.returncode == 1, output(lg)
         assert "cannot reach prefill" in output(lg)
 
         # a follow of a host that drops off mid-stream ends, naming it
-        follow = start("logs", str(inv), "decode", "--follow")
+        follow = start(cli, "logs", str(inv), "decode", "--follow")
         # cut once it streams (its first line), not after a fixed sleep: on a loaded
         # machine the CLI's start-up alone can take longer than a few seconds
         assert follow.stdout is not None
@@ -161,18 +157,18 @@ def test_a_host_lost_mid_run_is_named_and_nothing_hangs(make_testbed: Any, tmp_p
 
         # down removes what it can reach and names what it cannot
         t0 = time.monotonic()
-        dn = pdboot("down", str(inv), timeout=120)
+        dn = cli("down", str(inv), timeout=120)
         assert time.monotonic() - t0 < 60, output(dn)
         assert dn.returncode == 1 and "prefill" in output(dn), output(dn)
         assert containers(tb, "decode", "e2ecut") == []
         assert containers(tb, "prefill", "e2ecut") != []  # out of reach: left as it is
     finally:
         prefill.restore_link()
-    down_clean(tb, inv, "e2ecut")
+    down_clean(cli, tb, inv, "e2ecut")
 
 
 def test_a_starved_run_reconnects_its_live_hosts_and_goes_on(
-    make_testbed: Any, tmp_path: Path
+    cli: Cli, make_testbed: Any, tmp_path: Path
 ) -> None:
     """Issue 32, item 10: the keepalive watchdog (ssh.py, 12 s without an answer) also fires
     when pdboot itself gets no CPU, on hosts that are alive (a 2-core machine under the
@@ -196,7 +192,7 @@ def test_a_starved_run_reconnects_its_live_hosts_and_goes_on(
     def touched() -> str:
         return str(tb.hosts["ingress"].exec(["stat", "-c", "%y", owner]).stdout)
 
-    up = start("up", str(inv))
+    up = start(cli, "up", str(inv))
     try:
         wait_for(lambda: containers(tb, "prefill", "e2estarve") != [], "the prefill container", 240)
         # stop right after a heartbeat (every 10 s): 13 s later the lock is 13 s old (plus
@@ -212,7 +208,7 @@ def test_a_starved_run_reconnects_its_live_hosts_and_goes_on(
     rc, out, _ = finish(up, 300)
     assert rc == 0, out
     assert "reconnected to" in out and "out of reach" not in out, out
-    down_clean(tb, inv, "e2estarve")
+    down_clean(cli, tb, inv, "e2estarve")
 
 
 def test_known_hosts_marker_lines_against_a_real_sshd(testbed: Any, tmp_path: Path) -> None:
@@ -256,7 +252,7 @@ def test_known_hosts_marker_lines_against_a_real_sshd(testbed: Any, tmp_path: Pa
 
 
 def test_ctrl_c_releases_the_lock_and_a_stale_one_is_taken_over(
-    testbed_clean: Any, tmp_path: Path
+    cli: Cli, testbed_clean: Any, tmp_path: Path
 ) -> None:
     import signal
 
@@ -266,7 +262,7 @@ def test_ctrl_c_releases_the_lock_and_a_stale_one_is_taken_over(
     inv = write_inventory(
         tb, tmp_path / "inv.yaml", name="e2eint2", decode_env={"STANDIN_LOAD_SECONDS": "30"}
     )
-    p = start("up", str(inv))
+    p = start(cli, "up", str(inv))
     wait_for(lambda: containers(tb, "decode", "e2eint2") != [], "the decode container")
     assert ingress.exec(["test", "-f", f"{lock_dir}/owner"]).returncode == 0
     p.send_signal(signal.SIGINT)
@@ -279,7 +275,7 @@ def test_ctrl_c_releases_the_lock_and_a_stale_one_is_taken_over(
         f"mkdir -p {lock_dir} && printf '{owner}' > {lock_dir}/owner "
         f"&& touch -d '-5 min' {lock_dir}/owner"
     )
-    dn = pdboot("down", str(inv), "--no-wait", timeout=120)
+    dn = cli("down", str(inv), "--no-wait", timeout=120)
     assert dn.returncode == 0, output(dn)
     assert "held by gone@old" in output(dn) and "stale" in output(dn)
     assert ingress.exec(["test", "-e", lock_dir]).returncode != 0

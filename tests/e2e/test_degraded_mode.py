@@ -24,16 +24,18 @@ import pytest
 
 from pdboot.inventory.load import load_inventory
 from pdboot.plan.build import build_plan
+from pdboot.plan.degraded import plain_url
 from pdboot.verify.exposition import parse_exposition
+from tests.cli import Cli
 from tests.testbed.harness import HostSpec
-from tests.testbed.rolling_load import pdboot
+from tests.testbed.inventory import watched_inventory
+from tests.testbed.polling import wait_for
 from tests.testbed.router_admin import router_json
 from tests.testbed.standin.watch_bed import ClientLoop
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 INTERVAL = 1.5
-WAIT = 90.0  # bound for "it happened"; nothing asserts on durations
 PROMPT = "the client loop asks this every time"
 
 
@@ -58,41 +60,14 @@ def metric(text: str, name: str, **labels: str) -> float:
     )
 
 
-def wait_for(what: str, cond: Any, diag: Any) -> Any:
-    end = time.monotonic() + WAIT
-    while True:
-        try:
-            got = cond()
-        except OSError:
-            got = None
-        if got:
-            return got
-        assert time.monotonic() < end, f"{what}: {diag()}"
-        time.sleep(0.2)
-
-
-def test_a_stopped_prefill_degrades_to_the_decode_alone_and_pd_resumes(make_testbed: Any) -> None:
+def test_a_stopped_prefill_degrades_to_the_decode_alone_and_pd_resumes(
+    cli: Cli, make_testbed: Any
+) -> None:
     tb = make_testbed(
         [HostSpec("prefill"), HostSpec("decode"), HostSpec("ingress", profile="cpu-only")]
     )
-    image = tb.pdboot_image()
-    standin_env = {"STANDIN_LOAD_SECONDS": "0.5"}
-    inv_path = tb.inventory(
-        tb.dir / "degraded-e2e.yaml",
-        name="degradede2e",
-        decode=["decode"],
-        prefill=["prefill"],
-        router="ingress",
-        overrides={
-            "prefill": {"env": standin_env},
-            "decode": {"env": standin_env},
-            "watch": {
-                "interval_seconds": INTERVAL,
-                "deadline_seconds": 3,
-                "readmit_after": 2,
-                "image": image,
-            },
-        },
+    inv_path = watched_inventory(
+        tb, tb.dir / "degraded-e2e.yaml", "degradede2e", ["decode"], INTERVAL, readmit_after=2
     )
     plan = build_plan(load_inventory(inv_path))
     assert plan.watch is not None
@@ -101,7 +76,7 @@ def test_a_stopped_prefill_degrades_to_the_decode_alone_and_pd_resumes(make_test
     (decode,) = [s for s in plan.services() if s.role == "decode"]
     client: ClientLoop | None = None
     thread: threading.Thread | None = None
-    up = pdboot("up", str(inv_path), "--skip-preflight", timeout=600)
+    up = cli("up", str(inv_path), "--skip-preflight", timeout=600)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
 
@@ -142,11 +117,11 @@ def test_a_stopped_prefill_degrades_to_the_decode_alone_and_pd_resumes(make_test
         # detected by the next round after the stop at the latest, switched in it
         assert verdicts()["rounds"] - rounds_at_stop <= 3, (rounds_at_stop, verdicts())
         listed = {(w["url"], w["worker_type"]) for w in router_json(tb.hosts["ingress"])["workers"]}
-        assert listed == {(decode.url.rstrip("/") + "/", "regular")}, listed
+        assert listed == {(plain_url(decode.url), "regular")}, listed
         text = get_text(watch + "/metrics")
         assert metric(text, "pdboot_watch_degraded") == 1
         assert metric(text, "pdboot_watch_serving_switches_total", mode="decode_only") == 1
-        st = pdboot("status", str(inv_path), "--json", timeout=120)
+        st = cli("status", str(inv_path), "--json", timeout=120)
         doc = json.loads(st.stdout)
         assert doc["watch"]["serving"] == "decode_only", doc["watch"]
         assert doc["router_workers"]["plain"] == [decode.url.rstrip("/")], doc["router_workers"]
@@ -199,5 +174,5 @@ def test_a_stopped_prefill_degrades_to_the_decode_alone_and_pd_resumes(make_test
             client.stop.set()
         if thread is not None:
             thread.join(timeout=30)
-        down = pdboot("down", str(inv_path), timeout=300)
+        down = cli("down", str(inv_path), timeout=300)
         assert down.returncode == 0, down.stdout + down.stderr

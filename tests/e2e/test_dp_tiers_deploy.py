@@ -13,41 +13,29 @@ recreates the whole decode tier (and the router) but not prefill; logs of a foll
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli import Cli, output
 from tests.testbed.harness import HostSpec, Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 RANK = "X-data-parallel-rank"
 KEY_ENV = "PDBOOT_E2E_DP_KEY"
 KEY = "sk-dpE2Esecret0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return cli.with_(timeout=400, env={KEY_ENV: KEY, "COLUMNS": "220"})
+
+
 AUTH = {"Authorization": f"Bearer {KEY}"}
-
-
-def pdboot(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="220", TERM="dumb", **{KEY_ENV: KEY})
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
-
-
-def out(res: subprocess.CompletedProcess[str]) -> str:
-    return res.stdout + res.stderr
 
 
 def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
@@ -91,19 +79,19 @@ def checks(doc: dict[str, Any], host: str, cid: str) -> list[dict[str, str]]:
     return [c for c in doc["hosts"][host]["checks"] if c["id"] == cid]
 
 
-def preflight(inv: Path, *only: str) -> dict[str, Any]:
+def preflight(cli: Cli, inv: Path, *only: str) -> dict[str, Any]:
     args = [x for o in only for x in ("--only", o)]
-    res = pdboot("preflight", str(inv), "--json", *args, timeout=200)
+    res = cli("preflight", str(inv), "--json", *args, timeout=200)
     try:
         return dict(json.loads(res.stdout))
     except json.JSONDecodeError:
-        pytest.fail(f"not JSON (rc {res.returncode}):\n{out(res)}")
+        pytest.fail(f"not JSON (rc {res.returncode}):\n{output(res)}")
 
 
-def check_preflight(tb: Testbed, inv: Path, tmp_path: Path) -> None:
+def check_preflight(cli: Cli, tb: Testbed, inv: Path, tmp_path: Path) -> None:
     """The DP checks before anything runs: the follower reaches the head's RPC port, every
     rank's side channel is free and reachable, the GPUs cover local size x TP."""
-    doc = preflight(inv, "network", "host.ports", "gpu.count")
+    doc = preflight(cli, inv, "network", "host.ports", "gpu.count")
     a = tb.hosts["dec-a"].address
     rpc = checks(doc, "dec-b", "network.dp_rpc")
     assert [c["status"] for c in rpc] == ["pass"], rpc
@@ -125,21 +113,16 @@ def check_preflight(tb: Testbed, inv: Path, tmp_path: Path) -> None:
         router="pre",
         overrides={"decode": {"data_parallel": {"size": 8, "size_local": 4}}},
     )
-    count = checks(preflight(big, "gpu.count"), "dec-b", "gpu.count")
+    count = checks(preflight(cli, big, "gpu.count"), "dec-b", "gpu.count")
     assert count[0]["status"] == "fail", count
     assert "ranks 4-7 of 8 (headless), TP 1 each) selects GPU(s) [2, 3]" in count[0]["message"]
 
 
-def test_dp_tiers_up_request_status_change_down(make_testbed: Any, tmp_path: Path) -> None:
-    tb = make_testbed([HostSpec("dec-a"), HostSpec("dec-b"), HostSpec("pre")])
-    standin = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_DP_HANDSHAKE_TIMEOUT_S": "60"}
-    dp_decode = {
-        "hosts": ["dec-a", "dec-b"],
-        "data_parallel": {"size": 4, "size_local": 2, "expert_parallel": True},
-        "env": standin,
-    }
-    inv = tb.inventory(
-        tmp_path / "inv.yaml",
+def dp_inventory(tb: Any, path: Path, dp_decode: dict[str, Any], standin: dict[str, str]) -> Path:
+    """dpe2e: ``dp_decode`` on dec-a and dec-b, a DP prefill of 2 on pre, DP-aware routing,
+    the workers' key through secrets.env only."""
+    return tb.inventory(
+        path,
         name="dpe2e",
         decode=["dec-a", "dec-b"],
         prefill=["pre"],
@@ -147,18 +130,30 @@ def test_dp_tiers_up_request_status_change_down(make_testbed: Any, tmp_path: Pat
         overrides={
             "decode": dp_decode,
             "prefill": {"data_parallel": {"size": 2}, "env": standin},
-            # DP-aware routing on, the workers' key through secrets.env only
             "router": {"dp_aware": True},
             "secrets": {"api_key": f"env:{KEY_ENV}"},
         },
     )
+
+
+def test_dp_tiers_up_request_status_change_down(
+    cli: Cli, make_testbed: Any, tmp_path: Path
+) -> None:
+    tb = make_testbed([HostSpec("dec-a"), HostSpec("dec-b"), HostSpec("pre")])
+    standin = {"STANDIN_LOAD_SECONDS": "0.5", "STANDIN_DP_HANDSHAKE_TIMEOUT_S": "60"}
+    dp_decode = {
+        "hosts": ["dec-a", "dec-b"],
+        "data_parallel": {"size": 4, "size_local": 2, "expert_parallel": True},
+        "env": standin,
+    }
+    inv = dp_inventory(tb, tmp_path / "inv.yaml", dp_decode, standin)
     a, _b, p = (tb.hosts[h].address for h in ("dec-a", "dec-b", "pre"))
-    check_preflight(tb, inv, tmp_path)
+    check_preflight(cli, tb, inv, tmp_path)
     # with preflight, like the re-run below: its findings (RDMA auto) are in the hashes
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     try:
-        assert res.returncode == 0, out(res)
-        text = out(res)
+        assert res.returncode == 0, output(res)
+        text = output(res)
         assert "decode@dec-b" in text and "prefill@pre" in text, text
 
         # the follower runs headless: its compose command carries the start rank
@@ -230,39 +225,27 @@ def test_dp_tiers_up_request_status_change_down(make_testbed: Any, tmp_path: Pat
         assert after["3"] == before["3"] + 1 and after["2"] == before["2"], (before, after)
 
         # status per rank
-        st = pdboot("status", str(inv), "--json")
-        assert st.returncode == 0, out(st)
+        st = cli("status", str(inv), "--json")
+        assert st.returncode == 0, output(st)
         rows = {r["service"]: r for r in json.loads(st.stdout)["services"]}
         assert rows["decode@dec-a"]["ranks"].startswith("ranks 0-1 of 4 (head)")
         assert rows["decode@dec-a"]["ranks"].endswith("/metrics engines 0,1,2,3")
         assert rows["decode@dec-b"]["ranks"] == "ranks 2-3 of 4 (headless)"
         assert rows["decode@dec-b"]["health"] == "ok"
         assert rows["prefill@pre"]["ranks"].endswith("/metrics engines 0,1")
-        human = pdboot("status", str(inv))
-        assert "Data-parallel ranks:" in out(human), out(human)
+        human = cli("status", str(inv))
+        assert "Data-parallel ranks:" in output(human), output(human)
 
         # logs of a follower, by its key
-        lg = pdboot("logs", str(inv), "decode@dec-b", "--tail", "50")
-        assert lg.returncode == 0 and "headless mode" in out(lg), out(lg)
+        lg = cli("logs", str(inv), "decode@dec-b", "--tail", "50")
+        assert lg.returncode == 0 and "headless mode" in output(lg), output(lg)
 
         # a decode env change recreates the whole decode tier and the router, not prefill
         ids0 = {h: labels_of(tb, h, "dpe2e") for h in ("dec-a", "dec-b", "pre")}
         dp_decode["env"] = {**standin, "STANDIN_LOAD_SECONDS": "0.6"}
-        inv2 = tb.inventory(
-            tmp_path / "inv.yaml",
-            name="dpe2e",
-            decode=["dec-a", "dec-b"],
-            prefill=["pre"],
-            router="pre",
-            overrides={
-                "decode": dp_decode,
-                "prefill": {"data_parallel": {"size": 2}, "env": standin},
-                "router": {"dp_aware": True},
-                "secrets": {"api_key": f"env:{KEY_ENV}"},
-            },
-        )
-        res2 = pdboot("up", str(inv2))  # preflight passes the tier it replaces
-        assert res2.returncode == 0, out(res2)
+        inv2 = dp_inventory(tb, tmp_path / "inv.yaml", dp_decode, standin)
+        res2 = cli("up", str(inv2))  # preflight passes the tier it replaces
+        assert res2.returncode == 0, output(res2)
         ids1 = {h: labels_of(tb, h, "dpe2e") for h in ("dec-a", "dec-b", "pre")}
         assert not set(ids0["dec-a"]) & set(ids1["dec-a"])
         assert not set(ids0["dec-b"]) & set(ids1["dec-b"])
@@ -270,13 +253,15 @@ def test_dp_tiers_up_request_status_change_down(make_testbed: Any, tmp_path: Pat
         assert pre_ids <= set(ids0["pre"]), "prefill was recreated"
         assert {lab.get("io.pdboot.dp-ranks") for lab in ids1["dec-b"].values()} == {"2-3/4"}
     finally:
-        down = pdboot("down", str(inv))
-    assert down.returncode == 0, out(down)
+        down = cli("down", str(inv))
+    assert down.returncode == 0, output(down)
     for h in ("dec-a", "dec-b", "pre"):
         assert labels_of(tb, h, "dpe2e") == {}
 
 
-def test_a_follower_that_cannot_reach_its_head_fails_up(make_testbed: Any, tmp_path: Path) -> None:
+def test_a_follower_that_cannot_reach_its_head_fails_up(
+    cli: Cli, make_testbed: Any, tmp_path: Path
+) -> None:
     """vLLM's follower gives up after its handshake timeout (5 min; the stand-in's knob
     shortens it) and exits 0; `up` must fail on the follower, not wait for the head (which
     waits for its ranks forever)."""
@@ -303,8 +288,8 @@ def test_a_follower_that_cannot_reach_its_head_fails_up(make_testbed: Any, tmp_p
         ["iptables", "-A", "OUTPUT", "-p", "tcp", "-d", a, "--dport", "13346", "-j", "DROP"]
     )
     try:
-        res = pdboot("up", str(inv), "--skip-preflight")
-        text = out(res)
+        res = cli("up", str(inv), "--skip-preflight")
+        text = output(res)
         assert res.returncode == 1, text
         assert "decode@dec-b" in text and "exited" in text, text
         assert "Did not receive response from front-end process within 5 minutes" in text, text
@@ -315,4 +300,4 @@ def test_a_follower_that_cannot_reach_its_head_fails_up(make_testbed: Any, tmp_p
         tb.hosts["dec-b"].exec(
             ["iptables", "-D", "OUTPUT", "-p", "tcp", "-d", a, "--dport", "13346", "-j", "DROP"]
         )
-        pdboot("down", str(inv))
+        cli("down", str(inv))

@@ -13,11 +13,7 @@ running router; down.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import urllib.request
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,13 +21,21 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import started_testbed
-from tests.testbed.harness import HostSpec, Testbed
+from tests.cli import Cli, output
+from tests.conftest import RTX_PAIR, module_testbed
+from tests.testbed.harness import Testbed
+from tests.testbed.inventory import rtx_pair_dict
 from tests.testbed.router_admin import router_json
+from tests.testbed.scrape import metric
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
+
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return cli.with_(timeout=400)
+
+
 MODEL = "Qwen/Qwen3-0.6B"
 # prefill on gpu-a, GPUs 0-3; decode on gpu-b, one engine per listed GPU
 PREFILL_NICS = {
@@ -49,11 +53,7 @@ DECODE_NICS = {
 }  # mlx5_3, beside GPU 6, is down
 
 
-@pytest.fixture(scope="module")
-def tb() -> Iterator[Testbed]:
-    specs = [HostSpec("gpu-a", profile="rtx6000x8"), HostSpec("gpu-b", profile="rtx6000x8")]
-    with started_testbed(specs) as bed:
-        yield bed
+tb = module_testbed(RTX_PAIR)
 
 
 def write(
@@ -64,39 +64,9 @@ def write(
     decode: dict[str, Any],
     router: str = "gpu-a",
 ) -> Path:
-    env = {"STANDIN_LOAD_SECONDS": "0.3"}
-    inv = yaml.safe_load(
-        tb.inventory(
-            path, name=name, prefill=prefill["hosts"], decode=decode["hosts"], router=router
-        ).read_text()
-    )
-    inv["prefill"] = {**prefill, "env": env}
-    inv["decode"] = {**decode, "env": env}
-    inv["router"] = {
-        "host": router,
-        "prefill_policy": "round_robin",
-        "decode_policy": "round_robin",
-        "proxy_image": tb.proxy_image,
-    }
-    inv["kv_transfer"] = {"rdma": "auto"}
+    inv = rtx_pair_dict(tb, name, prefill, decode, router)
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
-
-
-def pdboot(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200", TERM="dumb")
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
-
-
-def out(res: subprocess.CompletedProcess[str]) -> str:
-    return res.stdout + res.stderr
 
 
 def labelled(tb: Testbed, deployment: str) -> dict[str, dict[str, Any]]:
@@ -115,16 +85,6 @@ def labelled(tb: Testbed, deployment: str) -> dict[str, dict[str, Any]]:
 
 def env_of(doc: dict[str, Any]) -> dict[str, str]:
     return dict(e.split("=", 1) for e in doc["Config"]["Env"])
-
-
-def metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
-    return sum(
-        float(ln.rsplit(" ", 1)[1])
-        for ln in text.splitlines()
-        if ln.startswith(name + "{") or ln.startswith(name + " ")
-    )
 
 
 def chat(router: str) -> None:
@@ -154,7 +114,7 @@ def started_spread(docs: list[dict[str, Any]]) -> float:
     return (max(ts) - min(ts)).total_seconds()
 
 
-def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
+def test_two_hosts_four_engines_per_tier(cli: Cli, tb: Testbed, tmp_path: Path) -> None:
     inv = write(
         tb,
         tmp_path / "inv.yaml",
@@ -162,9 +122,9 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
         prefill={"hosts": ["gpu-a"], "engines_per_host": 4, "gpus": [0, 1, 2, 3]},
         decode={"hosts": ["gpu-b"], "gpus": DECODE_GPUS},
     )
-    res = pdboot("up", str(inv))  # with preflight: it chooses each engine's NIC
-    assert res.returncode == 0, out(res)
-    assert "nic: decode-3@gpu-b -> mlx5_2:1 (NODE, nearest GPUs 6)" in out(res)
+    res = cli("up", str(inv))  # with preflight: it chooses each engine's NIC
+    assert res.returncode == 0, output(res)
+    assert "nic: decode-3@gpu-b -> mlx5_2:1 (NODE, nearest GPUs 6)" in output(res)
     docs = labelled(tb, "eng2x4")
     assert len(docs) == 10, sorted(docs)  # 8 engines, the router, the proxy
     a, b = tb.hosts["gpu-a"].address, tb.hosts["gpu-b"].address
@@ -198,18 +158,18 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
         f"http://{a}:8000",
     )
 
-    st = pdboot("status", str(inv), "--json")
-    assert st.returncode == 0, out(st)
+    st = cli("status", str(inv), "--json")
+    assert st.returncode == 0, output(st)
     rows = {r["service"]: r for r in json.loads(st.stdout)["services"]}
     assert len(rows) == 10 and all(
         r["health"] == "ok" and r["matches_inventory"] for r in rows.values()
     )
     assert rows["decode-3@gpu-b"]["nic"] == "mlx5_2:1 (NODE, nearest GPUs 6)"
     assert rows["prefill-2@gpu-a"]["nic"] == "mlx5_1:1 (PIX, nearest GPUs 2)"
-    text = pdboot("status", str(inv))
+    text = cli("status", str(inv))
     assert "decode-3@gpu-b" in text.stdout and "mlx5_2:1 (NODE, nearest GPUs 6)" in text.stdout
-    lg = pdboot("logs", str(inv), "decode-2@gpu-b", "--tail", "500")
-    assert lg.returncode == 0 and "GPU" in lg.stdout, out(lg)
+    lg = cli("logs", str(inv), "decode-2@gpu-b", "--tail", "500")
+    assert lg.returncode == 0 and "GPU" in lg.stdout, output(lg)
 
     # one group changes (decode-3: GPU 6 -> 7): only that engine is new (the router stays)
     before = {k: d["Id"] for k, d in docs.items()}
@@ -220,8 +180,8 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
         prefill={"hosts": ["gpu-a"], "engines_per_host": 4, "gpus": [0, 1, 2, 3]},
         decode={"hosts": ["gpu-b"], "gpus": [[0], [2], [4], [7]]},
     )
-    res = pdboot("up", str(changed), "--skip-preflight")
-    assert res.returncode == 0, out(res)
+    res = cli("up", str(changed), "--skip-preflight")
+    assert res.returncode == 0, output(res)
     after = {k: d["Id"] for k, d in labelled(tb, "eng2x4").items()}
     assert {k for k in after if after[k] != before.get(k)} == {"decode-3@gpu-b"}
     d3 = labelled(tb, "eng2x4")["decode-3@gpu-b"]
@@ -229,12 +189,12 @@ def test_two_hosts_four_engines_per_tier(tb: Testbed, tmp_path: Path) -> None:
     # the recorded choice was for GPU 6: without a preflight it gets every ACTIVE port
     assert env_of(d3)["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1,mlx5_2:1"
 
-    res = pdboot("down", str(inv))
-    assert res.returncode == 0, out(res)
+    res = cli("down", str(inv))
+    assert res.returncode == 0, output(res)
     assert labelled(tb, "eng2x4") == {}
 
 
-def test_colocated_four_plus_four(tb: Testbed, tmp_path: Path) -> None:
+def test_colocated_four_plus_four(cli: Cli, tb: Testbed, tmp_path: Path) -> None:
     inv = write(
         tb,
         tmp_path / "colo.yaml",
@@ -243,8 +203,8 @@ def test_colocated_four_plus_four(tb: Testbed, tmp_path: Path) -> None:
         decode={"hosts": ["gpu-b"], "engines_per_host": 4, "gpus": [4, 5, 6, 7]},
         router="gpu-b",
     )
-    res = pdboot("up", str(inv))
-    assert res.returncode == 0, out(res)
+    res = cli("up", str(inv))
+    assert res.returncode == 0, output(res)
     docs = labelled(tb, "engcolo")
     assert len(docs) == 10  # 8 engines, the router, the proxy
     nics = {
@@ -268,14 +228,16 @@ def test_colocated_four_plus_four(tb: Testbed, tmp_path: Path) -> None:
         {f"decode-{i}": f"http://{b}:{8201 + 10 * i}/metrics" for i in range(4)},
         f"http://{b}:8000",
     )
-    st = pdboot("status", str(inv), "--json")
-    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 10, out(st)
-    res = pdboot("down", str(inv))
-    assert res.returncode == 0, out(res)
+    st = cli("status", str(inv), "--json")
+    assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 10, output(st)
+    res = cli("down", str(inv))
+    assert res.returncode == 0, output(res)
     assert labelled(tb, "engcolo") == {}
 
 
-def test_engines_per_host_all_follows_the_gpus_preflight_found(tb: Testbed, tmp_path: Path) -> None:
+def test_engines_per_host_all_follows_the_gpus_preflight_found(
+    cli: Cli, tb: Testbed, tmp_path: Path
+) -> None:
     inv = write(
         tb,
         tmp_path / "all.yaml",
@@ -283,12 +245,12 @@ def test_engines_per_host_all_follows_the_gpus_preflight_found(tb: Testbed, tmp_
         prefill={"hosts": ["gpu-a"], "engines_per_host": "all", "tensor_parallel_size": 2},
         decode={"hosts": ["gpu-b"], "engines_per_host": "all", "tensor_parallel_size": 4},
     )
-    blind = pdboot("up", str(inv), "--skip-preflight")  # nothing recorded yet: no guess
-    assert blind.returncode == 1 and "needs preflight's GPU count" in out(blind), out(blind)
+    blind = cli("up", str(inv), "--skip-preflight")  # nothing recorded yet: no guess
+    assert blind.returncode == 1 and "needs preflight's GPU count" in output(blind), output(blind)
     assert labelled(tb, "engall") == {}
 
-    res = pdboot("up", str(inv))
-    assert res.returncode == 0, out(res)
+    res = cli("up", str(inv))
+    assert res.returncode == 0, output(res)
     docs = labelled(tb, "engall")
     groups = {
         k: d["HostConfig"]["DeviceRequests"][0]["DeviceIDs"]
@@ -309,10 +271,10 @@ def test_engines_per_host_all_follows_the_gpus_preflight_found(tb: Testbed, tmp_
     assert nics["decode@gpu-b"] == "mlx5_0:1,mlx5_1:1"  # both NODE to GPUs 0-3
 
     # the count is recorded on the host: without preflight the same engines, unchanged
-    again = pdboot("up", str(inv), "--skip-preflight")
-    assert again.returncode == 0, out(again)
+    again = cli("up", str(inv), "--skip-preflight")
+    assert again.returncode == 0, output(again)
     assert {k: d["Id"] for k, d in labelled(tb, "engall").items()} == {
         k: d["Id"] for k, d in docs.items()
     }
-    res = pdboot("down", str(inv))
-    assert res.returncode == 0 and labelled(tb, "engall") == {}, out(res)
+    res = cli("down", str(inv))
+    assert res.returncode == 0 and labelled(tb, "engall") == {}, output(res)

@@ -6,21 +6,17 @@ socket is warned about. Real CLI (a subprocess), real sshd and dockerd."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import started_testbed
-from tests.testbed.harness import HostSpec, Testbed
+from tests.cli import Cli
+from tests.conftest import RTX_PAIR, module_testbed
+from tests.testbed.harness import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 FOUR_FOUR = {
     "prefill": {"engines_per_host": 4, "gpus": [0, 1, 2, 3]},
     "decode": {"engines_per_host": 4, "gpus": [4, 5, 6, 7]},
@@ -38,25 +34,12 @@ NEAREST = {
 }
 
 
-@pytest.fixture(scope="module")
-def tb() -> Iterator[Testbed]:
-    specs = [HostSpec("gpu-a", profile="rtx6000x8"), HostSpec("gpu-b", profile="rtx6000x8")]
-    with started_testbed(specs, images_needed=False) as bed:
-        yield bed
+tb = module_testbed(RTX_PAIR, images_needed=False)
 
 
-def preflight(inv: Path, *args: str) -> dict[str, Any]:
-    p = subprocess.run(
-        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=180,
-    )
-    try:
-        return dict(json.loads(p.stdout))
-    except json.JSONDecodeError:
-        pytest.fail(f"not JSON (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
+def preflight(cli: Cli, inv: Path, *args: str) -> dict[str, Any]:
+    _, doc = cli.run_json("preflight", str(inv), "--json", *args, timeout=180)
+    return dict(doc)
 
 
 def checks(doc: dict[str, Any], host: str, cid: str) -> list[dict[str, str]]:
@@ -64,7 +47,7 @@ def checks(doc: dict[str, Any], host: str, cid: str) -> list[dict[str, str]]:
 
 
 def test_every_engine_gets_its_nearest_port_and_its_ports_checked(
-    tb: Testbed, tmp_path: Path
+    cli: Cli, tb: Testbed, tmp_path: Path
 ) -> None:
     both = ["gpu-a", "gpu-b"]
     inv = tb.inventory(
@@ -75,6 +58,7 @@ def test_every_engine_gets_its_nearest_port_and_its_ports_checked(
         overrides={**FOUR_FOUR, "kv_transfer": {"rdma": "auto"}},
     )
     doc = preflight(
+        cli,
         inv,
         "--only",
         "rdma",
@@ -104,7 +88,7 @@ def test_every_engine_gets_its_nearest_port_and_its_ports_checked(
         assert len(side) == 8  # every prefill engine of both hosts
 
 
-def test_a_group_across_the_socket_is_warned_about(tb: Testbed, tmp_path: Path) -> None:
+def test_a_group_across_the_socket_is_warned_about(cli: Cli, tb: Testbed, tmp_path: Path) -> None:
     inv = tb.inventory(
         tmp_path / "inv.yaml",
         prefill=["gpu-a"],
@@ -115,7 +99,7 @@ def test_a_group_across_the_socket_is_warned_about(tb: Testbed, tmp_path: Path) 
             "decode": {"tensor_parallel_size": 2, "gpus": [[6, 7]]},
         },
     )
-    doc = preflight(inv, "--only", "rdma.nic_affinity")
+    doc = preflight(cli, inv, "--only", "rdma.nic_affinity")
     aff = checks(doc, "gpu-a", "rdma.nic_affinity")
     assert [c["status"] for c in aff] == ["pass", "warn"], aff
     assert "prefill-1@gpu-a: GPUs 3,4 -> " in aff[1]["message"]

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -27,10 +25,17 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_up_status_down import ROOT, down_clean, output, pdboot, write_inventory
+from tests.cli import Cli, output
+from tests.e2e.test_up_status_down import down_clean, token_cli, write_inventory
 from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return token_cli(cli)
+
 
 SETTLE_S = 10.0  # the issue's bound: 0 failures from this long after the cut
 WATCH_S = 20.0  # how long the loop runs after the cut, and after the link is back
@@ -56,20 +61,17 @@ def holders(tb: Any, vip: str) -> list[str]:
     return out
 
 
-def start_watch(inv: Path) -> subprocess.Popen[str]:
+def start_watch(cli: Cli, inv: Path) -> subprocess.Popen[str]:
     """`pdboot watch` in the foreground (over SSH: it keeps the standby in step and reads
     the address's holder), its metrics on a free loopback port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return subprocess.Popen(
-        [sys.executable, "-m", "pdboot", "watch", str(inv), "--listen", f"127.0.0.1:{port}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-        env=dict(os.environ, COLUMNS="200", TERM="dumb"),
-    )
+    proc: subprocess.Popen[str] = cli.popen(
+        "watch", str(inv), "--listen", f"127.0.0.1:{port}",
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    return proc
 
 
 class ClientLoop:
@@ -103,7 +105,9 @@ class ClientLoop:
         return len([r for r in self.results if start <= r[0] < end])
 
 
-def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_path: Path) -> None:
+def test_the_address_moves_to_the_standby_and_settles_on_one_host(
+    cli: Cli, tb3: Any, tmp_path: Path
+) -> None:
     active, standby = tb3.hosts["ingress"], tb3.hosts["decode"]
     net = ipaddress.ip_interface(f"{active.address}/24").network
     vip = str(net.network_address + 240)
@@ -125,7 +129,7 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     watch: subprocess.Popen[str] | None = None
-    res = pdboot("up", str(inv), timeout=420)
+    res = cli("up", str(inv), timeout=420)
     assert res.returncode == 0, output(res)
     assert f"http://{vip}:8000" in output(res)  # the endpoint `up` prints
     try:
@@ -139,7 +143,7 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
 
         # preflight's VRRP checks on the live pair: the holder has it, the standby hears
         # its peer (this deployment's), nothing else claims the address or the router id
-        pf = pdboot("preflight", str(inv), "--json", "--only", "network")
+        pf = cli("preflight", str(inv), "--json", "--only", "network")
         checks = {
             (h, c["id"]): c["status"]
             for h, rep in json.loads(pf.stdout)["hosts"].items()
@@ -147,12 +151,12 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
             if c["id"].startswith("network.vrrp_")
         }
         assert len(checks) == 8 and set(checks.values()) == {"pass"}, checks
-        st = pdboot("status", str(inv))
+        st = cli("status", str(inv))
         assert st.returncode == 0, output(st)
         assert f"virtual IP {vip}: held by ingress (the router host)" in output(st)
         assert "standby router@decode: in step" in output(st)
 
-        watch = start_watch(inv)
+        watch = start_watch(cli, inv)
         assert watch.stdout is not None
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")))
@@ -193,11 +197,11 @@ def test_the_address_moves_to_the_standby_and_settles_on_one_host(tb3: Any, tmp_
         ok = [r[0] for r in loop.results if r[1]]
         silent = min(t for t in ok if t > cut) - max(t for t in ok if t < cut)
         print(f"failover: {silent:.1f} s between the last answer before the cut and the next")
-        st = pdboot("status", str(inv))
+        st = cli("status", str(inv))
         assert f"virtual IP {vip}: held by decode (standby)" in output(st), output(st)
     finally:
         if watch is not None and watch.poll() is None:
             watch.kill()
             watch.wait()
-        down_clean(tb3, inv, "e2eha")
+        down_clean(cli, tb3, inv, "e2eha")
     assert holders(tb3, vip) == []  # keepalived gone, the address released

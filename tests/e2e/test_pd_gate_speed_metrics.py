@@ -20,17 +20,23 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cli import Cli, output
 from tests.e2e.test_up_status_down import (
     down_clean,
     http_json,
     ids,
-    output,
-    pdboot,
     started_at,
+    token_cli,
     write_inventory,
 )
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return token_cli(cli)
+
 
 BLOCK_BYTES = "1000000"  # 1 MB per 16-token block: the 900-token speed prompt moves ~57 MB
 
@@ -47,11 +53,13 @@ def _with(path: Path, **top: Any) -> Path:
     return path
 
 
-def test_gate_fails_up_on_corrupted_kv_with_both_outputs(tb3: Any, tmp_path: Path) -> None:
+def test_gate_fails_up_on_corrupted_kv_with_both_outputs(
+    cli: Cli, tb3: Any, tmp_path: Path
+) -> None:
     inv = write_inventory(
         tb3, tmp_path / "inv.yaml", name="e2egate", decode_env={"STANDIN_CORRUPT_PULLED_KV": "1"}
     )
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     out = res.stdout
     assert res.returncode == 1, output(res)
     assert "error: correctness gate: the P/D answer differs" in out, out
@@ -61,14 +69,14 @@ def test_gate_fails_up_on_corrupted_kv_with_both_outputs(tb3: Any, tmp_path: Pat
     assert len(alone.split(":", 1)[1].strip()) > 10  # a real answer, not an empty one
     assert "GPUDirect" in out and "Do not serve traffic" in out
     assert "endpoint:" not in out  # no endpoint advertised for a deployment that lies
-    down_clean(tb3, inv, "e2egate")
+    down_clean(cli, tb3, inv, "e2egate")
 
 
-def test_gate_passes_speed_line_and_pd_status(tb3: Any, tmp_path: Path) -> None:
+def test_gate_passes_speed_line_and_pd_status(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     env = {"STANDIN_KV_BLOCK_BYTES": BLOCK_BYTES}
     inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2epd", prefill_env=env, decode_env=env)
     inv = _with(inv, requirements={"min_free_disk_gb": 1, "link_gbps": 100})
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     out = res.stdout
     assert res.returncode == 0, output(res)
     assert "correctness gate: the P/D answer equals the single-engine answer" in out, out
@@ -84,11 +92,11 @@ def test_gate_passes_speed_line_and_pd_status(tb3: Any, tmp_path: Path) -> None:
     assert "looks like UCX falling back to TCP" in out and "UCX_TLS" in out
 
     # a few requests through the router, then the P/D view of status
-    endpoint = json.loads(pdboot("status", str(inv), "--json").stdout)["endpoint"]
+    endpoint = json.loads(cli("status", str(inv), "--json").stdout)["endpoint"]
     for i in range(3):
         body = {"model": "Qwen/Qwen3-0.6B", "prompt": f"Count to {i + 3}.", "max_tokens": 4}
         assert http_json(f"{endpoint}/completions", body)["choices"][0]["text"]
-    res = pdboot("status", str(inv), "--json")
+    res = cli("status", str(inv), "--json")
     assert res.returncode == 0, output(res)
     doc = json.loads(res.stdout)
     engines = {e["service"]: e for e in doc["pd"]["engines"]}
@@ -105,21 +113,23 @@ def test_gate_passes_speed_line_and_pd_status(tb3: Any, tmp_path: Path) -> None:
     assert doc["pd"]["window_seconds"] is None
     assert "decode_recomputes" not in {f["code"] for f in doc["pd"]["flags"]}
     # and the table in the terminal
-    res = pdboot("status", str(inv))
+    res = cli("status", str(inv))
     assert "P/D metrics, totals since start" in res.stdout, output(res)
     assert "decode spread: decode@decode" in res.stdout
-    down_clean(tb3, inv, "e2epd")
+    down_clean(cli, tb3, inv, "e2epd")
 
 
-def test_prefill_removed_under_running_decode_restarts_it(tb3: Any, tmp_path: Path) -> None:
+def test_prefill_removed_under_running_decode_restarts_it(
+    cli: Cli, tb3: Any, tmp_path: Path
+) -> None:
     """Part of the deployment gone (the prefill container removed, decode kept running):
     the next `up` creates the prefill, then restarts the decode, then the router."""
     inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2epart")
-    assert pdboot("up", str(inv), "--no-speed").returncode == 0
+    assert cli("up", str(inv), "--no-speed").returncode == 0
     decode_started = started_at(tb3, "e2epart", "decode")
     pre = ids(tb3, "e2epart")["prefill@prefill"]
     tb3.hosts["prefill"].docker("rm", "-f", pre)
-    res = pdboot("up", str(inv), "--no-speed")
+    res = cli("up", str(inv), "--no-speed")
     out = res.stdout
     assert res.returncode == 0, output(res)
     lines = out.splitlines()
@@ -133,4 +143,4 @@ def test_prefill_removed_under_running_decode_restarts_it(tb3: Any, tmp_path: Pa
     assert order.index("prefill@") < len(order) - 1 - order[::-1].index("decode@")
     assert order[-1] == "router@", ready
     assert "correctness gate: the P/D answer equals" in out
-    down_clean(tb3, inv, "e2epart")
+    down_clean(cli, tb3, inv, "e2epart")

@@ -7,22 +7,17 @@ Under CI=true a testbed that cannot start fails these tests; elsewhere they skip
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import started_testbed
+from tests.cli import Cli
+from tests.conftest import module_testbed
 from tests.testbed.harness import HostSpec
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 # host name -> (profile, HostSpec knobs)
 HOSTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -41,29 +36,16 @@ PREFILL = ["h200", "olddrv", "ibdown"]
 DECODE = ["ok", "nodrv", "noctk", "busy", "lowdisk", "nossh"]
 
 
-@pytest.fixture(scope="module")
-def tb() -> Iterator[Any]:
-    specs = [HostSpec(n, profile=p, **kw) for n, (p, kw) in HOSTS.items()]
-    # the images are in the registry: a healthy host passes docker.image_exists
-    with started_testbed(specs, images_needed=True) as bed:
-        yield bed
+# the images are in the registry: a healthy host passes docker.image_exists
+tb = module_testbed(
+    [HostSpec(n, profile=p, **kw) for n, (p, kw) in HOSTS.items()], images_needed=True
+)
 
 
 def preflight(
-    inv: Path, *args: str, env: dict[str, str] | None = None
+    cli: Cli, inv: Path, *args: str, env: dict[str, str | None] | None = None
 ) -> tuple[int, dict[str, Any], str]:
-    p = subprocess.run(
-        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=180,
-        env=env,
-    )
-    try:
-        doc = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"not JSON (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
+    p, doc = cli.run_json("preflight", str(inv), "--json", *args, timeout=180, env=env)
     return p.returncode, doc, p.stderr
 
 
@@ -93,8 +75,8 @@ def full_inventory(tb: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def full_run(full_inventory: Path) -> tuple[int, dict[str, Any]]:
-    rc, doc, _ = preflight(full_inventory)
+def full_run(cli: Cli, full_inventory: Path) -> tuple[int, dict[str, Any]]:
+    rc, doc, _ = preflight(cli, full_inventory)
     return rc, doc
 
 
@@ -232,7 +214,9 @@ def test_an_unreachable_host_is_reported_and_the_others_checked(
     assert doc["hosts"]["ok"]["reachable"] is True
 
 
-def test_an_unset_secret_is_reported_while_its_host_is_unreachable(tb: Any, tmp_path: Path) -> None:
+def test_an_unset_secret_is_reported_while_its_host_is_unreachable(
+    cli: Cli, tb: Any, tmp_path: Path
+) -> None:
     """The secret references are this machine's: an unreachable first host (where they are
     reported) hides none of them, with --only secrets too."""
     unset = "PDBOOT_E2E_NEVER_SET_46"
@@ -247,9 +231,8 @@ def test_an_unset_secret_is_reported_while_its_host_is_unreachable(tb: Any, tmp_
             "decode": {"gpus": [1]},
         },
     )
-    env = {k: v for k, v in os.environ.items() if k != unset}
     for only in ((), ("--only", "secrets")):
-        rc, doc, err = preflight(inv, *only, env=env)
+        rc, doc, err = preflight(cli, inv, *only, env={unset: None})
         assert rc == 1, err
         assert doc["hosts"]["nossh"]["reachable"] is False
         found = statuses(doc, "nossh")
@@ -269,9 +252,9 @@ def test_decode_hosts_probe_every_prefill_side_channel(
     assert all("refused" in c["message"] for c in probes)
 
 
-def test_rdma_required_turns_a_down_port_into_a_failure(tb: Any, tmp_path: Path) -> None:
+def test_rdma_required_turns_a_down_port_into_a_failure(cli: Cli, tb: Any, tmp_path: Path) -> None:
     inv = inventory(tb, tmp_path, requirements={"rdma": "required", "min_free_disk_gb": 1})
-    rc, doc, _ = preflight(inv, "--only", "rdma")
+    rc, doc, _ = preflight(cli, inv, "--only", "rdma")
     assert rc == 1
     assert statuses(doc, "ibdown")["rdma.ports"] == "fail"
     assert statuses(doc, "h200")["rdma.devices"] == "fail"
@@ -280,7 +263,7 @@ def test_rdma_required_turns_a_down_port_into_a_failure(tb: Any, tmp_path: Path)
     assert ids <= {"rdma", "ssh"}
 
 
-def test_only_healthy_hosts_exit_0(tb: Any, tmp_path: Path) -> None:
+def test_only_healthy_hosts_exit_0(cli: Cli, tb: Any, tmp_path: Path) -> None:
     inv = tb.inventory(
         tmp_path / "ok.yaml",
         prefill=["ok"],
@@ -288,7 +271,7 @@ def test_only_healthy_hosts_exit_0(tb: Any, tmp_path: Path) -> None:
         router="ok",
         overrides={"prefill": {"gpus": [0]}, "decode": {"gpus": [1]}},
     )
-    rc, doc, _ = preflight(inv, "--skip", "host.ports")
+    rc, doc, _ = preflight(cli, inv, "--skip", "host.ports")
     assert (rc, doc["ok"]) == (0, True), doc
 
 
@@ -306,9 +289,11 @@ def unknown_keys(tb: Any, tmp_path: Path) -> tuple[Path, Path]:
     return inv, kh
 
 
-def test_unknown_host_key_is_refused_then_accepted_on_request(tb: Any, tmp_path: Path) -> None:
+def test_unknown_host_key_is_refused_then_accepted_on_request(
+    cli: Cli, tb: Any, tmp_path: Path
+) -> None:
     inv, kh = unknown_keys(tb, tmp_path)
-    rc, doc, _ = preflight(inv, "--only", "ssh")
+    rc, doc, _ = preflight(cli, inv, "--only", "ssh")
     assert rc == 1
     c = doc["hosts"]["ok"]["checks"][0]
     assert doc["hosts"]["ok"]["reachable"] is False
@@ -316,14 +301,16 @@ def test_unknown_host_key_is_refused_then_accepted_on_request(tb: Any, tmp_path:
     assert "ssh-keyscan" in c["fix"] and "--accept-new-host-keys" in c["fix"]
     assert kh.read_text() == ""  # never silently trusted
 
-    rc, doc, _ = preflight(inv, "--only", "ssh", "--accept-new-host-keys")
+    rc, doc, _ = preflight(cli, inv, "--only", "ssh", "--accept-new-host-keys")
     assert rc == 0 and doc["hosts"]["ok"]["reachable"] is True
     assert tb.hosts["ok"].address in kh.read_text()
-    rc, _, _ = preflight(inv, "--only", "ssh")  # now known: strict checking passes
+    rc, _, _ = preflight(cli, inv, "--only", "ssh")  # now known: strict checking passes
     assert rc == 0
 
 
-def test_a_changed_host_key_is_refused_even_with_accept_new(tb: Any, tmp_path: Path) -> None:
+def test_a_changed_host_key_is_refused_even_with_accept_new(
+    cli: Cli, tb: Any, tmp_path: Path
+) -> None:
     kh = tmp_path / "known_hosts"
     good = tb.known_hosts.read_text().splitlines()
     other = tb.hosts["noctk"].address
@@ -341,18 +328,12 @@ def test_a_changed_host_key_is_refused_even_with_accept_new(tb: Any, tmp_path: P
             "decode": {"gpus": [1]},
         },
     )
-    rc, doc, _ = preflight(inv, "--only", "ssh", "--accept-new-host-keys")
+    rc, doc, _ = preflight(cli, inv, "--only", "ssh", "--accept-new-host-keys")
     assert rc == 1
     assert doc["hosts"]["ok"]["checks"][0]["message"].startswith("host_key_changed:")
 
 
-def test_usage_errors_exit_2(tb: Any, tmp_path: Path) -> None:
+def test_usage_errors_exit_2(cli: Cli, tb: Any, tmp_path: Path) -> None:
     inv = inventory(tb, tmp_path)
-    p = subprocess.run(
-        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--only", "gpux"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    p = cli("preflight", str(inv), "--only", "gpux", timeout=60)
     assert p.returncode == 2 and "gpux" in p.stderr

@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,25 +27,19 @@ from pdboot.inventory.load import load_inventory
 from pdboot.preflight import args_cache
 from pdboot.preflight.run import run_preflight
 from pdboot.transport import ssh
+from tests.cli import Cli
 from tests.testbed.harness import HostSpec, Testbed
 from tests.testbed.images import ENGINE_REPO, ENGINE_TAG
 from tests.testbed.registry_tags import retag
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _preflight(inv: Path, cache: Path) -> tuple[int, dict[str, Any]]:
-    res = subprocess.run(
-        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200", "TERM": "dumb", args_cache.ENV: str(cache)},
+def _preflight(cli: Cli, inv: Path, cache: Path) -> tuple[int, dict[str, Any]]:
+    res, doc = cli.run_json(
+        "preflight", str(inv), "--json", timeout=300, env={args_cache.ENV: str(cache)}
     )
-    return res.returncode, json.loads(res.stdout)
+    return res.returncode, doc
 
 
 def _args(doc: dict[str, Any], host: str) -> list[dict[str, str]]:
@@ -56,7 +47,7 @@ def _args(doc: dict[str, Any], host: str) -> list[dict[str, str]]:
 
 
 def test_preflight_judges_a_present_image_with_its_own_parser_then_reads_the_cache(
-    make_testbed: Callable[..., Testbed], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, make_testbed: Callable[..., Testbed], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bed = make_testbed([HostSpec("p"), HostSpec("d")])
     retag(bed.registry, ENGINE_REPO, ENGINE_TAG, "nightly")
@@ -74,7 +65,7 @@ def test_preflight_judges_a_present_image_with_its_own_parser_then_reads_the_cac
     cache = tmp_path / "cache"
 
     # no image anywhere: a note per engine host, no container, nothing kept
-    rc, doc = _preflight(inv, cache)
+    rc, doc = _preflight(cli, inv, cache)
     for host in ("p", "d"):
         (note,) = _args(doc, host)
         assert note["status"] == "skip", note
@@ -84,7 +75,7 @@ def test_preflight_judges_a_present_image_with_its_own_parser_then_reads_the_cac
 
     # the image on the decode host only
     bed.hosts["d"].pull(image)
-    rc, doc = _preflight(inv, cache)
+    rc, doc = _preflight(cli, inv, cache)
     assert rc == 1
     (refused,) = _args(doc, "d")
     msg = refused["message"]
@@ -108,7 +99,7 @@ def test_preflight_judges_a_present_image_with_its_own_parser_then_reads_the_cac
     before = path.read_bytes()
 
     # the second preflight: the verdict from the record, which stays as it was
-    rc, doc = _preflight(inv, cache)
+    rc, doc = _preflight(cli, inv, cache)
     assert rc == 1
     (again,) = _args(doc, "d")
     assert again["status"] == "fail"

@@ -5,32 +5,17 @@ router image is looked up too. Traffic goes only to the testbed's addresses."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli import Cli
 from tests.testbed.harness import HostSpec, Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _pdboot(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=240,
-        env={**os.environ, "COLUMNS": "200", "TERM": "dumb"},
-    )
 
 
 def _checks(doc: dict[str, Any], host: str, cid: str) -> list[dict[str, str]]:
@@ -42,7 +27,7 @@ def _images(bed: Testbed) -> dict[str, list[str]]:
 
 
 def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
-    make_testbed: Callable[..., Testbed], tmp_path: Path
+    cli: Cli, make_testbed: Callable[..., Testbed], tmp_path: Path
 ) -> None:
     bed = make_testbed([HostSpec("p"), HostSpec("d")])
     assert _images(bed) == {"p": [], "d": []}
@@ -54,7 +39,7 @@ def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
         router="d",
         overrides={"image": missing},
     )
-    res = _pdboot("preflight", str(inv), "--json")
+    res = cli("preflight", str(inv), "--json")
     doc = json.loads(res.stdout)
     assert res.returncode == 1, res.stderr
     for host in ("p", "d"):
@@ -67,7 +52,7 @@ def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
     (agree,) = _checks(doc, "d", "model.tier_agreement")
     assert agree["status"] == "pass"
 
-    up = _pdboot("up", str(inv))
+    up = cli("up", str(inv))
     assert up.returncode != 0
     assert "docker.image_exists" in up.stdout + up.stderr
     assert _images(bed) == {"p": [], "d": []}  # stopped before any pull
@@ -80,7 +65,7 @@ def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
         router="d",
         overrides={"router_image": f"{bed.registry}/vllm/vllm-router:v0.0.0-missing"},
     )
-    doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "docker").stdout)
+    doc = json.loads(cli("preflight", str(inv), "--json", "--only", "docker").stdout)
     (router,) = _checks(doc, "d", "docker.router_image")
     assert router["status"] == "fail" and "v0.0.0-missing" in router["message"]
     (engine,) = _checks(doc, "p", "docker.image_exists")
@@ -88,7 +73,7 @@ def test_a_missing_tag_fails_preflight_and_up_with_no_pull(
 
 
 def test_gpudirect_rdma_follows_the_hosts_kernel_modules(
-    make_testbed: Callable[..., Testbed], tmp_path: Path
+    cli: Cli, make_testbed: Callable[..., Testbed], tmp_path: Path
 ) -> None:
     bed = make_testbed(
         [HostSpec("open"), HostSpec("closed", overrides={"kernel_module": "proprietary"})]
@@ -100,7 +85,7 @@ def test_gpudirect_rdma_follows_the_hosts_kernel_modules(
         router="open",
         overrides={"kv_transfer": {"rdma": "on"}},
     )
-    doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "rdma.gpudirect").stdout)
+    doc = json.loads(cli("preflight", str(inv), "--json", "--only", "rdma.gpudirect").stdout)
     (ok,) = _checks(doc, "open", "rdma.gpudirect")
     assert ok["status"] == "pass" and "dma-buf" in ok["message"], ok
     (warn,) = _checks(doc, "closed", "rdma.gpudirect")
@@ -113,13 +98,13 @@ CU126_ARCHS = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 
 
 def test_up_asks_the_pulled_image_and_stops_before_the_start(
-    make_testbed: Callable[..., Testbed], tmp_path: Path
+    cli: Cli, make_testbed: Callable[..., Testbed], tmp_path: Path
 ) -> None:
     bed = make_testbed(
         [HostSpec("ok"), HostSpec("noarch", overrides={"image": {"arch_list": CU126_ARCHS}})]
     )
     inv = bed.inventory(tmp_path / "inv.yaml", prefill=["noarch"], decode=["ok"], router="ok")
-    up = _pdboot("up", str(inv))
+    up = cli("up", str(inv))
     out = up.stdout + up.stderr
     assert up.returncode != 0, out
     assert "pulled" in out  # the check runs after the pull ...
@@ -137,7 +122,7 @@ def test_up_asks_the_pulled_image_and_stops_before_the_start(
 
 
 def test_without_rdma_the_interface_reaching_the_peer_must_not_be_docker0(
-    make_testbed: Callable[..., Testbed], tmp_path: Path
+    cli: Cli, make_testbed: Callable[..., Testbed], tmp_path: Path
 ) -> None:
     bed = make_testbed([HostSpec("a"), HostSpec("b")])
     a, b = bed.hosts["a"], bed.hosts["b"]
@@ -148,7 +133,7 @@ def test_without_rdma_the_interface_reaching_the_peer_must_not_be_docker0(
         router="b",
         overrides={"kv_transfer": {"rdma": "off"}},
     )
-    doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "network").stdout)
+    doc = json.loads(cli("preflight", str(inv), "--json", "--only", "network").stdout)
     for host in ("a", "b"):
         (ok,) = _checks(doc, host, "network.ucx_iface")
         assert ok["status"] == "pass" and ok["message"].startswith("UCX_NET_DEVICES=eth0"), ok
@@ -160,7 +145,7 @@ def test_without_rdma_the_interface_reaching_the_peer_must_not_be_docker0(
         f"ip addr add 172.17.0.1/16 dev docker0 && ip route add {b.address}/32 dev docker0",
         check=True,
     )
-    doc = json.loads(_pdboot("preflight", str(inv), "--json", "--only", "network").stdout)
+    doc = json.loads(cli("preflight", str(inv), "--json", "--only", "network").stdout)
     (bad,) = _checks(doc, "a", "network.ucx_iface")
     assert bad["status"] == "fail" and f"{b.address} is reached through docker0" in bad["message"]
     (ok,) = _checks(doc, "b", "network.ucx_iface")
@@ -168,7 +153,7 @@ def test_without_rdma_the_interface_reaching_the_peer_must_not_be_docker0(
 
 
 def test_up_without_rdma_sets_ucx_net_devices_to_the_interface_found(
-    make_testbed: Callable[..., Testbed], tmp_path: Path
+    cli: Cli, make_testbed: Callable[..., Testbed], tmp_path: Path
 ) -> None:
     bed = make_testbed([HostSpec("a"), HostSpec("b")])
     inv = bed.inventory(
@@ -179,7 +164,7 @@ def test_up_without_rdma_sets_ucx_net_devices_to_the_interface_found(
         name="ucxif",
         overrides={"kv_transfer": {"rdma": "off"}},
     )
-    up = _pdboot("up", str(inv))
+    up = cli("up", str(inv))
     assert up.returncode == 0, up.stdout + up.stderr
     try:
         for host in ("a", "b"):
@@ -192,9 +177,9 @@ def test_up_without_rdma_sets_ucx_net_devices_to_the_interface_found(
             engine = [e for e in envs if any(v.startswith("VLLM_NIXL_SIDE_CHANNEL") for v in e)]
             assert engine and "UCX_NET_DEVICES=eth0" in engine[0], envs
         # status rebuilds the plan from the recorded finding: no change reported
-        st = _pdboot("status", str(inv), "--json")
+        st = cli("status", str(inv), "--json")
         doc = json.loads(st.stdout)
         assert doc["healthy"] is True, doc
         assert all(s["matches_inventory"] is True for s in doc["services"]), doc
     finally:
-        _pdboot("down", str(inv))
+        cli("down", str(inv))

@@ -4,16 +4,15 @@ is the point -- they ran and judged real output.)"""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli import Cli
+
 pytestmark = [pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 INVENTORY = """\
 name: localcheck
@@ -35,16 +34,9 @@ def local_inventory(tmp_path: Path) -> Path:
     return inv
 
 
-def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
+def test_local_host_runs_the_checks_without_ssh(cli: Cli, tmp_path: Path) -> None:
     inv = local_inventory(tmp_path)
-    p = subprocess.run(
-        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    doc = json.loads(p.stdout)
+    p, doc = cli.run_json("preflight", str(inv), "--json", timeout=120)
     me = doc["hosts"]["me"]
     assert me["reachable"] is True
     ids = {c["id"]: c for c in me["checks"]}
@@ -55,16 +47,13 @@ def test_local_host_runs_the_checks_without_ssh(tmp_path: Path) -> None:
     assert p.returncode == (0 if doc["ok"] else 1)
 
 
-def test_a_reader_gone_ends_it_with_1_and_no_traceback(tmp_path: Path) -> None:
+def test_a_reader_gone_ends_it_with_1_and_no_traceback(cli: Cli, tmp_path: Path) -> None:
     inv = local_inventory(tmp_path)
     for extra in ([], ["--accept-new-host-keys"]):
-        p = subprocess.Popen(
-            [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
+        p = cli.popen(
+            "preflight", str(inv), "--json", *extra,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
         assert p.stdout is not None
         p.stdout.close()  # long before the report is written
         _, err = p.communicate(timeout=120)

@@ -5,16 +5,14 @@ change the verdicts of the others probed in the same command."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.cli import Cli
 
 
-def test_a_silent_peer_fails_its_probe_and_the_others_still_pass(make_testbed: Any) -> None:
+def test_a_silent_peer_fails_its_probe_and_the_others_still_pass(
+    cli: Cli, make_testbed: Any
+) -> None:
     from tests.testbed.harness import HostSpec
 
     names = ("d", "p1", "p2", "r")
@@ -23,14 +21,7 @@ def test_a_silent_peer_fails_its_probe_and_the_others_still_pass(make_testbed: A
     )
     inv = tb.inventory(tb.dir / "inv.yaml", decode=["d"], prefill=["p1", "p2"], router="r")
     tb.hosts["p2"].cut_link()
-    p = subprocess.run(
-        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json", "--only", "network"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=180,
-    )
-    doc = json.loads(p.stdout)
+    p, doc = cli.run_json("preflight", str(inv), "--json", "--only", "network", timeout=180)
     assert p.returncode == 1 and not doc["hosts"]["p2"]["reachable"], p.stdout
     addr = {n: tb.hosts[n].address for n in names}
 

@@ -5,9 +5,6 @@ host on it. Traffic goes only to the testbed's addresses.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +13,10 @@ import pytest
 
 from pdboot.preflight import registry
 from pdboot.preflight.checks import docker as dk
+from tests.cli import Cli
 from tests.testbed.harness import HostSpec, Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_lookup_reads_the_image_config_from_the_registry(testbed: Testbed) -> None:
@@ -50,18 +46,9 @@ def test_the_hosts_docker_info_lists_the_registry_as_insecure(testbed: Testbed) 
     assert registry.allows_plain_http(testbed.registry, insecure)
 
 
-def _preflight(inv: Path) -> tuple[int, dict[str, Any]]:
-    p = subprocess.run(
-        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=180,
-    )
-    try:
-        return p.returncode, json.loads(p.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"not JSON (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
+def _preflight(cli: Cli, inv: Path) -> tuple[int, dict[str, Any]]:
+    res, doc = cli.run_json("preflight", str(inv), "--json", timeout=180)
+    return res.returncode, doc
 
 
 def _check(doc: dict[str, Any], host: str, cid: str) -> dict[str, str]:
@@ -71,13 +58,13 @@ def _check(doc: dict[str, Any], host: str, cid: str) -> dict[str, str]:
 
 
 def test_preflight_fails_an_old_driver_on_the_registry_cuda_before_any_pull(
-    make_testbed: Callable[..., Testbed], tmp_path: Path
+    cli: Cli, make_testbed: Callable[..., Testbed], tmp_path: Path
 ) -> None:
     bed = make_testbed([HostSpec("olddrv", profile="old-driver"), HostSpec("ok")])
     for h in bed.hosts.values():  # never pulled on either host
         assert h.docker("image", "inspect", bed.image, check=False).returncode != 0
     inv = bed.inventory(tmp_path / "inv.yaml", prefill=["olddrv"], decode=["ok"], router="ok")
-    rc, doc = _preflight(inv)
+    rc, doc = _preflight(cli, inv)
     assert rc == 1
     old = _check(doc, "olddrv", "docker.image_cuda")
     assert old["status"] == "fail"
@@ -98,7 +85,7 @@ def test_preflight_fails_an_old_driver_on_the_registry_cuda_before_any_pull(
         router="ok",
         overrides={"image": f"{bed.registry}/vllm/vllm-openai:cu124-missing"},
     )
-    _, doc = _preflight(inv)
+    _, doc = _preflight(cli, inv)
     old = _check(doc, "olddrv", "docker.image_cuda")
     assert old["status"] == "pass", old
     assert "from the tag" in old["message"] and "registry lookup failed" in old["message"]

@@ -5,7 +5,6 @@ unreachable host. Under CI=true a testbed that cannot start fails; elsewhere it 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,17 +13,15 @@ from pdboot.inventory.schema import Host, SSHSettings
 from pdboot.transport.connection import RemoteError
 from pdboot.transport.fanout import fan_out
 from pdboot.transport.ssh import connect
-from tests.conftest import started_testbed
+from tests.conftest import module_testbed
 from tests.testbed.harness import HostSpec
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def tb() -> Iterator[Any]:
-    hosts = [HostSpec("r1"), HostSpec("r2"), HostSpec("down", sshd=False)]
-    with started_testbed(hosts, images_needed=False) as bed:
-        yield bed
+tb = module_testbed(
+    [HostSpec("r1"), HostSpec("r2"), HostSpec("down", sshd=False)], images_needed=False
+)
 
 
 def settings(tb: Any, **kw: Any) -> SSHSettings:

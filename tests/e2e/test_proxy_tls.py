@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import ssl
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta, timezone
@@ -24,8 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.cli import Cli
+
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _name(cn: str) -> x509.Name:
@@ -64,22 +62,11 @@ def make_pki(address: str, out: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
-def pdboot(*args: str, ca: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200", TERM="dumb", SSL_CERT_FILE=str(ca))
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=env,
-    )
-
-
-def test_tls_endpoint_with_a_test_ca(testbed_clean: Any, tmp_path: Path) -> None:
+def test_tls_endpoint_with_a_test_ca(cli: Cli, testbed_clean: Any, tmp_path: Path) -> None:
     tb = testbed_clean
     ingress = tb.hosts["ingress"].address
     ca, cert, key = make_pki(ingress, tmp_path)
+    cli = cli.with_(env={"SSL_CERT_FILE": str(ca)})  # pdboot trusts the test CA
     inv = tb.inventory(
         tb.dir / "tls.yaml",
         name="e2etls",
@@ -89,7 +76,7 @@ def test_tls_endpoint_with_a_test_ca(testbed_clean: Any, tmp_path: Path) -> None
             "decode": {"env": {"STANDIN_LOAD_SECONDS": "0.5"}},
         },
     )
-    up = pdboot("up", str(inv), "--skip-preflight", ca=ca)
+    up = cli("up", str(inv), "--skip-preflight")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"https://{ingress}:8000/v1" in up.stdout  # the endpoint, as printed
@@ -114,9 +101,9 @@ def test_tls_endpoint_with_a_test_ca(testbed_clean: Any, tmp_path: Path) -> None
         with pytest.raises(urllib.error.HTTPError) as plain:  # nginx: HTTP on an HTTPS port
             urllib.request.urlopen(f"http://{ingress}:8000/v1/models", timeout=10)
         assert plain.value.code == 400
-        st = pdboot("status", str(inv), "--json", ca=ca)
+        st = cli("status", str(inv), "--json")
         doc = json.loads(st.stdout)
         assert doc["endpoint"] == f"https://{ingress}:8000/v1" and doc["healthy"], st.stdout
     finally:
-        down = pdboot("down", str(inv), ca=ca)
+        down = cli("down", str(inv))
     assert down.returncode == 0, down.stdout + down.stderr

@@ -8,34 +8,15 @@ Under CI=true a testbed that cannot start fails this test; elsewhere it skips.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli import Cli, output
 from tests.testbed.harness import HostSpec
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def pdboot(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=dict(os.environ, COLUMNS="200", TERM="dumb"),
-    )
-
-
-def out(res: subprocess.CompletedProcess[str]) -> str:
-    return res.stdout + res.stderr
 
 
 def host_config(tb: Any, host: str, container: str) -> dict[str, Any]:
@@ -45,7 +26,7 @@ def host_config(tb: Any, host: str, container: str) -> dict[str, Any]:
     return doc
 
 
-def test_auto_rdma_follows_preflight_per_host(make_testbed: Any, tmp_path: Path) -> None:
+def test_auto_rdma_follows_preflight_per_host(cli: Cli, make_testbed: Any, tmp_path: Path) -> None:
     tb = make_testbed(
         [HostSpec("ib", profile="rtx6000x2"), HostSpec("eth", profile="rtx6000x2-no-rdma")]
     )
@@ -64,8 +45,8 @@ def test_auto_rdma_follows_preflight_per_host(make_testbed: Any, tmp_path: Path)
     doc = yaml_hosts(inv)
     assert all("rdma_devices" not in h for h in doc.values())  # nothing declared
 
-    first = pdboot("up", str(inv))
-    assert first.returncode == 0, out(first)
+    first = cli("up", str(inv))
+    assert first.returncode == 0, output(first)
     assert "rdma (auto): on for ib (preflight found mlx5_0:1 ACTIVE)" in first.stdout
     assert "rdma (auto): off for eth (preflight found no RDMA device" in first.stdout
 
@@ -86,19 +67,19 @@ def test_auto_rdma_follows_preflight_per_host(make_testbed: Any, tmp_path: Path)
     assert ucx == ["UCX_NET_DEVICES=eth0"], ucx
 
     # no preflight now: the findings recorded on the hosts give the same config hashes
-    st = pdboot("status", str(inv), "--json")
-    assert st.returncode == 0, out(st)
+    st = cli("status", str(inv), "--json")
+    assert st.returncode == 0, output(st)
     assert all(s["matches_inventory"] for s in json.loads(st.stdout)["services"]), st.stdout
-    again = pdboot("up", str(inv), "--skip-preflight")
-    assert again.returncode == 0, out(again)
+    again = cli("up", str(inv), "--skip-preflight")
+    assert again.returncode == 0, output(again)
     assert "as the last preflight found, recorded on the host" in again.stdout
     for key in ("decode@ib", "prefill@eth", "router@ib"):
         line = next(ln for ln in again.stdout.splitlines() if ln.startswith(key))
         assert "unchanged" in line, again.stdout
     assert host_config(tb, "ib", "pdboot-rdmaauto-decode")["Id"] == ib["Id"]
 
-    down = pdboot("down", str(inv))
-    assert down.returncode == 0, out(down)
+    down = cli("down", str(inv))
+    assert down.returncode == 0, output(down)
     for h in tb.hosts.values():
         assert h.docker("ps", "-aq").stdout.split() == [], h.name
 

@@ -10,9 +10,7 @@ Under CI=true a testbed that cannot start fails these tests; elsewhere they skip
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,20 +18,23 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_up_status_down import (
-    ROOT,
-    TOKEN,
-    TOKEN_ENV,
-    ids,
-    output,
-    pdboot,
-    write_inventory,
-)
+from tests.cli import Cli, output
+from tests.e2e.test_up_status_down import ids, token_cli, write_inventory
 from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
+
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return token_cli(cli)
+
+
 NAME = "rerun"
+# the 1P1D deployment's services, as a re-run that changes nothing shows them
+UNCHANGED = dict.fromkeys(
+    ("decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"), "unchanged"
+)
 
 
 def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
@@ -43,9 +44,9 @@ def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
     return path
 
 
-def up(inv: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def up(cli: Cli, inv: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """`pdboot up` with no flags, as an operator re-runs it (``extra``: --events FILE)."""
-    return pdboot("up", str(inv), *extra, preflight=True)
+    return cli("up", str(inv), *extra, preflight=True)
 
 
 def steps(res: subprocess.CompletedProcess[str]) -> dict[str, str]:
@@ -62,16 +63,9 @@ def steps(res: subprocess.CompletedProcess[str]) -> dict[str, str]:
     return out
 
 
-def preflight_json(inv: Path) -> tuple[int, dict[str, Any]]:
-    p = subprocess.run(
-        [sys.executable, "-m", "pdboot", "preflight", str(inv), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        # the shell `up` runs in: preflight checks the inventory's secret references too
-        env=dict(os.environ, **{TOKEN_ENV: TOKEN}),
-        timeout=180,
-    )
+def preflight_json(cli: Cli, inv: Path) -> tuple[int, dict[str, Any]]:
+    # the shell `up` runs in (the token set): preflight checks the secret references too
+    p = cli("preflight", str(inv), "--json", timeout=180)
     try:
         return p.returncode, json.loads(p.stdout)
     except json.JSONDecodeError:
@@ -87,15 +81,17 @@ def workers(tb: Any) -> set[tuple[str, str]]:
     return {(w["worker_type"], w["url"]) for w in got["workers"]}
 
 
-def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path: Path) -> None:
+def test_up_reruns_converge_with_their_own_preflight(
+    cli: Cli, make_testbed: Any, tmp_path: Path
+) -> None:
     tb = make_testbed(["decode", "d2", "prefill", "ingress"])
     path = tmp_path / "inv.yaml"
     inv = write_inventory(tb, path, name=NAME)
-    first = up(inv)
+    first = up(cli, inv)
     assert first.returncode == 0, output(first)
 
     # `pdboot preflight` on the live deployment: passes, naming what holds each resource
-    rc, doc = preflight_json(inv)
+    rc, doc = preflight_json(cli, inv)
     assert rc == 0 and doc["ok"], json.dumps(doc, indent=1)
     for host, key, ports in (
         ("decode", "decode@decode", "8201 (decode HTTP), 5601 (decode NIXL side channel)"),
@@ -121,7 +117,7 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
     # the same inventory again, no flags: every service unchanged, nothing restarted
     before = ids(tb, NAME)
     events_file = tmp_path / "again.jsonl"
-    again = up(inv, "--events", str(events_file))
+    again = up(cli, inv, "--events", str(events_file))
     assert again.returncode == 0, output(again)
     assert "preflight skipped" not in again.stdout and "PASS: 3 host(s)" in again.stdout
     # up --events carries preflight's checks, those `pdboot preflight --json` reports
@@ -131,9 +127,7 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         assert [c["id"] for c in checks if c["host"] == host] == [c["id"] for c in h["checks"]]
         assert {"id", "status", "message", "fix"} <= set(checks[0])
     assert [e["host"] for e in events if e["event"] == "preflight_host"] == list(doc["hosts"])
-    assert steps(again) == dict.fromkeys(
-        ("decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"), "unchanged"
-    ), again.stdout
+    assert steps(again) == UNCHANGED, again.stdout
     assert ids(tb, NAME) == before
 
     # a host added to the decode tier: it is created, the router re-registers the workers
@@ -144,28 +138,18 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
             d["hosts"].update(d2={"address": tb.hosts["d2"].address}),
         ),
     )
-    grown = up(path)
+    grown = up(cli, path)
     assert grown.returncode == 0, output(grown)
-    assert steps(grown) == {
-        "decode@decode": "unchanged",
-        "decode@d2": "create",
-        "prefill@prefill": "unchanged",
-        "router@ingress": "recreate",
-        "proxy@ingress": "unchanged",
-    }, grown.stdout
+    grew = {"decode@d2": "create", "router@ingress": "recreate"}
+    assert steps(grown) == {**UNCHANGED, **grew}, grown.stdout
     assert ("decode", f"http://{tb.hosts['d2'].address}:8201") in workers(tb)
     assert ids(tb, NAME)["decode@decode"] == before["decode@decode"]
 
     # and removed again: the rest stays, the router forgets it
     edit(path, lambda d: (d["decode"]["hosts"].remove("d2"), d["hosts"].pop("d2")))
-    shrunk = up(path)
+    shrunk = up(cli, path)
     assert shrunk.returncode == 0, output(shrunk)
-    assert steps(shrunk) == {
-        "decode@decode": "unchanged",
-        "prefill@prefill": "unchanged",
-        "router@ingress": "recreate",
-        "proxy@ingress": "unchanged",
-    }, shrunk.stdout
+    assert steps(shrunk) == {**UNCHANGED, "router@ingress": "recreate"}, shrunk.stdout
     assert ("decode", f"http://{tb.hosts['d2'].address}:8201") not in workers(tb)
 
     # GPUs regrouped on a host: a prefill engine joins decode's host on GPU 1, which the
@@ -176,7 +160,7 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         d["decode"]["gpus"] = [0]
 
     edit(path, regroup)
-    rc, doc = preflight_json(path)
+    rc, doc = preflight_json(cli, path)
     mem = check(doc, "decode", "gpu.memory_free")
     assert rc == 0 and mem["status"] == "pass", json.dumps(doc["hosts"]["decode"], indent=1)
     assert (
@@ -184,41 +168,36 @@ def test_up_reruns_converge_with_their_own_preflight(make_testbed: Any, tmp_path
         in (mem["message"])
     )
     # the decode tier has one engine: its replacement is an outage, which up asks to accept
-    moved = pdboot("up", str(path), "--yes", preflight=True)
+    moved = cli("up", str(path), "--yes", preflight=True)
     assert moved.returncode == 0, output(moved)
-    assert steps(moved) == {
-        "decode@decode": "recreate",
-        "prefill@prefill": "recreate",
-        "prefill@decode": "create",
-        "router@ingress": "unchanged",
-        "proxy@ingress": "unchanged",
-    }, moved.stdout
+    engines = {"decode@decode": "recreate", "prefill@prefill": "recreate"}
+    assert steps(moved) == {**UNCHANGED, **engines, "prefill@decode": "create"}, moved.stdout
     # prefill@decode is given GPU 1, which the old decode@decode held: it starts after it
     assert "start after the engines leaving its host" in moved.stdout, moved.stdout
-    res = pdboot("down", str(path))
+    res = cli("down", str(path))
     assert res.returncode == 0, output(res)
 
 
 def test_a_foreign_port_on_a_host_of_the_deployment_still_fails(
-    make_testbed: Any, tmp_path: Path
+    cli: Cli, make_testbed: Any, tmp_path: Path
 ) -> None:
     tb = make_testbed(["decode", "prefill", "ingress"])
     path = tmp_path / "inv.yaml"
     inv = write_inventory(tb, path, name=NAME)
-    first = up(inv)
+    first = up(cli, inv)
     assert first.returncode == 0, output(first)
     before = ids(tb, NAME)
     # decode's HTTP port moves to one a process outside any container listens on
     squatter = tb.hosts["decode"].occupy_port(8301)
     try:
         edit(path, lambda d: d["decode"].update(port=8301))
-        res = up(path)
+        res = up(cli, path)
         out = output(res)
         assert res.returncode == 1, out
         assert f"8301 (decode HTTP) is taken by python3 (pid {squatter.pid})" in out, out
         assert "preflight failed: nothing was pulled or started" in out, out
         assert ids(tb, NAME) == before  # nothing touched
-        rc, doc = preflight_json(path)
+        rc, doc = preflight_json(cli, path)
         c = check(doc, "decode", "host.ports")
         assert rc == 1 and c["status"] == "fail", c
         # the deployment's own side channel on the same host is still told apart
@@ -230,5 +209,5 @@ def test_a_foreign_port_on_a_host_of_the_deployment_still_fails(
         assert check(doc, "prefill", "host.ports")["status"] == "pass"
     finally:
         tb.hosts["decode"].release_port(8301)
-    res = pdboot("down", str(path))
+    res = cli("down", str(path))
     assert res.returncode == 0, output(res)

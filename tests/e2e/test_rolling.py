@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from tests.cli import Cli
 from tests.testbed.rolling_load import (
     HOSTS,
     SECOND_TAG,
     change_under_load,
     inventory,
-    pdboot,
     push_second_tag,
     router_identity,
 )
@@ -26,13 +26,13 @@ from tests.testbed.rolling_load import (
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 
-def plan(inv: Path) -> tuple[int, str]:
+def plan(cli: Cli, inv: Path) -> tuple[int, str]:
     """`up --plan --detailed-exitcode`: 0 nothing to do, 2 changes, 1 error."""
-    res = pdboot("up", str(inv), "--plan", "--detailed-exitcode")
+    res = cli("up", str(inv), "--plan", "--detailed-exitcode")
     return res.returncode, res.stdout + res.stderr
 
 
-def settled(inv: Path) -> tuple[bool, str]:
+def settled(cli: Cli, inv: Path) -> tuple[bool, str]:
     """`up --plan` exits 0 (nothing left) at once after the roll, on one look. It used to be
     given 20 s of retries: once, on two xdist workers, the plan right after a roll answered
     "changes" while a second look printed every service unchanged. The cause (issue 32, item 7):
@@ -41,14 +41,14 @@ def settled(inv: Path) -> tuple[bool, str]:
     and an RDMA record that could not be read counted as none, a changed config hash.
     Both are errors now (exit 1 with --detailed-exitcode, naming the host), so one look
     either agrees or says why it could not look (tests/unit/transport/test_unreadable_state.py)."""
-    code, text = plan(inv)
+    code, text = plan(cli, inv)
     return code == 0, text
 
 
 KINDS = ("create", "recreate", "unchanged", "remove")
 
 
-def pair_refused_is_undone(tb: Any, path: Path) -> None:
+def pair_refused_is_undone(cli: Cli, tb: Any, path: Path) -> None:
     """Issue 29, defence in depth: a change pdboot counts as compatible (an environment
     variable) that still changes NIXL's compatibility hash (the stand-in hashes the version
     it is told, as real vLLM hashes its own). The new prefill's pairs are probed before the
@@ -69,7 +69,7 @@ def pair_refused_is_undone(tb: Any, path: Path) -> None:
     assert case.router_kept, case.output
     # what runs is the inventory before the refused change: the old prefill is back (the
     # decodes, which met a restarted prefill, are due the usual NIXL-state restart)
-    _, text = plan(path)
+    _, text = plan(cli, path)
     rows = [  # the converge table: service, action, reason
         r
         for r in (ln.split() for ln in text.splitlines())
@@ -79,15 +79,17 @@ def pair_refused_is_undone(tb: Any, path: Path) -> None:
     assert all("NIXL state" in " ".join(r) for r in rows if r[1] != "unchanged"), text
 
 
-def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Path) -> None:
+def test_changes_roll_through_the_running_router(
+    cli: Cli, make_testbed: Any, tmp_path: Path
+) -> None:
     tb = make_testbed(HOSTS)
     tag = push_second_tag(tb)
     work = tb.dir / "roll"
     work.mkdir(parents=True, exist_ok=True)
     path = inventory(tb, work / "inv.yaml")
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")  # setup
+    res = cli("up", str(path), "--skip-preflight", "--no-speed")  # setup
     assert res.returncode == 0, res.stdout + res.stderr
-    assert plan(path)[0] == 0
+    assert plan(cli, path)[0] == 0
     first_router = router_identity(tb)
 
     cases = [
@@ -97,17 +99,17 @@ def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Pa
     ]
     for name, change, words in cases:
         inventory(tb, path, **change)  # type: ignore[arg-type]
-        code, text = plan(path)
+        code, text = plan(cli, path)
         assert code == 2 and all(w in text for w in words), text
         assert "endpoint up" in text and "ENDPOINT DOWN" not in text, text
         case = change_under_load(tb, name, "rolling", path, [])
         assert case.rc == 0, case.output
         assert case.failed == 0 and case.served >= 20, (case.errors, case.output)
         assert case.router_kept, case.output
-        ok, text = settled(path)
+        ok, text = settled(cli, path)
         assert ok, text
         if name == "a":
-            pair_refused_is_undone(tb, path)
+            pair_refused_is_undone(cli, tb, path)
     assert router_identity(tb) == first_router
 
     # a replacement that crashes stops the roll; the old decodes keep serving
@@ -125,7 +127,7 @@ def test_changes_roll_through_the_running_router(make_testbed: Any, tmp_path: Pa
     assert "old configuration" in case.output, case.output
     assert case.served > 0 and case.router_kept
     # the re-run with the good inventory finishes: nothing left to do afterwards
-    res = pdboot("up", str(path), "--no-speed")
+    res = cli("up", str(path), "--no-speed")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert plan(path)[0] == 0
-    assert pdboot("down", str(path)).returncode == 0
+    assert plan(cli, path)[0] == 0
+    assert cli("down", str(path)).returncode == 0

@@ -23,7 +23,8 @@ from pdboot.inventory.load import load_inventory
 from pdboot.plan.build import build_plan
 from pdboot.transport.hosts import open_hosts
 from pdboot.transport.http import http
-from tests.testbed.rolling_load import ClientLoop, change_under_load, inventory, pdboot
+from tests.cli import Cli
+from tests.testbed.rolling_load import ClientLoop, change_under_load, inventory
 from tests.testbed.router_admin import router_json
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -42,11 +43,13 @@ def containers(tb: Any) -> dict[str, str]:
     return out
 
 
-def test_the_swap_primitive_moves_the_router_under_load(make_testbed: Any, tmp_path: Path) -> None:
+def test_the_swap_primitive_moves_the_router_under_load(
+    cli: Cli, make_testbed: Any, tmp_path: Path
+) -> None:
     tb = make_testbed(["p1", "d1", "d2"])
     path = tb.dir / "inv.yaml"
     inventory(tb, path, prefill=["p1"], decode=["d1", "d2"])
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    res = cli("up", str(path), "--skip-preflight", "--no-speed")
     assert res.returncode == 0, res.stdout + res.stderr
     before = containers(tb)
     assert set(before) >= {"pdboot-roll-router", "pdboot-roll-proxy"}, before
@@ -89,7 +92,7 @@ def test_the_swap_primitive_moves_the_router_under_load(make_testbed: Any, tmp_p
 
     # `up` with a router policy change swaps it: --plan says so, the loop loses nothing
     inventory(tb, path, prefill=["p1"], decode=["d1", "d2"], decode_policy="round_robin")
-    shown = pdboot("up", str(path), "--plan", "--detailed-exitcode")
+    shown = cli("up", str(path), "--plan", "--detailed-exitcode")
     text = shown.stdout + shown.stderr
     assert shown.returncode == 2, text
     assert "swapped with no outage" in text and "swap: the new router starts beside" in text, text
@@ -104,7 +107,7 @@ def test_the_swap_primitive_moves_the_router_under_load(make_testbed: Any, tmp_p
     assert now["pdboot-roll-proxy"] == proxy and "pdboot-roll-router-swap" not in now, now
     cmd = tb.hosts["p1"].docker("inspect", "--format", "{{json .Config.Cmd}}", "pdboot-roll-router")
     assert '"--policy","round_robin"' in cmd.stdout, cmd.stdout
-    assert pdboot("up", str(path), "--plan", "--detailed-exitcode").returncode == 0
+    assert cli("up", str(path), "--plan", "--detailed-exitcode").returncode == 0
     inv = load_inventory(path)
     plan = build_plan(inv)
 
@@ -120,7 +123,7 @@ def test_the_swap_primitive_moves_the_router_under_load(make_testbed: Any, tmp_p
     finally:
         hosts.close()
     assert "pdboot-roll-router-swap" in containers(tb)
-    st = pdboot("status", str(path))
+    st = cli("status", str(path))
     assert "router-swap" in st.stdout + st.stderr, st.stdout + st.stderr
     case = change_under_load(tb, "settle", "rolling", path, ["--skip-preflight"])
     assert case.rc == 0, case.output
@@ -142,6 +145,6 @@ def test_the_swap_primitive_moves_the_router_under_load(make_testbed: Any, tmp_p
     finally:
         hosts.close()
     assert {"pdboot-roll-router-swap", "pdboot-roll-router"} <= set(containers(tb))
-    down = pdboot("down", str(path))
+    down = cli("down", str(path))
     assert down.returncode == 0, down.stdout + down.stderr
     assert containers(tb) == {}

@@ -30,6 +30,7 @@ import pytest
 
 from tests.testbed import hub
 from tests.testbed.harness import HostSpec, Testbed
+from tests.testbed.scrape import metric
 from tests.testbed.slurm import SlurmCluster, missing
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -41,16 +42,6 @@ TOKEN_ENV = "PDBOOT_E2E_SLURM_HF_TOKEN"
 KEY = "sk-slurm-SECRET-key-0123456789"
 KEY_ENV = "PDBOOT_E2E_SLURM_API_KEY"
 PYXIS_SRUN = Path(__file__).resolve().parents[1] / "testbed" / "pyxis_srun.sh"
-
-
-def _metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
-    return sum(
-        float(ln.rsplit(" ", 1)[1])
-        for ln in text.splitlines()
-        if ln.startswith(name + "{") or ln.startswith(name + " ")
-    )
 
 
 def _chat(endpoint: str, key: str | None = KEY) -> dict[str, Any]:
@@ -193,11 +184,11 @@ def test_exported_script_runs_on_real_slurm(make_testbed: Any) -> None:
 
         _serves_through_the_proxy_only(endpoint, n1, n2)
         metrics = f"http://{n2.address}:8201/metrics"
-        pulls = _metric(metrics, "vllm:nixl_xfer_time_seconds_count")
+        pulls = metric(metrics, "vllm:nixl_xfer_time_seconds_count")
         doc = _chat(endpoint)
         assert doc["usage"]["completion_tokens"] == 3
         # decode on n2 pulled the KV from prefill's side channel on n1
-        assert _metric(metrics, "vllm:nixl_xfer_time_seconds_count") == pulls + 1
+        assert metric(metrics, "vllm:nixl_xfer_time_seconds_count") == pulls + 1
         with urllib.request.urlopen(metrics, timeout=10) as r:
             assert any(
                 ln.startswith("vllm:prompt_tokens_by_source_total{")

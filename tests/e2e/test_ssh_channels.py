@@ -17,6 +17,7 @@ import pytest
 from pdboot.inventory.schema import Host, SSHSettings
 from pdboot.transport.docker_host import Engine
 from pdboot.transport.ssh import connect
+from tests.testbed.inventory import ssh_settings
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -25,16 +26,14 @@ EXEC_THREADS = 3
 EXECS_EACH = 120
 
 
+def to_ingress(tb: Any) -> Any:
+    """pdboot's SSH connection to the testbed's ingress host, with the testbed's settings."""
+    ssh = SSHSettings(**ssh_settings(tb))
+    return connect("ingress", Host(address=tb.hosts["ingress"].address), ssh)
+
+
 def test_short_commands_beside_engine_calls_keep_the_connection(testbed: Any) -> None:
-    tb = testbed
-    ssh = SSHSettings(
-        user="root",
-        identity_file=str(tb.identity_file),
-        known_hosts=str(tb.known_hosts),
-        use_ssh_config=False,
-        connect_timeout=5,
-    )
-    conn = connect("ingress", Host(address=tb.hosts["ingress"].address), ssh)
+    conn = to_ingress(testbed)
     engine = Engine.open(conn)
     transport = conn._conn.client.get_transport()  # type: ignore[attr-defined]
     errors: list[str] = []
@@ -87,18 +86,25 @@ def test_a_command_that_exits_without_reading_its_input_keeps_its_answer(testbed
     not create): 8 MiB of input fill the channel's window, the command exits, sshd closes the
     channel and paramiko's send fails ("Socket is closed"). The command's exit status and
     message must come back, and the connection stay usable (no late EOF)."""
-    tb = testbed
-    ssh = SSHSettings(
-        user="root",
-        identity_file=str(tb.identity_file),
-        known_hosts=str(tb.known_hosts),
-        use_ssh_config=False,
-        connect_timeout=5,
-    )
-    conn = connect("ingress", Host(address=tb.hosts["ingress"].address), ssh)
+    conn = to_ingress(testbed)
     try:
         res = conn.run("echo refused, not reading >&2; exit 3", timeout=60, stdin="x" * (8 << 20))
         assert res.rc == 3 and "refused, not reading" in res.stderr, res
         assert conn.run(["echo", "still here"], timeout=30).stdout.strip() == "still here"
+    finally:
+        conn.close()
+
+
+def test_output_written_after_the_exit_status_still_comes_back(testbed: Any) -> None:
+    """sshd sends the exit status when it reaps the command, not when the output ends: what
+    is still in the pipe (here a child's line, written after its shell exited) follows it.
+    Stopping at the status cut preflight's report short on a loaded machine (its last
+    sections empty). The EOF marks the end."""
+    conn = to_ingress(testbed)
+    try:
+        res = conn.run("(sleep 1; echo late; echo late-err >&2) & echo early", timeout=60)
+        assert res.rc == 0, res
+        assert res.stdout.split() == ["early", "late"], res
+        assert res.stderr.strip() == "late-err", res
     finally:
         conn.close()

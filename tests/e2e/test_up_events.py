@@ -9,12 +9,18 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_up_status_down import down_clean, output, pdboot, write_inventory
+from tests.cli import Cli, output
+from tests.e2e.test_up_status_down import down_clean, token_cli, write_inventory
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 
-def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return token_cli(cli)
+
+
+def test_up_events_file_tells_the_deployment(cli: Cli, testbed_clean: Any, tmp_path: Path) -> None:
     tb = testbed_clean
     inv = write_inventory(
         tb,
@@ -24,7 +30,7 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
         decode_env={"STANDIN_LOAD_SECONDS": "2"},
     )
     events_file = tmp_path / "events.jsonl"
-    res = pdboot("up", str(inv), "--events", str(events_file))
+    res = cli("up", str(inv), "--events", str(events_file))
     assert res.returncode == 0, output(res)
     events = [json.loads(line) for line in events_file.read_text().splitlines()]
     assert all("event" in e and "ts" in e for e in events)
@@ -39,18 +45,7 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
 
     stages = [e["stage"] for e in events if e["event"] == "stage"]
     # engines, router, then the proxy in front of it
-    assert stages == [
-        "pull",
-        "ship",
-        "converge",
-        "start",
-        "wait",
-        "start",
-        "wait",
-        "start",
-        "wait",
-        "prove",
-    ]
+    assert stages == ["pull", "ship", "converge", *["start", "wait"] * 3, "prove"]
     engines = ("decode@decode", "prefill@prefill")
     router_started = first("service_started", service="router@ingress")
     router_ready = first("ready", service="router@ingress")
@@ -83,7 +78,7 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
     assert all({s["service"] for s in t["services"]} >= set(engines) for t in ticks[:1])
 
     # `-`: the events go to stdout alone (the display goes to stderr)
-    again = pdboot("up", str(inv), "--events", "-")
+    again = cli("up", str(inv), "--events", "-")
     assert again.returncode == 0, output(again)
     lines = [json.loads(line) for line in again.stdout.splitlines()]
     assert lines[-1]["event"] == "done" and lines[-1]["exit_code"] == 0
@@ -91,7 +86,7 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
     assert "endpoint:" in again.stderr
 
     down_events = tmp_path / "down.jsonl"
-    res = pdboot("down", str(inv), "--events", str(down_events))
+    res = cli("down", str(inv), "--events", str(down_events))
     assert res.returncode == 0, output(res)
     got = [json.loads(line) for line in down_events.read_text().splitlines()]
     assert [e["role"] for e in got if e["event"] == "stopped"] == [
@@ -101,4 +96,4 @@ def test_up_events_file_tells_the_deployment(testbed_clean: Any, tmp_path: Path)
         "decode",
     ]
     assert got[-1]["event"] == "done" and got[-1]["exit_code"] == 0
-    down_clean(tb, inv, "e2eevents")
+    down_clean(cli, tb, inv, "e2eevents")

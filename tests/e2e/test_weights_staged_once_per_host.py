@@ -12,33 +12,33 @@ unknown / too big are preflight failures before any pull; a killed staging resum
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import started_testbed
+from tests.cli import Cli, output
+from tests.conftest import RTX_PAIR, module_testbed
 from tests.testbed import hub
-from tests.testbed.harness import HostSpec, Testbed
+from tests.testbed.harness import Testbed
+from tests.testbed.inventory import rtx_pair_dict
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
+
+@pytest.fixture(scope="module")
+def cli(cli: Cli) -> Cli:
+    return cli.with_(timeout=400)
+
+
 FILES = sorted(hub.model_files(1))
 DECODE_GPUS = [[g] for g in range(8)]
 
 
-@pytest.fixture(scope="module")
-def tb() -> Iterator[Testbed]:
-    specs = [HostSpec("gpu-a", profile="rtx6000x8"), HostSpec("gpu-b", profile="rtx6000x8")]
-    with started_testbed(specs) as bed:
-        yield bed
+tb = module_testbed(RTX_PAIR)
 
 
 def write(
@@ -50,22 +50,10 @@ def write(
     decode_gpus: list[list[int]] | None = None,
     **extra: Any,
 ) -> Path:
-    env = {"STANDIN_LOAD_SECONDS": "0.3"}
-    inv = yaml.safe_load(
-        tb.inventory(
-            path, name=name, prefill=["gpu-a"], decode=["gpu-b"], router="gpu-a"
-        ).read_text()
-    )
+    prefill = {"hosts": ["gpu-a"], "gpus": [[0]]}
+    decode = {"hosts": ["gpu-b"], "gpus": decode_gpus or [[0]]}
+    inv = rtx_pair_dict(tb, name, prefill, decode)
     inv["model"] = model
-    inv["prefill"] = {"hosts": ["gpu-a"], "gpus": [[0]], "env": env}
-    inv["decode"] = {"hosts": ["gpu-b"], "gpus": decode_gpus or [[0]], "env": env}
-    inv["router"] = {
-        "host": "gpu-a",
-        "prefill_policy": "round_robin",
-        "decode_policy": "round_robin",
-        "proxy_image": tb.proxy_image,
-    }
-    inv["kv_transfer"] = {"rdma": "auto"}
     # the testbed hub is plain http (named); staging runs in pdboot's small staging image
     inv["weights"] = {
         "stage": True,
@@ -76,24 +64,6 @@ def write(
     inv.update(extra)
     path.write_text(yaml.safe_dump(inv, sort_keys=False))
     return path
-
-
-def pdboot(
-    *args: str, timeout: float = 400, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    e = dict(os.environ, COLUMNS="200", TERM="dumb", **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=e,
-    )
-
-
-def out(res: subprocess.CompletedProcess[str]) -> str:
-    return res.stdout + res.stderr
 
 
 def events(path: Path) -> list[dict[str, Any]]:
@@ -126,7 +96,7 @@ def head(tb: Testbed, repo: str = hub.PUBLIC_REPO, rev: str = "main") -> str:
 
 
 def test_gated_unknown_and_too_big_fail_preflight_before_any_pull(
-    tb: Testbed, tmp_path: Path
+    cli: Cli, tb: Testbed, tmp_path: Path
 ) -> None:
     cases = [
         (hub.GATED_REPO, {}, "HTTP 401", "secrets.hf_token"),
@@ -143,8 +113,8 @@ def test_gated_unknown_and_too_big_fail_preflight_before_any_pull(
     env = {"PDT_WRONG_TOKEN": "hf_not_the_one"}
     for model, extra, what, fix in cases:
         inv = write(tb, tmp_path / "inv.yaml", name="pdwpf", model=model, **extra)
-        res = pdboot("preflight", str(inv), "--json", "--only", "weights,host", env=env)
-        assert res.returncode == 1, out(res)
+        res = cli("preflight", str(inv), "--json", "--only", "weights,host", env=env)
+        assert res.returncode == 1, output(res)
         failed = [
             c
             for h in json.loads(res.stdout)["hosts"].values()
@@ -152,18 +122,18 @@ def test_gated_unknown_and_too_big_fail_preflight_before_any_pull(
             if c["status"] == "fail"
         ]
         assert [c for c in failed if what in c["id"] + c["message"] and fix in c["fix"]], failed
-        assert "hf_not_the_one" not in out(res)  # the token is never printed
-        res = pdboot("up", str(inv), env=env)  # the same, as `up`'s first step
-        assert res.returncode == 1, out(res)
-        assert "preflight failed: nothing was pulled or started" in out(res), out(res)
-        assert "hf_not_the_one" not in out(res)
+        assert "hf_not_the_one" not in output(res)  # the token is never printed
+        res = cli("up", str(inv), env=env)  # the same, as `up`'s first step
+        assert res.returncode == 1, output(res)
+        assert "preflight failed: nothing was pulled or started" in output(res), output(res)
+        assert "hf_not_the_one" not in output(res)
     for h in tb.hosts.values():  # nothing was pulled anywhere
         assert h.docker("images", "-q").stdout.split() == []
 
 
-def test_preflight_passes_and_names_the_commit(tb: Testbed, tmp_path: Path) -> None:
-    res = pdboot("preflight", str(write(tb, tmp_path / "inv.yaml")), "--only", "weights,host", "-v")
-    text = out(res)
+def test_preflight_passes_and_names_the_commit(cli: Cli, tb: Testbed, tmp_path: Path) -> None:
+    res = cli("preflight", str(write(tb, tmp_path / "inv.yaml")), "--only", "weights,host", "-v")
+    text = output(res)
     assert res.returncode == 0, text
     assert f"is commit {head(tb)[:12]}" in text, text
     assert "reaches the hub" in text, text
@@ -173,13 +143,13 @@ def test_preflight_passes_and_names_the_commit(tb: Testbed, tmp_path: Path) -> N
 
 
 def test_up_stages_each_file_once_per_host_and_engines_load_one_commit_offline(
-    tb: Testbed, tmp_path: Path
+    cli: Cli, tb: Testbed, tmp_path: Path
 ) -> None:
     commit = head(tb)
     inv = write(tb, tmp_path / "inv.yaml", decode_gpus=DECODE_GPUS)
     ev_file = tmp_path / "events.jsonl"
-    res = pdboot("up", str(inv), "--no-speed", "--events", str(ev_file), timeout=600)
-    assert res.returncode == 0, out(res)[-6000:]
+    res = cli("up", str(inv), "--no-speed", "--events", str(ev_file), timeout=600)
+    assert res.returncode == 0, output(res)[-6000:]
     got = hub.downloads(tb.hub_log)
     for h in ("gpu-a", "gpu-b"):  # nine engines, two hosts: each file once per host
         assert {f: got.get((addr(tb, h), f), 0) for f in FILES} == dict.fromkeys(FILES, 1)
@@ -204,23 +174,23 @@ def test_up_stages_each_file_once_per_host_and_engines_load_one_commit_offline(
         host = tb.hosts[d["Config"]["Labels"]["io.pdboot.host"]]
         logs = host.docker("logs", d["Id"]).stdout + host.docker("logs", d["Id"]).stderr
         assert f"at {commit} (offline=True)" in logs, logs[-2000:]
-    st = pdboot("status", str(inv))
-    assert f"engines load commit {commit}" in out(st), out(st)
+    st = cli("status", str(inv))
+    assert f"engines load commit {commit}" in output(st), output(st)
 
 
-def test_a_moved_branch_changes_nothing_until_asked(tb: Testbed, tmp_path: Path) -> None:
+def test_a_moved_branch_changes_nothing_until_asked(cli: Cli, tb: Testbed, tmp_path: Path) -> None:
     old = head(tb)
     inv = write(tb, tmp_path / "inv.yaml", decode_gpus=DECODE_GPUS)
     new = tb.hub_control("move", repo=hub.PUBLIC_REPO, branch="main", commit="new")["commit"]
     assert new != old
     before = hub.downloads(tb.hub_log)
     ev_file = tmp_path / "events.jsonl"
-    plan = pdboot("up", str(inv), "--plan")  # from the recorded pin: no change, no hub request
-    assert plan.returncode == 0, out(plan)[-4000:]
-    assert f"at commit {old} (pinned by an earlier up)" in out(plan), out(plan)
+    plan = cli("up", str(inv), "--plan")  # from the recorded pin: no change, no hub request
+    assert plan.returncode == 0, output(plan)[-4000:]
+    assert f"at commit {old} (pinned by an earlier up)" in output(plan), output(plan)
     # with preflight, as operators re-run it: the engines' own ports are not "taken"
-    res = pdboot("up", str(inv), "--no-speed", "--events", str(ev_file), timeout=600)
-    text = out(res)
+    res = cli("up", str(inv), "--no-speed", "--events", str(ev_file), timeout=600)
+    text = output(res)
     assert res.returncode == 0, text[-6000:]
     assert f"now points at {new[:12]}" in text and f"stays on {old[:12]}" in text, text
     actions = {e["service"]: e["action"] for e in events(ev_file) if e["event"] == "service_action"}
@@ -228,8 +198,8 @@ def test_a_moved_branch_changes_nothing_until_asked(tb: Testbed, tmp_path: Path)
     assert hub.downloads(tb.hub_log) == before  # not one file fetched
     for d in engines(tb, "pdw"):  # both tiers still on the old commit
         assert d["Args"][d["Args"].index("--revision") + 1] == old
-    res = pdboot("up", str(inv), "--no-speed", "--refresh-weights", timeout=600)
-    assert res.returncode == 0, out(res)[-6000:]
+    res = cli("up", str(inv), "--no-speed", "--refresh-weights", timeout=600)
+    assert res.returncode == 0, output(res)[-6000:]
     docs = engines(tb, "pdw")
     assert {d["Args"][d["Args"].index("--revision") + 1] for d in docs} == {new}
     after = hub.downloads(tb.hub_log)
@@ -240,13 +210,13 @@ def test_a_moved_branch_changes_nothing_until_asked(tb: Testbed, tmp_path: Path)
             f for (c, f), n in after.items() if c == addr(tb, h) and n > before.get((c, f), 0)
         }
         assert fetched == changed, fetched
-    assert pdboot("down", str(inv)).returncode == 0
+    assert cli("down", str(inv)).returncode == 0
 
 
 # ---------------------------------------------------------------------- resume
 
 
-def test_an_interrupted_staging_resumes(tb: Testbed, tmp_path: Path) -> None:
+def test_an_interrupted_staging_resumes(cli: Cli, tb: Testbed, tmp_path: Path) -> None:
     cache = "/var/lib/pdboot/hf-cache-resume"
     inv = write(
         tb,
@@ -262,13 +232,8 @@ def test_an_interrupted_staging_resumes(tb: Testbed, tmp_path: Path) -> None:
     base = hub.downloads(tb.hub_log)  # what the earlier tests fetched
     tb.hub_control("rate", bps="1000000")  # 1 MB/s a host: the shards take seconds
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pdboot", "stage", str(inv)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=dict(os.environ, TERM="dumb"),
+        proc = cli.popen(
+            "stage", str(inv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         seen = hub.downloads(tb.hub_log).get((b, "config.json"), 0)
         deadline = time.monotonic() + 120
@@ -281,8 +246,8 @@ def test_an_interrupted_staging_resumes(tb: Testbed, tmp_path: Path) -> None:
         assert proc.returncode == 1, first
         assert "staging failed on" in first and "gpu-b" in first, first
         part = hub.downloads(tb.hub_log)
-        res = pdboot("stage", str(inv), timeout=300)
-        assert res.returncode == 0, out(res)
+        res = cli("stage", str(inv), timeout=300)
+        assert res.returncode == 0, output(res)
     finally:
         tb.hub_control("rate", bps="0")
     whole = hub.downloads(tb.hub_log)
@@ -292,8 +257,8 @@ def test_an_interrupted_staging_resumes(tb: Testbed, tmp_path: Path) -> None:
         again = whole.get((b, f), 0) - part.get((b, f), 0)
         assert again == (0 if first_try[f] else 1), (f, first_try, again)
     assert 1 <= sum(first_try.values()) < len(FILES)  # killed midway: some files survived
-    ran = pdboot("stage", str(inv), "--events", str(tmp_path / "ev.jsonl"))
-    assert ran.returncode == 0, out(ran)
+    ran = cli("stage", str(inv), "--events", str(tmp_path / "ev.jsonl"))
+    assert ran.returncode == 0, output(ran)
     done = [e for e in events(tmp_path / "ev.jsonl") if e["event"] == "weights_done"]
     assert len(done) == 2 and all(e["cached"] for e in done)  # nothing left to fetch
 
@@ -301,7 +266,9 @@ def test_an_interrupted_staging_resumes(tb: Testbed, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- seed
 
 
-def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Path) -> None:
+def test_seed_first_host_copies_over_the_hosts_network(
+    cli: Cli, tb: Testbed, tmp_path: Path
+) -> None:
     inv = write(
         tb,
         tmp_path / "inv.yaml",
@@ -317,8 +284,8 @@ def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Pa
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
     before = hub.downloads(tb.hub_log)
     ev_file = tmp_path / "ev.jsonl"
-    res = pdboot("stage", str(inv), "--events", str(ev_file), timeout=300)
-    assert res.returncode == 0, out(res)
+    res = cli("stage", str(inv), "--events", str(ev_file), timeout=300)
+    assert res.returncode == 0, output(res)
     after = hub.downloads(tb.hub_log)
     new = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
     # the first engine host (prefill's gpu-a) from the hub, once per file; gpu-b never
@@ -327,8 +294,8 @@ def test_seed_first_host_copies_over_the_hosts_network(tb: Testbed, tmp_path: Pa
     assert set(done) == {"gpu-a", "gpu-b"} and not done["gpu-b"]["cached"]
     seed = tb.hosts["gpu-a"].docker("ps", "-aq", "--filter", "name=pdboot-seed-pdws")
     assert seed.stdout.split() == []  # the seed server is gone
-    again = pdboot("stage", str(inv), "--events", str(tmp_path / "ev2.jsonl"))
-    assert again.returncode == 0, out(again)
+    again = cli("stage", str(inv), "--events", str(tmp_path / "ev2.jsonl"))
+    assert again.returncode == 0, output(again)
     done2 = [e for e in events(tmp_path / "ev2.jsonl") if e["event"] == "weights_done"]
     assert len(done2) == 2 and all(e["cached"] for e in done2)  # gpu-b's copy is complete
 
@@ -363,7 +330,7 @@ def seed_inventory(tb: Testbed, path: Path, name: str, cache: str) -> Path:
 
 
 def test_a_tampered_cached_file_fails_that_hosts_staging_naming_it(
-    tb: Testbed, tmp_path: Path
+    cli: Cli, tb: Testbed, tmp_path: Path
 ) -> None:
     cache = "/var/lib/pdboot/hf-cache-tamper"
     inv = write(
@@ -376,7 +343,7 @@ def test_a_tampered_cached_file_fails_that_hosts_staging_naming_it(
             "shm_size": "1g",
         },
     )
-    assert pdboot("stage", str(inv), timeout=300).returncode == 0
+    assert cli("stage", str(inv), timeout=300).returncode == 0
     shard = "model-00001-of-00002.safetensors"
     snap = f"{cache}/hub/models--pdt--tiny-model/snapshots/{head(tb)}/{shard}"
     b = tb.hosts["gpu-b"]
@@ -384,8 +351,8 @@ def test_a_tampered_cached_file_fails_that_hosts_staging_naming_it(
     # one byte changed in place, the size kept: what a size check lets through
     b.exec(f"printf 'Z' | dd of=\"$(readlink -f {snap})\" bs=1 seek=100 conv=notrunc", check=True)
     assert b.exec(["stat", "-L", "-c", "%s", snap], check=True).stdout.strip() == size
-    res = pdboot("stage", str(inv), timeout=300)
-    text = out(res)
+    res = cli("stage", str(inv), timeout=300)
+    text = output(res)
     assert res.returncode == 1, text
     assert "staging failed on" in text and "gpu-b" in text, text
     assert "hash mismatch in the cached copy" in text and shard in text, text
@@ -393,7 +360,7 @@ def test_a_tampered_cached_file_fails_that_hosts_staging_naming_it(
 
 
 def test_no_token_in_any_container_and_ctrl_c_mid_seed_leaves_nothing(
-    tb: Testbed, tmp_path: Path
+    cli: Cli, tb: Testbed, tmp_path: Path
 ) -> None:
     cache = "/var/lib/pdboot/hf-cache-int"
     inv = seed_inventory(tb, tmp_path / "inv.yaml", "pdwi", cache)
@@ -401,10 +368,9 @@ def test_no_token_in_any_container_and_ctrl_c_mid_seed_leaves_nothing(
     # a slow network out of the seed host: gpu-b's copy takes seconds, not milliseconds
     a.exec("tc qdisc add dev eth0 root tbf rate 4mbit burst 64kb latency 2s", check=True)
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pdboot", "stage", str(inv)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=dict(os.environ, TERM="dumb", PDT_HF_TOKEN=hub.TOKEN),
+        proc = cli.popen(
+            "stage", str(inv), env={"PDT_HF_TOKEN": hub.TOKEN},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         deadline = time.monotonic() + 240
         seen: dict[str, str] = {}
@@ -436,7 +402,9 @@ def test_no_token_in_any_container_and_ctrl_c_mid_seed_leaves_nothing(
         assert found.strip() == "", found
 
 
-def test_down_removes_a_seed_server_an_earlier_run_left(tb: Testbed, tmp_path: Path) -> None:
+def test_down_removes_a_seed_server_an_earlier_run_left(
+    cli: Cli, tb: Testbed, tmp_path: Path
+) -> None:
     inv = seed_inventory(tb, tmp_path / "inv.yaml", "pdwd", "/var/lib/pdboot/hf-cache-down")
     a = tb.hosts["gpu-a"]
     image = yaml.safe_load(inv.read_text())["image"]
@@ -455,8 +423,8 @@ def test_down_removes_a_seed_server_an_earlier_run_left(tb: Testbed, tmp_path: P
     # and a container pdboot did not label, under a lookalike name: never touched
     a.docker("run", "-d", "--name", "pdboot-seed-pdwd-mine", *sleep)
     try:
-        res = pdboot("down", str(inv), env={"PDT_HF_TOKEN": hub.TOKEN})
-        assert res.returncode == 0, out(res)
+        res = cli("down", str(inv), env={"PDT_HF_TOKEN": hub.TOKEN})
+        assert res.returncode == 0, output(res)
         left = a.docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
         assert "pdboot-seed-pdwd" not in left and "pdboot-seed-pdwd-mine" in left, left
     finally:

@@ -391,18 +391,23 @@ class Testbed:
         self._save()
 
     def _wait_hub(self, deadline: float) -> None:
+        self._wait_answer(f"{self.hub}/api/health", "hub", "the test hub", deadline)
+
+    def _wait_answer(self, url: str, proc: str, what: str, deadline: float) -> None:
+        """Until ``url`` answers 200; the process ``proc`` gone or the deadline past: an
+        error with the end of its log."""
         import urllib.request
 
         while True:
             try:
-                with urllib.request.urlopen(f"{self.hub}/api/health", timeout=1) as r:
+                with urllib.request.urlopen(url, timeout=1) as r:
                     if r.status == 200:
                         return
             except OSError:
                 pass
-            if not procs.alive(self.procs["hub"]) or time.monotonic() > deadline:
-                log = (self.dir / "hub.log").read_text(errors="replace")
-                raise TestbedError(f"the test hub did not start:\n{log[-3000:]}")
+            if not procs.alive(self.procs[proc]) or time.monotonic() > deadline:
+                log = (self.dir / f"{proc}.log").read_text(errors="replace")
+                raise TestbedError(f"{what} did not start:\n{log[-3000:]}")
             time.sleep(0.05)
 
     def hub_control(self, what: str, **query: str) -> dict[str, Any]:
@@ -417,19 +422,7 @@ class Testbed:
             return dict(json.loads(r.read()))
 
     def _wait_registry(self, deadline: float) -> None:
-        import urllib.request
-
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://{self.registry}/v2/", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if not procs.alive(self.procs["registry"]) or time.monotonic() > deadline:
-                log = (self.dir / "registry.log").read_text(errors="replace")
-                raise TestbedError(f"the registry did not start:\n{log[-3000:]}")
-            time.sleep(0.05)
+        self._wait_answer(f"http://{self.registry}/v2/", "registry", "the registry", deadline)
 
     # ------------------------------------------------------------------ state
     def _state(self) -> dict[str, Any]:

@@ -65,6 +65,18 @@ def real_engine_settings(tb: Testbed, engines_per_host: int = 1) -> dict[str, An
     }
 
 
+def ssh_settings(tb: Testbed) -> dict[str, Any]:
+    """How pdboot reaches the testbed's hosts: root, the testbed's key and known_hosts, no
+    ~/.ssh/config of this machine's user, a short connect timeout."""
+    return {
+        "user": "root",
+        "identity_file": str(tb.identity_file),
+        "known_hosts": str(tb.known_hosts),
+        "use_ssh_config": False,
+        "connect_timeout": 5,
+    }
+
+
 def inventory_dict(
     tb: Testbed,
     *,
@@ -86,13 +98,7 @@ def inventory_dict(
         "model": model,
         "image": tb.image,
         "router_image": tb.router_image,
-        "ssh": {
-            "user": "root",
-            "identity_file": str(tb.identity_file),
-            "known_hosts": str(tb.known_hosts),
-            "use_ssh_config": False,
-            "connect_timeout": 5,
-        },
+        "ssh": ssh_settings(tb),
         "hosts": {h.name: {"address": h.address} for h in tb.hosts.values()},
         "prefill": {"hosts": prefill},
         "decode": {"hosts": decode},
@@ -120,3 +126,51 @@ def write_inventory(tb: Testbed, path: Path, **kw: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(inventory_dict(tb, **kw), sort_keys=False))
     return path
+
+
+def rtx_pair_dict(
+    tb: Testbed,
+    name: str,
+    prefill: dict[str, Any],
+    decode: dict[str, Any],
+    router: str = "gpu-a",
+) -> dict[str, Any]:
+    """The inventory of an RTX_PAIR testbed (tests/conftest.py): the tiers as given (hosts, gpus, engines per
+    host), stand-ins that load in 0.3 s, round-robin routing, kv_transfer.rdma auto."""
+    env = {"STANDIN_LOAD_SECONDS": "0.3"}
+    inv = inventory_dict(
+        tb, name=name, prefill=prefill["hosts"], decode=decode["hosts"], router=router
+    )
+    inv["prefill"] = {**prefill, "env": env}
+    inv["decode"] = {**decode, "env": env}
+    inv["router"] = {
+        "host": router,
+        "prefill_policy": "round_robin",
+        "decode_policy": "round_robin",
+        "proxy_image": tb.proxy_image,
+    }
+    inv["kv_transfer"] = {"rdma": "auto"}
+    return inv
+
+
+def watched_inventory(
+    tb: Testbed, path: Path, name: str, decode: list[str], interval: float, **watch: Any
+) -> Path:
+    """The prefill host's engine, ``decode``'s, the router on ingress, and the watch service
+    (this checkout's pdboot image) polling every ``interval`` s with a 3 s deadline, then
+    ``watch``'s keys (evict_after, readmit_after)."""
+    standin_env = {"STANDIN_LOAD_SECONDS": "0.5"}
+    watching = {"interval_seconds": interval, "deadline_seconds": 3, **watch}
+    return write_inventory(
+        tb,
+        path,
+        name=name,
+        decode=decode,
+        prefill=["prefill"],
+        router="ingress",
+        overrides={
+            "prefill": {"env": standin_env},
+            "decode": {"env": standin_env},
+            "watch": {**watching, "image": tb.pdboot_image()},
+        },
+    )

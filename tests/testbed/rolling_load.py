@@ -12,9 +12,6 @@ prefill tier. Router container id and start time are read before and after each 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -25,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from tests.cli import Cli
 from tests.testbed.inventory import REAL_SERVED_NAME, TEST_MODEL, inventory_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,23 +169,28 @@ def push_second_tag(tb: Any) -> str:
     return SECOND_TAG
 
 
-# the pdboot checkout `pdboot` runs: this one, or a baseline's (bench/rolling.py --baseline)
+# the pdboot checkout `checkout_cli()` runs: this one, or a baseline's (bench/rolling.py
+# --baseline)
 CHECKOUT = {"root": ROOT}
 
 
-def pdboot(
-    *args: str, timeout: float = 600, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def checkout_cli() -> Cli:
+    """The pdboot command line of CHECKOUT's checkout, its own package first on the path."""
     root = CHECKOUT["root"]
-    env = dict(os.environ, COLUMNS="200", TERM="dumb", PYTHONPATH=str(root), **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=root,
-        env=env,
-    )
+    return Cli(root=root, timeout=600, env={"PYTHONPATH": str(root)})
+
+
+def engine_logs(tb: Any, hosts: list[str]) -> str:
+    """Every container of the deployment on ``hosts``: their logs (stderr), joined."""
+    out = []
+    for h in hosts:
+        ids = (
+            tb.hosts[h]
+            .docker("ps", "-aq", "--filter", f"label=io.pdboot.deployment={NAME}")
+            .stdout.split()
+        )
+        out += [tb.hosts[h].docker("logs", cid, timeout=60).stderr for cid in ids]
+    return "\n".join(out)
 
 
 def router_identity(tb: Any) -> tuple[str, str]:
@@ -240,7 +243,7 @@ def change_under_load(
     t0 = time.monotonic()
     with ClientLoop(endpoint, model, key=key, every=every, limit=limit) as loop:
         time.sleep(1.0)
-        res = pdboot("up", str(inv), "--no-speed", *extra, env=env, timeout=limit)
+        res = checkout_cli()("up", str(inv), "--no-speed", *extra, env=env, timeout=limit)
         time.sleep(1.0)
     took = time.monotonic() - t0
     c = loop.counts
@@ -269,7 +272,7 @@ def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
     inventory(tb, path, live=live)
     # the base deployment is setup, not what is measured: no preflight (its probes time
     # out on a loaded 2-core machine); each change runs `up` with preflight (issue 22)
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    res = checkout_cli()("up", str(path), "--skip-preflight", "--no-speed")
     if res.returncode != 0:
         raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
     tag = SECOND_TAG
@@ -282,7 +285,7 @@ def run_cases(tb: Any, work: Path, mode: str) -> list[Case]:
         change_under_load(tb, name, mode, inventory(tb, path, live=live, **change), extra)
         for name, change in steps
     ]
-    down = pdboot("down", str(path))
+    down = checkout_cli()("down", str(path))
     if down.returncode != 0:
         raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
     return out
@@ -300,14 +303,14 @@ def run_build_case(tb: Any, work: Path, mode: str, checkout: Path, *, real: bool
     try:
         path = work / f"inv-build-{mode}.yaml"
         inventory(tb, path, real=real)
-        res = pdboot("up", str(path), "--skip-preflight", "--no-speed", timeout=1800)
+        res = checkout_cli()("up", str(path), "--skip-preflight", "--no-speed", timeout=1800)
         if res.returncode != 0:
             raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
         tag = NIGHTLY_TAG if real else STANDIN_NIGHTLY_TAG
         nightly = inventory(tb, work / f"inv-build-{mode}-nightly.yaml", tag=tag, real=real)
         name = f"d: new vLLM build ({'real' if real else 'stand-in'} nightly)"
         case = change_under_load(tb, name, mode, nightly, [], real=real)
-        down = pdboot("down", str(nightly))
+        down = checkout_cli()("down", str(nightly))
         if down.returncode != 0:
             raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
         return case
@@ -315,17 +318,20 @@ def run_build_case(tb: Any, work: Path, mode: str, checkout: Path, *, real: bool
         CHECKOUT["root"] = ROOT
 
 
-# bench/rolling.py's baseline for a router change: the router recreated, as before issue 28
-RECREATE_ROUTER = {"PDBOOT_BENCH_ROUTER_RECREATE": "1"}
+# bench/rolling.py's baseline for a router change: the router recreated, as before issue 28.
+# `--no-rolling` takes the recreate path, which recreates a changed router in place (the
+# engines are unchanged by a policy change, so they keep running): that outage, measured
+# through pdboot's own options rather than a switch in product code.
+RECREATE_ROUTER = ["--no-rolling"]
 
 
 def router_policy_cases(tb: Any, work: Path, runs: int = 1) -> list[Case]:
     """A router change through `up` (the decode tier's policy, power_of_two <-> round_robin)
     on a fresh live 2P2D deployment: swapped (issue 28) and recreated (the baseline, forced
-    by RECREATE_ROUTER), alternately, ``runs`` times each, in one run on one testbed."""
+    by RECREATE_ROUTER: `--no-rolling`), alternately, ``runs`` times each, in one run on one testbed."""
     path = work / "inv-router.yaml"
     inventory(tb, path)
-    res = pdboot("up", str(path), "--skip-preflight", "--no-speed")
+    res = checkout_cli()("up", str(path), "--skip-preflight", "--no-speed")
     if res.returncode != 0:
         raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
     out: list[Case] = []
@@ -334,10 +340,10 @@ def router_policy_cases(tb: Any, work: Path, runs: int = 1) -> list[Case]:
         mode = "swap" if i % 2 == 0 else "recreate"
         policy = policies[i % 2]
         inventory(tb, path, decode_policy=policy)
-        env = RECREATE_ROUTER if mode == "recreate" else None
+        extra = ["--skip-preflight", *(RECREATE_ROUTER if mode == "recreate" else [])]
         name = f"router policy -> {policy}"
-        out.append(change_under_load(tb, name, mode, path, ["--skip-preflight"], env=env))
-    down = pdboot("down", str(path))
+        out.append(change_under_load(tb, name, mode, path, extra))
+    down = checkout_cli()("down", str(path))
     if down.returncode != 0:
         raise RuntimeError(f"down failed:\n{down.stdout}\n{down.stderr}")
     return out

@@ -5,26 +5,16 @@ the KV blocks of the follower's rank from the follower's host."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import time
 import urllib.request
 
 from tests.testbed.harness import Testbed
+from tests.testbed.scrape import per_engine
 from tests.testbed.test_harness import _engine, _http, _wait_http
 
 RPC = 13345
 KV = {"kv_connector": "NixlConnector"}
-
-
-def _per_engine(text: str, name: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            eng = re.search(r'engine="(\d+)"', line)
-            assert eng, line
-            out[eng.group(1)] = out.get(eng.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
 
 
 def _refused(url: str) -> bool:
@@ -108,9 +98,9 @@ def test_dp_head_and_headless_follower_on_two_hosts(testbed_clean: Testbed) -> N
     )
     assert status == 200, body
     d_metrics = _http(f"http://{dec.address}:8201/metrics")[1]
-    assert _per_engine(d_metrics, "vllm:nixl_xfer_time_seconds_count") == {"0": 1.0}
+    assert per_engine(d_metrics, "vllm:nixl_xfer_time_seconds_count") == {"0": 1.0}
     h_metrics = _http(head + "/metrics")[1]
-    assert _per_engine(h_metrics, "vllm:prompt_tokens_total") == {"0": 0.0, "1": 0.0, "2": 16.0}
+    assert per_engine(h_metrics, "vllm:prompt_tokens_total") == {"0": 0.0, "1": 0.0, "2": 16.0}
 
     # The follower exits (status 0, as vLLM's run_headless) once its head is gone.
     tb.ssh("prefill", "docker rm -f head", check=True)

@@ -23,6 +23,7 @@ from tests.shared_data import H200_HOST
 from tests.testbed import host as host_mod
 from tests.testbed import netns, procs
 from tests.testbed.harness import HostSpec, Testbed, read_state
+from tests.testbed.polling import wait_http_ok
 
 # the in-tree copy of shared/fixtures/h200-host (every checkout has it)
 H200_FIXTURES = H200_HOST
@@ -52,16 +53,7 @@ def _http(url: str, body: dict[str, Any] | None = None, timeout: float = 30) -> 
 
 
 def _wait_http(url: str, deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            if _http(url, timeout=2)[0] == 200:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{url} never answered 200")
-        time.sleep(0.1)
+    wait_http_ok(url, deadline_s, every=0.1, timeout=2)
 
 
 def _metric(text: str, name: str) -> float:

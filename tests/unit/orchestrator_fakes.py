@@ -1,7 +1,7 @@
 """A fake world for driving `up`/`down` in milliseconds: fake hosts whose fake engine keeps
 containers in memory, a fake HTTP function answering /health, /workers, /metrics and chat
 completions from that state, and the FakeClock of pdboot.deploy.waits. The fake engine
-implements pdboot.deploy.seams.EngineOps; pulls are fed REAL docker pull events through
+implements pdboot.transport.hosts.EngineOps; pulls are fed REAL docker pull events through
 transport.docker_parse.PullProgress."""
 
 from __future__ import annotations
@@ -16,12 +16,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pdboot.deploy import versions
+from pdboot.deploy.down import DownOptions, down
+from pdboot.deploy.up import up
+from pdboot.deploy.up_options import UpOptions
 from pdboot.deploy.waits import FakeClock
-from pdboot.events import Event
+from pdboot.events import Emit, Event
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed
 from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_ROLE
+from pdboot.plan.proxy import UPSTREAM_HOME, UPSTREAM_SPARE, route_text
+from pdboot.plan.router_slots import SPARE_COMPOSE, SPARE_NAME, spare_router
 from pdboot.preflight import image_args
 from pdboot.transport.connection import CommandResult
 from pdboot.transport.docker_host import PullResult
@@ -120,6 +125,10 @@ class World:
     # the router's live worker list (vllm-router --enable-igw): url -> worker_type; a
     # (re)started router starts empty, as the real one does in IGW mode
     registered: dict[str, str] = field(default_factory=dict)
+    # the router swap's spare router (plan/router_slots.py): its worker list while it runs
+    # (None: not running), and where the proxy's route file points
+    spare: dict[str, str] | None = None
+    route: str = "home"
     # per engine URL: what its /metrics says is in flight (num_requests_running); each read
     # counts one down, so a drain sees it reach 0 after that many polls
     in_flight: dict[str, int] = field(default_factory=dict)
@@ -146,7 +155,7 @@ class World:
     def take_lock(
         self, inv: Inventory, operation: str, wait: bool, _accept: bool, say: Callable[[str], None]
     ) -> FakeLock:
-        """A pdboot.deploy.seams.LockFactory: busy while ``lock_holder`` is set (like lock.take
+        """A pdboot.deploy.frame.LockFactory: busy while ``lock_holder`` is set (like lock.take
         with --no-wait), else held at once."""
         if self.lock_holder is not None:
             raise LockBusy(f"{self.lock_holder} (--no-wait: not waiting)")
@@ -194,6 +203,9 @@ class World:
         if self.interrupt_on and url.endswith(self.interrupt_on):
             raise KeyboardInterrupt
         plan = build_plan(self.inv)
+        spare = spare_router(self.inv, plan.router)
+        if url.startswith(spare.url + "/"):
+            return self.spare_router(url[len(spare.url) :], body, method)
         svc = next((s for s in plan.services() if url.startswith(s.url)), None)
         if svc is None:  # an engine the inventory no longer has (being removed)
             return self.gone_engine(url)
@@ -250,18 +262,32 @@ class World:
         self.in_flight[base] = max(0, left - 1)
         return HttpAnswer(200, f"vllm:num_requests_running {left}\nvllm:num_requests_waiting 0\n")
 
-    def router_workers(self, path: str, body: Any, method: str | None) -> HttpAnswer:
+    def spare_router(self, path: str, body: Any, method: str | None) -> HttpAnswer:
+        """The spare router: its /health, and its own worker list (calls filed as "spare")."""
+        if self.spare is None:
+            return HttpAnswer(0, "", "connection refused")
+        if path == "/health":
+            return HttpAnswer(200, "")
+        if path.startswith("/workers"):
+            return self.router_workers(path, body, method, spare=True)
+        return HttpAnswer(404, "")
+
+    def router_workers(
+        self, path: str, body: Any, method: str | None, *, spare: bool = False
+    ) -> HttpAnswer:
         """vllm-router 0.1.17's worker API in IGW mode: GET, POST, DELETE /workers."""
         what = f"{path}/{urllib.parse.quote(str(body['url']), safe='')}" if body else path
-        self.calls.append(("router", method or ("POST" if body else "GET"), what))
+        which = "spare" if spare else "router"
+        self.calls.append((which, method or ("POST" if body else "GET"), what))
+        listed = self.spare if spare and self.spare is not None else self.registered
         if method == "DELETE":
             url = urllib.parse.unquote(path[len("/workers/") :])
-            if self.registered.pop(url, None) is None:
+            if listed.pop(url, None) is None:
                 err = {"error": f"Worker with URL {url} not found", "code": "WORKER_NOT_FOUND"}
                 return HttpAnswer(400, json.dumps(err))
             return HttpAnswer(200, json.dumps({"success": True}))
         if body is not None:
-            self.registered[str(body["url"])] = str(body["worker_type"])
+            listed[str(body["url"])] = str(body["worker_type"])
             return HttpAnswer(200, json.dumps({"success": True}))
         plan = build_plan(self.inv)
         by_url = {s.url: s for s in plan.services()}
@@ -273,8 +299,12 @@ class World:
             ]
             return HttpAnswer(200, json.dumps({"workers": workers}))
         workers = [
-            {"url": u, "worker_type": t, "is_healthy": u in by_url and self.serving(by_url[u])}
-            for u, t in self.registered.items()
+            {
+                "url": u,
+                "worker_type": t,
+                "is_healthy": u.rstrip("/") in by_url and self.serving(by_url[u.rstrip("/")]),
+            }
+            for u, t in listed.items()
         ]
         return HttpAnswer(200, json.dumps({"workers": workers}))
 
@@ -360,7 +390,22 @@ class FakeConn:
     def run(
         self, cmd: Sequence[str] | str, timeout: float | None = None, stdin: str | None = None
     ) -> CommandResult:
-        self.world.calls.append(("run", self.host, cmd if isinstance(cmd, str) else " ".join(cmd)))
+        text = cmd if isinstance(cmd, str) else " ".join(cmd)
+        self.world.calls.append(("run", self.host, text))
+        w = self.world
+        if SPARE_COMPOSE in text and " up " in text:  # the router swap starts the spare
+            w.spare = {}
+            w.calls.append(("swap", self.host, "start spare"))
+        elif SPARE_NAME in text and text.startswith("docker stop"):
+            w.spare = None
+            w.calls.append(("swap", self.host, "stop spare"))
+        elif text.startswith("docker exec") and "read -r l" in text:  # where the proxy points
+            return CommandResult(
+                0, route_text(UPSTREAM_SPARE if w.route == "spare" else UPSTREAM_HOME), "", 0.0
+            )
+        elif text.startswith("docker exec") and "pdboot-route" in text:  # the proxy's route
+            w.route = "spare" if UPSTREAM_SPARE in text else "home"
+            w.calls.append(("swap", self.host, f"proxy -> {w.route}"))
         return CommandResult(0, "", "", 0.0)
 
     def put_text(self, path: str, text: str, mode: int = 0o644) -> None:
@@ -372,7 +417,7 @@ class FakeConn:
 
 @dataclass
 class FakeEngine:
-    """pdboot.deploy.seams.EngineOps over the world's containers."""
+    """pdboot.transport.hosts.EngineOps over the world's containers."""
 
     world: World
     host: str
@@ -571,3 +616,44 @@ class Recorder:
 
     def of(self, cls: type[Any]) -> list[Any]:
         return [e for e in self.events if isinstance(e, cls)]
+
+
+def up_in(
+    world: World,
+    opts: UpOptions | None = None,
+    emit: Emit | None = None,
+    *,
+    inv: Inventory | None = None,
+    **kw: Any,
+) -> int:
+    """`up` against ``world`` (its hosts, lock, HTTP and clock); ``kw``: up's other
+    injection points (preflight, confirm)."""
+    return up(
+        inv or world.inv,
+        opts or UpOptions(skip_preflight=True),
+        emit or Recorder(),
+        clock=world.clock,
+        hosts_factory=world.hosts,
+        fetch=world.fetch,
+        lock_factory=world.take_lock,
+        **kw,
+    )
+
+
+def run_up(
+    world: World, opts: UpOptions | None = None, inv: Inventory | None = None
+) -> tuple[int, Recorder]:
+    rec = Recorder()
+    return up_in(world, opts, rec, inv=inv), rec
+
+
+def run_down(world: World, rec: Recorder, opts: DownOptions | None = None) -> int:
+    return down(
+        world.inv,
+        opts or DownOptions(),
+        rec,
+        hosts_factory=world.hosts,
+        lock_factory=world.take_lock,
+        fetch=world.fetch,
+        clock=world.clock,
+    )

@@ -20,6 +20,7 @@ from typing import Literal, Protocol
 from pdboot.deploy.drain import drain
 from pdboot.deploy.router_api import RouterApiError, Worker, switch_router
 from pdboot.deploy.watch.canary import CanaryContext, health, run_canary
+from pdboot.deploy.watch.lease import Lease
 from pdboot.events import Emit
 from pdboot.plan.degraded import (
     ServingMode,
@@ -30,6 +31,7 @@ from pdboot.plan.degraded import (
 )
 from pdboot.plan.watch.events import (
     WatchActionTaken,
+    WatchHeldBack,
     WatchPairLine,
     WatchRound,
     WatchServingChanged,
@@ -86,9 +88,12 @@ class WatchDeps:
     sleep: Callable[[float], None] = time.sleep
     drain_seconds: float = 30.0  # an evicted engine's in-flight requests finish within this
     ready_seconds: float = 600.0  # a restarted engine answers /health within this
-    # router.standby (deploy/watch/standby.py): the standby's list after the router host's,
-    # and the virtual IP's holder, once per round
-    ingress: Callable[[], None] | None = None
+    # router.standby (deploy/watch/standby.py): the standby's list after the router host's
+    # (when the round acts), and the virtual IP's holder, once per round
+    ingress: Callable[[bool], None] | None = None
+    # the deployment lock, taken for each round that may act (lease.py); None: act freely
+    # (the watch service, which `up` stops instead; unit tests of the policy's actions)
+    lease: Lease | None = None
 
 
 class Watcher:
@@ -100,6 +105,7 @@ class Watcher:
         self.model, self.cfg, self.deps = model, cfg, deps
         self.state: WatchState = initial_state(self.engines)
         self.rounds = 0
+        self.held_rounds = 0  # rounds in a row an `up` or `down` held the deployment
         self.started = deps.clock()
         self.latest: dict[tuple[str, str], PairCheck] = {}  # the last verdict per pair
         self._facts: dict[str, EngineFacts] = {}
@@ -147,6 +153,21 @@ class Watcher:
 
     # ------------------------------------------------------------ one round
     def round(self) -> list[WatchAction]:
+        """One round: the lease, the canaries, the policy's actions, the worker list made
+        true, the standby; or, while another run holds the deployment, /health alone."""
+        lease = self.deps.lease
+        holder = lease.take() if lease is not None else None
+        try:
+            if holder is not None:
+                self._held_round(holder)
+                return []
+            self._resumed()
+            return self._acting_round()
+        finally:
+            if lease is not None and holder is None:
+                lease.release()
+
+    def _acting_round(self) -> list[WatchAction]:
         t0 = self.deps.clock()
         obs = self.observe()
         self.state, actions = step(self.cfg, self.engines, self.state, obs)
@@ -154,11 +175,48 @@ class Watcher:
         self._health = obs.health
         self._record(obs, self.deps.clock() - t0)
         for a in actions:
+            if self._lease_lost():
+                return actions
             self._act(a)
+        if self._lease_lost():
+            return actions
         self._reconcile_workers()
         if self.deps.ingress is not None:
-            self.deps.ingress()
+            self.deps.ingress(True)
         return actions
+
+    def _lease_lost(self) -> bool:
+        """The lease's heartbeat failed mid-round: another run may own the deployment now,
+        so the round's remaining actions wait for a round that holds the lease again."""
+        why = self.deps.lease.lost() if self.deps.lease is not None else None
+        if why is not None:
+            log.warning("the deployment lock is no longer watch's (%s): not acting", why)
+        return why is not None
+
+    def _held_round(self, holder: str) -> None:
+        """Another run holds the deployment: read /health and say so; decide nothing (the
+        policy's counts stay as they were), change nothing."""
+        d = self.deps
+        up = {e.key: health(d.fetch, e, self.cfg.deadline_seconds) for e in self.engines}
+        self._health = up
+        self.rounds += 1
+        self.held_rounds += 1
+        d.metrics.set("pdboot_watch_held_back", 1)
+        d.metrics.set("pdboot_watch_last_round_timestamp_seconds", d.wall())
+        unhealthy = tuple(k for k, ok in up.items() if not ok)
+        d.emit(WatchHeldBack(True, holder, self.held_rounds, unhealthy))
+        if d.ingress is not None:
+            d.ingress(False)
+
+    def _resumed(self) -> None:
+        if not self.held_rounds:
+            return
+        self.deps.emit(WatchHeldBack(False, "", self.held_rounds))
+        self.deps.metrics.set("pdboot_watch_held_back", 0)
+        self.held_rounds = 0
+        # the NIXL counters start again from here: failures while `up` replaced engines
+        # are not counted against the engines that came after
+        self._facts.clear()
 
     def _record(self, obs: Round, seconds: float) -> None:
         m, now = self.deps.metrics, obs.now

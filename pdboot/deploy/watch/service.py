@@ -13,15 +13,17 @@ import json
 import logging
 import os
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pdboot.deploy.admin import AdminFetch
 from pdboot.deploy.readiness import find_container
+from pdboot.deploy.router_admin import AdminFetch
 from pdboot.deploy.router_api import RouterWorkerApi
+from pdboot.deploy.watch.lease import LockLease, ssh_lease
 from pdboot.deploy.watch.run import Restarter, WatchDeps, Watcher
-from pdboot.deploy.watch.standby import StandbyWatch
+from pdboot.deploy.watch.standby import IngressProbe, ServiceIngress, SshIngress, StandbyWatch
 from pdboot.events import Done, Emit, Note
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.inventory.ingress_rules import ingress_hosts
@@ -40,7 +42,7 @@ from pdboot.transport.hosts import (
     read_secret,
     register_inventory_secrets,
 )
-from pdboot.transport.http import http
+from pdboot.transport.http import HttpFn, http
 
 log = logging.getLogger(__name__)
 RESTART_TIMEOUT = 180.0  # `docker restart` of one engine (its stop grace is 30 s)
@@ -200,7 +202,6 @@ def run_watch(
     failing pair."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     plan = build_plan(inv)
-    settings = inv.watch or Watch()
     register_inventory_secrets(inv)
     try:
         key = _api_key(inv)
@@ -209,20 +210,45 @@ def run_watch(
         return EXIT_USAGE
     headers = api_key_headers({"VLLM_API_KEY": key} if key else {})
     metrics = WatchMetrics()
+    with ExitStack() as run:  # what the run opens, closed at its end whatever happens
+        deps = _deps(inv, plan, opts, emit, headers, metrics, run)
+        return _watch(inv, plan, opts, emit, deps, stop)
+
+
+def _deps(
+    inv: Inventory,
+    plan: Plan,
+    opts: WatchOptions,
+    emit: Emit,
+    headers: dict[str, str],
+    metrics: WatchMetrics,
+    run: ExitStack,
+) -> WatchDeps:
+    """What the loop acts through. The worker API is on the router host's loopback
+    (plan/proxy.py): the service runs there; in the foreground (restarts on) it goes through
+    one admin channel per router (router_admin.py), opened here once for the run."""
+    settings = inv.watch or Watch()
     accept = opts.accept_new_host_keys
     restarter: Restarter | None = DockerRestarter(inv, plan, accept) if opts.restarts else None
-    # the worker API is on the router host's loopback (plan/proxy.py): the service runs
-    # there; in the foreground (restarts on) it goes through the router host's SSH connection
-    admin = None
+    admin: HttpFn = http
     ingress: StandbyWatch | None = None
+    lease: LockLease | None = None
     if opts.restarts:
-        router_host = open_hosts(inv, ingress_hosts(inv), accept_new_host_keys=accept)
-        admin = AdminFetch(plan, router_host, http)
+        hosts = open_hosts(inv, ingress_hosts(inv), accept_new_host_keys=accept)
+        run.callback(hosts.close)
+        admin = run.enter_context(AdminFetch(plan, hosts, http))
         if plan.standby_router is not None:
-            ingress = StandbyWatch(plan, router_host, http, dict(headers), emit, metrics)
-    deps = WatchDeps(
+            spare = run.enter_context(AdminFetch(plan, hosts, http, router=plan.standby_router))
+            probe: IngressProbe = SshIngress(plan, hosts, (admin, spare), headers)
+            ingress = StandbyWatch(plan, probe, emit, metrics)
+        # over SSH like the restarts: `up` and `down` hold watch back through the lock
+        lease = ssh_lease(inv, accept, lambda m: emit(Note(m, "warn")))
+        run.callback(lease.close)
+    elif plan.standby_router is not None:  # the service: what plain HTTP shows it
+        ingress = StandbyWatch(plan, ServiceIngress(plan, http, headers), emit, metrics)
+    return WatchDeps(
         http,
-        RouterWorkerApi(plan.router.url, admin or http, headers, model_id=plan.served_model_name),
+        RouterWorkerApi(plan.router.url, admin, headers, model_id=plan.served_model_name),
         emit,
         metrics,
         restarter,
@@ -230,7 +256,20 @@ def run_watch(
         drain_seconds=settings.drain_seconds,
         ready_seconds=inv.timeouts.ready_seconds,
         ingress=ingress,
+        lease=lease,
     )
+
+
+def _watch(
+    inv: Inventory,
+    plan: Plan,
+    opts: WatchOptions,
+    emit: Emit,
+    deps: WatchDeps,
+    stop: threading.Event | None,
+) -> int:
+    settings = inv.watch or Watch()
+    metrics = deps.metrics
     engines = watch_engines(plan)
     watcher = Watcher(engines, plan.served_model_name, watch_config(settings), deps)
     port = opts.port or settings.port
@@ -246,19 +285,13 @@ def run_watch(
             f"{settings.interval_seconds:g} s; metrics on http://{opts.listen}:{port}/metrics"
         )
     )
-    stop = stop or threading.Event()
     try:
-        watcher.run(stop, opts.rounds)
+        watcher.run(stop or threading.Event(), opts.rounds)
     except KeyboardInterrupt:
         pass
     finally:
         server.shutdown()
         server.server_close()
-        if ingress is not None:
-            ingress.close()
-        if admin is not None:
-            admin.close()
-            admin.hosts.close()
     ok = all(v["ok"] for v in watcher.verdicts())
     code = EXIT_OK if ok else EXIT_FAILED
     emit(Done("watch", code, 0.0, f"{watcher.rounds} rounds"))

@@ -1,6 +1,6 @@
 """`weights.seed: first_host`: the first engine host stages from the hub, then serves the
 commit's part of its HF cache on `weights.seed_port` (a one-shot container, the cache
-mounted read-only, weights/script.SERVE_SCRIPT) while every other engine host fetches it
+mounted read-only, plan/weights/programs.SERVE_SCRIPT) while every other engine host fetches it
 from there over the hosts' own network, never through the operator's machine.
 
 The server binds the first host's advertised address only, speaks TLS only, with a
@@ -11,7 +11,7 @@ never in a container's configuration), so neither the token nor the files cross 
 network in cleartext. It is checked listening (its own line, printed once bound)
 before any fetcher is started: a server that cannot bind exits, and staging fails, rather
 than another process on the port serving. Each fetching host checks every file against the
-hub's hash (weights/script.py), and its digest of config.json + the index must equal the
+hub's hash (plan/weights/programs.py), and its digest of config.json + the index must equal the
 first host's. The server is removed once every other host is done, on Ctrl-C (the caller's
 `remove_oneshots`) and by `down`.
 """
@@ -24,10 +24,10 @@ import threading
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from pdboot.deploy.weights.script import SECRET_FILE, SERVE_SCRIPT
 from pdboot.deploy.weights.seed_tls import make_seed_cert
 from pdboot.inventory.rules import advertised_address
 from pdboot.plan.model import HF_CACHE_IN_CONTAINER
+from pdboot.plan.weights.programs import SECRET_FILE, SERVE_SCRIPT
 from pdboot.transport import docker_cli
 from pdboot.transport.hosts import Link
 from pdboot.transport.masking import register_secret

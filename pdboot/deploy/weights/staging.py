@@ -1,6 +1,6 @@
 """Staging, the I/O: pin the deployment to one commit, then fetch it into every engine host's
 HF cache once (never once per engine) with a one-shot container from the engine image
-running the image's own huggingface_hub (weights/script.py), reporting byte progress.
+running the image's own huggingface_hub (plan/weights/programs.py), reporting byte progress.
 
 `up` calls `pin_weights` once its hosts are open (before the pulls) and `Stager.stage_host`
 on each engine host as soon as that host has the engine image; `pdboot stage` runs both on
@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pdboot.deploy.weights.script import SECRET_FILE, STAGE_SCRIPT
 from pdboot.deploy.weights.seed import Seeder
 from pdboot.deploy.weights.workdir import check_cache_dir
 from pdboot.events import Emit, Note, WeightsDone, WeightsPinned, WeightsProgress
@@ -29,6 +28,7 @@ from pdboot.plan.weights.hub import (
     is_hub_model,
 )
 from pdboot.plan.weights.pin import PIN_FILE, Pin, choose
+from pdboot.plan.weights.programs import SECRET_FILE, STAGE_SCRIPT
 from pdboot.plan.weights.progress import StageState, parse_line
 from pdboot.transport import docker_cli
 from pdboot.transport.hosts import Hosts, Link, project_dir
@@ -48,7 +48,7 @@ class Staging:
     def after_pull(
         self, secrets: Mapping[str, str] | None, emit: Emit
     ) -> tuple[str, Callable[[str, Link], None]] | None:
-        """(image, fn): fn(host, link) runs once that host has the image (deploy/actions)."""
+        """(image, fn): fn(host, link) runs once that host has the image (deploy/all_hosts.py)."""
         return None
 
     def pin_files(self) -> dict[str, dict[str, str]]:

@@ -62,3 +62,17 @@ class WatchServingChanged(Event):
     mode: str
     lost_tier: str
     held_seconds: float
+
+
+@dataclass(frozen=True)
+class WatchHeldBack(Event):
+    """A round in which watch did not act: an `up` or `down` (or the lock's host being out of
+    reach) kept the deployment lock from it (deploy/watch/lease.py). ``held`` False: the
+    first round that acts again after such rounds. Restarts, evictions, re-admissions and
+    worker repairs wait; only /health is read (canaries would count in up's KV proof)."""
+
+    kind: ClassVar[str] = "watch_held"
+    held: bool
+    holder: str  # who holds the deployment, as the lock describes it ("" when released)
+    rounds: int  # rounds held back so far (the count that ended, when released)
+    unhealthy: tuple[str, ...] = ()  # engines whose /health failed this round

@@ -90,6 +90,13 @@ WATCH_METRICS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
         "prefill_only, down).",
         ("mode",),
     ),
+    (
+        "pdboot_watch_held_back",
+        "gauge",
+        "1 while an `up` or `down` holds the deployment lock and watch only reads /health "
+        "(no canaries, no restarts, no changes to the router's workers), else 0.",
+        (),
+    ),
     ("pdboot_watch_rounds_total", "counter", "Rounds of canaries completed.", ()),
     (
         "pdboot_watch_last_round_timestamp_seconds",

@@ -1,4 +1,4 @@
-"""The staging container's report lines (weights/script.py prints them), parsed. Pure.
+"""The staging container's report lines (programs.py prints them), parsed. Pure.
 
 Each line is `PDBOOT-STAGE {json}`; anything else (the client's own warnings) is kept as
 plain text for a failure report and otherwise ignored."""

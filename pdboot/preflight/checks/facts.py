@@ -14,6 +14,7 @@ from pdboot.preflight.checks.cpu import CpuFacts
 from pdboot.preflight.checks.docker import DockerFacts
 from pdboot.preflight.checks.gdr import GdrFacts
 from pdboot.preflight.checks.gpu import GpuFacts
+from pdboot.preflight.checks.gpu_acs import AcsFacts
 from pdboot.preflight.checks.gpu_settings import GpuSettingsFacts
 from pdboot.preflight.checks.host import HostSysFacts
 from pdboot.preflight.checks.model import ModelAreaFacts
@@ -30,6 +31,7 @@ from pdboot.preflight.checks.weights import WeightsFacts
 class HostFacts:
     gpu: GpuFacts | None = None
     gpu_settings: GpuSettingsFacts | None = None  # peer-to-peer (ACS / IOMMU), HMM
+    gpu_acs: AcsFacts | None = None  # the ACS bits and IOMMU domains behind blocked P2P
     docker: DockerFacts | None = None
     rdma: RdmaFacts | None = None
     gdr: GdrFacts | None = None  # GPUDirect RDMA (judged with the RDMA area)

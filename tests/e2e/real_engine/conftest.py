@@ -15,10 +15,10 @@ Under CI=true a testbed that cannot start fails these tests; elsewhere they skip
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +26,11 @@ from typing import Any
 
 import pytest
 
+from tests.cli import Cli
 from tests.conftest import started_testbed
 from tests.testbed.harness import HostSpec, Testbed
+from tests.testbed.inventory import REAL_SERVED_NAME
+from tests.testbed.polling import wait_http_ok
 
 ROOT = Path(__file__).resolve().parents[3]
 HOSTS = (
@@ -38,6 +41,11 @@ HOSTS = (
 
 
 SHARED = "real1"
+
+
+@pytest.fixture(scope="package")
+def cli(cli: Cli) -> Cli:
+    return cli.with_(timeout=900)  # real vLLM on 2 CPU cores: an `up` takes minutes
 
 
 @pytest.fixture(scope="package")
@@ -60,14 +68,14 @@ class Deployed:
 
 
 @pytest.fixture(scope="package")
-def real_deployment(real_tb: Testbed) -> Iterator[Deployed]:
+def real_deployment(cli: Cli, real_tb: Testbed) -> Iterator[Deployed]:
     real_tb.reset()
     inv = real_tb.inventory(
         real_tb.dir / f"{SHARED}.yaml", name=SHARED, engine="vllm", engines_per_host=2
     )
     ev = real_tb.dir / f"{SHARED}-up.jsonl"
     t0 = time.monotonic()
-    res = pdboot("up", str(inv), "--events", str(ev))  # WITH preflight and the image probe
+    res = cli("up", str(inv), "--events", str(ev))  # WITH preflight and the image probe
     print(
         f"\n[real-engine] pdboot up (preflight, pulls, engines, checks): "
         f"{time.monotonic() - t0:.0f}s",
@@ -76,26 +84,8 @@ def real_deployment(real_tb: Testbed) -> Iterator[Deployed]:
     try:
         yield Deployed(real_tb, inv, res, events(ev) if ev.exists() else [])
     finally:
-        pdboot("down", str(inv))
+        cli("down", str(inv))
         real_tb.reset()
-
-
-def pdboot(
-    *args: str, timeout: float = 900, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200", TERM="dumb", **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "pdboot", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
-
-
-def output(res: subprocess.CompletedProcess[str]) -> str:
-    return res.stdout + res.stderr
 
 
 def events(path: Path) -> list[dict[str, Any]]:
@@ -107,6 +97,53 @@ def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 120
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read())
+
+
+class EndpointLoad:
+    """A client through the endpoint while the block runs: one short chat completion at a time,
+    every 0.5 s (real engines on 2 cores); ``ok``, ``failed`` and what failed, with the time
+    and the answer's body."""
+
+    def __init__(self, router: str) -> None:
+        self.url = f"{router}/v1/chat/completions"
+        self.ok, self.failed, self.errors = 0, 0, list[str]()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> EndpointLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    def _run(self) -> None:
+        body = {
+            "model": REAL_SERVED_NAME,
+            "messages": [{"role": "user", "content": "one two three"}],
+            "max_tokens": 2,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        while not self._stop.is_set():
+            why = ""
+            try:
+                if not http_json(self.url, body).get("choices"):
+                    why = "no choices"
+            except urllib.error.HTTPError as e:
+                why = f"{e}: {e.read()[:300]!r}"
+            except (OSError, ValueError) as e:
+                why = str(e)
+            if why:
+                self.failed += 1
+                self.errors.append(f"{time.strftime('%H:%M:%S')} {why}")
+            else:
+                self.ok += 1
+            self._stop.wait(0.5)
+
+    def counts(self) -> dict[str, int]:
+        return {"ok": self.ok, "failed": self.failed}
 
 
 def metrics_text(url: str) -> str:
@@ -147,9 +184,9 @@ def metric(url: str, name: str, **labels: str) -> float:
     return total
 
 
-def pd_probe(prefill: str, decode: str, tokens: int = 4) -> dict[str, Any]:
-    """pdboot's own P/D probe (verify/pdcheck.py's protocol) straight to one pair: the
-    prefill with do_remote_decode, then the decode with the prefill's kv_transfer_params."""
+def prefilled(prefill: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The probe's first half: one token from the prefill with do_remote_decode; its answer
+    (with the kv_transfer_params a decode pulls by) and the request's body."""
     from pdboot.verify.pdcheck import PREFILL_PARAMS
     from tests.testbed.inventory import REAL_SERVED_NAME
 
@@ -159,7 +196,15 @@ def pd_probe(prefill: str, decode: str, tokens: int = 4) -> dict[str, Any]:
         "max_tokens": 1,
         "temperature": 0,
     }
-    pre = http_json(f"{prefill}/v1/completions", {**body, "kv_transfer_params": PREFILL_PARAMS})
+    return http_json(
+        f"{prefill}/v1/completions", {**body, "kv_transfer_params": PREFILL_PARAMS}
+    ), body
+
+
+def pd_probe(prefill: str, decode: str, tokens: int = 4) -> dict[str, Any]:
+    """pdboot's own P/D probe (verify/pdcheck.py's protocol) straight to one pair: the
+    prefill with do_remote_decode, then the decode with the prefill's kv_transfer_params."""
+    pre, body = prefilled(prefill)
     reply: dict[str, Any] = http_json(
         f"{decode}/v1/completions",
         {**body, "max_tokens": tokens, "kv_transfer_params": pre["kv_transfer_params"]},
@@ -184,17 +229,7 @@ def container(tb: Testbed, host: str, deployment: str, role: str) -> str:
 
 
 def wait_health(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{url}/health not 200 after {seconds:.0f}s")
-        time.sleep(1)
+    wait_http_ok(f"{url}/health", seconds)
 
 
 # An image that moved: the registry's real image under a second tag that names no release, so

@@ -165,6 +165,27 @@ def test_health_and_metrics_answers_match(both: dict[str, Side]) -> None:
     assert seen["real"] == seen["standin"], seen
 
 
+def test_a_target_with_a_doubled_slash_is_no_route_on_both(both: dict[str, Side]) -> None:
+    """What degraded mode's plain URL (plan/degraded.py) rests on: the router joins an entry's
+    URL and the path as strings, so an entry ending in "/" sends `//v1/...`, which real vLLM
+    answers 404; "/." is folded away when the URL is parsed."""
+    import json
+    import urllib.error
+
+    seen = {}
+    for k, side in both.items():
+        body = json.dumps({"model": side.model, "prompt": "one two", "max_tokens": 1})
+        req = urllib.request.Request(
+            f"{side.decode}//v1/completions", body.encode(), {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                seen[k] = (r.status, "")
+        except urllib.error.HTTPError as e:
+            seen[k] = (e.code, json.loads(e.read() or b"{}").get("detail", ""))
+    assert seen["real"] == seen["standin"] == (404, "Not Found"), seen
+
+
 def test_prefill_kv_transfer_params_match(both: dict[str, Side]) -> None:
     got = {k: pd_request(s)["kv_transfer_params"] for k, s in both.items()}
     assert set(got["real"]) == set(got["standin"]), got

@@ -20,17 +20,17 @@ import pytest
 
 from pdboot.verify.exposition import parse_exposition
 from pdboot.verify.loadphase import phase_of_line
+from tests.cli import Cli, output
 from tests.conftest import aiperf_for_tests
 from tests.e2e.real_engine.conftest import (
     SHARED,
     Deployed,
+    EndpointLoad,
     container,
     container_ids,
     http_json,
     metric,
-    output,
     pd_probe,
-    pdboot,
     total,
 )
 from tests.testbed.inventory import REAL_SERVED_NAME
@@ -140,10 +140,10 @@ def test_two_decode_engines_on_one_host_each_pull_kv(deployed: Deployed) -> None
         assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0, url
 
 
-def test_status_reads_real_pd_metrics(deployed: Deployed) -> None:
+def test_status_reads_real_pd_metrics(cli: Cli, deployed: Deployed) -> None:
     import json
 
-    st = pdboot("status", str(deployed.inv), "--json")
+    st = cli("status", str(deployed.inv), "--json")
     assert st.returncode == 0, output(st)
     doc = json.loads(st.stdout)
     assert doc["healthy"] is True
@@ -173,10 +173,10 @@ def test_load_phases_from_real_log_lines(deployed: Deployed) -> None:
         assert want in phases, (want, sorted(set(phases)))
 
 
-def test_up_again_changes_nothing(deployed: Deployed) -> None:
+def test_up_again_changes_nothing(cli: Cli, deployed: Deployed) -> None:
     before = container_ids(deployed.tb, NAME)
     assert len(before) == 6, before  # 4 engines, the router, the proxy
-    again = pdboot("up", str(deployed.inv), "--no-speed")  # preflight knows its own ports
+    again = cli("up", str(deployed.inv), "--no-speed")  # preflight knows its own ports
     assert again.returncode == 0, output(again)[-4000:]
     keys = ("decode@decode", "decode-1@decode", "prefill@prefill", "prefill-1@prefill")
     for key in (*keys, "router@ingress"):
@@ -185,7 +185,7 @@ def test_up_again_changes_nothing(deployed: Deployed) -> None:
 
 
 def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
-    deployed: Deployed, tmp_path: Path
+    cli: Cli, deployed: Deployed, tmp_path: Path
 ) -> None:
     """`pdboot bench` as an operator runs it: the real AIPerf (no torch: the tiny model's own
     tokenizer directory), P/D through the real router against the decode engine alone. The
@@ -195,7 +195,7 @@ def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
     ds = deployed.decodes
     pulls = total(ds, "vllm:nixl_xfer_time_seconds_count")
     env = {"PDBOOT_AIPERF": aiperf[0]}
-    res = pdboot(
+    res = cli(
         "bench",
         str(deployed.inv),
         "--tokenizer",
@@ -229,7 +229,9 @@ def test_bench_with_real_aiperf_and_the_tiny_models_tokenizer(
 
 
 @pytest.mark.timeout(1500)  # four real engine starts (green, then its growth) on 2 cores
-def test_a_new_vllm_build_goes_blue_green_with_no_failed_request(deployed: Deployed) -> None:
+def test_a_new_vllm_build_goes_blue_green_with_no_failed_request(
+    cli: Cli, deployed: Deployed
+) -> None:
     """Issue 29 on REAL vLLM: the testbed's v0.32.0-nightly is the same build with only its
     version string changed (0.32.0+nightly.1), which real vLLM hashes into every NIXL
     handshake, so an old and a new engine refuse each other's KV. `up` to it reads both
@@ -239,7 +241,6 @@ def test_a_new_vllm_build_goes_blue_green_with_no_failed_request(deployed: Deplo
     blue stopped, green grown to 2P2D, its router moved home. A client through the endpoint
     meanwhile: no request fails, no engine logs a hash mismatch, and afterwards every engine
     runs the new build and the KV still moves prefill -> decode."""
-    import threading
 
     import yaml
 
@@ -247,28 +248,10 @@ def test_a_new_vllm_build_goes_blue_green_with_no_failed_request(deployed: Deplo
     doc["image"] = doc["image"].rsplit(":", 1)[0] + ":v0.32.0-nightly"
     nightly = deployed.inv.with_name("nightly.yaml")
     nightly.write_text(yaml.safe_dump(doc, sort_keys=False))
-    counts = {"ok": 0, "failed": 0}
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def client() -> None:  # one request at a time: real engines on 2 cores
-        while not stop.is_set():
-            try:
-                reply = chat(deployed, deployed.router, "one two three", tokens=2)
-                counts["ok" if reply.get("choices") else "failed"] += 1
-            except (OSError, ValueError) as e:
-                counts["failed"] += 1
-                errors.append(f"{time.strftime('%H:%M:%S')} {e}")
-            stop.wait(0.5)
-
-    t = threading.Thread(target=client, daemon=True)
-    t.start()
-    t0 = time.monotonic()
-    try:
-        res = pdboot("up", str(nightly), "--no-speed", timeout=1500)
-    finally:
-        stop.set()
-        t.join(timeout=120)
+    with EndpointLoad(deployed.router) as load:
+        t0 = time.monotonic()
+        res = cli("up", str(nightly), "--no-speed", timeout=1500)
+    counts = load.counts()
     text = output(res)
     print(f"\n[real-engine] blue/green upgrade: {time.monotonic() - t0:.0f}s, {counts}")
     assert res.returncode == 0, text[-6000:]
@@ -277,7 +260,7 @@ def test_a_new_vllm_build_goes_blue_green_with_no_failed_request(deployed: Deplo
     for n in range(1, 6):
         assert f"blue/green phase {n}:" in text, text[-4000:]
     assert "green's KV proof" in text and "green's correctness gate" in text, text[-4000:]
-    assert counts["failed"] == 0 and counts["ok"] >= 10, (counts, errors[:5])
+    assert counts["failed"] == 0 and counts["ok"] >= 10, (counts, load.errors[:5])
     # every engine now runs the new build and none logged a mismatch (blue's engines were
     # removed with their logs; behind their own router they never met a green one)
     engines = 0
@@ -306,12 +289,12 @@ def test_a_new_vllm_build_goes_blue_green_with_no_failed_request(deployed: Deplo
             pd_probe(prefill, url)
             assert metric(m, "vllm:nixl_xfer_time_seconds_count") == before + 1, (prefill, url)
         assert metric(m, "vllm:nixl_num_failed_transfers_total") == 0, url
-    again = pdboot("up", str(nightly), "--plan", "--detailed-exitcode")
+    again = cli("up", str(nightly), "--plan", "--detailed-exitcode")
     assert again.returncode == 0, output(again)[-4000:]  # converged on the new build
 
 
-def test_down_removes_everything(deployed: Deployed) -> None:
-    res = pdboot("down", str(deployed.inv))
+def test_down_removes_everything(cli: Cli, deployed: Deployed) -> None:
+    res = cli("down", str(deployed.inv))
     assert res.returncode == 0, output(res)
     for h in deployed.tb.hosts.values():
         ps = h.docker("ps", "-aq", "--filter", f"label=io.pdboot.deployment={NAME}")

@@ -25,12 +25,11 @@ from pathlib import Path
 import pytest
 
 from pdboot.preflight import args_cache
+from tests.cli import Cli, output
 from tests.e2e.real_engine.conftest import (
     MOVED_TAG,
     container_ids,
     events,
-    output,
-    pdboot,
 )
 from tests.testbed.harness import Testbed
 from tests.testbed.images import CPU_REPO, CPU_TAG
@@ -44,7 +43,7 @@ def _ts(ev: dict[str, object]) -> datetime:
 
 
 def test_an_argument_only_034_knows_stops_up_after_the_pull(
-    real_tb: Testbed, tmp_path: Path
+    cli: Cli, real_tb: Testbed, tmp_path: Path
 ) -> None:
     real_tb.reset()
     retag(real_tb.registry, CPU_REPO, CPU_TAG, MOVED_TAG)
@@ -63,9 +62,9 @@ def test_an_argument_only_034_knows_stops_up_after_the_pull(
         h.docker("image", "rm", image, check=False)
     ev_path = tmp_path / "up.jsonl"
     # at render: the newest list pdboot has (0.34.0) takes it
-    assert pdboot("render", str(inv)).returncode == 0
+    assert cli("render", str(inv)).returncode == 0
     up_cache = {args_cache.ENV: str(tmp_path / "up-cache")}
-    res = pdboot("up", str(inv), "--events", str(ev_path), timeout=600, env=up_cache)
+    res = cli("up", str(inv), "--events", str(ev_path), timeout=600, env=up_cache)
     text = output(res)
     assert res.returncode == 1, text
     evs = events(ev_path)
@@ -95,7 +94,7 @@ def test_an_argument_only_034_knows_stops_up_after_the_pull(
         f"{imported.group(1) if imported else '?'}s, parse)"
     )
 
-    preflight_after_the_pull(inv, tmp_path, msg.split(" (")[0])
+    preflight_after_the_pull(cli, inv, tmp_path, msg.split(" (")[0])
 
 
 def _image_args(doc: dict[str, object], host: str) -> list[dict[str, str]]:
@@ -104,12 +103,12 @@ def _image_args(doc: dict[str, object], host: str) -> list[dict[str, str]]:
     return [c for c in hosts[host]["checks"] if c["id"] == "docker.image_args"]
 
 
-def preflight_after_the_pull(inv: Path, tmp_path: Path, refusal: str) -> None:
+def preflight_after_the_pull(cli: Cli, inv: Path, tmp_path: Path, refusal: str) -> None:
     """The image on the hosts now: preflight's own run of the parser, then its cache."""
     cache = tmp_path / "preflight-cache"  # not up's: this preflight runs the image's parser
     env = {args_cache.ENV: str(cache)}
     t0 = time.monotonic()
-    first = pdboot("preflight", str(inv), "--json", timeout=600, env=env)
+    first = cli("preflight", str(inv), "--json", timeout=600, env=env)
     first_s = time.monotonic() - t0
     doc = json.loads(first.stdout)
     assert first.returncode == 1, output(first)
@@ -133,7 +132,7 @@ def preflight_after_the_pull(inv: Path, tmp_path: Path, refusal: str) -> None:
     before = path.read_bytes()
 
     t0 = time.monotonic()
-    second = pdboot("preflight", str(inv), "--json", timeout=600, env=env)
+    second = cli("preflight", str(inv), "--json", timeout=600, env=env)
     second_s = time.monotonic() - t0
     (again,) = _image_args(json.loads(second.stdout), "decode")
     assert again["status"] == "fail" and again["message"].startswith(refusal), again

@@ -4,34 +4,38 @@ compatibility-hash input (--dtype); a prefill killed between its answer and the 
 under kv_load_failure_policy `fail` and then `recompute`; an unreachable side channel (the
 prefill's port 5600 silently dropped). Runs after test_flow.py took the shared deployment
 down (file names sort so); each test starts what it breaks, one deployment at a time (the
-dropped side channel leaves its deployment, healthy again, to the killed-prefill test).
+dropped side channel leaves its deployment, healthy again, to the tier-of-one upgrade, 1P1D to
+a new build through degraded mode, and that one its deployment to the killed-prefill test).
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from pdboot.verify.diagnose import diagnose
-from pdboot.verify.pdcheck import PREFILL_PARAMS
+from tests.cli import Cli, output
 from tests.e2e.real_engine.conftest import (
     MOVED_TAG,
     SHARED,
+    EndpointLoad,
     container,
     events,
     http_json,
     metric,
-    output,
-    pdboot,
+    pd_probe,
+    prefilled,
     wait_health,
 )
 from tests.testbed.harness import Testbed
-from tests.testbed.images import CPU_REPO, CPU_TAG
-from tests.testbed.inventory import REAL_SERVED_NAME, REAL_TIER_ARGS
+from tests.testbed.images import CPU_REPO, CPU_TAG, NIGHTLY_TAG
+from tests.testbed.inventory import REAL_TIER_ARGS
 from tests.testbed.registry_tags import retag
 
 TIER_ARGS = REAL_TIER_ARGS
@@ -39,10 +43,10 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.real_vllm]
 
 
 @pytest.fixture(scope="module")
-def tb(real_tb: Testbed) -> Iterator[Testbed]:
+def tb(cli: Cli, real_tb: Testbed) -> Iterator[Testbed]:
     shared = real_tb.dir / f"{SHARED}.yaml"
     if shared.exists():  # only one deployment at a time on 2 cores
-        pdboot("down", str(shared))
+        cli("down", str(shared))
     real_tb.reset()
     yield real_tb
     real_tb.reset()
@@ -63,19 +67,24 @@ def findings(tb: Testbed, name: str) -> set[str]:
     return {f.id for f in found}
 
 
-def up(tb: Testbed, name: str, **overrides: Any) -> tuple[Any, list[dict[str, Any]]]:
+def up(cli: Cli, tb: Testbed, name: str, **overrides: Any) -> tuple[Any, list[dict[str, Any]]]:
     inv = tb.inventory(tb.dir / f"{name}.yaml", name=name, engine="vllm", overrides=overrides)
     ev = tb.dir / f"{name}.jsonl"
-    res = pdboot("up", str(inv), "--skip-preflight", "--no-speed", "--events", str(ev))
+    res = cli("up", str(inv), "--skip-preflight", "--no-speed", "--events", str(ev))
     return res, events(ev) if ev.exists() else []
 
 
-def down(tb: Testbed, name: str) -> None:
-    res = pdboot("down", str(tb.dir / f"{name}.yaml"))
+def nightly_image(tb: Testbed) -> str:
+    """The testbed's real vLLM image told another version string (NIGHTLY_VERSION)."""
+    return f"{tb.cpu_image.rsplit(':', 1)[0]}:{NIGHTLY_TAG}"
+
+
+def down(cli: Cli, tb: Testbed, name: str) -> None:
+    res = cli("down", str(tb.dir / f"{name}.yaml"))
     assert res.returncode == 0, output(res)
 
 
-def test_engine_refusing_an_argument_is_diagnosed(tb: Testbed) -> None:
+def test_engine_refusing_an_argument_is_diagnosed(cli: Cli, tb: Testbed) -> None:
     # an option no release has: refused at load, against the image's release's option list
     bad = tb.inventory(
         tb.dir / "badarg0.yaml",
@@ -83,13 +92,14 @@ def test_engine_refusing_an_argument_is_diagnosed(tb: Testbed) -> None:
         engine="vllm",
         overrides={"decode": {"extra_args": [*TIER_ARGS, "--no-such-flag"]}},
     )
-    early = pdboot("render", str(bad))
+    early = cli("render", str(bad))
     assert early.returncode == 2 and "--no-such-flag is not an option" in output(early)
     # an image that moved (rendered for 0.34.0, holding 0.32.0) with its own argument check
     # skipped (--skip-preflight): the engine refuses at start and vLLM's text is diagnosed
     retag(tb.registry, CPU_REPO, CPU_TAG, MOVED_TAG)
     flag = "--max-num-inflight-kv-loads"
     res, evs = up(
+        cli,
         tb,
         "badarg",
         image=f"{tb.registry}/{CPU_REPO}:{MOVED_TAG}",
@@ -106,13 +116,13 @@ def test_engine_refusing_an_argument_is_diagnosed(tb: Testbed) -> None:
         assert any(f"unrecognized arguments: {flag}" in ln for ln in failed[0]["log_lines"])
         assert any("refused an option" in ln for ln in failed[0]["diagnosis"]), failed[0]
     finally:
-        down(tb, "badarg")
+        down(cli, tb, "badarg")
 
 
-def test_tiers_disagreeing_on_dtype_fail_the_handshake(tb: Testbed) -> None:
+def test_tiers_disagreeing_on_dtype_fail_the_handshake(cli: Cli, tb: Testbed) -> None:
     # bfloat16 on the prefill only (a single bf16 engine never crashed; the decode keeps
     # float32): one input of NIXL's compatibility hash differs between the tiers
-    res, evs = up(tb, "dtype", prefill={"extra_args": [*TIER_ARGS, "--dtype", "bfloat16"]})
+    res, evs = up(cli, tb, "dtype", prefill={"extra_args": [*TIER_ARGS, "--dtype", "bfloat16"]})
     try:
         assert res.returncode == 1, output(res)[-3000:]
         # the decode's own text: "NIXL compatibility hash mismatch"; pdboot names the cause
@@ -120,24 +130,18 @@ def test_tiers_disagreeing_on_dtype_fail_the_handshake(tb: Testbed) -> None:
         assert any("NIXL compatibility hash mismatch" in ln and "dtype" in ln for ln in said), evs
         assert "nixl_compat_hash" in findings(tb, "dtype")
     finally:
-        down(tb, "dtype")
+        down(cli, tb, "dtype")
 
 
 def _pd_probe(prefill: str, decode: str) -> tuple[dict[str, Any], str]:
-    body = {
-        "model": REAL_SERVED_NAME,
-        "prompt": "one two three four five six seven eight",
-        "max_tokens": 1,
-        "temperature": 0,
-    }
-    pre = http_json(f"{prefill}/v1/completions", {**body, "kv_transfer_params": PREFILL_PARAMS})
+    pre, body = prefilled(prefill)
     return pre["kv_transfer_params"], json.dumps(body)
 
 
 DROP_SIDE_CHANNEL = ["INPUT", "-p", "tcp", "--dport", "5600", "-j", "DROP"]
 
 
-def test_a_dropped_side_channel_fails_preflight_and_up_names_it(tb: Testbed) -> None:
+def test_a_dropped_side_channel_fails_preflight_and_up_names_it(cli: Cli, tb: Testbed) -> None:
     """The prefill host silently drops its NIXL side-channel port (a firewall): preflight
     fails network.side_channel from the decode host with the fix, before anything starts;
     `up --skip-preflight` starts the engines, the decode's handshake gets no answer, and up
@@ -152,14 +156,14 @@ def test_a_dropped_side_channel_fails_preflight_and_up_names_it(tb: Testbed) -> 
     prefill = tb.hosts["prefill"]
     prefill.exec(["iptables", "-I", *DROP_SIDE_CHANNEL], check=True)
     try:
-        pre = pdboot("preflight", str(inv), "--json")
+        pre = cli("preflight", str(inv), "--json")
         assert pre.returncode == 1, output(pre)[-3000:]
         checks = {c["id"]: c for c in json.loads(pre.stdout)["hosts"]["decode"]["checks"]}
         side = checks["network.side_channel"]
         assert side["status"] == "fail" and ":5600" in side["message"], side
         assert "open TCP 5600 from decode" in side["fix"], side
         ev = tb.dir / "kill-dropped.jsonl"
-        res = pdboot("up", str(inv), "--skip-preflight", "--no-speed", "--events", str(ev))
+        res = cli("up", str(inv), "--skip-preflight", "--no-speed", "--events", str(ev))
         assert res.returncode == 1, output(res)[-4000:]
         causes = [line for e in events(ev) if e["event"] == "diagnosis" for line in e["lines"]]
         assert any("NIXL handshake with a prefill failed" in c for c in causes), (
@@ -171,18 +175,62 @@ def test_a_dropped_side_channel_fails_preflight_and_up_names_it(tb: Testbed) -> 
     # --skip-preflight as the up above: with preflight's facts up would now give the engines
     # UCX_NET_DEVICES (the interface reaching the peers) and recreate both (seen: "configuration
     # changed"); the flow's up-again test re-runs with preflight on an unchanged deployment
-    again = pdboot("up", str(inv), "--skip-preflight", "--no-speed")
+    again = cli("up", str(inv), "--skip-preflight", "--no-speed")
     assert again.returncode == 0, output(again)[-4000:]
     assert "recreate" not in output(again), output(again)[-3000:]
     assert "decode pulled the KV cache" in output(again), output(again)[-3000:]
 
 
-def test_prefill_killed_before_the_pull_fail_then_recompute(tb: Testbed) -> None:
+@pytest.mark.timeout(1500)
+def test_a_tier_of_one_goes_to_a_new_build_through_degraded_mode(cli: Cli, tb: Testbed) -> None:
+    """Issue 43 on REAL vLLM: 1 prefill x 1 decode (the side-channel test's deployment, which
+    `up` finds unchanged) to v0.32.0-nightly, the same build with only its version string
+    changed, which real vLLM hashes into every NIXL handshake. `up` takes the
+    degraded path without --yes: the old decode serves alone (plain, computing each prompt),
+    the prefill is replaced, the new prefill serves alone, the decode is replaced, the new
+    pair proven, P/D again; the degraded phases through the spare router. A client through
+    the endpoint meanwhile: no request fails, no engine logs a hash mismatch, and afterwards
+    both engines run the new build and the decode pulls KV from the prefill."""
+    res, _ = up(cli, tb, "kill", kv_transfer={"kv_load_failure_policy": "fail"})
+    assert res.returncode == 0, output(res)[-3000:]
+    doc = yaml.safe_load((tb.dir / "kill.yaml").read_text())
+    doc["image"] = nightly_image(tb)
+    nightly = tb.dir / "kill-nightly.yaml"
+    nightly.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with EndpointLoad(f"http://{tb.hosts['ingress'].address}:8000") as load:
+        t0 = time.monotonic()
+        res = cli("up", str(nightly), "--skip-preflight", "--no-speed", timeout=1500)
+    counts = load.counts()
+    text = output(res)
+    print(f"\n[real-engine] 1P1D degraded upgrade: {time.monotonic() - t0:.0f}s, {counts}")
+    assert res.returncode == 0, text[-6000:]
+    assert "vLLM version 0.32.0 -> 0.32.0+nightly.1" in text, text[-4000:]
+    assert "upgrade path: through degraded mode" in text, text[-4000:]
+    for n in range(1, 7):
+        assert f"degraded upgrade phase {n}:" in text, text[-4000:]
+    assert "P/D again after" in text, text[-4000:]
+    assert counts["failed"] == 0 and counts["ok"] >= 5, (counts, load.errors[:5], text[-5000:])
+    for host, role in (("prefill", "prefill"), ("decode", "decode")):
+        cid = container(tb, host, "kill", role)
+        image = tb.hosts[host].docker("inspect", "--format", "{{.Config.Image}}", cid).stdout
+        assert image.strip().endswith(f":{NIGHTLY_TAG}"), (host, image)
+        assert not any("compatibility hash mismatch" in x for x in logs_of(tb, "kill", host, role))
+    prefill = f"http://{tb.hosts['prefill'].address}:8200"
+    decode = f"http://{tb.hosts['decode'].address}:8201"
+    pulls = metric(f"{decode}/metrics", "vllm:nixl_xfer_time_seconds_count")
+    pd_probe(prefill, decode)
+    assert metric(f"{decode}/metrics", "vllm:nixl_xfer_time_seconds_count") == pulls + 1
+    # the deployment, on the new build, is the killed-prefill test's
+
+
+def test_prefill_killed_before_the_pull_fail_then_recompute(cli: Cli, tb: Testbed) -> None:
     prefill = f"http://{tb.hosts['prefill'].address}:8200"
     decode = f"http://{tb.hosts['decode'].address}:8201"
     m = f"{decode}/metrics"
-    for policy in ("fail", "recompute"):
-        res, _ = up(tb, "kill", kv_transfer={"kv_load_failure_policy": policy})
+    for policy in ("fail", "recompute"):  # the first finds the upgrade test's deployment as is
+        res, _ = up(
+            cli, tb, "kill", image=nightly_image(tb), kv_transfer={"kv_load_failure_policy": policy}
+        )
         assert res.returncode == 0, output(res)[-3000:]
         wait_health(prefill, 30)
         params, body = _pd_probe(prefill, decode)
@@ -207,4 +255,4 @@ def test_prefill_killed_before_the_pull_fail_then_recompute(tb: Testbed) -> None
             "ucx_endpoint_timeout",
             "nixl_transfer_failed",
         }, (policy, ids, dec[-30:])
-    down(tb, "kill")
+    down(cli, tb, "kill")

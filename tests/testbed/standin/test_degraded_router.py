@@ -34,7 +34,7 @@ from pdboot.plan.watch.metrics import WatchMetrics
 from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.http import http
 from pdboot.verify.exposition import parse_exposition
-from tests.testbed.standin.test_standin import get, post
+from tests.testbed.standin.test_standin import alone_text, get, started, stop_bed, stopped
 from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router
 
 INTERVAL = 1.5
@@ -69,7 +69,8 @@ def pulled_tokens(p: Proc) -> float:
 def test_the_router_routes_plain_workers_only_while_it_has_no_pd_worker(tmp_path: Path) -> None:
     """The rule plan/degraded.py rests on, with the real router: any prefill or decode entry
     for the model turns P/D routing on (503 without a complete pair); regular entries alone
-    serve; the plain entry (URL with a trailing slash) is its own entry."""
+    serve; the plain entry (the URL with "/.") is its own entry, and the engine gets the
+    request at its own path (the stand-in answers 404 to "//v1/...", as real vLLM does)."""
     prefill = Proc(tmp_path, "p", "prefill", {})
     decode = Proc(tmp_path, "d", "decode", {})
     router = Router(tmp_path, prefill.url, decode.url)
@@ -149,33 +150,16 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
             ready_seconds=30,
         )
         watcher = Watcher(engines, MODEL, CFG, deps)
-        status, alone = post(
-            decode.url + "/v1/completions",
-            {"model": MODEL, "prompt": PROMPT, "max_tokens": 16, "temperature": 0},
-        )
-        assert status == 200, alone
-        client = ClientLoop(router.url, alone["choices"][0]["text"], PROMPT)
-        threads = [
-            threading.Thread(target=watcher.run, args=(stop,), daemon=True),
-            threading.Thread(target=client.run, daemon=True),
-        ]
-        for t in threads:
-            t.start()
+        client = ClientLoop(router.url, alone_text(decode.url, MODEL, PROMPT), PROMPT)
+        threads += started(watcher.run, client.run, stop)
         end = time.monotonic() + WAIT
         while watcher.rounds < 2:
             assert time.monotonic() < end, events
             time.sleep(0.05)
         yield Bed(prefill, decode, watcher, events, client)
     finally:
-        stop.set()
-        if client is not None:
-            client.stop.set()
-        for t in threads:
-            t.join(timeout=30)
-        if router is not None:
-            router.stop()
-        for p in procs:
-            p.stop()
+        stopped(stop, client, threads)
+        stop_bed(router, procs)
 
 
 def test_a_lost_prefill_degrades_to_the_decode_alone_and_pd_resumes_when_it_is_back(

@@ -4,7 +4,6 @@ head. Plain processes, no root; seconds."""
 
 from __future__ import annotations
 
-import re
 import socket
 import time
 from pathlib import Path
@@ -12,8 +11,10 @@ from typing import Any
 
 import pytest
 from test_standin import (
+    PREFILL_PARAMS,
     REQ,
     Engine,
+    engine_argv,
     free_port,
     get,
     kv_config,
@@ -23,16 +24,8 @@ from test_standin import (
 )
 from test_standin import engines as standin  # noqa: F401  (the fixture, as `standin`)
 
+from tests.testbed.scrape import per_engine as by_engine
 from tests.testbed.standin.router_proc import RouterProc
-
-PREFILL_PARAMS = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
 
 
 def free_run(n: int) -> int:
@@ -52,17 +45,6 @@ def free_run(n: int) -> int:
             for s in socks:
                 s.close()
     raise AssertionError("no free port run")
-
-
-def by_engine(text: str, name: str) -> dict[str, float]:
-    """Sum of one metric's samples per `engine` label."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            eng = re.search(r'engine="(\d+)"', line)
-            assert eng, line
-            out[eng.group(1)] = out.get(eng.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
 
 
 def refuses(url: str) -> bool:
@@ -151,15 +133,7 @@ def test_head_waits_for_its_follower_then_ranks_serve_and_advertise(standin: Any
     # A decode engine with two local ranks pulls rank 2's blocks on the follower's host.
     dbase = free_run(2)
     dec = standin(
-        [
-            "org/m",
-            "--served-model-name",
-            "m",
-            "--kv-transfer-config",
-            kv_config("kv_consumer"),
-            "-dp",
-            "2",
-        ],
+        engine_argv(kv_config("kv_consumer"), "-dp", "2"),
         {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(dbase)},
         name="decode",
     )
@@ -273,28 +247,12 @@ def test_real_router_dp_aware_pd_mode_reaches_every_rank(
     the ranks from /metrics and sends X-data-parallel-rank, which the heads honour."""
     pbase, dbase = free_run(2), free_run(2)
     p = standin(
-        [
-            "org/m",
-            "--served-model-name",
-            "m",
-            "--kv-transfer-config",
-            kv_config("kv_producer"),
-            "-dp",
-            "2",
-        ],
+        engine_argv(kv_config("kv_producer"), "-dp", "2"),
         {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(pbase)},
         name="prefill",
     )
     d = standin(
-        [
-            "org/m",
-            "--served-model-name",
-            "m",
-            "--kv-transfer-config",
-            kv_config("kv_consumer"),
-            "-dp",
-            "2",
-        ],
+        engine_argv(kv_config("kv_consumer"), "-dp", "2"),
         {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(dbase)},
         name="decode",
     )

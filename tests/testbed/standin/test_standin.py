@@ -9,10 +9,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,48 @@ def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) 
         return e.code, json.loads(e.read().decode() or "null")
 
 
+def alone_text(decode_url: str, model: str, prompt: str) -> str:
+    """The decode's own answer to ``prompt`` (16 tokens, greedy): what a client through the
+    router must get, whichever way its request is served."""
+    status, alone = post(
+        decode_url + "/v1/completions",
+        {"model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0},
+    )
+    assert status == 200, alone
+    return str(alone["choices"][0]["text"])
+
+
+def started(
+    watch: Callable[[threading.Event], None], client: Callable[[], None], stop: threading.Event
+) -> list[threading.Thread]:
+    """A watcher's loop (until ``stop``) and a client's loop, each in a daemon thread."""
+    threads = [
+        threading.Thread(target=watch, args=(stop,), daemon=True),
+        threading.Thread(target=client, daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def stopped(stop: threading.Event, client: Any, threads: list[threading.Thread]) -> None:
+    """The loops ``started`` started, told to stop and joined (``client``: None when the
+    test ended before it had one)."""
+    stop.set()
+    if client is not None:
+        client.stop.set()
+    for t in threads:
+        t.join(timeout=30)
+
+
+def stop_bed(router: Any, procs: Iterable[Any]) -> None:
+    """A loopback bed's router (None: never started) and engine processes, stopped."""
+    if router is not None:
+        router.stop()
+    for p in procs:
+        p.stop()
+
+
 def sse_text(raw: str, chat: bool) -> str:
     events = [ln[len("data: ") :] for ln in raw.splitlines() if ln.startswith("data: ")]
     assert events[-1] == "[DONE]"
@@ -149,30 +192,22 @@ def engines(tmp_path: Path) -> Iterator[Any]:
         e.stop()
 
 
+def engine_argv(kv: str, *args: str, model: str = "org/m") -> list[str]:
+    """A stand-in's argv serving ``model`` as "m" with the KV transfer config ``kv``."""
+    return [model, "--served-model-name", "m", "--kv-transfer-config", kv, *args]
+
+
 def pd_pair(
     engines: Any,
     policy: str = "fail",
     decode_model: str = "org/m",
     extra: dict[str, Any] | None = None,
+    decode_env: dict[str, str] | None = None,
 ) -> tuple[Engine, Engine]:
-    p = engines(
-        [
-            "org/m",
-            "--served-model-name",
-            "m",
-            "--kv-transfer-config",
-            kv_config("kv_producer", **(extra or {})),
-        ],
-        name="prefill",
-    )
+    p = engines(engine_argv(kv_config("kv_producer", **(extra or {}))), name="prefill")
     d = engines(
-        [
-            decode_model,
-            "--served-model-name",
-            "m",
-            "--kv-transfer-config",
-            kv_config("kv_consumer", policy),
-        ],
+        engine_argv(kv_config("kv_consumer", policy), model=decode_model),
+        decode_env,
         name="decode",
     )
     return p, d
@@ -312,28 +347,8 @@ def test_different_model_strings_fail_the_compatibility_check(engines: Any) -> N
 def test_compat_hash_covers_what_vllm_hashes(
     engines: Any, prefill_args: list[str], decode_args: list[str], same: bool
 ) -> None:
-    p = engines(
-        [
-            "org/m",
-            "--served-model-name",
-            "m",
-            "--kv-transfer-config",
-            kv_config("kv_producer"),
-            *prefill_args,
-        ],
-        {},
-    )
-    d = engines(
-        [
-            "org/m",
-            "--served-model-name",
-            "m",
-            "--kv-transfer-config",
-            kv_config("kv_consumer"),
-            *decode_args,
-        ],
-        {},
-    )
+    p = engines(engine_argv(kv_config("kv_producer"), *prefill_args), {})
+    d = engines(engine_argv(kv_config("kv_consumer"), *decode_args), {})
     status, _ = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": prefill(p)})
     assert (status == 200) is same
     assert ("NIXL compatibility hash mismatch" in d.log) is not same
@@ -366,28 +381,8 @@ def test_the_version_string_enters_the_compat_hash_as_in_vllm(
 
 def test_compat_check_can_be_disabled_as_vllm_says(engines: Any) -> None:
     off = {"kv_connector_extra_config": {"enforce_handshake_compat": False}}
-    p = engines(
-        [
-            "org/m",
-            "--served-model-name",
-            "m",
-            "--kv-cache-dtype",
-            "fp8",
-            "--kv-transfer-config",
-            kv_config("kv_producer"),
-        ],
-        {},
-    )
-    d = engines(
-        [
-            "org/m",
-            "--served-model-name",
-            "m",
-            "--kv-transfer-config",
-            kv_config("kv_consumer", **off),
-        ],
-        {},
-    )
+    p = engines(engine_argv(kv_config("kv_producer"), "--kv-cache-dtype", "fp8"), {})
+    d = engines(engine_argv(kv_config("kv_consumer", **off)), {})
     post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": prefill(p)})
     assert "NIXL compatibility hash mismatch" not in d.log
 

@@ -17,7 +17,7 @@ from tests.testbed.standin.test_standin import (
     REQ,
     Engine,
     engines,
-    kv_config,
+    pd_pair,
     post,
     prefill,
 )
@@ -26,15 +26,7 @@ __all__ = ["engines"]  # the fixture, re-exported for pytest
 
 
 def _pd_answer(engines: Any, env: dict[str, str]) -> tuple[str, str, dict[str, float]]:
-    p = engines(
-        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")],
-        name="prefill",
-    )
-    d = engines(
-        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_consumer")],
-        env,
-        name="decode",
-    )
+    p, d = pd_pair(engines, decode_env=env)
     params = prefill(p)
     status, body = post(d.url + "/v1/completions", {**REQ, "kv_transfer_params": params})
     assert status == 200, body
@@ -78,15 +70,7 @@ def _router(prefill_e: Engine, decode_e: Engine, tmp: Path) -> Iterator[str]:
 @pytest.mark.parametrize("corrupt", [False, True])
 def test_gate_through_the_real_router(engines: Any, tmp_path: Path, corrupt: bool) -> None:
     env = {"STANDIN_CORRUPT_PULLED_KV": "1"} if corrupt else {}
-    p = engines(
-        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_producer")],
-        name="prefill",
-    )
-    d = engines(
-        ["org/m", "--served-model-name", "m", "--kv-transfer-config", kv_config("kv_consumer")],
-        env,
-        name="decode",
-    )
+    p, d = pd_pair(engines, decode_env=env)
     with _router(p, d, tmp_path) as url:
         out = gate.run_gate(_post_text, url, d.url, "m")
     assert d.metrics()["vllm:nixl_bytes_transferred_count"] == 1  # the P/D path was taken

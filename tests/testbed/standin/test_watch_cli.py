@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
-from tests.testbed.standin.test_standin import DEADLINE, get
+from tests.testbed.standin.test_standin import DEADLINE, get, stop_bed
 from tests.testbed.standin.watch_bed import Proc, Router, stable_port
 
 INVENTORY = """
@@ -118,10 +118,7 @@ def test_the_cli_evicts_a_corrupting_decode_through_the_router(tmp_path: Path) -
         if cli is not None and cli.poll() is None:
             cli.kill()
             cli.wait()
-        if router is not None:
-            router.stop()
-        for p in procs:
-            p.stop()
+        stop_bed(router, procs)
     assert cli.returncode == 1, out
     assert "pdboot_watch_canary_ok{" in metrics
     docs = [json.loads(line) for line in events.read_text().splitlines()]

@@ -30,7 +30,7 @@ from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.http import http
 from pdboot.verify.exposition import parse_exposition
 from tests.testbed.standin.router_proc import free_port
-from tests.testbed.standin.test_standin import get, post
+from tests.testbed.standin.test_standin import alone_text, get, started, stop_bed, stopped
 from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router
 
 INTERVAL = 1.5
@@ -143,18 +143,8 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
         port = free_port()
         server = serve(watcher, metrics, "127.0.0.1", port)
         prompt = "the client loop asks this every time"
-        status, alone = post(
-            procs["d1"].url + "/v1/completions",
-            {"model": MODEL, "prompt": prompt, "max_tokens": 16, "temperature": 0},
-        )
-        assert status == 200, alone
-        client = ClientLoop(router.url, alone["choices"][0]["text"], prompt)
-        threads = [
-            threading.Thread(target=watcher.run, args=(stop,), daemon=True),
-            threading.Thread(target=client.run, daemon=True),
-        ]
-        for t in threads:
-            t.start()
+        client = ClientLoop(router.url, alone_text(procs["d1"].url, MODEL, prompt), prompt)
+        threads += started(watcher.run, client.run, stop)
         b = Bed(procs, router, watcher, events, f"http://127.0.0.1:{port}/metrics", client, times)
         end = time.monotonic() + WAIT
         while watcher.rounds < 2:  # a baseline: every pair good before any fault
@@ -164,18 +154,11 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
         assert all(not p.fault for r in rounds for p in r.pairs), rounds
         yield b
     finally:
-        stop.set()
-        if client is not None:
-            client.stop.set()
-        for t in threads:
-            t.join(timeout=30)
+        stopped(stop, client, threads)
         if server is not None:
             server.shutdown()
             server.server_close()
-        if router is not None:
-            router.stop()
-        for p in procs.values():
-            p.stop()
+        stop_bed(router, procs.values())
 
 
 def _requests_served(p: Proc) -> int:

@@ -798,8 +798,22 @@ class Api(http.server.BaseHTTPRequestHandler):
             return True
         return self.headers.get("Authorization", "") in [f"Bearer {k}" for k in keys]
 
+    def unrouted(self) -> bool:
+        """Real vLLM (uvicorn, Starlette) routes the target as sent: `//v1/...` matches no
+        route and answers 404 {"detail": "Not Found"}. Python's http.server folds leading
+        slashes into one before self.path, so the raw request line is what tells."""
+        parts = self.requestline.split(" ")
+        if len(parts) > 1 and parts[1].startswith("//"):
+            # the body unread would be parsed as the next request on this connection
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_json(404, {"detail": "Not Found"})
+            return True
+        return False
+
     def do_GET(self) -> None:
         eng, path = self.engine, self.path.split("?")[0]
+        if self.unrouted():
+            return
         if not self.authorized():
             self.send_json(401, {"error": "Unauthorized"})
         elif path == "/health":
@@ -857,6 +871,8 @@ class Api(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
+        if self.unrouted():
+            return
         if path == "/standin/faults":  # emulation knob (Faults), not a vLLM route
             try:
                 self.engine.faults.update(self.read_body())

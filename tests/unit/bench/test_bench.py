@@ -212,7 +212,7 @@ def test_targets_are_the_router_and_one_decode_engine() -> None:
 def test_cli_without_aiperf_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from pdboot.cli import app
+    from pdboot.cli.main import app
 
     monkeypatch.setattr(bench, "aiperf_command", lambda: None)
     r = CliRunner().invoke(app, ["bench", str(INVENTORIES / "1p1d.yaml"), "--tokenizer", "/t"])
@@ -416,3 +416,23 @@ def test_several_baseline_urls_are_independent_engines_whose_figures_add_up(tmp_
     # at level 1 one engine got the only request; the idle one's GPUs still count
     assert cells[0].point().tok_s_per_gpu == pytest.approx(one.output_tok_s / 8)
     assert cells[2].refused and cells[2].refused.startswith("baseline2: 4 of 8 requests failed")
+
+
+def test_requests_the_proxy_limited_are_counted_and_named() -> None:
+    """429 is the proxy limiter's status (plan/proxy.py): counted apart, said in the refusal;
+    a healthy run limits none."""
+    assert _load("pd-c4").limited_requests == 0
+    s = json.loads((FIX / "pd-c4" / bench_results.SUMMARY_FILE).read_text())
+    s["error_request_count"] = {"avg": 3.0}
+    s["error_summary"] = [
+        {"count": 2, "error_details": {"code": 429, "message": "Too Many Requests"}},
+        {"count": 1, "error_details": {"code": 500, "message": "boom"}},
+    ]
+    r = bench_results.parse_aiperf(json.dumps(s), None)
+    assert (r.failed_requests, r.limited_requests) == (3, 2)
+    why = bench_results.refusal(r)
+    assert why is not None and "2 limited by the proxy: 429" in why
+    assert "router.proxy_limits" in why
+    records = '{"error": {"code": 429, "type": "HTTP", "message": "Too Many Requests"}}\n{}\n'
+    r = bench_results.parse_aiperf(None, records)
+    assert (r.ok_requests, r.failed_requests, r.limited_requests) == (1, 1, 1)

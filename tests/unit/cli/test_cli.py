@@ -10,8 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from pdboot import __version__
-from pdboot.cli import app
-from tests.unit.paths import UNIT
+from pdboot.cli.main import app
+from tests.unit.paths import UNIT, python_in_root
 
 HERE = UNIT
 ROOT = HERE.parents[1]
@@ -184,9 +184,6 @@ def test_help_summaries_are_whole_sentences_and_flags_show_no_type() -> None:
 def test_version_imports_no_command_dependencies() -> None:
     """`pdboot --version` loads nothing a command needs (typer and click, rich, pydantic, yaml,
     the SSH and Docker libraries, pdboot's core): each command imports only what it uses."""
-    import subprocess
-    import sys
-
     probe = (
         "import sys\n"
         "from pdboot.entry import main\n"
@@ -198,14 +195,7 @@ def test_version_imports_no_command_dependencies() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy\n"
         "             or any(m.startswith(h + '.') for h in heavy)))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    proc = python_in_root(probe)
     assert proc.stdout.splitlines() == [f"pdboot {__version__}", "[]"], proc.stdout
 
 

@@ -17,8 +17,8 @@ import yaml
 from typer.testing import CliRunner
 
 from pdboot import __version__
-from pdboot.cli import app
-from pdboot.cli_ops import since_time
+from pdboot.cli.main import app
+from pdboot.cli.operations import since_time
 from pdboot.inventory import yamlsafe
 from tests.unit.paths import UNIT
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from pdboot.cli_ops import since_time, tail_lines
+from pdboot.cli.operations import since_time, tail_lines
 from tests.unit.cli.test_cli import ONE, run
 
 NOW = 1_800_000_000.0

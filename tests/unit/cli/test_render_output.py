@@ -13,7 +13,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from pdboot import cli_base
+from pdboot.cli import console as cli_console
 from tests.unit.cli.test_cli import GOLDEN, ONE, run
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -27,7 +27,7 @@ def test_a_terminal_gets_the_piped_documents_unwrapped(
     assert code == 0
     buf = io.StringIO()
     terminal = Console(file=buf, force_terminal=True, width=width, color_system="truecolor")
-    monkeypatch.setattr(cli_base, "out", terminal)
+    monkeypatch.setattr(cli_console, "out", terminal)
     code, _, err = run("render", ONE)
     assert code == 0
     shown = buf.getvalue()

@@ -16,10 +16,9 @@ from pdboot.deploy.up_options import UpOptions
 from pdboot.inventory.schema import Inventory
 from pdboot.plan import build, change_plan, converge
 from pdboot.plan.change_plan import ChangePlan
-from tests.unit.deploy.test_orchestrator import run_up
 from tests.unit.deploy.test_rollout import deployed
 from tests.unit.deploy.test_rollout import inv as roll_inv
-from tests.unit.orchestrator_fakes import World, inventory
+from tests.unit.orchestrator_fakes import World, inventory, run_up
 
 
 def _count(monkeypatch: pytest.MonkeyPatch, original: Callable[..., Any]) -> list[int]:
@@ -153,13 +152,14 @@ def test_a_static_router_list_plans_and_acts_the_same(computed: list[ChangePlan]
 def test_a_new_build_with_a_tier_of_one_converges_once_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The outage path (old and new vLLM builds must never pair; no half for blue/green):
-    the one converge, applied all at once, not a second one."""
+    """Through degraded mode (old and new vLLM builds must never pair; no half for
+    blue/green): the one converge's steps, tier by tier, not a second converge."""
     world = World(roll_inv(prefill="p1", decode="d1"))
     assert run_up(world)[0] == 0
     world.running_version = "0.33.0"
     world.inv = roll_inv("v0.34.0", prefill="p1", decode="d1")
     converged = _count(monkeypatch, converge.plan_up)
-    code, rec = run_up(world, UpOptions(yes=True))
-    assert code == 0 and next(s.action for s in rec.of(ev.RollPlanned)) == "together"
+    code, rec = run_up(world)
+    assert code == 0 and not rec.of(ev.RollPlanned)
+    assert any("degraded upgrade phase 6" in n.message for n in rec.of(ev.Note))
     assert converged == [1]

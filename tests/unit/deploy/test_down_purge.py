@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pdboot.deploy.down import DownOptions
 from pdboot.transport.pulled_record import parse_record, record_lines, to_purge
-from tests.unit.deploy.test_orchestrator import run_down, run_up
-from tests.unit.orchestrator_fakes import FAKE_DIGEST, Recorder, World, inventory
+from tests.unit.orchestrator_fakes import FAKE_DIGEST, Recorder, World, inventory, run_down, run_up
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64

@@ -9,16 +9,12 @@ import pytest
 from pdboot.deploy.ingress_status import IngressState, holds_address
 from pdboot.deploy.router_api import WorkerDiff
 from pdboot.plan.build import build_plan
-from tests.unit.builders import inventory
+from tests.unit.builders import STANDBY_HOSTS, STANDBY_PAIR, inventory
 from tests.unit.paths import FIXTURES
 
 VRRP = FIXTURES / "vrrp"
-HOSTS = {"p1": "192.0.2.10", "d1": "192.0.2.11", "r": "192.0.2.12", "s": "192.0.2.13"}
-PAIR = {
-    "router.standby": "s",
-    "router.virtual_ip": "192.0.2.100/24",
-    "router.vrrp_interface": "eth0",
-}
+HOSTS = STANDBY_HOSTS
+PAIR = STANDBY_PAIR
 
 
 @pytest.mark.parametrize(

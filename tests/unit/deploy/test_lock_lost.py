@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pdboot import events as ev
 from pdboot.deploy.down import DownOptions, down
-from pdboot.deploy.up import UpOptions, up
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from pdboot.deploy.up import UpOptions
+from tests.unit.orchestrator_fakes import Recorder, World, inventory, up_in
 
 
 def test_up_stops_before_its_next_step_when_the_lock_is_lost() -> None:
@@ -16,15 +16,7 @@ def test_up_stops_before_its_next_step_when_the_lock_is_lost() -> None:
     world = World(inventory(), load={"decode": 30.0, "prefill": 30.0})
     world.lock_lost_at = 10.0
     rec = Recorder()
-    code = up(
-        world.inv,
-        UpOptions(skip_preflight=True, rollback=True),
-        rec,
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    code = up_in(world, UpOptions(skip_preflight=True, rollback=True), rec)
     assert code == 1
     started = [w for op, _h, w in world.calls if op == "compose_up"]
     assert "router" not in started and started  # engines started, the router never

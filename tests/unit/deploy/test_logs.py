@@ -10,27 +10,19 @@ from typing import Any
 
 from pdboot import events as ev
 from pdboot.deploy.logs import LogOptions, logs
-from pdboot.deploy.up import UpOptions, up
+from pdboot.deploy.up import UpOptions
 from pdboot.inventory.schema import Inventory
 from pdboot.timestamps import parse_rfc3339
 from pdboot.transport.docker_parse import EngineLost
 from pdboot.transport.hosts import Hosts, Link
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from tests.unit.orchestrator_fakes import Recorder, World, inventory, up_in
 
 SERVICES = ("decode@d1", "prefill@p1", "router@r", "proxy@r")
 
 
 def _deployed() -> World:
     world = World(inventory())
-    code = up(
-        world.inv,
-        UpOptions(skip_preflight=True, prove=False),
-        Recorder(),
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    code = up_in(world, UpOptions(skip_preflight=True, prove=False), Recorder())
     assert code == 0
     for c in world.containers.values():
         c.logs.extend(f"line {i}" for i in range(1, 150))

@@ -5,42 +5,23 @@ rollback, Ctrl-C, converge decisions and the event stream, in milliseconds."""
 from __future__ import annotations
 
 from pdboot import events as ev
-from pdboot.deploy.down import DownOptions, down
-from pdboot.deploy.seams import PreflightOutcome
-from pdboot.deploy.up import up
+from pdboot.deploy.down import DownOptions
+from pdboot.deploy.preflight_gate import PreflightOutcome
 from pdboot.deploy.up_options import UpOptions
-from pdboot.inventory.schema import Inventory
-from tests.unit.orchestrator_fakes import CAPS, Recorder, World, inventory
+from tests.unit.orchestrator_fakes import CAPS, Recorder, World, inventory, run_down, run_up, up_in
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+UNCHANGED_1P1D = {
+    "decode@d1": "unchanged",
+    "prefill@p1": "unchanged",
+    "router@r": "unchanged",
+    "proxy@r": "unchanged",
+}
 
 
-def run_up(
-    world: World, opts: UpOptions | None = None, inv: Inventory | None = None
-) -> tuple[int, Recorder]:
-    rec = Recorder()
-    code = up(
-        inv or world.inv,
-        opts or UpOptions(skip_preflight=True),
-        rec,
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
-    return code, rec
-
-
-def run_down(world: World, rec: Recorder, opts: DownOptions | None = None) -> int:
-    return down(
-        world.inv,
-        opts or DownOptions(),
-        rec,
-        hosts_factory=world.hosts,
-        lock_factory=world.take_lock,
-        fetch=world.fetch,
-        clock=world.clock,
-    )
+def actions(rec: Recorder) -> dict[str, str]:
+    """The converge table: service -> its action."""
+    return {e.service: e.action for e in rec.of(ev.ServiceAction)}
 
 
 def test_fresh_up_stage_order_and_event_stream() -> None:
@@ -52,12 +33,7 @@ def test_fresh_up_stage_order_and_event_stream() -> None:
         "pull",
         "ship",
         "converge",
-        "start",
-        "wait",
-        "start",
-        "wait",
-        "start",
-        "wait",
+        *["start", "wait"] * 3,
         "prove",
     ]  # engines, router, then the proxy in front
     started = [e.service for e in rec.of(ev.ServiceStarted)]
@@ -151,14 +127,8 @@ def test_decode_change_recreates_decode_only() -> None:
     world.inv = inventory({"decode.extra_args": ["--max-model-len", "4096"]})
     code, rec = run_up(world, UpOptions(skip_preflight=True, yes=True))  # a tier of one
     assert code == 0
-    actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
     # live workers: the router stays; the decode is deregistered, drained, registered again
-    assert actions == {
-        "decode@d1": "recreate",
-        "prefill@p1": "unchanged",
-        "router@r": "unchanged",
-        "proxy@r": "unchanged",
-    }
+    assert actions(rec) == {**UNCHANGED_1P1D, "decode@d1": "recreate"}
     assert world.of_role("prefill")[0].id == prefill and world.of_role("router")[0].id == router
     assert not [n for n in rec.of(ev.Note) if "needing a restart" in n.message]
 
@@ -170,28 +140,13 @@ def test_decode_change_with_static_router_lists_recreates_the_router() -> None:
     world.inv = inventory({**static, "decode.extra_args": ["--max-model-len", "4096"]})
     code, rec = run_up(world)
     assert code == 0
-    actions = {e.service: e.action for e in rec.of(ev.ServiceAction)}
-    assert actions == {
-        "decode@d1": "recreate",
-        "prefill@p1": "unchanged",
-        "router@r": "recreate",
-        "proxy@r": "unchanged",
-    }
+    assert actions(rec) == {**UNCHANGED_1P1D, "decode@d1": "recreate", "router@r": "recreate"}
 
 
 def test_failed_preflight_opens_no_host() -> None:
     world = World(inventory())
     rec = Recorder()
-    code = up(
-        world.inv,
-        UpOptions(),
-        rec,
-        preflight=lambda _inv, _acc: PreflightOutcome(False),
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    code = up_in(world, UpOptions(), rec, preflight=lambda _inv, _acc: PreflightOutcome(False))
     assert code == 1 and world.calls == []
     assert rec.of(ev.PreflightDone) == [ev.PreflightDone(ok=False)]
     assert world.locks == ["take up", "release up"]  # held around preflight too
@@ -214,15 +169,11 @@ def test_a_busy_lock_with_no_wait_exits_1_naming_the_holder_before_preflight() -
     world = World(inventory(), lock_holder="lock on r held by ann@laptop (`pdboot up`)")
     ran: list[bool] = []
     rec = Recorder()
-    code = up(
-        world.inv,
+    code = up_in(
+        world,
         UpOptions(no_wait=True),
         rec,
         preflight=lambda _inv, _acc: ran.append(True) or PreflightOutcome(True),
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
     )
     assert code == 1 and ran == [] and world.calls == []
     (note,) = rec.of(ev.Note)
@@ -234,16 +185,7 @@ def test_a_busy_lock_with_no_wait_exits_1_naming_the_holder_before_preflight() -
 
 def _preflighted_up(world: World) -> tuple[int, Recorder]:
     rec = Recorder()
-    code = up(
-        world.inv,
-        UpOptions(),
-        rec,
-        preflight=lambda _inv, _acc: PreflightOutcome(True),
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    code = up_in(world, UpOptions(), rec, preflight=lambda _inv, _acc: PreflightOutcome(True))
     return code, rec
 
 

@@ -13,18 +13,10 @@ from pdboot.deploy.router_api import plan_workers
 from pdboot.deploy.up_options import UpOptions
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
-from tests.unit.builders import inventory
-from tests.unit.deploy.test_orchestrator import run_up
-from tests.unit.orchestrator_fakes import World
+from tests.unit.builders import ROLL_HOSTS, inventory
+from tests.unit.orchestrator_fakes import World, run_up, up_in
 
-HOSTS = {
-    "p1": "192.0.2.10",
-    "p2": "192.0.2.13",
-    "d1": "192.0.2.11",
-    "d2": "192.0.2.14",
-    "d3": "192.0.2.15",
-    "r": "192.0.2.12",
-}
+HOSTS = ROLL_HOSTS
 FAST = {
     "timeouts": {
         "ready_seconds": 60,
@@ -66,16 +58,19 @@ def router_id(world: World) -> str:
 
 
 def sequence(world: World) -> list[str]:
-    """compose up, stop and the router's worker calls, in order."""
+    """compose up, stop, the routers' worker calls (the spare's prefixed "spare") and the
+    router swap's moves, in order."""
     out = []
     for op, host, what in world.calls:
         if op == "compose_up":
             out.append(f"up {what}@{host}")
         elif op == "stop_remove":
             out.append(f"stop @{host}")
-        elif op == "router" and host != "GET":
+        elif op in ("router", "spare") and host != "GET":
             url = urllib.parse.unquote(what.removeprefix("/workers").lstrip("/"))
-            out.append(f"{host} {url}".strip())
+            out.append(f"{'spare ' if op == 'spare' else ''}{host} {url}".strip())
+        elif op == "swap":
+            out.append(what)
     return out
 
 
@@ -180,23 +175,13 @@ def test_a_tier_of_one_needs_yes() -> None:
 
 
 def run_up_confirm(world: World, asked: list[list[str]]) -> int:
-    from pdboot.deploy.up import up
     from tests.unit.orchestrator_fakes import Recorder
 
     def confirm(outages: list[str]) -> bool:
         asked.append(outages)
         return True
 
-    return up(
-        world.inv,
-        UpOptions(skip_preflight=True),
-        Recorder(),
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-        confirm=confirm,
-    )
+    return up_in(world, UpOptions(skip_preflight=True), Recorder(), confirm=confirm)
 
 
 def test_a_failing_replacement_stops_the_roll_and_a_rerun_finishes_it() -> None:
@@ -291,32 +276,85 @@ def test_pairs_of_one_build_pass_and_the_roll_goes_on() -> None:
     assert len(pairs) == 4 and not [p for p in pairs if "FAILED" in p], pairs
 
 
-def test_a_new_vllm_build_never_rolls_it_is_an_outage_asked_first() -> None:
-    """Issue 29: the running engines answer 0.33.0, the new image's parser 0.34.0: a roll
-    would pair the two builds, and a tier of one leaves no half for blue/green, so `up` says
-    the path and why, asks (refused here: nothing changes), and with --yes replaces every
-    engine at once (the recreate path)."""
+def test_a_new_vllm_build_with_a_tier_of_one_goes_through_degraded_mode_unasked() -> None:
+    """Issue 43: the running engines answer 0.33.0, the new image's parser 0.34.0: a roll
+    would pair the two builds, and a tier of one leaves no half for blue/green, so `up` goes
+    through degraded mode without asking: the old decode alone (plain), the prefill replaced,
+    the new prefill alone (plain), the decode replaced, the new pair proven, P/D again; the
+    degraded phases on the spare router, so the home router's list changes only while no
+    client reaches it."""
+    world = World(inv(prefill="p1", decode="d1"))
+    assert run_up(world)[0] == 0
+    world.calls.clear()
+    world.running_version = "0.33.0"
+    world.hash_checks = True  # a decode refuses KV from another build, as NIXL does
+    world.inv = inv("v0.34.0", prefill="p1", decode="d1")
+    code, rec = run_up(world)
+    assert code == 0
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert any(
+        "upgrade path: through degraded mode" in n
+        and "vLLM version 0.33.0 -> 0.34.0" in n
+        and "the prefill tier and the decode tier each have one engine" in n
+        for n in notes
+    ), notes
+    assert sequence(world) == [
+        "start spare",
+        "spare POST http://192.0.2.11:8201/.",  # the old decode as a plain worker
+        "proxy -> spare",  # clients reach the spare; home keeps its P/D list, unreached
+        "stop @p1",
+        "up prefill@p1",
+        "spare POST http://192.0.2.10:8200/.",  # the new prefill alone
+        "spare DELETE http://192.0.2.11:8201/.",
+        "stop @d1",
+        "up decode@d1",
+        "DELETE http://192.0.2.10:8200",  # the idle home's entries registered anew
+        "DELETE http://192.0.2.11:8201",
+        "POST http://192.0.2.10:8200",
+        "POST http://192.0.2.11:8201",
+        "proxy -> home",  # P/D again
+        "stop spare",
+    ]
+    assert world.spare is None and world.route == "home"
+    assert world.registered == plan_workers(build_plan(world.inv))
+    assert any("P/D again after" in n and "s degraded" in n for n in notes), notes
+    assert any("pair prefill@p1 -> decode@d1" in n for n in notes), notes
+    assert not rec.of(ev.RollPlanned)
+
+
+def test_a_new_prefill_that_does_not_start_leaves_the_old_decode_serving_alone() -> None:
+    """Phase 2 fails (the new build's prefill dies at start): `up` exits 1 and says the
+    endpoint serves from the old decode alone; the router lists its plain entry only, never
+    a P/D entry beside it (that would route P/D to a pair that cannot serve)."""
+    world = World(inv(prefill="p1", decode="d1"))
+    assert run_up(world)[0] == 0
+    world.running_version = "0.33.0"
+    world.inv = inv("v0.34.0", prefill="p1", decode="d1")
+    world.crash["prefill"] = OOM
+    code, rec = run_up(world)
+    assert code == 1
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert any(
+        "degraded upgrade stopped: the new prefill tier did not start" in n
+        and "degraded: the decode tier alone" in n
+        for n in notes
+    ), notes
+    # served through the spare router; the home router, unreached, keeps its P/D list
+    assert world.route == "spare"
+    assert world.spare == {"http://192.0.2.11:8201/.": "regular"}
+    assert [c.build for c in world.of_role("decode")] == ["vllm/vllm-openai:v0.33.0"]
+
+
+def test_an_outage_for_a_new_build_is_taken_only_when_asked_with_no_rolling() -> None:
     world = World(inv(prefill="p1", decode="d1"))
     assert run_up(world)[0] == 0
     world.calls.clear()
     world.running_version = "0.33.0"
     world.inv = inv("v0.34.0", prefill="p1", decode="d1")
-    code, rec = run_up(world)
-    assert code == 1
-    notes = [n.message for n in rec.of(ev.Note)]
-    assert any(
-        "upgrade path: outage" in n
-        and "vLLM version 0.33.0 -> 0.34.0" in n
-        and "the prefill tier and the decode tier each have one engine" in n
-        for n in notes
-    ), notes
-    assert not [c for c in world.calls if c[0] == "compose_up"]
-    assert not rec.of(ev.RollPlanned)
-
-    world.calls.clear()
-    code, rec = run_up(world, UpOptions(yes=True))
+    code, rec = run_up(world, UpOptions(skip_preflight=True, rolling=False, yes=True))
     assert code == 0
     assert next(s.action for s in rec.of(ev.RollPlanned)) == "together"  # all at once
+    assert not [c for c in world.calls if c[0] == "router" and c[2].endswith("%2F")]
     assert world.registered == plan_workers(build_plan(world.inv))
 
 

@@ -35,20 +35,20 @@ def test_into_degraded_and_back_ends_on_the_wanted_lists() -> None:
     router = Router(routed_workers(pd))
     done, mode = switch_router(router, router.listed, {D: "decode"})
     assert mode == "decode_only"
-    assert router.listed == {D + "/": PLAIN}
-    assert done[0] == RouteChange("add", D + "/", PLAIN)  # the plain entry first
+    assert router.listed == {D + "/.": PLAIN}
+    assert done[0] == RouteChange("add", D + "/.", PLAIN)  # the plain entry first
     switch_router(router, router.listed, pd)
     assert router.listed == {P: "prefill", D: "decode"}
-    assert router.calls[-1] == ("remove", D + "/")  # the plain entry last
+    assert router.calls[-1] == ("remove", D + "/.")  # the plain entry last
 
 
 def test_an_engine_that_cannot_be_registered_counts_as_out_until_it_can() -> None:
     """A prefill readmitted but failing /health at the switch: the decode keeps serving
     plain (a decode entry without the prefill would answer 503)."""
-    router = Router({D + "/": PLAIN})
+    router = Router({D + "/.": PLAIN})
     pd: dict[str, TierName] = {P: "prefill", D: "decode"}
     done, mode = switch_router(router, router.listed, pd, lambda u: u != P)
-    assert (done, mode, router.listed) == ([], "decode_only", {D + "/": PLAIN})
+    assert (done, mode, router.listed) == ([], "decode_only", {D + "/.": PLAIN})
     done, mode = switch_router(router, router.listed, pd)
     assert mode == "pd" and router.listed == {P: "prefill", D: "decode"}
 

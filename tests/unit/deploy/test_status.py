@@ -185,7 +185,7 @@ def test_unreachable_rows_carry_the_reason_in_json_and_table() -> None:
 
 def test_status_names_foreign_and_missing_router_workers() -> None:
     """Issue 28: the router's list against the plan, read on the router's loopback URL (the
-    one admin.py sends through the router host), shown by `status` and in --json."""
+    one router_admin.py sends through the router host), shown by `status` and in --json."""
     import json as _json
 
     from pdboot.deploy.router_api import WorkerDiff, worker_diff
@@ -214,7 +214,7 @@ def test_status_names_foreign_and_missing_router_workers() -> None:
 
 
 def test_status_shows_a_plain_entry_of_degraded_mode_as_pdboots_not_foreign() -> None:
-    """Degraded mode registers a decode again under its URL with a trailing slash as a
+    """Degraded mode registers a decode again under its plain URL (with "/.") as a
     regular worker (plan/degraded.py): the router's answer keeps both entries apart."""
     import json as _json
 
@@ -228,20 +228,20 @@ def test_status_shows_a_plain_entry_of_degraded_mode_as_pdboots_not_foreign() ->
     plan = build_plan(one_by_two())
     listed = [
         {"url": "http://192.0.2.11:8201", "worker_type": "decode"},
-        {"url": "http://192.0.2.11:8201/", "worker_type": "regular"},
+        {"url": "http://192.0.2.11:8201/.", "worker_type": "regular"},
         {"url": "http://192.0.2.12:8201", "worker_type": "decode"},
         {"url": "http://203.0.113.9:9/", "worker_type": "regular"},  # an outsider's
     ]
     body = _json.dumps({"workers": listed})
     assert [(w.url, w.worker_type) for w in parse_workers(body)] == [
         ("http://192.0.2.11:8201", "decode"),
-        ("http://192.0.2.11:8201/", "regular"),
+        ("http://192.0.2.11:8201/.", "regular"),
         ("http://192.0.2.12:8201", "decode"),
-        ("http://203.0.113.9:9/", "regular"),
+        ("http://203.0.113.9:9", "regular"),  # a bare trailing slash marks no plain entry
     ]
     diff = worker_diff(plan, lambda *_a, **_k: HttpAnswer(200, body))
     assert diff == WorkerDiff(
-        ("http://203.0.113.9:9/",), ("http://192.0.2.10:8200",), plain=("http://192.0.2.11:8201",)
+        ("http://203.0.113.9:9",), ("http://192.0.2.10:8200",), plain=("http://192.0.2.11:8201",)
     )
     out = Console(record=True, width=200)
     print_status(out, StatusReport("demo", "e", False, (), workers=diff))

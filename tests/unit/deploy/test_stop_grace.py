@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pdboot.plan.build import build_plan
 from pdboot.plan.vllm_args import STOP_MARGIN_S
-from tests.unit.deploy.test_orchestrator import run_down, run_up
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from tests.unit.orchestrator_fakes import Recorder, World, inventory, run_down, run_up
 
 
 def test_down_stops_every_container_with_the_engines_grace() -> None:

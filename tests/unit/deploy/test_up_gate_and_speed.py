@@ -12,8 +12,7 @@ from pdboot.exitcodes import EXIT_FAILED, EXIT_OK
 from pdboot.plan.build import build_plan
 from pdboot.preflight.findings import from_preflight
 from pdboot.verify.pdcheck import link_rate, speed_pairs, speed_prompt
-from tests.unit.deploy.test_orchestrator import run_up
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from tests.unit.orchestrator_fakes import Recorder, World, inventory, run_up, up_in
 
 
 def test_gate_passes_when_both_answers_match() -> None:
@@ -90,17 +89,8 @@ def test_too_little_kv_says_so_without_a_rate() -> None:
 
 def rec_pairs(world: World) -> tuple[ev.PairSpeedLine, ...]:
     rec = Recorder()
-    from pdboot.deploy.up import up
 
-    up(
-        world.inv,
-        UpOptions(skip_preflight=True),
-        rec,
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    up_in(world, UpOptions(skip_preflight=True), rec)
     return tuple(rec.of(ev.KVSpeed)[0].pairs)
 
 
@@ -139,7 +129,7 @@ def test_link_rate_from_preflight_ports_else_declared() -> None:
     from tests.unit.plan.test_rdma_auto import preflight_result
 
     f = from_preflight(preflight_result())
-    assert set(f.gbps) == {"gpu-a"} and f.gbps["gpu-a"] > 0  # the real sysfs rate
+    assert set(f.rdma_gbps) == {"gpu-a"} and f.rdma_gbps["gpu-a"] > 0  # the real sysfs rate
     plan = build_plan(inventory())
     pre, dec = speed_pairs(plan)[0]
     on = {"p1": 400.0, "d1": 200.0}
@@ -150,20 +140,10 @@ def test_link_rate_from_preflight_ports_else_declared() -> None:
 
 
 def test_terminal_prints_both_outputs_and_the_speed_line() -> None:
-    import io
-
-    from rich.console import Console
-
-    from pdboot.views.terminal import TerminalView
-
     world = World(inventory(), corrupt_kv=True)
     code, rec = run_up(world)
     assert code == EXIT_FAILED
-    out = Console(width=100, file=io.StringIO(), record=True)
-    view = TerminalView(out)
-    for e in rec.events:
-        view(e)
-    text = out.export_text()
+    text = terminal_text(rec)
     assert "error: correctness gate: the P/D answer differs" in text
     assert "through the router: ' the the the" in text and "decode alone:" in text
     world = World(
@@ -173,10 +153,21 @@ def test_terminal_prints_both_outputs_and_the_speed_line() -> None:
     )
     code, rec = run_up(world)
     assert code == EXIT_OK
+    text = terminal_text(rec)
+    assert "KV speed: prefill@p1 -> decode@d1: 50.0 MB in 0.400 s = 1.00 Gbit/s" in text
+    assert "warning: prefill@p1 -> decode@d1: KV moves at 1% of the link" in text
+
+
+def terminal_text(rec: Recorder) -> str:
+    """What the terminal view prints of the recorded events."""
+    import io
+
+    from rich.console import Console
+
+    from pdboot.views.terminal import TerminalView
+
     out = Console(width=100, file=io.StringIO(), record=True)
     view = TerminalView(out)
     for e in rec.events:
         view(e)
-    text = out.export_text()
-    assert "KV speed: prefill@p1 -> decode@d1: 50.0 MB in 0.400 s = 1.00 Gbit/s" in text
-    assert "warning: prefill@p1 -> decode@d1: KV moves at 1% of the link" in text
+    return out.export_text()

@@ -11,7 +11,6 @@ from rich.console import Console
 
 from pdboot import events as ev
 from pdboot.deploy.preflight_gate import preflight_events, preflight_gate
-from pdboot.deploy.up import up
 from pdboot.deploy.up_options import UpOptions
 from pdboot.inventory.schema import Inventory
 from pdboot.preflight.checks import CheckResult
@@ -19,7 +18,7 @@ from pdboot.preflight.run import HostReport, PreflightResult
 from pdboot.views import jsonl
 from pdboot.views import preflight as report
 from pdboot.views.terminal import TerminalView
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from tests.unit.orchestrator_fakes import Recorder, World, inventory, up_in
 
 CHECKS = [
     CheckResult("ssh.connect", "pass", "connected"),
@@ -48,15 +47,11 @@ def run_up(world: World, result: PreflightResult) -> tuple[int, Recorder, list[b
         asked.append(accept_new_host_keys)
         return result
 
-    code = up(
-        world.inv,
+    code = up_in(
+        world,
         UpOptions(accept_new_host_keys=True),
         rec,
         preflight=preflight_gate(rec, run=fake_run),
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
     )
     return code, rec, asked
 

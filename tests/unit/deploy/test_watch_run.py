@@ -296,9 +296,9 @@ def test_a_lost_only_prefill_switches_to_plain_decodes_and_back_to_pd_in_order()
     world.engines["p1"].healthy = False
     w.round()
     # the plain entry first; then the P/D entries go together
-    assert router.calls[0] == ("add", "http://d1/")
+    assert router.calls[0] == ("add", "http://d1/.")
     assert sorted(router.calls[1:]) == [("remove", "http://d1"), ("remove", "http://p1")]
-    assert router.listed == {"http://d1/": "regular"}
+    assert router.listed == {"http://d1/.": "regular"}
     changed = [e for e in events if isinstance(e, WatchServingChanged)]
     assert [(e.before, e.mode, e.lost_tier) for e in changed] == [("pd", "decode_only", "prefill")]
     m = w.deps.metrics
@@ -310,7 +310,7 @@ def test_a_lost_only_prefill_switches_to_plain_decodes_and_back_to_pd_in_order()
     w.round()
     w.round()  # readmit_after=2
     assert sorted(router.calls[3:5]) == [("add", "http://d1"), ("add", "http://p1")]
-    assert router.calls[5:] == [("remove", "http://d1/")]
+    assert router.calls[5:] == [("remove", "http://d1/.")]
     assert router.listed == {"http://p1": "prefill", "http://d1": "decode"}
     assert m.value("pdboot_watch_degraded") == 0
     assert m.value("pdboot_watch_serving_switches_total", "pd") == 1
@@ -319,7 +319,7 @@ def test_a_lost_only_prefill_switches_to_plain_decodes_and_back_to_pd_in_order()
     # the decode's P/D entry came back with the switch: not a repair
     assert m.value("pdboot_watch_workers_reregistered_total", "d1", "decode") is None
     # the plain entry is pdboot's own: never removed as a foreign worker
-    assert m.value("pdboot_watch_foreign_workers_removed_total", "http://d1/", "regular") is None
+    assert m.value("pdboot_watch_foreign_workers_removed_total", "http://d1/.", "regular") is None
 
 
 def test_a_failing_pair_and_its_action_are_said_once_by_their_events(caplog: Any) -> None:

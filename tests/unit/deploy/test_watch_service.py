@@ -13,9 +13,9 @@ import typer
 from rich.console import Console
 
 from pdboot import events as ev
-from pdboot.cli import app
+from pdboot.cli.main import app
 from pdboot.deploy.status import status
-from pdboot.deploy.up import UpOptions, up
+from pdboot.deploy.up import UpOptions
 from pdboot.deploy.watch.service import WatchOptions
 from pdboot.inventory.load import InventoryError, parse_inventory
 from pdboot.plan.build import build_plan
@@ -23,8 +23,7 @@ from pdboot.plan.render import render_host
 from pdboot.plan.watch.sidecar import WATCH_INVENTORY, WATCH_INVENTORY_IN_CONTAINER
 from pdboot.transport.http import HttpAnswer
 from pdboot.views.status import print_status, status_json
-from tests.unit.deploy.test_orchestrator import run_down
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from tests.unit.orchestrator_fakes import Recorder, World, inventory, run_down, up_in
 from tests.unit.plan.test_render import compose_config
 
 WATCH = {"image": "registry.example/pdboot:0.1", "interval_seconds": 5, "port": 29111}
@@ -103,15 +102,7 @@ def _after_the_proof(events: list[ev.Event]) -> bool:
 def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
     world = World(with_watch())
     rec = Recorder()
-    code = up(
-        world.inv,
-        UpOptions(skip_preflight=True),
-        rec,
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    code = up_in(world, UpOptions(skip_preflight=True), rec)
     assert code == 0, [e for e in rec.events if isinstance(e, ev.Failure)]
     started = [e.service for e in rec.of(ev.ServiceStarted)]
     assert started[-3:] == ["router@r", "proxy@r", "watch@r"]
@@ -121,15 +112,7 @@ def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
     assert set(world.registered.values()) == {"prefill", "decode"}
     # a re-run with watch running: removed for up's checks, started again after them
     again = Recorder()
-    code = up(
-        world.inv,
-        UpOptions(skip_preflight=True),
-        again,
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    code = up_in(world, UpOptions(skip_preflight=True), again)
     assert code == 0, [e for e in again.events if isinstance(e, ev.Failure)]
     assert [e.service for e in again.of(ev.ServiceStarted)] == ["watch@r"]
     assert _after_the_proof(again.events)
@@ -145,15 +128,7 @@ def test_up_starts_watch_after_the_router_and_down_removes_it_first() -> None:
 def test_status_shows_the_last_verdict_per_pair() -> None:
     world = World(with_watch())
     rec = Recorder()
-    up(
-        world.inv,
-        UpOptions(skip_preflight=True, prove=False),
-        rec,
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    up_in(world, UpOptions(skip_preflight=True, prove=False), rec)
     doc = {
         "rounds": 7,
         "out_of_rotation": ["decode@d1"],

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pdboot.cli import app
-from pdboot.export.command import to_stream
+from pdboot.cli.export import to_stream
+from pdboot.cli.main import app
 from tests.unit.paths import UNIT
 
 ONE = str(UNIT / "inventories" / "1p1d.yaml")

@@ -15,7 +15,7 @@ import yaml
 from typer.testing import CliRunner
 from vllm_router.launch_router import parse_router_args
 
-from pdboot.cli import app
+from pdboot.cli.main import app
 from pdboot.export.common import ExportError
 from pdboot.export.k8s import (
     LABEL_ROLE,
@@ -31,6 +31,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan
 from pdboot.plan.render import render_all
+from tests.unit.builders import with_api_key
 from tests.unit.paths import INVENTORIES, ROOT
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -234,12 +235,7 @@ def test_cli_writes_files_without_secret_values(tmp_path: Path, monkeypatch: Any
     token = "hf_SENTINEL_export_k8s_0123456789"
     monkeypatch.setenv("HF_TOKEN", token)
     monkeypatch.setenv("PD_API_KEY", "sk-SENTINEL-api-key")
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(
-        (INVENTORIES / "1p1d.yaml")
-        .read_text()
-        .replace("  hf_token: env:HF_TOKEN", "  hf_token: env:HF_TOKEN\n  api_key: env:PD_API_KEY")
-    )
+    inv = with_api_key(INVENTORIES / "1p1d.yaml", tmp_path / "inv.yaml")
     out = tmp_path / "out"
     result = CliRunner().invoke(
         app,

@@ -14,13 +14,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pdboot.cli import app
+from pdboot.cli.main import app
 from pdboot.export.slurm import SlurmOptions, node_hosts, render_slurm
 from pdboot.inventory.load import load_inventory, parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan
 from pdboot.plan.render import render_all
+from tests.unit.builders import with_api_key
 from tests.unit.paths import INVENTORIES, ROOT
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -185,12 +186,7 @@ def test_cli_writes_an_executable_script_without_secret_values(
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_SENTINEL_slurm_0123456789")
     monkeypatch.setenv("PD_API_KEY", "sk-SENTINEL-slurm")
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(
-        (INVENTORIES / "1p1d.yaml")
-        .read_text()
-        .replace("  hf_token: env:HF_TOKEN", "  hf_token: env:HF_TOKEN\n  api_key: env:PD_API_KEY")
-    )
+    inv = with_api_key(INVENTORIES / "1p1d.yaml", tmp_path / "inv.yaml")
     out = tmp_path / "out"
     for extra in ([], ["--pyxis"]):
         result = CliRunner().invoke(

@@ -19,8 +19,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pdboot.cli import app
-from pdboot.deploy.weights.script import STAGE_SCRIPT
+from pdboot.cli.main import app
 from pdboot.export.common import ExportError
 from pdboot.export.k8s import render_k8s
 from pdboot.export.k8s_readme import shell_value
@@ -31,6 +30,7 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import PROXY_CONF_FILE
 from pdboot.plan.proxy import MAX_API_KEY_CHARS, proxy_auth_text, proxy_files
+from pdboot.plan.weights.programs import STAGE_SCRIPT
 from tests.testbed import hub
 from tests.unit.paths import INVENTORIES
 
@@ -158,7 +158,9 @@ def test_slurm_puts_the_proxy_in_front_of_the_router_on_its_loopback() -> None:
     assert '"$ROUTER_URL/workers"' in text
     proxy_sh = heredoc(text, "PDBOOT_PROXY_SH")
     assert "/run/pdboot/secrets.env" in proxy_sh and "auth.conf" in proxy_sh
-    assert '-v "$SECRETS_FILE":/run/pdboot/secrets.env:ro' in text
+    # its own file, the VLLM_API_KEY line alone (test_slurm.py's own-secrets test)
+    assert '-v "$OWN_SECRETS"/proxy.env:/run/pdboot/secrets.env:ro' in text
+    assert text.index("own_secret VLLM_API_KEY proxy.env") < text.index("proxy@gpu-a")
     assert plan.proxy is not None and plan.proxy.image in text
     nokey = slurm(inventory(key=False))
     assert "secrets.env" not in heredoc(nokey, "PDBOOT_PROXY_SH")

@@ -15,23 +15,19 @@ from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.model import Plan, Service
 from pdboot.plan.render import render_all, render_summary
-from tests.unit.builders import as_text, changed, inventory_doc
-
-CPU_KW: dict[str, Any] = {
-    "name": "rehearsal",
-    "model": "/srv/models/tiny",
-    "device": "cpu",
-    "image": "registry.example:5000/vllm-cpu:0.32.0",
-}
-CPU = inventory_doc(
-    {"cpu-a": "192.0.2.20", "cpu-b": "192.0.2.21"}, ["cpu-a"], ["cpu-b"], "cpu-a", **CPU_KW
+from tests.unit.builders import (
+    CPU_REHEARSAL,
+    changed_text,
+    cpu_pair_doc,
+    inventory_doc,
 )
-ONE_HOST = inventory_doc({"box": "192.0.2.30"}, ["box"], ["box"], "box", **CPU_KW)
+
+CPU = cpu_pair_doc()
+ONE_HOST = inventory_doc({"box": "192.0.2.30"}, ["box"], ["box"], "box", **CPU_REHEARSAL)
 
 
 def text(base: dict[str, Any] = CPU, **changes: Any) -> str:
-    """YAML of ``base`` with ``a__b=value`` changes (builders.changed's ``a.b``; None deletes)."""
-    return as_text(changed(base, {k.replace("__", "."): v for k, v in changes.items()}))
+    return changed_text(base, **changes)
 
 
 def load(base: dict[str, Any] = CPU, **changes: Any) -> Inventory:

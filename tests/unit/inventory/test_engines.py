@@ -12,25 +12,24 @@ from pdboot.inventory.engines import ENGINE_PORT_STRIDE, EngineNic, engine_ports
 from pdboot.inventory.load import InventoryError
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
-from pdboot.plan.converge import Observed, orphans, plan_up
+from pdboot.plan.converge import orphans, plan_up
 from pdboot.plan.facts import PlanFacts
-from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_ENGINE
+from pdboot.plan.model import LABEL_ENGINE
 from pdboot.plan.render import render_all, render_summary
 from pdboot.preflight.checks import parse_sections
 from pdboot.preflight.checks.facts import HostFacts
-from pdboot.preflight.checks.gpu import Gpu, GpuFacts
+from pdboot.preflight.checks.gpu import GpuFacts
 from pdboot.preflight.checks.rdma import Port, RdmaFacts
 from pdboot.preflight.checks.topo import engine_nics, evaluate, host_engines, parse_matrix
 from pdboot.preflight.contexts import contexts
 from pdboot.preflight.findings import (
-    Findings,
     describe_nics,
     from_records,
     parse_engines,
     plan_from,
     records_to_ship,
 )
-from tests.unit.builders import inventory
+from tests.unit.builders import inventory, rtx_gpus, running_as_planned
 from tests.unit.paths import FIXTURES
 
 DERIVED = FIXTURES / "derived"
@@ -220,22 +219,9 @@ def test_nearest_nic_sets_each_engines_ucx_devices_and_explicit_wins() -> None:
 # --------------------------------------------------------------------------- converge
 
 
-def _observed(plan_services: Any) -> list[Observed]:
-    return [
-        Observed(
-            s.host,
-            f"id-{s.key}",
-            s.container_name,
-            {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash},
-            "running",
-        )
-        for s in plan_services
-    ]
-
-
 def test_changing_one_group_recreates_only_that_engine_and_the_router() -> None:
     before = build_plan(inv(prefill__gpus=[[0], [1], [2]]))
-    running = _observed(before.services())
+    running = running_as_planned(before.services())
     after = build_plan(inv(prefill__gpus=[[0], [5], [2]]))
     steps = [s for stage in plan_up(after, running) for s in stage]
     changed = {s.service.key: s.kind for s in steps if s.kind != "unchanged"}
@@ -244,13 +230,13 @@ def test_changing_one_group_recreates_only_that_engine_and_the_router() -> None:
 
 
 def test_fewer_engines_leave_orphans_by_engine() -> None:
-    running = _observed(build_plan(inv(prefill__engines_per_host=3)).services())
+    running = running_as_planned(build_plan(inv(prefill__engines_per_host=3)).services())
     after = build_plan(inv(prefill__engines_per_host=2))
     assert [o.key for o in orphans(after, running)] == ["prefill-2@gpu-a"]
     steps = [s for stage in plan_up(after, running, live=True) for s in stage]
     # live workers: the router's hash leaves its worker lists out; the orphan is deregistered
     assert {s.service.key for s in steps if s.kind != "unchanged"} == set()
-    static = _observed(
+    static = running_as_planned(
         build_plan(inv(prefill__engines_per_host=3, router__live_workers=False)).services()
     )
     after = build_plan(inv(prefill__engines_per_host=2, router__live_workers=False))
@@ -259,7 +245,7 @@ def test_fewer_engines_leave_orphans_by_engine() -> None:
 
 
 def test_adding_engines_keeps_engine_zero() -> None:
-    running = _observed(build_plan(inv(decode__gpus=[0])).services())
+    running = running_as_planned(build_plan(inv(decode__gpus=[0])).services())
     after = build_plan(inv(decode__gpus=[0, 1], decode__engines_per_host=2))
     kinds = {s.service.key: s.kind for st in plan_up(after, running) for s in st}
     assert kinds["decode@gpu-b"] == "unchanged" and kinds["decode-1@gpu-b"] == "create"
@@ -285,21 +271,7 @@ def test_preflight_checks_every_engines_ports_and_probes_them() -> None:
 
 
 def _facts(n_gpus: int = 8, down: tuple[str, ...] = ("mlx5_3",)) -> HostFacts:
-    gpus = tuple(
-        Gpu(
-            i,
-            "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-            f"GPU-{i}",
-            "580.95.05",
-            97887,
-            0,
-            97887,
-            "12.0",
-            "Disabled",
-            0,
-        )
-        for i in range(n_gpus)
-    )
+    gpus = rtx_gpus(n_gpus)
     ports = [
         Port(
             f"mlx5_{i}",
@@ -368,17 +340,17 @@ def test_gpu_topology_check() -> None:
 def test_the_record_keeps_each_engines_nic_and_the_gpu_count() -> None:
     i = inv(prefill__engines_per_host="all", decode__engines_per_host=2)
     nics = {"gpu-b": {"decode-1": EngineNic(("mlx5_1:1",), "PIX", (1,))}}
-    f = Findings(
-        {"gpu-a": True, "gpu-b": True},
-        {"gpu-b": ["mlx5_1:1"]},
-        "preflight",
-        {"gpu-b": ["ens1f0"]},
-        nics=nics,
-        gpus={"gpu-a": 4},
+    f = PlanFacts(
+        rdma_present={"gpu-a": True, "gpu-b": True},
+        rdma_ports={"gpu-b": ["mlx5_1:1"]},
+        tcp_ifaces={"gpu-b": ["ens1f0"]},
+        engine_nics=nics,
+        gpu_counts={"gpu-a": 4},
+        source="preflight",
     )
     deployed = plan_from(i, f)
     back = from_records(records_to_ship(f))
-    assert back.ifaces == {"gpu-b": ["ens1f0"]}
+    assert back.tcp_ifaces == {"gpu-b": ["ens1f0"]}
     again = plan_from(i, back)
     assert [(s.key, s.config_hash) for s in again.services()] == [
         (s.key, s.config_hash) for s in deployed.services()
@@ -453,7 +425,7 @@ def test_status_rows_per_engine_with_their_nic() -> None:
     plan = build_plan(
         inv(decode__engines_per_host=2), PlanFacts(rdma_present={"gpu-b": True}, engine_nics=nics)
     )
-    running = _observed(plan.services())
+    running = running_as_planned(plan.services())
     rows = rows_for(
         plan, running, set(), datetime.now(timezone.utc), lambda *_a, **_k: HttpAnswer(200, "")
     )
@@ -467,7 +439,7 @@ def test_status_rows_per_engine_with_their_nic() -> None:
     assert all(r.healthy and r.matches_inventory for r in rows)
     assert "  decode-1@gpu-b  mlx5_0:1 (PXB, nearest GPUs 1)" in nic_lines(rows)
     # a leftover engine (a tier that shrank) shows under its own name
-    more = _observed(
+    more = running_as_planned(
         build_plan(
             inv(decode__engines_per_host=3), PlanFacts(rdma_present={"gpu-b": True})
         ).services()

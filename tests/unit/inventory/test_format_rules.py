@@ -12,16 +12,10 @@ import yaml
 
 from pdboot.inventory.load import InventoryError, InventoryIssue, load_inventory, parse_inventory
 from pdboot.inventory.schema import DEFAULT_ROUTER_IMAGE, DEFAULT_VLLM_IMAGE
-from tests.unit.builders import as_text, changed, inventory_doc
+from tests.unit.builders import changed_text, gpu_pair_doc, inventory_doc
 from tests.unit.paths import INVENTORIES, ROOT
 
-BASE = inventory_doc(
-    {"gpu-a": "192.0.2.10", "gpu-b": "192.0.2.11"},
-    ["gpu-a"],
-    ["gpu-b"],
-    "gpu-a",
-    model="meta-llama/Llama-3.1-8B-Instruct",
-)
+BASE = gpu_pair_doc()
 
 COLOCATED = inventory_doc(
     {"box": "10.0.0.5"},
@@ -34,8 +28,7 @@ COLOCATED = inventory_doc(
 
 
 def inv_text(base: dict[str, Any] = BASE, **changes: Any) -> str:
-    """YAML text of ``base`` with ``a__b=value`` changes (builders.changed's ``a.b``; None deletes)."""
-    return as_text(changed(base, {k.replace("__", "."): v for k, v in changes.items()}))
+    return changed_text(base, **changes)
 
 
 def issues(text: str) -> list[InventoryIssue]:

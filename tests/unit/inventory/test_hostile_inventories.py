@@ -24,19 +24,11 @@ from pdboot.inventory.safety import (
     looks_like_token,
 )
 from tests.shared_data import SERVE_ARGS_JSON
+from tests.unit.builders import TWO_HOSTS_TEXT
 
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
 
-GOOD = """\
-name: demo
-model: meta-llama/Llama-3.1-8B-Instruct
-hosts:
-  gpu-a: {address: 192.0.2.10}
-  gpu-b: {address: 192.0.2.11}
-prefill: {hosts: [gpu-a]}
-decode: {hosts: [gpu-b]}
-router: {host: gpu-a}
-"""
+GOOD = TWO_HOSTS_TEXT
 
 
 def issues(text: str) -> list[InventoryIssue]:

@@ -9,17 +9,9 @@ import re
 import pytest
 
 from pdboot.inventory.load import InventoryError, parse_inventory
+from tests.unit.builders import TWO_HOSTS_TEXT
 
-BASE = """\
-name: demo
-model: meta-llama/Llama-3.1-8B-Instruct
-hosts:
-  gpu-a: {address: 192.0.2.10}
-  gpu-b: {address: 192.0.2.11}
-prefill: {hosts: [gpu-a]}
-decode: {hosts: [gpu-b]}
-router: {host: gpu-a}
-"""
+BASE = TWO_HOSTS_TEXT
 
 
 def refusal(extra: str) -> str:

@@ -13,6 +13,7 @@ from pdboot.inventory.hostpaths import sensitive_reason
 from pdboot.inventory.imageref import check_image_reference
 from pdboot.inventory.load import InventoryError, InventoryIssue, parse_inventory
 from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
+from tests.unit.builders import TWO_HOSTS_TEXT
 from tests.unit.paths import FIXTURES, ROOT
 
 SERVE_ARGS = SERVE_ARGS_JSON  # the copy of ../shared's capture every checkout has
@@ -20,16 +21,7 @@ SERVE_ARGS_034 = SERVE_ARGS_034_JSON
 ROUTER_HELP = FIXTURES / "vllm-router-0.1.17-help.txt"
 LOCATED = re.compile(r"^inv\.yaml:\d+: ")
 
-GOOD = """\
-name: demo
-model: meta-llama/Llama-3.1-8B-Instruct
-hosts:
-  gpu-a: {address: 192.0.2.10}
-  gpu-b: {address: 192.0.2.11}
-prefill: {hosts: [gpu-a]}
-decode: {hosts: [gpu-b]}
-router: {host: gpu-a}
-"""
+GOOD = TWO_HOSTS_TEXT
 
 
 def issues(text: str) -> list[InventoryIssue]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pdboot.cli import app
+from pdboot.cli.main import app
 from pdboot.inventory import optionlists
 from pdboot.inventory.load import InventoryError, parse_inventory
 from pdboot.inventory.vllm_rules import block_size

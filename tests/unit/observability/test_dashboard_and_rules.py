@@ -203,7 +203,7 @@ def test_the_scrape_config_of_every_example_passes_promtool(path: Path, tmp_path
     shipped rules beside it, and it scrapes every engine that serves HTTP and the router."""
     from typer.testing import CliRunner
 
-    from pdboot.cli import app
+    from pdboot.cli.main import app
     from pdboot.inventory.load import load_inventory
     from pdboot.plan.build import build_plan
 
@@ -231,6 +231,9 @@ def test_the_scrape_config_of_every_example_passes_promtool(path: Path, tmp_path
         assert ((s.key, f"{s.address}:{s.port}") in targets) is (not s.headless), s.key
     r = plan.router  # behind the proxy the router serves on loopback, its metrics on the host
     assert (r.key, f"{(plan.proxy or r).address}:{r.metrics_port}") in targets
+    sb = plan.standby_router  # router.standby: scraped beside the router host's
+    if sb is not None:
+        assert (sb.key, f"{sb.metrics_address}:{sb.metrics_port}") in targets
     assert json.loads((tmp_path / "grafana" / "pdboot-watch.json").read_text()) == json.loads(
         DASHBOARD.read_text()
     )
@@ -253,3 +256,22 @@ def test_the_dashboard_and_rules_are_in_the_installed_package(tmp_path: Path) ->
     names = set(zipfile.ZipFile(wheel).namelist())
     for rel in (RULES, DASHBOARD):
         assert rel.relative_to(ROOT).as_posix() in names
+
+
+def test_the_scrape_config_scrapes_the_standby_router_on_its_own_address() -> None:
+    from pdboot.inventory.load import load_inventory
+    from pdboot.plan.build import build_plan
+    from pdboot.plan.prometheus import scrape_config
+
+    plan = build_plan(load_inventory(Path(__file__).parents[1] / "inventories" / "standby.yaml"))
+    sb = plan.standby_router
+    assert sb is not None and sb.metrics_port is not None
+    job = next(
+        j for j in scrape_config(plan)["scrape_configs"] if j["job_name"].endswith("-router")
+    )
+    got = {
+        (g["labels"]["service"], g["labels"]["host"], g["targets"][0])
+        for g in job["static_configs"]
+    }
+    assert (sb.key, sb.host, f"{sb.metrics_address}:{sb.metrics_port}") in got
+    assert sb.host != plan.router.host and len(got) == 2

@@ -54,9 +54,9 @@ def test_pd_lists_every_engine_as_its_tier_and_nothing_plain() -> None:
 
 def test_degraded_lists_the_serving_tier_as_plain_workers_only() -> None:
     """A P/D entry beside them would turn P/D routing on and answer 503."""
-    assert routed_workers(rotation(D1, D2)) == {D1 + "/": PLAIN, D2 + "/": PLAIN}
-    assert routed_workers(rotation(P1, P2)) == {P1 + "/": PLAIN, P2 + "/": PLAIN}
-    assert plain_url(P1 + "/") == P1 + "/"
+    assert routed_workers(rotation(D1, D2)) == {D1 + "/.": PLAIN, D2 + "/.": PLAIN}
+    assert routed_workers(rotation(P1, P2)) == {P1 + "/.": PLAIN, P2 + "/.": PLAIN}
+    assert plain_url(P1 + "/.") == P1 + "/."
 
 
 STATES = [(P1, D1), (D1,), (P1,), (P1, P2, D1, D2), (D1, D2), (P2, D2), (P1, P2)]
@@ -85,12 +85,12 @@ def test_every_list_between_the_steps_of_a_switch_routes(
 def test_a_lost_prefill_plain_decodes_first_then_the_pd_entries_go_and_back_the_reverse() -> None:
     pd, degraded = routed_workers(rotation(P1, D1)), routed_workers(rotation(D1))
     assert switch_steps(pd, degraded) == [
-        (RouteChange("add", D1 + "/", PLAIN),),
+        (RouteChange("add", D1 + "/.", PLAIN),),
         (RouteChange("remove", D1, "decode"), RouteChange("remove", P1, "prefill")),
     ]
     assert switch_steps(degraded, pd) == [
         (RouteChange("add", D1, "decode"), RouteChange("add", P1, "prefill")),
-        (RouteChange("remove", D1 + "/", PLAIN),),
+        (RouteChange("remove", D1 + "/.", PLAIN),),
     ]
 
 

@@ -17,10 +17,10 @@ from pdboot.inventory.load import InventoryError
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, plan_up
-from pdboot.plan.model import LABEL_CONFIG_HASH, LABEL_DP_RANKS, Plan, Service
+from pdboot.plan.model import LABEL_DP_RANKS, Plan, Service
 from pdboot.transport.http import HttpAnswer
 from tests.shared_data import SERVE_ARGS_034_JSON, SERVE_ARGS_JSON
-from tests.unit.builders import changed, inventory_doc, load
+from tests.unit.builders import changed, inventory_doc, load, running_as_planned
 
 MOE = inventory_doc(
     {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2", "gpu-c": "10.0.0.3"},
@@ -200,21 +200,8 @@ def test_router_lists_heads_and_dp_aware_is_an_option() -> None:
 # --------------------------------------------------------------------------- converge
 
 
-def observed(services: list[Service]) -> list[Observed]:
-    return [
-        Observed(
-            s.host,
-            f"id-{s.key}",
-            s.container_name,
-            {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash},
-            "running",
-        )
-        for s in services
-    ]
-
-
 def test_a_change_on_one_host_restarts_the_whole_dp_tier() -> None:
-    running = observed(build_plan(inv()).services())
+    running = running_as_planned(build_plan(inv()).services())
     after = build_plan(inv(decode__env={"X": "1"}))
     kinds = {s.service.key: (s.kind, s.reason) for st in plan_up(after, running) for s in st}
     assert kinds["decode@gpu-a"][0] == kinds["decode@gpu-b"][0] == "recreate"

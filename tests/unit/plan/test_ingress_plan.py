@@ -2,14 +2,11 @@
 service and configuration on both ingress hosts, golden files, the real `docker compose
 config` on every rendered file; and nothing of it without the keys.
 
-Regenerate the goldens after an intended change with
-``PDBOOT_UPDATE_GOLDEN=1 pytest tests/unit/plan/test_ingress_plan.py`` and review the diff.
+Its golden files: tests/unit/golden/standby/ (golden_check.py).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,7 +19,6 @@ from pdboot.plan.facts import PlanFacts
 from pdboot.plan.ingress import KEEPALIVED_CAPS, PRIORITY_ACTIVE, PRIORITY_STANDBY
 from pdboot.plan.model import (
     KEEPALIVED_CONF_FILE,
-    LABEL_CONFIG_HASH,
     LABEL_DEPLOYMENT,
     LABEL_HOST,
     LABEL_ROLE,
@@ -31,18 +27,14 @@ from pdboot.plan.model import (
 )
 from pdboot.plan.proxy import proxy_conf_text
 from pdboot.plan.render import render_all, render_summary
-from tests.unit.builders import inventory
+from tests.unit.builders import STANDBY_HOSTS, STANDBY_PAIR, inventory, running_as_planned
+from tests.unit.golden_check import assert_golden
 from tests.unit.paths import GOLDEN, INVENTORIES
 from tests.unit.plan.test_render import compose_config
 
-UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 STANDBY = INVENTORIES / "standby.yaml"
-HOSTS = {"p1": "192.0.2.10", "d1": "192.0.2.11", "r": "192.0.2.12", "s": "192.0.2.13"}
-PAIR = {
-    "router.standby": "s",
-    "router.virtual_ip": "192.0.2.100/24",
-    "router.vrrp_interface": "eth0",
-}
+HOSTS = STANDBY_HOSTS
+PAIR = STANDBY_PAIR
 
 
 def golden_files(path: Path) -> dict[str, str]:
@@ -60,19 +52,7 @@ def golden_files(path: Path) -> dict[str, str]:
 def test_golden() -> None:
     files = golden_files(STANDBY)
     folder = GOLDEN / "standby"
-    if UPDATE:
-        shutil.rmtree(folder, ignore_errors=True)
-        for rel, text in files.items():
-            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-            (folder / rel).write_text(text, encoding="utf-8")
-    on_disk = {
-        str(p.relative_to(folder)): p.read_text(encoding="utf-8")
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-    assert sorted(on_disk) == sorted(files), "golden files differ in number; regenerate"
-    for rel, text in files.items():
-        assert text == on_disk[rel], f"standby/{rel} differs from the golden file"
+    assert_golden(folder, files)
 
 
 def test_docker_compose_accepts_both_ingress_hosts(tmp_path: Path) -> None:
@@ -203,7 +183,7 @@ def test_summary_names_the_virtual_ip_and_both_ingresses(host: str) -> None:
 
 
 def test_the_change_plan_holds_the_ingress_steps() -> None:
-    # `up --plan` shows them after the others' (deploy/changes.py), `up` applies them last
+    # `up --plan` shows them after the others' (deploy/planned_change.py), `up` applies them last
     plan = build_plan(inventory(hosts=HOSTS, overrides=PAIR))
     fresh = change_plan(plan, [], ChangeOptions(live=True))
     assert [(s.service.key, s.kind) for s in fresh.ingress] == [
@@ -213,21 +193,7 @@ def test_the_change_plan_holds_the_ingress_steps() -> None:
         ("keepalived@s", "create"),
     ]
     assert fresh.changes
-    running = [
-        Observed(
-            host=s.host,
-            id=s.key,
-            name=s.container_name,
-            labels={
-                LABEL_DEPLOYMENT: "demo",
-                LABEL_ROLE: s.role,
-                LABEL_HOST: s.host,
-                LABEL_CONFIG_HASH: s.config_hash,
-            },
-            state="running",
-        )
-        for s in (*plan.services(), *plan.ingress_services())
-    ]
+    running = running_as_planned([*plan.services(), *plan.ingress_services()])
     again = change_plan(plan, running, ChangeOptions(live=True))
     assert {s.kind for s in again.ingress} == {"unchanged"}
     assert all(s.kind == "unchanged" for st in again.stages for s in st)

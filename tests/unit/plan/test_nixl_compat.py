@@ -138,14 +138,27 @@ def test_an_incompatible_change_goes_blue_green_through_five_phases() -> None:
     assert not any(r.startswith("blue") for r in path.phases[3].running)
 
 
-def test_a_tier_of_one_is_an_outage_and_says_which() -> None:
+def test_a_tier_of_one_goes_through_degraded_mode_and_says_which() -> None:
+    blue = {"prefill": ["prefill@p1"], "decode": ["decode@d1", "decode@d2"]}
+    path = up.choose(REPLACED, NIGHTLY, blue, blue, blue_green=True, degraded=True)  # type: ignore[arg-type]
+    assert path.kind == "degraded" and "the prefill tier has one engine" in path.why
+    assert all(p.endpoint_up for p in path.phases)
+
+
+def test_a_tier_of_one_without_degraded_mode_is_an_outage_and_says_which() -> None:
+    """An engine kept as it runs (not every engine replaced): neither path may run."""
     blue = {"prefill": ["prefill@p1"], "decode": ["decode@d1", "decode@d2"]}
     path = up.choose(REPLACED, NIGHTLY, blue, blue, blue_green=True)  # type: ignore[arg-type]
     assert path.kind == "outage" and "the prefill tier has one engine" in path.why
     assert not path.phases[0].endpoint_up
 
 
-def test_without_blue_green_an_incompatible_change_is_an_outage() -> None:
+def test_without_a_proxy_an_incompatible_change_goes_through_degraded_mode() -> None:
+    path = up.choose(REPLACED, NIGHTLY, BLUE, BLUE, blue_green=False, degraded=True)  # type: ignore[arg-type]
+    assert path.kind == "degraded" and "blue/green needs the proxy in front" in path.why
+
+
+def test_without_blue_green_or_degraded_mode_an_incompatible_change_is_an_outage() -> None:
     path = up.choose(REPLACED, NIGHTLY, BLUE, BLUE, blue_green=False)  # type: ignore[arg-type]
     assert path.kind == "outage" and "blue/green needs the proxy" in path.why
 

@@ -118,27 +118,21 @@ def test_turned_off_it_leaves_no_variable_port_or_target() -> None:
 # --------------------------------------------------------------------------- the rules
 
 
+def one_host(overrides: dict[str, object]) -> None:
+    """Both tiers and the router on host a (prefill GPU 0, decode GPU 1), then ``overrides``."""
+    over = {"prefill.gpus": [0], "decode.gpus": [1], **overrides}
+    inventory({"a": "192.0.2.10"}, ("a",), ("a",), "a", overrides=over)
+
+
 def test_a_listener_on_an_exporters_port_is_refused_at_load() -> None:
     with pytest.raises(InventoryError) as e:
-        inventory(
-            prefill=("a",),
-            decode=("a",),
-            router="a",
-            hosts={"a": "192.0.2.10"},
-            overrides={"prefill.gpus": [0], "decode.gpus": [1], "router.metrics_port": 9201},
-        )
+        one_host({"router.metrics_port": 9201})
     assert "port 9201 on host 'a' is already used by decode NIXL telemetry" in str(e.value)
 
 
 def test_one_http_clash_is_one_message_not_two() -> None:
     with pytest.raises(InventoryError) as e:
-        inventory(
-            prefill=("a",),
-            decode=("a",),
-            router="a",
-            hosts={"a": "192.0.2.10"},
-            overrides={"prefill.gpus": [0], "decode.gpus": [1], "decode.port": 8200},
-        )
+        one_host({"decode.port": 8200})
     assert [i.message for i in e.value.issues if "8200" in i.message or "9200" in i.message] == [
         "port 8200 on host 'a' is already used by prefill HTTP"
     ]

@@ -11,7 +11,6 @@ from pdboot.plan.facts import PlanFacts
 from pdboot.plan.model import Plan, Service
 from pdboot.preflight.checks import HostContext, Section, parse_sections
 from pdboot.preflight.findings import (
-    Findings,
     active_ports,
     describe,
     from_preflight,
@@ -77,9 +76,9 @@ def test_preflight_findings_turn_rdma_on_only_where_a_port_is_active() -> None:
         "prefill@gpu-a": (False, None),
     }
     f = from_preflight(preflight_result())
-    assert f.present == {"gpu-a": True, "gpu-b": False}
-    assert f.ports == {"gpu-a": ["mlx5_0:1"]}
-    plan = build_plan(inv, PlanFacts(rdma_present=f.present, rdma_ports=f.ports))
+    assert f.rdma_present == {"gpu-a": True, "gpu-b": False}
+    assert f.rdma_ports == {"gpu-a": ["mlx5_0:1"]}
+    plan = build_plan(inv, f)
     assert engines(plan) == {"decode@gpu-b": (False, None), "prefill@gpu-a": (True, "mlx5_0:1")}
     lines = describe(inv, plan, f, skipped=False)
     assert lines == [
@@ -91,7 +90,7 @@ def test_preflight_findings_turn_rdma_on_only_where_a_port_is_active() -> None:
 def test_a_down_port_is_not_usable_rdma() -> None:
     rep = report("gpu-a", "ib-port-down.txt")
     f = from_preflight(PreflightResult({"gpu-a": rep}))
-    assert f.present == {"gpu-a": False} and f.ports == {}
+    assert f.rdma_present == {"gpu-a": False} and f.rdma_ports == {}
     assert active_ports(rep.facts) == []
 
 
@@ -107,13 +106,13 @@ def test_declared_devices_name_the_ucx_devices_even_when_preflight_found_others(
 def test_the_record_rebuilds_the_same_config_hashes_without_preflight() -> None:
     inv = undeclared()
     f = from_preflight(preflight_result())
-    deployed = build_plan(inv, PlanFacts(rdma_present=f.present, rdma_ports=f.ports))
+    deployed = build_plan(inv, f)
     shipped = records_to_ship(f)
     assert set(shipped) == {"gpu-a", "gpu-b"}
     # what status / up --skip-preflight read back from the hosts (gpu-c never preflighted)
     back = from_records({**shipped, "gpu-c": None})
-    assert back.source == "recorded" and back.present == f.present
-    again = build_plan(inv, PlanFacts(rdma_present=back.present, rdma_ports=back.ports))
+    assert back.source == "recorded" and back.rdma_present == f.rdma_present
+    again = build_plan(inv, back)
     assert [s.config_hash for s in again.services()] == [s.config_hash for s in deployed.services()]
     # ... whereas the declared-devices fallback would have reported prefill@gpu-a changed
     naive = {s.key: s.config_hash for s in build_plan(inv).services()}
@@ -125,7 +124,7 @@ def test_the_record_rebuilds_the_same_config_hashes_without_preflight() -> None:
 
 def test_only_a_preflight_of_this_run_is_recorded() -> None:
     assert records_to_ship(None) == {}
-    assert records_to_ship(Findings({"gpu-a": True}, {}, "recorded")) == {}
+    assert records_to_ship(PlanFacts(rdma_present={"gpu-a": True}, source="recorded")) == {}
 
 
 def test_no_finding_falls_back_to_the_declared_devices_and_says_so() -> None:
@@ -145,6 +144,6 @@ def test_records_that_are_not_ours_are_ignored() -> None:
     assert parse_record('{"rdma": "yes"}') is None
     assert parse_record("[1, 2]") is None
     assert parse_record('{"rdma": false, "ports": [3]}') == (False, [])
-    assert from_records({"gpu-a": "garbage", "gpu-b": record_text(False, [])}).present == {
+    assert from_records({"gpu-a": "garbage", "gpu-b": record_text(False, [])}).rdma_present == {
         "gpu-b": False
     }

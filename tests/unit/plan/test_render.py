@@ -1,8 +1,8 @@
 """Rendered compose projects: golden files, the real `docker compose config`, and the real
 vllm-router argument parser.
 
-Regenerate the goldens after an intended change with
-``PDBOOT_UPDATE_GOLDEN=1 pytest tests/unit/plan/test_render.py`` and review the diff.
+The golden files are checked by tests/unit/golden_check.py (PDBOOT_UPDATE_GOLDEN=1 writes
+them anew: review the diff).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pdboot.plan.model import (
 )
 from pdboot.plan.proxy import proxy_conf_text
 from pdboot.plan.render import UnknownHostError, render_all, render_host, render_summary
+from tests.unit.golden_check import assert_golden
 from tests.unit.paths import UNIT
 
 HERE = UNIT
@@ -39,7 +40,6 @@ ROOT = HERE.parents[1]
 INVENTORIES = HERE / "inventories"
 GOLDEN = HERE / "golden"
 CASES = ["1p1d", "2p2d", "colocated", "2x8", "dp", "cpu-1p1d", "cpu-shared"]
-UPDATE = os.environ.get("PDBOOT_UPDATE_GOLDEN") == "1"
 ALL_INVENTORIES = [*(INVENTORIES / f"{c}.yaml" for c in CASES), ROOT / "inventory.example.yaml"]
 
 
@@ -73,19 +73,7 @@ def test_golden(case: str) -> None:
     files["summary.txt"] = render_summary(plan, inv.weights, inv.model_revision)
     files[f"{inv.router.host}/proxy-nginx.conf"] = proxy_conf_text(inv)  # render --out's
     folder = GOLDEN / case
-    if UPDATE:
-        shutil.rmtree(folder, ignore_errors=True)
-        for rel, text in files.items():
-            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-            (folder / rel).write_text(text, encoding="utf-8")
-    on_disk = {
-        str(p.relative_to(folder)): p.read_text(encoding="utf-8")
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-    assert sorted(on_disk) == sorted(files), "golden files differ in number; regenerate"
-    for rel, text in files.items():
-        assert text == on_disk[rel], f"{case}/{rel} differs from the golden file"
+    assert_golden(folder, files)
 
 
 def test_rendering_is_deterministic() -> None:

@@ -9,17 +9,9 @@ import yaml
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.render import render_all
+from tests.unit.builders import TWO_HOSTS_TEXT
 
-GOOD = """\
-name: demo
-model: meta-llama/Llama-3.1-8B-Instruct
-hosts:
-  gpu-a: {address: 192.0.2.10}
-  gpu-b: {address: 192.0.2.11}
-prefill: {hosts: [gpu-a]}
-decode: {hosts: [gpu-b]}
-router: {host: gpu-a}
-"""
+GOOD = TWO_HOSTS_TEXT
 
 
 ODD = ["a\u2028b", "x\x85y", "p\u2029q", "\ufeffbom", "tab\there", "é–ü", "$HOME ${X}", "a\nb"]  # noqa: RUF001

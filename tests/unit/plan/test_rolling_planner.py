@@ -22,23 +22,21 @@ from pdboot.inventory.load import parse_inventory
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, decode_restarts, orphans, plan_up
-from pdboot.plan.model import LABEL_CONFIG_HASH, Plan
+from pdboot.plan.model import Plan
 from pdboot.plan.rolling import RollPlan, plan_roll
 from pdboot.transport.http import HttpAnswer
 from tests.shared_data import METRICS_JSON
-from tests.unit.builders import inventory
+from tests.unit.builders import ROLL_HOSTS, inventory, running_as_planned
 from tests.unit.paths import FIXTURES
 
 METRICS = METRICS_JSON  # the copy of ../shared/fixtures/vllm-0.33.0/metrics.json
 
-HOSTS = {
-    "p1": "192.0.2.10",
-    "p2": "192.0.2.13",
-    "d1": "192.0.2.11",
-    "d2": "192.0.2.14",
-    "d3": "192.0.2.15",
-    "r": "192.0.2.12",
-}
+HOSTS = ROLL_HOSTS
+
+
+def running(p: Plan) -> list[Observed]:
+    """What a host reports for each service of ``p``, running, with its hash label."""
+    return running_as_planned(p.services())
 
 
 def inv(
@@ -69,20 +67,6 @@ def plan(
     return build_plan(inv(tag, prefill, decode, router))
 
 
-def running(p: Plan) -> list[Observed]:
-    """What a host reports for each service of ``p``, running, with its hash label."""
-    return [
-        Observed(
-            s.host,
-            f"id-{s.key}",
-            s.container_name,
-            {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash},
-            "running",
-        )
-        for s in p.services()
-    ]
-
-
 def roll(wanted: Plan, now: list[Observed], rolling: bool = True) -> RollPlan:
     first = plan_up(wanted, now, live=rolling)
     return plan_roll(wanted, first, decode_restarts(first), orphans(wanted, now), rolling=rolling)
@@ -99,7 +83,7 @@ def table(r: RollPlan) -> list[tuple[str, tuple[str, ...], tuple[str, ...], bool
 
 def test_nothing_to_do_has_no_steps() -> None:
     p = plan()
-    assert not roll(p, running(p)).changes
+    assert not roll(p, running_as_planned(p.services())).changes
 
 
 def test_a_new_image_rolls_prefill_then_decode_one_engine_at_a_time() -> None:
@@ -200,7 +184,7 @@ def test_no_rolling_is_the_recreate_path_in_one_step() -> None:
 def test_a_data_parallel_tier_restarts_as_a_whole() -> None:
     text = (FIXTURES.parent / "inventories" / "dp.yaml").read_text()
     p = build_plan(parse_inventory(text))
-    now = running(p)
+    now = running_as_planned(p.services())
     wanted = build_plan(parse_inventory(text.replace("v0.33.0", "v0.34.0")))
     r = roll(wanted, now)
     (decode,) = [s for s in r.steps if s.tier == "decode"]

@@ -5,19 +5,17 @@ by preflight."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from pdboot.inventory.load import InventoryError, parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.converge import Observed, decode_restarts, orphans, plan_down, plan_up
-from pdboot.plan.model import LABEL_CONFIG_HASH
 from pdboot.plan.proxy import ROUTE_GLOB, UPSTREAM_SPARE, proxy_conf_text, route_text
 from pdboot.plan.render import render_services
 from pdboot.plan.rolling import ROUTER_SWAP_HOW, RollPlan, can_swap, plan_roll
 from pdboot.plan.router_slots import SPARE_NAME, spare_project, spare_router, with_flag
 from pdboot.preflight.contexts import contexts
+from tests.unit.builders import running_as_planned
 
 INV = """name: demo
 model: m
@@ -92,22 +90,9 @@ router: {host: a%s}
 """
 
 
-def _running(p: Any) -> list[Observed]:
-    return [
-        Observed(
-            s.host,
-            f"id-{s.key}",
-            s.container_name,
-            {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash},
-            "running",
-        )
-        for s in p.services()
-    ]
-
-
 def _roll(extra: str, swap: bool) -> RollPlan:
     wanted = build_plan(parse_inventory(ROLL_INV % extra))
-    now = _running(build_plan(parse_inventory(ROLL_INV % "")))
+    now = running_as_planned(build_plan(parse_inventory(ROLL_INV % "")).services())
     first = plan_up(wanted, now, live=True)
     gone = orphans(wanted, now)
     return plan_roll(wanted, first, decode_restarts(first), gone, rolling=True, swap=swap)
@@ -119,7 +104,7 @@ def test_a_router_policy_change_swaps_the_router_with_the_endpoint_up() -> None:
     assert r.router_swap and step.action == "router" and step.how == ROUTER_SWAP_HOW
     assert step.endpoint_up and not step.outage
     assert step.reason.startswith("configuration changed")
-    # the baseline (bench/rolling.py): the same change recreates it, the endpoint down
+    # without the swap (plan_roll's swap off) the same change recreates it, the endpoint down
     old = _roll(", decode_policy: round_robin", swap=False)
     assert not old.router_swap and not old.steps[0].endpoint_up and old.steps[0].outage
 
@@ -129,6 +114,7 @@ def test_no_swap_when_the_proxy_changes_too_or_no_router_runs() -> None:
     r = _roll(", internal_port: 8090", swap=True)
     assert not r.router_swap and not r.steps[0].endpoint_up
     wanted = build_plan(parse_inventory(ROLL_INV % ", decode_policy: round_robin"))
-    now = [o for o in _running(build_plan(parse_inventory(ROLL_INV % ""))) if o.role != "router"]
+    before = build_plan(parse_inventory(ROLL_INV % ""))
+    now = [o for o in running_as_planned(before.services()) if o.role != "router"]
     steps = [s for st in plan_up(wanted, now, live=True) for s in st]
     assert not can_swap(steps)

@@ -27,6 +27,7 @@ from pdboot.preflight.checks import (
     Section,
     cpu,
     gpu,
+    gpu_acs,
     gpu_settings,
     host,
     model,
@@ -75,6 +76,11 @@ PARSERS: list[tuple[Callable[[str], bool], Callable[[str], object]]] = [
     (lambda c: c == owners.CGROUPS, owners.parse_cgroups),
     (lambda c: c.startswith("nvidia-smi topo -p2p"), gpu_settings.parse_p2p),
     (lambda c: c == gpu_settings.HMM, gpu_settings.parse_hmm),
+    (lambda c: c == gpu_acs.NVIDIA, gpu_acs.parse_nvidia),
+    (lambda c: c == gpu_acs.BRIDGES, gpu_acs.parse_bridges),
+    (lambda c: c == gpu_acs.IOMMU_TYPES, gpu_acs.parse_iommu_types),
+    (lambda c: c == gpu_acs.IOMMU_DEVICES, gpu_acs.parse_iommu_devices),
+    (lambda c: c == gpu_acs.CMDLINE, gpu_acs.parse_cmdline),
 ]
 
 

@@ -15,7 +15,7 @@ from pdboot.preflight.checks import CpuNeed, HostContext, ParseError, Section, c
 from pdboot.preflight.checks.facts import HostFacts
 from pdboot.preflight.checks.host import DiskFacts, HostSysFacts, Mount
 from pdboot.preflight.run import contexts, evaluate_host, host_commands
-from tests.unit.builders import changed, inventory_doc, load
+from tests.unit.builders import CPU_REHEARSAL, changed, inventory_doc, load
 from tests.unit.paths import FIXTURES
 
 FIX = FIXTURES / "cpu"
@@ -62,12 +62,7 @@ def test_id_lists_as_lscpu_writes_them() -> None:
 
 # --------------------------------------------------------------------------- verdicts
 
-REHEARSAL: dict[str, Any] = {
-    "name": "rehearsal",
-    "model": "/srv/models/tiny",
-    "device": "cpu",
-    "image": "registry.example:5000/vllm-cpu:0.32.0",
-}
+REHEARSAL = CPU_REHEARSAL
 CPU = inventory_doc(
     {"box": "192.0.2.30"},
     ["box"],

@@ -18,6 +18,7 @@ from pdboot.preflight.checks import (
     parse_sections,
 )
 from pdboot.preflight.checks.facts import HostFacts
+from tests.unit.builders import rtx_gpus
 from tests.unit.paths import FIXTURES
 
 P2P = FIXTURES / "p2p"
@@ -36,21 +37,7 @@ def facts(name: str, n_gpus: int, cuda: str = "13.0") -> HostFacts:
             "hmm": s.get(gpu_settings.HMM, Section("", None)),
         },
     )
-    gpus = tuple(
-        gpu.Gpu(
-            i,
-            "NVIDIA RTX PRO 6000",
-            f"GPU-{i}",
-            "580.95.05",
-            97887,
-            0,
-            97887,
-            "12.0",
-            "Disabled",
-            0,
-        )
-        for i in range(n_gpus)
-    )
+    gpus = rtx_gpus(n_gpus, "NVIDIA RTX PRO 6000")
     g = gpu.GpuFacts(query=Section("", 0), gpus=gpus, driver="580.95.05", cuda=cuda)
     return HostFacts(gpu=g, gpu_settings=settings)
 

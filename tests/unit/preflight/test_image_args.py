@@ -14,7 +14,7 @@ import pytest
 
 from pdboot.plan.build import build_plan
 from pdboot.preflight import image_args as ia
-from tests.unit.builders import inventory
+from tests.unit.builders import gpu_pair_doc, load
 from tests.unit.paths import ROOT
 
 SITE = ROOT / "tests" / "testbed" / "emulated_site"
@@ -39,14 +39,10 @@ def probe(version: str, commands: dict[str, list[str]]) -> ia.ImageArgs:
 
 
 def commands(image: str) -> dict[str, list[str]]:
-    inv = inventory(
-        {"gpu-a": "192.0.2.10", "gpu-b": "192.0.2.11"},
-        ["gpu-a"],
-        ["gpu-b"],
-        "gpu-a",
-        model="meta-llama/Llama-3.1-8B-Instruct",
-        image=image,
-        overrides={"decode.extra_args": ["--max-num-inflight-kv-loads", "4"]},
+    inv = load(
+        gpu_pair_doc(
+            image=image, overrides={"decode.extra_args": ["--max-num-inflight-kv-loads", "4"]}
+        ),
     )
     plan = build_plan(inv)
     return {f"{s.name}@{s.host}": list(s.command) for s in plan.services() if s.is_engine}

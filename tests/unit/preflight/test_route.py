@@ -105,10 +105,10 @@ def test_findings_carry_the_interface_and_survive_the_record() -> None:
         hosts = {"gpu-b": Rep()}
 
     f = findings.from_preflight(Res())
-    assert f.ifaces == {"gpu-b": ["eth0"]}
+    assert f.tcp_ifaces == {"gpu-b": ["eth0"]}
     shipped = findings.records_to_ship(f)
     back = findings.from_records(shipped)
-    assert back.ifaces == {"gpu-b": ["eth0"]} and back.present == {"gpu-b": False}
+    assert back.tcp_ifaces == {"gpu-b": ["eth0"]} and back.rdma_present == {"gpu-b": False}
     # a record without interfaces reads as before
     plain = findings.record_text(True, ["mlx5_0:1"])
     assert plain == '{"ports": ["mlx5_0:1"], "rdma": true}\n'

@@ -5,8 +5,6 @@ live output from this machine's loopback and on the recorded captures); and `pre
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from pdboot.inventory.load import load_inventory
@@ -17,7 +15,7 @@ from pdboot.preflight.checks import parse_sections as sections_of
 from pdboot.preflight.contexts import contexts
 from pdboot.transport.connection import LocalConnection
 from pdboot.transport.fanout import Outcome
-from tests.unit.paths import FIXTURES, ROOT
+from tests.unit.paths import FIXTURES, python_in_root
 
 OWNERS = FIXTURES / "owners"
 
@@ -97,7 +95,7 @@ def test_recorded_captures_with_single_probes_keep_their_verdicts() -> None:
 def test_preflight_json_imports_no_docker_sdk_requests_or_rich() -> None:
     probe = (
         "import sys\n"
-        "import pdboot.cli, pdboot.inventory.load, pdboot.preflight.run, pdboot.views.preflight\n"
+        "import pdboot.cli.main, pdboot.inventory.load, pdboot.preflight.run, pdboot.views.preflight\n"
         # paramiko (with fabric and invoke): loaded when run_preflight connects, not before
         "heavy = ('docker', 'requests', 'urllib3', 'rich', 'paramiko', 'fabric', 'invoke')\n"
         "found = {m.split('.')[0] for m in sys.modules if m.split('.')[0] in heavy}\n"
@@ -106,12 +104,5 @@ def test_preflight_json_imports_no_docker_sdk_requests_or_rich() -> None:
         "found |= {m for m in sys.modules if m == 'pdboot.events'}\n"
         "print(sorted(found))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    proc = python_in_root(probe)
     assert proc.stdout.strip() == "[]", proc.stdout

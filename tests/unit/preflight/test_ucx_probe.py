@@ -5,13 +5,12 @@ engine starts, naming what the container sees; `rdma: auto` falls back to TCP th
 from __future__ import annotations
 
 from pdboot import events as ev
-from pdboot.deploy.seams import PreflightOutcome
+from pdboot.deploy.preflight_gate import PreflightOutcome
 from pdboot.deploy.up import up
 from pdboot.deploy.up_options import UpOptions
 from pdboot.plan.build import build_plan
 from pdboot.plan.facts import PlanFacts
 from pdboot.preflight import ucx_probe as u
-from pdboot.preflight.findings import Findings
 from tests.unit.orchestrator_fakes import Recorder, World, inventory
 
 # the error a UCX backend gives for devices it lacks (the report: UCX's
@@ -22,12 +21,16 @@ SEES_NO_IB = (
     'PDBOOT_UCX {"backend": false, "error": "nixlBackendError: NIXL_ERR_BACKEND", '
     '"ib": [], "net": ["eth0", "lo"], "uverbs": false}\n',
 )
-FINDINGS = Findings({"p1": True, "d1": True}, {"p1": ["mlx5_0:1"], "d1": ["mlx5_0:1"]})
+FINDINGS = PlanFacts(
+    rdma_present={"p1": True, "d1": True},
+    rdma_ports={"p1": ["mlx5_0:1"], "d1": ["mlx5_0:1"]},
+    source="preflight",
+)
 
 
 def test_the_probe_runs_the_engines_own_ucx_environment_and_devices() -> None:
     inv = inventory()
-    plan = build_plan(inv, PlanFacts(rdma_present=FINDINGS.present, rdma_ports=FINDINGS.ports))
+    plan = build_plan(inv, FINDINGS)
     svc = next(s for s in plan.engines if s.host == "p1")
     argv = u.argv(svc)
     assert "UCX_NET_DEVICES=mlx5_0:1" in argv
@@ -47,7 +50,7 @@ def test_a_refused_backend_names_what_the_container_sees() -> None:
     )
 
 
-def _up(world: World, findings: Findings) -> tuple[int, Recorder]:
+def _up(world: World, findings: PlanFacts) -> tuple[int, Recorder]:
     rec = Recorder()
     code = up(world.inv, UpOptions(), rec,
               preflight=lambda _i, _a: PreflightOutcome(True, findings),

@@ -7,7 +7,7 @@ import re
 
 import typer.main
 
-from pdboot.cli import app
+from pdboot.cli.main import app
 from tests.unit.paths import ROOT
 
 DOC = ROOT / "docs" / "commands.md"

@@ -12,11 +12,12 @@ import ast
 from pathlib import Path
 
 from tests.unit.paths import ROOT
+from tests.unit.repo.import_graph import cycles, typing_only_nodes
 
 PKG = ROOT / "pdboot"
 
-# Lowest first. Units of one level import none of each other; the cli layer is a chain of its
-# own (options, the app, export's group, the ops commands, the commands, the entry point).
+# Lowest first. Units of one level import none of each other; the command line (cli/) sits
+# above everything it calls, the entry point above it.
 ORDER: tuple[tuple[str, ...], ...] = (
     ("__init__", "ansi", "diagnostics", "events", "exitcodes", "timestamps"),
     ("inventory",),
@@ -24,13 +25,7 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("transport",),
     ("preflight", "verify", "bench"),
     ("deploy",),
-    ("views",),
-    ("cli_base",),
-    ("cli_preflight",),
-    ("cli_options",),
-    ("cli_app",),
-    ("export",),
-    ("cli_ops",),
+    ("views", "export"),
     ("cli",),
     ("entry",),
     ("__main__",),
@@ -52,13 +47,7 @@ def _module(path: Path) -> str:
 def _runtime_imports(source: str, module: str, package: bool) -> list[tuple[int, str]]:
     """(line, module of pdboot) for every import the module runs."""
     tree = ast.parse(source)
-    typing_only = {
-        id(x)
-        for n in ast.walk(tree)
-        if isinstance(n, ast.If)
-        and ast.unparse(n.test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
-        for x in ast.walk(n)
-    }
+    typing_only = typing_only_nodes(tree)
     here = module.split(".") if package else module.split(".")[:-1]
     out: list[tuple[int, str]] = []
     for n in ast.walk(tree):
@@ -129,22 +118,8 @@ def test_no_package_level_cycle() -> None:
     graph: dict[str, set[str]] = {}
     for src, dst, *_ in _edges():
         graph.setdefault(src, set()).add(dst)
-    cycles: list[str] = []
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(unit: str, path: list[str]) -> None:
-        state[unit] = 1
-        for d in sorted(graph.get(unit, ())):
-            if state.get(d) == 1:
-                cycles.append(" -> ".join([*path[path.index(d) :], d]))
-            elif d not in state:
-                visit(d, [*path, d])
-        state[unit] = 2
-
-    for unit in sorted(graph):
-        if unit not in state:
-            visit(unit, [unit])
-    assert cycles == [], "\n".join(cycles)
+    found = cycles(graph)
+    assert found == [], "\n".join(found)
 
 
 def test_the_scan_sees_lazy_relative_and_skips_typing_only_imports() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.paths import ROOT
+from tests.unit.repo.import_graph import cycles, typing_only_nodes
 
 PKG = ROOT / "pdboot"
 # every module of the package: rich only in the views and the CLI, functions short everywhere
@@ -67,13 +68,7 @@ def _pdboot_imports(rel: str) -> set[str]:
     known = {_module(m) for m in MODULES}
     out: set[str] = set()
     tree = ast.parse((PKG / rel).read_text())
-    typing_only = {
-        id(x)
-        for n in ast.walk(tree)
-        if isinstance(n, ast.If)
-        and ast.unparse(n.test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
-        for x in ast.walk(n)
-    }
+    typing_only = typing_only_nodes(tree)
     for n in ast.walk(tree):
         if id(n) in typing_only:
             continue
@@ -88,22 +83,7 @@ def _pdboot_imports(rel: str) -> set[str]:
 
 def test_no_import_cycle_between_modules() -> None:
     graph = {_module(m): _pdboot_imports(m) for m in MODULES}
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(m: str, path: list[str]) -> None:
-        state[m] = 1
-        for d in sorted(graph[m]):
-            if state.get(d) == 1:
-                cycles.append([*path[path.index(d) :], d])
-            elif d not in state:
-                visit(d, [*path, d])
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
-    assert [" -> ".join(c) for c in cycles] == []
+    assert cycles(graph) == []
 
 
 @pytest.mark.parametrize("name", MODULES)

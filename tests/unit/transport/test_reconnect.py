@@ -12,8 +12,8 @@ import pytest
 from pdboot import events as ev
 from pdboot.transport.connection import HostLost
 from pdboot.transport.hosts import RELINKS_PER_HOST, Hosts, Link
-from tests.unit.deploy.test_orchestrator import run_up
 from tests.unit.deploy.test_rollout import OOM, deployed, inv
+from tests.unit.orchestrator_fakes import run_up
 
 WHY = "no answer for 13s (SSH keepalives unanswered: network link down, or the host hung or off)"
 

@@ -7,34 +7,23 @@ from datetime import datetime, timezone
 
 from pdboot.deploy.status import rows_for
 from pdboot.plan.build import build_plan
-from pdboot.plan.converge import Observed
-from pdboot.plan.model import LABEL_CONFIG_HASH, Plan
+from pdboot.plan.model import Plan
 from pdboot.transport.http import HttpAnswer
 from pdboot.verify import metrics as pm
 from pdboot.verify.pdcheck import link_rate
 from pdboot.views.status import core_lines, nic_lines
-from tests.unit.builders import inventory
+from tests.unit.builders import cpu_pair_doc, load, running_as_planned
 
 
 def plan() -> Plan:
     """Two CPU hosts over TCP: one prefill on cpu-a, two decode engines on cpu-b."""
-    inv = inventory(
-        {"cpu-a": "192.0.2.20", "cpu-b": "192.0.2.21"},
-        ["cpu-a"],
-        ["cpu-b"],
-        "cpu-a",
-        name="rehearsal",
-        model="/srv/models/tiny",
-        device="cpu",
-        image="registry.example:5000/vllm-cpu:0.32.0",
-        overrides={
-            "cpu": {"kv_cache_gib": 1, "cores_per_engine": 1},
-            "decode.engines_per_host": 2,
-            "kv_transfer.rdma": "off",
-            "requirements.link_gbps": 10,
-        },
-        source="inv.yaml",
-    )
+    overrides = {
+        "cpu": {"kv_cache_gib": 1, "cores_per_engine": 1},
+        "decode.engines_per_host": 2,
+        "kv_transfer.rdma": "off",
+        "requirements.link_gbps": 10,
+    }
+    inv = load(cpu_pair_doc(overrides=overrides), "inv.yaml")
     return build_plan(inv)
 
 
@@ -59,11 +48,7 @@ def test_cpu_speed_compares_with_link_gbps_never_a_port_rate() -> None:
 
 def test_status_shows_each_cpu_engines_cores() -> None:
     p = plan()
-    running = [
-        Observed(s.host, f"id-{s.key}", s.container_name,
-                 {**dict(s.labels), LABEL_CONFIG_HASH: s.config_hash}, "running")
-        for s in p.services()
-    ]  # fmt: skip
+    running = running_as_planned(p.services())
     rows = rows_for(p, running, set(), datetime.now(timezone.utc),
                     lambda *_a, **_k: HttpAnswer(200, ""))  # fmt: skip
     assert all(r.healthy and r.matches_inventory for r in rows)

@@ -17,8 +17,7 @@ from pdboot.transport.http import HttpAnswer
 from pdboot.verify.metrics import EngineFacts
 from pdboot.verify.pdstatus import pd_status, scrape
 from pdboot.views.status import pd_table, print_status, status_json
-from tests.unit.deploy.test_orchestrator import run_up
-from tests.unit.orchestrator_fakes import Recorder, World, inventory
+from tests.unit.orchestrator_fakes import Recorder, World, inventory, run_up
 from tests.unit.verify.test_metrics import exposition
 
 # two prefill and two decode engines

@@ -59,8 +59,8 @@ def test_the_failure_report_leads_with_it() -> None:
 
 
 def test_up_puts_the_first_error_in_its_failure_event() -> None:
-    from tests.unit.deploy.test_orchestrator import OOM, run_up
-    from tests.unit.orchestrator_fakes import World, inventory
+    from tests.unit.deploy.test_orchestrator import OOM
+    from tests.unit.orchestrator_fakes import World, inventory, run_up
 
     world = World(inventory(), crash={"prefill": OOM})
     code, rec = run_up(world)

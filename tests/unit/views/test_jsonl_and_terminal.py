@@ -92,22 +92,13 @@ def test_terminal_view_in_a_log_prints_the_finished_lines() -> None:
 
 
 def test_terminal_view_on_a_terminal_runs_bars_and_live_table_through_a_real_up() -> None:
-    from pdboot.deploy.up import up
     from pdboot.deploy.up_options import UpOptions
-    from tests.unit.orchestrator_fakes import World, inventory
+    from tests.unit.orchestrator_fakes import World, inventory, up_in
 
     console = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
     view = TerminalView(console)
     world = World(inventory(), load={"decode": 3.0, "prefill": 2.0})
-    code = up(
-        world.inv,
-        UpOptions(skip_preflight=True),
-        view,
-        clock=world.clock,
-        hosts_factory=world.hosts,
-        fetch=world.fetch,
-        lock_factory=world.take_lock,
-    )
+    code = up_in(world, UpOptions(skip_preflight=True), view)
     view.close()
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert code == 0

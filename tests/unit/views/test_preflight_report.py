@@ -58,7 +58,7 @@ def test_verbose_report_shows_every_check() -> None:
 def test_cli_has_verbose() -> None:
     from typer.testing import CliRunner
 
-    from pdboot.cli import app
+    from pdboot.cli.main import app
 
     out = CliRunner().invoke(app, ["preflight", "--help"], env={"COLUMNS": "200"}).output
     assert "--verbose" in out and "-v" in out

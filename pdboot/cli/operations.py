@@ -1,6 +1,7 @@
 """The verbs around a running deployment: logs, bench, watch, observability (Prometheus and
 Grafana files for it), and the inventory's schema.
-Registered on cli_app's app by cli.py (after the deploy verbs, the order --help lists)."""
+Registered on app.py's app when main.py imports this module (after the deploy verbs, the
+order --help lists)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from typing import Annotated
 
 import typer
 
-from pdboot.cli_app import command, events_target, views
-from pdboot.cli_base import load, refuse_example_addresses, stderr, stdout
-from pdboot.cli_options import AcceptNewOpt, EventsOpt, InventoryArg, JsonEventsOpt
+from pdboot.cli.app import command, events_target, views
+from pdboot.cli.console import load, refuse_example_addresses, stderr, stdout
+from pdboot.cli.options import AcceptNewOpt, EventsOpt, InventoryArg, JsonEventsOpt
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from pdboot.timestamps import parse_rfc3339
 

@@ -1,6 +1,7 @@
-"""The command line, its deploy verbs: arguments in, calls into the core, a view out. No
-logic here. What every command shares (the app, consoles, the inventory default, the views) is
-in cli_app.py; the verbs around a running deployment (logs, bench, watch, schema) in cli_ops.py.
+"""The deploy verbs (render, preflight, stage, up, down, status): arguments in, calls into the
+core, a view out. No logic here. What every command shares (the app, the inventory default,
+the views) is in app.py and console.py; the verbs around a running deployment (logs, bench,
+watch, schema) in operations.py; main.py puts them all on one app.
 
 Exit codes (pdboot/exitcodes.py): 0 success, 1 a check or deployment step failed, 2 bad usage
 or inventory, 130 interrupted (Ctrl-C).
@@ -15,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pdboot.cli_app import app, command, events_target, views
-from pdboot.cli_base import (
+from pdboot.cli.app import command, events_target, views
+from pdboot.cli.console import (
     errors_as_json,
     load,
     refuse,
@@ -25,7 +26,7 @@ from pdboot.cli_base import (
     stdout,
     warn_example_addresses,
 )
-from pdboot.cli_options import (
+from pdboot.cli.options import (
     DETAILED_HELP,
     NO_ROLL,
     PLAN_HELP,
@@ -183,7 +184,7 @@ def preflight(
     ] = False,
 ) -> None:
     """Check every host before anything is pulled."""
-    from pdboot.cli_preflight import preflight as check
+    from pdboot.cli.preflight import preflight as check
 
     if json_out:
         errors_as_json("document", "preflight")
@@ -362,15 +363,3 @@ def status(
 
     code = status_mod.status(inv, emit, watch=watch, accept_new_host_keys=accept_new_host_keys)
     raise typer.Exit(code)
-
-
-# the verbs around a running deployment register on the same app, listed after these
-import pdboot.cli_ops  # noqa: E402, F401
-from pdboot.cli_app import Group  # noqa: E402
-from pdboot.export.command import export_app  # noqa: E402 - `pdboot export k8s|slurm`
-
-app.add_typer(export_app, name="export", cls=Group)
-
-
-def main() -> None:
-    app()

@@ -1,4 +1,5 @@
-"""The command-line options several pdboot commands share (cli.py declares the rest)."""
+"""The command-line options several pdboot commands share (each command module declares
+the rest)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from pdboot.cli_base import DEFAULT_INVENTORY, INVENTORY_ENV
+from pdboot.cli.console import DEFAULT_INVENTORY, INVENTORY_ENV
 
 InventoryArg = Annotated[
     Path | None,

@@ -29,7 +29,7 @@ out: Console | None = None  # rich consoles, made on first use (tests may set th
 err: Console | None = None
 
 JsonErrors = Literal["document", "stream"]
-# (how, the command) while a command runs with --json; cli_app's root callback clears it
+# (how, the command) while a command runs with --json; app.py's root callback clears it
 json_errors: tuple[JsonErrors, str] | None = None
 loaded_from: Path | None = None  # the inventory file the command read (for file:line)
 

@@ -22,7 +22,7 @@ and is not fetched again. The partial files an interrupted run left are removed 
 untouched for STALE_SECONDS (a live download writes to its file continuously).
 With PDBOOT_SEED_URL (weights.seed: first_host) the files come from the first engine host
 instead of the hub: SERVE_SCRIPT there streams the commit's part of its cache as one tar
-(snapshot links first, then the blobs they name) over TLS 1.2+ only (weights/seed_tls.py:
+(snapshot links first, then the blobs they name) over TLS 1.2+ only (deploy/weights/seed_tls.py:
 the fetcher trusts only the run's certificate, SECRET_FILE's seed_ca) to a fetcher
 presenting the run's seed token. The tar is checked member by member by an allowlist of our
 own, stricter than tarfile's `data` filter (which is also applied where the image's Python
@@ -137,7 +137,7 @@ def tick():
         say(kind="bytes", done=on_disk(), total=total)
 threading.Thread(target=tick, daemon=True).start()
 LINK = re.compile(r"^((?:\.\./)+)blobs/[0-9a-f]{40,64}$")
-def allowed(m, hub):  # the seed tar's allowlist (see weights/script.py)
+def allowed(m, hub):  # the seed tar's allowlist (see plan/weights/programs.py)
     parts = m.name.split("/")
     if m.name.startswith("/") or parts[0] != top or any(p in ("", ".", "..") for p in parts):
         return False

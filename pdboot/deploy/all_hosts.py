@@ -1,19 +1,17 @@
-"""What `up` does on every host of the plan at once: pull the images, ship the compose
-project, start services. Each runs the hosts in parallel with a deadline, emits what happened
-per host and returns the hosts that failed (host -> message); `up` decides what follows.
+"""What `up` does on all the hosts of the plan at once: pull the images, ship the compose
+project, start services, stop the watch service for its changes. Each runs the hosts in
+parallel with a deadline, emits what happened per host and returns the hosts that failed
+(host -> message); `up` decides what follows. ``report_errors`` shows such a failure.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from pdboot.deploy.frame import NEVER_CANCELLED, CancelToken
-from pdboot.deploy.seams import OP_DEADLINE, report_errors
-from pdboot.events import Emit, Endpoint, PullDone, PullProgress, ServiceStarted
+from pdboot.events import Emit, HostErrors, PullDone, PullProgress, ServiceStarted
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.converge import Step
 from pdboot.plan.model import Plan
@@ -24,7 +22,14 @@ from pdboot.transport.docker_parse import PullProgress as EnginePull
 from pdboot.transport.fanout import in_thread
 from pdboot.transport.hosts import Hosts, Link
 
+OP_DEADLINE = 300.0  # compose up / stop of one host's services
+
 Errors = dict[str, str]
+
+
+def report_errors(emit: Emit, what: str, errors: Mapping[str, str]) -> None:
+    if errors:
+        emit(HostErrors(what, tuple(sorted(errors.items()))))
 
 
 def pull_all(
@@ -154,28 +159,3 @@ def watch_held_back(hosts: Hosts, steps: Sequence[Step], emit: Emit) -> list[Ste
             return [s for s in steps if s.kind == "create"]
     why = "started after up's changes and checks"
     return [replace(s, kind="create", reason=why, current=None) for s in steps]
-
-
-def endpoint_event(plan: Plan) -> Endpoint:
-    """What `up` ends with: the endpoint, the model name clients send, and a curl to try."""
-    example = json.dumps(
-        {
-            "model": plan.served_model_name,
-            "messages": [{"role": "user", "content": "Hello!"}],
-            "max_tokens": 64,
-        }
-    )
-    curl = (
-        f"curl {plan.endpoint}/v1/chat/completions "
-        f"-H 'Content-Type: application/json' -d {shlex.quote(example)}"
-    )
-    return Endpoint(f"{plan.endpoint}/v1", plan.served_model_name, curl)
-
-
-def running_now(hosts: Hosts, plan: Plan) -> tuple[tuple[str, str], ...]:
-    """What runs of the deployment when `up` is interrupted (a second Ctrl-C: nothing)."""
-    try:
-        values, _ = hosts.each(lambda _h, link: link.engine.containers(plan.deployment), 30)
-    except KeyboardInterrupt:
-        values = {}
-    return tuple((o.key, o.state) for obs in values.values() for o in obs)

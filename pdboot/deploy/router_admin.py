@@ -6,14 +6,17 @@ which answers 404 to the worker API. pdboot's own calls to the router (its /heal
 SSH connection to the router host (transport/tunnel.py). A router host that is this machine
 is reached on loopback directly; the watch service runs on the router host and does too.
 
-``admin_fetch`` wraps pdboot's one HTTP function: a URL under the router's own URL
+``AdminFetch`` wraps pdboot's one HTTP function: a URL under the router's own URL
 (``http://127.0.0.1:<internal_port>``, as the router host sees it) is sent to the local end
-of the channel; every other URL goes out unchanged.
+of the channel; every other URL goes out unchanged. A run opens one per router it talks to
+and closes it at its end (``with AdminFetch(...) as admin:``, or ``close()``): the channel's
+listener is a thread and a socket of this process.
 """
 
 from __future__ import annotations
 
 import threading
+from types import TracebackType
 from typing import Any
 
 from pdboot.plan.model import Plan, Service
@@ -86,6 +89,13 @@ class AdminFetch:
                 self._forward.close()
                 self._forward = None
 
+    def __enter__(self) -> AdminFetch:
+        return self
 
-def admin_fetch(plan: Plan, hosts: Hosts, fetch: HttpFn) -> AdminFetch:
-    return AdminFetch(plan, hosts, fetch)
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

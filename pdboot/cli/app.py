@@ -1,7 +1,7 @@
 """What every pdboot command shares: the typer app and its conventions (`-h`, `-V`, help
 without type names, the exit codes) and the event views. The consoles and the inventory a
-command reads are in cli_base.py (no typer); the commands themselves in cli.py (deploy verbs)
-and cli_ops.py (the verbs around a running deployment)."""
+command reads are in console.py (no typer); the commands themselves in deploy.py (deploy
+verbs), operations.py (the verbs around a running deployment) and export.py."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from typing import IO, TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from pdboot import __version__, cli_base
-from pdboot.cli_base import errors_as_json, stderr, stdout
+from pdboot import __version__
+from pdboot.cli import console as cli_console
+from pdboot.cli.console import errors_as_json, stderr, stdout
 from pdboot.exitcodes import EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:  # each command imports what it uses: `pdboot --version` loads none of it
@@ -100,8 +101,8 @@ def _root(
     ] = False,
 ) -> None:
     """pdboot: preflight, render, up, status, logs, down."""
-    cli_base.json_errors = None  # each command says whether it answers in JSON
-    cli_base.loaded_from = None
+    cli_console.json_errors = None  # each command says whether it answers in JSON
+    cli_console.loaded_from = None
 
 
 def events_target(events: str | None, as_json: bool, command: str) -> str | None:

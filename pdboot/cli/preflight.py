@@ -1,4 +1,4 @@
-"""`pdboot preflight`'s body: cli.py's typer command reads the arguments and calls
+"""`pdboot preflight`'s body: deploy.py's typer command reads the arguments and calls
 ``preflight``, which checks every host and prints the report."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pdboot.cli_base import load, refuse_example_addresses, stderr, stdout
+from pdboot.cli.console import load, refuse_example_addresses, stderr, stdout
 from pdboot.exitcodes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 

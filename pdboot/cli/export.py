@@ -1,4 +1,4 @@
-"""`pdboot export k8s|slurm INVENTORY --out DIR`: the command line of pdboot/export/ (cli.py
+"""`pdboot export k8s|slurm INVENTORY --out DIR`: the command line of pdboot/export/ (main.py
 adds this group). Writes files; the layouts are pure functions elsewhere."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from pdboot.cli_app import EXIT_CODES, Command
-from pdboot.cli_base import load
-from pdboot.cli_options import InventoryArg
+from pdboot.cli.app import EXIT_CODES, Command
+from pdboot.cli.console import load
+from pdboot.cli.options import InventoryArg
 from pdboot.exitcodes import EXIT_FAILED, EXIT_USAGE
 
 
