@@ -7,7 +7,8 @@ the public endpoint:
   alone (plain) within its interval plus one round; 0 failed requests from 10 s after the stop;
   `status` and watch's /verdicts and /metrics show the mode;
 - started again: P/D again (the decode pulls KV again), 0 failed requests after the switch to
-  degraded mode, through the switch back included.
+  degraded mode but for the switch back's documented window (docs/watch.md: the router
+  answers 503 between the two P/D registrations; at most two of the client's requests).
 
 Under CI=true a testbed that cannot start fails this test; elsewhere it skips.
 """
@@ -165,10 +166,17 @@ def test_a_stopped_prefill_degrades_to_the_decode_alone_and_pd_resumes(
             f"({client.after(t_stop)['failed']} failed before it); P/D again "
             f"{t_back - t_start:.1f} s after the start; from the switch on: {total}"
         )
-        assert total["failed"] == 0 and total["wrong"] == 0, (
-            total,
-            [e for e in client.errors if e[0] >= t_switch],
-        )
+        # The one window docs/watch.md names: the switch back registers the two P/D entries
+        # together, and the router answers 503 "No available workers" between them. A request
+        # may meet it (each client sends one at a time: one or two at most); no other failure,
+        # and none outside the switch back, is allowed.
+        errors = [e for e in client.errors if e[0] >= t_switch]
+        window = [
+            e
+            for e in errors
+            if t_start <= e[0] <= t_back and e[1].startswith("HTTP 503") and "No available" in e[1]
+        ]
+        assert total["wrong"] == 0 and total["failed"] == len(window) <= 2, (total, errors)
     finally:
         if client is not None:
             client.stop.set()

@@ -117,9 +117,18 @@ def post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) 
     try:
         with urllib.request.urlopen(req, timeout=DEADLINE) as r:
             raw = r.read().decode()
-            return r.status, raw if body.get("stream") else json.loads(raw)
+            return r.status, raw if body.get("stream") else json_or_text(raw)
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read().decode() or "null")
+        return e.code, json_or_text(e.read().decode())
+
+
+def json_or_text(raw: str) -> Any:
+    """A body as JSON, or as the text it is (the router answers some errors in plain text:
+    a test shows what came back rather than a JSONDecodeError)."""
+    try:
+        return json.loads(raw or "null")
+    except ValueError:
+        return raw
 
 
 def alone_text(decode_url: str, model: str, prompt: str) -> str:

@@ -169,8 +169,10 @@ class ClientLoop:
             t0 = time.monotonic()
             try:
                 status, doc = post(self.url + "/v1/completions", body)
-                text = doc["choices"][0]["text"] if status == 200 else None
-                why = f"HTTP {status} {doc}"
+                text = (
+                    doc["choices"][0]["text"] if status == 200 and isinstance(doc, dict) else None
+                )
+                why = f"HTTP {status} {str(doc)[:300]}"
             except (OSError, KeyError, TypeError, ValueError) as e:
                 text, why = None, f"{type(e).__name__}: {e}"
             verdict = "failed" if text is None else "ok" if text == self.expected else "wrong"
