@@ -108,6 +108,13 @@ class Run:
             raise RuntimeError("a router swap step in a plan run without a swap context")
         return self.swap
 
+    def close(self) -> None:
+        """The admin channels the run opened: the routers' and the swap's."""
+        if self.lent_routers is not None:
+            self.lent_routers.close()
+        if self.swap is not None:
+            self.swap.close()
+
 
 class Action(Protocol):
     """One step of a plan: ``run`` acts and returns its inverse (None: nothing to undo)."""

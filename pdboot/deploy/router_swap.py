@@ -83,6 +83,7 @@ class SwapContext:
     ready_seconds: float = 0.0  # 0: timeouts.router_ready_seconds
     drain_seconds: float = 0.0  # 0: timeouts.drain_seconds
     interval: float = 0.0  # 0: timeouts.poll_interval_seconds
+    channels: dict[str, AdminFetch] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         t = self.inv.timeouts
@@ -102,7 +103,19 @@ class SwapContext:
         return spare_router(self.inv, router) if slot == "spare" else router
 
     def admin(self, router: Service) -> AdminFetch:
-        return AdminFetch(self.plan, self.hosts, self.fetch, router=router)
+        """The admin channel of ``router`` (a place: home or spare), opened on first use and
+        kept for the run: every step that talks to that router shares it; ``close()`` ends
+        them all."""
+        channel = self.channels.get(router.url)
+        if channel is None:
+            channel = AdminFetch(self.plan, self.hosts, self.fetch, router=router)
+            self.channels[router.url] = channel
+        return channel
+
+    def close(self) -> None:
+        for channel in self.channels.values():
+            channel.close()
+        self.channels.clear()
 
 
 def move_steps(router: Service) -> list[Action]:
@@ -203,11 +216,7 @@ class CheckRouter:
     def run(self, run: Run) -> Action | None:
         ctx = run.swap_context()
         new = ctx.placed(self.router, self.to)
-        fetch = ctx.admin(new)
-        try:
-            self.check(new, fetch)
-        finally:
-            fetch.close()
+        self.check(new, ctx.admin(new))
         return None
 
 
@@ -327,35 +336,32 @@ def _start(ctx: SwapContext, svc: Service, slot: Slot) -> None:
 def _ready(ctx: SwapContext, svc: Service) -> None:
     """/health answers, every worker registered and listed healthy."""
     fetch = ctx.admin(svc)
+    deadline = ctx.clock.now() + ctx.ready_seconds
+    while not fetch(f"{svc.url}/health", timeout=5.0).ok:
+        if ctx.clock.now() > deadline:
+            raise RouterSwapError(
+                f"router swap: {svc.container_name} did not answer /health within "
+                f"{ctx.ready_seconds:g} s; the old router keeps serving"
+            )
+        ctx.clock.sleep(ctx.interval)
+    if not ctx.workers:
+        return
+    api = RouterWorkerApi(svc.url, fetch, model_id=ctx.model_id)
     try:
-        deadline = ctx.clock.now() + ctx.ready_seconds
-        while not fetch(f"{svc.url}/health", timeout=5.0).ok:
+        api.sync(ctx.workers)
+        while True:
+            healthy = {w.url for w in api.workers() if w.healthy}
+            if set(ctx.workers) <= healthy:
+                return
             if ctx.clock.now() > deadline:
+                missing = ", ".join(sorted(set(ctx.workers) - healthy))
                 raise RouterSwapError(
-                    f"router swap: {svc.container_name} did not answer /health within "
-                    f"{ctx.ready_seconds:g} s; the old router keeps serving"
+                    f"router swap: {svc.container_name} lists {missing} as missing or "
+                    f"unhealthy after {ctx.ready_seconds:g} s; the old router keeps serving"
                 )
             ctx.clock.sleep(ctx.interval)
-        if not ctx.workers:
-            return
-        api = RouterWorkerApi(svc.url, fetch, model_id=ctx.model_id)
-        try:
-            api.sync(ctx.workers)
-            while True:
-                healthy = {w.url for w in api.workers() if w.healthy}
-                if set(ctx.workers) <= healthy:
-                    return
-                if ctx.clock.now() > deadline:
-                    missing = ", ".join(sorted(set(ctx.workers) - healthy))
-                    raise RouterSwapError(
-                        f"router swap: {svc.container_name} lists {missing} as missing or "
-                        f"unhealthy after {ctx.ready_seconds:g} s; the old router keeps serving"
-                    )
-                ctx.clock.sleep(ctx.interval)
-        except RouterApiError as e:
-            raise RouterSwapError(f"router swap: {svc.container_name}: {e}") from e
-    finally:
-        fetch.close()
+    except RouterApiError as e:
+        raise RouterSwapError(f"router swap: {svc.container_name}: {e}") from e
 
 
 def _point_proxy(ctx: SwapContext, slot: Slot) -> None:
@@ -394,18 +400,15 @@ def _drain(ctx: SwapContext, old: Service) -> None:
     still hand it a request just after the reload), at most drain_seconds; then docker's
     stop lets it finish the rest within STOP_GRACE."""
     fetch = ctx.admin(old)
-    try:
-        deadline = ctx.clock.now() + ctx.drain_seconds
-        ctx.clock.sleep(max(ctx.interval, 1.0))
-        quiet = 0
-        while quiet < 2 and ctx.clock.now() < deadline:
-            load = _load(ctx, fetch, old)
-            if load is None:
-                return  # not running, or not answering: nothing to wait for
-            quiet = quiet + 1 if load == 0 else 0
-            ctx.clock.sleep(ctx.interval)
-    finally:
-        fetch.close()
+    deadline = ctx.clock.now() + ctx.drain_seconds
+    ctx.clock.sleep(max(ctx.interval, 1.0))
+    quiet = 0
+    while quiet < 2 and ctx.clock.now() < deadline:
+        load = _load(ctx, fetch, old)
+        if load is None:
+            return  # not running, or not answering: nothing to wait for
+        quiet = quiet + 1 if load == 0 else 0
+        ctx.clock.sleep(ctx.interval)
 
 
 def _stop(ctx: SwapContext, svc: Service, *, remove: bool) -> None:

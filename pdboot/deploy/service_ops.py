@@ -247,12 +247,15 @@ class ServiceOps:
     def settle_spare(self, observed: list[Observed]) -> list[Observed]:
         """A spare router an interrupted swap left: back home, or removed (router_swap.py);
         what runs then."""
+        ctx = self.swap_context()
         try:
-            if not settle_spare(self.swap_context(), observed):
+            if not settle_spare(ctx, observed):
                 return observed
         except RouterSwapError as e:
             self.emit(Note(f"error: {e}", "error"))
             raise UpStopped from e
+        finally:
+            ctx.close()
         return self.observe()
 
     def swap_context(self) -> SwapContext:

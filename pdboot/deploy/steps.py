@@ -136,13 +136,8 @@ class Register:
         if self.where == "spare":
             ctx = run.swap_context()
             spare = ctx.placed(ctx.plan.router, "spare")
-            fetch = ctx.admin(spare)
-            try:
-                RouterWorkerApi(spare.url, fetch, model_id=ctx.model_id).add(
-                    self.url, self.worker_type
-                )
-            finally:
-                fetch.close()
+            api = RouterWorkerApi(spare.url, ctx.admin(spare), model_id=ctx.model_id)
+            api.add(self.url, self.worker_type)
             run.routers.add(self.url, self.worker_type, home=False)
         else:
             run.routers.add(self.url, self.worker_type, home=self.where == "home")

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from typing import NoReturn
 
 from pdboot.deploy.executor import Action, Run
-from pdboot.deploy.router_admin import AdminFetch
 from pdboot.deploy.router_api import (
     RouterApiError,
     RouterWorkerApi,
@@ -88,15 +87,12 @@ class ServeFrom:
 
     def run(self, run: Run) -> Action | None:
         wanted = _in_rotation(run.plan, self.phase)
-        api, channel = _router_in(run, self.place)
+        api = _router_in(run, self.place)
         try:
             present = {w.url: w.worker_type for w in api.workers()}
             done, mode = switch_router(api, present, wanted)
         except RouterApiError as e:
             self.serving.stopped(run.emit, f"the router's worker list could not be switched: {e}")
-        finally:
-            if channel is not None:
-                channel.close()
         for c in done:
             run.emit(Note(f"router: {c.describe()}"))
         if mode != self.phase.mode:
@@ -144,15 +140,14 @@ def _in_rotation(plan: Plan, phase: TierPhase) -> dict[str, TierName]:
     return engines_in_rotation(phase, tiers, urls)
 
 
-def _router_in(run: Run, place: Slot) -> tuple[RouterWorkerApi, AdminFetch | None]:
-    """The worker API of the router in ``place`` (the spare's over its own admin channel,
-    which the caller closes)."""
+def _router_in(run: Run, place: Slot) -> RouterWorkerApi:
+    """The worker API of the router in ``place`` (the spare's over the swap's admin channel
+    for it, which the run closes)."""
     if place == "home":
-        return run.routers.home, None
+        return run.routers.home
     ctx = run.swap_context()
     spare = ctx.placed(ctx.plan.router, "spare")
-    channel = ctx.admin(spare)
-    return RouterWorkerApi(spare.url, channel, model_id=ctx.model_id), channel
+    return RouterWorkerApi(spare.url, ctx.admin(spare), model_id=ctx.model_id)
 
 
 @dataclass(frozen=True)

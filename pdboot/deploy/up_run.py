@@ -132,7 +132,7 @@ class UpRun:
             else:
                 apply(run, self.token, change, yes=self.opts.yes, confirm=self.env.confirm)
         finally:
-            run.routers.close()
+            run.close()
         # router.standby: its router, proxy and keepalived, before the checks through the
         # endpoint (with router.virtual_ip, the endpoint is the address keepalived holds)
         bring_up_ingress(ops.w, self.admin.fetch, change.ingress)

@@ -131,3 +131,17 @@ def test_a_spare_left_behind_goes_home_or_away_by_where_the_proxy_points() -> No
     assert not [line for line in conn2.log if "compose" in line]  # only removed
     assert conn2.log[-1] == "docker rm --force pdboot-demo-router-swap"
     assert not settle_spare(ctx(Conn(), Routers(set())), [])
+
+
+def test_a_swap_opens_one_admin_channel_per_router_and_closes_them_with_the_run() -> None:
+    conn, routers = Conn(), Routers({8081, 8082})
+    c = ctx(conn, routers)
+    spare = c.placed(c.plan.router, "spare")
+    assert c.admin(spare) is c.admin(spare)
+    swap_router(c, c.plan.router, to="spare")
+    swap_router(c, c.plan.router, to="home")
+    # the home router's and the spare's, each opened once for every step that reached it
+    assert sorted(c.channels) == sorted([c.plan.router.url, spare.url])
+    assert routers.calls.count("POST 8082/workers") == len(WORKERS)
+    c.close()
+    assert c.channels == {}
