@@ -32,7 +32,7 @@ from tests.testbed.harness import HostSpec
 from tests.testbed.inventory import watched_inventory
 from tests.testbed.polling import wait_for
 from tests.testbed.router_admin import router_json
-from tests.testbed.standin.watch_bed import ClientLoop
+from tests.testbed.standin.watch_bed import ClientLoop, switch_back_window
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -171,11 +171,7 @@ def test_a_stopped_prefill_degrades_to_the_decode_alone_and_pd_resumes(
         # may meet it (each client sends one at a time: one or two at most); no other failure,
         # and none outside the switch back, is allowed.
         errors = [e for e in client.errors if e[0] >= t_switch]
-        window = [
-            e
-            for e in errors
-            if t_start <= e[0] <= t_back and e[1].startswith("HTTP 503") and "No available" in e[1]
-        ]
+        window = switch_back_window(errors, t_start, t_back)
         assert total["wrong"] == 0 and total["failed"] == len(window) <= 2, (total, errors)
     finally:
         if client is not None:

@@ -7,7 +7,8 @@ emulation) on loopback, 1 prefill x 1 decode, a client loop through the router:
 - `pdboot watch` (its real loop, on loopback) with the only prefill stopped and left down: the
   switch within two rounds of the stop, 0 failed requests after it, the decode serving alone;
   the prefill started again: P/D again, the decode pulls KV again, 0 failed requests from the
-  stop of degraded mode on.
+  switch on but for the switch back's documented window (the router's 503 between the two P/D
+  registrations, at most two).
 
 Nothing asserts on seconds; the seconds are printed (pytest -s).
 """
@@ -35,7 +36,7 @@ from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.http import http
 from pdboot.verify.exposition import parse_exposition
 from tests.testbed.standin.test_standin import alone_text, get, started, stop_bed, stopped
-from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router
+from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router, switch_back_window
 
 INTERVAL = 1.5
 CFG = WatchConfig(interval_seconds=INTERVAL, deadline_seconds=1.0, readmit_after=2)
@@ -187,7 +188,10 @@ def test_a_lost_prefill_degrades_to_the_decode_alone_and_pd_resumes_when_it_is_b
         time.sleep(0.1)
     time.sleep(INTERVAL)
     bed.client.stop.set()
-    assert bed.failed_since(t_switch) == [], bed.failed_since(t_switch)
+    # none failed but in the switch back's documented window (docs/watch.md), at most two
+    window = switch_back_window(bed.client.errors, t_start, t_back)
+    failed = [e for e in bed.client.errors if e[0] >= t_switch]
+    assert failed == window and len(window) <= 2, bed.failed_since(t_switch)
     assert bed.watcher.deps.metrics.value("pdboot_watch_degraded") == 0
     lost = bed.client.after(t_stop)["failed"]
     print(

@@ -149,6 +149,20 @@ def remove_url(router: Router, url: str) -> str:
     return f"{router.url}/workers/{urllib.parse.quote(url, safe='')}"
 
 
+def switch_back_window(
+    errors: list[tuple[float, str]], start: float, back: float
+) -> list[tuple[float, str]]:
+    """The failures degraded mode's switch back may cost (docs/watch.md): vllm-router routes a
+    model P/D from its first P/D entry, so between the two registrations of the P/D step it
+    answers 503 "No available workers". Only those, sent from the lost tier's start until
+    P/D was seen again."""
+    return [
+        (t0, why)
+        for t0, why in errors
+        if start <= t0 <= back and why.startswith("HTTP 503") and "No available workers" in why
+    ]
+
+
 @dataclass
 class ClientLoop:
     """A bounded client loop through the router: every answer compared with the stand-in's
