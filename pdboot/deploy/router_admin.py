@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from pdboot.plan.model import Plan, Service
+from pdboot.transport.connection import RemoteError
 from pdboot.transport.hosts import Hosts
 from pdboot.transport.http import HttpAnswer, HttpFn
 from pdboot.transport.ssh import SSHConnection
@@ -63,14 +64,10 @@ class AdminFetch:
 
     @staticmethod
     def _transport(conn: SSHConnection) -> Any:
-        client = conn.ssh_client()
-        if client is None:
-            try:
-                conn.open()
-            except Exception:  # reported by the request below (no answer)
-                return None
-            client = conn.ssh_client()
-        return client.get_transport() if client is not None else None
+        try:
+            return conn.live_transport()
+        except RemoteError:  # reported by the request below (no answer)
+            return None
 
     def __call__(self, url: str, **kwargs: Any) -> HttpAnswer:
         if self.local or not url.startswith(self.base + "/"):

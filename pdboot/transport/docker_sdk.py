@@ -35,30 +35,49 @@ from pdboot.transport.ssh import CHANNEL_OPEN_TIMEOUT, SSHConnection
 
 
 class _ChannelHTTPConnection(DockerSSHConnection):  # type: ignore[misc]
-    """The SDK's connection opens its channel with no timeout (paramiko's default is an
-    hour): bounded here, so a stuck open fails instead of hanging the caller."""
+    """One HTTP connection: a ``docker system dial-stdio`` channel on the host's live
+    transport (taken at connect time, so a reconnect is followed). The SDK's own opens its
+    channel with no timeout (paramiko's default is an hour): bounded here, so a stuck open
+    fails instead of hanging the caller."""
+
+    def __init__(self, conn: SSHConnection, timeout: int | None) -> None:
+        super().__init__(None, timeout, "pdboot")
+        self.pdboot_conn = conn
 
     def connect(self) -> None:
-        if self.ssh_transport is None or not self.ssh_transport.is_active():
-            raise RemoteError("docker", "unreachable", "the SSH connection was closed")
-        sock = self.ssh_transport.open_session(timeout=CHANNEL_OPEN_TIMEOUT)
+        sock = self.pdboot_conn.live_transport().open_session(timeout=CHANNEL_OPEN_TIMEOUT)
         sock.settimeout(self.timeout)
         sock.exec_command("docker system dial-stdio")
         self.sock = sock
 
 
 class _ChannelPool(SSHConnectionPool):  # type: ignore[misc]
+    def __init__(self, conn: SSHConnection, timeout: int | None, maxsize: int) -> None:
+        super().__init__(ssh_client=None, timeout=timeout, maxsize=maxsize, host="pdboot")
+        self.pdboot_conn = conn
+
     def _new_conn(self) -> _ChannelHTTPConnection:
-        return _ChannelHTTPConnection(self.ssh_transport, self.timeout, self.ssh_host)
+        return _ChannelHTTPConnection(self.pdboot_conn, self.timeout)
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        # The SDK's pool skips urllib3's dropped-connection check (it calls fileno(), which
+        # makes a pipe per channel), so a kept channel that ended (dial-stdio gone, the
+        # transport closed) failed the next call with "Socket is closed" (CI, a real-engine
+        # `up`). Its flags tell without a pipe; a closed connection reconnects on use.
+        conn = super()._get_conn(timeout)
+        chan = getattr(conn, "sock", None)
+        if chan is not None and (chan.closed or chan.eof_received):
+            conn.close()
+        return conn
 
 
 class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
-    """docker SDK adapter whose connections are channels on an existing, verified
-    paramiko client (see the module docstring). It never opens or closes SSH itself."""
+    """docker SDK adapter whose connections are channels on pdboot's verified SSH
+    connection (see the module docstring). It never opens or closes SSH itself."""
 
-    def __init__(self, client: Any, timeout: int | None) -> None:
+    def __init__(self, conn: SSHConnection, timeout: int | None) -> None:
         super().__init__("ssh://pdboot", timeout=timeout, shell_out=True)
-        self.ssh_client = client
+        self.pdboot_conn = conn
 
     def _connect(self) -> None:
         raise RemoteError("docker", "unreachable", "the SSH connection was closed")
@@ -69,17 +88,12 @@ class _ChannelAdapter(SSHHTTPAdapter):  # type: ignore[misc]
         with self.pools.lock:
             pool = self.pools.get("engine")
             if pool is None:
-                pool = _ChannelPool(
-                    ssh_client=self.ssh_client,
-                    timeout=self.timeout,
-                    maxsize=self.max_pool_size,
-                    host=self.ssh_host,
-                )
+                pool = _ChannelPool(self.pdboot_conn, self.timeout, self.max_pool_size)
                 self.pools["engine"] = pool
             return pool
 
     def close(self) -> None:
-        self.pools.clear()  # the SSH client belongs to pdboot.remote
+        self.pools.clear()  # the SSH connection belongs to transport/ssh.py
 
 
 def local_engine_kwargs(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -127,10 +141,9 @@ def api_for(conn: Connection, timeout: int | None) -> Any:
     one whose HTTP connections are channels on the connection's verified SSH client."""
     if isinstance(conn, LocalConnection):
         return docker.APIClient(version="auto", timeout=timeout, **local_engine_kwargs())
-    client = conn.ssh_client() if isinstance(conn, SSHConnection) else None
-    if client is None:
+    if not isinstance(conn, SSHConnection) or conn.ssh_client() is None:
         raise EngineError(conn.name, "no open SSH connection to reach Docker through")
-    adapter = _ChannelAdapter(client, timeout)
+    adapter = _ChannelAdapter(conn, timeout)
     # The engine's own API version (new engines refuse old ones), asked through the tunnel by
     # a client with a placeholder version (it makes no connection when it is built).
     probe = _tunnelled(adapter, "1.41", timeout)

@@ -171,6 +171,20 @@ class SSHConnection(BaseConnection):
         client = self._conn.client
         return client if client.get_transport() is not None else None
 
+    def live_transport(self) -> paramiko.Transport:
+        """The transport for channels of pdboot's own (the docker SDK's, a port forward),
+        opened again when the peer closed it and the host does not count as lost: a
+        transport kept from the first connect stays dead after a reconnect (seen in CI as
+        "Socket is closed" on the next docker call). Raises RemoteError (HostLost for a
+        lost host) when there is none."""
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            self.open()
+            transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise RemoteError(self.name, "unreachable", "the SSH connection was closed")
+        return transport
+
     def check_lost(self) -> None:
         if self.lost:
             raise HostLost(self.name, self.lost)

@@ -10,6 +10,7 @@ aborted" / RemoteDisconnected (a flake of `pdboot down` on a busy machine).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -107,4 +108,38 @@ def test_output_written_after_the_exit_status_still_comes_back(testbed: Any) -> 
         assert res.stdout.split() == ["early", "late"], res
         assert res.stderr.strip() == "late-err", res
     finally:
+        conn.close()
+
+
+def _until(cond: Any, what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {seconds:g}s: {what}"
+        time.sleep(0.05)
+
+
+def test_engine_calls_outlive_a_channel_or_connection_the_host_ended(testbed: Any) -> None:
+    """The docker SDK keeps its `dial-stdio` channels for the next call and skips urllib3's
+    check for a dropped one; a kept channel that the host had ended failed the next call with
+    "Socket is closed" (CI: a real-engine `up`, after 142 s of waiting for an engine). Here
+    the host ends them for real: sshd's own processes for this connection are signalled."""
+    conn = to_ingress(testbed)
+    engine = Engine.open(conn)
+    try:
+        engine.containers("pdboot-e2e-none")  # leaves a dial-stdio channel in the pool
+        # $PPID: this connection's sshd process; its other children are the dial-stdio ones
+        res = conn.run("pkill -KILL -P $PPID -x docker; echo $?", timeout=30)
+        assert res.stdout.strip() == "0", res  # at least one channel ended by the host
+        pool = engine.api.adapters["http+docker://ssh"].pools.get("engine")
+        kept = [c for c in list(pool.pool.queue) if c is not None and c.sock is not None]
+        _until(lambda: all(c.sock.eof_received for c in kept), "the end of the output")
+        assert engine.containers("pdboot-e2e-none") == []
+        transport = conn._conn.client.get_transport()  # type: ignore[attr-defined]
+        conn.run("nohup sh -c 'sleep 0.3; kill \"$0\"' $PPID >/dev/null 2>&1 &", timeout=30)
+        _until(lambda: not transport.is_active(), "sshd closing the connection")
+        assert conn.lost is None  # a closed connection, not a silent host
+        assert engine.containers("pdboot-e2e-none") == []
+        assert conn._conn.client.get_transport() is not transport  # type: ignore[attr-defined]
+    finally:
+        engine.close()
         conn.close()
