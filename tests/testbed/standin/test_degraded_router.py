@@ -99,6 +99,35 @@ def test_the_router_routes_plain_workers_only_while_it_has_no_pd_worker(tmp_path
         decode.stop()
 
 
+def test_a_pd_entry_under_another_model_id_completes_no_pair(tmp_path: Path) -> None:
+    """Why the switch back keeps its window (docs/known-limits.md): the router pairs a
+    prefill with a decode of the same model id only. Entries staged under another id take
+    no traffic, and the served model's first P/D entry still answers 503 until its own pair
+    is complete. A router that paired across ids would fail this test, and would offer a
+    switch back with no window."""
+    prefill = Proc(tmp_path, "p", "prefill", {})
+    decode = Proc(tmp_path, "d", "decode", {})
+    router = Router(tmp_path, prefill.url, decode.url)
+    try:
+        served = RouterWorkerApi(router.url, http, model_id=MODEL)
+        staged = RouterWorkerApi(router.url, http, model_id="pdboot-staging")
+        served.add(plain_url(decode.url), "regular")
+        staged.add(decode.url, "decode")
+        staged.add(prefill.url, "prefill")
+        status, body = complete(router.url)
+        assert status == 200 and "prefill_addr" not in json.loads(body)["id"], body
+        served.add(prefill.url + "/./.", "prefill")  # its own entry, apart from the staged
+        status, body = complete(router.url)
+        assert (status, "No eligible P/D pair" in body) == (503, True), body
+        served.add(decode.url + "/./.", "decode")
+        status, body = complete(router.url)
+        assert status == 200 and "prefill_addr" in json.loads(body)["id"], body
+    finally:
+        router.stop()
+        prefill.stop()
+        decode.stop()
+
+
 @dataclass
 class Bed:
     prefill: Proc
