@@ -338,6 +338,8 @@ def collect_output(
             err.append(chan.recv_stderr(65536))
             got = True
         now = time.monotonic()
+        if _transport_died(chan):
+            raise RemoteError(name, "unreachable", "the SSH connection closed during the command")
         if chan.exit_status_ready():
             if chan.eof_received or chan.closed:
                 if not chan.recv_ready() and not chan.recv_stderr_ready():
@@ -347,13 +349,19 @@ def collect_output(
                 quiet_since = now
             elif now - quiet_since >= EOF_GRACE_S:
                 break
-        elif chan.closed:
-            # the transport died (e.g. closed by the watchdog): no status will come
-            raise RemoteError(name, "unreachable", "the SSH connection closed during the command")
         if deadline - now <= 0:
             raise RemoteError(name, "timeout", f"command did not finish within {timeout:g}s")
         select.select([chan], [], [], min(deadline - now, 0.2))
     return b"".join(out), b"".join(err)
+
+
+def _transport_died(chan: paramiko.Channel) -> bool:
+    """The channel closed with no exit status because its transport died (the watchdog
+    closed it, or the peer). paramiko counts a closed channel's status as ready, with -1:
+    taken as the command's, a heartbeat cut off this way read as "another run took the lock
+    over" (CI). A channel sshd closed without a status on a live transport (a command killed
+    by a signal) is not this: its -1 is the caller's to read."""
+    return bool(chan.closed and chan.exit_status == -1 and not chan.get_transport().is_active())
 
 
 def connect(

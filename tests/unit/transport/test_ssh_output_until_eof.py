@@ -25,6 +25,7 @@ class Poll:
     status: bool = False
     eof: bool = False
     closed: bool = False
+    transport_died: bool = False  # with closed: the connection ended, not the command
 
 
 @dataclass
@@ -35,6 +36,8 @@ class ScriptedChannel:
     status: bool = False
     eof_received: bool = False
     closed: bool = False
+    exit_status: int = -1  # paramiko's value until a status arrives
+    active: bool = True  # the transport's
 
     def __post_init__(self) -> None:
         # select() on it returns at once: a pipe with a byte that is never read
@@ -50,8 +53,11 @@ class ScriptedChannel:
         self.out += p.out
         self.err += p.err
         self.status |= p.status
+        if p.status:
+            self.exit_status = 0
         self.eof_received |= p.eof
         self.closed |= p.closed
+        self.active &= not p.transport_died
 
     def fileno(self) -> int:
         self._advance()  # each wait of the loop lets the next poll's events arrive
@@ -72,7 +78,13 @@ class ScriptedChannel:
         return got
 
     def exit_status_ready(self) -> bool:
-        return self.status
+        return self.status or self.closed  # as paramiko: closed counts as ready
+
+    def get_transport(self) -> ScriptedChannel:
+        return self
+
+    def is_active(self) -> bool:
+        return self.active
 
 
 def collect(polls: list[Poll], timeout: float = 30.0) -> tuple[bytes, bytes]:
@@ -118,9 +130,25 @@ def test_a_background_process_holding_stdout_costs_the_grace_not_the_timeout(
 
 
 def test_a_channel_closed_without_a_status_is_a_lost_connection() -> None:
+    """The watchdog closed the transport mid-command: no status came (rc -1 before)."""
     with pytest.raises(RemoteError) as e:
-        collect([Poll(out=b"half"), Poll(closed=True)])
+        collect([Poll(out=b"half"), Poll(closed=True, transport_died=True)])
     assert e.value.kind == "unreachable"
+
+
+def test_a_status_that_came_before_the_connection_died_stands() -> None:
+    assert collect(
+        [Poll(out=b"done", status=True, eof=True, closed=True, transport_died=True)]
+    ) == (
+        b"done",
+        b"",
+    )
+
+
+def test_a_command_killed_by_a_signal_on_a_live_connection_is_no_lost_host() -> None:
+    """sshd sends exit-signal, which paramiko does not read: closed, no status, the
+    connection fine. Its output comes back; the caller reads rc -1."""
+    assert collect([Poll(out=b"partial"), Poll(eof=True, closed=True)]) == (b"partial", b"")
 
 
 def test_no_status_by_the_deadline_is_a_timeout() -> None:
