@@ -323,7 +323,8 @@ class RollStopped(Event):
 
     kind: ClassVar[str] = "roll_stopped"
     number: int
-    engines: tuple[tuple[str, str], ...]  # (key, "new configuration" | "old ..." | "not running")
+    # (key, "new configuration" | "old ..." | "not running" | "out of reach ..." | "unknown ...")
+    engines: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,16 @@ if TYPE_CHECKING:
     from pdboot.deploy.router_swap import SwapContext
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What the hosts that answered run, and the hosts that did not: a report after a
+    failed step still says what it can, and names an engine on a lost host as lost."""
+
+    observed: list[Observed]
+    unread: frozenset[str] = frozenset()  # hosts whose containers could not be listed
+    lost: frozenset[str] = frozenset()  # of those, the ones the SSH watchdog gave up on
+
+
 class Ops(Protocol):
     """What steps ask of the deployment's services (service_ops.ServiceOps)."""
 
@@ -44,6 +54,8 @@ class Ops(Protocol):
     def drain(self, url: str, pullers: Sequence[str]) -> DrainResult: ...
 
     def observe(self, only: Sequence[str] | None = None) -> list[Observed]: ...
+
+    def look(self) -> Seen: ...
 
     def pairs_ok(self, joining: list[Service], number: int) -> bool: ...
 

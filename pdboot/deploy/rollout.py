@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pdboot.deploy.executor import Action, Run
+from pdboot.deploy.executor import Action, Run, Seen
 from pdboot.deploy.readiness import find_container
 from pdboot.deploy.router_api import RouterApiError, Worker, plan_workers, worker_of
 from pdboot.deploy.router_swap import move_steps
@@ -195,20 +195,26 @@ class RollReport:
 
     def run(self, run: Run) -> Action | None:
         plan, step = run.plan, self.step
-        observed: list[Observed] | None
+        seen: Seen | None
         try:
-            observed = run.ops.observe()
+            seen = run.ops.look()
         except Exception:  # the failure itself was reported; say what we can
-            observed = None
+            seen = None
         rows: list[tuple[str, str]] = []
         for svc in plan.services():
             if not svc.is_engine:
                 continue
-            if observed is None:
+            if seen is None or svc.host in seen.unread:
                 # unread is not "not running": it may well serve; the router keeps it
-                rows.append((svc.key, "unknown (its state could not be read)"))
+                lost = seen is not None and svc.host in seen.lost
+                why = (
+                    "out of reach (its host was lost)"
+                    if lost
+                    else "unknown (its state could not be read)"
+                )
+                rows.append((svc.key, why))
                 continue
-            o = find_container(observed, plan.deployment, svc)
+            o = find_container(seen.observed, plan.deployment, svc)
             if o is None or not o.running:
                 rows.append((svc.key, "not running"))
                 self._deregister_quietly(run, svc)

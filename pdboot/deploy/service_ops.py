@@ -15,7 +15,7 @@ from pdboot.deploy import pair_guard
 from pdboot.deploy.all_hosts import OP_DEADLINE, report_errors, start_all
 from pdboot.deploy.down import clean_files, stop_remove, teardown
 from pdboot.deploy.drain import DrainResult, drain
-from pdboot.deploy.executor import Routers, Run
+from pdboot.deploy.executor import Routers, Run, Seen
 from pdboot.deploy.frame import CancelToken
 from pdboot.deploy.readiness import Prober, find_container
 from pdboot.deploy.router_admin import AdminFetch
@@ -84,15 +84,24 @@ class ServiceOps:
     # ---- observe, stop
 
     def observe(self, only: Sequence[str] | None = None) -> list[Observed]:
+        seen = self.look(only)
+        if seen.unread:
+            raise UpStopped
+        return seen.observed
+
+    def look(self, only: Sequence[str] | None = None) -> Seen:
+        """Every host's containers of this deployment, as far as the hosts answer (an
+        unanswered one is reported)."""
         self.token.check()
         values, errors = self.hosts.each(
             lambda _h, link: link.engine.containers(self.plan.deployment), OP_DEADLINE, only=only
         )
         self.token.check()
-        if errors:
-            report_errors(self.emit, "cannot list containers on", errors)
-            raise UpStopped
-        return [o for obs in values.values() for o in obs]
+        report_errors(self.emit, "cannot list containers on", errors)
+        lost = frozenset(
+            h for h in errors if h in self.hosts.links and self.hosts.links[h].conn.lost
+        )
+        return Seen([o for obs in values.values() for o in obs], frozenset(errors), lost)
 
     def remove(self, services: Sequence[Service]) -> None:
         """The plan's services' containers (found by their labels), stopped and removed."""

@@ -12,11 +12,12 @@ import pytest
 
 from pdboot.deploy.bluegreen import BlueGreen
 from pdboot.deploy.drain import DrainResult
-from pdboot.deploy.executor import Action, Routers, Run, execute
+from pdboot.deploy.executor import Action, Routers, Run, Seen, execute
 from pdboot.deploy.frame import Cancelled, CancelToken
 from pdboot.deploy.rollout import PairRefused, roll_steps
 from pdboot.deploy.router_swap import PointProxy, RouterReady, StartRouter, StopRouter
 from pdboot.deploy.steps import Say
+from pdboot.events import Event, RollStopped
 from pdboot.inventory.load import parse_inventory
 from pdboot.plan.build import build_plan
 from pdboot.plan.change_plan import ChangeOptions, change_plan
@@ -43,6 +44,8 @@ class FakeOps:
     log: Log
     pairs: bool = True
     running: list[Observed] = field(default_factory=list)
+    unread: frozenset[str] = frozenset()  # hosts that do not answer
+    lost: frozenset[str] = frozenset()
 
     def start(self, steps: list[Step]) -> None:
         self.log.calls.append("start " + " ".join(s.service.key for s in steps))
@@ -64,6 +67,10 @@ class FakeOps:
 
     def observe(self, only: Sequence[str] | None = None) -> list[Observed]:
         return self.running
+
+    def look(self) -> Seen:
+        answered = [o for o in self.running if o.host not in self.unread]
+        return Seen(answered, self.unread | self.lost, self.lost)
 
     def pairs_ok(self, joining: list[Service], number: int) -> bool:
         self.log.calls.append("pairs " + " ".join(s.key for s in joining))
@@ -113,10 +120,13 @@ def running(p: Plan, *, changed: bool = False) -> list[Observed]:
     ]
 
 
-def run_of(p: Plan, log: Log, ops: FakeOps, standby: bool = False) -> Run:
+def run_of(
+    p: Plan, log: Log, ops: FakeOps, standby: bool = False, events: list[Event] | None = None
+) -> Run:
     home = FakeApi("home", log)
     other = FakeApi("standby", log) if standby else None
-    return Run(p, lambda _e: None, ops, Routers(home, other))  # type: ignore[arg-type]
+    emit = events.append if events is not None else (lambda _e: None)
+    return Run(p, emit, ops, Routers(home, other))  # type: ignore[arg-type]
 
 
 def a_roll(p: Plan) -> list[Action]:
@@ -155,6 +165,24 @@ def test_a_failed_pair_brings_the_old_engine_back_and_stops_the_roll() -> None:
     after = log.calls[at + 2 :]
     assert "home add http://192.0.2.12:8200" in after  # the other prefill serves on
     assert "home add http://192.0.2.10:8200" in after  # the one brought back, too
+
+
+def test_a_stopped_rolls_report_names_engines_on_a_lost_host_and_serves_on_with_the_rest() -> None:
+    p, log, events = plan(), Log(), []
+    # host c (prefill@c) was lost, host d (decode@d) did not answer for another reason
+    ops = FakeOps(log, pairs=False, running=running(p), lost=frozenset("c"), unread=frozenset("d"))
+    with pytest.raises(PairRefused):
+        execute(run_of(p, log, ops, events=events), CancelToken(), a_roll(p))
+    (report,) = [e for e in events if isinstance(e, RollStopped)]
+    rows = dict(report.engines)
+    assert rows["prefill@c"] == "out of reach (its host was lost)"
+    assert rows["decode@d"] == "unknown (its state could not be read)"
+    assert rows["decode@b"].startswith("new configuration")
+    after = log.calls[log.calls.index("restore prefill@a") + 1 :]
+    assert "home add http://192.0.2.11:8201" in after  # decode@b, read, serves on
+    assert "home add http://192.0.2.12:8200" not in after  # nothing read of prefill@c
+    # unread is not "not running": neither is taken out of the router
+    assert not [c for c in after if c.startswith("home remove")]
 
 
 def test_the_executor_checks_the_token_between_steps_and_undoes_nothing_on_a_lost_lock() -> None:
