@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +41,12 @@ def pytest_configure(config: pytest.Config) -> None:
     one fresh directory per test process, so no test reads a verdict another run left, and
     none writes into the user's ~/.cache. A test that needs its own sets PDBOOT_CACHE_DIR."""
     os.environ["PDBOOT_CACHE_DIR"] = tempfile.mkdtemp(prefix="pdboot-test-cache-")
+    # A suite started in the background of a shell without job control (`cmd &` in a script)
+    # inherits SIGINT ignored, and so would every pdboot it starts: the tests that stop one
+    # with Ctrl-C would then see it run on (exit 0, not 130). Children get SIGINT's default
+    # back (a handler is reset on exec; an ignored signal is not).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
