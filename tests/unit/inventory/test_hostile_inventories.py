@@ -241,7 +241,8 @@ def test_alias_bomb_is_refused_fast() -> None:
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
     t0 = time.monotonic()
     refused_yaml("\n".join(lines) + "\n" + GOOD, "expands to more than")
-    assert time.monotonic() - t0 < 2
+    # a hang detector, not a speed target: expanded, the bomb's 10^9 nodes take minutes
+    assert time.monotonic() - t0 < 10
 
 
 def test_alias_bomb_inside_kv_connector_extra_config_is_refused() -> None:

@@ -87,19 +87,23 @@ def test_a_capture_without_the_end_reading_bounds_with_the_start_one() -> None:
 
 def test_the_clock_readings_run_alone_before_and_after_the_others() -> None:
     stamp = "date +%s%N"
+    # One sleep long against a loaded machine's scheduling jitter (166 ms seen with 0.2 s
+    # sleeps under the full suite), and every bound half of it: run one after the other, the
+    # two sleepers would end a whole sleep apart.
+    half = 500_000_000
     cmds = [
-        Command("s1", f"sleep 0.2; {stamp}", "host"),
+        Command("s1", f"sleep 1; {stamp}", "host"),
         Command("first", f"{stamp}", "host", at="start"),
         Command("last", f"{stamp} # end", "host", at="end"),
-        Command("s2", f"sleep 0.2; {stamp}  # two", "host"),
+        Command("s2", f"sleep 1; {stamp}  # two", "host"),
     ]
     out = parse_sections(LocalConnection("t").run(batch_script(cmds)).stdout)
     t = {c.key: int(out[c.line].output) for c in cmds}
     assert all(out[c.line].rc == 0 for c in cmds)
-    assert t["first"] < t["s1"] - 150_000_000 and t["first"] < t["s2"] - 150_000_000
+    assert t["first"] < t["s1"] - half and t["first"] < t["s2"] - half
     assert t["last"] >= max(t["s1"], t["s2"])
     # the together ones still ran at once: the batch cost one sleep, not two
-    assert abs(t["s1"] - t["s2"]) < 150_000_000
+    assert abs(t["s1"] - t["s2"]) < half
 
 
 def test_the_network_area_reads_the_clock_first_and_last() -> None:
