@@ -102,11 +102,14 @@ def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 120
 class EndpointLoad:
     """A client through the endpoint while the block runs: one short chat completion at a time,
     every 0.5 s (real engines on 2 cores); ``ok``, ``failed`` and what failed, with the time
-    and the answer's body."""
+    and the answer's body; ``failures``: (monotonic start, "HTTP <code> <body>" or the error),
+    the shape tests/testbed/standin/watch_bed.switch_back_window reads."""
 
     def __init__(self, router: str) -> None:
         self.url = f"{router}/v1/chat/completions"
         self.ok, self.failed, self.errors = 0, 0, list[str]()
+        self.failures: list[tuple[float, str]] = []
+        self.answered: list[float] = []  # each answered request's monotonic start
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -127,23 +130,29 @@ class EndpointLoad:
             "ignore_eos": True,
         }
         while not self._stop.is_set():
-            why = ""
+            why, t0 = "", time.monotonic()
             try:
                 if not http_json(self.url, body).get("choices"):
                     why = "no choices"
             except urllib.error.HTTPError as e:
-                why = f"{e}: {e.read()[:300]!r}"
+                why = f"HTTP {e.code} {e.read()[:300].decode(errors='replace')}"
             except (OSError, ValueError) as e:
                 why = str(e)
             if why:
                 self.failed += 1
                 self.errors.append(f"{time.strftime('%H:%M:%S')} {why}")
+                self.failures.append((t0, why))
             else:
                 self.ok += 1
+                self.answered.append(t0)
             self._stop.wait(0.5)
 
     def counts(self) -> dict[str, int]:
         return {"ok": self.ok, "failed": self.failed}
+
+    def served_since(self, t: float) -> int:
+        """Answers whose request started at ``t`` or later."""
+        return sum(1 for t0 in self.answered if t0 >= t)
 
 
 def metrics_text(url: str) -> str:
