@@ -1,5 +1,5 @@
-"""Benchmark: 1 prefill x 1 decode to a new vLLM build, through degraded mode against the
-outage (issue 43, point 2).
+"""Benchmark: 1 prefill x 1 decode to a new vLLM build (or, `--change settings`, the decode's
+settings changed), through degraded mode against the outage (issue 43, point 2).
 
 On a 2-host testbed (p1: prefill, router and proxy; d1: decode; stand-in engines loading in
 0.5 s, each request held 0.3 s on its decode, refusing a NIXL pair whose version strings
@@ -14,12 +14,17 @@ differ) a client loop sends a short completion through the endpoint every 50 ms 
 - ``baseline`` (with ``--baseline PATH``): another checkout's `up --yes` (say main before
   this change, whose tier of one took the outage path by itself).
 
+With ``--change settings`` the change keeps NIXL compatibility: the decode's environment
+flips between two values, so only the decode is replaced; ``baseline`` is then the checkout
+whose roll took the tier of one down (main before the change that sends it through degraded
+mode, asked with --yes).
+
 Printed per case: failed/sent requests, seconds between the first and the last failed
 request, seconds served degraded (what `up` reports), the `up` exit code and seconds. Nothing
 timed is asserted anywhere; compare the modes within one run.
 
-    python bench/tier_upgrade.py [--runs 1] [--baseline PATH] [--json FILE]
-                                 (root; starts and stops its own testbed)
+    python bench/tier_upgrade.py [--runs 1] [--change build|settings] [--baseline PATH]
+                                 [--json FILE]   (root; starts and stops its own testbed)
 """
 
 from __future__ import annotations
@@ -107,17 +112,26 @@ def under_load(tb: Any, mode: str, inv: Path, extra: list[str], to: str) -> Case
     )
 
 
-def one_run(tb: Any, work: Path, modes: list[tuple[str, Path, list[str]]]) -> list[Case]:
-    """A fresh 1P1D deployment, then each mode in turn, the build flipping each time."""
+def one_run(
+    tb: Any, work: Path, modes: list[tuple[str, Path, list[str]]], change: str = "build"
+) -> list[Case]:
+    """A fresh 1P1D deployment, then each mode in turn, the build (or the decode's settings)
+    flipping each time."""
     base = inventory(tb, work / "inv.yaml", prefill=["p1"], decode=["d1"])
-    nightly = inventory(
-        tb, work / "nightly.yaml", tag=STANDIN_NIGHTLY_TAG, prefill=["p1"], decode=["d1"]
-    )
+    if change == "settings":
+        other = inventory(
+            tb, work / "b.yaml", prefill=["p1"], decode=["d1"], decode_env={"PDBOOT_BENCH": "b"}
+        )
+        targets = [(other, "decode env b"), (base, "decode env a")]
+    else:
+        nightly = inventory(
+            tb, work / "nightly.yaml", tag=STANDIN_NIGHTLY_TAG, prefill=["p1"], decode=["d1"]
+        )
+        targets = [(nightly, "0.33.0+nightly.1"), (base, "0.33.0")]
     res = checkout_cli()("up", str(base), "--skip-preflight", "--no-speed")
     if res.returncode != 0:
         raise RuntimeError(f"base up failed:\n{res.stdout}\n{res.stderr}")
     out: list[Case] = []
-    targets = [(nightly, "0.33.0+nightly.1"), (base, "0.33.0")]
     for i, (mode, checkout, extra) in enumerate(modes):
         inv, to = targets[i % 2]
         CHECKOUT["root"] = checkout
@@ -137,6 +151,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--baseline", type=Path, default=None, help="a pdboot checkout to compare")
     ap.add_argument("--json", type=Path, default=None, help="write every case here")
+    ap.add_argument("--change", choices=("build", "settings"), default="build")
     args = ap.parse_args()
     modes = [("degraded", ROOT, []), ("outage", ROOT, ["--no-rolling", "--yes"])]
     if args.baseline is not None:
@@ -146,7 +161,7 @@ def main() -> None:
         work = tb.dir / "bench-tier-upgrade"
         work.mkdir(parents=True, exist_ok=True)
         for _ in range(args.runs):
-            cases += one_run(tb, work, modes)
+            cases += one_run(tb, work, modes, args.change)
     print(
         f"\n{'mode':<9} {'to':<17} {'failed/sent':>12} {'failing s':>9} {'degraded s':>10} "
         f"{'up s':>6} {'rc':>3}  errors"

@@ -46,7 +46,7 @@ from pdboot.plan.converge import Observed, Step
 from pdboot.plan.degraded import engine_url, routed_workers
 from pdboot.plan.model import Plan, Service
 from pdboot.plan.router_slots import Slot
-from pdboot.plan.tier_upgrade import TierPhase, engines_in_rotation, tier_phases
+from pdboot.plan.tier_upgrade import TierPhase, changed_tiers, engines_in_rotation, tier_phases
 from pdboot.transport.http import HttpFn
 from pdboot.verify.pairs import check_pairs
 
@@ -209,19 +209,24 @@ def upgrade_steps(
     serving: Serving,
     fetch: HttpFn,
     headers: Mapping[str, str],
+    new_build: bool = True,
 ) -> list[Action]:
-    """The plan: ``steps``, the change's engine steps (each running engine recreated, new
-    ones created); ``orphans``, engines the inventory no longer has, out of rotation from the
-    first switch on and stopped then. With a proxy the degraded phases serve through the
-    spare router (the module docstring says why)."""
+    """The plan: ``steps``, the change's engine steps (a new build: each running engine
+    recreated, new ones created; ``new_build`` False, a change that keeps NIXL compatibility:
+    the tiers with a step to take are replaced, the others keep running); ``orphans``,
+    engines the inventory no longer has, out of rotation from the first switch on and
+    stopped then. With a proxy the degraded phases serve through the spare router (the
+    module docstring says why)."""
     engines = [s for s in steps if s.service.is_engine]
     blue = {t: [s.service.key for s in engines if _runs(s) and _tier(s) == t]
             for t in TIERS}  # fmt: skip
     green = {t: [s.key for s in plan.services() if s.is_engine and not s.headless
                  and s.role == t] for t in TIERS}  # fmt: skip
     decodes = tuple(s.url for s in plan.services() if s.role == "decode" and not s.headless)
+    tiers = TIERS if new_build else changed_tiers(engines)
+    change = "on the new build" if new_build else "with its new settings"
     out: list[Action] = []
-    for p in tier_phases(blue, green):
+    for p in tier_phases(blue, green, tiers, change):
         out.append(Say(f"degraded upgrade phase {p.number}: {p.describe()}"))
         if p.action == "serve":
             out += _serve(plan, p, serving)
@@ -234,7 +239,8 @@ def upgrade_steps(
             out.append(ReplaceTier(p.tier, tier_steps, pullers, serving))
         else:
             out.append(ProveNewPairs(tuple(s.service for s in engines), fetch, headers, serving))
-    out.append(Say("degraded upgrade: done; the new build serves P/D"))
+    done = "the new build" if new_build else "the new engines"
+    out.append(Say(f"degraded upgrade: done; {done} serve P/D"))
     return out
 
 

@@ -23,7 +23,7 @@ from pdboot.deploy.executor import Action, Executor, Run
 from pdboot.deploy.frame import CancelToken
 from pdboot.deploy.ingress import bring_up_ingress
 from pdboot.deploy.logscan import explain, report_lines
-from pdboot.deploy.planned_change import planned, shown
+from pdboot.deploy.planned_change import planned, show_changes, shown
 from pdboot.deploy.router_admin import AdminFetch
 from pdboot.deploy.router_swap import PointProxy, RouterSwapError
 from pdboot.deploy.service_ops import ServiceOps, Where
@@ -124,10 +124,13 @@ class UpRun:
                 accept_outages(
                     self.emit, [decided.path.why], yes=self.opts.yes, confirm=self.env.confirm
                 )
+            if decided.taken("blue-green") or decided.taken("degraded"):
+                show_changes(self.emit, change, "converge")  # the table; the phases follow
             if decided.taken("blue-green"):  # a new build never rolls: beside the old
                 self.blue_green(run, change)
-            elif decided.taken("degraded"):  # a tier of one: each tier serves alone in turn
-                steps = self.tier_upgrade(change)
+            elif decided.taken("degraded") and decided.path is not None:
+                # a tier of one replaced: the other tier serves alone meanwhile
+                steps = self.tier_upgrade(change, new_build=not decided.path.compat.compatible)
                 apply_steps(run, self.token, [*steps, *proxy_steps(change.proxy)])
             else:
                 apply(run, self.token, change, yes=self.opts.yes, confirm=self.env.confirm)
@@ -162,11 +165,13 @@ class UpRun:
             self.emit(Note(f"error: blue/green stopped: {why}", "error"))
             raise UpStopped from None
 
-    def tier_upgrade(self, change: ChangePlan) -> list[Action]:
+    def tier_upgrade(self, change: ChangePlan, *, new_build: bool) -> list[Action]:
         headers = api_key_headers(self.env.token or {})
         engines = [s for st in change.stages for s in st]
         serving = Serving(self.env.clock)
-        return upgrade_steps(self.plan, engines, change.orphans, serving, self.env.fetch, headers)
+        return upgrade_steps(
+            self.plan, engines, change.orphans, serving, self.env.fetch, headers, new_build
+        )
 
     def service_ops(self) -> ServiceOps:
         return ServiceOps(

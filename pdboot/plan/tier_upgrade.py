@@ -1,5 +1,6 @@
-"""A new vLLM build through degraded mode (pure): the path for a change that breaks NIXL
-compatibility where blue/green has no room (a tier of one) or no proxy to switch (issue 43).
+"""A tier replaced through degraded mode (pure): the path for a change that breaks NIXL
+compatibility where blue/green has no room (a tier of one) or no proxy to switch (issue 43),
+and for any change that replaces the only engine of a tier, which a roll would take down.
 
 Old and new engines never pair (each would refuse the other's KV at the handshake), and the
 endpoint never goes down: one tier serves alone, as plain engines (plan/degraded.py), while
@@ -14,8 +15,11 @@ the other is replaced, then the other way round:
 
 The decode tier serves first: a prefill-only cluster is the shorter stretch, as the decode is
 the tier that holds NIXL state for the prefills it pulled from (converge restarts it after a
-prefill change). What is lost while degraded: each request computes its prompt on the one
-engine it reaches, so the serving tier's throughput, not the pair's (docs/operations.md).
+prefill change). A change that keeps NIXL compatibility replaces only the tiers it changes
+(`tiers`): one whose decode tier alone changes serves from the running prefills while it is
+replaced (serve, replace, prove, P/D again), and an engine kept as it runs keeps running.
+What is lost while degraded: each request computes its prompt on the one engine it reaches,
+so the serving tier's throughput, not the pair's (docs/operations.md).
 
 ``tier_phases`` gives the typed phases deploy/tier_upgrade.py carries out; ``phases`` the same
 as upgrade.py's Phase values (what `up` and `up --plan` print, with each one's capacity).
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pdboot.inventory.schema import TIERS, TierName
+from pdboot.plan.converge import Step
 from pdboot.plan.degraded import ServingMode
 from pdboot.plan.rolling import Capacity
 
@@ -47,6 +52,7 @@ class TierPhase:
     engines: tuple[str, ...]
     tier: TierName | None = None  # replace: the tier replaced
     new: tuple[TierName, ...] = ()  # the tiers already on the new build during this phase
+    change: str = "on the new build"  # what a replaced tier starts on, for describe()
 
     def describe(self) -> str:
         if self.action == "serve":
@@ -56,7 +62,7 @@ class TierPhase:
             return f"the router serves the {side} {self.serving_tier} tier alone (plain)"
         if self.action == "replace":
             return (
-                f"the {self.tier} tier drains, stops and starts on the new build, out of "
+                f"the {self.tier} tier drains, stops and starts {self.change}, out of "
                 f"rotation: {', '.join(self.engines)}"
             )
         return "every new prefill->decode pair proven (a KV pull, engine to engine)"
@@ -67,25 +73,43 @@ class TierPhase:
 
 
 def tier_phases(
-    blue: Mapping[TierName, Sequence[str]], green: Mapping[TierName, Sequence[str]]
+    blue: Mapping[TierName, Sequence[str]],
+    green: Mapping[TierName, Sequence[str]],
+    tiers: Sequence[TierName] = TIERS,
+    change: str = "on the new build",
 ) -> tuple[TierPhase, ...]:
     """``blue``: tier -> the keys of the engines serving now; ``green``: tier -> the keys the
-    inventory wants. The order of the module docstring."""
-    second: TierName = "decode" if FIRST == "prefill" else "prefill"
-    alone_old: ServingMode = "decode_only" if FIRST == "prefill" else "prefill_only"
-    alone_new: ServingMode = "prefill_only" if FIRST == "prefill" else "decode_only"
-    old = tuple(sorted(blue.get(second, ())))
-    first_new = tuple(sorted(green.get(FIRST, ())))
+    inventory wants; ``tiers``: the tiers replaced (a new build: both). The order of the
+    module docstring: for each replaced tier, FIRST first, the other tier serves alone (the
+    new one once it was replaced), then it is replaced; then every pair is proven and P/D
+    serves again."""
+    out: list[TierPhase] = []
+    new: tuple[TierName, ...] = ()
+    for tier in (t for t in (FIRST, _other(FIRST)) if t in tiers):
+        other = _other(tier)
+        alone: ServingMode = "decode_only" if other == "decode" else "prefill_only"
+        serving = tuple(sorted((green if other in new else blue).get(other, ())))
+        out.append(TierPhase(len(out) + 1, "serve", alone, serving, new=new))
+        mine = tuple(sorted(green.get(tier, ())))
+        out.append(TierPhase(len(out) + 1, "replace", alone, mine, tier, new=new, change=change))
+        new = (*new, tier)
     every_new = tuple(sorted(k for t in TIERS for k in green.get(t, ())))
-    return (
-        TierPhase(1, "serve", alone_old, old),
-        TierPhase(2, "replace", alone_old, first_new, FIRST),
-        TierPhase(3, "serve", alone_new, first_new, new=(FIRST,)),
-        TierPhase(4, "replace", alone_new, tuple(sorted(green.get(second, ()))), second,
-                  new=(FIRST,)),
-        TierPhase(5, "prove", alone_new, every_new, new=TIERS),
-        TierPhase(6, "serve", "pd", every_new, new=TIERS),
-    )  # fmt: skip
+    last = out[-1].mode if out else "pd"
+    out.append(TierPhase(len(out) + 1, "prove", last, every_new, new=new))
+    out.append(TierPhase(len(out) + 1, "serve", "pd", every_new, new=new))
+    return tuple(out)
+
+
+def _other(tier: TierName) -> TierName:
+    return "decode" if tier == "prefill" else "prefill"
+
+
+def changed_tiers(engines: Sequence[Step]) -> list[TierName]:
+    """The tiers with an engine step to take (a change that keeps NIXL compatibility
+    replaces these, and only these)."""
+    return [t for t in TIERS if any(
+        s.service.role == t and not s.service.headless and s.kind != "unchanged"
+        for s in engines)]  # fmt: skip
 
 
 def capacity(
@@ -131,6 +155,7 @@ __all__ = [
     "TierAction",
     "TierPhase",
     "capacity",
+    "changed_tiers",
     "engines_in_rotation",
     "running",
     "tier_phases",

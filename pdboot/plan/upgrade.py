@@ -10,7 +10,9 @@
 - *degraded*: a hash input changes and blue/green cannot run (a tier has one engine: no half
   to free; or no proxy in front): one tier serves alone, as plain engines, while the other is
   replaced, then the other way round, and P/D again once the new pairs are proven
-  (tier_upgrade.py's phases). No outage, and nothing asked.
+  (tier_upgrade.py's phases). No outage, and nothing asked. Also a change that keeps NIXL
+  compatibility but replaces the only engine of a tier (a roll would take that tier, and the
+  endpoint, down): the other tier serves alone while the changed tiers are replaced.
 - *outage*: a hash input changes and not every running engine is replaced (one kept as it
   runs would pair old with new): every engine is replaced at once (the recreate path) and
   the endpoint fails requests until the new set is ready; `up` asks for --yes first, as for
@@ -18,7 +20,9 @@
 
 ``blue_green`` says whether blue/green can run (a proxy in front, every running engine
 replaced); ``degraded`` whether degraded mode can (every running engine replaced, each tier
-with an engine before and after).
+with an engine before and after); ``lone`` the tiers of one engine a compatible change
+replaces, which degraded mode then replaces where it can (each tier with an engine before
+and after; no engine data-parallel or new, no host with both tiers, the router unchanged).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from pdboot.plan.nixl_compat import (
     same_image_version,
 )
 from pdboot.plan.rolling import Capacity
-from pdboot.plan.tier_upgrade import capacity, running, tier_phases
+from pdboot.plan.tier_upgrade import capacity, changed_tiers, running, tier_phases
 
 PathKind = Literal["none", "roll", "blue-green", "degraded", "outage"]
 
@@ -111,11 +115,24 @@ def choose(
     *,
     blue_green: bool,
     degraded: bool = False,
+    lone: Sequence[TierName] = (),
+    changed: Sequence[TierName] = TIERS,
 ) -> UpgradePath:
     """``replaced``: the engine steps that recreate a running engine; ``blue``: tier ->
-    the keys of the engines serving now; ``green``: tier -> the keys the inventory wants."""
+    the keys of the engines serving now; ``green``: tier -> the keys the inventory wants;
+    ``lone``: for a compatible change that degraded mode can carry, the tiers of one engine
+    it replaces; ``changed``: the tiers with an engine to replace or add."""
     if not replaced:
         return UpgradePath("none", "no running engine changes its configuration", compat)
+    if compat.compatible and lone:
+        tiers = " and ".join(f"the {t} tier" for t in lone)
+        has = "each have" if len(lone) > 1 else "has"
+        why = (
+            f"{compat.why}; but {tiers} {has} one engine, which a roll would take down: "
+            "the other tier serves alone while the changed tiers are replaced"
+        )
+        phases = degraded_phases(blue, green, changed, "with its new settings")
+        return UpgradePath("degraded", why, compat, phases)
     if compat.compatible:
         return UpgradePath("roll", compat.why, compat)
     single = [t for t in TIERS if len(blue.get(t, ())) < 2]
@@ -196,12 +213,15 @@ def blue_green_phases(
 
 
 def degraded_phases(
-    blue: Mapping[TierName, Sequence[str]], green: Mapping[TierName, Sequence[str]]
+    blue: Mapping[TierName, Sequence[str]],
+    green: Mapping[TierName, Sequence[str]],
+    tiers: Sequence[TierName] = TIERS,
+    change: str = "on the new build",
 ) -> tuple[Phase, ...]:
     """tier_upgrade.py's phases as `up` shows them: what runs, each tier's capacity, the
     serving mode; the endpoint stays up in every one."""
     out = []
-    for p in tier_phases(blue, green):
+    for p in tier_phases(blue, green, tiers, change):
         side = "green" if p.serving_tier in p.new or p.mode == "pd" else "blue"
         out.append(Phase(p.number, p.describe(), running(p, blue, green),
                          capacity(p, blue, green), True, side, p.mode))  # fmt: skip
@@ -241,8 +261,34 @@ def upgrade_path(
     every = all(s.kind == "recreate" for s in steps if s.service.is_engine and s.current)
     ok = plan.proxy is not None and every
     # degraded mode needs the same, and an engine in each tier before and after, not a proxy
-    alone = every and all(blue[t] and green[t] for t in TIERS)
-    return choose(replaced_engines(steps), compat, blue, green, blue_green=ok, degraded=alone)
+    both = all(blue[t] and green[t] for t in TIERS)
+    alone = every and both
+    replaced = replaced_engines(steps)
+    engines = [s for s in steps if s.service.is_engine]
+    changed = changed_tiers(engines)
+    # a compatible change: only a tier of one that would go down, and only where degraded
+    # mode carries the whole change: no engine data-parallel or new, the router as it runs
+    # (the proxy's and watch's steps are `up`'s own, on every path), and no host with
+    # engines of both tiers (the roll orders GPUs handed between them; a tier's replacement
+    # does not)
+    hosts = {t: {s.service.host for s in engines if s.service.role == t} for t in TIERS}
+    carried = (
+        both
+        and not any(s.service.headless or s.kind == "create" for s in engines)
+        and all(s.kind == "unchanged" for s in steps if s.service.role == "router")
+        and not hosts["prefill"] & hosts["decode"]
+    )
+    lone = [t for t in changed if len(blue[t]) == 1 and any(s.service.role == t for s in replaced)]
+    return choose(
+        replaced,
+        compat,
+        blue,
+        green,
+        blue_green=ok,
+        degraded=alone,
+        lone=lone if carried else (),
+        changed=changed,
+    )
 
 
 @dataclass(frozen=True)

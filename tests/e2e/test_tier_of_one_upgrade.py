@@ -5,7 +5,10 @@ does), 1 prefill x 1 decode, a client loop sending a completion every ~50 ms thr
 endpoint while `pdboot up` moves the engines from the stand-in image (0.33.0) to its nightly
 (0.33.0+nightly.1): `up --plan` shows the six phases with their capacity; `up` exits 0
 without --yes, the degraded phases are served through the spare router (the proxy moves there
-and back home), no request fails, and no engine logs a compatibility hash mismatch.
+and back home), no request fails, and no engine logs a compatibility hash mismatch. Then a
+change that keeps NIXL compatibility, to the decode alone: a roll would take the only decode
+down; through degraded mode the prefill serves alone while the decode is replaced, no request
+fails and the prefill keeps running.
 
 Under CI=true a testbed that cannot start fails this test; elsewhere it skips.
 """
@@ -78,5 +81,41 @@ def test_one_prefill_one_decode_to_a_new_build_serves_throughout(
         assert "compatibility hash mismatch" not in engine_logs(tb, HOSTS)
         again = pdboot("up", str(nightly), "--plan", "--detailed-exitcode")
         assert again.returncode == 0, again.stdout + again.stderr
+
+        # a change that keeps NIXL compatibility, to the decode alone: a roll would take the
+        # only decode down; the prefill serves alone while the decode is replaced, and keeps
+        # running
+        prefill = prefill_id(tb)
+        settings = inventory(
+            tb,
+            work / "settings.yaml",
+            tag=STANDIN_NIGHTLY_TAG,
+            prefill=["p1"],
+            decode=["d1"],
+            decode_env={"PDBOOT_E2E": "settings"},
+        )
+        case = change_under_load(tb, "tier-of-one-settings", "degraded", settings, [])
+        print(
+            f"1P1D decode settings through degraded mode: rc {case.rc}, {case.seconds:.1f} s, "
+            f"served {case.served}, failed {case.failed} {case.errors}"
+        )
+        assert case.rc == 0, case.output
+        assert "upgrade path: through degraded mode" in case.output, case.output
+        assert "keeps its vLLM version" in case.output, case.output
+        for n in range(1, 5):
+            assert f"degraded upgrade phase {n}:" in case.output, case.output
+        assert "degraded upgrade phase 5:" not in case.output, case.output
+        assert "the router serves the old prefill tier alone" in case.output, case.output
+        assert case.failed == 0 and case.served >= 10, (case.errors, case.output)
+        assert prefill_id(tb) == prefill
     finally:
         assert pdboot("down", str(nightly)).returncode == 0
+
+
+def prefill_id(tb: Any) -> str:
+    res = tb.hosts["p1"].docker(
+        "ps", "-q", "--no-trunc", "--filter", "label=io.pdboot.role=prefill"
+    )
+    ids = res.stdout.split()
+    assert len(ids) == 1, res.stdout
+    return str(ids[0])

@@ -465,13 +465,13 @@ def test_inventory_change_touching_only_decode(cli: Cli, tb3: Any, tmp_path: Pat
         name="e2echange",
         decode_args=["--max-model-len", "4096"],
     )
-    # a tier of one engine cannot roll: without a terminal, `up` refuses without --yes
+    # a tier of one engine cannot roll: `up` replaces it through degraded mode (the prefill
+    # serves alone meanwhile), nothing asked
     res = cli("up", str(path), preflight=True)
-    assert res.returncode == 1 and "run again with --yes" in output(res), output(res)
-    assert ids(tb3, "e2echange") == before
-    res = cli("up", str(path), "--yes", preflight=True)
     out = res.stdout
     assert res.returncode == 0, output(res)
+    assert "upgrade path: through degraded mode" in out and "--yes" not in out, out
+    assert "degraded upgrade phase 4: P/D again" in out, out
     lines = out.splitlines()
     assert any("decode@decode" in ln and "recreate" in ln for ln in lines), out
     assert any("prefill@prefill" in ln and "unchanged" in ln for ln in lines), out
@@ -491,8 +491,9 @@ def test_inventory_change_touching_only_decode(cli: Cli, tb3: Any, tmp_path: Pat
         decode_args=["--max-model-len", "4096"],
         prefill_env={"PDBOOT_E2E": "1"},
     )
-    res = cli("up", str(path), "--yes", preflight=True)
+    res = cli("up", str(path), preflight=True)
     assert res.returncode == 0, output(res)
+    assert "degraded upgrade phase 6: P/D again" in res.stdout, res.stdout
     lines = res.stdout.splitlines()
     decode_line = next(ln for ln in lines if "decode@decode" in ln and "recreate" in ln)
     assert "prefill@prefill" in decode_line and "NIXL" in decode_line, res.stdout

@@ -323,18 +323,17 @@ def test_prefill_killed_before_the_pull_fail_then_recompute(cli: Cli, tb: Testbe
     decode = f"http://{tb.hosts['decode'].address}:8201"
     m = f"{decode}/metrics"
     # The first `up` finds the watch test's deployment, whose prefill restarted under its
-    # decode: it restarts the decode (NIXL state, plan/converge.py decode_restarts), for a
-    # tier of one an outage asked with --yes (docs/known-limits.md); no client here.
+    # decode: it restarts the decode (NIXL state, plan/converge.py decode_restarts), a tier
+    # of one, through degraded mode (the prefill serves alone meanwhile); nothing asked.
     for policy in ("fail", "recompute"):
         res, _ = up(
-            cli,
-            tb,
-            "kill",
-            "--yes",
-            image=nightly_image(tb),
-            kv_transfer={"kv_load_failure_policy": policy},
+            cli, tb, "kill", image=nightly_image(tb), kv_transfer={"kv_load_failure_policy": policy}
         )
         assert res.returncode == 0, output(res)[-3000:]
+        if policy == "fail":
+            text = output(res)
+            assert "upgrade path: through degraded mode" in text, text[-3000:]
+            assert "degraded upgrade phase 4: P/D again" in text, text[-3000:]
         wait_health(prefill, 30)
         params, body = _pd_probe(prefill, decode)
         tb.hosts["prefill"].docker("kill", container(tb, "prefill", "kill", "prefill"))

@@ -14,7 +14,7 @@ from pdboot.deploy.up_options import UpOptions
 from pdboot.inventory.schema import Inventory
 from pdboot.plan.build import build_plan
 from tests.unit.builders import ROLL_HOSTS, inventory
-from tests.unit.orchestrator_fakes import World, run_up, up_in
+from tests.unit.orchestrator_fakes import Recorder, World, run_up, up_in
 
 HOSTS = ROLL_HOSTS
 FAST = {
@@ -161,27 +161,56 @@ def test_plan_shows_the_steps_and_changes_nothing() -> None:
     assert world.locks == []  # --plan takes no lock
 
 
-def test_a_tier_of_one_needs_yes() -> None:
+def test_a_tier_of_one_goes_through_degraded_mode_and_nothing_is_asked() -> None:
+    """1 prefill x 1 decode to an image with the same build: a roll would take each tier,
+    and the endpoint, down in turn (an outage asked with --yes before); through degraded
+    mode the other tier serves alone while each is replaced."""
     world = World(inv(prefill="p1", decode="d1"))
     assert run_up(world)[0] == 0
     world.calls.clear()
     world.inv = inv("v0.33.0-rebuild", prefill="p1", decode="d1")
-    code, rec = run_up(world)
-    assert code == 1 and not [c for c in world.calls if c[0] == "compose_up"]
-    assert any("cannot roll" in n.message for n in rec.of(ev.Note))
     asked: list[list[str]] = []
-    code = run_up_confirm(world, asked)
-    assert code == 0 and len(asked) == 1 and "one engine" in asked[0][0]
+    rec = Recorder()
+    code = up_in(world, UpOptions(skip_preflight=True), rec, confirm=confirm_into(asked))
+    notes = [n.message for n in rec.of(ev.Note)]
+    assert code == 0 and asked == [], notes
+    assert not any("cannot roll" in n for n in notes)
+    path = next(n for n in notes if n.startswith("upgrade path:"))
+    assert "through degraded mode" in path and "a roll would take down" in path, path
+    phases = [n for n in notes if n.startswith("degraded upgrade phase")]
+    assert len(phases) == 6 and "starts with its new settings" in phases[1], phases
+    started = {what for op, _h, what in world.calls if op == "compose_up"}
+    assert any("prefill" in w for w in started) and any("decode" in w for w in started)
+    assert world.registered == plan_workers(build_plan(world.inv))
+    assert {e.service: e.action for e in rec.of(ev.ServiceAction)}["decode@d1"] == "recreate"
 
 
-def run_up_confirm(world: World, asked: list[list[str]]) -> int:
-    from tests.unit.orchestrator_fakes import Recorder
+def test_a_decode_change_of_one_prefill_one_decode_keeps_the_prefill_running() -> None:
+    """Only the decode changes: the prefill serves alone while it is replaced (4 phases);
+    the prefill is not restarted."""
+    world = World(inv(prefill="p1", decode="d1"))
+    assert run_up(world)[0] == 0
+    (prefill,) = world.of_role("prefill")
+    world.inv = inv(prefill="p1", decode="d1", **{"decode.extra_args": ["--max-model-len", "4096"]})
+    rec = Recorder()
+    assert up_in(world, UpOptions(skip_preflight=True), rec, confirm=None) == 0
+    phases = [n.message for n in rec.of(ev.Note) if n.message.startswith("degraded upgrade phase")]
+    assert [p.split(":", 1)[1].strip()[:40] for p in phases] == [
+        "the router serves the old prefill tier a",
+        "the decode tier drains, stops and starts",
+        "every new prefill->decode pair proven (a",
+        "P/D again: the router serves the new pre",
+    ], phases
+    assert world.of_role("prefill")[0].id == prefill.id
+    assert world.registered == plan_workers(build_plan(world.inv))
 
+
+def confirm_into(asked: list[list[str]]) -> Any:
     def confirm(outages: list[str]) -> bool:
         asked.append(outages)
         return True
 
-    return up_in(world, UpOptions(skip_preflight=True), Recorder(), confirm=confirm)
+    return confirm
 
 
 def test_a_failing_replacement_stops_the_roll_and_a_rerun_finishes_it() -> None:

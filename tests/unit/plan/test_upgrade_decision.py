@@ -83,3 +83,61 @@ def test_no_engine_replaced_is_no_path() -> None:
     d = decided(same, same, V33, pulled=True)
     assert d.path is not None and d.path.kind == "none"
     assert d.change.roll.steps == ()
+
+
+def settings_changed(old: Inventory, new: Inventory) -> Decision:
+    """The same image (its build read as the running one), other settings."""
+    before, after = build_plan(old), build_plan(new)
+    change = change_plan(after, running(before), ChangeOptions(live=True))
+    builds = {s.key: V33 for s in before.services() if s.is_engine}
+    return decide(after, change, builds, {OLD: V33}, pulled=True)
+
+
+def test_a_compatible_change_to_a_decode_tier_of_one_goes_through_degraded_mode() -> None:
+    """A roll would take the only decode, and the endpoint, down: the prefill tier serves
+    alone while the decode tier (only it) is replaced, then P/D again."""
+    longer = {"decode.extra_args": ["--max-model-len", "4096"]}
+    new = inventory(image=OLD, overrides=longer)
+    d = settings_changed(one_and_one(OLD), new)
+    assert d.taken("degraded") and d.path is not None
+    assert d.path.compat.compatible
+    assert "the decode tier has one engine, which a roll would take down" in d.path.why
+    assert [(p.mode, p.running) for p in d.path.phases] == [
+        ("prefill_only", ("blue: prefill@p1", "blue: decode@d1")),
+        ("prefill_only", ("blue: prefill@p1", "green: decode@d1")),
+        ("prefill_only", ("blue: prefill@p1", "green: decode@d1")),
+        ("pd", ("blue: prefill@p1", "green: decode@d1")),
+    ]
+    assert "starts with its new settings" in d.path.phases[1].what
+    caps = [[c.describe() for c in p.capacity] for p in d.path.phases]
+    assert caps[0] == ["prefill 1/1", "decode 0/1"] and caps[-1] == ["prefill 1/1", "decode 1/1"]
+    assert all(p.endpoint_up for p in d.path.phases)
+    assert d.change.roll.steps == ()
+
+
+def test_a_compatible_change_with_two_engines_a_tier_still_rolls() -> None:
+    longer = {"decode.extra_args": ["--max-model-len", "4096"]}
+    new = inventory(ROLL_HOSTS, ["p1", "p2"], ["d1", "d2"], "r", image=OLD, overrides=longer)
+    d = settings_changed(two_and_two(OLD), new)
+    assert d.path is not None and d.path.kind == "roll"
+    assert d.change.roll.steps
+
+
+def test_a_compatible_change_that_also_changes_the_router_rolls_as_before() -> None:
+    """Degraded mode's phases do not carry a router change: the roll (with its outage asked
+    for the tier of one) stays the path."""
+    both = {"decode.extra_args": ["--max-model-len", "4096"], "router.request_timeout_secs": 600}
+    new = inventory(image=OLD, overrides=both)
+    d = settings_changed(one_and_one(OLD), new)
+    assert d.path is not None and d.path.kind == "roll", d.path
+    assert d.change.roll.outages
+
+
+def test_a_decode_of_one_changed_while_a_second_joins_rolls_without_an_outage() -> None:
+    """A new engine in the changed tier: the roll adds it before it replaces the old one, so
+    the tier never goes down; degraded mode is not needed (nor does it order GPUs)."""
+    longer = {"decode.extra_args": ["--max-model-len", "4096"]}
+    new = inventory(ROLL_HOSTS, ["p1"], ["d1", "d2"], "r", image=OLD, overrides=longer)
+    d = settings_changed(inventory(ROLL_HOSTS, ["p1"], ["d1"], "r", image=OLD), new)
+    assert d.path is not None and d.path.kind == "roll", d.path
+    assert not d.change.roll.outages
