@@ -221,13 +221,18 @@ class SlurmCluster:
     def leftovers(self, job: str) -> list[str]:
         """Processes of the job still running (step shells, step daemons, docker clients);
         an exited slurmstepd may stay a zombie until its namespace's anchor reaps it: not
-        running, so not counted."""
+        running, so not counted. Only this cluster's: test hosts share the machine's PID
+        namespace, and another test's cluster numbers its jobs from 1 too (CI once read the
+        real-engine Slurm test's running `slurmstepd: [1.batch]` as this job's), so a
+        process counts only in the network namespace of one of this cluster's hosts."""
+        ours = {os.stat(f"/run/netns/{h.netns}").st_ino for h in self.hosts}
         ps = self.run(None, "ps -eo pid=,stat=,args=").stdout.splitlines()
         return [
             ln
             for ln in ps
             if ln.split()[1][0] != "Z"
             and any(w in ln for w in ("pdboot-step", "slurmstepd", f"slurm-job={job}"))
+            and procs.ns_inode(ln.split()[0], "net") in ours
         ]
 
     @staticmethod
