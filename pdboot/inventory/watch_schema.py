@@ -24,8 +24,9 @@ class Watch(Strict):
     restart_after: int = Field(default=2, ge=1, le=1000)  # bad rounds (peer faults) in a row
     restart_backoff_seconds: float = Field(default=600.0, ge=0, le=7 * DAY)
     drain_seconds: float = Field(default=30.0, ge=0, le=DAY)
-    # the last engine of a tier whose /health fails leaves the router and the other tier
-    # serves alone as plain engines (degraded mode, docs/watch.md); false: it stays (an alert)
+    # the last engine of a tier certainly at fault (its /health, or its own answer, failing)
+    # leaves the router and the other tier serves alone as plain engines (degraded mode,
+    # docs/watch.md); false: it stays (an alert)
     degraded: bool = True
     # its Prometheus metrics and last verdicts (/metrics, /verdicts) on the router host
     port: int = Field(default=29100, ge=1, le=65535)

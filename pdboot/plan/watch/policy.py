@@ -3,12 +3,15 @@
 Pure: plain values and the round's time (a fake clock in tests); nothing here sends a request.
 
 Who is to blame when a pair fails. A canary goes through one prefill->decode pair, so a failed
-pair says "one of these two". An engine is blamed directly when its own ``/health`` fails or
-(decodes) when its answer alone is missing or hangs. Otherwise an engine is blamed when more
-than half of its pairs failed, counting only pairs whose other end is not blamed directly: with
-two decodes, a decode that breaks every pair is blamed and the prefills, which still work with
-the other decode, are not. With one prefill and one decode a failing pair is a tie: neither can
-leave the router (the last engine of a tier): that is an alert.
+pair says "one of these two". An engine is blamed directly when its own ``/health`` fails,
+when (decodes) its answer alone is missing or hangs, or when (prefills) it refuses the prefill
+step, which no decode takes part in: real vLLM draining on SIGTERM answers 500 ("cannot
+schedule new futures after shutdown") until it exits, and that prefill is the one to leave.
+Otherwise an engine is blamed when more than half of its pairs failed, counting only pairs
+whose other end is not blamed directly: with two decodes, a decode that breaks every pair is
+blamed and the prefills, which still work with the other decode, are not. With one prefill
+and one decode any other failing pair is a tie: neither can leave the router (the last engine
+of a tier): that is an alert.
 
 The last engine of a tier leaves the router only when it is certainly the one at fault (its
 ``/health`` fails, or its own answer does) and the other tier keeps an engine in rotation:
@@ -185,6 +188,10 @@ def blame(engines: Sequence[WatchedEngine], obs: Round) -> dict[str, Blame]:
     for p in obs.pairs:
         if p.step == "direct" and not p.ok and p.decode not in direct:
             direct[p.decode] = Blame(p.fault, p.reason())
+        # the prefill step goes to the prefill alone: an answer refused there is its own,
+        # whatever the decode (a hang stays a pair's: a slow prefill is weighed, not evicted)
+        if p.step == "prefill" and p.result == "error" and p.prefill not in direct:
+            direct[p.prefill] = Blame(p.fault, p.reason())
     out = dict(direct)
     counted = [p for p in obs.pairs if p.prefill not in direct and p.decode not in direct]
 

@@ -207,3 +207,38 @@ def test_both_tiers_lost_the_second_stays_in_the_router_with_an_alert() -> None:
     state, acts = run([rnd(0, {}, down, one_one)], engines=one_one)
     assert [(type(a), a.engine) for a in acts[0]] == [(Evict, "p1"), (Alert, "d1")]  # type: ignore[attr-defined]
     assert state.engines["d1"].in_rotation
+
+
+def test_the_only_prefill_refusing_its_step_leaves_at_once_while_its_health_answers() -> None:
+    """Real vLLM draining on SIGTERM: /health answers, the prefill step gets HTTP 500 (the
+    body captured in CI, 2026-12-07). The prefill step involves no decode, so the prefill is
+    blamed for certain: evicted on the first round, the decode serving alone (degraded)."""
+    one_one = [P1, D1]
+    draining = PairCheck(
+        "p1",
+        "d1",
+        "error",
+        "prefill",
+        'HTTP 500 {"error":{"message":"cannot schedule new futures after shutdown"}}',
+    )
+    state, acts = run([rnd(0, {("p1", "d1"): draining}, engines=one_one)], engines=one_one)
+    assert [(type(a), a.engine) for a in acts[0]] == [(Evict, "p1")]  # type: ignore[attr-defined]
+    assert not state.engines["p1"].in_rotation and state.engines["d1"].in_rotation
+
+
+def test_a_prefill_step_that_hangs_is_still_a_tie_in_one_pair() -> None:
+    """A hang is weighed as before (a slow prefill under load is not evicted for certain)."""
+    one_one = [P1, D1]
+    slow = {("p1", "d1"): PairCheck("p1", "d1", "hang", "prefill", "timed out")}
+    state, acts = run([rnd(t, slow, engines=one_one) for t in range(2)], engines=one_one)
+    assert acts[0] == [] and [type(a) for a in acts[1]] == [Alert]
+    assert all(s.in_rotation for s in state.engines.values())
+
+
+def test_one_of_two_prefills_refusing_its_step_is_blamed_on_half_a_round() -> None:
+    """Seen by one of its two canaries (it began draining between them): the refusal is the
+    prefill's own, so it is blamed, and neither decode."""
+    half = {("p1", "d2"): PairCheck("p1", "d2", "error", "prefill", "HTTP 500")}
+    assert set(blame(TWO_BY_TWO, rnd(0, half))) == {"p1"}
+    _, acts = run([rnd(0, half)])
+    assert [(type(a), a.engine) for a in acts[0]] == [(Evict, "p1")]  # type: ignore[attr-defined]
