@@ -303,6 +303,11 @@ class _Upstream(http.server.ThreadingHTTPServer):
     """A stand-in for the router that holds each completion until ``release`` is set."""
 
     daemon_threads = True
+    # socketserver's listen backlog is 5, and the burst below opens up to 256 connections
+    # at once: in a loaded CI run 8 or more of its 512 requests got nginx's 502, most likely
+    # at this full accept queue (a router's listener holds far more; the stand-in engine
+    # sets 128 for the same reason)
+    request_queue_size = 1024
 
     def __init__(self) -> None:
         self.release = threading.Event()
