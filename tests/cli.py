@@ -94,3 +94,9 @@ class Cli:
             return res, json.loads(res.stdout)
         except json.JSONDecodeError:
             pytest.fail(f"pdboot {' '.join(args)}: not JSON (rc {res.returncode}):\n{output(res)}")
+
+    def status_json(self, inv: Path | str) -> Any:
+        """`status INV --json` that exits 0 (the output shown otherwise): its document."""
+        res, doc = self.run_json("status", str(inv), "--json")
+        assert res.returncode == 0, output(res)
+        return doc

@@ -225,9 +225,7 @@ def test_dp_tiers_up_request_status_change_down(
         assert after["3"] == before["3"] + 1 and after["2"] == before["2"], (before, after)
 
         # status per rank
-        st = cli("status", str(inv), "--json")
-        assert st.returncode == 0, output(st)
-        rows = {r["service"]: r for r in json.loads(st.stdout)["services"]}
+        rows = {r["service"]: r for r in cli.status_json(inv)["services"]}
         assert rows["decode@dec-a"]["ranks"].startswith("ranks 0-1 of 4 (head)")
         assert rows["decode@dec-a"]["ranks"].endswith("/metrics engines 0,1,2,3")
         assert rows["decode@dec-b"]["ranks"] == "ranks 2-3 of 4 (headless)"

@@ -158,9 +158,7 @@ def test_two_hosts_four_engines_per_tier(cli: Cli, tb: Testbed, tmp_path: Path) 
         f"http://{a}:8000",
     )
 
-    st = cli("status", str(inv), "--json")
-    assert st.returncode == 0, output(st)
-    rows = {r["service"]: r for r in json.loads(st.stdout)["services"]}
+    rows = {r["service"]: r for r in cli.status_json(inv)["services"]}
     assert len(rows) == 10 and all(
         r["health"] == "ok" and r["matches_inventory"] for r in rows.values()
     )

@@ -9,7 +9,6 @@ files travel over SSH; pdboot's own code runs in this process against it.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from pdboot.transport import lock, lock_holder
 from pdboot.transport.docker_host import PROJECT_MARKER, Engine
 from pdboot.transport.docker_parse import EngineError
 from pdboot.transport.ssh import connect
+from tests.lock_race import race_for_lock
 from tests.testbed.harness import HostSpec
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -144,23 +144,7 @@ def test_racing_takeovers_of_an_ownerless_lock_have_one_winner(one_host: Any) ->
     for _ in range(3):
         # left by a run that died between mkdir and writing owner (an older pdboot)
         host.exec(f"mkdir -p {LOCK_DIR} && touch -d '-5 min' {LOCK_DIR}", check=True)
-        won: list[lock_holder.HeldLock] = []
-        busy: list[str] = []
-        go = threading.Event()
-
-        def run() -> None:
-            go.wait()
-            try:
-                won.append(lock.take(inv, "up", wait=False, say=lambda _m: None))
-            except lock.LockBusy as e:
-                busy.append(str(e))
-
-        threads = [threading.Thread(target=run) for _ in range(4)]
-        for t in threads:
-            t.start()
-        go.set()
-        for t in threads:
-            t.join(60)
+        won, busy = race_for_lock(lambda: lock.take(inv, "up", wait=False, say=lambda _m: None))
         try:
             assert len(won) == 1 and len(busy) == 3, (len(won), busy)
             assert _owner_run_id(host) == won[0].owner.run_id

@@ -96,9 +96,7 @@ def test_gate_passes_speed_line_and_pd_status(cli: Cli, tb3: Any, tmp_path: Path
     for i in range(3):
         body = {"model": "Qwen/Qwen3-0.6B", "prompt": f"Count to {i + 3}.", "max_tokens": 4}
         assert http_json(f"{endpoint}/completions", body)["choices"][0]["text"]
-    res = cli("status", str(inv), "--json")
-    assert res.returncode == 0, output(res)
-    doc = json.loads(res.stdout)
+    doc = cli.status_json(inv)
     engines = {e["service"]: e for e in doc["pd"]["engines"]}
     assert set(engines) == {"prefill@prefill", "decode@decode"}
     dec, pre = engines["decode@decode"], engines["prefill@prefill"]

@@ -67,9 +67,8 @@ def test_auto_rdma_follows_preflight_per_host(cli: Cli, make_testbed: Any, tmp_p
     assert ucx == ["UCX_NET_DEVICES=eth0"], ucx
 
     # no preflight now: the findings recorded on the hosts give the same config hashes
-    st = cli("status", str(inv), "--json")
-    assert st.returncode == 0, output(st)
-    assert all(s["matches_inventory"] for s in json.loads(st.stdout)["services"]), st.stdout
+    status = cli.status_json(inv)
+    assert all(s["matches_inventory"] for s in status["services"]), status
     again = cli("up", str(inv), "--skip-preflight")
     assert again.returncode == 0, output(again)
     assert "as the last preflight found, recorded on the host" in again.stdout

@@ -29,6 +29,17 @@ UVERBS_MINOR = 192
 RDMA_CM = (10, 258)  # as in the H200 capture's ls -la /dev/infiniband
 
 
+# as the H200 capture shows them; the RTX PRO 6000 Server Edition profiles say the same
+_SERVER_GPU_SETTINGS: dict[str, Any] = {
+    "persistence_mode": "Enabled",
+    "display_active": "Off",
+    "mig_mode": "Disabled",
+    "ecc_mode": "Enabled",
+    "ecc_errors_uncorrected": 0,
+    "fan": "N/A",
+}
+
+
 def _rtx_gpu(index: int, bus: str) -> dict[str, Any]:
     return {
         "index": index,
@@ -41,12 +52,7 @@ def _rtx_gpu(index: int, bus: str) -> dict[str, Any]:
         "memory_used": 0,
         "compute_cap": "12.0",
         "architecture": "Blackwell",
-        "persistence_mode": "Enabled",
-        "display_active": "Off",
-        "mig_mode": "Disabled",
-        "ecc_mode": "Enabled",
-        "ecc_errors_uncorrected": 0,
-        "fan": "N/A",
+        **_SERVER_GPU_SETTINGS,
         "temperature": 31 + index,
         "pstate": "P8",
         "power_draw": 28.0 + index,
@@ -109,12 +115,7 @@ H200: dict[str, Any] = {
             "memory_used": 0,
             "compute_cap": "9.0",
             "architecture": "Hopper",
-            "persistence_mode": "Enabled",
-            "display_active": "Off",
-            "mig_mode": "Disabled",
-            "ecc_mode": "Enabled",
-            "ecc_errors_uncorrected": 0,
-            "fan": "N/A",
+            **_SERVER_GPU_SETTINGS,
             "temperature": 37,
             "pstate": "P0",
             "power_draw": 126.0,

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli import Cli
+from tests.cli import Cli, output
 from tests.conftest import started_testbed
 from tests.testbed.harness import HostSpec, Testbed
 from tests.testbed.inventory import REAL_SERVED_NAME
@@ -153,6 +153,22 @@ class EndpointLoad:
     def served_since(self, t: float) -> int:
         """Answers whose request started at ``t`` or later."""
         return sum(1 for t0 in self.answered if t0 >= t)
+
+
+def up_to_nightly_under_load(
+    cli: Cli, inv: Path, endpoint: str, what: str, *flags: str
+) -> tuple[str, EndpointLoad]:
+    """`up` to the nightly build (``inv``) with a client through ``endpoint``: its output and
+    the client. Asserted: `up` exited 0 and read the version change real vLLM hashes into
+    every NIXL handshake; the seconds and counts are printed as ``what``."""
+    with EndpointLoad(endpoint) as load:
+        t0 = time.monotonic()
+        res = cli("up", str(inv), *flags, "--no-speed", timeout=1500)
+    text = output(res)
+    print(f"\n[real-engine] {what}: {time.monotonic() - t0:.0f}s, {load.counts()}")
+    assert res.returncode == 0, text[-6000:]
+    assert "vLLM version 0.32.0 -> 0.32.0+nightly.1" in text, text[-4000:]
+    return text, load
 
 
 def metrics_text(url: str) -> str:

@@ -11,7 +11,6 @@ for the module; the tests run in file order on it.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -25,13 +24,13 @@ from tests.conftest import aiperf_for_tests
 from tests.e2e.real_engine.conftest import (
     SHARED,
     Deployed,
-    EndpointLoad,
     container,
     container_ids,
     http_json,
     metric,
     pd_probe,
     total,
+    up_to_nightly_under_load,
 )
 from tests.testbed.inventory import REAL_SERVED_NAME
 
@@ -143,9 +142,7 @@ def test_two_decode_engines_on_one_host_each_pull_kv(deployed: Deployed) -> None
 def test_status_reads_real_pd_metrics(cli: Cli, deployed: Deployed) -> None:
     import json
 
-    st = cli("status", str(deployed.inv), "--json")
-    assert st.returncode == 0, output(st)
-    doc = json.loads(st.stdout)
+    doc = cli.status_json(deployed.inv)
     assert doc["healthy"] is True
     assert {s["service"] for s in doc["services"]} == {
         "prefill@prefill",
@@ -248,14 +245,8 @@ def test_a_new_vllm_build_goes_blue_green_with_no_failed_request(
     doc["image"] = doc["image"].rsplit(":", 1)[0] + ":v0.32.0-nightly"
     nightly = deployed.inv.with_name("nightly.yaml")
     nightly.write_text(yaml.safe_dump(doc, sort_keys=False))
-    with EndpointLoad(deployed.router) as load:
-        t0 = time.monotonic()
-        res = cli("up", str(nightly), "--no-speed", timeout=1500)
+    text, load = up_to_nightly_under_load(cli, nightly, deployed.router, "blue/green upgrade")
     counts = load.counts()
-    text = output(res)
-    print(f"\n[real-engine] blue/green upgrade: {time.monotonic() - t0:.0f}s, {counts}")
-    assert res.returncode == 0, text[-6000:]
-    assert "vLLM version 0.32.0 -> 0.32.0+nightly.1" in text, text[-4000:]
     assert "upgrade path: blue/green" in text, text[-4000:]
     for n in range(1, 6):
         assert f"blue/green phase {n}:" in text, text[-4000:]

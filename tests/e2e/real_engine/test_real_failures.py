@@ -38,6 +38,7 @@ from tests.e2e.real_engine.conftest import (
     metrics_text,
     pd_probe,
     prefilled,
+    up_to_nightly_under_load,
     wait_health,
 )
 from tests.testbed.harness import Testbed
@@ -209,14 +210,11 @@ def test_a_tier_of_one_goes_to_a_new_build_through_degraded_mode(cli: Cli, tb: T
     doc["image"] = nightly_image(tb)
     nightly = tb.dir / "kill-nightly.yaml"
     nightly.write_text(yaml.safe_dump(doc, sort_keys=False))
-    with EndpointLoad(f"http://{tb.hosts['ingress'].address}:8000") as load:
-        t0 = time.monotonic()
-        res = cli("up", str(nightly), "--skip-preflight", "--no-speed", timeout=1500)
+    endpoint = f"http://{tb.hosts['ingress'].address}:8000"
+    text, load = up_to_nightly_under_load(
+        cli, nightly, endpoint, "1P1D degraded upgrade", "--skip-preflight"
+    )
     counts = load.counts()
-    text = output(res)
-    print(f"\n[real-engine] 1P1D degraded upgrade: {time.monotonic() - t0:.0f}s, {counts}")
-    assert res.returncode == 0, text[-6000:]
-    assert "vLLM version 0.32.0 -> 0.32.0+nightly.1" in text, text[-4000:]
     assert "upgrade path: through degraded mode" in text, text[-4000:]
     for n in range(1, 7):
         assert f"degraded upgrade phase {n}:" in text, text[-4000:]

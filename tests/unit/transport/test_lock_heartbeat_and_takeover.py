@@ -6,7 +6,6 @@ what up, down and stage do when the lock is lost: tests/unit/deploy/test_lock_lo
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from pdboot.transport import lock, lock_holder
 from pdboot.transport.connection import CommandResult, LocalConnection, RemoteError
+from tests.lock_race import race_for_lock
 
 OWNER = lock.Owner("ana", "laptop-1", 4242, "a1b2c3d4", "up", "2026-11-30T20:00:00+00:00")
 
@@ -179,25 +179,10 @@ def test_racing_runs_on_an_ownerless_stale_lock_never_both_win(tmp_path: Path) -
     for attempt in range(5):
         path = tmp_path / f"r{attempt}" / "demo.lock"
         _stale(path, owner=None)
-        won: list[lock_holder.HeldLock] = []
-        busy: list[str] = []
-        go = threading.Event()
-
-        def run() -> None:
-            go.wait()
-            try:
-                won.append(
-                    lock.acquire(Counting(), str(path), "up", wait=False, say=lambda _m: None)
-                )
-            except lock.LockBusy as e:
-                busy.append(str(e))
-
-        threads = [threading.Thread(target=run) for _ in range(4)]
-        for th in threads:
-            th.start()
-        go.set()
-        for th in threads:
-            th.join(30)
+        won, busy = race_for_lock(
+            lambda: lock.acquire(Counting(), str(path), "up", wait=False, say=lambda _m: None),
+            join_seconds=30,
+        )
         assert len(won) == 1, (len(won), busy)
         assert len(busy) == 3
         owner = lock.Owner.parse((path / "owner").read_text())
