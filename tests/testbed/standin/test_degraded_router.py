@@ -4,8 +4,10 @@ emulation) on loopback, 1 prefill x 1 decode, a client loop through the router:
 - the router's rule the switch rests on (plan/degraded.py): decode workers alone answer 503,
   the same engine registered again as a plain (regular) worker under its URL with a trailing
   slash serves, and a prefill added beside it turns P/D on again;
-- `pdboot watch` (its real loop, on loopback) with the only prefill stopped and left down: the
-  switch within two rounds of the stop, 0 failed requests after it, the decode serving alone;
+- `pdboot watch` (its real loop, on loopback) with the only prefill stopped and left down: it
+  drains first, as real vLLM does on SIGTERM (500 to each completion, /health answering); the
+  switch within two rounds of the stop, while it drains, 0 failed requests after it, the
+  decode serving alone;
   the prefill started again: P/D again, the decode pulls KV again, 0 failed requests from the
   switch on but for the switch back's documented window (the router's 503 between the two P/D
   registrations, at most two).
@@ -30,7 +32,7 @@ from pdboot.deploy.router_api import RouterWorkerApi
 from pdboot.deploy.watch.run import WatchDeps, Watcher
 from pdboot.events import Event
 from pdboot.plan.degraded import plain_url
-from pdboot.plan.watch.events import WatchServingChanged
+from pdboot.plan.watch.events import WatchActionTaken, WatchServingChanged
 from pdboot.plan.watch.metrics import WatchMetrics
 from pdboot.plan.watch.policy import WatchConfig, WatchedEngine
 from pdboot.transport.http import http
@@ -41,6 +43,7 @@ from tests.testbed.standin.watch_bed import MODEL, ClientLoop, Proc, Router, swi
 INTERVAL = 1.5
 CFG = WatchConfig(interval_seconds=INTERVAL, deadline_seconds=1.0, readmit_after=2)
 WAIT = 60.0  # bound for "it happened"; nothing asserts on durations
+PREFILL_DRAIN = 5.0  # seconds the stopped prefill drains (real vLLM: 5-10 s on the testbed)
 PROMPT = "the client loop asks this every time"
 
 
@@ -158,7 +161,9 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
     router: Router | None = None
     client: ClientLoop | None = None
     try:
-        prefill = Proc(tmp_path, "p", "prefill", {})
+        # it drains on SIGTERM as real vLLM does (vllm_standin.py DRAINING)
+        drain = {"STANDIN_SHUTDOWN_SECONDS": str(PREFILL_DRAIN)}
+        prefill = Proc(tmp_path, "p", "prefill", drain, args=("--shutdown-timeout", "30"))
         procs.append(prefill)
         decode = Proc(tmp_path, "d", "decode", {})
         procs.append(decode)
@@ -197,10 +202,23 @@ def test_a_lost_prefill_degrades_to_the_decode_alone_and_pd_resumes_when_it_is_b
 ) -> None:
     assert bed.failed_since(0) == [] and bed.watcher.serving == "pd"
     t_stop, rounds_then = time.monotonic(), bed.watcher.rounds
-    bed.prefill.stop()
+    exited: list[float] = []
+
+    def stop_prefill() -> None:
+        bed.prefill.stop()  # SIGTERM: it drains PREFILL_DRAIN s, then exits
+        exited.append(time.monotonic())
+
+    stopping = threading.Thread(target=stop_prefill)
+    stopping.start()
     t_switch, rounds_switch = bed.switch("decode_only")
-    # detected by the next round's /health, switched in it (the one under way counts too)
+    stopping.join(WAIT)
+    # detected by the next round's canary: the draining prefill refused its step (HTTP 500,
+    # its /health still answering), blamed alone and evicted before it exited; the round
+    # under way counts too
     assert rounds_switch - rounds_then <= 2
+    evicted = [e for _, e in bed.events if isinstance(e, WatchActionTaken) and e.action == "evict"]
+    assert [(e.engine, e.fault) for e in evicted] == [("p", "error")], evicted
+    assert exited and t_switch < exited[0], (t_switch - t_stop, exited)
     assert bed.watcher.deps.metrics.value("pdboot_watch_degraded") == 1
     time.sleep(3 * INTERVAL)  # serving alone for a few rounds
     served_alone = bed.client.after(t_switch)
@@ -224,7 +242,8 @@ def test_a_lost_prefill_degrades_to_the_decode_alone_and_pd_resumes_when_it_is_b
     assert bed.watcher.deps.metrics.value("pdboot_watch_degraded") == 0
     lost = bed.client.after(t_stop)["failed"]
     print(
-        f"\nswitch {t_switch - t_stop:.1f} s after the stop ({lost} failed before it); "
+        f"\nswitch {t_switch - t_stop:.1f} s after the stop ({lost} failed before it), "
+        f"the prefill exited {exited[0] - t_stop:.1f} s after it; "
         f"P/D again {t_back - t_start:.1f} s after the start; "
         f"degraded {t_back - t_switch:.1f} s, {served_alone['ok']} served alone"
     )

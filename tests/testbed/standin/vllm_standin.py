@@ -878,6 +878,9 @@ class Api(http.server.BaseHTTPRequestHandler):
             self.send_json(401, {"error": "Unauthorized"})
             return
         try:
+            if DRAINING.is_set():
+                self.read_body()
+                raise ApiError(500, "InternalServerError", DRAINING_MESSAGE)
             with dp.routed(self) as relayed:
                 if not relayed:
                     self.counted(self.read_body(), chat=path.endswith("chat/completions"))
@@ -1425,7 +1428,28 @@ def granted_metrics() -> list[str]:
     ]
 
 
+# Real vLLM given --shutdown-timeout N > 0 (pdboot gives every engine one) drains on SIGTERM:
+# each new completion is answered 500 "cannot schedule new futures after shutdown" (captured in
+# CI, 2026-12-07) while /health still answers 200, until it exits: 5 to 10 s on the real-engine
+# testbed. STANDIN_SHUTDOWN_SECONDS emulates that drain; the default, 0, exits at once, as the
+# e2e suite's many stops want (docs/real-vllm-vs-standin.md).
+DRAINING = threading.Event()
+DRAINING_MESSAGE = "cannot schedule new futures after shutdown"
+
+
 def on_term(signum: int, frame: Any) -> None:
+    eng: Engine | None = getattr(Api, "engine", None)
+    timeout = float(getattr(eng.args, "shutdown_timeout", 0) or 0) if eng is not None else 0.0
+    drain = min(float(os.environ.get("STANDIN_SHUTDOWN_SECONDS") or 0), timeout)
+    if signum == signal.SIGTERM and drain > 0 and not DRAINING.is_set():
+        DRAINING.set()  # a second signal while it drains ends it at once
+        log("INFO", "standin.py:1", f"STAND-IN draining for {drain:g} s before it exits")
+        threading.Timer(drain, exit_now).start()
+        return
+    exit_now()
+
+
+def exit_now() -> None:
     log("INFO", "launcher.py:101", "Shutting down FastAPI HTTP server.")
     print(f"(APIServer pid={PID}) INFO:     Shutting down", flush=True)
     os._exit(0)

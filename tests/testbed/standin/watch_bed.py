@@ -56,8 +56,10 @@ class Proc:
         host: str = "127.0.0.1",
         port: int | None = None,
         side_port: int | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.name, self.role, self.tmp, self.host = name, role, tmp, host
+        self.args = args  # more `vllm serve` arguments
         self.port, self.side_port = port or stable_port(), side_port or stable_port()
         self.env = env
         self.url = f"http://{host}:{self.port}"
@@ -89,6 +91,7 @@ class Proc:
             self.host,
             "--port",
             str(self.port),
+            *self.args,
         ]
         with log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
