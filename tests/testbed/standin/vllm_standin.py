@@ -347,7 +347,7 @@ class Lease:
     expires: float
 
 
-# vLLM 0.33.0 v1/metrics/loggers.py bucket bounds (a table: one bound a line would be 41 lines)
+# vLLM 0.33.0 v1/metrics/loggers.py bucket bounds, kept a table (ruff would give each a line)
 # fmt: off
 LATENCY_BUCKETS = {
     "vllm:time_to_first_token_seconds": (
