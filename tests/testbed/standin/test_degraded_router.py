@@ -2,8 +2,8 @@
 emulation) on loopback, 1 prefill x 1 decode, a client loop through the router:
 
 - the router's rule the switch rests on (plan/degraded.py): decode workers alone answer 503,
-  the same engine registered again as a plain (regular) worker under its URL with a trailing
-  slash serves, and a prefill added beside it turns P/D on again;
+  the same engine registered again as a plain (regular) worker under its plain URL (its URL
+  and "/.") serves, and a prefill added beside it turns P/D on again;
 - `pdboot watch` (its real loop, on loopback) with the only prefill stopped and left down: it
   drains first, as real vLLM does on SIGTERM (500 to each completion, /health answering); the
   switch within two rounds of the stop, while it drains, 0 failed requests after it, the
